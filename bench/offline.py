@@ -1,0 +1,179 @@
+"""Offline engine benchmark: streamdedup against the in-memory peers a user would pick instead.
+
+For the same documents (the synthetic crawl, about 175 words each) in the
+same run, each engine is timed over several rounds, and the median, min-max
+and ratios are printed:
+
+- signing: text -> MinHash signature (128 permutations, word 3-shingles);
+- end to end: text -> decision against everything seen before.
+  streamdedup: on-disk LMDB index, durable commits, exact verification;
+  datasketch:  MinHash.update_batch + MinHashLSH query-then-insert, in memory;
+  rensa:       RMinHash + RMinHashLSH query-then-insert, in memory (if installed).
+
+Run: ``make bench`` or ``python bench/offline.py --docs 30000 --rounds 3``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from typing import Callable
+
+from streamdedup import config as config_module
+from streamdedup import corpus
+from streamdedup.engine import Engine
+from streamdedup.records import Document, Source
+from streamdedup.shingle import normalize, normalize_batch, shingle_batch
+from streamdedup.signing import sign_batch
+
+BATCH = 1000
+NUM_PERM = 128
+THRESHOLD = 0.7
+
+
+def python_shingles(text: str) -> list[bytes]:
+    """Word 3-shingles as a user of the peer libraries builds them."""
+    words = normalize(text).split()
+    if len(words) < 3:
+        return [" ".join(words).encode()]
+    return [" ".join(words[i:i + 3]).encode() for i in range(len(words) - 2)]
+
+
+# -- streamdedup -------------------------------------------------------------
+
+def ours_sign(texts: list[str]) -> None:
+    for start in range(0, len(texts), BATCH):
+        batch = shingle_batch(normalize_batch(texts[start:start + BATCH]))
+        sign_batch(batch, NUM_PERM, 1)
+
+
+def ours_end_to_end(texts: list[str]) -> dict:
+    state = tempfile.mkdtemp(prefix="bench-index-")
+    try:
+        cfg = config_module.load(None, environ={})
+        items = [Document(f"d{i}", t, Source("bench", -1, i)) for i, t in enumerate(texts)]
+        kept = 0
+        with Engine(cfg, state) as engine:
+            for start in range(0, len(items), BATCH):
+                decisions = engine.decide_batch(engine.prepare(items[start:start + BATCH]))
+                kept += sum(d.status == "kept" for d in decisions)
+        return {"kept": kept}
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+
+
+# -- datasketch ----------------------------------------------------------------
+
+def datasketch_sign(texts: list[str]) -> list:
+    from datasketch import MinHash
+
+    signatures = []
+    for text in texts:
+        minhash = MinHash(num_perm=NUM_PERM)
+        minhash.update_batch(python_shingles(text))
+        signatures.append(minhash)
+    return signatures
+
+
+def datasketch_end_to_end(texts: list[str]) -> dict:
+    from datasketch import MinHash, MinHashLSH
+
+    lsh = MinHashLSH(threshold=THRESHOLD, num_perm=NUM_PERM)
+    kept = 0
+    for i, text in enumerate(texts):
+        minhash = MinHash(num_perm=NUM_PERM)
+        minhash.update_batch(python_shingles(text))
+        if not lsh.query(minhash):
+            lsh.insert(f"d{i}", minhash)
+            kept += 1
+    return {"kept": kept}
+
+
+# -- rensa ---------------------------------------------------------------------
+
+def rensa_available() -> bool:
+    try:
+        import rensa  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def rensa_sign(texts: list[str]) -> None:
+    from rensa import RMinHash
+
+    for text in texts:
+        minhash = RMinHash(num_perm=NUM_PERM, seed=1)
+        minhash.update([s.decode() for s in python_shingles(text)])
+        minhash.digest()
+
+
+def rensa_end_to_end(texts: list[str]) -> dict:
+    from rensa import RMinHash, RMinHashLSH
+
+    lsh = RMinHashLSH(threshold=THRESHOLD, num_perm=NUM_PERM, num_bands=16)
+    kept = 0
+    for i, text in enumerate(texts):
+        minhash = RMinHash(num_perm=NUM_PERM, seed=1)
+        minhash.update([s.decode() for s in python_shingles(text)])
+        if not lsh.query(minhash):
+            lsh.insert(i, minhash)
+            kept += 1
+    return {"kept": kept}
+
+
+# -- measuring -----------------------------------------------------------------
+
+def measure(fn: Callable, texts: list[str], rounds: int) -> tuple[list[float], object]:
+    """docs/s of each round, and the last round's result."""
+    rates, result = [], None
+    for _ in range(rounds):
+        began = time.perf_counter()
+        result = fn(texts)
+        rates.append(len(texts) / (time.perf_counter() - began))
+    return rates, result
+
+
+def show(title: str, rows: list[tuple[str, list[float], object]]) -> None:
+    print(f"\n{title}")
+    print(f"  {'engine':<28} {'median docs/s':>14} {'min-max':>21} {'ours / it':>10}  notes")
+    ours = statistics.median(rows[0][1])
+    for name, rates, note in rows:
+        median = statistics.median(rates)
+        ratio = f"{ours / median:.2f}x" if name != rows[0][0] else ""
+        print(f"  {name:<28} {median:>14,.0f} {min(rates):>10,.0f}-{max(rates):<10,.0f} {ratio:>10}  {note or ''}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--docs", type=int, default=30000, help="documents (default 30000)")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    docs = corpus.generate(max(1, round(args.docs / 1.84)), seed=42)[: args.docs]
+    texts = [d.text for d in docs]
+    words = sum(len(t.split()) for t in texts) / len(texts)
+    print(f"{len(texts):,} documents, {words:.0f} words each on average; {args.rounds} rounds; "
+          f"{os.cpu_count()} cores; Python {sys.version.split()[0]}")
+
+    peers = [("streamdedup", ours_sign, ours_end_to_end, "LMDB on disk, fsync per batch, verified")]
+    peers.append(("datasketch", datasketch_sign, datasketch_end_to_end, "in memory, no verification"))
+    if rensa_available():
+        peers.append(("rensa", rensa_sign, rensa_end_to_end, "in memory, no verification"))
+    signing, end_to_end = [], []
+    for name, sign_fn, e2e_fn, note in peers:
+        rates, _ = measure(sign_fn, texts, args.rounds)
+        signing.append((name, rates, ""))
+        rates, result = measure(e2e_fn, texts, args.rounds)
+        end_to_end.append((name, rates, f"{note}; kept {result['kept']:,}"))
+    show("Signing (text -> signature)", signing)
+    show("End to end (text -> decision)", end_to_end)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""The ``streamdedup`` command: argparse subcommands, each returning an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Optional, Sequence
+
+from . import config as config_module
+from .errors import ConfigError, StreamdedupError
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_PROBLEMS = 0, 1, 2, 3
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return args.handler(args)
+    except ConfigError as exc:
+        print(f"streamdedup: configuration error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except StreamdedupError as exc:
+        print(f"streamdedup: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", metavar="FILE", help="config.toml to read (default: none, built-in defaults)")
+    common.add_argument("--set", metavar="SECTION.KEY=VALUE", action="append", default=[],
+                        help="override one configuration key (repeatable)")
+    common.add_argument("--state", metavar="DIR", help="index folder (overrides index.path)")
+
+    parser = argparse.ArgumentParser(prog="streamdedup", description="Streaming near-duplicate deduplication "
+                                     "of text with MinHash LSH and an on-disk LMDB index.")
+    sub = parser.add_subparsers(metavar="COMMAND")
+
+    dedup = sub.add_parser("dedup", parents=[common], help="deduplicate JSONL files (or stdin) offline")
+    dedup.add_argument("inputs", nargs="+", metavar="INPUT", help="JSONL files; - reads stdin")
+    dedup.add_argument("--out", metavar="CLEAN.jsonl", help="write the kept input lines here, byte for byte")
+    dedup.add_argument("--decisions", metavar="DECISIONS.jsonl", help="one JSON decision per input line; - is stdout")
+    dedup.add_argument("--restart", action="store_true", help="ignore an interrupted run's checkpoint and start over")
+    dedup.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                       help="progress bar on stderr (default: when stderr is a terminal)")
+    dedup.set_defaults(handler=_cmd_dedup)
+
+    sample = sub.add_parser("sample", help="write the synthetic crawl corpus (JSONL with known families)")
+    sample.add_argument("--articles", type=int, default=650, help="original articles (documents: about 1.86x)")
+    sample.add_argument("--seed", type=int, default=42)
+    sample.add_argument("--out", default="-", help="file to write (default: stdout)")
+    sample.set_defaults(handler=_cmd_sample)
+
+    params = sub.add_parser("params", help="bands x rows for a threshold, and the S-curve")
+    params.add_argument("--threshold", type=float, required=True)
+    params.add_argument("--num-perm", type=int, default=128)
+    params.add_argument("--weights", type=float, nargs=2, metavar=("FP", "FN"), default=(0.1, 0.9))
+    params.set_defaults(handler=_cmd_params)
+
+    stats = sub.add_parser("stats", parents=[common], help="index size, counts and configuration (read-only)")
+    stats.add_argument("--json", action="store_true")
+    stats.set_defaults(handler=_cmd_stats)
+
+    check = sub.add_parser("check", parents=[common], help="check the index's consistency (read-only)")
+    check.set_defaults(handler=_cmd_check)
+    return parser
+
+
+def _config(args) -> config_module.Config:
+    return config_module.load(args.config, tuple(args.set))
+
+
+def _cmd_dedup(args) -> int:
+    from .decode import InputSpec
+    from .engine import Engine
+    from .offline import dedup_files
+    from .progress import Progress
+    from .source import FileSource
+
+    cfg = _config(args)
+    spec = _input_spec(cfg)
+    with Engine(cfg, args.state) as engine:
+        progress = Progress(FileSource(args.inputs).total_bytes(), enabled=args.progress)
+        summary = dedup_files(engine, args.inputs, spec, args.out, args.decisions, cfg.worker.batch_size,
+                              args.restart, progress)
+    out = sys.stderr if "-" in (args.out, args.decisions) else sys.stdout
+    print("\n".join(summary.lines()), file=out)
+    return EXIT_OK
+
+
+def _input_spec(cfg: config_module.Config):
+    from .decode import InputSpec
+
+    i = cfg.input
+    return InputSpec(i.format, i.id_field, i.text_field, i.max_record_bytes, i.max_text_bytes, i.binary_keys)
+
+
+def _cmd_sample(args) -> int:
+    from . import corpus
+
+    documents = corpus.generate(args.articles, args.seed)
+    if args.out == "-":
+        corpus.write_jsonl(documents, sys.stdout)
+    else:
+        with open(args.out, "w", encoding="utf-8") as handle:
+            corpus.write_jsonl(documents, handle)
+        print(f"wrote {len(documents):,} documents from {args.articles:,} articles to {args.out}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _cmd_params(args) -> int:
+    from .lsh import approx_threshold, optimal_params, s_curve
+
+    if not 0 < args.threshold < 1:
+        raise ConfigError(f"--threshold must be between 0 and 1, got {args.threshold}")
+    bands, rows = optimal_params(args.threshold, args.num_perm, *args.weights)
+    print(f"threshold {args.threshold}  num_perm {args.num_perm}  weights fp={args.weights[0]} fn={args.weights[1]}")
+    print(f"bands x rows: {bands} x {rows}  (uses {bands * rows} of {args.num_perm} values; "
+          f"S-curve midpoint ~{approx_threshold(bands, rows):.3f})")
+    print("similarity  P(candidate)")
+    for s in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0):
+        marker = "  <- threshold" if abs(s - args.threshold) < 1e-9 else ""
+        print(f"{s:>10.2f}  {s_curve(s, bands, rows):>12.4f}{marker}")
+    return EXIT_OK
+
+
+def _open_readonly(args):
+    from .engine import Engine
+
+    return Engine(_config(args), args.state, readonly=True)
+
+
+def _cmd_stats(args) -> int:
+    with _open_readonly(args) as engine:
+        index = engine.index
+        with index.read() as txn:
+            counters = dict(txn.counters)
+            positions = txn.positions()
+        used, map_size = index.map_use()
+        stats = {
+            "path": index.path,
+            "documents": counters["documents"],
+            "clusters": counters["kept"],
+            "kept": counters["kept"],
+            "duplicates": counters["duplicates"],
+            "exact_duplicates": counters["exact"],
+            "duplicate_rate": counters["duplicates"] / counters["documents"] if counters["documents"] else 0.0,
+            "index_bytes": os.path.getsize(os.path.join(index.path, "data.mdb")),
+            "map_used_bytes": used,
+            "map_size_bytes": map_size,
+            "positions": positions,
+            "fingerprint": index.signing.fingerprint(),
+            "config": index.signing.as_dict(),
+            "index_id": index.meta["index_id"],
+        }
+    if args.json:
+        print(json.dumps(stats, indent=2, sort_keys=True))
+        return EXIT_OK
+    for key in ("path", "documents", "clusters", "duplicates", "exact_duplicates"):
+        print(f"{key:<18} {stats[key]:,}" if isinstance(stats[key], int) else f"{key:<18} {stats[key]}")
+    print(f"{'duplicate_rate':<18} {stats['duplicate_rate']:.2%}")
+    print(f"{'index_bytes':<18} {stats['index_bytes']:,}")
+    print(f"{'map_use':<18} {used:,} of {map_size:,} bytes ({used / map_size:.1%})")
+    print(f"{'fingerprint':<18} {stats['fingerprint']}")
+    for name, value in sorted(positions.items()):
+        print(f"{'position':<18} {name} {json.dumps(value, sort_keys=True)}")
+    return EXIT_OK
+
+
+def _cmd_check(args) -> int:
+    from .check import check_index
+
+    with _open_readonly(args) as engine:
+        report = check_index(engine.index)
+    for problem in report.problems:
+        print(f"problem: {problem}")
+    if report.more:
+        print(f"... and {report.more} more problems")
+    verdict = "consistent" if report.ok else "INCONSISTENT"
+    print(f"{verdict}: {report.documents:,} documents, {report.kept:,} kept, {report.band_entries:,} band entries")
+    return EXIT_OK if report.ok else EXIT_PROBLEMS
+
+
+if __name__ == "__main__":
+    sys.exit(main())

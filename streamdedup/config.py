@@ -1,0 +1,318 @@
+"""Configuration: frozen dataclasses, one per ``config.toml`` section.
+
+Precedence, lowest first: built-in defaults, the TOML file, environment
+variables ``STREAMDEDUP_<SECTION>_<KEY>`` (``STREAMDEDUP_LSH_THRESHOLD=0.8``),
+then ``--set section.key=value`` flags. Values from the environment and
+``--set`` are read as TOML values when they parse as one (``0.8``,
+``true``, ``["a", "b"]``) and as plain strings otherwise.
+
+Everything is checked before anything runs: an unknown key, a wrong type or
+an out-of-range value raises ``ConfigError`` naming the section, the key and
+the nearest valid key. The ``[kafka]`` section (and ``[kafka.consumer]``,
+``[kafka.producer]``) takes kafka-python's own setting names and passes them
+through; secrets may come from ``sasl_plain_password_file`` or the
+environment and are never printed (``redacted``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+from .errors import ConfigError
+
+__all__ = ["Config", "load", "SECTIONS", "redacted", "kafka_client_settings"]
+
+
+def _key(default: Any, doc: str, *, choices: tuple = (), low: Optional[float] = None,
+         high: Optional[float] = None, secret: bool = False) -> Any:
+    meta = {"doc": doc, "choices": choices, "low": low, "high": high, "secret": secret}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class KafkaSection:
+    bootstrap_servers: str = _key("127.0.0.1:19092", "broker address(es), comma separated")
+    security_protocol: str = _key("PLAINTEXT", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
+                                  choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"))
+    sasl_mechanism: str = _key("", "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, ... (empty: none)")
+    sasl_plain_username: str = _key("", "SASL user name")
+    sasl_plain_password: str = _key("", "SASL password; better from the environment or the file below", secret=True)
+    sasl_plain_password_file: str = _key("", "file holding the SASL password (first line)")
+    ssl_cafile: str = _key("", "CA bundle to verify the broker")
+    ssl_certfile: str = _key("", "client certificate (mutual TLS)")
+    ssl_keyfile: str = _key("", "client private key (mutual TLS)")
+    client_id: str = _key("streamdedup", "client id shown in broker logs and quotas")
+    group_id: str = _key("streamdedup", "consumer group; its committed offsets show the worker's lag")
+    consumer: dict = _key({}, "extra kafka-python KafkaConsumer settings ([kafka.consumer])")
+    producer: dict = _key({}, "extra kafka-python KafkaProducer settings ([kafka.producer])")
+
+
+@dataclass(frozen=True)
+class InputSection:
+    topics: list = _key(["raw"], "topics the worker consumes (all partitions)")
+    format: str = _key("json", "record value format", choices=("json", "msgpack", "text"))
+    id_field: str = _key("id", "dotted path of the document id ('' for none: key, then source)")
+    text_field: str = _key("text", "dotted path of the document text")
+    max_record_bytes: int = _key(8 << 20, "larger records are rejected as too_large", low=1)
+    max_text_bytes: int = _key(1 << 20, "longer texts (UTF-8 bytes) are rejected as text_too_large", low=1)
+    binary_keys: str = _key("reject", "a Kafka key that is not UTF-8: reject the record or ignore the key",
+                            choices=("reject", "ignore"))
+
+
+@dataclass(frozen=True)
+class OutputSection:
+    clean_topic: str = _key("clean", "kept documents, key and value bytes untouched")
+    duplicates_topic: str = _key("duplicates", "one JSON announcement per duplicate ('' to skip)")
+    dead_letter_topic: str = _key("dead-letter", "rejected records, original bytes, reason in headers")
+
+
+@dataclass(frozen=True)
+class SigningSection:
+    shingle: str = _key("word", "word k-grams or character n-grams", choices=("word", "char"))
+    k: int = _key(3, "words (or characters) per shingle", low=1, high=64)
+    num_perm: int = _key(128, "MinHash signature length", low=2, high=1024)
+    seed: int = _key(1, "seed of the MinHash permutations", low=0)
+
+
+@dataclass(frozen=True)
+class LshSection:
+    threshold: float = _key(0.7, "exact Jaccard at or above which a document is a duplicate", low=0.01, high=0.99)
+    fp_weight: float = _key(0.1, "weight of false positives when choosing bands x rows", low=0.0, high=1.0)
+    fn_weight: float = _key(0.9, "weight of false negatives when choosing bands x rows", low=0.0, high=1.0)
+    bands: int = _key(0, "bands (0: chosen from threshold and weights; an existing index keeps its own)", low=0)
+    rows: int = _key(0, "rows per band (0: chosen with bands)", low=0)
+    max_candidates: int = _key(100, "verify at most this many candidates per document", low=1)
+
+
+@dataclass(frozen=True)
+class IndexSection:
+    path: str = _key("state", "folder of the LMDB index (relative to the working directory)")
+    map_size_mb: int = _key(1024, "initial LMDB map size in MiB; grows by itself when full", low=1)
+    sync: bool = _key(True, "fsync every commit (false loses the last commits at power loss)")
+
+
+@dataclass(frozen=True)
+class WorkerSection:
+    batch_size: int = _key(1000, "records decided per batch and per commit", low=1, high=100000)
+    poll_timeout_ms: int = _key(500, "longest wait for a batch to fill", low=1)
+    transactional_id: str = _key("", "Kafka transactional id ('' derives it from the index id)")
+
+
+SECTIONS: dict[str, type] = {
+    "kafka": KafkaSection,
+    "input": InputSection,
+    "output": OutputSection,
+    "signing": SigningSection,
+    "lsh": LshSection,
+    "index": IndexSection,
+    "worker": WorkerSection,
+}
+_PASSTHROUGH = {"consumer", "producer"}  # [kafka.consumer], [kafka.producer]
+_TYPES = {"str": str, "int": int, "float": float, "bool": bool, "list": list, "dict": dict}
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "a list",
+               dict: "a table"}
+
+
+@dataclass(frozen=True)
+class Config:
+    kafka: KafkaSection = field(default_factory=KafkaSection)
+    input: InputSection = field(default_factory=InputSection)
+    output: OutputSection = field(default_factory=OutputSection)
+    signing: SigningSection = field(default_factory=SigningSection)
+    lsh: LshSection = field(default_factory=LshSection)
+    index: IndexSection = field(default_factory=IndexSection)
+    worker: WorkerSection = field(default_factory=WorkerSection)
+
+    def replace(self, section: str, **changes: Any) -> "Config":
+        """A copy with some keys of one section changed (checked like the file)."""
+        values = dataclasses.asdict(getattr(self, section))
+        values.update(changes)
+        return dataclasses.replace(self, **{section: _build(section, values)})
+
+
+def load(path: Optional[str] = None, overrides: tuple[str, ...] = (), environ: Optional[Mapping[str, str]] = None) -> Config:
+    """The configuration from ``path`` (optional), the environment and ``section.key=value`` overrides."""
+    raw: dict[str, dict] = {}
+    if path:
+        raw = _read_toml(path)
+    environ = os.environ if environ is None else environ
+    for (section, key), value in _from_environment(environ).items():
+        raw.setdefault(section, {})[key] = value
+    for item in overrides:
+        section, key, value = _parse_override(item)
+        raw.setdefault(section, {})[key] = value
+    unknown = set(raw) - set(SECTIONS)
+    if unknown:
+        name = sorted(unknown)[0]
+        raise ConfigError(f"unknown section [{name}]{_nearest(name, SECTIONS)}; sections are {', '.join(SECTIONS)}")
+    config = Config(**{name: _build(name, raw.get(name, {})) for name in SECTIONS})
+    _check_across_sections(config)
+    return config
+
+
+def _read_toml(path: str) -> dict:
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path!r} does not exist; pass --config with an existing file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path!r} is not valid TOML: {exc}") from None
+
+
+def _from_environment(environ: Mapping[str, str]) -> dict[tuple[str, str], Any]:
+    found = {}
+    for name, value in environ.items():
+        if not name.startswith("STREAMDEDUP_") or name.startswith("STREAMDEDUP_TEST_"):
+            continue
+        rest = name[len("STREAMDEDUP_"):].lower()
+        section = next((s for s in SECTIONS if rest.startswith(s + "_")), None)
+        if section is None:
+            raise ConfigError(f"environment variable {name} names no section; use STREAMDEDUP_<SECTION>_<KEY> "
+                              f"with a section of: {', '.join(SECTIONS)}")
+        found[(section, rest[len(section) + 1:])] = _parse_value(value)
+    return found
+
+
+def _parse_override(item: str) -> tuple[str, str, Any]:
+    name, sep, value = item.partition("=")
+    section, dot, key = name.strip().partition(".")
+    if not sep or not dot or not key:
+        raise ConfigError(f"--set {item!r}: expected section.key=value, for example --set lsh.threshold=0.8")
+    return section, key, _parse_value(value.strip())
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _build(section: str, values: dict) -> Any:
+    cls = SECTIONS[section]
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    checked = {}
+    for key, value in values.items():
+        if section == "kafka" and key in _PASSTHROUGH:
+            checked[key] = _kafka_table(f"kafka.{key}", value)
+            continue
+        if key not in fields:
+            if section == "kafka" and key in _kafka_names():
+                checked.setdefault("_extra", {})[key] = value
+                continue
+            options = set(fields) | (_kafka_names() if section == "kafka" else set())
+            raise ConfigError(f"unknown key {key!r} in [{section}]{_nearest(key, options)}")
+        checked[key] = _checked(section, fields[key], value)
+    extra = checked.pop("_extra", None)
+    if extra:
+        checked["consumer"] = {**extra, **checked.get("consumer", {})}
+        checked["producer"] = {**extra, **checked.get("producer", {})}
+    built = cls(**checked)
+    _check_rules(section, built)
+    return built
+
+
+def _checked(section: str, spec: dataclasses.Field, value: Any) -> Any:
+    where = f"{section}.{spec.name}"
+    expected = _TYPES[spec.type]
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if expected is list and isinstance(value, str):
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+        raise ConfigError(f"{where} must be {_TYPE_NAMES[expected]}, got {value!r} ({type(value).__name__})")
+    meta = spec.metadata
+    if meta.get("choices") and value not in meta["choices"]:
+        raise ConfigError(f"{where} must be one of {', '.join(map(repr, meta['choices']))}, got {value!r}")
+    low, high = meta.get("low"), meta.get("high")
+    if (low is not None and value < low) or (high is not None and value > high):
+        bounds = f"at least {low}" if high is None else f"between {low} and {high}"
+        raise ConfigError(f"{where} must be {bounds}, got {value!r}")
+    return value
+
+
+def _check_rules(section: str, built: Any) -> None:
+    """Rules that involve more than one key."""
+    if section == "lsh":
+        if (built.bands == 0) != (built.rows == 0):
+            raise ConfigError("lsh.bands and lsh.rows are set together (both 0 lets streamdedup choose)")
+        if built.fp_weight + built.fn_weight <= 0:
+            raise ConfigError("lsh.fp_weight and lsh.fn_weight cannot both be 0")
+
+
+def _check_across_sections(config: Config) -> None:
+    lsh, signing = config.lsh, config.signing
+    if lsh.bands and lsh.bands * lsh.rows > signing.num_perm:
+        raise ConfigError(
+            f"lsh.bands x lsh.rows = {lsh.bands * lsh.rows} exceeds signing.num_perm = {signing.num_perm}; "
+            "lower them or raise num_perm"
+        )
+
+
+def _kafka_table(where: str, value: Any) -> dict:
+    if not isinstance(value, dict):
+        raise ConfigError(f"[{where}] must be a table of kafka-python settings")
+    for key in value:
+        if key not in _kafka_names():
+            raise ConfigError(f"unknown kafka-python setting {key!r} in [{where}]{_nearest(key, _kafka_names())}")
+    return dict(value)
+
+
+def _kafka_names() -> set[str]:
+    from kafka import KafkaConsumer, KafkaProducer
+
+    return set(KafkaConsumer.DEFAULT_CONFIG) | set(KafkaProducer.DEFAULT_CONFIG)
+
+
+def _nearest(name: str, options) -> str:
+    close = difflib.get_close_matches(name, list(options), n=1, cutoff=0.5)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def redacted(config: Config) -> dict:
+    """The configuration as a dictionary, secrets replaced by '***'."""
+    result = dataclasses.asdict(config)
+    for section, cls in SECTIONS.items():
+        for spec in dataclasses.fields(cls):
+            if spec.metadata.get("secret") and result[section].get(spec.name):
+                result[section][spec.name] = "***"
+    for table in ("consumer", "producer"):
+        for key in result["kafka"][table]:
+            if "password" in key:
+                result["kafka"][table][key] = "***"
+    return result
+
+
+def kafka_client_settings(kafka: KafkaSection, role: str) -> dict:
+    """kafka-python keyword arguments for a ``consumer`` or ``producer``: common settings, then the role's table."""
+    settings: dict[str, Any] = {
+        "bootstrap_servers": [s.strip() for s in kafka.bootstrap_servers.split(",") if s.strip()],
+        "security_protocol": kafka.security_protocol,
+        "client_id": kafka.client_id,
+    }
+    for name in ("sasl_mechanism", "sasl_plain_username", "ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+        if getattr(kafka, name):
+            settings[name] = getattr(kafka, name)
+    password = _password(kafka)
+    if password:
+        settings["sasl_plain_password"] = password
+    settings.update(kafka.consumer if role == "consumer" else kafka.producer)
+    return settings
+
+
+def _password(kafka: KafkaSection) -> str:
+    if kafka.sasl_plain_password_file:
+        try:
+            with open(kafka.sasl_plain_password_file, encoding="utf-8") as handle:
+                return handle.readline().rstrip("\n")
+        except OSError as exc:
+            raise ConfigError(f"kafka.sasl_plain_password_file: cannot read it ({exc.strerror})") from None
+    return kafka.sasl_plain_password

@@ -1,0 +1,120 @@
+"""A synthetic crawl with known answers: original articles and their scraped copies.
+
+Each original article is 14 sentences of 9 to 16 words drawn from an
+invented, Zipf-distributed vocabulary (about 175 words). Half of the
+originals get no copy; the others get one, two or three, each made by one or
+two edits:
+
+- ``light``: 3% of the words replaced;
+- ``heavy``: 12% of the words replaced;
+- ``drop``: the last two sentences removed;
+- ``boilerplate``: a cookie banner before and a footer after;
+- ``reformat``: upper case and doubled spaces.
+
+Every document carries the number of the original it came from (``family``),
+so a deduplicator can be scored: no document may join another family's
+cluster. The order is shuffled so that copies are not neighbours. The same
+``(articles, seed)`` gives the same corpus on every machine.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from dataclasses import dataclass
+from typing import Iterator, TextIO
+
+__all__ = ["CrawlDocument", "generate", "write_jsonl", "EDITS"]
+
+EDITS = ("light", "heavy", "drop", "boilerplate", "reformat")
+_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "sh", "tr")
+_NUCLEI = ("a", "e", "i", "o", "u", "ai", "ou")
+_CODAS = ("", "", "", "n", "r", "s", "l")
+_BANNER = "We use cookies to improve your experience. Accept all. Manage preferences. Sign up for our newsletter today."
+_FOOTER = "More from this section. Share this story. Contact us. Privacy notice. Terms and conditions apply. Copyright all rights reserved."
+
+
+@dataclass(frozen=True)
+class CrawlDocument:
+    id: str
+    text: str
+    family: int  # number of the original article this document came from
+    edits: tuple[str, ...]  # empty for an original
+
+
+class _Writer:
+    """Draws words and sentences from a Zipf-weighted invented vocabulary."""
+
+    def __init__(self, rng: random.Random, vocabulary_size: int = 3000):
+        self.rng = rng
+        self.vocabulary = self._invent(vocabulary_size)
+        self.cumulative = list(itertools.accumulate(1.0 / rank for rank in range(1, vocabulary_size + 1)))
+
+    def _invent(self, size: int) -> list[str]:
+        words: set[str] = set()
+        while len(words) < size:
+            syllables = self.rng.choice((1, 2, 2, 3, 3, 4))
+            words.add("".join(self._syllable() for _ in range(syllables)))
+        return self.rng.sample(sorted(words), size)
+
+    def _syllable(self) -> str:
+        return self.rng.choice(_ONSETS) + self.rng.choice(_NUCLEI) + self.rng.choice(_CODAS)
+
+    def words(self, count: int) -> list[str]:
+        return self.rng.choices(self.vocabulary, cum_weights=self.cumulative, k=count)
+
+    def article(self, sentences: int = 14) -> str:
+        return " ".join(self.sentence() for _ in range(sentences))
+
+    def sentence(self) -> str:
+        return " ".join(self.words(self.rng.randint(9, 16))).capitalize() + "."
+
+    def edit(self, text: str, kind: str) -> str:
+        if kind in ("light", "heavy"):
+            return self._replace(text, 0.03 if kind == "light" else 0.12)
+        if kind == "drop":
+            return ". ".join(text.split(". ")[:-2]) + "."
+        if kind == "boilerplate":
+            return f"{_BANNER} {text} {_FOOTER}"
+        return "  ".join(text.upper().split(" "))
+
+    def _replace(self, text: str, rate: float) -> str:
+        words = text.split(" ")
+        for i in range(len(words)):
+            if self.rng.random() < rate:
+                words[i] = self.words(1)[0]
+        return " ".join(words)
+
+
+def generate(articles: int = 650, seed: int = 42) -> list[CrawlDocument]:
+    """The shuffled crawl: ``articles`` originals and their copies (about 1.86 documents each)."""
+    rng = random.Random(seed)
+    writer = _Writer(rng)
+    made: list[tuple[str, int, tuple[str, ...]]] = []
+    for family in range(articles):
+        original = writer.article()
+        made.append((original, family, ()))
+        for _ in range(rng.choices((0, 1, 2, 3), weights=(50, 25, 15, 10))[0]):
+            edits = tuple(rng.sample(EDITS, rng.choice((1, 2))))
+            text = original
+            for kind in edits:
+                text = writer.edit(text, kind)
+            made.append((text, family, edits))
+    rng.shuffle(made)
+    return [CrawlDocument(f"doc-{i:07d}", text, family, edits) for i, (text, family, edits) in enumerate(made)]
+
+
+def jsonl_lines(documents: list[CrawlDocument]) -> Iterator[str]:
+    """One JSON object per document: id, text, family, edits."""
+    for doc in documents:
+        yield json.dumps({"id": doc.id, "text": doc.text, "family": doc.family, "edits": list(doc.edits)}) + "\n"
+
+
+def write_jsonl(documents: list[CrawlDocument], out: TextIO) -> int:
+    """Write the documents as JSONL; returns how many were written."""
+    count = 0
+    for line in jsonl_lines(documents):
+        out.write(line)
+        count += 1
+    return count

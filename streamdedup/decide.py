@@ -1,0 +1,161 @@
+"""Where a document is decided: kept, duplicate, or the earlier decision replayed.
+
+A batch goes through two steps:
+
+1. ``prepare`` (pure, no index): normalize, hash the content, shingle, sign
+   and cut band keys for every document of the batch at once;
+2. ``decide`` (inside one index write transaction), document by document in
+   batch order, each seeing the decisions before it:
+
+   a. same id and same content as a decided document: that decision again
+      (``replayed``), nothing written;
+   b. same normalized text as a decided document: an *exact* duplicate of
+      it, joining its cluster, no band lookup;
+   c. otherwise the band tables propose kept documents; the ones sharing
+      the most bands are verified first (at most ``max_candidates``) by
+      exact Jaccard; the most similar at or above the threshold wins (ties:
+      the earliest). Found: a duplicate in that document's cluster. None:
+      kept, a new cluster named by the document's own id, inserted into
+      the band tables.
+
+Only kept documents are in the band tables, so documents are compared with
+kept documents only and clusters never chain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from .index import BatchView, DocRecord, IndexTxn, id_key
+from .lsh import band_keys
+from .records import DUPLICATE, KEPT, Decision, Document, Item, Rejected
+from .shingle import ShingleBatch, content_hash, normalize_batch, shingle_batch
+from .signing import SigningConfig, sign_batch
+from .verify import best_match
+
+__all__ = ["DedupSettings", "PreparedBatch", "prepare", "decide"]
+
+
+@dataclass(frozen=True)
+class DedupSettings:
+    signing: SigningConfig
+    threshold: float = 0.7  # exact Jaccard at or above which a document is a duplicate
+    max_candidates: int = 100  # verify at most this many candidates per document
+
+
+@dataclass
+class PreparedBatch:
+    """A batch ready to be decided: each item is a Rejected, or a document with its hashes.
+
+    ``row[i]`` is the row of item ``i`` in ``contents``, ``shingles`` and ``keys`` (-1 when rejected).
+    """
+
+    items: list[Item]
+    row: list[int]
+    contents: list[bytes]  # content hash of each document row
+    id_keys: list[bytes]  # index key of each document row's id
+    shingles: ShingleBatch
+    keys: np.ndarray  # (documents, bands) uint64
+
+
+
+def prepare(items: list[Item], signing: SigningConfig) -> PreparedBatch:
+    """Normalize, shingle, sign and band every document of the batch in one go."""
+    documents = [item for item in items if isinstance(item, Document)]
+    normalized = normalize_batch([doc.text for doc in documents])
+    items = _reject_empty(items, normalized)
+    kept_norm = [n for n in normalized if n]
+    shingles = shingle_batch(kept_norm, signing.shingle, signing.k)
+    signatures = sign_batch(shingles, signing.num_perm, signing.seed)
+    keys = band_keys(signatures, signing.bands, signing.rows)
+    row, next_row = [], 0
+    for item in items:
+        row.append(next_row if isinstance(item, Document) else -1)
+        next_row += isinstance(item, Document)
+    contents = [content_hash(n) for n in kept_norm]
+    id_keys = [id_key(item.id) for item in items if isinstance(item, Document)]
+    return PreparedBatch(items, row, contents, id_keys, shingles, keys)
+
+
+def _reject_empty(items: list[Item], normalized: list[str]) -> list[Item]:
+    """Turn documents whose normalized text is empty (only punctuation, say) into rejections."""
+    result: list[Item] = []
+    norms = iter(normalized)
+    for item in items:
+        if isinstance(item, Document) and not next(norms):
+            item = Rejected("empty_text", "nothing is left after normalization", item.source, item.id)
+        result.append(item)
+    return result
+
+
+def decide(txn: IndexTxn, batch: PreparedBatch, settings: DedupSettings, now: float) -> list[Decision]:
+    """Decide every item of the batch, in order, recording documents in the index."""
+    view = BatchView(txn, batch.id_keys, batch.contents, batch.keys)
+    decisions = []
+    for i, item in enumerate(batch.items):
+        if isinstance(item, Rejected):
+            decisions.append(Decision.rejected(item))
+        else:
+            decisions.append(_decide_one(view, item, batch.row[i], batch, settings, now))
+    view.flush()
+    return decisions
+
+
+def _decide_one(
+    view: BatchView, doc: Document, row: int, batch: PreparedBatch, settings: DedupSettings, now: float
+) -> Decision:
+    content, ident = batch.contents[row], batch.id_keys[row]
+    earlier = _same_document(view, ident, content)
+    if earlier is not None:
+        return _as_decision(earlier, replayed=True)
+    serial = view.next_serial()
+    identical = view.serial_of_content(content)
+    if identical is not None:
+        twin = view.record(identical)
+        record = DocRecord(serial, doc.id, False, twin.cluster, twin.cluster_id, twin.serial, twin.id,
+                           1.0, True, content, doc.source.as_list(), b"", now)
+        view.insert(record, ident, row)
+        return _as_decision(record)
+    shingles = batch.shingles.of(row)
+    serials, shared = view.candidates(row)
+    if len(serials) > settings.max_candidates:
+        serials = serials[np.lexsort((serials, -shared))[: settings.max_candidates]]
+    match, similarity, compared = best_match(
+        shingles, ((s, view.shingles(s)) for s in serials.tolist()), settings.threshold
+    )
+    if match is None:
+        record = DocRecord(serial, doc.id, True, serial, doc.id, None, None, None, False, content,
+                           doc.source.as_list(), batch.keys[row].astype(">u8").tobytes(), now)
+        view.insert(record, ident, row, shingles)
+    else:
+        rep = view.record(match)
+        record = DocRecord(serial, doc.id, False, match, rep.id, match, rep.id, similarity, False, content,
+                           doc.source.as_list(), b"", now)
+        view.insert(record, ident, row)
+    return _as_decision(record, candidates=len(shared), verified=compared)
+
+
+def _same_document(view: BatchView, ident: bytes, content: bytes) -> Optional[DocRecord]:
+    """The decided document with this id and this content, if any."""
+    for serial in view.serials_of_id(ident):
+        record = view.record(serial)
+        if record.content == content:
+            return record
+    return None
+
+
+def _as_decision(record: DocRecord, replayed: bool = False, candidates: int = 0, verified: int = 0) -> Decision:
+    return Decision(
+        id=record.id,
+        status=KEPT if record.kept else DUPLICATE,
+        cluster=record.cluster_id,
+        matched=record.matched_id,
+        similarity=record.similarity,
+        exact=record.exact,
+        replayed=replayed,
+        candidates=candidates,
+        verified=verified,
+    )

@@ -1,0 +1,168 @@
+"""Input record bytes -> ``Document``, or ``Rejected`` with a reason. Never raises for bad input.
+
+Reason codes (also the ``reason`` label of the rejected-documents metric):
+
+=================  ==========================================================
+``tombstone``      the record's value is null (a Kafka tombstone)
+``too_large``      the record is above ``input.max_record_bytes``
+``invalid_utf8``   JSON or plain text that is not valid UTF-8
+``invalid_json``   not a JSON document (a blank line included)
+``invalid_msgpack`` not a msgpack document
+``not_an_object``  JSON or msgpack that is not an object / map
+``missing_text``   the text field is absent or null
+``text_not_string`` the text field holds a number, list, object, bytes, ...
+``invalid_text``   the text holds lone surrogates (not encodable as UTF-8)
+``text_too_large`` the text is above ``input.max_text_bytes`` (UTF-8 bytes)
+``empty_text``     nothing is left of the text after normalization
+``bad_id``         the id field is not a string or an integer, or is too long
+``invalid_key``    the Kafka key is not UTF-8 (with ``input.binary_keys = "reject"``)
+=================  ==========================================================
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import msgpack
+
+from .records import Document, Item, Rejected, Source
+
+__all__ = ["InputSpec", "decode", "REASONS"]
+
+REASONS = (
+    "tombstone", "too_large", "invalid_utf8", "invalid_json", "invalid_msgpack", "not_an_object",
+    "missing_text", "text_not_string", "invalid_text", "text_too_large", "empty_text", "bad_id",
+    "invalid_key",
+)
+MAX_ID_CHARS = 1024
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """How to read documents out of record bytes (the ``[input]`` section)."""
+
+    format: str = "json"  # "json", "msgpack" or "text"
+    id_field: str = "id"  # dotted path; "" means: no id field
+    text_field: str = "text"  # dotted path
+    max_record_bytes: int = 8 << 20  # 8 MiB
+    max_text_bytes: int = 1 << 20  # 1 MiB of UTF-8
+    binary_keys: str = "reject"  # "reject" or "ignore" a Kafka key that is not UTF-8
+
+
+def decode(value: Optional[bytes], source: Source, spec: InputSpec, key: Optional[bytes] = None) -> Item:
+    """The document in ``value``, or why there is none."""
+    if value is None:
+        return Rejected("tombstone", "the record has no value", source)
+    if len(value) > spec.max_record_bytes:
+        return Rejected("too_large", f"{len(value)} bytes > max_record_bytes {spec.max_record_bytes}", source)
+    key_id, problem = _key_id(key, spec)
+    if problem:
+        return problem_at(problem, source)
+    if spec.format == "text":
+        fields: Any = None
+        text = _utf8(value)
+        if text is None:
+            return Rejected("invalid_utf8", "the value is not valid UTF-8", source)
+    else:
+        fields = _parse(value, spec.format)
+        if isinstance(fields, Rejected):
+            return Rejected(fields.reason, fields.detail, source)
+        text = _field(fields, spec.text_field)
+    doc_id, id_problem = _document_id(fields, spec, key_id)
+    if id_problem:
+        return problem_at(id_problem, source)
+    return _checked_text(text, doc_id or source.fallback_id(), source, spec)
+
+
+def problem_at(problem: tuple[str, str], source: Source) -> Rejected:
+    return Rejected(problem[0], problem[1], source)
+
+
+def _checked_text(text: Any, doc_id: str, source: Source, spec: InputSpec) -> Item:
+    if text is None:
+        return Rejected("missing_text", f"no field {spec.text_field!r}", source, doc_id)
+    if not isinstance(text, str):
+        return Rejected("text_not_string", f"{spec.text_field!r} is a {type(text).__name__}", source, doc_id)
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        return Rejected("invalid_text", f"not encodable as UTF-8 at character {exc.start}", source, doc_id)
+    if size > spec.max_text_bytes:
+        return Rejected("text_too_large", f"{size} bytes > max_text_bytes {spec.max_text_bytes}", source, doc_id)
+    if not text.strip():
+        return Rejected("empty_text", "the text is empty", source, doc_id)
+    return Document(doc_id, text, source)
+
+
+def _utf8(value: bytes) -> Optional[str]:
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _parse(value: bytes, fmt: str) -> Any:
+    """The parsed object, or a Rejected (without source) saying why not."""
+    unknown = Source("", -1, 0)
+    if fmt == "msgpack":
+        try:
+            obj = msgpack.unpackb(value, raw=False, strict_map_key=False)
+        except Exception as exc:  # msgpack raises several unrelated types for bad bytes
+            return Rejected("invalid_msgpack", str(exc)[:200], unknown)
+    else:
+        text = _utf8(value)
+        if text is None:
+            return Rejected("invalid_utf8", "the value is not valid UTF-8", unknown)
+        try:
+            obj = json.loads(text)
+        except ValueError as exc:
+            detail = "blank line" if not text.strip() else str(exc)[:200]
+            return Rejected("invalid_json", detail, unknown)
+    if not isinstance(obj, dict):
+        return Rejected("not_an_object", f"top level is a {type(obj).__name__}", unknown)
+    return obj
+
+
+def _field(obj: dict, path: str) -> Any:
+    """The value at a dotted path, or None."""
+    for part in path.split("."):
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(part)
+    return obj
+
+
+def _key_id(key: Optional[bytes], spec: InputSpec) -> tuple[Optional[str], Optional[tuple[str, str]]]:
+    if key is None:
+        return None, None
+    text = _utf8(key)
+    if text is None:
+        if spec.binary_keys == "reject":
+            return None, ("invalid_key", "the record key is not valid UTF-8")
+        return None, None
+    return (text or None), None
+
+
+def _document_id(fields: Any, spec: InputSpec, key_id: Optional[str]) -> tuple[Optional[str], Optional[tuple[str, str]]]:
+    """The id field, else the key; None means: use the source coordinates."""
+    raw = _field(fields, spec.id_field) if (fields is not None and spec.id_field) else None
+    if raw is None or raw == "":
+        return key_id, None
+    if isinstance(raw, bool) or not isinstance(raw, (str, int)):
+        return None, ("bad_id", f"{spec.id_field!r} is a {type(raw).__name__}, not a string or integer")
+    doc_id = str(raw)
+    if not doc_id.isascii() and _unencodable(doc_id):
+        return None, ("bad_id", "the id holds lone surrogates (not encodable as UTF-8)")
+    if len(doc_id) > MAX_ID_CHARS:
+        return None, ("bad_id", f"id of {len(doc_id)} characters > {MAX_ID_CHARS}")
+    return doc_id, None
+
+
+def _unencodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+        return False
+    except UnicodeEncodeError:
+        return True

@@ -1,0 +1,571 @@
+"""The on-disk index: one LMDB environment, the only module that imports ``lmdb``.
+
+Named databases (integers are 8-byte big-endian, so keys sort numerically):
+
+============  =====================================  ================================
+database      key                                    value
+============  =====================================  ================================
+meta          name                                   JSON (config, counters, ids)
+bands         band number (2 B) + band key (8 B)     serials of kept documents (dupsort)
+docs          serial                                 msgpack record of the decision
+shingles      serial                                 sorted unique uint64 hashes (kept)
+ids           BLAKE2b-128 of the document id         serials with that id (dupsort)
+content       BLAKE2b-128 of the normalized text     serial of its first document
+members       cluster serial                         member serials (dupsort)
+positions     source name                            JSON input position
+============  =====================================  ================================
+
+A *serial* numbers documents in the order the index decided them. Every
+change happens inside ``Index.write(fn)``: one write transaction that is
+retried after growing the map when it fills up, and committed durably.
+Readers (``query``, ``stats``) use short read transactions and may run
+while the worker writes.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Optional, TypeVar
+
+import lmdb
+import msgpack
+import numpy as np
+
+from .errors import (
+    DiskFullError,
+    IncompatibleIndexError,
+    IndexCorruptError,
+    IndexLockedError,
+    IndexUnusableError,
+)
+from .signing import SigningConfig
+
+__all__ = ["Index", "IndexSettings", "IndexTxn", "BatchView", "DocRecord", "FORMAT_VERSION", "id_key"]
+
+FORMAT_VERSION = 1
+_DATABASES = {
+    "meta": {},
+    "bands": {"dupsort": True, "dupfixed": True},
+    "docs": {},
+    "shingles": {},
+    "ids": {"dupsort": True, "dupfixed": True},
+    "content": {},
+    "members": {"dupsort": True, "dupfixed": True},
+    "positions": {},
+}
+_KEY_ROW = np.dtype([("band", ">u2"), ("key", ">u8")])  # a band table key
+_BAND_ROW = np.dtype([("band", ">u2"), ("key", ">u8"), ("serial", ">u8")])  # key and one value
+_COUNTERS = ("next_serial", "documents", "kept", "duplicates", "exact")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class IndexSettings:
+    """The ``[index]`` section."""
+
+    path: str = "state"
+    map_size: int = 1 << 30  # 1 GiB to start; grows by itself
+    sync: bool = True  # fsync on every commit: nothing committed is lost at power loss
+    max_map_size: int = 1 << 40  # 1 TiB: never grow beyond
+
+
+@dataclass(frozen=True)
+class DocRecord:
+    """What the index knows of one decided document."""
+
+    serial: int
+    id: str
+    kept: bool
+    cluster: int  # serial of the cluster's representative
+    cluster_id: str
+    matched: Optional[int]
+    matched_id: Optional[str]
+    similarity: Optional[float]
+    exact: bool
+    content: bytes  # content hash
+    source: list  # [name, partition, offset]
+    band_keys: bytes  # kept documents: their band keys (bands x 8 B)
+    time: float  # when it was decided (seconds since the epoch)
+
+    def pack(self) -> bytes:
+        return msgpack.packb(
+            [self.id, self.kept, self.cluster, self.cluster_id, self.matched, self.matched_id,
+             self.similarity, self.exact, self.content, self.source, self.band_keys, self.time]
+        )
+
+    @classmethod
+    def unpack(cls, serial: int, data: bytes) -> "DocRecord":
+        return cls(serial, *msgpack.unpackb(data, use_list=True))
+
+
+def u64(n: int) -> bytes:
+    return n.to_bytes(8, "big")
+
+
+def from_u64(b: bytes) -> int:
+    return int.from_bytes(b, "big")
+
+
+def id_key(doc_id: str) -> bytes:
+    return hashlib.blake2b(doc_id.encode("utf-8"), digest_size=16).digest()
+
+
+class Index:
+    """An LMDB environment holding one deduplication index."""
+
+    def __init__(self, settings: IndexSettings, signing: Optional[SigningConfig], readonly: bool = False,
+                 adopt_bands: bool = False):
+        """Open (or create, with ``signing``) the index at ``settings.path``.
+
+        An existing index refuses a different ``signing``; with ``adopt_bands``
+        its own bands x rows are taken instead of those in ``signing``.
+        """
+        self.settings = settings
+        self.path = settings.path
+        self.readonly = readonly
+        self._lock_file = None if readonly else self._take_writer_lock()
+        self.env: Optional[lmdb.Environment] = None
+        try:
+            self.env = self._open_env()
+            self.dbs = self._open_databases()
+            self.meta = self._load_or_create_meta(signing, adopt_bands)
+        except BaseException:
+            self.close()
+            raise
+        self.signing = SigningConfig(**self.meta["config"])
+
+    # -- opening -------------------------------------------------------
+
+    def _take_writer_lock(self):
+        os.makedirs(self.path, exist_ok=True)
+        handle = open(os.path.join(self.path, "writer.lock"), "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            handle.close()
+            raise IndexLockedError(
+                f"the index at {self.path!r} is already open for writing by process {holder}; "
+                "one index has exactly one writer: stop that process or use another state folder"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        return handle
+
+    def _open_env(self) -> lmdb.Environment:
+        data_file = os.path.join(self.path, "data.mdb")
+        if self.readonly and not os.path.exists(data_file):
+            raise IndexUnusableError(
+                f"no index at {self.path!r}: run the worker or `streamdedup dedup` once to create it, "
+                "or pass --state with the right folder"
+            )
+        try:
+            return lmdb.open(
+                self.path,
+                map_size=max(self.settings.map_size, 1 << 20),
+                max_dbs=len(_DATABASES) + 2,
+                sync=self.settings.sync,
+                metasync=self.settings.sync,
+                readonly=self.readonly,
+                readahead=False,
+                max_readers=256,
+            )
+        except lmdb.Error as exc:
+            raise IndexUnusableError(f"cannot open the index at {self.path!r}: {exc}") from exc
+
+    def _open_databases(self) -> dict[str, Any]:
+        if self.readonly:
+            return {name: self.env.open_db(name.encode(), create=False, **flags) for name, flags in _DATABASES.items()}
+        with self.env.begin(write=True) as txn:
+            return {name: self.env.open_db(name.encode(), txn=txn, **flags) for name, flags in _DATABASES.items()}
+
+    def _load_or_create_meta(self, signing: Optional[SigningConfig], adopt_bands: bool) -> dict:
+        with self.env.begin(db=self.dbs["meta"]) as txn:
+            raw = txn.get(b"index")
+        if raw is not None:
+            meta = json.loads(raw)
+            if signing is not None:
+                wanted = signing.as_dict()
+                if adopt_bands:
+                    wanted.update(bands=meta["config"]["bands"], rows=meta["config"]["rows"])
+                self._refuse_other_config(meta["config"], wanted)
+            return meta
+        if self.readonly or signing is None:
+            raise IndexCorruptError(f"the index at {self.path!r} has no metadata; it was never initialized")
+        meta = {
+            "format": FORMAT_VERSION,
+            "index_id": uuid.uuid4().hex,
+            "created": time.time(),
+            "config": signing.as_dict(),
+        }
+        with self.env.begin(write=True, db=self.dbs["meta"]) as txn:
+            txn.put(b"index", json.dumps(meta).encode())
+        return meta
+
+    def _refuse_other_config(self, stored: dict, wanted: dict) -> None:
+        differences = [
+            f"{key}: index has {stored.get(key)!r}, configuration says {wanted.get(key)!r}"
+            for key in sorted(set(stored) | set(wanted))
+            if stored.get(key) != wanted.get(key)
+        ]
+        if differences:
+            raise IncompatibleIndexError(
+                f"the index at {self.path!r} was built with other signing settings:\n  "
+                + "\n  ".join(differences)
+                + "\nrun with the index's settings, or point --state at a new folder to build another index"
+            )
+
+    # -- transactions --------------------------------------------------
+
+    def write(self, fn: Callable[["IndexTxn"], T]) -> T:
+        """Run ``fn`` in one write transaction and commit it durably.
+
+        If the map fills up, the transaction is thrown away, the map doubles
+        and ``fn`` runs again from the start, so ``fn`` must touch nothing
+        but the transaction.
+        """
+        if self.readonly:
+            raise IndexUnusableError("this index was opened read-only")
+        while True:
+            try:
+                txn = self.env.begin(write=True)
+                try:
+                    view = IndexTxn(self, txn)
+                    result = fn(view)
+                    view.flush_counters()
+                except BaseException:
+                    txn.abort()
+                    raise
+                txn.commit()
+                return result
+            except lmdb.MapFullError:
+                self._grow_map()
+            except lmdb.Error as exc:
+                raise _translated(exc, self.path) from exc
+
+    @contextmanager
+    def read(self) -> Iterator["IndexTxn"]:
+        """A short read-only view of the last committed state."""
+        try:
+            txn = self.env.begin()
+        except lmdb.MapResizedError:
+            self.env.set_mapsize(0)  # another process grew the map: adopt its size
+            txn = self.env.begin()
+        try:
+            yield IndexTxn(self, txn)
+        finally:
+            txn.abort()
+
+    def _grow_map(self) -> None:
+        current = self.env.info()["map_size"]
+        if current >= self.settings.max_map_size:
+            raise IndexUnusableError(
+                f"the index map is {current} bytes, at index.max_map_size; raise it to let the index grow"
+            )
+        self.env.set_mapsize(min(current * 2, self.settings.max_map_size))
+
+    def map_use(self) -> tuple[int, int]:
+        """(bytes in use, map size)."""
+        info, stat = self.env.info(), self.env.stat()
+        return (info["last_pgno"] + 1) * stat["psize"], info["map_size"]
+
+    def database_bytes(self) -> dict[str, int]:
+        """Pages used by each named database, in bytes."""
+        result = {}
+        with self.env.begin() as txn:
+            for name, db in self.dbs.items():
+                st = txn.stat(db)
+                result[name] = (st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]) * st["psize"]
+        return result
+
+    def close(self) -> None:
+        if self.env is not None:
+            self.env.close()
+            self.env = None
+        if self._lock_file is not None:
+            self._lock_file.close()
+            self._lock_file = None
+
+    def __enter__(self) -> "Index":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _translated(exc: lmdb.Error, path: str) -> Exception:
+    if getattr(exc, "errno", None) == errno.ENOSPC or "No space left" in str(exc):
+        return DiskFullError(
+            f"the disk holding the index at {path!r} is full; the index is intact as of its last commit: "
+            "free space and start again"
+        )
+    return IndexUnusableError(f"LMDB error on the index at {path!r}: {exc}")
+
+
+class IndexTxn:
+    """The index as one transaction sees it; reads see the transaction's own writes."""
+
+    def __init__(self, index: Index, txn: lmdb.Transaction):
+        self.index = index
+        self.txn = txn
+        self.dbs = index.dbs
+        self._counters: Optional[dict[str, int]] = None
+
+    # -- counters ------------------------------------------------------
+
+    @property
+    def counters(self) -> dict[str, int]:
+        if self._counters is None:
+            raw = self.txn.get(b"counters", db=self.dbs["meta"])
+            self._counters = json.loads(raw) if raw else dict.fromkeys(_COUNTERS, 0)
+            self._dirty = False
+        return self._counters
+
+    def count(self, **changes: int) -> None:
+        counters = self.counters
+        for name, delta in changes.items():
+            counters[name] += delta
+        self._dirty = True
+
+    def flush_counters(self) -> None:
+        if self._counters is not None and self._dirty:
+            self.txn.put(b"counters", json.dumps(self._counters).encode(), db=self.dbs["meta"])
+
+    # -- lookups -------------------------------------------------------
+
+    def shingles(self, serial: int) -> np.ndarray:
+        raw = self.txn.get(u64(serial), db=self.dbs["shingles"])
+        if raw is None:
+            raise IndexCorruptError(f"kept document #{serial} has no stored shingles; run `streamdedup check`")
+        return np.frombuffer(raw, dtype="<u8")
+
+    def record(self, serial: int) -> DocRecord:
+        raw = self.txn.get(u64(serial), db=self.dbs["docs"])
+        if raw is None:
+            raise IndexCorruptError(f"document #{serial} is referenced but has no record; run `streamdedup check`")
+        return DocRecord.unpack(serial, raw)
+
+    def serials_of_id(self, doc_id: str) -> list[int]:
+        cursor = self.txn.cursor(db=self.dbs["ids"])
+        if not cursor.set_key(id_key(doc_id)):
+            return []
+        return [from_u64(v) for v in cursor.iternext_dup()]
+
+    def serial_of_content(self, content: bytes) -> Optional[int]:
+        raw = self.txn.get(content, db=self.dbs["content"])
+        return None if raw is None else from_u64(raw)
+
+    def members(self, cluster: int) -> list[int]:
+        cursor = self.txn.cursor(db=self.dbs["members"])
+        if not cursor.set_key(u64(cluster)):
+            return []
+        return [from_u64(v) for v in cursor.iternext_dup()]
+
+    def records(self) -> Iterator[DocRecord]:
+        for key, raw in self.txn.cursor(db=self.dbs["docs"]):
+            yield DocRecord.unpack(from_u64(key), raw)
+
+    def band_entries(self) -> Iterator[tuple[int, bytes, int]]:
+        """Every (band, key, serial) of the band tables."""
+        for key, value in self.txn.cursor(db=self.dbs["bands"]):
+            yield int.from_bytes(key[:2], "big"), key[2:], from_u64(value)
+
+    def position(self, name: str) -> Optional[Any]:
+        raw = self.txn.get(name.encode(), db=self.dbs["positions"])
+        return None if raw is None else json.loads(raw)
+
+    def set_position(self, name: str, value: Any) -> None:
+        self.txn.put(name.encode(), json.dumps(value, sort_keys=True).encode(), db=self.dbs["positions"])
+
+    def positions(self) -> dict[str, Any]:
+        return {k.decode(): json.loads(v) for k, v in self.txn.cursor(db=self.dbs["positions"])}
+
+
+class BatchView:
+    """One batch's view of the index: committed state read in bulk, the batch's own writes on top.
+
+    Everything a batch needs is read with one ``getmulti`` per database and
+    written with one sorted ``putmulti`` per database by ``flush``. Look-alikes
+    *within* the batch come from one vectorized pass over its band keys.
+    """
+
+    def __init__(self, txn: IndexTxn, id_keys: list[bytes], contents: list[bytes], band_keys: np.ndarray):
+        self.txn = txn
+        self._raw = txn.txn
+        self.dbs = txn.dbs
+        self._band_keys = band_keys
+        self._ids = self._fetch_dups("ids", id_keys)
+        self._content = self._fetch("content", contents)
+        self._committed = self._fetch_candidates(band_keys)
+        self._earlier = _collisions_within(band_keys)
+        self._records: dict[int, DocRecord] = {}
+        self._shingles: dict[int, np.ndarray] = {}
+        self._kept_rows: dict[int, int] = {}  # batch row -> serial, for the batch's kept documents
+        self._first_serial = txn.counters["next_serial"] + 1
+        self._counts = dict.fromkeys(_COUNTERS, 0)
+        self._writes: dict[str, list[tuple[bytes, bytes]]] = {name: [] for name in _DATABASES}
+
+    # -- bulk reads ----------------------------------------------------
+
+    def _fetch(self, name: str, keys: list[bytes]) -> dict[bytes, int]:
+        cursor = self._raw.cursor(db=self.dbs[name])
+        return {k: from_u64(v) for k, v in cursor.getmulti(sorted(set(keys)))}
+
+    def _fetch_dups(self, name: str, keys: list[bytes]) -> dict[bytes, list[int]]:
+        found: dict[bytes, list[int]] = {}
+        cursor = self._raw.cursor(db=self.dbs[name])
+        for k, v in cursor.getmulti(sorted(set(keys)), dupdata=True):
+            found.setdefault(k, []).append(from_u64(v))
+        return found
+
+    def _fetch_candidates(self, band_keys: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per document: serials of committed kept documents sharing a band, and how many bands each."""
+        n, bands = band_keys.shape
+        flat = band_keys.ravel()
+        band = np.tile(np.arange(bands, dtype=np.uint16), n)
+        order = np.lexsort((flat, band))  # the B-tree's order, so it is walked front to back
+        request = np.empty(len(flat), dtype=_KEY_ROW)
+        request["band"], request["key"] = band[order], flat[order]
+        raw = request.tobytes()
+        size = _KEY_ROW.itemsize
+        keys = [raw[i : i + size] for i in range(0, len(raw), size)]
+        cursor = self._raw.cursor(db=self.dbs["bands"])
+        rows = np.frombuffer(cursor.getmulti(keys, dupdata=True, dupfixed_bytes=8, keyfixed=True), dtype=_BAND_ROW)
+        rows = np.unique(rows)  # a key asked twice (two documents of the batch) answers twice
+        return _group_hits(flat, bands, rows["key"].astype(np.uint64), rows["serial"].astype(np.int64))
+
+    # -- what the batch sees -------------------------------------------
+
+    def serials_of_id(self, key: bytes) -> list[int]:
+        return self._ids.get(key, [])
+
+    def serial_of_content(self, content: bytes) -> Optional[int]:
+        return self._content.get(content)
+
+    def candidates(self, row: int) -> tuple[np.ndarray, np.ndarray]:
+        """Kept documents (committed, or earlier in this batch) sharing a band with row ``row``, and how many."""
+        serials, shared = self._committed[row]
+        earlier = self._earlier.get(row)
+        if earlier:
+            extra = [self._kept_rows[r] for r in earlier if r in self._kept_rows]
+            if extra:
+                merged = np.concatenate((np.repeat(serials, shared), np.array(extra, dtype=np.int64)))
+                return np.unique(merged, return_counts=True)
+        return serials, shared
+
+    def record(self, serial: int) -> DocRecord:
+        found = self._records.get(serial)
+        return found if found is not None else self.txn.record(serial)
+
+    def shingles(self, serial: int) -> np.ndarray:
+        found = self._shingles.get(serial)
+        return found if found is not None else self.txn.shingles(serial)
+
+    # -- the batch's writes --------------------------------------------
+
+    def next_serial(self) -> int:
+        return self._first_serial + len(self._records)
+
+    def insert(self, record: DocRecord, ident: bytes, row: int, shingles: Optional[np.ndarray] = None) -> None:
+        """Record a decided document of batch row ``row``; a kept one also goes into the band tables."""
+        key = u64(record.serial)
+        self._records[record.serial] = record
+        self._ids.setdefault(ident, []).append(record.serial)
+        writes = self._writes
+        writes["docs"].append((key, record.pack()))
+        writes["ids"].append((ident, key))
+        writes["members"].append((u64(record.cluster), key))
+        if record.content not in self._content:
+            self._content[record.content] = record.serial
+            writes["content"].append((record.content, key))
+        if record.kept:
+            self._kept_rows[row] = record.serial
+            self._shingles[record.serial] = shingles
+            writes["shingles"].append((key, shingles.astype("<u8", copy=False).tobytes()))
+        counts = self._counts
+        counts["documents"] += 1
+        counts["kept" if record.kept else "duplicates"] += 1
+        counts["exact"] += record.exact
+
+    def flush(self) -> None:
+        """Write the batch's changes into the transaction, one sorted ``putmulti`` per database."""
+        self._writes["bands"] = self._band_rows()
+        for name, items in self._writes.items():
+            if items:
+                append = name in ("docs", "shingles")  # serials only grow
+                cursor = self._raw.cursor(db=self.dbs[name])
+                cursor.putmulti(items if append or name == "bands" else sorted(items), dupdata=True,
+                                append=append, overwrite=name != "content")
+            items.clear()
+        self._counts["next_serial"] = self._counts["documents"]
+        self.txn.count(**self._counts)
+        self._counts = dict.fromkeys(self._counts, 0)
+
+    def _band_rows(self) -> list[tuple[bytes, bytes]]:
+        """The band table entries of the batch's kept documents, in key order."""
+        if not self._kept_rows:
+            return []
+        rows = np.fromiter(self._kept_rows.keys(), dtype=np.int64, count=len(self._kept_rows))
+        serials = np.fromiter(self._kept_rows.values(), dtype=np.uint64, count=len(rows))
+        keys = self._band_keys[rows]
+        bands = keys.shape[1]
+        entries = np.empty(keys.size, dtype=_BAND_ROW)
+        entries["band"] = np.tile(np.arange(bands, dtype=np.uint16), len(rows))
+        entries["key"] = keys.ravel()
+        entries["serial"] = np.repeat(serials, bands)
+        entries = entries[np.lexsort((entries["serial"], entries["key"], entries["band"]))]
+        raw = entries.tobytes()
+        size, key_size = _BAND_ROW.itemsize, _KEY_ROW.itemsize
+        return [(raw[i : i + key_size], raw[i + key_size : i + size]) for i in range(0, len(raw), size)]
+
+
+def _group_hits(flat: np.ndarray, bands: int, found_keys: np.ndarray, found_serials: np.ndarray):
+    """Turn (key, serial) rows back into per-document (serials, shared band counts)."""
+    n = len(flat) // bands
+    if len(found_keys) == 0:
+        empty = np.zeros(0, np.int64)
+        return [(empty, empty)] * n
+    order = np.argsort(found_keys, kind="stable")
+    found_keys, found_serials = found_keys[order], found_serials[order]
+    lo = np.searchsorted(found_keys, flat, "left")
+    counts = np.searchsorted(found_keys, flat, "right") - lo
+    total = int(counts.sum())
+    doc = np.repeat(np.arange(len(flat), dtype=np.int64) // bands, counts)
+    within = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+    serial = found_serials[np.repeat(lo, counts) + within]
+    pairs, shared = np.unique((doc << 40) | serial, return_counts=True)
+    bounds = np.searchsorted(pairs >> 40, np.arange(n + 1))
+    serials = pairs & ((1 << 40) - 1)
+    return [(serials[bounds[i] : bounds[i + 1]], shared[bounds[i] : bounds[i + 1]]) for i in range(n)]
+
+
+def _collisions_within(band_keys: np.ndarray) -> dict[int, list[int]]:
+    """For each row, the earlier rows of the same batch sharing a band key (once per shared band)."""
+    bands = band_keys.shape[1]
+    flat = band_keys.ravel()
+    order = np.argsort(flat, kind="stable")
+    ordered = flat[order]
+    repeats = np.flatnonzero(ordered[1:] == ordered[:-1])
+    earlier: dict[int, list[int]] = {}
+    if len(repeats) == 0:
+        return earlier
+    run_starts = repeats[np.concatenate(([True], repeats[1:] != repeats[:-1] + 1))]
+    for start in run_starts.tolist():
+        end = start + 1
+        while end < len(ordered) and ordered[end] == ordered[start]:
+            end += 1
+        rows = (order[start:end] // bands).tolist()
+        for j in range(1, len(rows)):
+            earlier.setdefault(rows[j], []).extend(r for r in rows[:j] if r < rows[j])
+    return earlier

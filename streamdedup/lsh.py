@@ -1,0 +1,83 @@
+"""LSH banding, pure math: the S-curve, choosing bands x rows, band keys.
+
+A signature of ``bands * rows`` values is cut into ``bands`` bands of
+``rows`` values. Two documents whose Jaccard similarity is ``s`` share at
+least one band, and so become candidates, with probability
+
+    P(s) = 1 - (1 - s**rows)**bands
+
+``optimal_params`` picks the ``(bands, rows)`` with ``bands * rows <= num_perm``
+that minimizes ``fp_weight * FP + fn_weight * FN``, where FP is the area
+under P below the threshold and FN the area above P beyond it (the same
+choice as datasketch's ``MinHashLSH``, which integrates with scipy). The
+areas come from composite Gauss-Legendre quadrature evaluated for every
+candidate pair at once.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from .shingle import GOLDEN, fmix64
+
+__all__ = ["s_curve", "optimal_params", "band_keys", "approx_threshold"]
+
+_PANELS = 64  # sub-intervals of each integral
+_NODES = 16  # Gauss-Legendre points per sub-interval
+_BAND_BASE = np.uint64(0xD6E8FEB86659FD93)  # odd multiplier that folds a band's rows
+
+
+def s_curve(similarity, bands: int, rows: int):
+    """Probability that two documents of this Jaccard similarity become candidates."""
+    return 1.0 - (1.0 - np.power(similarity, rows)) ** bands
+
+
+def approx_threshold(bands: int, rows: int) -> float:
+    """Similarity at which the S-curve is about half way up: (1/bands)**(1/rows)."""
+    return (1.0 / bands) ** (1.0 / rows)
+
+
+def _nodes(low: float, high: float) -> tuple[np.ndarray, np.ndarray]:
+    """Quadrature points and weights for the integral over [low, high]."""
+    x, w = np.polynomial.legendre.leggauss(_NODES)
+    edges = np.linspace(low, high, _PANELS + 1)
+    half = (edges[1:] - edges[:-1])[:, None] / 2
+    mid = (edges[1:] + edges[:-1])[:, None] / 2
+    return (mid + half * x).ravel(), (half * w).ravel()
+
+
+@lru_cache(maxsize=256)
+def optimal_params(
+    threshold: float, num_perm: int, fp_weight: float = 0.5, fn_weight: float = 0.5
+) -> tuple[int, int]:
+    """The ``(bands, rows)`` that minimizes the weighted false-positive and false-negative areas."""
+    if not 0.0 < threshold < 1.0:
+        raise ValueError(f"threshold must be between 0 and 1 (exclusive), got {threshold}")
+    if num_perm < 2:
+        raise ValueError(f"num_perm must be at least 2, got {num_perm}")
+    pairs = np.array([(b, r) for b in range(1, num_perm + 1) for r in range(1, num_perm // b + 1)], dtype=float)
+    bands, rows = pairs[:, :1], pairs[:, 1:]
+    s_low, w_low = _nodes(0.0, threshold)
+    s_high, w_high = _nodes(threshold, 1.0)
+    false_pos = (1.0 - (1.0 - s_low**rows) ** bands) @ w_low
+    false_neg = ((1.0 - s_high**rows) ** bands) @ w_high
+    error = fp_weight * false_pos + fn_weight * false_neg
+    best = int(np.argmin(error))  # first minimum, in datasketch's loop order
+    return int(pairs[best, 0]), int(pairs[best, 1])
+
+
+def band_keys(signatures: np.ndarray, bands: int, rows: int) -> np.ndarray:
+    """One 64-bit key per band per document, shape (documents, bands), uint64.
+
+    The band number is mixed in, so equal values in different bands never
+    give the same key even if they shared a table.
+    """
+    n = signatures.shape[0]
+    grid = signatures[:, : bands * rows].reshape(n, bands, rows)
+    powers = np.cumprod(np.full(rows, _BAND_BASE, dtype=np.uint64))
+    with np.errstate(over="ignore"):
+        folded = (grid * powers).sum(axis=2, dtype=np.uint64)
+        folded ^= np.arange(1, bands + 1, dtype=np.uint64) * np.uint64(GOLDEN)
+        return fmix64(folded)

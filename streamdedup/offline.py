@@ -1,0 +1,103 @@
+"""Offline deduplication of JSONL files against the on-disk index: the ``dedup`` command's loop."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Optional
+
+from .checkpoint import FileRun, crash_point
+from .decode import InputSpec, decode
+from .engine import Engine
+from .index import IndexTxn
+from .progress import Progress
+from .records import REJECTED, Decision
+from .sink import FileOutputs
+from .source import FileSource
+
+__all__ = ["Summary", "dedup_files"]
+
+
+@dataclass
+class Summary:
+    """Counts of one run."""
+
+    outcomes: Counter = field(default_factory=Counter)  # kept, duplicate, rejected
+    exact: int = 0
+    replayed: int = 0
+    reasons: Counter = field(default_factory=Counter)
+    seconds: float = 0.0
+    resumed: bool = False
+
+    def add(self, decisions: list[Decision]) -> None:
+        for d in decisions:
+            self.outcomes[d.status] += 1
+            self.exact += d.exact
+            self.replayed += d.replayed
+            if d.status == REJECTED:
+                self.reasons[(d.reason or "").split(":")[0]] += 1
+
+    @property
+    def total(self) -> int:
+        return sum(self.outcomes.values())
+
+    def lines(self) -> list[str]:
+        rate = self.total / self.seconds if self.seconds > 0 else 0.0
+        lines = [
+            f"documents  {self.total:>10,}   ({rate:,.0f} docs/s in {self.seconds:.1f} s)",
+            f"kept       {self.outcomes['kept']:>10,}",
+            f"duplicate  {self.outcomes['duplicate']:>10,}   ({self.exact:,} exact copies)",
+            f"rejected   {self.outcomes['rejected']:>10,}"
+            + (f"   ({', '.join(f'{k} {v}' for k, v in sorted(self.reasons.items()))})" if self.reasons else ""),
+        ]
+        if self.replayed:
+            lines.append(f"replayed   {self.replayed:>10,}   (already decided before; earlier decision repeated)")
+        if self.resumed:
+            lines.append("(resumed an interrupted run; counts cover this part only)")
+        return lines
+
+
+def dedup_files(engine: Engine, inputs: list[str], spec: InputSpec, clean: Optional[str],
+                decisions_path: Optional[str], batch_size: int = 1000, restart: bool = False,
+                progress: Optional[Progress] = None) -> Summary:
+    """Deduplicate the lines of ``inputs`` in order; see ``checkpoint`` for the commit protocol."""
+    run = FileRun(inputs, clean, decisions_path)
+    start = run.resume_point(engine.index, restart)
+    outputs = FileOutputs(clean, decisions_path, start.sizes, durable=engine.index.settings.sync)
+    source = FileSource(inputs)
+    progress = progress or Progress(source.total_bytes(), enabled=False)
+    summary = Summary(resumed=start.resumed)
+    began = time.monotonic()
+    try:
+        done_before = _bytes_done_before(inputs, start)
+        for records, position in source.batches(batch_size, start.position):
+            items = [decode(r.value, r.source, spec) for r in records]
+            prepared = engine.prepare(items)
+            sizes_before = outputs.sizes()
+
+            def bookkeeping(txn: IndexTxn, decided: list[Decision]) -> None:
+                crash_point("file-decided")  # Step 1 done, nothing written
+                outputs.rewind(sizes_before)  # Step 2
+                outputs.write_batch(records, decided)
+                crash_point("file-written")
+                run.save(txn, position, outputs.sizes())  # Step 3 (committed by decide_batch)
+
+            decided = engine.decide_batch(prepared, bookkeeping)
+            crash_point("file-committed")
+            summary.add(decided)
+            progress.update(len(records), done_before + source.bytes_read)
+        run.finish(engine.index, outputs.sizes())
+    finally:
+        outputs.close()
+        progress.close()
+    summary.seconds = time.monotonic() - began
+    return summary
+
+
+def _bytes_done_before(inputs: list[str], start) -> int:
+    """Input bytes an interrupted run had already done (for the progress bar)."""
+    if not start.resumed or "-" in inputs:
+        return 0
+    return sum(os.path.getsize(p) for p in inputs[: start.position.file]) + start.position.byte

@@ -1,0 +1,93 @@
+"""The nouns on the data path: where a record came from, a document, a rejection, a decision."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Union
+
+__all__ = ["Source", "Document", "Rejected", "Decision", "Item", "KEPT", "DUPLICATE", "REJECTED"]
+
+KEPT = "kept"
+DUPLICATE = "duplicate"
+REJECTED = "rejected"
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where an input record came from: a topic partition offset, or a file line."""
+
+    name: str  # topic, or file path ("-" for stdin)
+    partition: int  # Kafka partition; -1 for files
+    offset: int  # Kafka offset, or line number (from 1) in the file
+
+    def as_list(self) -> list:
+        return [self.name, self.partition, self.offset]
+
+    def fallback_id(self) -> str:
+        """The document id used when the record names none."""
+        if self.partition < 0:
+            return f"{self.name}:{self.offset}"
+        return f"{self.name}/{self.partition}/{self.offset}"
+
+
+@dataclass(frozen=True)
+class Document:
+    """A decoded input record with a non-empty text."""
+
+    id: str
+    text: str
+    source: Source
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """An input record that cannot be deduplicated, and why (a reason code from ``decode``)."""
+
+    reason: str
+    detail: str
+    source: Source
+    id: Optional[str] = None
+
+    def message(self) -> str:
+        return f"{self.reason}: {self.detail}" if self.detail else self.reason
+
+
+Item = Union[Document, Rejected]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The outcome of one document.
+
+    ``cluster`` is the document id of the cluster's representative (for a kept
+    document, its own id). ``matched`` is the document it was found to
+    duplicate; ``exact`` says the normalized texts are identical. ``replayed``
+    says the index had already decided this very document (same id, same
+    content) and this is that earlier decision.
+    """
+
+    id: str
+    status: str
+    cluster: Optional[str] = None
+    matched: Optional[str] = None
+    similarity: Optional[float] = None
+    reason: Optional[str] = None
+    exact: bool = False
+    replayed: bool = False
+    candidates: int = 0  # documents proposed by the band tables
+    verified: int = 0  # exact Jaccard computations
+
+    def as_json(self) -> dict:
+        """The decision line of the offline command and the duplicates topic."""
+        return {
+            "id": self.id,
+            "status": self.status,
+            "cluster": self.cluster,
+            "matched": self.matched,
+            "similarity": None if self.similarity is None else round(self.similarity, 6),
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def rejected(cls, item: Rejected) -> "Decision":
+        return cls(id=item.id or item.source.fallback_id(), status=REJECTED, reason=item.message())

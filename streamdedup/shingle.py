@@ -1,0 +1,252 @@
+"""Normalization and shingling: text -> stable 64-bit shingle hashes.
+
+Normalization is Unicode NFKC, then casefold, then every character that is
+not a letter, a mark or a number becomes a space, then runs of spaces
+collapse to one and the ends are stripped. Pure-ASCII text takes a fast path
+(one ``bytes.translate``) that gives exactly the same result.
+
+A shingle is either ``k`` consecutive words (``kind="word"``) or ``n``
+consecutive characters (``kind="char"``) of the normalized text; a text
+shorter than one shingle gives one shingle, the whole text.
+
+The hash of a shingle depends only on its characters, so it is identical in
+every process, with every ``PYTHONHASHSEED`` and on every machine:
+
+    poly  = sum(codepoint[j] * P**j for j in range(L))   (mod 2**64)
+    hash  = fmix64(poly ^ (L * GOLDEN))
+
+``poly`` of every shingle of a whole batch comes from one prefix sum over the
+batch's code points, so no Python object is made per shingle.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import sys
+import unicodedata
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+__all__ = [
+    "ShingleBatch",
+    "normalize",
+    "normalize_batch",
+    "shingle_batch",
+    "shingle_hashes_exact",
+    "content_hash",
+]
+
+POLY_BASE = 0x9E3779B97F4A7C55  # odd, so invertible modulo 2**64
+GOLDEN = 0x9E3779B97F4A7C15  # 2**64 / golden ratio, mixes the length in
+MASK64 = (1 << 64) - 1
+_U64 = np.uint64
+
+_ASCII_TABLE = bytes(
+    c + 32 if 65 <= c <= 90 else c if (48 <= c <= 57 or 97 <= c <= 122) else 32
+    for c in range(256)
+)
+
+
+@lru_cache(maxsize=1)
+def _non_word_pattern() -> re.Pattern[str]:
+    """Every code point that is not a letter, a mark or a number (built once, ~0.2 s)."""
+    ranges: list[str] = []
+    start = None
+    for cp in range(sys.maxunicode + 2):
+        keep = cp <= sys.maxunicode and unicodedata.category(chr(cp))[0] in "LMN"
+        if not keep and start is None:
+            start = cp
+        elif keep and start is not None:
+            ranges.append(f"{re.escape(chr(start))}-{re.escape(chr(cp - 1))}")
+            start = None
+    if start is not None:
+        ranges.append(f"{re.escape(chr(start))}-{re.escape(chr(sys.maxunicode))}")
+    return re.compile("[" + "".join(ranges) + "]+")
+
+
+def normalize(text: str) -> str:
+    """The normalized form of ``text`` (see the module docstring)."""
+    if text.isascii():
+        return " ".join(text.encode("ascii").translate(_ASCII_TABLE).decode("ascii").split())
+    return normalize_exact(text)
+
+
+def normalize_exact(text: str) -> str:
+    """The normalization every text can take; ``normalize`` equals it on ASCII."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    return " ".join(_non_word_pattern().sub(" ", folded).split())
+
+
+def normalize_batch(texts: list[str]) -> list[str]:
+    """``normalize`` applied to each text."""
+    return [normalize(t) for t in texts]
+
+
+def content_hash(normalized: str) -> bytes:
+    """16-byte digest of a normalized text, the key of the exact-duplicate fast path."""
+    return hashlib.blake2b(normalized.encode("utf-8"), digest_size=16).digest()
+
+
+@dataclass(frozen=True)
+class ShingleBatch:
+    """The unique shingle hashes of a batch of documents, sorted within each document.
+
+    ``hashes[offsets[i]:offsets[i + 1]]`` belong to document ``i``.
+    """
+
+    hashes: np.ndarray  # uint64
+    offsets: np.ndarray  # int64, len(documents) + 1
+
+    def of(self, i: int) -> np.ndarray:
+        """The sorted unique shingle hashes of document ``i``."""
+        return self.hashes[self.offsets[i] : self.offsets[i + 1]]
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+
+def fmix64(x: np.ndarray) -> np.ndarray:
+    """MurmurHash3's 64-bit finalizer, in place on a uint64 array."""
+    x ^= x >> _U64(33)
+    x *= _U64(0xFF51AFD7ED558CCD)
+    x ^= x >> _U64(33)
+    x *= _U64(0xC4CEB93FE53B5A61)
+    x ^= x >> _U64(33)
+    return x
+
+
+_powers = np.ones(1, dtype=np.uint64)
+_inverse_powers = np.ones(1, dtype=np.uint64)
+
+
+def _power_tables(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """P**j and P**-j modulo 2**64 for j < n, grown and kept between batches."""
+    global _powers, _inverse_powers
+    if len(_powers) < n:
+        size = max(n, 2 * len(_powers))
+        inverse = pow(POLY_BASE, -1, 1 << 64)
+        with np.errstate(over="ignore"):
+            _powers = np.concatenate(([_U64(1)], np.cumprod(np.full(size - 1, POLY_BASE, dtype=np.uint64))))
+            _inverse_powers = np.concatenate(([_U64(1)], np.cumprod(np.full(size - 1, inverse, dtype=np.uint64))))
+    return _powers[:n], _inverse_powers[:n]
+
+
+def _codepoints(normalized: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """All texts' code points joined by one space, and each text's start in that array."""
+    joined = " ".join(normalized)
+    if joined.isascii():
+        points = np.frombuffer(joined.encode("ascii"), dtype=np.uint8).astype(np.uint64)
+    else:
+        points = np.frombuffer(joined.encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
+    lengths = np.fromiter((len(t) for t in normalized), dtype=np.int64, count=len(normalized))
+    starts = np.zeros(len(normalized), dtype=np.int64)
+    np.cumsum(lengths[:-1] + 1, out=starts[1:])
+    return points, starts
+
+
+def _span_hashes(points: np.ndarray, begin: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Stable hash of each span ``points[begin[i]:end[i]]``."""
+    powers, inverse_powers = _power_tables(len(points) + 1)
+    with np.errstate(over="ignore"):
+        prefix = np.zeros(len(points) + 1, dtype=np.uint64)
+        np.cumsum(points * powers[: len(points)], out=prefix[1:])
+        poly = (prefix[end] - prefix[begin]) * inverse_powers[begin]
+        poly ^= (end - begin).astype(np.uint64) * _U64(GOLDEN)
+        return fmix64(poly)
+
+
+def _word_spans(points: np.ndarray, starts: np.ndarray, lengths: np.ndarray, k: int):
+    """Begin and end of every word k-gram, and the document each one belongs to."""
+    is_space = points == 32
+    word_begin = np.flatnonzero(~is_space & np.concatenate(([True], is_space[:-1])))
+    word_end = np.flatnonzero(~is_space & np.concatenate((is_space[1:], [True]))) + 1
+    first_word = np.searchsorted(word_begin, starts)
+    words = np.diff(np.append(first_word, len(word_begin)))
+    words[lengths == 0] = 0
+    return _gram_spans(word_begin, word_end, first_word, words, k)
+
+
+def _char_spans(starts: np.ndarray, lengths: np.ndarray, n: int):
+    """Begin and end of every character n-gram, and the document each one belongs to."""
+    positions = np.arange(int(starts[-1] + lengths[-1]) if len(starts) else 0, dtype=np.int64)
+    return _gram_spans(positions, positions + 1, starts, lengths, n)
+
+
+def _gram_spans(unit_begin, unit_end, first_unit, units, k: int):
+    """Spans of ``k`` consecutive units per document; one span when a document has fewer."""
+    grams = np.maximum(units - k + 1, 1)
+    grams[units == 0] = 0
+    doc = np.repeat(np.arange(len(units)), grams)
+    gram_offsets = np.zeros(len(units) + 1, dtype=np.int64)
+    np.cumsum(grams, out=gram_offsets[1:])
+    index_in_doc = np.arange(len(doc)) - gram_offsets[doc]
+    first = first_unit[doc] + index_in_doc
+    last = first_unit[doc] + np.minimum(index_in_doc + k, units[doc]) - 1
+    return unit_begin[first], unit_end[last], gram_offsets
+
+
+def shingle_batch(normalized: list[str], kind: str = "word", k: int = 3) -> ShingleBatch:
+    """Sorted unique shingle hashes of every normalized text of a batch.
+
+    An empty text gets no shingles; callers reject empty documents first.
+    """
+    if not normalized:
+        return ShingleBatch(np.zeros(0, dtype=np.uint64), np.zeros(1, dtype=np.int64))
+    points, starts = _codepoints(normalized)
+    lengths = np.fromiter((len(t) for t in normalized), dtype=np.int64, count=len(normalized))
+    if kind == "word":
+        begin, end, offsets = _word_spans(points, starts, lengths, k)
+    else:
+        begin, end, offsets = _char_spans(starts, lengths, k)
+    hashes = _span_hashes(points, begin, end)
+    return _unique_per_document(hashes, offsets)
+
+
+def _unique_per_document(hashes: np.ndarray, offsets: np.ndarray) -> ShingleBatch:
+    """Sort each document's hashes and drop repeats, for the whole batch at once.
+
+    One sort by hash, then a stable radix sort by document (16-bit document
+    numbers when the batch allows), is three times faster than ``lexsort``.
+    """
+    n_docs = len(offsets) - 1
+    doc_type = np.int16 if n_docs < 1 << 15 else np.int64
+    doc = np.repeat(np.arange(n_docs, dtype=doc_type), np.diff(offsets))
+    order = np.argsort(hashes)
+    order = order[np.argsort(doc[order], kind="stable")]
+    hashes, doc = hashes[order], doc[order]
+    keep = np.ones(len(hashes), dtype=bool)
+    keep[1:] = (hashes[1:] != hashes[:-1]) | (doc[1:] != doc[:-1])
+    counts = np.bincount(doc[keep], minlength=n_docs)
+    unique_offsets = np.zeros(len(offsets), dtype=np.int64)
+    np.cumsum(counts, out=unique_offsets[1:])
+    return ShingleBatch(hashes[keep], unique_offsets)
+
+
+def shingle_hashes_exact(text: str, kind: str = "word", k: int = 3) -> list[int]:
+    """Sorted unique shingle hashes of one text, in plain Python, one shingle at a time.
+
+    The reference the vectorized path is tested against; too slow for the hot path.
+    """
+    norm = normalize_exact(text)
+    if not norm:
+        return []
+    units = norm.split(" ") if kind == "word" else list(norm)
+    sep = " " if kind == "word" else ""
+    grams = [sep.join(units[i : i + k]) for i in range(max(len(units) - k + 1, 1))]
+    return sorted({_shingle_hash_exact(g) for g in grams})
+
+
+def _shingle_hash_exact(shingle: str) -> int:
+    poly = 0
+    power = 1
+    for ch in shingle:
+        poly = (poly + ord(ch) * power) & MASK64
+        power = (power * POLY_BASE) & MASK64
+    x = poly ^ ((len(shingle) * GOLDEN) & MASK64)
+    for shift, mult in ((33, 0xFF51AFD7ED558CCD), (33, 0xC4CEB93FE53B5A61)):
+        x ^= x >> shift
+        x = (x * mult) & MASK64
+    return x ^ (x >> 33)

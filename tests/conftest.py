@@ -1,0 +1,65 @@
+"""Shared fixtures: the sample crawl corpus, a fresh index folder, a CLI runner."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from streamdedup import corpus
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def crawl():
+    """The 650-article sample crawl (about 1,190 documents)."""
+    return corpus.generate(650, seed=42)
+
+
+@pytest.fixture(scope="session")
+def crawl_file(tmp_path_factory, crawl):
+    path = tmp_path_factory.mktemp("crawl") / "crawl.jsonl"
+    with open(path, "w", encoding="utf-8") as handle:
+        corpus.write_jsonl(crawl, handle)
+    return path
+
+
+def run_cli(*args: str, env: dict | None = None, stdin: bytes | None = None, check: bool = True,
+            cwd: str | None = None) -> subprocess.CompletedProcess:
+    """Run ``python -m streamdedup ARGS`` in a fresh process."""
+    merged = dict(os.environ, **(env or {}))
+    result = subprocess.run([sys.executable, "-m", "streamdedup", *args], input=stdin, capture_output=True,
+                            env=merged, cwd=cwd, timeout=600)
+    if check and result.returncode != 0:
+        raise AssertionError(f"streamdedup {' '.join(args)} exited {result.returncode}:\n"
+                             f"{result.stderr.decode(errors='replace')}")
+    return result
+
+
+def read_jsonl(path) -> list[dict]:
+    with open(path, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle]
+
+
+def index_snapshot(state) -> dict:
+    """Everything the index decided, without timestamps: comparable between runs."""
+    from streamdedup.index import Index, IndexSettings
+
+    index = Index(IndexSettings(path=str(state)), None, readonly=True)
+    try:
+        with index.read() as txn:
+            records = [
+                (r.serial, r.id, r.kept, r.cluster, r.matched, r.similarity, r.exact, r.content, r.source,
+                 r.band_keys)
+                for r in txn.records()
+            ]
+            bands = list(txn.band_entries())
+            counters = dict(txn.counters)
+        return {"records": records, "bands": bands, "counters": counters}
+    finally:
+        index.close()

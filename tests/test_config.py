@@ -1,0 +1,77 @@
+"""Configuration: file, environment, --set; every mistake named precisely."""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from streamdedup.config import SECTIONS, Config, kafka_client_settings, load, redacted
+from streamdedup.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_config_toml_lists_every_key_with_its_default_and_a_comment():
+    text = (ROOT / "config.toml").read_text()
+    data = tomllib.loads(text)
+    defaults = Config()
+    for section, cls in SECTIONS.items():
+        for spec in dataclasses.fields(cls):
+            value = getattr(getattr(defaults, section), spec.name)
+            if isinstance(value, dict):
+                assert f"[{section}.{spec.name}]" in text
+                continue
+            assert data[section][spec.name] == value, f"{section}.{spec.name}"
+            line = next(l for l in text.splitlines() if l.startswith(f"{spec.name} = "))
+            assert "  # " in line, f"{section}.{spec.name} has no comment"
+    assert load(str(ROOT / "config.toml"), environ={}) == defaults
+
+
+def test_precedence_file_then_environment_then_flags(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('[lsh]\nthreshold = 0.6\n[signing]\nk = 4\n')
+    cfg = load(str(path), ("lsh.threshold=0.9",), {"STREAMDEDUP_LSH_THRESHOLD": "0.8", "STREAMDEDUP_SIGNING_K": "5"})
+    assert cfg.lsh.threshold == 0.9 and cfg.signing.k == 5
+    cfg = load(None, ("input.topics=a, b",), {"STREAMDEDUP_INPUT_FORMAT": "msgpack"})
+    assert cfg.input.topics == ["a", "b"] and cfg.input.format == "msgpack"
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("lsh.treshold=0.8", "unknown key 'treshold' in [lsh]; did you mean 'threshold'?"),
+        ("lsh.threshold=1.5", "lsh.threshold must be between 0.01 and 0.99, got 1.5"),
+        ("signing.k=three", "signing.k must be an integer, got 'three'"),
+        ("signing.shingle=letters", "signing.shingle must be one of 'word', 'char'"),
+        ("index.sync=maybe", "index.sync must be true or false"),
+        ("singing.k=3", "unknown section [singing]; did you mean 'signing'?"),
+        ("lsh.bands=10", "lsh.bands and lsh.rows are set together"),
+        ("kafka.linger_msec=5", "did you mean 'linger_ms'?"),
+        ("lsh", "expected section.key=value"),
+    ],
+)
+def test_mistakes_are_named_with_section_key_and_nearest_valid_key(override, message):
+    with pytest.raises(ConfigError) as caught:
+        load(None, (override,), {})
+    assert message in str(caught.value)
+
+
+def test_bands_times_rows_must_fit_the_signature():
+    with pytest.raises(ConfigError, match="exceeds signing.num_perm"):
+        load(None, ("lsh.bands=20", "lsh.rows=10"), {})
+
+
+def test_kafka_settings_pass_through_and_secrets_stay_hidden(tmp_path):
+    secret = tmp_path / "password"
+    secret.write_text("hunter2\n")
+    cfg = load(None, ("kafka.linger_ms=7", "kafka.sasl_plain_username=me",
+                      f"kafka.sasl_plain_password_file={secret}"), {"STREAMDEDUP_KAFKA_SASL_PLAIN_PASSWORD": "x"})
+    producer = kafka_client_settings(cfg.kafka, "producer")
+    assert producer["linger_ms"] == 7 and producer["sasl_plain_password"] == "hunter2"
+    assert kafka_client_settings(cfg.kafka, "consumer")["linger_ms"] == 7
+    shown = redacted(cfg)
+    assert shown["kafka"]["sasl_plain_password"] == "***"
+    assert "hunter2" not in repr(shown)

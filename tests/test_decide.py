@@ -1,0 +1,101 @@
+"""Decisions: kept, near duplicate, exact copy, replay, new version, order within a batch."""
+
+from __future__ import annotations
+
+import pytest
+
+from streamdedup.decide import DedupSettings, decide, prepare
+from streamdedup.index import Index, IndexSettings
+from streamdedup.records import Document, Rejected, Source
+from streamdedup.signing import SigningConfig
+from streamdedup.verify import jaccard
+
+SIGNING = SigningConfig(bands=20, rows=6)
+BASE = " ".join(f"word{i} filler{i % 7} term{i % 13}" for i in range(60))
+
+
+def _edit(text, every):
+    words = text.split()
+    return " ".join("CHANGED" if i % every == 0 else w for i, w in enumerate(words))
+
+
+@pytest.fixture
+def index(tmp_path):
+    with Index(IndexSettings(path=str(tmp_path)), SIGNING) as idx:
+        yield idx
+
+
+def _run(index, pairs, threshold=0.7):
+    items = [Document(doc_id, text, Source("t", -1, n)) for n, (doc_id, text) in enumerate(pairs)]
+    batch = prepare(items, SIGNING)
+    return index.write(lambda txn: decide(txn, batch, DedupSettings(SIGNING, threshold), 0.0))
+
+
+def test_kept_then_near_duplicate_then_exact_copy(index):
+    near = _edit(BASE, 40)
+    first = _run(index, [("a", BASE)])
+    second = _run(index, [("b", near), ("c", BASE.upper() + " !!")])
+    assert first[0].status == "kept" and first[0].cluster == "a"
+    b, c = second
+    assert (b.status, b.cluster, b.matched) == ("duplicate", "a", "a")
+    assert b.similarity >= 0.7 and not b.exact
+    assert (c.status, c.cluster, c.matched, c.similarity, c.exact) == ("duplicate", "a", "a", 1.0, True)
+
+
+def test_look_alikes_inside_one_batch_are_found(index):
+    decisions = _run(index, [("a", BASE), ("b", _edit(BASE, 40)), ("c", "entirely different words " * 20)])
+    assert [d.status for d in decisions] == ["kept", "duplicate", "kept"]
+    assert decisions[1].matched == "a"
+
+
+def test_replay_returns_the_earlier_decision_not_a_duplicate_of_itself(index):
+    first = _run(index, [("a", BASE), ("b", _edit(BASE, 40))])
+    again = _run(index, [("a", BASE), ("b", _edit(BASE, 40))])
+    assert [(d.status, d.cluster, d.matched) for d in again] == [(d.status, d.cluster, d.matched) for d in first]
+    assert all(d.replayed for d in again)
+    with index.read() as txn:
+        assert txn.counters["documents"] == 2
+
+
+def test_same_id_with_new_content_is_a_new_version(index):
+    _run(index, [("a", BASE)])
+    (version,) = _run(index, [("a", "completely new article text " * 10)])
+    assert version.status == "kept" and not version.replayed
+    with index.read() as txn:
+        records = list(txn.records())
+    assert [r.id for r in records] == ["a", "a"] and records[0].content != records[1].content
+
+
+def test_duplicates_join_the_best_match_and_never_chain(index):
+    a = BASE
+    b = _edit(BASE, 9)  # below the threshold with a
+    assert jaccard_of(a, b) < 0.7
+    between = _edit(BASE, 18)
+    decisions = _run(index, [("a", a), ("b", b), ("m", between)])
+    assert [d.status for d in decisions][:2] == ["kept", "kept"]
+    m = decisions[2]
+    assert m.status == "duplicate"
+    assert m.similarity == pytest.approx(max(jaccard_of(between, a), jaccard_of(between, b)))
+
+
+def test_ties_go_to_the_earliest_kept_document(index):
+    other = "alpha beta gamma delta " * 30
+    _run(index, [("first", BASE), ("second", BASE + " " + other)])
+    (d,) = _run(index, [("x", BASE.replace("word1 ", "word1 "))])
+    assert d.exact and d.matched == "first"
+
+
+def test_rejected_items_pass_through_in_order(index):
+    items = [Rejected("invalid_json", "bad", Source("t", -1, 1)), Document("a", BASE, Source("t", -1, 2)),
+             Document("p", "!!! ... ???", Source("t", -1, 3))]
+    batch = prepare(items, SIGNING)
+    decisions = index.write(lambda txn: decide(txn, batch, DedupSettings(SIGNING, 0.7), 0.0))
+    assert [d.status for d in decisions] == ["rejected", "kept", "rejected"]
+    assert decisions[0].id == "t:1" and decisions[2].reason.startswith("empty_text")
+
+
+def jaccard_of(x, y):
+    from streamdedup.shingle import normalize_batch, shingle_batch
+
+    batch = shingle_batch(normalize_batch([x, y]))
+    return jaccard(batch.of(0), batch.of(1))

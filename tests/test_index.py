@@ -1,0 +1,91 @@
+"""The LMDB index: configuration refusal, one writer, map growth, read-only views."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from streamdedup.decide import DedupSettings, decide, prepare
+from streamdedup.errors import IncompatibleIndexError, IndexLockedError, IndexUnusableError
+from streamdedup.index import Index, IndexSettings
+from streamdedup.records import Document, Source
+from streamdedup.signing import SigningConfig
+
+from conftest import run_cli
+
+SIGNING = SigningConfig(bands=20, rows=6)
+
+
+def _docs(texts, start=0):
+    return [Document(f"d{start + i}", t, Source("t", -1, start + i)) for i, t in enumerate(texts)]
+
+
+def test_reopening_with_other_signing_settings_names_each_difference(tmp_path):
+    Index(IndexSettings(path=str(tmp_path)), SIGNING).close()
+    other = dataclasses.replace(SIGNING, k=5, num_perm=64, seed=9)
+    with pytest.raises(IncompatibleIndexError) as caught:
+        Index(IndexSettings(path=str(tmp_path)), other)
+    message = str(caught.value)
+    for part in ("k: index has 3, configuration says 5", "num_perm: index has 128", "seed: index has 1"):
+        assert part in message
+    assert "bands" not in message
+    assert "new folder" in message
+
+
+def test_bands_may_be_adopted_from_the_index(tmp_path):
+    Index(IndexSettings(path=str(tmp_path)), SIGNING).close()
+    with Index(IndexSettings(path=str(tmp_path)), dataclasses.replace(SIGNING, bands=14, rows=9),
+               adopt_bands=True) as index:
+        assert (index.signing.bands, index.signing.rows) == (20, 6)
+
+
+def test_a_second_writer_is_refused_at_once_and_readers_are_not(tmp_path):
+    with Index(IndexSettings(path=str(tmp_path)), SIGNING):
+        with pytest.raises(IndexLockedError, match="one writer"):
+            Index(IndexSettings(path=str(tmp_path)), SIGNING)
+        refused = run_cli("dedup", "-", "--state", str(tmp_path), stdin=b"", check=False)
+        assert refused.returncode == 1 and b"already open for writing" in refused.stderr
+        reader = run_cli("stats", "--json", "--state", str(tmp_path))
+        assert b'"documents": 0' in reader.stdout
+    Index(IndexSettings(path=str(tmp_path)), SIGNING).close()  # free again once closed
+
+
+def test_read_only_open_of_a_missing_index_says_what_to_do(tmp_path):
+    with pytest.raises(IndexUnusableError, match="no index"):
+        Index(IndexSettings(path=str(tmp_path / "nothing")), None, readonly=True)
+
+
+def test_map_grows_by_itself_and_loses_nothing(tmp_path):
+    settings = IndexSettings(path=str(tmp_path), map_size=1 << 20)  # 1 MiB: fills after a few hundred documents
+    words = [f"w{i}" for i in range(5000)]
+    texts = [" ".join(words[(i * 37) % 4000:(i * 37) % 4000 + 150]) + f" doc {i}" for i in range(2000)]
+    dedup = DedupSettings(SIGNING, 0.7)
+    with Index(settings, SIGNING) as index:
+        before = index.env.info()["map_size"]
+        for start in range(0, len(texts), 250):
+            batch = prepare(_docs(texts[start:start + 250], start), SIGNING)
+            index.write(lambda txn: decide(txn, batch, dedup, 0.0))
+        assert index.env.info()["map_size"] > before
+        with index.read() as txn:
+            assert txn.counters["documents"] == 2000
+    from streamdedup.check import check_index
+
+    with Index(settings, None, readonly=True) as reader:
+        assert check_index(reader).ok
+
+
+def test_a_failed_transaction_leaves_nothing_behind(tmp_path):
+    dedup = DedupSettings(SIGNING, 0.7)
+    with Index(IndexSettings(path=str(tmp_path)), SIGNING) as index:
+        batch = prepare(_docs(["some text here for the index", "other words entirely"]), SIGNING)
+
+        def fail(txn):
+            decide(txn, batch, dedup, 0.0)
+            raise RuntimeError("boom")
+
+        with pytest.raises(RuntimeError):
+            index.write(fail)
+        with index.read() as txn:
+            assert txn.counters["documents"] == 0
+            assert list(txn.records()) == []

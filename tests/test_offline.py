@@ -1,0 +1,164 @@
+"""The offline command: outputs, persistence, bad input, and crash recovery (kill -9)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import index_snapshot, read_jsonl, run_cli
+from streamdedup import corpus
+
+DECISION_KEYS = {"id", "status", "cluster", "matched", "similarity", "reason"}
+
+
+def dedup(tmp, inputs, state="state", out="clean.jsonl", decisions="decisions.jsonl", extra=(), **kw):
+    args = ["dedup", *map(str, inputs), "--state", str(tmp / state)]
+    if out:
+        args += ["--out", str(tmp / out)]
+    if decisions:
+        args += ["--decisions", str(tmp / decisions)]
+    return run_cli(*args, *extra, **kw)
+
+
+def test_decisions_line_up_with_input_and_clean_holds_kept_lines_byte_for_byte(tmp_path, crawl_file):
+    result = dedup(tmp_path, [crawl_file])
+    lines = crawl_file.read_bytes().splitlines(keepends=True)
+    decisions = read_jsonl(tmp_path / "decisions.jsonl")
+    assert len(decisions) == len(lines)
+    assert all(set(d) == DECISION_KEYS for d in decisions)
+    assert [d["id"] for d in decisions] == [json.loads(line)["id"] for line in lines]
+    kept = [line for line, d in zip(lines, decisions) if d["status"] == "kept"]
+    assert (tmp_path / "clean.jsonl").read_bytes() == b"".join(kept)
+    statuses = {d["status"] for d in decisions}
+    assert statuses == {"kept", "duplicate"}
+    assert b"documents" in result.stdout and b"kept" in result.stdout
+
+
+def test_stdin_and_stdout(tmp_path, crawl_file):
+    data = crawl_file.read_bytes()
+    result = run_cli("dedup", "-", "--state", str(tmp_path / "s"), "--decisions", "-", stdin=data)
+    decisions = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(decisions) == data.count(b"\n")
+    assert b"kept" in result.stderr  # the summary goes to stderr when decisions use stdout
+
+
+def test_a_second_run_deduplicates_against_everything_seen_before(tmp_path):
+    docs = corpus.generate(60, seed=5)
+    first, copies = tmp_path / "first.jsonl", tmp_path / "copies.jsonl"
+    with open(first, "w") as handle:
+        corpus.write_jsonl(docs, handle)
+    with open(copies, "w") as handle:
+        for d in docs:
+            handle.write(json.dumps({"id": "copy-" + d.id, "text": d.text.upper() + " extra words"}) + "\n")
+    dedup(tmp_path, [first])
+    dedup(tmp_path, [copies], out="clean2.jsonl", decisions="decisions2.jsonl")
+    again = read_jsonl(tmp_path / "decisions2.jsonl")
+    assert all(d["status"] == "duplicate" for d in again)
+    assert (tmp_path / "clean2.jsonl").read_bytes() == b""
+    family = {d.id: d.family for d in docs}
+    first_clusters = {d["cluster"] for d in read_jsonl(tmp_path / "decisions.jsonl")}
+    for d in again:
+        assert d["cluster"] in first_clusters
+        assert family[d["cluster"]] == family[d["id"][len("copy-"):]]
+
+
+BAD_LINES = [
+    (b'{"id": "ok1", "text": "a perfectly fine document with several words in it"}', "kept"),
+    (b"{broken json", "invalid_json"),
+    (b"", "invalid_json"),
+    (b"[1, 2, 3]", "not_an_object"),
+    (b'{"id": "m"}', "missing_text"),
+    (b'{"id": "n", "text": 7}', "text_not_string"),
+    (b'{"id": "i", "text": "caf\xe9 latin-1"}', "invalid_utf8"),
+    (b'{"id": "e", "text": "  ...  !!! "}', "empty_text"),
+    (b'{"id": "h", "text": "' + b"x" * 3000 + b'"}', "text_too_large"),
+    (b'{"id": "ok2", "text": "another fine document, unrelated to the first one at all"}', "kept"),
+]
+
+
+def test_every_malformed_line_is_rejected_with_its_reason_and_the_run_continues(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(b"\n".join(line for line, _ in BAD_LINES) + b"\n")
+    result = dedup(tmp_path, [path], extra=["--set", "input.max_text_bytes=2000"])
+    decisions = read_jsonl(tmp_path / "decisions.jsonl")
+    assert len(decisions) == len(BAD_LINES)
+    for d, (_, expected) in zip(decisions, BAD_LINES):
+        if expected == "kept":
+            assert d["status"] == "kept"
+        else:
+            assert d["status"] == "rejected" and d["reason"].split(":")[0] == expected, d
+    assert decisions[1]["id"] == f"{path}:2"  # no id to be had: the file and line name it
+    assert b"rejected            8" in result.stdout
+
+
+def _uninterrupted(tmp_path, crawl_file):
+    base = tmp_path / "reference"
+    base.mkdir()
+    dedup(base, [crawl_file], extra=["--set", "worker.batch_size=100"])
+    return base
+
+
+def _same_outcome(run_dir, reference):
+    for name in ("clean.jsonl", "decisions.jsonl"):
+        assert (run_dir / name).read_bytes() == (reference / name).read_bytes(), name
+    assert index_snapshot(run_dir / "state") == index_snapshot(reference / "state")
+    assert run_cli("check", "--state", str(run_dir / "state")).returncode == 0
+
+
+@pytest.mark.parametrize("step", ["file-decided", "file-written", "file-committed"])
+def test_killed_at_each_commit_step_then_restarted_ends_as_an_uninterrupted_run(tmp_path, crawl_file, step):
+    reference = _uninterrupted(tmp_path, crawl_file)
+    run_dir = tmp_path / "crashed"
+    run_dir.mkdir()
+    crashed = dedup(run_dir, [crawl_file], extra=["--set", "worker.batch_size=100"], check=False,
+                    env={"STREAMDEDUP_TEST_CRASH_AT": f"{step}:4"})
+    assert crashed.returncode == 137
+    decided_before = len((run_dir / "decisions.jsonl").read_bytes().splitlines())
+    assert 0 < decided_before < 1190
+    resumed = dedup(run_dir, [crawl_file], extra=["--set", "worker.batch_size=100"])
+    assert b"resumed" in resumed.stdout
+    _same_outcome(run_dir, reference)
+
+
+def test_random_kill_9_many_times_loses_and_repeats_nothing(tmp_path):
+    docs = corpus.generate(2500, seed=11)
+    source = tmp_path / "big.jsonl"
+    with open(source, "w") as handle:
+        corpus.write_jsonl(docs, handle)
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    dedup(reference, [source], extra=["--set", "worker.batch_size=50"])
+    run_dir = tmp_path / "killed"
+    run_dir.mkdir()
+    rng = random.Random(3)
+    args = [sys.executable, "-m", "streamdedup", "dedup", str(source), "--state", str(run_dir / "state"),
+            "--out", str(run_dir / "clean.jsonl"), "--decisions", str(run_dir / "decisions.jsonl"),
+            "--set", "worker.batch_size=50"]
+    kills = 0
+    for _ in range(8):
+        process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.4, 1.2))
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGKILL)
+            kills += 1
+        process.wait()
+    assert kills >= 3
+    subprocess.run(args, check=True, capture_output=True)
+    _same_outcome(run_dir, reference)
+
+
+def test_running_the_same_command_again_gives_the_same_outputs(tmp_path, crawl_file):
+    dedup(tmp_path, [crawl_file])
+    before = {n: (tmp_path / n).read_bytes() for n in ("clean.jsonl", "decisions.jsonl")}
+    snapshot = index_snapshot(tmp_path / "state")
+    again = dedup(tmp_path, [crawl_file])
+    assert b"replayed" in again.stdout
+    assert {n: (tmp_path / n).read_bytes() for n in before} == before
+    assert index_snapshot(tmp_path / "state") == snapshot

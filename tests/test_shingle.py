@@ -1,0 +1,105 @@
+"""Normalization, shingling and stable shingle hashing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from streamdedup.shingle import (
+    normalize,
+    normalize_exact,
+    normalize_batch,
+    shingle_batch,
+    shingle_hashes_exact,
+)
+
+MIXED = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Café naïve résumé — déjà vu, FRANÇAIS!",
+    "Cafe\u0301 nai\u0308ve (combining marks)",
+    "東京タワーは日本の電波塔です。東京タワー",
+    "emoji 🎉🎉 party 👩‍👩‍👧 family ❤️ hearts",
+    "tabs\tand\u00a0no-break\u2003em\u3000ideographic\u200bzero-width\r\nnewlines",
+    "ＦＵＬＬＷＩＤＴＨ ｌｅｔｔｅｒｓ and ﬁ ligature",
+    "Straße STRASSE ǅ titlecase ΣΊΣΥΦΟΣ",
+    "हिन्दी भाषा में कुछ शब्द",
+    "a",
+    "one two",
+    "under_score snake_case_name",
+]
+
+
+def test_normalize_folds_case_punctuation_and_spacing():
+    assert normalize("Hello,   WORLD!!") == "hello world"
+    assert normalize("  a--b__c  ") == "a b c"
+    assert normalize("Straße") == "strasse"
+    assert normalize("ＦＵＬＬ") == "full"
+    assert normalize("\u00a0x\u3000y\u200bz") == "x y z"
+
+
+@pytest.mark.parametrize("text", MIXED)
+def test_ascii_fast_path_equals_exact_path(text):
+    assert normalize(text) == normalize_exact(text)
+
+
+def test_ascii_fast_path_on_every_ascii_character():
+    text = "".join(chr(c) for c in range(128)) * 2
+    assert normalize(text) == normalize_exact(text)
+
+
+def test_marks_stay_inside_words():
+    assert normalize("हिन्दी") == "हिन्दी"
+    assert normalize("Cafe\u0301") == "café"
+
+
+@pytest.mark.parametrize("kind,k", [("word", 3), ("word", 1), ("word", 5), ("char", 5), ("char", 2)])
+def test_vectorized_hashes_equal_one_by_one_hashes(kind, k):
+    batch = shingle_batch(normalize_batch(MIXED), kind, k)
+    for i, text in enumerate(MIXED):
+        assert batch.of(i).tolist() == shingle_hashes_exact(text, kind, k), text
+
+
+def test_short_text_gets_one_shingle():
+    batch = shingle_batch(["one two", "a"], "word", 3)
+    assert [len(batch.of(0)), len(batch.of(1))] == [1, 1]
+    assert shingle_hashes_exact("one two", "word", 3) == batch.of(0).tolist()
+
+
+def test_shingles_are_sorted_and_unique():
+    batch = shingle_batch(normalize_batch(["a b a b a b a b", "x y z x y z"]), "word", 2)
+    for i in range(2):
+        values = batch.of(i)
+        assert np.all(values[1:] > values[:-1])
+    assert len(batch.of(0)) == 2  # "a b", "b a"
+
+
+def test_same_text_gives_same_shingles_in_any_batch():
+    alone = shingle_batch(normalize_batch([MIXED[1]])).of(0)
+    among = shingle_batch(normalize_batch(MIXED)).of(1)
+    assert alone.tolist() == among.tolist()
+
+
+def test_shingle_hashes_do_not_depend_on_the_hash_seed():
+    code = (
+        "import json; from streamdedup.shingle import shingle_batch, normalize_batch; "
+        f"texts = {MIXED!r}; b = shingle_batch(normalize_batch(texts)); print(json.dumps(b.hashes.tolist()))"
+    )
+    outputs = set()
+    for seed in ("0", "1", "12345"):
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                             env=dict(os.environ, PYTHONHASHSEED=seed))
+        outputs.add(run.stdout)
+    assert len(outputs) == 1
+    assert len(json.loads(outputs.pop())) > 30
+
+
+def test_known_hash_values_are_pinned():
+    """Stored indexes depend on these exact values: changing them needs a new signing.HASH_VERSION."""
+    assert shingle_hashes_exact("the quick brown", "word", 3) == [14677284539370320025]
+    assert shingle_hashes_exact("Ünïcödé 東京", "char", 3)[:2] == [3487190531192255482, 4374133799821785792]
+    assert shingle_batch(["the quick brown"]).hashes.tolist() == [14677284539370320025]
