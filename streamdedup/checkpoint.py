@@ -24,7 +24,40 @@ before the commit), so nothing committed can be missing from them. A run
 that finishes marks its checkpoint done; running the same command again then
 starts over, and every document is recognized as already decided.
 
-The Kafka worker's protocol is ``KafkaCommit`` below.
+The Kafka worker
+================
+
+The index (decisions, input positions) and Kafka (outputs, the group's
+committed offsets) have no transaction in common. Each batch:
+
+1. poll a batch and put it in the canonical order: topic, partition, offset;
+2. decode and prepare it (pure: no state changes);
+3. decide it in an index write transaction (not yet committed) and put the
+   input positions after the batch into that same transaction;
+4. in one Kafka transaction: begin, produce the outcomes (clean, duplicates,
+   dead-letter), send the input offsets after the batch for the group, commit;
+5. commit the index transaction (durably).
+
+Why a crash anywhere is safe:
+
+- before step 4 commits, Kafka holds nothing of the batch: an open Kafka
+  transaction is aborted by the restarted worker's ``init_transactions``
+  (same transactional id, derived from the index), the index never committed
+  either, and the batch is read and decided again from the same state;
+- between steps 4 and 5 (the narrow window) Kafka has the outcomes and the
+  group offsets, the index has neither. At start, wherever the group's
+  committed offset is ahead of the index's position, exactly that batch is
+  replayed into the index *without emitting*, in the canonical order: the
+  same records in the same order against the same index state give the same
+  decisions, so the index ends as if step 5 had run;
+- after step 5 both agree.
+
+The reverse window cannot happen: the index commits only after Kafka. Where
+the index is ahead (group offsets expired or were reset), the index wins. A
+group with committed offsets and an index that never consumed those
+partitions means another index was used with this group: that is refused.
+Nothing writes to the index after step 4, so a map that fills up can only
+retry steps 3 and before.
 """
 
 from __future__ import annotations
@@ -38,7 +71,7 @@ from typing import Optional
 from .index import Index, IndexTxn
 from .source import FilePosition
 
-__all__ = ["FileRun", "Resume", "crash_point"]
+__all__ = ["FileRun", "Resume", "KafkaCommit", "crash_point"]
 
 CRASH_ENV = "STREAMDEDUP_TEST_CRASH_AT"  # test-only: "step-name" or "step-name:N" (the N-th time)
 _crash_counts: dict[str, int] = {}
@@ -96,3 +129,78 @@ class FileRun:
             txn.set_position(self.key, {"inputs": self.inputs, "sizes": sizes, "done": True})
 
         index.write(mark)
+
+
+class KafkaCommit:
+    """Steps 2-5 of the worker's protocol for one batch, and the recovery at start.
+
+    Without a sink (``--index-only``) only the index moves: steps 3 and 5.
+    """
+
+    def __init__(self, engine, spec, sink, group_id: str, position_prefix: str):
+        self.engine = engine
+        self.spec = spec
+        self.sink = sink
+        self.group_id = group_id
+        self.prefix = position_prefix
+
+    def position_key(self, partition) -> str:
+        return f"{self.prefix}:{partition.topic}:{partition.partition}"
+
+    def stored_positions(self, partitions: list) -> dict:
+        with self.engine.index.read() as txn:
+            return {p: txn.position(self.position_key(p)) for p in partitions}
+
+    def process(self, records: list, emit: bool = True, positions: Optional[dict] = None) -> list:
+        """Decide a batch (in canonical order) and commit it; returns the decisions.
+
+        ``positions`` replaces the offsets after the batch (a replayed batch
+        ends where Kafka's committed offsets say, control records included).
+        """
+        from .decode import decode
+
+        items = [decode(r.value, r.source, self.spec, r.key) for r in records]  # Step 2
+        prepared = self.engine.prepare(items)
+        after = positions if positions is not None else _offsets_after(records)
+
+        def bookkeeping(txn: IndexTxn, decisions: list) -> None:
+            for partition, offset in after.items():  # Step 3 (the decisions are in the transaction)
+                txn.set_position(self.position_key(partition), offset)
+            crash_point("decided")
+            if emit and self.sink is not None:
+                self._emit(records, decisions, after)  # Step 4; no index write after this
+
+        decisions = self.engine.decide_batch(prepared, bookkeeping)  # Step 5: commit
+        crash_point("index-committed")
+        return decisions
+
+    def _emit(self, records: list, decisions: list, after: dict) -> None:
+        sink = self.sink
+        sink.begin()
+        crash_point("kafka-begun")
+        sink.send(sink.messages(records, decisions))
+        crash_point("produced")
+        sink.send_offsets(after, self.group_id)
+        crash_point("offsets-sent")
+        sink.commit()
+        crash_point("kafka-committed")
+
+    def set_positions(self, positions: dict) -> None:
+        """Record start positions for partitions the index has never consumed."""
+
+        def put(txn: IndexTxn) -> None:
+            for partition, offset in positions.items():
+                txn.set_position(self.position_key(partition), offset)
+
+        self.engine.index.write(put)
+
+
+def _offsets_after(records: list) -> dict:
+    """Next offset to read per partition after these records."""
+    from kafka import TopicPartition
+
+    after: dict = {}
+    for r in records:
+        tp = TopicPartition(r.source.name, r.source.partition)
+        after[tp] = max(after.get(tp, 0), r.source.offset + 1)
+    return after

@@ -9,6 +9,7 @@ import sys
 from typing import Optional, Sequence
 
 from . import config as config_module
+from .decode import InputSpec
 from .errors import ConfigError, StreamdedupError
 
 __all__ = ["main"]
@@ -72,6 +73,21 @@ def _parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check", parents=[common], help="check the index's consistency (read-only)")
     check.set_defaults(handler=_cmd_check)
+
+    run = sub.add_parser("run", parents=[common], help="the live worker: input topics -> clean / duplicates / "
+                         "dead-letter topics, exactly one outcome per record")
+    run.add_argument("--until-caught-up", action="store_true", help="stop (exit 0) once no input is left")
+    run.set_defaults(handler=_cmd_run)
+
+    backfill = sub.add_parser("backfill", parents=[common], help="replay a topic into the index up to its "
+                              "current end, then stop")
+    backfill.add_argument("--topic", required=True)
+    start = backfill.add_mutually_exclusive_group(required=True)
+    start.add_argument("--from-beginning", action="store_true")
+    start.add_argument("--from-timestamp", metavar="ISO", help="e.g. 2026-01-31T00:00:00Z (no zone: UTC)")
+    backfill.add_argument("--index-only", action="store_true", help="seed the index, emit nothing")
+    backfill.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
+    backfill.set_defaults(handler=_cmd_backfill)
     return parser
 
 
@@ -80,14 +96,13 @@ def _config(args) -> config_module.Config:
 
 
 def _cmd_dedup(args) -> int:
-    from .decode import InputSpec
     from .engine import Engine
     from .offline import dedup_files
     from .progress import Progress
     from .source import FileSource
 
     cfg = _config(args)
-    spec = _input_spec(cfg)
+    spec = InputSpec.from_section(cfg.input)
     with Engine(cfg, args.state) as engine:
         progress = Progress(FileSource(args.inputs).total_bytes(), enabled=args.progress)
         summary = dedup_files(engine, args.inputs, spec, args.out, args.decisions, cfg.worker.batch_size,
@@ -95,13 +110,6 @@ def _cmd_dedup(args) -> int:
     out = sys.stderr if "-" in (args.out, args.decisions) else sys.stdout
     print("\n".join(summary.lines()), file=out)
     return EXIT_OK
-
-
-def _input_spec(cfg: config_module.Config):
-    from .decode import InputSpec
-
-    i = cfg.input
-    return InputSpec(i.format, i.id_field, i.text_field, i.max_record_bytes, i.max_text_bytes, i.binary_keys)
 
 
 def _cmd_sample(args) -> int:
@@ -188,6 +196,50 @@ def _cmd_check(args) -> int:
     verdict = "consistent" if report.ok else "INCONSISTENT"
     print(f"{verdict}: {report.documents:,} documents, {report.kept:,} kept, {report.band_entries:,} band entries")
     return EXIT_OK if report.ok else EXIT_PROBLEMS
+
+
+def _log(cfg: config_module.Config):
+    from .logs import Log
+
+    return Log(cfg.log.format, cfg.log.level)
+
+
+def _cmd_run(args) -> int:
+    from .worker import Stopper, run_worker
+
+    cfg = _config(args)
+    log = _log(cfg)
+    stopper = Stopper()
+    stopper.install()
+    stats = run_worker(cfg, args.state, args.until_caught_up, log, stopper)
+    s = stats.summary
+    rate = s.total / s.seconds if s.seconds else 0.0
+    log.info("stopped", documents=s.total, kept=s.outcomes["kept"], duplicate=s.outcomes["duplicate"],
+             rejected=s.outcomes["rejected"], replayed=s.replayed, docs_per_s=round(rate, 1))
+    return EXIT_OK
+
+
+def _cmd_backfill(args) -> int:
+    from datetime import datetime, timezone
+
+    from .worker import Stopper, run_backfill
+
+    cfg = _config(args)
+    since = None
+    if args.from_timestamp:
+        try:
+            moment = datetime.fromisoformat(args.from_timestamp)
+        except ValueError:
+            raise ConfigError(f"--from-timestamp {args.from_timestamp!r} is not an ISO 8601 time, "
+                              "for example 2026-01-31T00:00:00Z") from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=timezone.utc)
+        since = int(moment.timestamp() * 1000)
+    stopper = Stopper()
+    stopper.install()
+    summary = run_backfill(cfg, args.state, args.topic, since, args.index_only, _log(cfg), stopper, args.progress)
+    print("\n".join(summary.lines()))
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -71,6 +71,8 @@ class OutputSection:
     clean_topic: str = _key("clean", "kept documents, key and value bytes untouched")
     duplicates_topic: str = _key("duplicates", "one JSON announcement per duplicate ('' to skip)")
     dead_letter_topic: str = _key("dead-letter", "rejected records, original bytes, reason in headers")
+    dead_letter_max_bytes: int = _key(1000000, "longer rejected values are cut to this (header original-bytes)",
+                                      low=1024)
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,13 @@ class WorkerSection:
     transactional_id: str = _key("", "Kafka transactional id ('' derives it from the index id)")
 
 
+@dataclass(frozen=True)
+class LogSection:
+    format: str = _key("text", "key=value text or JSON lines", choices=("text", "json"))
+    level: str = _key("info", "least severe level logged", choices=("debug", "info", "warning", "error"))
+    summary_interval_s: float = _key(10.0, "seconds between batch summary lines (0: every batch)", low=0.0)
+
+
 SECTIONS: dict[str, type] = {
     "kafka": KafkaSection,
     "input": InputSection,
@@ -113,6 +122,7 @@ SECTIONS: dict[str, type] = {
     "lsh": LshSection,
     "index": IndexSection,
     "worker": WorkerSection,
+    "log": LogSection,
 }
 _PASSTHROUGH = {"consumer", "producer"}  # [kafka.consumer], [kafka.producer]
 _TYPES = {"str": str, "int": int, "float": float, "bool": bool, "list": list, "dict": dict}
@@ -129,6 +139,7 @@ class Config:
     lsh: LshSection = field(default_factory=LshSection)
     index: IndexSection = field(default_factory=IndexSection)
     worker: WorkerSection = field(default_factory=WorkerSection)
+    log: LogSection = field(default_factory=LogSection)
 
     def replace(self, section: str, **changes: Any) -> "Config":
         """A copy with some keys of one section changed (checked like the file)."""

@@ -50,6 +50,12 @@ class InputSpec:
     max_text_bytes: int = 1 << 20  # 1 MiB of UTF-8
     binary_keys: str = "reject"  # "reject" or "ignore" a Kafka key that is not UTF-8
 
+    @classmethod
+    def from_section(cls, section) -> "InputSpec":
+        """The spec of a config ``[input]`` section."""
+        return cls(section.format, section.id_field, section.text_field, section.max_record_bytes,
+                   section.max_text_bytes, section.binary_keys)
+
 
 def decode(value: Optional[bytes], source: Source, spec: InputSpec, key: Optional[bytes] = None) -> Item:
     """The document in ``value``, or why there is none."""

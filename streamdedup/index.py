@@ -232,8 +232,8 @@ class Index:
         """Run ``fn`` in one write transaction and commit it durably.
 
         If the map fills up, the transaction is thrown away, the map doubles
-        and ``fn`` runs again from the start, so ``fn`` must touch nothing
-        but the transaction.
+        and ``fn`` runs again from the start: ``fn`` may do something that
+        cannot be undone (a Kafka commit) only after its last index write.
         """
         if self.readonly:
             raise IndexUnusableError("this index was opened read-only")
@@ -241,9 +241,7 @@ class Index:
             try:
                 txn = self.env.begin(write=True)
                 try:
-                    view = IndexTxn(self, txn)
-                    result = fn(view)
-                    view.flush_counters()
+                    result = fn(IndexTxn(self, txn))
                 except BaseException:
                     txn.abort()
                     raise
@@ -329,18 +327,14 @@ class IndexTxn:
         if self._counters is None:
             raw = self.txn.get(b"counters", db=self.dbs["meta"])
             self._counters = json.loads(raw) if raw else dict.fromkeys(_COUNTERS, 0)
-            self._dirty = False
         return self._counters
 
     def count(self, **changes: int) -> None:
+        """Add to the counters, written at once into the transaction."""
         counters = self.counters
         for name, delta in changes.items():
             counters[name] += delta
-        self._dirty = True
-
-    def flush_counters(self) -> None:
-        if self._counters is not None and self._dirty:
-            self.txn.put(b"counters", json.dumps(self._counters).encode(), db=self.dbs["meta"])
+        self.txn.put(b"counters", json.dumps(counters).encode(), db=self.dbs["meta"])
 
     # -- lookups -------------------------------------------------------
 

@@ -99,3 +99,110 @@ class FileOutputs:
         for output in (self.clean, self.decisions):
             if output is not None:
                 output.close()
+
+
+HEADER_PREFIX = "streamdedup."
+
+
+def _source_header(record: RawRecord) -> bytes:
+    s = record.source
+    return f"{s.name}/{s.partition}/{s.offset}".encode()
+
+
+def clean_message(record: RawRecord, decision: Decision) -> dict:
+    """A kept record for the clean topic: key and value untouched, our headers added to its own."""
+    headers = list(record.headers) + [
+        (HEADER_PREFIX + "cluster", decision.cluster.encode()),
+        (HEADER_PREFIX + "id", decision.id.encode()),
+        (HEADER_PREFIX + "source", _source_header(record)),
+    ]
+    return {"key": record.key, "value": record.value, "headers": headers}
+
+
+def duplicate_message(record: RawRecord, decision: Decision) -> dict:
+    """The JSON announcement of a duplicate."""
+    s = record.source
+    body = {
+        "id": decision.id,
+        "cluster": decision.cluster,
+        "matched": decision.matched,
+        "similarity": None if decision.similarity is None else round(decision.similarity, 6),
+        "exact": decision.exact,
+        "source": {"topic": s.name, "partition": s.partition, "offset": s.offset},
+    }
+    headers = [(HEADER_PREFIX + "source", _source_header(record))]
+    return {"key": record.key, "value": json.dumps(body).encode(), "headers": headers}
+
+
+def dead_letter_message(record: RawRecord, decision: Decision, max_bytes: int) -> dict:
+    """A rejected record with its original bytes (cut to ``max_bytes``) and why it was rejected."""
+    reason, _, detail = (decision.reason or "").partition(": ")
+    headers = list(record.headers) + [
+        (HEADER_PREFIX + "reason", reason.encode()),
+        (HEADER_PREFIX + "detail", detail.encode()),
+        (HEADER_PREFIX + "source", _source_header(record)),
+    ]
+    value = record.value
+    if value is not None and len(value) > max_bytes:
+        headers.append((HEADER_PREFIX + "original-bytes", str(len(value)).encode()))
+        value = value[:max_bytes]
+    return {"key": record.key, "value": value, "headers": headers}
+
+
+class KafkaSink:
+    """A transactional producer writing outcomes and input offsets in one Kafka transaction."""
+
+    def __init__(self, client_settings: dict, transactional_id: str, topics: dict, dead_letter_max_bytes: int):
+        from kafka import KafkaProducer
+
+        self.topics = topics  # "clean", "duplicates", "dead_letter" -> topic name ('' skips)
+        self.dead_letter_max_bytes = dead_letter_max_bytes
+        self.producer = KafkaProducer(
+            **{
+                "transactional_id": transactional_id,
+                "max_request_size": max(2 << 20, dead_letter_max_bytes + (1 << 20)),
+                "linger_ms": 5,
+                "batch_size": 256 << 10,
+                **client_settings,
+            }
+        )
+        self.producer.init_transactions()  # fences an older worker and aborts its open transaction
+
+    def messages(self, records: list[RawRecord], decisions: list[Decision]) -> list[tuple[str, dict]]:
+        """What a batch emits, in batch order; records already decided before emit nothing."""
+        out = []
+        for record, decision in zip(records, decisions):
+            if decision.replayed:
+                continue
+            if decision.status == "kept":
+                out.append((self.topics["clean"], clean_message(record, decision)))
+            elif decision.status == "duplicate":
+                if self.topics["duplicates"]:
+                    out.append((self.topics["duplicates"], duplicate_message(record, decision)))
+            else:
+                out.append((self.topics["dead_letter"],
+                            dead_letter_message(record, decision, self.dead_letter_max_bytes)))
+        return out
+
+    def begin(self) -> None:
+        self.producer.begin_transaction()
+
+    def send(self, messages: list[tuple[str, dict]]) -> None:
+        for topic, message in messages:
+            self.producer.send(topic, **message)
+
+    def send_offsets(self, offsets: dict, group_id: str) -> None:
+        from kafka.structs import OffsetAndMetadata
+
+        self.producer.send_offsets_to_transaction(
+            {tp: OffsetAndMetadata(offset, "", -1) for tp, offset in offsets.items()}, group_id
+        )
+
+    def commit(self) -> None:
+        self.producer.commit_transaction()
+
+    def abort(self) -> None:
+        self.producer.abort_transaction()
+
+    def close(self) -> None:
+        self.producer.close(timeout=5)

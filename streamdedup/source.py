@@ -97,3 +97,93 @@ class FileSource:
                                   f"(byte {begin.byte}); it changed since: run with --restart")
             handle.seek(begin.byte)
         return handle
+
+
+class KafkaSource:
+    """A consumer that owns every partition of the input topics (assigned, not balanced by a group).
+
+    The group id is used only to store committed offsets (through the
+    producer's transactions) so the usual Kafka tools show the worker's lag.
+    """
+
+    def __init__(self, topics: list[str], client_settings: dict, group_id: str, batch_size: int,
+                 max_record_bytes: int):
+        from kafka import KafkaConsumer
+
+        fetch = max(1 << 20, max_record_bytes + (64 << 10))
+        self.topics = topics
+        self.group_id = group_id
+        self.consumer = KafkaConsumer(
+            **{
+                "group_id": group_id,
+                "enable_auto_commit": False,
+                "auto_offset_reset": "earliest",
+                "isolation_level": "read_committed",
+                "max_poll_records": batch_size,
+                "max_partition_fetch_bytes": fetch,
+                "fetch_max_bytes": max(fetch, 64 << 20),
+                **client_settings,
+            }
+        )
+        self.batch_size = batch_size
+
+    def partitions(self) -> list:
+        """Every partition of the input topics, in a fixed order."""
+        from kafka import TopicPartition
+
+        found = []
+        for topic in self.topics:
+            ids = self.consumer.partitions_for_topic(topic)
+            if not ids:
+                from .errors import BrokerError
+
+                raise BrokerError(f"input topic {topic!r} does not exist (or has no partitions); "
+                                  "create it, or fix input.topics")
+            found += [TopicPartition(topic, p) for p in sorted(ids)]
+        return found
+
+    def assign(self, partitions: list) -> None:
+        self.consumer.assign(partitions)
+
+    def committed(self, partition) -> Optional[int]:
+        """The group's committed offset of a partition (None if it has none)."""
+        return self.consumer.committed(partition)
+
+    def seek(self, partition, offset: Optional[int]) -> None:
+        if offset is None:
+            self.consumer.seek_to_beginning(partition)
+        else:
+            self.consumer.seek(partition, offset)
+
+    def position(self, partition) -> int:
+        return self.consumer.position(partition)
+
+    def end_offsets(self, partitions: list) -> dict:
+        return self.consumer.end_offsets(partitions)
+
+    def offsets_for_time(self, partitions: list, timestamp_ms: int) -> dict:
+        """First offset at or after the time per partition (the end offset where there is none)."""
+        found = self.consumer.offsets_for_times({p: timestamp_ms for p in partitions})
+        ends = self.end_offsets(partitions)
+        return {p: (found[p].offset if found.get(p) is not None else ends[p]) for p in partitions}
+
+    def poll_batch(self, timeout_ms: int, limit: Optional[dict] = None) -> list[RawRecord]:
+        """Up to ``batch_size`` records, in the canonical order (topic, partition, offset).
+
+        ``limit`` (partition -> offset) drops records at or beyond it, for runs
+        that must stop at given offsets.
+        """
+        polled = self.consumer.poll(timeout_ms=timeout_ms, max_records=self.batch_size)
+        records = []
+        for tp, messages in polled.items():
+            stop = None if limit is None else limit.get(tp)
+            for m in messages:
+                if stop is not None and m.offset >= stop:
+                    continue
+                records.append(RawRecord(m.value, Source(m.topic, m.partition, m.offset), m.key,
+                                         tuple(m.headers or ()), m.timestamp))
+        records.sort(key=lambda r: (r.source.name, r.source.partition, r.source.offset))
+        return records
+
+    def close(self) -> None:
+        self.consumer.close(autocommit=False)

@@ -63,3 +63,24 @@ def index_snapshot(state) -> dict:
         return {"records": records, "bands": bands, "counters": counters}
     finally:
         index.close()
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory):
+    """A real Apache Kafka broker: $KAFKA_BOOTSTRAP if set, else one started by deploy/kafka/start.sh."""
+    existing = os.environ.get("KAFKA_BOOTSTRAP")
+    if existing:
+        yield existing
+        return
+    env = broker_env(tmp_path_factory.mktemp("kafka"), os.environ.get("STREAMDEDUP_TEST_KAFKA_PORT", "39092"))
+    started = subprocess.run([str(ROOT / "deploy/kafka/start.sh")], env=env, capture_output=True, text=True)
+    if started.returncode != 0:
+        raise RuntimeError(f"the test broker did not start:\n{started.stdout}\n{started.stderr}")
+    try:
+        yield started.stdout.strip().splitlines()[-1]
+    finally:
+        subprocess.run([str(ROOT / "deploy/kafka/stop.sh"), "--wipe"], env=env, capture_output=True)
+
+
+def broker_env(data_dir, port: str) -> dict:
+    return dict(os.environ, KAFKA_PORT=str(port), KAFKA_DATA_DIR=str(data_dir / f"broker-{port}"))

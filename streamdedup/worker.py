@@ -1,0 +1,311 @@
+"""The long-lived Kafka worker and the backfill run: poll -> decide -> commit, in a flat loop.
+
+A *session* is one connection to the broker: a consumer that owns every
+input partition and a transactional producer. When the broker goes away the
+session is dropped, the worker waits with backoff, and a new session starts
+with the recovery of ``checkpoint.KafkaCommit`` (which also covers a batch
+whose Kafka commit may or may not have happened). The commit protocol itself
+is in ``checkpoint.py``.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from .checkpoint import KafkaCommit
+from .config import Config, kafka_client_settings
+from .decode import InputSpec
+from .engine import Engine
+from .errors import BrokerError, BrokerUnavailableError, IndexUnusableError
+from .logs import Log
+from .offline import Summary
+from .progress import Progress
+from .source import KafkaSource
+
+__all__ = ["Stopper", "run_worker", "run_backfill", "WorkerStats"]
+
+BACKOFF_FIRST_S = 1.0
+BACKOFF_MAX_S = 30.0
+LAG_CHECK_S = 5.0  # how often an idle worker asks the broker for end offsets
+
+
+class Stopper:
+    """Set by SIGTERM / SIGINT (or a test); the loop stops between batches."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+
+    def install(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self.event.set())
+
+    @property
+    def stopped(self) -> bool:
+        return self.event.is_set()
+
+    def wait(self, seconds: float) -> bool:
+        return self.event.wait(seconds)
+
+
+@dataclass
+class WorkerStats:
+    summary: Summary = field(default_factory=Summary)
+    batches: int = 0
+    last_commit: float = 0.0
+    lag: dict = field(default_factory=dict)
+    caught_up: bool = False
+
+
+def _kafka_trouble(exc: BaseException) -> Optional[BaseException]:
+    """The error as a BrokerError when it comes from Kafka, else None (not ours to handle)."""
+    from kafka import errors
+
+    fatal = (errors.ProducerFencedError, errors.TransactionalIdAuthorizationFailedError,
+             errors.TopicAuthorizationFailedError, errors.GroupAuthorizationFailedError)
+    if isinstance(exc, fatal):
+        return BrokerError(f"{type(exc).__name__}: {exc}; another worker with the same transactional id "
+                           "may have taken over, or the credentials lack rights")
+    if isinstance(exc, (errors.KafkaError, errors.IllegalStateError, OSError)):
+        return BrokerUnavailableError(f"{type(exc).__name__}: {exc}")
+    return None
+
+
+class Session:
+    """One connection to the broker: consumer, producer, recovery, then the batch loop."""
+
+    def __init__(self, engine: Engine, config: Config, log: Log, topics: list[str], group_id: str,
+                 transactional_id: Optional[str], prefix: str):
+        self.engine = engine
+        self.config = config
+        self.log = log
+        kafka = config.kafka
+        self.source = KafkaSource(topics, kafka_client_settings(kafka, "consumer"), group_id,
+                                  config.worker.batch_size, config.input.max_record_bytes)
+        self.sink = None
+        try:
+            if transactional_id is not None:
+                self._check_output_topics()
+                from .sink import KafkaSink
+
+                out = config.output
+                self.sink = KafkaSink(kafka_client_settings(kafka, "producer"), transactional_id,
+                                      {"clean": out.clean_topic, "duplicates": out.duplicates_topic,
+                                       "dead_letter": out.dead_letter_topic}, out.dead_letter_max_bytes)
+        except BaseException:
+            self.source.close()
+            raise
+        self.commit = KafkaCommit(engine, InputSpec.from_section(config.input), self.sink, group_id, prefix)
+        self.partitions: list = []
+
+    def _check_output_topics(self) -> None:
+        out = self.config.output
+        existing = self.source.consumer.topics()
+        for topic in (out.clean_topic, out.duplicates_topic, out.dead_letter_topic):
+            if topic and topic not in existing:
+                raise BrokerError(f"output topic {topic!r} does not exist; create it (see deploy/) "
+                                  "or fix the [output] section")
+
+    def recover(self, start: Optional[dict] = None) -> dict:
+        """Assign every partition, replay a batch emitted but not indexed, seek; returns the start offsets."""
+        self.partitions = self.source.partitions()
+        self.source.assign(self.partitions)
+        stored = self.commit.stored_positions(self.partitions)
+        committed = {p: self.source.committed(p) for p in self.partitions} if self.sink else {}
+        fresh, gaps, starts = {}, {}, {}
+        beginnings = self.source.consumer.beginning_offsets(self.partitions)
+        for p in self.partitions:
+            s, c = stored[p], committed.get(p)
+            if s is None:
+                if c is not None:
+                    raise IndexUnusableError(
+                        f"consumer group {self.commit.group_id!r} has committed offset {c} on {p.topic}/{p.partition} "
+                        "but this index never read that partition: another index was used with this group. "
+                        "Use the original index, or set kafka.group_id to a new group"
+                    )
+                fresh[p] = beginnings[p]
+                starts[p] = beginnings[p]
+            elif c is not None and c > s:
+                gaps[p] = (s, c)
+                starts[p] = c
+            else:
+                if c is None and self.sink:
+                    self.log.warning("group_offset_missing", partition=f"{p.topic}/{p.partition}", index_position=s)
+                elif c is not None and c < s:
+                    self.log.warning("group_offset_behind", partition=f"{p.topic}/{p.partition}", group=c, index=s)
+                starts[p] = s
+        if fresh:
+            self.commit.set_positions(fresh)
+        if gaps:
+            self._replay_gap(gaps)
+        if start is not None:
+            starts = start
+        for p, offset in starts.items():
+            self.source.seek(p, offset)
+        return starts
+
+    def _replay_gap(self, gaps: dict) -> None:
+        """Index, without emitting, the batch Kafka committed but the index did not."""
+        self.source.assign(list(gaps))
+        for p, (begin, _) in gaps.items():
+            self.source.seek(p, begin)
+        records = []
+        deadline = time.monotonic() + 120
+        while any(self.source.position(p) < end for p, (_, end) in gaps.items()):
+            if time.monotonic() > deadline:
+                raise BrokerUnavailableError("could not read back the last emitted batch within 120 s")
+            records += self.source.poll_batch(500, limit={p: end for p, (_, end) in gaps.items()})
+        records.sort(key=lambda r: (r.source.name, r.source.partition, r.source.offset))
+        self.commit.process(records, emit=False, positions={p: end for p, (_, end) in gaps.items()})
+        self.log.info("replayed_unindexed_batch", records=len(records),
+                      partitions=",".join(f"{p.topic}/{p.partition}:{b}-{e}" for p, (b, e) in gaps.items()))
+        self.source.assign(self.partitions)
+
+    def lag(self) -> dict:
+        ends = self.source.end_offsets(self.partitions)
+        return {p: max(ends[p] - self.source.position(p), 0) for p in self.partitions}
+
+    def close(self) -> None:
+        for part in (self.sink, self.source):
+            if part is not None:
+                try:
+                    part.close()
+                except Exception:  # closing after the broker vanished may fail; nothing is pending
+                    pass
+
+
+class WorkerLoop:
+    """Runs sessions until stopped, reconnecting with backoff when the broker goes away."""
+
+    def __init__(self, engine: Engine, config: Config, log: Log, stopper: Stopper):
+        self.engine = engine
+        self.config = config
+        self.log = log
+        self.stopper = stopper
+        self.stats = WorkerStats()
+        self._last_summary = time.monotonic()
+
+    def transactional_id(self) -> str:
+        return self.config.worker.transactional_id or f"streamdedup-{self.engine.index.meta['index_id'][:16]}"
+
+    def run(self, until_caught_up: bool = False) -> WorkerStats:
+        delay = BACKOFF_FIRST_S
+        lost = False
+        while not self.stopper.stopped:
+            session = None
+            try:
+                session = Session(self.engine, self.config, self.log, self.config.input.topics,
+                                  self.config.kafka.group_id, self.transactional_id(), "kafka")
+                session.recover()
+                self.log.info("broker_back" if lost else "assigned",
+                              partitions=",".join(f"{p.topic}/{p.partition}" for p in session.partitions))
+                lost, delay = False, BACKOFF_FIRST_S
+                self._batches(session, until_caught_up)
+                return self.stats
+            except Exception as exc:
+                trouble = _kafka_trouble(exc)
+                if trouble is None or not trouble.retriable:
+                    raise trouble or exc
+                lost = True
+                self.log.warning("broker_lost", error=str(trouble)[:300], retry_in_s=delay,
+                                 waiting_for=self.config.kafka.bootstrap_servers)
+                if session is not None:
+                    session.close()
+                    session = None
+                self.stopper.wait(delay)
+                delay = min(delay * 2, BACKOFF_MAX_S)
+            finally:
+                if session is not None:
+                    session.close()
+        return self.stats
+
+    def _batches(self, session: Session, until_caught_up: bool) -> None:
+        last_lag_check = 0.0
+        while not self.stopper.stopped:
+            records = session.source.poll_batch(self.config.worker.poll_timeout_ms)
+            if records:
+                began = time.monotonic()
+                decisions = session.commit.process(records)
+                self._after_batch(decisions, time.monotonic() - began)
+            now = time.monotonic()
+            if not records or now - last_lag_check > LAG_CHECK_S:
+                last_lag_check = now
+                self.stats.lag = session.lag()
+                self.stats.caught_up = not records and not any(self.stats.lag.values())
+                if until_caught_up and self.stats.caught_up:
+                    self.log.info("caught_up", documents=self.stats.summary.total)
+                    return
+        self.log.info("stopping", reason="signal")
+
+    def _after_batch(self, decisions: list, seconds: float) -> None:
+        stats = self.stats
+        stats.summary.add(decisions)
+        stats.batches += 1
+        stats.last_commit = time.time()
+        interval = self.config.log.summary_interval_s
+        if time.monotonic() - self._last_summary >= interval:
+            self._last_summary = time.monotonic()
+            s = stats.summary
+            self.log.info("batch", records=len(decisions), seconds=round(seconds, 3), total=s.total,
+                          kept=s.outcomes["kept"], duplicate=s.outcomes["duplicate"],
+                          rejected=s.outcomes["rejected"], replayed=s.replayed)
+
+
+def run_worker(config: Config, state: Optional[str], until_caught_up: bool, log: Log,
+               stopper: Optional[Stopper] = None) -> WorkerStats:
+    """The ``run`` command: live deduplication until stopped (or caught up)."""
+    stopper = stopper or Stopper()
+    with Engine(config, state) as engine:
+        log.info("started", index=engine.index.path, fingerprint=engine.signing.fingerprint(),
+                 topics=",".join(config.input.topics), bootstrap=config.kafka.bootstrap_servers)
+        began = time.monotonic()
+        stats = WorkerLoop(engine, config, log, stopper).run(until_caught_up)
+        stats.summary.seconds = time.monotonic() - began
+        return stats
+
+
+def run_backfill(config: Config, state: Optional[str], topic: str, from_timestamp_ms: Optional[int],
+                 index_only: bool, log: Log, stopper: Optional[Stopper] = None,
+                 progress_enabled: Optional[bool] = None) -> Summary:
+    """Replay ``topic`` into the index up to the end offsets seen at start, then stop."""
+    stopper = stopper or Stopper()
+    with Engine(config, state) as engine:
+        index_id = engine.index.meta["index_id"][:16]
+        group = f"{config.kafka.group_id}.backfill.{index_id}"
+        txid = None if index_only else f"streamdedup-{index_id}.backfill"
+        session = Session(engine, config, log, [topic], group, txid, f"backfill:{group}")
+        try:
+            partitions = session.source.partitions()
+            session.source.assign(partitions)
+            if from_timestamp_ms is None:
+                first = session.source.consumer.beginning_offsets(partitions)
+            else:
+                first = session.source.offsets_for_time(partitions, from_timestamp_ms)
+            ends = session.source.end_offsets(partitions)
+            session.recover(start=first)
+            return _backfill_batches(session, first, ends, index_only, log, stopper, progress_enabled)
+        finally:
+            session.close()
+
+
+def _backfill_batches(session: Session, first: dict, ends: dict, index_only: bool, log: Log, stopper: Stopper,
+                      progress_enabled: Optional[bool]) -> Summary:
+    total = sum(max(ends[p] - first[p], 0) for p in ends)
+    progress = Progress(total, "records", enabled=progress_enabled)
+    summary = Summary()
+    began = time.monotonic()
+    log.info("backfill_started", topic=session.source.topics[0], records=total, index_only=index_only)
+    try:
+        while not stopper.stopped and any(session.source.position(p) < ends[p] for p in ends):
+            records = session.source.poll_batch(500, limit=ends)
+            if records:
+                summary.add(session.commit.process(records, emit=not index_only))
+            done = sum(min(session.source.position(p), ends[p]) - first[p] for p in ends)
+            progress.update(len(records), done)
+    finally:
+        progress.close()
+    summary.seconds = time.monotonic() - began
+    return summary

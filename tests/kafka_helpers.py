@@ -1,0 +1,126 @@
+"""Talking to the test broker: topics, producing inputs, reading outputs, running the worker."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import NewTopic
+
+ROOT = Path(__file__).resolve().parent.parent
+BIG = 16 << 20  # 16 MiB: room for the 10 MB test record
+
+
+@dataclass
+class Topics:
+    """The topic names of one test, unique so tests never see each other's records."""
+
+    raw: str
+    clean: str
+    duplicates: str
+    dead_letter: str
+
+    @classmethod
+    def fresh(cls, bootstrap: str, partitions: int = 1) -> "Topics":
+        tag = uuid.uuid4().hex[:10]
+        topics = cls(f"raw-{tag}", f"clean-{tag}", f"dups-{tag}", f"dead-{tag}")
+        create_topics(bootstrap, [topics.raw], partitions)
+        create_topics(bootstrap, [topics.clean, topics.duplicates, topics.dead_letter], 1)
+        return topics
+
+    def settings(self, bootstrap: str) -> list[str]:
+        """--set flags pointing the worker at these topics and this broker."""
+        return [
+            "--set", f"kafka.bootstrap_servers={bootstrap}",
+            "--set", f"input.topics={self.raw}",
+            "--set", f"output.clean_topic={self.clean}",
+            "--set", f"output.duplicates_topic={self.duplicates}",
+            "--set", f"output.dead_letter_topic={self.dead_letter}",
+            "--set", f"kafka.group_id=group-{self.raw}",
+        ]
+
+
+def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([NewTopic(n, partitions, 1, topic_configs={"max.message.bytes": str(BIG)})
+                             for n in names])
+    finally:
+        admin.close()
+
+
+def produce(bootstrap: str, topic: str, records: list[tuple], partition_of=None) -> None:
+    """Send (key, value[, headers]) records in order and wait for all of them."""
+    producer = KafkaProducer(bootstrap_servers=bootstrap, max_request_size=BIG, linger_ms=20,
+                             batch_size=1 << 20, acks="all")
+    try:
+        for n, record in enumerate(records):
+            key, value = record[0], record[1]
+            headers = record[2] if len(record) > 2 else None
+            partition = partition_of(n) if partition_of else None
+            producer.send(topic, key=key, value=value, headers=headers, partition=partition)
+        producer.flush()
+    finally:
+        producer.close()
+
+
+def read_all(bootstrap: str, topic: str, committed_only: bool = True) -> list:
+    """Every record of a topic, partition by partition, in offset order."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                             isolation_level="read_committed" if committed_only else "read_uncommitted",
+                             max_partition_fetch_bytes=BIG, fetch_max_bytes=BIG * 2)
+    try:
+        partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        consumer.assign(partitions)
+        consumer.seek_to_beginning(*partitions)
+        ends = consumer.end_offsets(partitions)
+        records = []
+        deadline = time.monotonic() + 120
+        while any(consumer.position(p) < ends[p] for p in partitions):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"could not read {topic} to its end")
+            for messages in consumer.poll(timeout_ms=500).values():
+                records += messages
+        records.sort(key=lambda m: (m.partition, m.offset))
+        return records
+    finally:
+        consumer.close()
+
+
+def worker_command(state: Path, topics: Topics, bootstrap: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "streamdedup", "run", "--state", str(state), *topics.settings(bootstrap),
+            "--set", "log.summary_interval_s=0", *extra]
+
+
+def run_worker(state: Path, topics: Topics, bootstrap: str, *extra: str, env: dict | None = None,
+               until_caught_up: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
+    args = worker_command(state, topics, bootstrap, *extra)
+    if until_caught_up:
+        args.append("--until-caught-up")
+    return subprocess.run(args, capture_output=True, timeout=timeout, env=dict(os.environ, **(env or {})))
+
+
+def header(message, name: str):
+    for key, value in message.headers or ():
+        if key == name:
+            return value
+    return None
+
+
+def outcomes(bootstrap: str, topics: Topics) -> dict:
+    """Every input (partition, offset) -> list of (topic kind, output record) that names it."""
+    found: dict = {}
+    for kind, topic in (("clean", topics.clean), ("duplicates", topics.duplicates),
+                        ("dead_letter", topics.dead_letter)):
+        for message in read_all(bootstrap, topic):
+            source = header(message, "streamdedup.source").decode()
+            name, partition, offset = source.rsplit("/", 2)
+            assert name == topics.raw
+            found.setdefault((int(partition), int(offset)), []).append((kind, message))
+    return found

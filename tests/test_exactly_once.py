@@ -1,0 +1,154 @@
+"""Exactly one outcome per input record across crashes at every commit step, random kill -9 and a broker outage."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import ROOT, broker_env, index_snapshot, run_cli
+from kafka_helpers import Topics, outcomes, produce, read_all, run_worker, worker_command
+from streamdedup import corpus
+
+STEPS = ["decided", "kafka-begun", "produced", "offsets-sent", "kafka-committed", "index-committed"]
+
+
+def crawl_records(docs):
+    return [(d.id.encode(), json.dumps({"id": d.id, "text": d.text}).encode()) for d in docs]
+
+
+def reference_run(kafka, tmp_path, records, *extra):
+    """An uninterrupted run over the same records: its outcomes, clean values and index."""
+    topics = Topics.fresh(kafka)
+    produce(kafka, topics.raw, records)
+    state = tmp_path / "reference"
+    result = run_worker(state, topics, kafka, *extra)
+    assert result.returncode == 0, result.stderr.decode()
+    return _outcome(kafka, topics, state)
+
+
+def _outcome(kafka, topics, state):
+    found = outcomes(kafka, topics)
+    return {
+        "per_offset": {k: [kind for kind, _ in v] for k, v in found.items()},
+        "clean": [(m.key, m.value) for m in read_all(kafka, topics.clean)],
+        "index": _without_topic_names(index_snapshot(state)),
+    }
+
+
+def _without_topic_names(snapshot: dict) -> dict:
+    """The index snapshot with each record's source topic blanked (each run has its own topics)."""
+    snapshot["records"] = [r[:8] + (r[8][1:],) + r[9:] for r in snapshot["records"]]
+    return snapshot
+
+
+def assert_same_as_reference(kafka, topics, state, reference, count):
+    got = _outcome(kafka, topics, state)
+    assert sorted(got["per_offset"]) == [(0, n) for n in range(count)], "an input has no outcome"
+    duplicated = {k: v for k, v in got["per_offset"].items() if len(v) != 1}
+    assert duplicated == {}, "an input has more than one outcome"
+    assert got["per_offset"] == reference["per_offset"]
+    assert got["clean"] == reference["clean"]
+    assert got["index"] == reference["index"]
+    assert run_cli("check", "--state", str(state)).returncode == 0
+
+
+@pytest.fixture(scope="module")
+def crash_corpus():
+    return crawl_records(corpus.generate(650, seed=42))
+
+
+@pytest.fixture(scope="module")
+def crash_reference(kafka, tmp_path_factory, crash_corpus):
+    return reference_run(kafka, tmp_path_factory.mktemp("ref"), crash_corpus, "--set", "worker.batch_size=200")
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_killed_at_each_commit_step_the_restart_ends_as_an_uninterrupted_run(kafka, tmp_path, step,
+                                                                                crash_corpus, crash_reference):
+    topics = Topics.fresh(kafka)
+    produce(kafka, topics.raw, crash_corpus)
+    state = tmp_path / "state"
+    crashed = run_worker(state, topics, kafka, "--set", "worker.batch_size=200",
+                         env={"STREAMDEDUP_TEST_CRASH_AT": f"{step}:3"})
+    assert crashed.returncode == 137, crashed.stderr.decode()
+    restarted = run_worker(state, topics, kafka, "--set", "worker.batch_size=200")
+    assert restarted.returncode == 0, restarted.stderr.decode()
+    replayed = b"replayed_unindexed_batch" in restarted.stderr
+    assert replayed == (step in ("kafka-committed",)), "only the window after the Kafka commit needs a replay"
+    assert_same_as_reference(kafka, topics, state, crash_reference, len(crash_corpus))
+
+
+def test_chaos_twenty_thousand_documents_and_ten_kill_9(kafka, tmp_path):
+    records = crawl_records(corpus.generate(10900, seed=77))[:20000]
+    assert len(records) == 20000
+    reference = reference_run(kafka, tmp_path, records, "--set", "worker.batch_size=250")
+    topics = Topics.fresh(kafka)
+    produce(kafka, topics.raw, records)
+    state = tmp_path / "state"
+    command = worker_command(state, topics, kafka, "--set", "worker.batch_size=250", "--until-caught-up")
+    rng = random.Random(2026)
+    kills = 0
+    while kills < 10:
+        with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as process:
+            time.sleep(rng.uniform(1.0, 3.5))
+            if process.poll() is not None:
+                break  # it caught up before this kill
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait()
+            kills += 1
+    assert kills >= 10, f"only {kills} kills landed before the worker caught up"
+    final = run_worker(state, topics, kafka, "--set", "worker.batch_size=250")
+    assert final.returncode == 0, final.stderr.decode()
+    assert_same_as_reference(kafka, topics, state, reference, len(records))
+
+
+def test_broker_outage_of_twenty_seconds_loses_nothing(tmp_path_factory, tmp_path):
+    """Uses a broker of its own (it must be stopped), always started by deploy/kafka."""
+    env = broker_env(tmp_path_factory.mktemp("outage"), os.environ.get("STREAMDEDUP_TEST_OUTAGE_PORT", "39192"))
+    start = [str(ROOT / "deploy/kafka/start.sh")]
+    started = subprocess.run(start, env=env, capture_output=True, text=True)
+    assert started.returncode == 0, started.stderr
+    bootstrap = started.stdout.strip().splitlines()[-1]
+    try:
+        records = crawl_records(corpus.generate(4400, seed=13))
+        topics = Topics.fresh(bootstrap)
+        produce(bootstrap, topics.raw, records)
+        command = worker_command(tmp_path / "state", topics, bootstrap, "--set", "worker.batch_size=100",
+                                 "--until-caught-up")
+        with subprocess.Popen(command, stderr=subprocess.PIPE) as worker:
+            log = _read_until(worker, b"info batch")
+            subprocess.run([str(ROOT / "deploy/kafka/stop.sh")], env=env, check=True, capture_output=True)
+            down_since = time.monotonic()
+            time.sleep(20)
+            subprocess.run(start, env=env, check=True, capture_output=True)
+            rest, _ = worker.communicate(timeout=240)
+            log += rest
+            assert worker.returncode == 0, log.decode()
+            assert time.monotonic() - down_since >= 20
+        assert b"broker_lost" in log and b"broker_back" in log
+        assert b"waiting_for" in log
+        found = outcomes(bootstrap, topics)
+        assert sorted(found) == [(0, n) for n in range(len(records))]
+        assert all(len(v) == 1 for v in found.values())
+        assert run_cli("check", "--state", str(tmp_path / "state")).returncode == 0
+    finally:
+        subprocess.run([str(ROOT / "deploy/kafka/stop.sh"), "--wipe"], env=env, capture_output=True)
+
+
+def _read_until(process: subprocess.Popen, needle: bytes, timeout: float = 60) -> bytes:
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = process.stderr.readline()
+        seen += line
+        if needle in line:
+            return seen
+        if not line and process.poll() is not None:
+            break
+    raise AssertionError(f"the worker never logged {needle!r}:\n{seen.decode()}")
