@@ -21,7 +21,8 @@ class Log:
     def event(self, level: str, name: str, **fields: Any) -> None:
         if LEVELS[level] < self.threshold:
             return
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + f".{int(time.time() * 1000) % 1000:03d}Z"
+        now = time.time()
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}Z"
         if self.fmt == "json":
             line = json.dumps({"time": stamp, "level": level, "event": name, **fields}, default=str)
         else:

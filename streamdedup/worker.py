@@ -51,6 +51,51 @@ class Stopper:
         return self.event.wait(seconds)
 
 
+class Watchdog:
+    """Says in the log what the worker waits for when a step that talks to Kafka takes too long.
+
+    The Kafka client retries a lost broker by itself (with exponential
+    reconnect backoff); without this, the worker would just fall silent.
+    """
+
+    def __init__(self, log: Log, bootstrap: str, patience_s: float = 5.0):
+        self.log = log
+        self.bootstrap = bootstrap
+        self.patience_s = patience_s
+        self._lock = threading.Lock()
+        self._phase: Optional[str] = None
+        self._since = 0.0
+        self._reported = 0.0
+        self.waiting = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="watchdog", daemon=True)
+        self._thread.start()
+
+    def phase(self, name: Optional[str]) -> None:
+        """Enter a step (``None``: idle in our own code)."""
+        with self._lock:
+            if self.waiting:
+                self.log.info("broker_back", after=self._phase, waited_s=round(time.monotonic() - self._since, 1))
+                self.waiting = False
+            self._phase, self._since, self._reported = name, time.monotonic(), 0.0
+
+    def _watch(self) -> None:
+        while not self._stop.wait(1.0):
+            with self._lock:
+                if self._phase is None:
+                    continue
+                waited = time.monotonic() - self._since
+                if waited >= self.patience_s and waited - self._reported >= min(max(self._reported, 5.0), 30.0):
+                    self.waiting = True
+                    self._reported = waited
+                    self.log.warning("broker_lost", waiting_for=self._phase, waited_s=round(waited, 1),
+                                     bootstrap=self.bootstrap)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+
+
 @dataclass
 class WorkerStats:
     summary: Summary = field(default_factory=Summary)
@@ -187,19 +232,28 @@ class WorkerLoop:
         self.stopper = stopper
         self.stats = WorkerStats()
         self._last_summary = time.monotonic()
+        self.watchdog = Watchdog(log, config.kafka.bootstrap_servers)
 
     def transactional_id(self) -> str:
         return self.config.worker.transactional_id or f"streamdedup-{self.engine.index.meta['index_id'][:16]}"
 
     def run(self, until_caught_up: bool = False) -> WorkerStats:
+        try:
+            return self._sessions(until_caught_up)
+        finally:
+            self.watchdog.close()
+
+    def _sessions(self, until_caught_up: bool) -> WorkerStats:
         delay = BACKOFF_FIRST_S
         lost = False
         while not self.stopper.stopped:
             session = None
             try:
+                self.watchdog.phase("connecting and recovering")
                 session = Session(self.engine, self.config, self.log, self.config.input.topics,
                                   self.config.kafka.group_id, self.transactional_id(), "kafka")
                 session.recover()
+                self.watchdog.phase(None)
                 self.log.info("broker_back" if lost else "assigned",
                               partitions=",".join(f"{p.topic}/{p.partition}" for p in session.partitions))
                 lost, delay = False, BACKOFF_FIRST_S
@@ -210,8 +264,9 @@ class WorkerLoop:
                 if trouble is None or not trouble.retriable:
                     raise trouble or exc
                 lost = True
+                self.watchdog.phase(None)
                 self.log.warning("broker_lost", error=str(trouble)[:300], retry_in_s=delay,
-                                 waiting_for=self.config.kafka.bootstrap_servers)
+                                 waiting_for="the broker to answer", bootstrap=self.config.kafka.bootstrap_servers)
                 if session is not None:
                     session.close()
                     session = None
@@ -224,20 +279,26 @@ class WorkerLoop:
 
     def _batches(self, session: Session, until_caught_up: bool) -> None:
         last_lag_check = 0.0
+        watchdog = self.watchdog
         while not self.stopper.stopped:
+            watchdog.phase("records from the input topics")
             records = session.source.poll_batch(self.config.worker.poll_timeout_ms)
             if records:
                 began = time.monotonic()
+                watchdog.phase("the batch's Kafka transaction")
                 decisions = session.commit.process(records)
                 self._after_batch(decisions, time.monotonic() - began)
             now = time.monotonic()
             if not records or now - last_lag_check > LAG_CHECK_S:
                 last_lag_check = now
+                watchdog.phase("end offsets of the input topics")
                 self.stats.lag = session.lag()
                 self.stats.caught_up = not records and not any(self.stats.lag.values())
                 if until_caught_up and self.stats.caught_up:
+                    watchdog.phase(None)
                     self.log.info("caught_up", documents=self.stats.summary.total)
                     return
+            watchdog.phase(None)
         self.log.info("stopping", reason="signal")
 
     def _after_batch(self, decisions: list, seconds: float) -> None:
