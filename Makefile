@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO := build/demo
 
-.PHONY: install demo test bench clean
+.PHONY: install demo demo-offline test bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,13 +15,16 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# The main job on the embedded default: the sample crawl, deduplicated offline into an on-disk index.
+# The main job on the embedded default: the sample crawl through the live worker on a local Apache Kafka broker.
 demo: $(STAMP)
-	rm -rf $(DEMO) && mkdir -p $(DEMO)
-	$(BIN)/streamdedup sample --out $(DEMO)/crawl.jsonl
-	$(BIN)/streamdedup dedup $(DEMO)/crawl.jsonl --config config.toml --state $(DEMO)/state \
-		--out $(DEMO)/clean.jsonl --decisions $(DEMO)/decisions.jsonl
-	$(BIN)/streamdedup stats --config config.toml --state $(DEMO)/state
+	$(BIN)/python deploy/demo.py
+
+# The same crawl, offline: JSONL in, JSONL out, no broker.
+demo-offline: $(STAMP)
+	rm -rf $(DEMO)-offline && mkdir -p $(DEMO)-offline
+	$(BIN)/streamdedup sample --out $(DEMO)-offline/crawl.jsonl
+	$(BIN)/streamdedup dedup $(DEMO)-offline/crawl.jsonl --config config.toml --state $(DEMO)-offline/state \
+		--out $(DEMO)-offline/clean.jsonl --decisions $(DEMO)-offline/decisions.jsonl
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

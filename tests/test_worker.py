@@ -186,3 +186,10 @@ def _wait_for_line(process: subprocess.Popen, needle: bytes, timeout: float = 60
         if not line and process.poll() is not None:
             break
     raise AssertionError(f"the worker never logged {needle!r}")
+
+
+def test_kafka_python_uses_the_native_crc32c_checksum():
+    from kafka.record import util
+
+    assert util.crc32c_c is not None, "the crc32c package is missing: kafka-python would be several times slower"
+    assert util._crc32c is util.crc32c_c
