@@ -63,6 +63,7 @@ _DATABASES = {
 }
 _KEY_ROW = np.dtype([("band", ">u2"), ("key", ">u8")])  # a band table key
 _BAND_ROW = np.dtype([("band", ">u2"), ("key", ">u8"), ("serial", ">u8")])  # key and one value
+_BAND_PAIR = np.dtype([("key", "V10"), ("value", "V8")])  # the same row as LMDB key and value bytes
 _COUNTERS = ("next_serial", "documents", "kept", "duplicates", "exact")
 T = TypeVar("T")
 
@@ -429,14 +430,14 @@ class BatchView:
         flat = band_keys.ravel()
         band = np.tile(np.arange(bands, dtype=np.uint16), n)
         order = np.lexsort((flat, band))  # the B-tree's order, so it is walked front to back
-        request = np.empty(len(flat), dtype=_KEY_ROW)
-        request["band"], request["key"] = band[order], flat[order]
-        raw = request.tobytes()
-        size = _KEY_ROW.itemsize
-        keys = [raw[i : i + size] for i in range(0, len(raw), size)]
+        band, key = band[order], flat[order]
+        first = np.ones(len(key), dtype=bool)
+        first[1:] = (key[1:] != key[:-1]) | (band[1:] != band[:-1])  # ask each key once
+        request = np.empty(int(first.sum()), dtype=_KEY_ROW)
+        request["band"], request["key"] = band[first], key[first]
         cursor = self._raw.cursor(db=self.dbs["bands"])
-        rows = np.frombuffer(cursor.getmulti(keys, dupdata=True, dupfixed_bytes=8, keyfixed=True), dtype=_BAND_ROW)
-        rows = np.unique(rows)  # a key asked twice (two documents of the batch) answers twice
+        rows = cursor.getmulti(_as_bytes_list(request), dupdata=True, dupfixed_bytes=8, keyfixed=True)
+        rows = np.frombuffer(rows, dtype=_BAND_ROW)
         return _group_hits(flat, bands, rows["key"].astype(np.uint64), rows["serial"].astype(np.int64))
 
     # -- what the batch sees -------------------------------------------
@@ -519,9 +520,13 @@ class BatchView:
         entries["key"] = keys.ravel()
         entries["serial"] = np.repeat(serials, bands)
         entries = entries[np.lexsort((entries["serial"], entries["key"], entries["band"]))]
-        raw = entries.tobytes()
-        size, key_size = _BAND_ROW.itemsize, _KEY_ROW.itemsize
-        return [(raw[i : i + key_size], raw[i + key_size : i + size]) for i in range(0, len(raw), size)]
+        pairs = entries.view(_BAND_PAIR)
+        return list(zip(pairs["key"].tolist(), pairs["value"].tolist()))
+
+
+def _as_bytes_list(rows: np.ndarray) -> list[bytes]:
+    """Each row of a structured array as one bytes object (void fields keep trailing zero bytes)."""
+    return rows.view(np.dtype((np.void, rows.dtype.itemsize))).tolist()
 
 
 def _group_hits(flat: np.ndarray, bands: int, found_keys: np.ndarray, found_serials: np.ndarray):

@@ -193,3 +193,21 @@ def test_kafka_python_uses_the_native_crc32c_checksum():
 
     assert util.crc32c_c is not None, "the crc32c package is missing: kafka-python would be several times slower"
     assert util._crc32c is util.crc32c_c
+
+
+@pytest.mark.parametrize("fmt", ["msgpack", "text"])
+def test_msgpack_and_plain_text_inputs(kafka, tmp_path, fmt):
+    docs = corpus.generate(40, seed=6)
+    if fmt == "msgpack":
+        records = [(None, msgpack.packb({"doc": {"url": d.id}, "body": d.text})) for d in docs]
+        extra = ["--set", "input.format=msgpack", "--set", "input.id_field=doc.url", "--set", "input.text_field=body"]
+    else:
+        records = [(d.id.encode(), d.text.encode()) for d in docs]
+        extra = ["--set", "input.format=text"]
+    topics = Topics.fresh(kafka)
+    produce(kafka, topics.raw, records)
+    assert run_worker(tmp_path / "state", topics, kafka, *extra).returncode == 0
+    clean = read_all(kafka, topics.clean)
+    assert {header(m, "streamdedup.id").decode() for m in clean} <= {d.id for d in docs}
+    assert len(clean) + len(read_all(kafka, topics.duplicates)) == len(docs)
+    assert read_all(kafka, topics.dead_letter) == []
