@@ -1,7 +1,9 @@
 """The index consistency check: every table agrees with the document records.
 
 Used by ``streamdedup check`` and as the oracle of the crash tests. Reads one
-snapshot (one read transaction), so it is safe while the worker runs.
+snapshot (one read transaction), so it is safe while the worker runs. A
+document's lookup keys live either in the ``recent`` log (serials after
+``merged_upto``) or in the ``ids`` / ``content`` / ``bands`` tables (up to it).
 """
 
 from __future__ import annotations
@@ -11,10 +13,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .index import Index, IndexTxn, from_u64, id_key
+from .lookup import unpack_recent
 
 __all__ = ["CheckReport", "check_index"]
 
-MAX_LISTED = 20  # problems listed per kind; the rest are counted
+MAX_PROBLEMS = 200  # listed; the rest are counted
 
 
 @dataclass
@@ -22,6 +25,7 @@ class CheckReport:
     documents: int = 0
     kept: int = 0
     band_entries: int = 0
+    recent: int = 0
     problems: list[str] = field(default_factory=list)
     more: int = 0
 
@@ -30,82 +34,107 @@ class CheckReport:
         return not self.problems
 
     def problem(self, text: str) -> None:
-        if len(self.problems) < MAX_LISTED * 8:
+        if len(self.problems) < MAX_PROBLEMS:
             self.problems.append(text)
         else:
             self.more += 1
 
 
 def check_index(index: Index) -> CheckReport:
-    """Check counters, band tables, ids, contents and clusters against the document records."""
+    """Check counters, lookup tables, the recent log and clusters against the document records."""
     report = CheckReport()
     with index.read() as txn:
-        kept_bands = _check_records(txn, report)
-        _check_bands(txn, kept_bands, report)
-        _check_lookups(txn, report)
+        merged = txn.counters["merged_upto"]
+        recent = {from_u64(k): unpack_recent(v) for k, v in txn.table_entries("recent")}
+        report.recent = len(recent)
+        kept_keys = _check_records(txn, report, recent, merged)
+        _check_bands(txn, kept_keys, merged, report)
+        _check_tables(txn, report)
         _check_counters(txn, report)
     return report
 
 
-def _check_records(txn: IndexTxn, report: CheckReport) -> dict[int, set[tuple[int, int]]]:
-    """Each record against its cluster, its match and its stored shingles; returns kept documents' band keys."""
+def _check_records(txn: IndexTxn, report: CheckReport, recent: dict, merged: int) -> dict[int, set[tuple[int, int]]]:
+    """Each record against its cluster, its lookup keys and its shingles; returns merged kept documents' band keys."""
     bands = txn.index.signing.bands
-    kept_bands: dict[int, set[tuple[int, int]]] = {}
-    kinds = {}
+    ids = {(k, from_u64(v)) for k, v in txn.table_entries("ids")}
+    contents = {k for k, _ in txn.table_entries("content")}
+    members = {(from_u64(k), from_u64(v)) for k, v in txn.table_entries("members")}
+    kept_serials = set()
+    merged_keys: dict[int, set[tuple[int, int]]] = {}
     for record in txn.records():
         report.documents += 1
-        kinds[record.serial] = record.kept
+        name = f"document #{record.serial} ({record.id})"
+        keys = np.frombuffer(record.band_keys, dtype=">u8").astype(np.uint64)
         if record.kept:
             report.kept += 1
-            keys = np.frombuffer(record.band_keys, dtype=">u8")
+            kept_serials.add(record.serial)
             if len(keys) != bands:
-                report.problem(f"kept document #{record.serial} ({record.id}) has {len(keys)} band keys, not {bands}")
-            kept_bands[record.serial] = {(b, int(k)) for b, k in enumerate(keys.tolist())}
+                report.problem(f"kept {name} has {len(keys)} band keys, not {bands}")
             if txn.txn.get(record.serial.to_bytes(8, "big"), db=txn.dbs["shingles"]) is None:
-                report.problem(f"kept document #{record.serial} ({record.id}) has no stored shingles")
+                report.problem(f"kept {name} has no stored shingles")
             if record.cluster != record.serial:
-                report.problem(f"kept document #{record.serial} names cluster #{record.cluster}, not itself")
-    memberships = {(from_u64(k), from_u64(v)) for k, v in txn.txn.cursor(db=txn.dbs["members"])}
+                report.problem(f"kept {name} names cluster #{record.cluster}, not itself")
+        if (record.cluster, record.serial) not in members:
+            report.problem(f"{name} is missing from the members of cluster #{record.cluster}")
+        if record.serial > merged:
+            _check_recent_entry(record, name, keys, recent.get(record.serial), report)
+        else:
+            if (id_key(record.id), record.serial) not in ids:
+                report.problem(f"{name} cannot be found by its id")
+            if record.content not in contents:
+                report.problem(f"{name} cannot be found by its content hash")
+            if record.kept:
+                merged_keys[record.serial] = {(b, int(k)) for b, k in enumerate(keys.tolist())}
+    for serial in recent:
+        if serial <= merged:
+            report.problem(f"recent log still holds #{serial}, already merged (up to #{merged})")
     for record in txn.records():
-        if not record.kept and not kinds.get(record.cluster, False):
+        if not record.kept and record.cluster not in kept_serials:
             report.problem(f"duplicate #{record.serial} ({record.id}) joins cluster #{record.cluster}, "
                            "which is not a kept document")
-        if (record.cluster, record.serial) not in memberships:
-            report.problem(f"document #{record.serial} is missing from the members of cluster #{record.cluster}")
-        if record.serial not in txn.serials_of_id(record.id):
-            report.problem(f"document #{record.serial} cannot be found by its id {record.id!r}")
-        if txn.serial_of_content(record.content) is None:
-            report.problem(f"document #{record.serial} cannot be found by its content hash")
-    return kept_bands
+    return merged_keys
 
 
-def _check_bands(txn: IndexTxn, kept_bands: dict[int, set[tuple[int, int]]], report: CheckReport) -> None:
+def _check_recent_entry(record, name: str, keys: np.ndarray, entry, report: CheckReport) -> None:
+    if entry is None:
+        report.problem(f"{name} is newer than the last merge but missing from the recent log")
+        return
+    ident, content, recent_keys = entry
+    if ident != id_key(record.id) or content != record.content:
+        report.problem(f"{name} has other id or content hashes in the recent log")
+    if record.kept and not np.array_equal(recent_keys, keys):
+        report.problem(f"kept {name} has other band keys in the recent log")
+
+
+def _check_bands(txn: IndexTxn, merged_keys: dict[int, set[tuple[int, int]]], merged: int,
+                 report: CheckReport) -> None:
     seen: dict[int, int] = {}
     for band, key, serial in txn.band_entries():
         report.band_entries += 1
-        wanted = kept_bands.get(serial)
+        wanted = merged_keys.get(serial)
         if wanted is None:
-            report.problem(f"band {band} entry points at #{serial}, which is not a kept document")
+            report.problem(f"band {band} entry points at #{serial}, not a merged kept document")
         elif (band, int.from_bytes(key, "big")) not in wanted:
             report.problem(f"band {band} entry for #{serial} does not match its band keys")
         else:
             seen[serial] = seen.get(serial, 0) + 1
-    for serial, keys in kept_bands.items():
+    for serial, keys in merged_keys.items():
         if seen.get(serial, 0) != len(keys):
             report.problem(f"kept document #{serial} has {seen.get(serial, 0)} band entries, not {len(keys)}")
 
 
-def _check_lookups(txn: IndexTxn, report: CheckReport) -> None:
-    for key, value in txn.txn.cursor(db=txn.dbs["ids"]):
+def _check_tables(txn: IndexTxn, report: CheckReport) -> None:
+    """Every lookup entry points at a record that has that id, content or cluster."""
+    for key, value in txn.table_entries("ids"):
         serial = from_u64(value)
-        raw = txn.txn.get(value, db=txn.dbs["docs"])
-        if raw is None or id_key(txn.record(serial).id) != key:
+        if txn.txn.get(value, db=txn.dbs["docs"]) is None or id_key(txn.record(serial).id) != key:
             report.problem(f"id entry points at #{serial}, which has another id or no record")
-    for key, value in txn.txn.cursor(db=txn.dbs["content"]):
+    for key, value in txn.table_entries("content"):
         serial = from_u64(value)
         if txn.txn.get(value, db=txn.dbs["docs"]) is None or txn.record(serial).content != key:
             report.problem(f"content entry points at #{serial}, which has other content or no record")
-    for key, value in txn.txn.cursor(db=txn.dbs["members"]):
+    for key, value in txn.table_entries("members"):
         cluster, serial = from_u64(key), from_u64(value)
         if txn.txn.get(value, db=txn.dbs["docs"]) is None or txn.record(serial).cluster != cluster:
             report.problem(f"member #{serial} of cluster #{cluster} has no record or another cluster")

@@ -151,16 +151,18 @@ class KafkaCommit:
         with self.engine.index.read() as txn:
             return {p: txn.position(self.position_key(p)) for p in partitions}
 
-    def process(self, records: list, emit: bool = True, positions: Optional[dict] = None) -> list:
+    def process(self, records: list, prepared=None, emit: bool = True, positions: Optional[dict] = None) -> list:
         """Decide a batch (in canonical order) and commit it; returns the decisions.
 
-        ``positions`` replaces the offsets after the batch (a replayed batch
-        ends where Kafka's committed offsets say, control records included).
+        ``prepared`` is the batch's Step 2, done ahead (``engine.Preparer``),
+        or None to do it here. ``positions`` replaces the offsets after the
+        batch (a replayed batch ends where Kafka's committed offsets say,
+        control records included).
         """
-        from .decode import decode
+        if prepared is None:  # Step 2
+            from .engine import prepare_raw
 
-        items = [decode(r.value, r.source, self.spec, r.key) for r in records]  # Step 2
-        prepared = self.engine.prepare(items)
+            prepared = prepare_raw([(r.value, r.source, r.key) for r in records], self.spec, self.engine.signing)
         after = positions if positions is not None else _offsets_after(records)
 
         def bookkeeping(txn: IndexTxn, decisions: list) -> None:

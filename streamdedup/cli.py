@@ -106,7 +106,7 @@ def _cmd_dedup(args) -> int:
     with Engine(cfg, args.state) as engine:
         progress = Progress(FileSource(args.inputs).total_bytes(), enabled=args.progress)
         summary = dedup_files(engine, args.inputs, spec, args.out, args.decisions, cfg.worker.batch_size,
-                              args.restart, progress)
+                              args.restart, progress, cfg.worker.prepare_processes)
     out = sys.stderr if "-" in (args.out, args.decisions) else sys.stdout
     print("\n".join(summary.lines()), file=out)
     return EXIT_OK

@@ -98,13 +98,16 @@ class IndexSection:
     path: str = _key("state", "folder of the LMDB index (relative to the working directory)")
     map_size_mb: int = _key(1024, "initial LMDB map size in MiB; grows by itself when full", low=1)
     sync: bool = _key(True, "fsync every commit (false loses the last commits at power loss)")
+    merge_every: int = _key(100000, "documents between merges of recent lookup keys into the tables", low=1)
 
 
 @dataclass(frozen=True)
 class WorkerSection:
-    batch_size: int = _key(1000, "records decided per batch and per commit", low=1, high=100000)
+    batch_size: int = _key(2000, "records decided per batch and per commit", low=1, high=100000)
     poll_timeout_ms: int = _key(500, "longest wait for a batch to fill", low=1)
     transactional_id: str = _key("", "Kafka transactional id ('' derives it from the index id)")
+    prepare_processes: int = _key(1, "processes that sign the next batch while one is decided (0: none)",
+                                  low=0, high=1)
 
 
 @dataclass(frozen=True)

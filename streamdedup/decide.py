@@ -29,7 +29,8 @@ from typing import Optional
 
 import numpy as np
 
-from .index import BatchView, DocRecord, IndexTxn, id_key
+from .index import DocRecord, IndexTxn, id_key
+from .lookup import BatchView, RecentMirror
 from .lsh import band_keys
 from .records import DUPLICATE, KEPT, Decision, Document, Item, Rejected
 from .shingle import ShingleBatch, content_hash, normalize_batch, shingle_batch
@@ -91,16 +92,17 @@ def _reject_empty(items: list[Item], normalized: list[str]) -> list[Item]:
     return result
 
 
-def decide(txn: IndexTxn, batch: PreparedBatch, settings: DedupSettings, now: float) -> list[Decision]:
+def decide(txn: IndexTxn, batch: PreparedBatch, settings: DedupSettings, now: float,
+           mirror: RecentMirror) -> list[Decision]:
     """Decide every item of the batch, in order, recording documents in the index."""
-    view = BatchView(txn, batch.id_keys, batch.contents, batch.keys)
+    view = BatchView(txn, mirror, batch.id_keys, batch.contents, batch.keys)
     decisions = []
     for i, item in enumerate(batch.items):
         if isinstance(item, Rejected):
             decisions.append(Decision.rejected(item))
         else:
             decisions.append(_decide_one(view, item, batch.row[i], batch, settings, now))
-    view.flush()
+    txn.after_commit.append(view.flush())
     return decisions
 
 

@@ -14,11 +14,12 @@ from typing import Callable, Optional
 from .config import Config
 from .decide import DedupSettings, PreparedBatch, decide, prepare
 from .index import Index, IndexSettings, IndexTxn
+from .lookup import RecentMirror, merge_recent
 from .lsh import optimal_params
 from .records import Decision, Item
 from .signing import SigningConfig
 
-__all__ = ["Engine", "signing_config"]
+__all__ = ["Engine", "Preparer", "prepare_raw", "signing_config"]
 
 Bookkeeping = Callable[[IndexTxn, list[Decision]], None]
 
@@ -52,6 +53,9 @@ class Engine:
         self.signing = self.index.signing
         self.settings = DedupSettings(self.signing, config.lsh.threshold, config.lsh.max_candidates)
         self.clock = clock
+        self.merge_every = config.index.merge_every
+        with self.index.read() as txn:
+            self.mirror = RecentMirror.load(txn)
 
     def prepare(self, items: list[Item]) -> PreparedBatch:
         return prepare(items, self.signing)
@@ -61,12 +65,21 @@ class Engine:
         now = self.clock()
 
         def work(txn: IndexTxn) -> list[Decision]:
-            decisions = decide(txn, batch, self.settings, now)
+            decisions = decide(txn, batch, self.settings, now, self.mirror)
             if bookkeeping is not None:
                 bookkeeping(txn, decisions)
             return decisions
 
-        return self.index.write(work)
+        decisions = self.index.write(work)
+        if self.mirror.documents >= self.merge_every:
+            self.merge_recent()
+        return decisions
+
+    def merge_recent(self) -> None:
+        """Move the recent documents' lookup keys into the hash-keyed tables (see ``lookup``)."""
+        if self.mirror.documents:
+            self.index.write(lambda txn: merge_recent(txn, self.mirror))
+            self.mirror.clear()
 
     def close(self) -> None:
         self.index.close()
@@ -76,3 +89,63 @@ class Engine:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class Preparer:
+    """Decodes and prepares batches (normalize, shingle, sign) one batch ahead of the decisions.
+
+    With ``processes=1`` the work runs in a second process (spawned, so it
+    shares no LMDB environment, lock or Kafka client with this one), using
+    the second core while this process decides the previous batch. Preparing
+    is a pure function of the records, so where it runs changes nothing.
+    """
+
+    def __init__(self, signing: SigningConfig, spec, processes: int = 1):
+        self.signing = signing
+        self.spec = spec
+        self._pool = None
+        if processes > 0:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            self._pool = ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_die_with_parent, initargs=(os.getpid(),))
+
+    def submit(self, records: list):
+        """A future of the PreparedBatch of these raw records."""
+        from concurrent.futures import Future
+
+        payload = [(r.value, r.source, r.key) for r in records]
+        if self._pool is None:
+            future: Future = Future()
+            future.set_result(prepare_raw(payload, self.spec, self.signing))
+            return future
+        return self._pool.submit(prepare_raw, payload, self.spec, self.signing)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+def _die_with_parent(parent: int) -> None:
+    """In the preparing process: exit as soon as the worker is gone (even after kill -9)."""
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.2)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def prepare_raw(payload: list, spec, signing: SigningConfig) -> PreparedBatch:
+    """Decode raw (value, source, key) records and prepare them; texts are dropped once hashed."""
+    from .decode import decode
+    from .records import Document
+
+    items = [decode(value, source, spec, key) for value, source, key in payload]
+    batch = prepare(items, signing)
+    batch.items = [Document(i.id, "", i.source) if isinstance(i, Document) else i for i in batch.items]
+    return batch

@@ -13,6 +13,9 @@ ids           BLAKE2b-128 of the document id         serials with that id (dupso
 content       BLAKE2b-128 of the normalized text     serial of its first document
 members       cluster serial                         member serials (dupsort)
 positions     source name                            JSON input position
+recent        serial                                 id, content and band keys of a
+                                                     document not yet merged into
+                                                     ids / content / bands (lookup.py)
 ============  =====================================  ================================
 
 A *serial* numbers documents in the order the index decided them. Every
@@ -48,7 +51,7 @@ from .errors import (
 )
 from .signing import SigningConfig
 
-__all__ = ["Index", "IndexSettings", "IndexTxn", "BatchView", "DocRecord", "FORMAT_VERSION", "id_key"]
+__all__ = ["Index", "IndexSettings", "IndexTxn", "DocRecord", "FORMAT_VERSION", "id_key", "u64", "from_u64"]
 
 FORMAT_VERSION = 1
 _DATABASES = {
@@ -60,11 +63,9 @@ _DATABASES = {
     "content": {},
     "members": {"dupsort": True, "dupfixed": True},
     "positions": {},
+    "recent": {},
 }
-_KEY_ROW = np.dtype([("band", ">u2"), ("key", ">u8")])  # a band table key
-_BAND_ROW = np.dtype([("band", ">u2"), ("key", ">u8"), ("serial", ">u8")])  # key and one value
-_BAND_PAIR = np.dtype([("key", "V10"), ("value", "V8")])  # the same row as LMDB key and value bytes
-_COUNTERS = ("next_serial", "documents", "kept", "duplicates", "exact")
+_COUNTERS = ("next_serial", "documents", "kept", "duplicates", "exact", "merged_upto")
 T = TypeVar("T")
 
 
@@ -241,12 +242,15 @@ class Index:
         while True:
             try:
                 txn = self.env.begin(write=True)
+                view = IndexTxn(self, txn)
                 try:
-                    result = fn(IndexTxn(self, txn))
+                    result = fn(view)
                 except BaseException:
                     txn.abort()
                     raise
                 txn.commit()
+                for after in view.after_commit:
+                    after()
                 return result
             except lmdb.MapFullError:
                 self._grow_map()
@@ -320,6 +324,7 @@ class IndexTxn:
         self.txn = txn
         self.dbs = index.dbs
         self._counters: Optional[dict[str, int]] = None
+        self.after_commit: list[Callable[[], None]] = []  # run once the transaction has committed
 
     # -- counters ------------------------------------------------------
 
@@ -327,7 +332,7 @@ class IndexTxn:
     def counters(self) -> dict[str, int]:
         if self._counters is None:
             raw = self.txn.get(b"counters", db=self.dbs["meta"])
-            self._counters = json.loads(raw) if raw else dict.fromkeys(_COUNTERS, 0)
+            self._counters = {**dict.fromkeys(_COUNTERS, 0), **(json.loads(raw) if raw else {})}
         return self._counters
 
     def count(self, **changes: int) -> None:
@@ -351,15 +356,9 @@ class IndexTxn:
             raise IndexCorruptError(f"document #{serial} is referenced but has no record; run `streamdedup check`")
         return DocRecord.unpack(serial, raw)
 
-    def serials_of_id(self, doc_id: str) -> list[int]:
-        cursor = self.txn.cursor(db=self.dbs["ids"])
-        if not cursor.set_key(id_key(doc_id)):
-            return []
-        return [from_u64(v) for v in cursor.iternext_dup()]
-
-    def serial_of_content(self, content: bytes) -> Optional[int]:
-        raw = self.txn.get(content, db=self.dbs["content"])
-        return None if raw is None else from_u64(raw)
+    def table_entries(self, name: str) -> Iterator[tuple[bytes, bytes]]:
+        """Every (key, value) of a named table, in key order."""
+        return iter(self.txn.cursor(db=self.dbs[name]))
 
     def members(self, cluster: int) -> list[int]:
         cursor = self.txn.cursor(db=self.dbs["members"])
@@ -385,186 +384,3 @@ class IndexTxn:
 
     def positions(self) -> dict[str, Any]:
         return {k.decode(): json.loads(v) for k, v in self.txn.cursor(db=self.dbs["positions"])}
-
-
-class BatchView:
-    """One batch's view of the index: committed state read in bulk, the batch's own writes on top.
-
-    Everything a batch needs is read with one ``getmulti`` per database and
-    written with one sorted ``putmulti`` per database by ``flush``. Look-alikes
-    *within* the batch come from one vectorized pass over its band keys.
-    """
-
-    def __init__(self, txn: IndexTxn, id_keys: list[bytes], contents: list[bytes], band_keys: np.ndarray):
-        self.txn = txn
-        self._raw = txn.txn
-        self.dbs = txn.dbs
-        self._band_keys = band_keys
-        self._ids = self._fetch_dups("ids", id_keys)
-        self._content = self._fetch("content", contents)
-        self._committed = self._fetch_candidates(band_keys)
-        self._earlier = _collisions_within(band_keys)
-        self._records: dict[int, DocRecord] = {}
-        self._shingles: dict[int, np.ndarray] = {}
-        self._kept_rows: dict[int, int] = {}  # batch row -> serial, for the batch's kept documents
-        self._first_serial = txn.counters["next_serial"] + 1
-        self._counts = dict.fromkeys(_COUNTERS, 0)
-        self._writes: dict[str, list[tuple[bytes, bytes]]] = {name: [] for name in _DATABASES}
-
-    # -- bulk reads ----------------------------------------------------
-
-    def _fetch(self, name: str, keys: list[bytes]) -> dict[bytes, int]:
-        cursor = self._raw.cursor(db=self.dbs[name])
-        return {k: from_u64(v) for k, v in cursor.getmulti(sorted(set(keys)))}
-
-    def _fetch_dups(self, name: str, keys: list[bytes]) -> dict[bytes, list[int]]:
-        found: dict[bytes, list[int]] = {}
-        cursor = self._raw.cursor(db=self.dbs[name])
-        for k, v in cursor.getmulti(sorted(set(keys)), dupdata=True):
-            found.setdefault(k, []).append(from_u64(v))
-        return found
-
-    def _fetch_candidates(self, band_keys: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Per document: serials of committed kept documents sharing a band, and how many bands each."""
-        n, bands = band_keys.shape
-        flat = band_keys.ravel()
-        band = np.tile(np.arange(bands, dtype=np.uint16), n)
-        order = np.lexsort((flat, band))  # the B-tree's order, so it is walked front to back
-        band, key = band[order], flat[order]
-        first = np.ones(len(key), dtype=bool)
-        first[1:] = (key[1:] != key[:-1]) | (band[1:] != band[:-1])  # ask each key once
-        request = np.empty(int(first.sum()), dtype=_KEY_ROW)
-        request["band"], request["key"] = band[first], key[first]
-        cursor = self._raw.cursor(db=self.dbs["bands"])
-        rows = cursor.getmulti(_as_bytes_list(request), dupdata=True, dupfixed_bytes=8, keyfixed=True)
-        rows = np.frombuffer(rows, dtype=_BAND_ROW)
-        return _group_hits(flat, bands, rows["key"].astype(np.uint64), rows["serial"].astype(np.int64))
-
-    # -- what the batch sees -------------------------------------------
-
-    def serials_of_id(self, key: bytes) -> list[int]:
-        return self._ids.get(key, [])
-
-    def serial_of_content(self, content: bytes) -> Optional[int]:
-        return self._content.get(content)
-
-    def candidates(self, row: int) -> tuple[np.ndarray, np.ndarray]:
-        """Kept documents (committed, or earlier in this batch) sharing a band with row ``row``, and how many."""
-        serials, shared = self._committed[row]
-        earlier = self._earlier.get(row)
-        if earlier:
-            extra = [self._kept_rows[r] for r in earlier if r in self._kept_rows]
-            if extra:
-                merged = np.concatenate((np.repeat(serials, shared), np.array(extra, dtype=np.int64)))
-                return np.unique(merged, return_counts=True)
-        return serials, shared
-
-    def record(self, serial: int) -> DocRecord:
-        found = self._records.get(serial)
-        return found if found is not None else self.txn.record(serial)
-
-    def shingles(self, serial: int) -> np.ndarray:
-        found = self._shingles.get(serial)
-        return found if found is not None else self.txn.shingles(serial)
-
-    # -- the batch's writes --------------------------------------------
-
-    def next_serial(self) -> int:
-        return self._first_serial + len(self._records)
-
-    def insert(self, record: DocRecord, ident: bytes, row: int, shingles: Optional[np.ndarray] = None) -> None:
-        """Record a decided document of batch row ``row``; a kept one also goes into the band tables."""
-        key = u64(record.serial)
-        self._records[record.serial] = record
-        self._ids.setdefault(ident, []).append(record.serial)
-        writes = self._writes
-        writes["docs"].append((key, record.pack()))
-        writes["ids"].append((ident, key))
-        writes["members"].append((u64(record.cluster), key))
-        if record.content not in self._content:
-            self._content[record.content] = record.serial
-            writes["content"].append((record.content, key))
-        if record.kept:
-            self._kept_rows[row] = record.serial
-            self._shingles[record.serial] = shingles
-            writes["shingles"].append((key, shingles.astype("<u8", copy=False).tobytes()))
-        counts = self._counts
-        counts["documents"] += 1
-        counts["kept" if record.kept else "duplicates"] += 1
-        counts["exact"] += record.exact
-
-    def flush(self) -> None:
-        """Write the batch's changes into the transaction, one sorted ``putmulti`` per database."""
-        self._writes["bands"] = self._band_rows()
-        for name, items in self._writes.items():
-            if items:
-                append = name in ("docs", "shingles")  # serials only grow
-                cursor = self._raw.cursor(db=self.dbs[name])
-                cursor.putmulti(items if append or name == "bands" else sorted(items), dupdata=True,
-                                append=append, overwrite=name != "content")
-            items.clear()
-        self._counts["next_serial"] = self._counts["documents"]
-        self.txn.count(**self._counts)
-        self._counts = dict.fromkeys(self._counts, 0)
-
-    def _band_rows(self) -> list[tuple[bytes, bytes]]:
-        """The band table entries of the batch's kept documents, in key order."""
-        if not self._kept_rows:
-            return []
-        rows = np.fromiter(self._kept_rows.keys(), dtype=np.int64, count=len(self._kept_rows))
-        serials = np.fromiter(self._kept_rows.values(), dtype=np.uint64, count=len(rows))
-        keys = self._band_keys[rows]
-        bands = keys.shape[1]
-        entries = np.empty(keys.size, dtype=_BAND_ROW)
-        entries["band"] = np.tile(np.arange(bands, dtype=np.uint16), len(rows))
-        entries["key"] = keys.ravel()
-        entries["serial"] = np.repeat(serials, bands)
-        entries = entries[np.lexsort((entries["serial"], entries["key"], entries["band"]))]
-        pairs = entries.view(_BAND_PAIR)
-        return list(zip(pairs["key"].tolist(), pairs["value"].tolist()))
-
-
-def _as_bytes_list(rows: np.ndarray) -> list[bytes]:
-    """Each row of a structured array as one bytes object (void fields keep trailing zero bytes)."""
-    return rows.view(np.dtype((np.void, rows.dtype.itemsize))).tolist()
-
-
-def _group_hits(flat: np.ndarray, bands: int, found_keys: np.ndarray, found_serials: np.ndarray):
-    """Turn (key, serial) rows back into per-document (serials, shared band counts)."""
-    n = len(flat) // bands
-    if len(found_keys) == 0:
-        empty = np.zeros(0, np.int64)
-        return [(empty, empty)] * n
-    order = np.argsort(found_keys, kind="stable")
-    found_keys, found_serials = found_keys[order], found_serials[order]
-    lo = np.searchsorted(found_keys, flat, "left")
-    counts = np.searchsorted(found_keys, flat, "right") - lo
-    total = int(counts.sum())
-    doc = np.repeat(np.arange(len(flat), dtype=np.int64) // bands, counts)
-    within = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
-    serial = found_serials[np.repeat(lo, counts) + within]
-    pairs, shared = np.unique((doc << 40) | serial, return_counts=True)
-    bounds = np.searchsorted(pairs >> 40, np.arange(n + 1))
-    serials = pairs & ((1 << 40) - 1)
-    return [(serials[bounds[i] : bounds[i + 1]], shared[bounds[i] : bounds[i + 1]]) for i in range(n)]
-
-
-def _collisions_within(band_keys: np.ndarray) -> dict[int, list[int]]:
-    """For each row, the earlier rows of the same batch sharing a band key (once per shared band)."""
-    bands = band_keys.shape[1]
-    flat = band_keys.ravel()
-    order = np.argsort(flat, kind="stable")
-    ordered = flat[order]
-    repeats = np.flatnonzero(ordered[1:] == ordered[:-1])
-    earlier: dict[int, list[int]] = {}
-    if len(repeats) == 0:
-        return earlier
-    run_starts = repeats[np.concatenate(([True], repeats[1:] != repeats[:-1] + 1))]
-    for start in run_starts.tolist():
-        end = start + 1
-        while end < len(ordered) and ordered[end] == ordered[start]:
-            end += 1
-        rows = (order[start:end] // bands).tolist()
-        for j in range(1, len(rows)):
-            earlier.setdefault(rows[j], []).extend(r for r in rows[:j] if r < rows[j])
-    return earlier

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .checkpoint import FileRun, crash_point
-from .decode import InputSpec, decode
-from .engine import Engine
+from .decode import InputSpec
+from .engine import Engine, Preparer
 from .index import IndexTxn
 from .progress import Progress
 from .records import REJECTED, Decision
@@ -61,39 +61,55 @@ class Summary:
 
 def dedup_files(engine: Engine, inputs: list[str], spec: InputSpec, clean: Optional[str],
                 decisions_path: Optional[str], batch_size: int = 1000, restart: bool = False,
-                progress: Optional[Progress] = None) -> Summary:
-    """Deduplicate the lines of ``inputs`` in order; see ``checkpoint`` for the commit protocol."""
+                progress: Optional[Progress] = None, prepare_processes: int = 0) -> Summary:
+    """Deduplicate the lines of ``inputs`` in order; see ``checkpoint`` for the commit protocol.
+
+    The next batch is read and prepared (in a second process when
+    ``prepare_processes`` is 1) while the current one is decided.
+    """
     run = FileRun(inputs, clean, decisions_path)
     start = run.resume_point(engine.index, restart)
     outputs = FileOutputs(clean, decisions_path, start.sizes, durable=engine.index.settings.sync)
     source = FileSource(inputs)
     progress = progress or Progress(source.total_bytes(), enabled=False)
     summary = Summary(resumed=start.resumed)
+    preparer = Preparer(engine.signing, spec, prepare_processes)
     began = time.monotonic()
+    done_before = _bytes_done_before(inputs, start)
     try:
-        done_before = _bytes_done_before(inputs, start)
+        ahead: Optional[tuple] = None
         for records, position in source.batches(batch_size, start.position):
-            items = [decode(r.value, r.source, spec) for r in records]
-            prepared = engine.prepare(items)
-            sizes_before = outputs.sizes()
-
-            def bookkeeping(txn: IndexTxn, decided: list[Decision]) -> None:
-                crash_point("file-decided")  # Step 1 done, nothing written
-                outputs.rewind(sizes_before)  # Step 2
-                outputs.write_batch(records, decided)
-                crash_point("file-written")
-                run.save(txn, position, outputs.sizes())  # Step 3 (committed by decide_batch)
-
-            decided = engine.decide_batch(prepared, bookkeeping)
-            crash_point("file-committed")
-            summary.add(decided)
-            progress.update(len(records), done_before + source.bytes_read)
+            current, ahead = ahead, (records, position, preparer.submit(records))
+            if current is not None:
+                _commit_batch(engine, run, outputs, summary, *current)
+                progress.update(len(current[0]), done_before + source.bytes_read)
+        if ahead is not None:
+            _commit_batch(engine, run, outputs, summary, *ahead)
+            progress.update(len(ahead[0]), done_before + source.bytes_read)
         run.finish(engine.index, outputs.sizes())
     finally:
+        preparer.close()
         outputs.close()
         progress.close()
     summary.seconds = time.monotonic() - began
     return summary
+
+
+def _commit_batch(engine: Engine, run: FileRun, outputs: FileOutputs, summary: Summary, records, position,
+                  prepared) -> None:
+    """Steps 1-3 of the offline protocol for one batch (see ``checkpoint``)."""
+    sizes_before = outputs.sizes()
+
+    def bookkeeping(txn: IndexTxn, decided: list[Decision]) -> None:
+        crash_point("file-decided")  # Step 1 done, nothing written
+        outputs.rewind(sizes_before)  # Step 2
+        outputs.write_batch(records, decided)
+        crash_point("file-written")
+        run.save(txn, position, outputs.sizes())  # Step 3 (committed by decide_batch)
+
+    decided = engine.decide_batch(prepared.result(), bookkeeping)
+    crash_point("file-committed")
+    summary.add(decided)
 
 
 def _bytes_done_before(inputs: list[str], start) -> int:

@@ -19,7 +19,7 @@ from typing import Callable, Optional
 from .checkpoint import KafkaCommit
 from .config import Config, kafka_client_settings
 from .decode import InputSpec
-from .engine import Engine
+from .engine import Engine, Preparer
 from .errors import BrokerError, BrokerUnavailableError, IndexUnusableError
 from .logs import Log
 from .offline import Summary
@@ -278,28 +278,38 @@ class WorkerLoop:
         return self.stats
 
     def _batches(self, session: Session, until_caught_up: bool) -> None:
+        """Poll, and decide the previous batch while this one is prepared in the second process."""
+        preparer = Preparer(self.engine.signing, session.commit.spec, self.config.worker.prepare_processes)
+        try:
+            self._poll_and_decide(session, preparer, until_caught_up)
+        finally:
+            preparer.close()
+
+    def _poll_and_decide(self, session: Session, preparer: Preparer, until_caught_up: bool) -> None:
         last_lag_check = 0.0
         watchdog = self.watchdog
+        ahead = None  # (records, future of their prepared batch): read, not yet decided
         while not self.stopper.stopped:
             watchdog.phase("records from the input topics")
             records = session.source.poll_batch(self.config.worker.poll_timeout_ms)
-            if records:
+            current, ahead = ahead, ((records, preparer.submit(records)) if records else None)
+            if current is not None:
                 began = time.monotonic()
                 watchdog.phase("the batch's Kafka transaction")
-                decisions = session.commit.process(records)
+                decisions = session.commit.process(current[0], current[1].result())
                 self._after_batch(decisions, time.monotonic() - began)
             now = time.monotonic()
-            if not records or now - last_lag_check > LAG_CHECK_S:
+            if current is None and ahead is None or now - last_lag_check > LAG_CHECK_S:
                 last_lag_check = now
                 watchdog.phase("end offsets of the input topics")
                 self.stats.lag = session.lag()
-                self.stats.caught_up = not records and not any(self.stats.lag.values())
+                self.stats.caught_up = ahead is None and current is None and not any(self.stats.lag.values())
                 if until_caught_up and self.stats.caught_up:
                     watchdog.phase(None)
                     self.log.info("caught_up", documents=self.stats.summary.total)
                     return
             watchdog.phase(None)
-        self.log.info("stopping", reason="signal")
+        self.log.info("stopping", reason="signal", abandoned=len(ahead[0]) if ahead else 0)
 
     def _after_batch(self, decisions: list, seconds: float) -> None:
         stats = self.stats

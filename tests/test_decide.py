@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from streamdedup.decide import DedupSettings, decide, prepare
-from streamdedup.index import Index, IndexSettings
+from streamdedup import config as config_module
+from streamdedup.engine import Engine
 from streamdedup.records import Document, Rejected, Source
-from streamdedup.signing import SigningConfig
 from streamdedup.verify import jaccard
-
-SIGNING = SigningConfig(bands=20, rows=6)
 BASE = " ".join(f"word{i} filler{i % 7} term{i % 13}" for i in range(60))
 
 
@@ -19,16 +16,17 @@ def _edit(text, every):
     return " ".join("CHANGED" if i % every == 0 else w for i, w in enumerate(words))
 
 
-@pytest.fixture
-def index(tmp_path):
-    with Index(IndexSettings(path=str(tmp_path)), SIGNING) as idx:
-        yield idx
+@pytest.fixture(params=[100000, 1], ids=["recent-log", "merged-every-batch"])
+def index(tmp_path, request):
+    """An engine whose lookups come from the recent log, or from tables merged after every batch."""
+    cfg = config_module.load(None, (f"index.merge_every={request.param}",), environ={})
+    with Engine(cfg, str(tmp_path)) as engine:
+        yield engine
 
 
-def _run(index, pairs, threshold=0.7):
+def _run(engine, pairs):
     items = [Document(doc_id, text, Source("t", -1, n)) for n, (doc_id, text) in enumerate(pairs)]
-    batch = prepare(items, SIGNING)
-    return index.write(lambda txn: decide(txn, batch, DedupSettings(SIGNING, threshold), 0.0))
+    return engine.decide_batch(engine.prepare(items))
 
 
 def test_kept_then_near_duplicate_then_exact_copy(index):
@@ -53,7 +51,7 @@ def test_replay_returns_the_earlier_decision_not_a_duplicate_of_itself(index):
     again = _run(index, [("a", BASE), ("b", _edit(BASE, 40))])
     assert [(d.status, d.cluster, d.matched) for d in again] == [(d.status, d.cluster, d.matched) for d in first]
     assert all(d.replayed for d in again)
-    with index.read() as txn:
+    with index.index.read() as txn:
         assert txn.counters["documents"] == 2
 
 
@@ -61,7 +59,7 @@ def test_same_id_with_new_content_is_a_new_version(index):
     _run(index, [("a", BASE)])
     (version,) = _run(index, [("a", "completely new article text " * 10)])
     assert version.status == "kept" and not version.replayed
-    with index.read() as txn:
+    with index.index.read() as txn:
         records = list(txn.records())
     assert [r.id for r in records] == ["a", "a"] and records[0].content != records[1].content
 
@@ -88,8 +86,7 @@ def test_ties_go_to_the_earliest_kept_document(index):
 def test_rejected_items_pass_through_in_order(index):
     items = [Rejected("invalid_json", "bad", Source("t", -1, 1)), Document("a", BASE, Source("t", -1, 2)),
              Document("p", "!!! ... ???", Source("t", -1, 3))]
-    batch = prepare(items, SIGNING)
-    decisions = index.write(lambda txn: decide(txn, batch, DedupSettings(SIGNING, 0.7), 0.0))
+    decisions = index.decide_batch(index.prepare(items))
     assert [d.status for d in decisions] == ["rejected", "kept", "rejected"]
     assert decisions[0].id == "t:1" and decisions[2].reason.startswith("empty_text")
 
@@ -99,3 +96,21 @@ def jaccard_of(x, y):
 
     batch = shingle_batch(normalize_batch([x, y]))
     return jaccard(batch.of(0), batch.of(1))
+
+
+def test_merging_recent_keys_into_the_tables_changes_no_decision(tmp_path, crawl):
+    """The same crawl with merges after every batch, every 7 batches, and never: the same decisions."""
+    results = []
+    for every in (1, 700, 10 ** 6):
+        cfg = config_module.load(None, (f"index.merge_every={every}",), environ={})
+        with Engine(cfg, str(tmp_path / str(every))) as engine:
+            items = [Document(d.id, d.text, Source("c", -1, i)) for i, d in enumerate(crawl)]
+            decided = []
+            for start in range(0, len(items), 100):
+                decided += engine.decide_batch(engine.prepare(items[start:start + 100]))
+            results.append([(d.status, d.cluster, d.matched, d.exact) for d in decided])
+            from streamdedup.check import check_index
+
+            report = check_index(engine.index)
+            assert report.ok, report.problems
+    assert results[0] == results[1] == results[2]

@@ -6,7 +6,9 @@ import dataclasses
 
 import pytest
 
-from streamdedup.decide import DedupSettings, decide, prepare
+from streamdedup import config as config_module
+from streamdedup import corpus
+from streamdedup.engine import Engine
 from streamdedup.errors import IncompatibleIndexError, IndexLockedError, IndexUnusableError
 from streamdedup.index import Index, IndexSettings
 from streamdedup.records import Document, Source
@@ -57,35 +59,35 @@ def test_read_only_open_of_a_missing_index_says_what_to_do(tmp_path):
 
 
 def test_map_grows_by_itself_and_loses_nothing(tmp_path):
-    settings = IndexSettings(path=str(tmp_path), map_size=1 << 20)  # 1 MiB: fills after a few hundred documents
-    words = [f"w{i}" for i in range(5000)]
-    texts = [" ".join(words[(i * 37) % 4000:(i * 37) % 4000 + 150]) + f" doc {i}" for i in range(2000)]
-    dedup = DedupSettings(SIGNING, 0.7)
-    with Index(settings, SIGNING) as index:
-        before = index.env.info()["map_size"]
+    cfg = config_module.load(None, ("index.map_size_mb=1", "index.merge_every=600"), environ={})  # fills quickly
+    texts = [d.text for d in corpus.generate(1100, seed=3)][:2000]
+    with Engine(cfg, str(tmp_path)) as engine:
+        before = engine.index.env.info()["map_size"]
         for start in range(0, len(texts), 250):
-            batch = prepare(_docs(texts[start:start + 250], start), SIGNING)
-            index.write(lambda txn: decide(txn, batch, dedup, 0.0))
-        assert index.env.info()["map_size"] > before
-        with index.read() as txn:
+            engine.decide_batch(engine.prepare(_docs(texts[start:start + 250], start)))
+        assert engine.index.env.info()["map_size"] > before
+        with engine.index.read() as txn:
             assert txn.counters["documents"] == 2000
     from streamdedup.check import check_index
 
-    with Index(settings, None, readonly=True) as reader:
-        assert check_index(reader).ok
+    with Index(IndexSettings(path=str(tmp_path)), None, readonly=True) as reader:
+        report = check_index(reader)
+        assert report.ok, report.problems
 
 
 def test_a_failed_transaction_leaves_nothing_behind(tmp_path):
-    dedup = DedupSettings(SIGNING, 0.7)
-    with Index(IndexSettings(path=str(tmp_path)), SIGNING) as index:
-        batch = prepare(_docs(["some text here for the index", "other words entirely"]), SIGNING)
+    cfg = config_module.load(None, environ={})
+    with Engine(cfg, str(tmp_path)) as engine:
+        batch = engine.prepare(_docs(["some text here for the index", "other words entirely"]))
 
-        def fail(txn):
-            decide(txn, batch, dedup, 0.0)
+        def fail(txn, decisions):
             raise RuntimeError("boom")
 
         with pytest.raises(RuntimeError):
-            index.write(fail)
-        with index.read() as txn:
+            engine.decide_batch(batch, fail)
+        with engine.index.read() as txn:
             assert txn.counters["documents"] == 0
             assert list(txn.records()) == []
+        assert engine.mirror.documents == 0  # nothing of the failed batch reached the mirror
+        decided = engine.decide_batch(batch)
+        assert [d.status for d in decided] == ["kept", "kept"] and not any(d.replayed for d in decided)

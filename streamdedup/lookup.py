@@ -1,0 +1,311 @@
+"""Lookups by id, content and band key: hash-keyed tables plus a write-behind log of recent documents.
+
+Inserting random keys into a B-tree dirties one page per key once the tree
+is larger than a batch, and LMDB writes every dirty page at commit: at a
+million documents a batch of 2,000 would rewrite ~100 MB of band table.
+So a batch appends each new document's lookup keys (id hash, content hash,
+band keys) to the ``recent`` table, keyed by serial: a sequential write.
+The writer keeps the same entries in memory (``RecentMirror``, bounded by
+``index.flush_every`` documents) and every so many documents merges them,
+sorted, into the ``ids``, ``content`` and ``bands`` tables in one
+transaction, then drops them from ``recent``. A lookup asks the tables, the
+mirror, and the documents of its own batch.
+
+The ``recent`` table is the source of truth for the mirror: after a crash
+the mirror is read back from it; readers (``query``) load their own.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import numpy as np
+
+from .index import DocRecord, IndexTxn, from_u64, u64
+
+__all__ = ["RecentMirror", "BatchView", "merge_recent", "pack_recent", "unpack_recent"]
+
+_KEY_ROW = np.dtype([("band", ">u2"), ("key", ">u8")])  # a band table key
+_BAND_ROW = np.dtype([("band", ">u2"), ("key", ">u8"), ("serial", ">u8")])  # key and one value
+_BAND_PAIR = np.dtype([("key", "V10"), ("value", "V8")])  # the same row as LMDB key and value bytes
+
+
+def pack_recent(ident: bytes, content: bytes, band_keys: Optional[np.ndarray]) -> bytes:
+    """A ``recent`` value: id hash (16 B), content hash (16 B), band keys (8 B each, kept documents only)."""
+    return ident + content + (b"" if band_keys is None else band_keys.astype(">u8").tobytes())
+
+
+def unpack_recent(value: bytes) -> tuple[bytes, bytes, np.ndarray]:
+    return value[:16], value[16:32], np.frombuffer(value[32:], dtype=">u8").astype(np.uint64)
+
+
+class RecentMirror:
+    """In memory: the lookup keys of documents decided since the last merge into the tables."""
+
+    def __init__(self) -> None:
+        self.ids: dict[bytes, list[int]] = {}
+        self.content: dict[bytes, int] = {}
+        self.keys = np.zeros(0, dtype=np.uint64)  # band keys, sorted
+        self.serials = np.zeros(0, dtype=np.int64)  # the kept document of each key
+        self.bands = np.zeros(0, dtype=np.uint16)  # the band of each key
+        self.documents = 0
+        self.last_serial = 0
+
+    @classmethod
+    def load(cls, txn: IndexTxn) -> "RecentMirror":
+        """Read the ``recent`` table back (at start, after a crash, or for a reader)."""
+        mirror = cls()
+        entries = [(from_u64(k), *unpack_recent(v)) for k, v in txn.txn.cursor(db=txn.dbs["recent"])]
+        mirror.add(entries)
+        return mirror
+
+    def add(self, entries: list[tuple[int, bytes, bytes, np.ndarray]]) -> None:
+        """Take in committed entries: (serial, id hash, content hash, band keys or empty)."""
+        new_keys, new_serials, new_bands = [], [], []
+        for serial, ident, content, keys in entries:
+            self.ids.setdefault(ident, []).append(serial)
+            self.content.setdefault(content, serial)
+            if len(keys):
+                new_keys.append(keys)
+                new_serials.append(np.full(len(keys), serial, dtype=np.int64))
+                new_bands.append(np.arange(len(keys), dtype=np.uint16))
+            self.last_serial = max(self.last_serial, serial)
+        self.documents += len(entries)
+        if new_keys:
+            self._insert_sorted(np.concatenate(new_keys), np.concatenate(new_serials), np.concatenate(new_bands))
+
+    def _insert_sorted(self, keys: np.ndarray, serials: np.ndarray, bands: np.ndarray) -> None:
+        """Merge new entries into the sorted arrays: a memmove, not a sort of everything."""
+        order = np.argsort(keys, kind="stable")
+        keys, serials, bands = keys[order], serials[order], bands[order]
+        at = np.searchsorted(self.keys, keys, "right")
+        self.keys = np.insert(self.keys, at, keys)
+        self.serials = np.insert(self.serials, at, serials)
+        self.bands = np.insert(self.bands, at, bands)
+
+    def band_rows(self, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(key, serial) of every mirrored band entry whose key is in ``flat``."""
+        if len(self.keys) == 0:
+            return self.keys, self.serials
+        lo = np.searchsorted(self.keys, flat, "left")
+        hi = np.searchsorted(self.keys, flat, "right")
+        hit = hi > lo
+        if not hit.any():
+            return self.keys[:0], self.serials[:0]
+        lo, counts = lo[hit], (hi - lo)[hit]
+        index = np.repeat(lo, counts) + (np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts))
+        index = np.unique(index)  # a key asked by two documents is one row
+        return self.keys[index], self.serials[index]
+
+    def clear(self) -> None:
+        self.__init__()
+
+
+def merge_recent(txn: IndexTxn, mirror: RecentMirror) -> None:
+    """Move the mirrored entries into the ids, content and bands tables; empty ``recent``.
+
+    Runs in its own write transaction; ``mirror`` is cleared by the caller once it commits.
+    """
+    raw, dbs = txn.txn, txn.dbs
+    ids = sorted((ident, u64(serial)) for ident, serials in mirror.ids.items() for serial in serials)
+    raw.cursor(db=dbs["ids"]).putmulti(ids, dupdata=True)
+    contents = sorted((content, u64(serial)) for content, serial in mirror.content.items())
+    raw.cursor(db=dbs["content"]).putmulti(contents, overwrite=False)
+    if len(mirror.keys):
+        raw.cursor(db=dbs["bands"]).putmulti(_band_pairs(mirror.bands, mirror.keys, mirror.serials), dupdata=True)
+    cursor = raw.cursor(db=dbs["recent"])
+    while cursor.first() and from_u64(cursor.key()) <= mirror.last_serial:
+        cursor.delete()
+    txn.count(merged_upto=mirror.last_serial - txn.counters.get("merged_upto", 0))
+
+
+def _band_pairs(bands: np.ndarray, keys: np.ndarray, serials: np.ndarray) -> list[tuple[bytes, bytes]]:
+    """Band table (key, value) bytes, in the table's order (band, key, serial)."""
+    entries = np.empty(len(keys), dtype=_BAND_ROW)
+    entries["band"], entries["key"], entries["serial"] = bands, keys, serials
+    entries = entries[np.lexsort((entries["serial"], entries["key"], entries["band"]))]
+    pairs = entries.view(_BAND_PAIR)
+    return list(zip(pairs["key"].tolist(), pairs["value"].tolist()))
+
+
+class BatchView:
+    """One batch's view of the index: tables and mirror read in bulk, the batch's own writes on top.
+
+    Everything a batch needs is read with one ``getmulti`` per table, and
+    written with one ``putmulti`` per table by ``flush``; look-alikes within
+    the batch come from one vectorized pass over its band keys.
+    """
+
+    def __init__(self, txn: IndexTxn, mirror: RecentMirror, id_keys: list[bytes], contents: list[bytes],
+                 band_keys: np.ndarray):
+        self.txn = txn
+        self.mirror = mirror
+        self._raw = txn.txn
+        self.dbs = txn.dbs
+        self._band_keys = band_keys
+        self._ids = self._fetch_ids(id_keys)
+        self._content = self._fetch_content(contents)
+        self._committed = self._fetch_candidates(band_keys)
+        self._earlier = _collisions_within(band_keys)
+        self._records: dict[int, DocRecord] = {}
+        self._shingles: dict[int, np.ndarray] = {}
+        self._kept_rows: dict[int, int] = {}  # batch row -> serial, for the batch's kept documents
+        self._recent: list[tuple[int, bytes, bytes, np.ndarray]] = []
+        self._first_serial = txn.counters["next_serial"] + 1
+        self._counts = {"next_serial": 0, "documents": 0, "kept": 0, "duplicates": 0, "exact": 0}
+        self._writes: dict[str, list[tuple[bytes, bytes]]] = {n: [] for n in ("docs", "shingles", "members", "recent")}
+
+    # -- bulk reads ----------------------------------------------------
+
+    def _fetch_ids(self, keys: list[bytes]) -> dict[bytes, list[int]]:
+        found: dict[bytes, list[int]] = {}
+        cursor = self._raw.cursor(db=self.dbs["ids"])
+        for k, v in cursor.getmulti(sorted(set(keys)), dupdata=True):
+            found.setdefault(k, []).append(from_u64(v))
+        for k in keys:
+            recent = self.mirror.ids.get(k)
+            if recent:
+                found[k] = sorted(set(found.get(k, [])) | set(recent))
+        return found
+
+    def _fetch_content(self, contents: list[bytes]) -> dict[bytes, int]:
+        cursor = self._raw.cursor(db=self.dbs["content"])
+        found = {k: from_u64(v) for k, v in cursor.getmulti(sorted(set(contents)))}
+        for c in contents:
+            if c not in found and c in self.mirror.content:
+                found[c] = self.mirror.content[c]
+        return found
+
+    def _fetch_candidates(self, band_keys: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per document: serials of committed kept documents sharing a band, and how many bands each."""
+        n, bands = band_keys.shape
+        flat = band_keys.ravel()
+        band = np.tile(np.arange(bands, dtype=np.uint16), n)
+        order = np.lexsort((flat, band))  # the B-tree's order, so it is walked front to back
+        band, key = band[order], flat[order]
+        first = np.ones(len(key), dtype=bool)
+        first[1:] = (key[1:] != key[:-1]) | (band[1:] != band[:-1])  # ask each key once
+        request = np.empty(int(first.sum()), dtype=_KEY_ROW)
+        request["band"], request["key"] = band[first], key[first]
+        cursor = self._raw.cursor(db=self.dbs["bands"])
+        rows = cursor.getmulti(_as_bytes_list(request), dupdata=True, dupfixed_bytes=8, keyfixed=True)
+        rows = np.frombuffer(rows, dtype=_BAND_ROW)
+        recent_keys, recent_serials = self.mirror.band_rows(flat)
+        found_keys = np.concatenate((rows["key"].astype(np.uint64), recent_keys))
+        found_serials = np.concatenate((rows["serial"].astype(np.int64), recent_serials))
+        return _group_hits(flat, bands, found_keys, found_serials)
+
+    # -- what the batch sees -------------------------------------------
+
+    def serials_of_id(self, key: bytes) -> list[int]:
+        return self._ids.get(key, [])
+
+    def serial_of_content(self, content: bytes) -> Optional[int]:
+        return self._content.get(content)
+
+    def candidates(self, row: int) -> tuple[np.ndarray, np.ndarray]:
+        """Kept documents (committed, or earlier in this batch) sharing a band with row ``row``, and how many."""
+        serials, shared = self._committed[row]
+        earlier = self._earlier.get(row)
+        if earlier:
+            extra = [self._kept_rows[r] for r in earlier if r in self._kept_rows]
+            if extra:
+                merged = np.concatenate((np.repeat(serials, shared), np.array(extra, dtype=np.int64)))
+                return np.unique(merged, return_counts=True)
+        return serials, shared
+
+    def record(self, serial: int) -> DocRecord:
+        found = self._records.get(serial)
+        return found if found is not None else self.txn.record(serial)
+
+    def shingles(self, serial: int) -> np.ndarray:
+        found = self._shingles.get(serial)
+        return found if found is not None else self.txn.shingles(serial)
+
+    # -- the batch's writes --------------------------------------------
+
+    def next_serial(self) -> int:
+        return self._first_serial + len(self._records)
+
+    def insert(self, record: DocRecord, ident: bytes, row: int, shingles: Optional[np.ndarray] = None) -> None:
+        """Record a decided document of batch row ``row``; a kept one also becomes a band candidate."""
+        key = u64(record.serial)
+        self._records[record.serial] = record
+        self._ids.setdefault(ident, []).append(record.serial)
+        self._content.setdefault(record.content, record.serial)
+        keys = self._band_keys[row] if record.kept else None
+        writes = self._writes
+        writes["docs"].append((key, record.pack()))
+        writes["members"].append((u64(record.cluster), key))
+        writes["recent"].append((key, pack_recent(ident, record.content, keys)))
+        self._recent.append((record.serial, ident, record.content, keys if keys is not None else _NO_KEYS))
+        if record.kept:
+            self._kept_rows[row] = record.serial
+            self._shingles[record.serial] = shingles
+            writes["shingles"].append((key, shingles.astype("<u8", copy=False).tobytes()))
+        counts = self._counts
+        counts["documents"] += 1
+        counts["kept" if record.kept else "duplicates"] += 1
+        counts["exact"] += record.exact
+
+    def flush(self) -> Callable[[], None]:
+        """Write the batch into the transaction; returns what to do to the mirror once it commits."""
+        for name, items in self._writes.items():
+            if items:
+                append = name != "members"  # serials only grow
+                cursor = self._raw.cursor(db=self.dbs[name])
+                cursor.putmulti(items if append else sorted(items), dupdata=True, append=append)
+            items.clear()
+        self._counts["next_serial"] = self._counts["documents"]
+        self.txn.count(**self._counts)
+        entries, mirror = self._recent, self.mirror
+        return lambda: mirror.add(entries)
+
+
+_NO_KEYS = np.zeros(0, dtype=np.uint64)
+
+
+def _as_bytes_list(rows: np.ndarray) -> list[bytes]:
+    """Each row of a structured array as one bytes object (void fields keep trailing zero bytes)."""
+    return rows.view(np.dtype((np.void, rows.dtype.itemsize))).tolist()
+
+
+def _group_hits(flat: np.ndarray, bands: int, found_keys: np.ndarray, found_serials: np.ndarray):
+    """Turn (key, serial) rows back into per-document (serials, shared band counts)."""
+    n = len(flat) // bands
+    if len(found_keys) == 0:
+        empty = np.zeros(0, np.int64)
+        return [(empty, empty)] * n
+    order = np.argsort(found_keys, kind="stable")
+    found_keys, found_serials = found_keys[order], found_serials[order]
+    lo = np.searchsorted(found_keys, flat, "left")
+    counts = np.searchsorted(found_keys, flat, "right") - lo
+    total = int(counts.sum())
+    doc = np.repeat(np.arange(len(flat), dtype=np.int64) // bands, counts)
+    within = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+    serial = found_serials[np.repeat(lo, counts) + within]
+    pairs, shared = np.unique((doc << 40) | serial, return_counts=True)
+    bounds = np.searchsorted(pairs >> 40, np.arange(n + 1))
+    serials = pairs & ((1 << 40) - 1)
+    return [(serials[bounds[i] : bounds[i + 1]], shared[bounds[i] : bounds[i + 1]]) for i in range(n)]
+
+
+def _collisions_within(band_keys: np.ndarray) -> dict[int, list[int]]:
+    """For each row, the earlier rows of the same batch sharing a band key (once per shared band)."""
+    bands = band_keys.shape[1]
+    flat = band_keys.ravel()
+    order = np.argsort(flat, kind="stable")
+    ordered = flat[order]
+    repeats = np.flatnonzero(ordered[1:] == ordered[:-1])
+    earlier: dict[int, list[int]] = {}
+    if len(repeats) == 0:
+        return earlier
+    run_starts = repeats[np.concatenate(([True], repeats[1:] != repeats[:-1] + 1))]
+    for start in run_starts.tolist():
+        end = start + 1
+        while end < len(ordered) and ordered[end] == ordered[start]:
+            end += 1
+        rows = (order[start:end] // bands).tolist()
+        for j in range(1, len(rows)):
+            earlier.setdefault(rows[j], []).extend(r for r in rows[:j] if r < rows[j])
+    return earlier
