@@ -162,7 +162,9 @@ class KafkaCommit:
         if prepared is None:  # Step 2
             from .engine import prepare_raw
 
-            prepared = prepare_raw([(r.value, r.source, r.key) for r in records], self.spec, self.engine.signing)
+            payload = ([r.value for r in records], [r.key for r in records], [r.source.name for r in records],
+                       [r.source.partition for r in records], [r.source.offset for r in records])
+            prepared = prepare_raw(payload, self.spec, self.engine.signing)
         after = positions if positions is not None else _offsets_after(records)
 
         def bookkeeping(txn: IndexTxn, decisions: list) -> None:

@@ -33,7 +33,7 @@ from .index import DocRecord, IndexTxn, id_key
 from .lookup import BatchView, RecentMirror
 from .lsh import band_keys
 from .records import DUPLICATE, KEPT, Decision, Document, Item, Rejected
-from .shingle import ShingleBatch, content_hash, normalize_batch, shingle_batch
+from .shingle import NormalizedBatch, ShingleBatch, normalize_texts, shingle_batch
 from .signing import SigningConfig, sign_batch
 from .verify import best_match
 
@@ -66,30 +66,33 @@ class PreparedBatch:
 def prepare(items: list[Item], signing: SigningConfig) -> PreparedBatch:
     """Normalize, shingle, sign and band every document of the batch in one go."""
     documents = [item for item in items if isinstance(item, Document)]
-    normalized = normalize_batch([doc.text for doc in documents])
-    items = _reject_empty(items, normalized)
-    kept_norm = [n for n in normalized if n]
-    shingles = shingle_batch(kept_norm, signing.shingle, signing.k)
+    normalized = normalize_texts([doc.text for doc in documents])
+    if not normalized.lengths.all():
+        items, documents, normalized = _reject_empty(items, normalized)
+    shingles = shingle_batch(normalized, signing.shingle, signing.k)
     signatures = sign_batch(shingles, signing.num_perm, signing.seed)
     keys = band_keys(signatures, signing.bands, signing.rows)
     row, next_row = [], 0
     for item in items:
         row.append(next_row if isinstance(item, Document) else -1)
         next_row += isinstance(item, Document)
-    contents = [content_hash(n) for n in kept_norm]
-    id_keys = [id_key(item.id) for item in items if isinstance(item, Document)]
-    return PreparedBatch(items, row, contents, id_keys, shingles, keys)
+    id_keys = [id_key(doc.id) for doc in documents]
+    return PreparedBatch(items, row, normalized.contents, id_keys, shingles, keys)
 
 
-def _reject_empty(items: list[Item], normalized: list[str]) -> list[Item]:
-    """Turn documents whose normalized text is empty (only punctuation, say) into rejections."""
+def _reject_empty(items: list[Item], normalized: NormalizedBatch):
+    """Turn documents with nothing left after normalization (only punctuation, say) into rejections."""
+    empty = iter((normalized.lengths == 0).tolist())
     result: list[Item] = []
-    norms = iter(normalized)
     for item in items:
-        if isinstance(item, Document) and not next(norms):
+        if isinstance(item, Document) and next(empty):
             item = Rejected("empty_text", "nothing is left after normalization", item.source, item.id)
         result.append(item)
-    return result
+    documents = [item for item in result if isinstance(item, Document)]
+    keep = normalized.lengths > 0
+    arrays = [normalized.points[s : s + n] for s, n in zip(normalized.starts[keep], normalized.lengths[keep])]
+    contents = [c for c, k in zip(normalized.contents, keep.tolist()) if k]
+    return result, documents, NormalizedBatch._joined(arrays, contents)
 
 
 def decide(txn: IndexTxn, batch: PreparedBatch, settings: DedupSettings, now: float,

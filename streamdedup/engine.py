@@ -104,23 +104,33 @@ class Preparer:
         self.signing = signing
         self.spec = spec
         self._pool = None
+        self._booting = None  # the pool's first task: until it is done, batches are prepared here
         if processes > 0:
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
 
             self._pool = ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn"),
                                              initializer=_die_with_parent, initargs=(os.getpid(),))
+            self._booting = self._pool.submit(os.getpid)
 
     def submit(self, records: list):
         """A future of the PreparedBatch of these raw records."""
         from concurrent.futures import Future
 
-        payload = [(r.value, r.source, r.key) for r in records]
-        if self._pool is None:
+        payload = (
+            [r.value for r in records],
+            [r.key for r in records],
+            [r.source.name for r in records],
+            [r.source.partition for r in records],
+            [r.source.offset for r in records],
+        )
+        if self._booting is not None and self._booting.done():
+            self._booting = None
+        if self._pool is None or self._booting is not None:  # no second process, or not started yet
             future: Future = Future()
             future.set_result(prepare_raw(payload, self.spec, self.signing))
-            return future
-        return self._pool.submit(prepare_raw, payload, self.spec, self.signing)
+            return _Restored(future, records)
+        return _Restored(self._pool.submit(_prepare_compact, payload, self.spec, self.signing), records)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -140,12 +150,39 @@ def _die_with_parent(parent: int) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def prepare_raw(payload: list, spec, signing: SigningConfig) -> PreparedBatch:
-    """Decode raw (value, source, key) records and prepare them; texts are dropped once hashed."""
+def prepare_raw(payload: tuple, spec, signing: SigningConfig) -> PreparedBatch:
+    """Decode raw records (values, keys, source names, partitions, offsets) and prepare them."""
     from .decode import decode
+    from .records import Source
+
+    values, keys, names, partitions, offsets = payload
+    items = [decode(v, Source(n, p, o), spec, k) for v, k, n, p, o in zip(values, keys, names, partitions, offsets)]
+    return prepare(items, signing)
+
+
+def _prepare_compact(payload: tuple, spec, signing: SigningConfig) -> PreparedBatch:
+    """``prepare_raw`` in the second process: items come back as small tuples (texts and sources stay behind)."""
     from .records import Document
 
-    items = [decode(value, source, spec, key) for value, source, key in payload]
-    batch = prepare(items, signing)
-    batch.items = [Document(i.id, "", i.source) if isinstance(i, Document) else i for i in batch.items]
+    batch = prepare_raw(payload, spec, signing)
+    batch.items = [("d", i.id) if isinstance(i, Document) else ("r", i.reason, i.detail, i.id) for i in batch.items]
     return batch
+
+
+class _Restored:
+    """A prepared batch's future whose compact items are turned back into Documents and Rejected."""
+
+    def __init__(self, future, records: list):
+        self.future = future
+        self.records = records
+
+    def result(self) -> PreparedBatch:
+        from .records import Document, Rejected
+
+        batch = self.future.result()
+        if batch.items and isinstance(batch.items[0], tuple):
+            batch.items = [
+                Document(item[1], "", r.source) if item[0] == "d" else Rejected(item[1], item[2], r.source, item[3])
+                for item, r in zip(batch.items, self.records)
+            ]
+        return batch

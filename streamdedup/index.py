@@ -79,7 +79,7 @@ class IndexSettings:
     max_map_size: int = 1 << 40  # 1 TiB: never grow beyond
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class DocRecord:
     """What the index knows of one decided document."""
 

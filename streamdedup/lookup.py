@@ -55,24 +55,36 @@ class RecentMirror:
     def load(cls, txn: IndexTxn) -> "RecentMirror":
         """Read the ``recent`` table back (at start, after a crash, or for a reader)."""
         mirror = cls()
-        entries = [(from_u64(k), *unpack_recent(v)) for k, v in txn.txn.cursor(db=txn.dbs["recent"])]
-        mirror.add(entries)
+        entries, kept_serials, kept_keys = [], [], []
+        for key, value in txn.txn.cursor(db=txn.dbs["recent"]):
+            serial = from_u64(key)
+            ident, content, keys = unpack_recent(value)
+            entries.append((serial, ident, content))
+            if len(keys):
+                kept_serials.append(serial)
+                kept_keys.append(keys)
+        bands = txn.index.signing.bands
+        mirror.add(entries, np.array(kept_serials, dtype=np.int64),
+                   np.array(kept_keys, dtype=np.uint64).reshape(len(kept_keys), bands))
         return mirror
 
-    def add(self, entries: list[tuple[int, bytes, bytes, np.ndarray]]) -> None:
-        """Take in committed entries: (serial, id hash, content hash, band keys or empty)."""
-        new_keys, new_serials, new_bands = [], [], []
-        for serial, ident, content, keys in entries:
-            self.ids.setdefault(ident, []).append(serial)
-            self.content.setdefault(content, serial)
-            if len(keys):
-                new_keys.append(keys)
-                new_serials.append(np.full(len(keys), serial, dtype=np.int64))
-                new_bands.append(np.arange(len(keys), dtype=np.uint16))
-            self.last_serial = max(self.last_serial, serial)
+    def add(self, entries: list[tuple[int, bytes, bytes]], kept_serials: np.ndarray, kept_keys: np.ndarray) -> None:
+        """Take in committed documents: (serial, id hash, content hash) each, and the kept ones' band keys."""
+        ids, content = self.ids, self.content
+        for serial, ident, digest in entries:
+            found = ids.get(ident)
+            if found is None:
+                ids[ident] = [serial]
+            else:
+                found.append(serial)
+            content.setdefault(digest, serial)
+        if entries:
+            self.last_serial = max(self.last_serial, entries[-1][0])
         self.documents += len(entries)
-        if new_keys:
-            self._insert_sorted(np.concatenate(new_keys), np.concatenate(new_serials), np.concatenate(new_bands))
+        if len(kept_serials):
+            bands = kept_keys.shape[1]
+            self._insert_sorted(kept_keys.ravel(), np.repeat(kept_serials, bands),
+                                np.tile(np.arange(bands, dtype=np.uint16), len(kept_serials)))
 
     def _insert_sorted(self, keys: np.ndarray, serials: np.ndarray, bands: np.ndarray) -> None:
         """Merge new entries into the sorted arrays: a memmove, not a sort of everything."""
@@ -150,7 +162,7 @@ class BatchView:
         self._records: dict[int, DocRecord] = {}
         self._shingles: dict[int, np.ndarray] = {}
         self._kept_rows: dict[int, int] = {}  # batch row -> serial, for the batch's kept documents
-        self._recent: list[tuple[int, bytes, bytes, np.ndarray]] = []
+        self._recent: list[tuple[int, bytes, bytes]] = []
         self._first_serial = txn.counters["next_serial"] + 1
         self._counts = {"next_serial": 0, "documents": 0, "kept": 0, "duplicates": 0, "exact": 0}
         self._writes: dict[str, list[tuple[bytes, bytes]]] = {n: [] for n in ("docs", "shingles", "members", "recent")}
@@ -238,7 +250,7 @@ class BatchView:
         writes["docs"].append((key, record.pack()))
         writes["members"].append((u64(record.cluster), key))
         writes["recent"].append((key, pack_recent(ident, record.content, keys)))
-        self._recent.append((record.serial, ident, record.content, keys if keys is not None else _NO_KEYS))
+        self._recent.append((record.serial, ident, record.content))
         if record.kept:
             self._kept_rows[row] = record.serial
             self._shingles[record.serial] = shingles
@@ -259,10 +271,10 @@ class BatchView:
         self._counts["next_serial"] = self._counts["documents"]
         self.txn.count(**self._counts)
         entries, mirror = self._recent, self.mirror
-        return lambda: mirror.add(entries)
-
-
-_NO_KEYS = np.zeros(0, dtype=np.uint64)
+        kept_rows = np.fromiter(self._kept_rows.keys(), dtype=np.int64, count=len(self._kept_rows))
+        kept_serials = np.fromiter(self._kept_rows.values(), dtype=np.int64, count=len(self._kept_rows))
+        kept_keys = self._band_keys[kept_rows]
+        return lambda: mirror.add(entries, kept_serials, kept_keys)
 
 
 def _as_bytes_list(rows: np.ndarray) -> list[bytes]:

@@ -75,7 +75,7 @@ def band_keys(signatures: np.ndarray, bands: int, rows: int) -> np.ndarray:
     give the same key even if they shared a table.
     """
     n = signatures.shape[0]
-    grid = signatures[:, : bands * rows].reshape(n, bands, rows)
+    grid = signatures[:, : bands * rows].astype(np.uint64).reshape(n, bands, rows)
     powers = np.cumprod(np.full(rows, _BAND_BASE, dtype=np.uint64))
     with np.errstate(over="ignore"):
         folded = (grid * powers).sum(axis=2, dtype=np.uint64)

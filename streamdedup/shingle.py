@@ -32,8 +32,10 @@ import numpy as np
 
 __all__ = [
     "ShingleBatch",
+    "NormalizedBatch",
     "normalize",
     "normalize_batch",
+    "normalize_texts",
     "shingle_batch",
     "shingle_hashes_exact",
     "content_hash",
@@ -48,6 +50,7 @@ _ASCII_TABLE = bytes(
     c + 32 if 65 <= c <= 90 else c if (48 <= c <= 57 or 97 <= c <= 122) else 32
     for c in range(256)
 )
+_ASCII_TABLE_SEPARATED = b"\x00" + _ASCII_TABLE[1:]  # the same, but NUL stays: it separates documents
 
 
 @lru_cache(maxsize=1)
@@ -83,6 +86,78 @@ def normalize_exact(text: str) -> str:
 def normalize_batch(texts: list[str]) -> list[str]:
     """``normalize`` applied to each text."""
     return [normalize(t) for t in texts]
+
+
+@dataclass
+class NormalizedBatch:
+    """The normalized texts of a batch as one array of code points, documents separated by 0."""
+
+    points: np.ndarray  # uint32 code points
+    starts: np.ndarray  # int64, where each document starts in ``points``
+    lengths: np.ndarray  # int64, code points of each normalized document (0: nothing left)
+    contents: list[bytes]  # content hash of each normalized document
+
+    @classmethod
+    def of_normalized(cls, normalized: list[str]) -> "NormalizedBatch":
+        """From texts that are normalized already."""
+        arrays = [np.frombuffer(t.encode("utf-32-le"), dtype=np.uint32) for t in normalized]
+        return cls._joined(arrays, [content_hash(t) for t in normalized])
+
+    @classmethod
+    def _joined(cls, arrays: list[np.ndarray], contents: list[bytes]) -> "NormalizedBatch":
+        lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
+        starts = np.zeros(len(arrays), dtype=np.int64)
+        np.cumsum(lengths[:-1] + 1, out=starts[1:])
+        pieces = [piece for a in arrays for piece in (a, _SEPARATOR)]
+        points = np.concatenate(pieces[:-1]) if pieces else np.zeros(0, dtype=np.uint32)
+        return cls(points.astype(np.uint32, copy=False), starts, lengths, contents)
+
+
+_SEPARATOR = np.zeros(1, dtype=np.uint32)
+
+
+def normalize_texts(texts: list[str]) -> NormalizedBatch:
+    """Normalize a batch: pure-ASCII texts all at once with numpy, the others one by one."""
+    fast = [t.isascii() and "\x00" not in t for t in texts]
+    if all(fast):
+        return _normalize_ascii(texts)
+    ascii_batch = _normalize_ascii([t for t, f in zip(texts, fast) if f])
+    arrays, contents, next_fast = [], [], 0
+    for text, is_fast in zip(texts, fast):
+        if is_fast:
+            begin = ascii_batch.starts[next_fast]
+            arrays.append(ascii_batch.points[begin : begin + ascii_batch.lengths[next_fast]])
+            contents.append(ascii_batch.contents[next_fast])
+            next_fast += 1
+        else:
+            norm = normalize_exact(text)
+            arrays.append(np.frombuffer(norm.encode("utf-32-le"), dtype=np.uint32))
+            contents.append(content_hash(norm))
+    return NormalizedBatch._joined(arrays, contents)
+
+
+def _normalize_ascii(texts: list[str]) -> NormalizedBatch:
+    """Lowercase, non-alphanumerics to spaces, runs of spaces collapsed and trimmed: for the whole batch.
+
+    Equal to ``normalize_exact`` on ASCII text without NUL characters (tested).
+    """
+    raw = np.frombuffer(b"\x00".join([t.encode("ascii") for t in texts]).translate(_ASCII_TABLE_SEPARATED),
+                        dtype=np.uint8)
+    word = (raw != 32) & (raw != 0)
+    solid = np.flatnonzero(raw != 32)  # word characters and separators
+    gap = np.flatnonzero((raw[1:] == 32) & word[:-1]) + 1  # the first space after a word
+    following = np.searchsorted(solid, gap, "right")
+    keep_gap = following < len(solid)  # a space is kept when a word of the same document follows
+    keep_gap[keep_gap] = raw[solid[following[keep_gap]]] != 0
+    keep = raw != 32
+    keep[gap[keep_gap]] = True
+    compact = raw[keep]
+    separators = np.flatnonzero(compact == 0)
+    starts = np.concatenate(([0], separators + 1)).astype(np.int64)
+    ends = np.concatenate((separators, [len(compact)])).astype(np.int64)
+    data = compact.tobytes()
+    contents = [hashlib.blake2b(data[b:e], digest_size=16).digest() for b, e in zip(starts.tolist(), ends.tolist())]
+    return NormalizedBatch(compact.astype(np.uint32), starts, ends - starts, contents)
 
 
 def content_hash(normalized: str) -> bytes:
@@ -134,25 +209,12 @@ def _power_tables(n: int) -> tuple[np.ndarray, np.ndarray]:
     return _powers[:n], _inverse_powers[:n]
 
 
-def _codepoints(normalized: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """All texts' code points joined by one space, and each text's start in that array."""
-    joined = " ".join(normalized)
-    if joined.isascii():
-        points = np.frombuffer(joined.encode("ascii"), dtype=np.uint8).astype(np.uint64)
-    else:
-        points = np.frombuffer(joined.encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
-    lengths = np.fromiter((len(t) for t in normalized), dtype=np.int64, count=len(normalized))
-    starts = np.zeros(len(normalized), dtype=np.int64)
-    np.cumsum(lengths[:-1] + 1, out=starts[1:])
-    return points, starts
-
-
 def _span_hashes(points: np.ndarray, begin: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Stable hash of each span ``points[begin[i]:end[i]]``."""
     powers, inverse_powers = _power_tables(len(points) + 1)
     with np.errstate(over="ignore"):
         prefix = np.zeros(len(points) + 1, dtype=np.uint64)
-        np.cumsum(points * powers[: len(points)], out=prefix[1:])
+        np.cumsum(points.astype(np.uint64) * powers[: len(points)], out=prefix[1:])
         poly = (prefix[end] - prefix[begin]) * inverse_powers[begin]
         poly ^= (end - begin).astype(np.uint64) * _U64(GOLDEN)
         return fmix64(poly)
@@ -160,7 +222,7 @@ def _span_hashes(points: np.ndarray, begin: np.ndarray, end: np.ndarray) -> np.n
 
 def _word_spans(points: np.ndarray, starts: np.ndarray, lengths: np.ndarray, k: int):
     """Begin and end of every word k-gram, and the document each one belongs to."""
-    is_space = points == 32
+    is_space = (points == 32) | (points == 0)
     word_begin = np.flatnonzero(~is_space & np.concatenate(([True], is_space[:-1])))
     word_end = np.flatnonzero(~is_space & np.concatenate((is_space[1:], [True]))) + 1
     first_word = np.searchsorted(word_begin, starts)
@@ -188,20 +250,20 @@ def _gram_spans(unit_begin, unit_end, first_unit, units, k: int):
     return unit_begin[first], unit_end[last], gram_offsets
 
 
-def shingle_batch(normalized: list[str], kind: str = "word", k: int = 3) -> ShingleBatch:
-    """Sorted unique shingle hashes of every normalized text of a batch.
+def shingle_batch(batch, kind: str = "word", k: int = 3) -> ShingleBatch:
+    """Sorted unique shingle hashes of every document of a ``NormalizedBatch`` (or normalized texts).
 
-    An empty text gets no shingles; callers reject empty documents first.
+    An empty document gets no shingles; callers reject empty documents first.
     """
-    if not normalized:
+    if not isinstance(batch, NormalizedBatch):
+        batch = NormalizedBatch.of_normalized(list(batch))
+    if len(batch.lengths) == 0:
         return ShingleBatch(np.zeros(0, dtype=np.uint64), np.zeros(1, dtype=np.int64))
-    points, starts = _codepoints(normalized)
-    lengths = np.fromiter((len(t) for t in normalized), dtype=np.int64, count=len(normalized))
     if kind == "word":
-        begin, end, offsets = _word_spans(points, starts, lengths, k)
+        begin, end, offsets = _word_spans(batch.points, batch.starts, batch.lengths, k)
     else:
-        begin, end, offsets = _char_spans(starts, lengths, k)
-    hashes = _span_hashes(points, begin, end)
+        begin, end, offsets = _char_spans(batch.starts, batch.lengths, k)
+    hashes = _span_hashes(batch.points, begin, end)
     return _unique_per_document(hashes, offsets)
 
 

@@ -14,8 +14,11 @@ from .source import RawRecord
 __all__ = ["FileOutputs", "decision_line"]
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False)  # one instance: json.dumps with options builds one per call
+
+
 def decision_line(decision: Decision) -> bytes:
-    return json.dumps(decision.as_json(), ensure_ascii=False).encode("utf-8") + b"\n"
+    return _ENCODER.encode(decision.as_json()).encode("utf-8") + b"\n"
 
 
 class _Output:

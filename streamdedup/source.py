@@ -17,7 +17,7 @@ from .records import Source
 __all__ = ["RawRecord", "FilePosition", "FileSource"]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class RawRecord:
     """One input record's bytes and where it came from."""
 

@@ -48,7 +48,7 @@ def test_out_of_range_arguments_are_refused():
 
 
 def test_band_keys_depend_on_band_number_and_all_rows():
-    signatures = np.array([[1, 2, 3, 4], [3, 4, 1, 2], [1, 2, 3, 5]], dtype=np.uint64)
+    signatures = np.array([[1, 2, 3, 4], [3, 4, 1, 2], [1, 2, 3, 5]], dtype=np.uint32)
     keys = band_keys(signatures, 2, 2)
     assert keys.shape == (3, 2)
     assert keys[0, 0] != keys[1, 1]  # same values (1, 2) in another band: another key

@@ -103,3 +103,18 @@ def test_known_hash_values_are_pinned():
     assert shingle_hashes_exact("the quick brown", "word", 3) == [14677284539370320025]
     assert shingle_hashes_exact("Ünïcödé 東京", "char", 3)[:2] == [3487190531192255482, 4374133799821785792]
     assert shingle_batch(["the quick brown"]).hashes.tolist() == [14677284539370320025]
+
+
+def test_batch_normalization_equals_one_by_one_on_mixed_batches():
+    from streamdedup.shingle import content_hash, normalize_texts
+
+    texts = MIXED + ["  leading and trailing  ", "!!!", "", "nul\x00inside", "tab\tsep\nlines", "x" * 3, "  a  b  "]
+    for batch in (texts, [t for t in texts if t.isascii()], list(reversed(texts))):
+        normalized = normalize_texts(batch)
+        for i, text in enumerate(batch):
+            expected = normalize_exact(text)
+            start, length = normalized.starts[i], normalized.lengths[i]
+            got = "".join(map(chr, normalized.points[start:start + length].tolist()))
+            assert got == expected, repr(text)
+            assert normalized.contents[i] == content_hash(expected)
+        assert shingle_batch(normalized).hashes.tolist() == shingle_batch(normalize_batch(batch)).hashes.tolist()
