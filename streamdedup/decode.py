@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Optional
 
 import msgpack
@@ -112,9 +113,12 @@ def _utf8(value: bytes) -> Optional[str]:
         return None
 
 
+_NOWHERE = Source("", -1, 0)  # parsing problems get their real source in ``decode``
+
+
 def _parse(value: bytes, fmt: str) -> Any:
     """The parsed object, or a Rejected (without source) saying why not."""
-    unknown = Source("", -1, 0)
+    unknown = _NOWHERE
     if fmt == "msgpack":
         try:
             obj = msgpack.unpackb(value, raw=False, strict_map_key=False)
@@ -136,11 +140,19 @@ def _parse(value: bytes, fmt: str) -> Any:
 
 def _field(obj: dict, path: str) -> Any:
     """The value at a dotted path, or None."""
-    for part in path.split("."):
+    parts = _parts(path)
+    if len(parts) == 1:
+        return obj.get(path)
+    for part in parts:
         if not isinstance(obj, dict):
             return None
         obj = obj.get(part)
     return obj
+
+
+@lru_cache(maxsize=64)
+def _parts(path: str) -> tuple[str, ...]:
+    return tuple(path.split("."))
 
 
 def _key_id(key: Optional[bytes], spec: InputSpec) -> tuple[Optional[str], Optional[tuple[str, str]]]:

@@ -141,21 +141,12 @@ def _normalize_ascii(texts: list[str]) -> NormalizedBatch:
 
     Equal to ``normalize_exact`` on ASCII text without NUL characters (tested).
     """
-    raw = np.frombuffer(b"\x00".join([t.encode("ascii") for t in texts]).translate(_ASCII_TABLE_SEPARATED),
-                        dtype=np.uint8)
-    word = (raw != 32) & (raw != 0)
-    solid = np.flatnonzero(raw != 32)  # word characters and separators
-    gap = np.flatnonzero((raw[1:] == 32) & word[:-1]) + 1  # the first space after a word
-    following = np.searchsorted(solid, gap, "right")
-    keep_gap = following < len(solid)  # a space is kept when a word of the same document follows
-    keep_gap[keep_gap] = raw[solid[following[keep_gap]]] != 0
-    keep = raw != 32
-    keep[gap[keep_gap]] = True
-    compact = raw[keep]
+    translated = b"\x00".join([t.encode("ascii") for t in texts]).translate(_ASCII_TABLE_SEPARATED)
+    data = b" ".join(translated.split()).replace(b" \x00", b"\x00").replace(b"\x00 ", b"\x00")
+    compact = np.frombuffer(data, dtype=np.uint8)
     separators = np.flatnonzero(compact == 0)
     starts = np.concatenate(([0], separators + 1)).astype(np.int64)
     ends = np.concatenate((separators, [len(compact)])).astype(np.int64)
-    data = compact.tobytes()
     contents = [hashlib.blake2b(data[b:e], digest_size=16).digest() for b, e in zip(starts.tolist(), ends.tolist())]
     return NormalizedBatch(compact.astype(np.uint32), starts, ends - starts, contents)
 
