@@ -111,6 +111,12 @@ class WorkerSection:
 
 
 @dataclass(frozen=True)
+class MetricsSection:
+    enabled: bool = _key(True, "serve /metrics, /healthz and /readyz while the worker runs")
+    address: str = _key("127.0.0.1:9464", "host:port of that server (0.0.0.0:9464 to reach it from outside)")
+
+
+@dataclass(frozen=True)
 class LogSection:
     format: str = _key("text", "key=value text or JSON lines", choices=("text", "json"))
     level: str = _key("info", "least severe level logged", choices=("debug", "info", "warning", "error"))
@@ -125,6 +131,7 @@ SECTIONS: dict[str, type] = {
     "lsh": LshSection,
     "index": IndexSection,
     "worker": WorkerSection,
+    "metrics": MetricsSection,
     "log": LogSection,
 }
 _PASSTHROUGH = {"consumer", "producer"}  # [kafka.consumer], [kafka.producer]
@@ -142,6 +149,7 @@ class Config:
     lsh: LshSection = field(default_factory=LshSection)
     index: IndexSection = field(default_factory=IndexSection)
     worker: WorkerSection = field(default_factory=WorkerSection)
+    metrics: MetricsSection = field(default_factory=MetricsSection)
     log: LogSection = field(default_factory=LogSection)
 
     def replace(self, section: str, **changes: Any) -> "Config":

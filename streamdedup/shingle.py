@@ -50,7 +50,6 @@ _ASCII_TABLE = bytes(
     c + 32 if 65 <= c <= 90 else c if (48 <= c <= 57 or 97 <= c <= 122) else 32
     for c in range(256)
 )
-_ASCII_TABLE_SEPARATED = b"\x00" + _ASCII_TABLE[1:]  # the same, but NUL stays: it separates documents
 
 
 @lru_cache(maxsize=1)
@@ -117,8 +116,8 @@ _SEPARATOR = np.zeros(1, dtype=np.uint32)
 
 
 def normalize_texts(texts: list[str]) -> NormalizedBatch:
-    """Normalize a batch: pure-ASCII texts all at once with numpy, the others one by one."""
-    fast = [t.isascii() and "\x00" not in t for t in texts]
+    """Normalize a batch: pure-ASCII texts on the fast path, the others on the exact one."""
+    fast = [t.isascii() for t in texts]
     if all(fast):
         return _normalize_ascii(texts)
     ascii_batch = _normalize_ascii([t for t, f in zip(texts, fast) if f])
@@ -137,18 +136,20 @@ def normalize_texts(texts: list[str]) -> NormalizedBatch:
 
 
 def _normalize_ascii(texts: list[str]) -> NormalizedBatch:
-    """Lowercase, non-alphanumerics to spaces, runs of spaces collapsed and trimmed: for the whole batch.
+    """Lowercase, non-alphanumerics to spaces, runs of spaces collapsed and trimmed, as bytes.
 
     Equal to ``normalize_exact`` on ASCII text without NUL characters (tested).
+    Per text in C (``translate``, ``split``, ``join``) measured faster than
+    whole-batch numpy or regular-expression versions.
     """
-    translated = b"\x00".join([t.encode("ascii") for t in texts]).translate(_ASCII_TABLE_SEPARATED)
-    data = b" ".join(translated.split()).replace(b" \x00", b"\x00").replace(b"\x00 ", b"\x00")
-    compact = np.frombuffer(data, dtype=np.uint8)
-    separators = np.flatnonzero(compact == 0)
-    starts = np.concatenate(([0], separators + 1)).astype(np.int64)
-    ends = np.concatenate((separators, [len(compact)])).astype(np.int64)
-    contents = [hashlib.blake2b(data[b:e], digest_size=16).digest() for b, e in zip(starts.tolist(), ends.tolist())]
-    return NormalizedBatch(compact.astype(np.uint32), starts, ends - starts, contents)
+    table = _ASCII_TABLE
+    parts = [b" ".join(t.encode("ascii").translate(table).split()) for t in texts]
+    contents = [hashlib.blake2b(p, digest_size=16).digest() for p in parts]
+    lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+    starts = np.zeros(len(parts), dtype=np.int64)
+    np.cumsum(lengths[:-1] + 1, out=starts[1:])
+    points = np.frombuffer(b"\x00".join(parts), dtype=np.uint8).astype(np.uint32)
+    return NormalizedBatch(points, starts, lengths, contents)
 
 
 def content_hash(normalized: str) -> bytes:

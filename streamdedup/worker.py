@@ -25,6 +25,7 @@ from .logs import Log
 from .offline import Summary
 from .progress import Progress
 from .source import KafkaSource
+from .telemetry import WorkerTelemetry
 
 __all__ = ["Stopper", "run_worker", "run_backfill", "WorkerStats"]
 
@@ -58,8 +59,10 @@ class Watchdog:
     reconnect backoff); without this, the worker would just fall silent.
     """
 
-    def __init__(self, log: Log, bootstrap: str, patience_s: float = 5.0):
+    def __init__(self, log: Log, bootstrap: str, patience_s: float = 5.0,
+                 on_wait: Callable[[Optional[str]], None] = lambda waiting_for: None):
         self.log = log
+        self.on_wait = on_wait
         self.bootstrap = bootstrap
         self.patience_s = patience_s
         self._lock = threading.Lock()
@@ -77,6 +80,7 @@ class Watchdog:
             if self.waiting:
                 self.log.info("broker_back", after=self._phase, waited_s=round(time.monotonic() - self._since, 1))
                 self.waiting = False
+                self.on_wait(None)
             self._phase, self._since, self._reported = name, time.monotonic(), 0.0
 
     def _watch(self) -> None:
@@ -87,6 +91,7 @@ class Watchdog:
                 waited = time.monotonic() - self._since
                 if waited >= self.patience_s and waited - self._reported >= min(max(self._reported, 5.0), 30.0):
                     self.waiting = True
+                    self.on_wait(self._phase)
                     self._reported = waited
                     self.log.warning("broker_lost", waiting_for=self._phase, waited_s=round(waited, 1),
                                      bootstrap=self.bootstrap)
@@ -225,14 +230,18 @@ class Session:
 class WorkerLoop:
     """Runs sessions until stopped, reconnecting with backoff when the broker goes away."""
 
-    def __init__(self, engine: Engine, config: Config, log: Log, stopper: Stopper):
+    def __init__(self, engine: Engine, config: Config, log: Log, stopper: Stopper, telemetry: WorkerTelemetry):
         self.engine = engine
         self.config = config
         self.log = log
         self.stopper = stopper
+        self.telemetry = telemetry
         self.stats = WorkerStats()
         self._last_summary = time.monotonic()
-        self.watchdog = Watchdog(log, config.kafka.bootstrap_servers)
+        self.watchdog = Watchdog(log, config.kafka.bootstrap_servers, on_wait=self._waiting_for)
+
+    def _waiting_for(self, phase: Optional[str]) -> None:
+        self.telemetry.waiting_for = phase
 
     def transactional_id(self) -> str:
         return self.config.worker.transactional_id or f"streamdedup-{self.engine.index.meta['index_id'][:16]}"
@@ -254,6 +263,7 @@ class WorkerLoop:
                                   self.config.kafka.group_id, self.transactional_id(), "kafka")
                 session.recover()
                 self.watchdog.phase(None)
+                self.telemetry.assigned, self.telemetry.waiting_for = True, None
                 self.log.info("broker_back" if lost else "assigned",
                               partitions=",".join(f"{p.topic}/{p.partition}" for p in session.partitions))
                 lost, delay = False, BACKOFF_FIRST_S
@@ -265,6 +275,7 @@ class WorkerLoop:
                     raise trouble or exc
                 lost = True
                 self.watchdog.phase(None)
+                self.telemetry.assigned, self.telemetry.waiting_for = False, "the broker to answer"
                 self.log.warning("broker_lost", error=str(trouble)[:300], retry_in_s=delay,
                                  waiting_for="the broker to answer", bootstrap=self.config.kafka.bootstrap_servers)
                 if session is not None:
@@ -303,15 +314,20 @@ class WorkerLoop:
                 last_lag_check = now
                 watchdog.phase("end offsets of the input topics")
                 self.stats.lag = session.lag()
+                self.telemetry.set_lag(self.stats.lag)
+                self.telemetry.refresh_index()
                 self.stats.caught_up = ahead is None and current is None and not any(self.stats.lag.values())
                 if until_caught_up and self.stats.caught_up:
                     watchdog.phase(None)
                     self.log.info("caught_up", documents=self.stats.summary.total)
                     return
             watchdog.phase(None)
+        self.telemetry.stopping = True
         self.log.info("stopping", reason="signal", abandoned=len(ahead[0]) if ahead else 0)
 
     def _after_batch(self, decisions: list, seconds: float) -> None:
+        self.telemetry.batch_done(decisions, seconds)
+        self.telemetry.refresh_index()
         stats = self.stats
         stats.summary.add(decisions)
         stats.batches += 1
@@ -330,10 +346,17 @@ def run_worker(config: Config, state: Optional[str], until_caught_up: bool, log:
     """The ``run`` command: live deduplication until stopped (or caught up)."""
     stopper = stopper or Stopper()
     with Engine(config, state) as engine:
+        telemetry = WorkerTelemetry(engine.index, config.metrics.address if config.metrics.enabled else None)
+        telemetry.refresh_index()
+        telemetry.start()
         log.info("started", index=engine.index.path, fingerprint=engine.signing.fingerprint(),
-                 topics=",".join(config.input.topics), bootstrap=config.kafka.bootstrap_servers)
+                 topics=",".join(config.input.topics), bootstrap=config.kafka.bootstrap_servers,
+                 metrics=telemetry.url() or "off")
         began = time.monotonic()
-        stats = WorkerLoop(engine, config, log, stopper).run(until_caught_up)
+        try:
+            stats = WorkerLoop(engine, config, log, stopper, telemetry).run(until_caught_up)
+        finally:
+            telemetry.stop()
         stats.summary.seconds = time.monotonic() - began
         return stats
 

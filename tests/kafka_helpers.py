@@ -43,6 +43,7 @@ class Topics:
             "--set", f"output.duplicates_topic={self.duplicates}",
             "--set", f"output.dead_letter_topic={self.dead_letter}",
             "--set", f"kafka.group_id=group-{self.raw}",
+            "--set", "metrics.address=127.0.0.1:0",
         ]
 
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -123,9 +126,14 @@ def test_broker_outage_of_twenty_seconds_loses_nothing(tmp_path_factory, tmp_pat
                                  "--until-caught-up")
         with subprocess.Popen(command, stderr=subprocess.PIPE) as worker:
             log = _read_until(worker, b"info batch")
+            ready_url = re.search(rb'metrics="(http://[^"]+)/metrics"', log).group(1).decode() + "/readyz"
             subprocess.run([str(ROOT / "deploy/kafka/stop.sh")], env=env, check=True, capture_output=True)
             down_since = time.monotonic()
-            time.sleep(20)
+            answers = set()
+            while time.monotonic() - down_since < 20:
+                answers.add(_status(ready_url))
+                time.sleep(1)
+            assert 503 in answers, "/readyz should fail while the broker is down"
             subprocess.run(start, env=env, check=True, capture_output=True)
             _, rest = worker.communicate(timeout=240)
             log += rest
@@ -140,6 +148,14 @@ def test_broker_outage_of_twenty_seconds_loses_nothing(tmp_path_factory, tmp_pat
         assert run_cli("check", "--state", str(tmp_path / "state")).returncode == 0
     finally:
         subprocess.run([str(ROOT / "deploy/kafka/stop.sh"), "--wipe"], env=env, capture_output=True)
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
 
 
 def _read_until(process: subprocess.Popen, needle: bytes, timeout: float = 60) -> bytes:

@@ -177,12 +177,12 @@ def test_backfill_from_a_timestamp_starts_there(kafka, tmp_path):
     assert f"documents  {len(docs) - 50:>10,}".encode() in result.stdout
 
 
-def _wait_for_line(process: subprocess.Popen, needle: bytes, timeout: float = 60) -> None:
+def _wait_for_line(process: subprocess.Popen, needle: bytes, timeout: float = 60) -> bytes:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         line = process.stderr.readline()
         if needle in line:
-            return
+            return line
         if not line and process.poll() is not None:
             break
     raise AssertionError(f"the worker never logged {needle!r}")
@@ -211,3 +211,52 @@ def test_msgpack_and_plain_text_inputs(kafka, tmp_path, fmt):
     assert {header(m, "streamdedup.id").decode() for m in clean} <= {d.id for d in docs}
     assert len(clean) + len(read_all(kafka, topics.duplicates)) == len(docs)
     assert read_all(kafka, topics.dead_letter) == []
+
+
+def test_metrics_and_health_of_a_running_worker(kafka, tmp_path):
+    import re
+    import urllib.request
+
+    from streamdedup.telemetry import METRIC_NAMES
+    from test_metrics import parse_exposition
+
+    docs = corpus.generate(150, seed=31)
+    topics = Topics.fresh(kafka, partitions=2)
+    records = crawl_records(docs) + [(b"bad", b"{nope"), (b"tomb", None)]
+    produce(kafka, topics.raw, records, partition_of=lambda n: n % 2)
+    with subprocess.Popen(worker_command(tmp_path / "state", topics, kafka), stderr=subprocess.PIPE) as worker:
+        try:
+            started = _wait_for_line(worker, b"started")
+            url = re.search(rb'metrics="(http://[^"]+)"', started).group(1).decode()
+            deadline = time.monotonic() + 60
+            while True:
+                families = parse_exposition(urllib.request.urlopen(url, timeout=5).read().decode())
+                documents = _by_label(families, "streamdedup_documents_total", "outcome")
+                if sum(documents.values()) >= len(records) and _value(families, "streamdedup_ready") == 1:
+                    break
+                assert time.monotonic() < deadline, documents
+                time.sleep(0.3)
+            assert set(METRIC_NAMES) <= set(families)
+            assert sum(documents.values()) == len(records)
+            assert documents["rejected"] == 2 and documents["kept"] > 100
+            assert _by_label(families, "streamdedup_rejected_total", "reason") == {"invalid_json": 1, "tombstone": 1}
+            assert _by_label(families, "streamdedup_consumer_lag_records", "partition") == {"0": 0, "1": 0}
+            assert _value(families, "streamdedup_index_documents") == len(docs)
+            assert _value(families, "streamdedup_index_bytes") > 0
+            counts = {name: value for name, labels, value in families["streamdedup_batch_duration_seconds"]["samples"]}
+            assert counts["streamdedup_batch_duration_seconds_count"] >= 1
+            base = url.rsplit("/", 1)[0]
+            assert urllib.request.urlopen(base + "/healthz", timeout=5).status == 200
+            assert urllib.request.urlopen(base + "/readyz", timeout=5).status == 200
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            worker.wait(timeout=30)
+
+
+def _by_label(families, name, label):
+    return {labels[label]: value for _, labels, value in families[name]["samples"]}
+
+
+def _value(families, name):
+    [(_, _, value)] = families[name]["samples"]
+    return value

@@ -1,0 +1,140 @@
+"""The worker's metrics and health: what ``/metrics``, ``/healthz`` and ``/readyz`` say.
+
+Every metric is described once here (the README's table is checked against
+``METRIC_NAMES`` by a test). Updates happen on the worker thread, after a
+batch commits or while idle; a scrape (on the server thread) only reads
+numbers, never the index: LMDB must not be read while the worker grows its map.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable, Optional
+
+from .metrics import MetricsServer, Registry
+from .records import REJECTED, Decision
+
+__all__ = ["WorkerTelemetry", "METRIC_NAMES"]
+
+_PER_DOCUMENT_BUCKETS = (0, 1, 2, 3, 5, 10, 20, 50, 100)
+_BATCH_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class WorkerTelemetry:
+    """The worker's metrics registry, its HTTP server, and the readiness state behind ``/readyz``."""
+
+    def __init__(self, index, address: Optional[str], clock: Callable[[], float] = time.time):
+        self.index = index
+        self.clock = clock
+        self.registry = r = Registry()
+        self.documents = r.counter("streamdedup_documents_total",
+                                   "Documents decided, by outcome (kept, duplicate, exact_duplicate, rejected).",
+                                   labels=("outcome",))
+        self.rejected = r.counter("streamdedup_rejected_total", "Rejected records, by reason.", labels=("reason",))
+        self.replayed = r.counter("streamdedup_replayed_total",
+                                  "Records the index had already decided (their earlier decision was repeated).")
+        self.batch_seconds = r.histogram("streamdedup_batch_duration_seconds",
+                                         "Time to decide and commit one batch.", buckets=_BATCH_BUCKETS)
+        self.candidates = r.histogram("streamdedup_candidates_per_document",
+                                      "Kept documents proposed by the band tables, per document.",
+                                      buckets=_PER_DOCUMENT_BUCKETS)
+        self.verifications = r.histogram("streamdedup_verifications_per_document",
+                                         "Exact Jaccard computations, per document.", buckets=_PER_DOCUMENT_BUCKETS)
+        self.lag = r.gauge("streamdedup_consumer_lag_records",
+                           "Records between the worker's position and the end of each input partition.",
+                           labels=("topic", "partition"))
+        self.last_commit = 0.0
+        r.gauge("streamdedup_last_commit_age_seconds", "Seconds since the last batch committed "
+                "(since start, before the first).").set_function(self._commit_age)
+        self.index_documents = r.gauge("streamdedup_index_documents", "Documents in the index.")
+        self.index_clusters = r.gauge("streamdedup_index_clusters", "Clusters (kept documents) in the index.")
+        self.index_bytes = r.gauge("streamdedup_index_bytes", "Size of the index file on disk.")
+        self.map_used = r.gauge("streamdedup_index_map_used_bytes", "Bytes of the LMDB map in use.")
+        self.map_size = r.gauge("streamdedup_index_map_size_bytes", "Current LMDB map size (it grows by itself).")
+        self._map = (0, 1)
+        r.gauge("streamdedup_ready", "1 while the worker consumes, else 0.").set_function(
+            lambda: 1.0 if self.readiness()[0] else 0.0)
+        self.started = clock()
+        self.assigned = False
+        self.waiting_for: Optional[str] = None
+        self.stopping = False
+        self.server = MetricsServer(r, address, ready=self.readiness, healthy=self.health) if address else None
+
+    def start(self) -> None:
+        if self.server is not None:
+            self.server.start()
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+    def url(self) -> Optional[str]:
+        """Where /metrics is served (with the real port when the address said 0)."""
+        if self.server is None:
+            return None
+        host = self.server.address.rsplit(":", 1)[0]
+        return f"http://{host}:{self.server.port}/metrics"
+
+    def refresh_index(self) -> None:
+        """Read the index's size and counts (on the worker thread)."""
+        with self.index.read() as txn:
+            counters = txn.counters
+        self.index_documents.set(counters["documents"])
+        self.index_clusters.set(counters["kept"])
+        self.index_bytes.set(os.path.getsize(os.path.join(self.index.path, "data.mdb")))
+        self._map = self.index.map_use()
+        self.map_used.set(self._map[0])
+        self.map_size.set(self._map[1])
+
+    def _commit_age(self) -> float:
+        return self.clock() - (self.last_commit or self.started)
+
+    def readiness(self) -> tuple[bool, str]:
+        """Ready while consuming: assigned partitions, broker answering, index not full, not stopping."""
+        if self.stopping:
+            return False, "stopping"
+        if not self.assigned:
+            return False, "no partitions assigned yet"
+        if self.waiting_for:
+            return False, f"waiting for the broker: {self.waiting_for}"
+        used, size = self._map
+        if size >= self.index.settings.max_map_size and used >= 0.95 * size:
+            return False, "the index map is full (index.max_map_size)"
+        return True, "consuming"
+
+    def health(self) -> tuple[bool, str]:
+        return (True, "ok") if not self.stopping else (True, "stopping")
+
+    def batch_done(self, decisions: list[Decision], seconds: float) -> None:
+        """Count a committed batch."""
+        self.last_commit = self.clock()
+        self.batch_seconds.observe(seconds)
+        counts: dict[str, int] = {}
+        for d in decisions:
+            if d.replayed:
+                self.replayed.inc()
+                continue
+            outcome = "exact_duplicate" if d.exact else d.status
+            counts[outcome] = counts.get(outcome, 0) + 1
+            if d.status == REJECTED:
+                self.rejected.inc(reason=(d.reason or "").split(":")[0])
+            else:
+                self.candidates.observe(d.candidates)
+                self.verifications.observe(d.verified)
+        for outcome, count in counts.items():
+            self.documents.inc(count, outcome=outcome)
+
+    def set_lag(self, lag: dict) -> None:
+        for partition, records in lag.items():
+            self.lag.set(records, topic=partition.topic, partition=str(partition.partition))
+
+
+METRIC_NAMES = (
+    "streamdedup_documents_total", "streamdedup_rejected_total", "streamdedup_replayed_total",
+    "streamdedup_batch_duration_seconds", "streamdedup_candidates_per_document",
+    "streamdedup_verifications_per_document", "streamdedup_consumer_lag_records",
+    "streamdedup_last_commit_age_seconds", "streamdedup_index_documents", "streamdedup_index_clusters",
+    "streamdedup_index_bytes", "streamdedup_index_map_used_bytes", "streamdedup_index_map_size_bytes",
+    "streamdedup_ready",
+)
