@@ -1,5 +1,8 @@
 """The index consistency check: every table agrees with the document records.
 
+Members released by ``forget`` (cluster 0) and kept documents expired by
+retention (no band entries, no shingles) are consistent states.
+
 Used by ``streamdedup check`` and as the oracle of the crash tests. Reads one
 snapshot (one read transaction), so it is safe while the worker runs. A
 document's lookup keys live either in the ``recent`` log (serials after
@@ -66,31 +69,32 @@ def _check_records(txn: IndexTxn, report: CheckReport, recent: dict, merged: int
         report.documents += 1
         name = f"document #{record.serial} ({record.id})"
         keys = np.frombuffer(record.band_keys, dtype=">u8").astype(np.uint64)
+        live = record.kept and not record.expired  # in the band tables
         if record.kept:
             report.kept += 1
             kept_serials.add(record.serial)
             if len(keys) != bands:
                 report.problem(f"kept {name} has {len(keys)} band keys, not {bands}")
-            if txn.txn.get(record.serial.to_bytes(8, "big"), db=txn.dbs["shingles"]) is None:
+            if live and txn.txn.get(record.serial.to_bytes(8, "big"), db=txn.dbs["shingles"]) is None:
                 report.problem(f"kept {name} has no stored shingles")
             if record.cluster != record.serial:
                 report.problem(f"kept {name} names cluster #{record.cluster}, not itself")
-        if (record.cluster, record.serial) not in members:
+        if record.cluster and (record.cluster, record.serial) not in members:
             report.problem(f"{name} is missing from the members of cluster #{record.cluster}")
         if record.serial > merged:
-            _check_recent_entry(record, name, keys, recent.get(record.serial), report)
+            _check_recent_entry(record, name, keys if live else keys[:0], recent.get(record.serial), report)
         else:
             if (id_key(record.id), record.serial) not in ids:
                 report.problem(f"{name} cannot be found by its id")
             if record.content not in contents:
                 report.problem(f"{name} cannot be found by its content hash")
-            if record.kept:
+            if live:
                 merged_keys[record.serial] = {(b, int(k)) for b, k in enumerate(keys.tolist())}
     for serial in recent:
         if serial <= merged:
             report.problem(f"recent log still holds #{serial}, already merged (up to #{merged})")
     for record in txn.records():
-        if not record.kept and record.cluster not in kept_serials:
+        if not record.kept and record.cluster and record.cluster not in kept_serials:
             report.problem(f"duplicate #{record.serial} ({record.id}) joins cluster #{record.cluster}, "
                            "which is not a kept document")
     return merged_keys
@@ -103,8 +107,8 @@ def _check_recent_entry(record, name: str, keys: np.ndarray, entry, report: Chec
     ident, content, recent_keys = entry
     if ident != id_key(record.id) or content != record.content:
         report.problem(f"{name} has other id or content hashes in the recent log")
-    if record.kept and not np.array_equal(recent_keys, keys):
-        report.problem(f"kept {name} has other band keys in the recent log")
+    if not np.array_equal(recent_keys, keys):
+        report.problem(f"{name} has other band keys in the recent log")
 
 
 def _check_bands(txn: IndexTxn, merged_keys: dict[int, set[tuple[int, int]]], merged: int,

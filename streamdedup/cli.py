@@ -33,6 +33,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_FAILED
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader went away (| head): not an error of ours
+        sys.stderr.close()
+        return EXIT_OK
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -72,7 +75,35 @@ def _parser() -> argparse.ArgumentParser:
     stats.set_defaults(handler=_cmd_stats)
 
     check = sub.add_parser("check", parents=[common], help="check the index's consistency (read-only)")
+    check.add_argument("--fix", action="store_true", help="rebuild every lookup table from the document records "
+                       "(needs the writer lock: stop the worker first)")
     check.set_defaults(handler=_cmd_check)
+
+    query = sub.add_parser("query", parents=[common], help="the near-duplicates of a text in the index (read-only)")
+    what = query.add_mutually_exclusive_group(required=True)
+    what.add_argument("text", nargs="?", help="the text to look for")
+    what.add_argument("--file", help="read the text from this file (- for stdin)")
+    query.add_argument("--min-similarity", type=float, help="default: lsh.threshold")
+    query.add_argument("--limit", type=int, default=20)
+    query.add_argument("--json", action="store_true")
+    query.set_defaults(handler=_cmd_query)
+
+    cluster = sub.add_parser("cluster", parents=[common], help="a cluster's representative and members (read-only)")
+    cluster.add_argument("id", help="a document id: the representative, or any member")
+    cluster.add_argument("--json", action="store_true")
+    cluster.set_defaults(handler=_cmd_cluster)
+
+    forget = sub.add_parser("forget", parents=[common], help="remove documents from the index (takedown, privacy)")
+    forget.add_argument("ids", nargs="*", metavar="ID")
+    forget.add_argument("--file", help="a file of ids, one per line")
+    forget.add_argument("--timeout", type=float, default=120.0,
+                        help="seconds to wait for a running worker to apply the request (default 120)")
+    forget.set_defaults(handler=_cmd_forget)
+
+    backup = sub.add_parser("backup", parents=[common], help="a consistent, compacted copy of the index, "
+                            "safe while the worker runs")
+    backup.add_argument("dest", help="an empty or new folder; receives data.mdb")
+    backup.set_defaults(handler=_cmd_backup)
 
     run = sub.add_parser("run", parents=[common], help="the live worker: input topics -> clean / duplicates / "
                          "dead-letter topics, exactly one outcome per record")
@@ -103,6 +134,9 @@ def _cmd_dedup(args) -> int:
 
     cfg = _config(args)
     spec = InputSpec.from_section(cfg.input)
+    for path in args.inputs:
+        if path != "-" and not os.path.isfile(path):
+            raise ConfigError(f"input {path!r} does not exist (or is not a file)")
     with Engine(cfg, args.state) as engine:
         progress = Progress(FileSource(args.inputs).total_bytes(), enabled=args.progress)
         summary = dedup_files(engine, args.inputs, spec, args.out, args.decisions, cfg.worker.batch_size,
@@ -186,9 +220,19 @@ def _cmd_stats(args) -> int:
 
 def _cmd_check(args) -> int:
     from .check import check_index
+    from .engine import Engine
 
-    with _open_readonly(args) as engine:
-        report = check_index(engine.index)
+    if args.fix:
+        with Engine(_config(args), args.state) as engine:
+            before = check_index(engine.index)
+            result = engine.rebuild()
+            print(f"rebuilt the lookup tables from {result['documents']:,} records "
+                  f"({len(before.problems) + before.more} problems before); counters changed: "
+                  f"{result['counters_changed'] or 'none'}")
+            report = check_index(engine.index)
+    else:
+        with _open_readonly(args) as engine:
+            report = check_index(engine.index)
     for problem in report.problems:
         print(f"problem: {problem}")
     if report.more:
@@ -196,6 +240,95 @@ def _cmd_check(args) -> int:
     verdict = "consistent" if report.ok else "INCONSISTENT"
     print(f"{verdict}: {report.documents:,} documents, {report.kept:,} kept, {report.band_entries:,} band entries")
     return EXIT_OK if report.ok else EXIT_PROBLEMS
+
+
+def _cmd_query(args) -> int:
+    from .query import near_duplicates
+
+    if args.file:
+        with (sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")) as handle:
+            text = handle.read()
+    else:
+        text = args.text
+    with _open_readonly(args) as engine:
+        matches = near_duplicates(engine, text, args.min_similarity, args.limit)
+    if args.json:
+        print(json.dumps([m.as_dict() for m in matches], indent=2))
+        return EXIT_OK
+    if not matches:
+        print("no near-duplicates in the index")
+    for m in matches:
+        kind = "exact copy" if m.exact else ("kept" if m.kept else "duplicate")
+        print(f"{m.similarity:.3f}  {m.id}  cluster={m.cluster}  {kind}  source={'/'.join(map(str, m.source))}")
+    return EXIT_OK
+
+
+def _cmd_cluster(args) -> int:
+    from .query import cluster_of
+
+    with _open_readonly(args) as engine:
+        view = cluster_of(engine, args.id)
+    if args.json:
+        print(json.dumps(view.as_dict(), indent=2))
+        return EXIT_OK
+    rep = view.representative
+    print(f"cluster {rep['id']}: {len(view.members) + 1} documents"
+          + (f" (asked about member {view.asked})" if view.asked else ""))
+    print(f"  representative  {rep['id']}  source={'/'.join(map(str, rep['source']))}"
+          + ("  EXPIRED" if rep["expired"] else ""))
+    for m in view.members:
+        similarity = f"{m['similarity']:.3f}" if m["similarity"] is not None else "-"
+        print(f"  member {similarity}  {m['id']}{'  (exact copy)' if m['exact'] else ''}  matched={m['matched']}"
+              f"  source={'/'.join(map(str, m['source']))}")
+    return EXIT_OK
+
+
+def _cmd_forget(args) -> int:
+    from .engine import Engine
+    from .errors import IndexLockedError
+    from .housekeeping import ForgetRequests
+
+    ids = list(args.ids)
+    if args.file:
+        with open(args.file, encoding="utf-8") as handle:
+            ids += [line.strip() for line in handle if line.strip()]
+    if not ids:
+        raise ConfigError("forget: name at least one id, or --file with one id per line")
+    cfg = _config(args)
+    try:
+        with Engine(cfg, args.state) as engine:
+            result = engine.forget(ids).as_dict()
+            how = "applied directly (no worker was running)"
+    except IndexLockedError:
+        from .engine import index_settings
+
+        requests = ForgetRequests(index_settings(cfg, args.state).path)
+        name = requests.submit(ids)
+        result = requests.wait(name, args.timeout)
+        if result is None:
+            print(f"streamdedup: the process writing the index did not apply the request within {args.timeout:.0f} s; "
+                  f"it stays queued in {requests.folder} and will be applied between batches", file=sys.stderr)
+            return EXIT_FAILED
+        how = "applied by the running worker"
+    print(f"forgot {len(result['forgotten'])} id(s), {result['dissolved']} cluster(s) dissolved "
+          f"({result['released']} member(s) released); {how}")
+    for doc_id in result["unknown"]:
+        print(f"not in the index: {doc_id}")
+    return EXIT_OK
+
+
+def _cmd_backup(args) -> int:
+    dest = os.path.abspath(args.dest)
+    if os.path.exists(os.path.join(dest, "data.mdb")):
+        raise ConfigError(f"{dest} already holds an index (data.mdb): choose an empty or new folder")
+    os.makedirs(dest, exist_ok=True)
+    with _open_readonly(args) as engine:
+        engine.index.backup(dest)
+        with engine.index.read() as txn:
+            documents = txn.counters["documents"]
+    size = os.path.getsize(os.path.join(dest, "data.mdb"))
+    print(f"copied {documents:,} documents to {dest}/data.mdb ({size:,} bytes, compacted)")
+    return EXIT_OK
 
 
 def _log(cfg: config_module.Config):

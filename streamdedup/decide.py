@@ -9,8 +9,8 @@ A batch goes through two steps:
 
    a. same id and same content as a decided document: that decision again
       (``replayed``), nothing written;
-   b. same normalized text as a decided document: an *exact* duplicate of
-      it, joining its cluster, no band lookup;
+   b. same normalized text as a decided document that still belongs to a
+      cluster: an *exact* duplicate of it, joining its cluster, no band lookup;
    c. otherwise the band tables propose kept documents; the ones sharing
       the most bands are verified first (at most ``max_candidates``) by
       exact Jaccard; the most similar at or above the threshold wins (ties:
@@ -45,6 +45,7 @@ class DedupSettings:
     signing: SigningConfig
     threshold: float = 0.7  # exact Jaccard at or above which a document is a duplicate
     max_candidates: int = 100  # verify at most this many candidates per document
+    retention_s: float = 0.0  # kept documents older than this match nothing (0: forever)
 
 
 @dataclass
@@ -99,18 +100,20 @@ def decide(txn: IndexTxn, batch: PreparedBatch, settings: DedupSettings, now: fl
            mirror: RecentMirror) -> list[Decision]:
     """Decide every item of the batch, in order, recording documents in the index."""
     view = BatchView(txn, mirror, batch.id_keys, batch.contents, batch.keys)
+    cutoff = now - settings.retention_s if settings.retention_s > 0 else None
     decisions = []
     for i, item in enumerate(batch.items):
         if isinstance(item, Rejected):
             decisions.append(Decision.rejected(item))
         else:
-            decisions.append(_decide_one(view, item, batch.row[i], batch, settings, now))
+            decisions.append(_decide_one(view, item, batch.row[i], batch, settings, now, cutoff))
     txn.after_commit.append(view.flush())
     return decisions
 
 
 def _decide_one(
-    view: BatchView, doc: Document, row: int, batch: PreparedBatch, settings: DedupSettings, now: float
+    view: BatchView, doc: Document, row: int, batch: PreparedBatch, settings: DedupSettings, now: float,
+    cutoff: Optional[float] = None,
 ) -> Decision:
     content, ident = batch.contents[row], batch.id_keys[row]
     earlier = _same_document(view, ident, content)
@@ -118,14 +121,17 @@ def _decide_one(
         return _as_decision(earlier, replayed=True)
     serial = view.next_serial()
     identical = view.serial_of_content(content)
-    if identical is not None:
-        twin = view.record(identical)
+    twin = None if identical is None else view.record(identical)
+    if twin is not None and twin.cluster and _matchable(view, twin, cutoff):  # cluster 0: dissolved by forget
         record = DocRecord(serial, doc.id, False, twin.cluster, twin.cluster_id, twin.serial, twin.id,
                            1.0, True, content, doc.source.as_list(), b"", now)
         view.insert(record, ident, row)
         return _as_decision(record)
     shingles = batch.shingles.of(row)
     serials, shared = view.candidates(row)
+    if cutoff is not None:
+        live = np.array([_matchable(view, view.record(s), cutoff) for s in serials.tolist()], dtype=bool)
+        serials, shared = serials[live], shared[live]
     if len(serials) > settings.max_candidates:
         serials = serials[np.lexsort((serials, -shared))[: settings.max_candidates]]
     match, similarity, compared = best_match(
@@ -141,6 +147,14 @@ def _decide_one(
                            doc.source.as_list(), b"", now)
         view.insert(record, ident, row)
     return _as_decision(record, candidates=len(shared), verified=compared)
+
+
+def _matchable(view: BatchView, record: DocRecord, cutoff: Optional[float]) -> bool:
+    """Whether a decided document may still be matched: not past retention (its cluster's kept document)."""
+    if cutoff is None:
+        return True
+    representative = record if record.kept else (view.record(record.cluster) if record.cluster else None)
+    return representative is not None and not representative.expired and representative.time >= cutoff
 
 
 def _same_document(view: BatchView, ident: bytes, content: bytes) -> Optional[DocRecord]:

@@ -14,6 +14,7 @@ from typing import Callable, Optional
 from .config import Config
 from .decide import DedupSettings, PreparedBatch, decide, prepare
 from .index import Index, IndexSettings, IndexTxn
+from .housekeeping import ForgetRequests, forget, rebuild_tables, sweep_expired
 from .lookup import RecentMirror, merge_recent
 from .lsh import optimal_params
 from .records import Decision, Item
@@ -51,7 +52,11 @@ class Engine:
         wanted = None if readonly else signing_config(config)
         self.index = Index(index_settings(config, state), wanted, readonly=readonly, adopt_bands=not config.lsh.bands)
         self.signing = self.index.signing
-        self.settings = DedupSettings(self.signing, config.lsh.threshold, config.lsh.max_candidates)
+        self.settings = DedupSettings(self.signing, config.lsh.threshold, config.lsh.max_candidates,
+                                      config.index.retention_days * 86400.0)
+        self.sweep_interval_s = config.index.sweep_interval_s
+        self._next_sweep = 0.0
+        self.requests = ForgetRequests(self.index.path)
         self.clock = clock
         self.merge_every = config.index.merge_every
         with self.index.read() as txn:
@@ -74,6 +79,32 @@ class Engine:
         if self.mirror.documents >= self.merge_every:
             self.merge_recent()
         return decisions
+
+    def forget(self, ids: list[str]):
+        """Remove documents (every version of each id); see ``housekeeping``."""
+        return self.index.write(lambda txn: forget(txn, self.mirror, ids))
+
+    def between_batches(self) -> None:
+        """What the writer does between batches: pending forget requests, a slice of the retention sweep."""
+        self.requests.serve(self.forget)
+        self.sweep()
+
+    def sweep(self, budget: int = 20000) -> int:
+        """One bounded slice of the retention sweep, if retention is on and one is due; documents expired."""
+        if self.settings.retention_s <= 0 or self.clock() < self._next_sweep:
+            return 0
+        cutoff = self.clock() - self.settings.retention_s
+        expired, done = self.index.write(lambda txn: sweep_expired(txn, self.mirror, cutoff, budget))
+        if done:
+            self._next_sweep = self.clock() + self.sweep_interval_s
+        return expired
+
+    def rebuild(self) -> dict:
+        """Re-derive the lookup tables from the records (``check --fix``)."""
+        result = self.index.write(rebuild_tables)
+        with self.index.read() as txn:
+            self.mirror = RecentMirror.load(txn)
+        return result
 
     def merge_recent(self) -> None:
         """Move the recent documents' lookup keys into the hash-keyed tables (see ``lookup``)."""

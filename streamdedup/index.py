@@ -54,6 +54,7 @@ from .signing import SigningConfig
 __all__ = ["Index", "IndexSettings", "IndexTxn", "DocRecord", "FORMAT_VERSION", "id_key", "u64", "from_u64"]
 
 FORMAT_VERSION = 1
+LOW_DISK_BYTES = 16 << 20  # 16 MiB: below this, a failed write is taken for a full disk
 _DATABASES = {
     "meta": {},
     "bands": {"dupsort": True, "dupfixed": True},
@@ -96,11 +97,12 @@ class DocRecord:
     source: list  # [name, partition, offset]
     band_keys: bytes  # kept documents: their band keys (bands x 8 B)
     time: float  # when it was decided (seconds since the epoch)
+    expired: bool = False  # kept, but past index.retention_days: out of the band tables, matches nothing
 
     def pack(self) -> bytes:
         return msgpack.packb(
             [self.id, self.kept, self.cluster, self.cluster_id, self.matched, self.matched_id,
-             self.similarity, self.exact, self.content, self.source, self.band_keys, self.time]
+             self.similarity, self.exact, self.content, self.source, self.band_keys, self.time, self.expired]
         )
 
     @classmethod
@@ -278,6 +280,10 @@ class Index:
             )
         self.env.set_mapsize(min(current * 2, self.settings.max_map_size))
 
+    def backup(self, dest: str) -> None:
+        """A consistent, compacted copy of the index into the folder ``dest`` (taken in one read transaction)."""
+        self.env.copy(dest, compact=True)
+
     def map_use(self) -> tuple[int, int]:
         """(bytes in use, map size)."""
         info, stat = self.env.info(), self.env.stat()
@@ -308,12 +314,21 @@ class Index:
 
 
 def _translated(exc: lmdb.Error, path: str) -> Exception:
-    if getattr(exc, "errno", None) == errno.ENOSPC or "No space left" in str(exc):
+    """LMDB's error as ours. A failed write on a full disk may surface as EIO, so free space is checked too."""
+    if getattr(exc, "errno", None) == errno.ENOSPC or "No space left" in str(exc) or _disk_nearly_full(path):
         return DiskFullError(
             f"the disk holding the index at {path!r} is full; the index is intact as of its last commit: "
             "free space and start again"
         )
     return IndexUnusableError(f"LMDB error on the index at {path!r}: {exc}")
+
+
+def _disk_nearly_full(path: str) -> bool:
+    try:
+        stat = os.statvfs(path)
+    except OSError:
+        return False
+    return stat.f_bavail * stat.f_frsize < LOW_DISK_BYTES
 
 
 class IndexTxn:
@@ -355,6 +370,22 @@ class IndexTxn:
         if raw is None:
             raise IndexCorruptError(f"document #{serial} is referenced but has no record; run `streamdedup check`")
         return DocRecord.unpack(serial, raw)
+
+    def find_record(self, serial: int) -> Optional[DocRecord]:
+        raw = self.txn.get(u64(serial), db=self.dbs["docs"])
+        return None if raw is None else DocRecord.unpack(serial, raw)
+
+    def put_record(self, record: DocRecord) -> None:
+        self.txn.put(u64(record.serial), record.pack(), db=self.dbs["docs"])
+
+    def delete(self, name: str, key: bytes, value: Optional[bytes] = None) -> bool:
+        """Remove a key (or one value of a dupsort key) from a table; False if it was not there."""
+        if value is None:
+            return self.txn.delete(key, db=self.dbs[name])
+        return self.txn.delete(key, value, db=self.dbs[name])
+
+    def get(self, name: str, key: bytes) -> Optional[bytes]:
+        return self.txn.get(key, db=self.dbs[name])
 
     def table_entries(self, name: str) -> Iterator[tuple[bytes, bytes]]:
         """Every (key, value) of a named table, in key order."""

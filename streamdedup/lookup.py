@@ -109,6 +109,24 @@ class RecentMirror:
         index = np.unique(index)  # a key asked by two documents is one row
         return self.keys[index], self.serials[index]
 
+    def remove(self, serials: set[int]) -> None:
+        """Forget these documents (after a commit that removed them from ``recent``)."""
+        for ident in list(self.ids):
+            kept = [s for s in self.ids[ident] if s not in serials]
+            if kept:
+                self.ids[ident] = kept
+            else:
+                del self.ids[ident]
+        for digest in [d for d, s in self.content.items() if s in serials]:
+            del self.content[digest]
+        keep = ~np.isin(self.serials, np.fromiter(serials, dtype=np.int64, count=len(serials)))
+        self.keys, self.serials, self.bands = self.keys[keep], self.serials[keep], self.bands[keep]
+
+    def drop_band_entries(self, serials: set[int]) -> None:
+        """Take documents out of the mirrored band keys only (expired by retention)."""
+        keep = ~np.isin(self.serials, np.fromiter(serials, dtype=np.int64, count=len(serials)))
+        self.keys, self.serials, self.bands = self.keys[keep], self.serials[keep], self.bands[keep]
+
     def clear(self) -> None:
         self.__init__()
 

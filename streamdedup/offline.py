@@ -80,6 +80,7 @@ def dedup_files(engine: Engine, inputs: list[str], spec: InputSpec, clean: Optio
         ahead: Optional[tuple] = None
         for records, position in source.batches(batch_size, start.position):
             current, ahead = ahead, (records, position, preparer.submit(records))
+            engine.between_batches()
             if current is not None:
                 _commit_batch(engine, run, outputs, summary, *current)
                 progress.update(len(current[0]), done_before + source.bytes_read)

@@ -301,6 +301,7 @@ class WorkerLoop:
         watchdog = self.watchdog
         ahead = None  # (records, future of their prepared batch): read, not yet decided
         while not self.stopper.stopped:
+            self.engine.between_batches()
             watchdog.phase("records from the input topics")
             records = session.source.poll_batch(self.config.worker.poll_timeout_ms)
             current, ahead = ahead, ((records, preparer.submit(records)) if records else None)
@@ -394,6 +395,7 @@ def _backfill_batches(session: Session, first: dict, ends: dict, index_only: boo
     log.info("backfill_started", topic=session.source.topics[0], records=total, index_only=index_only)
     try:
         while not stopper.stopped and any(session.source.position(p) < ends[p] for p in ends):
+            session.engine.between_batches()
             records = session.source.poll_batch(500, limit=ends)
             if records:
                 summary.add(session.commit.process(records, emit=not index_only))

@@ -162,3 +162,8 @@ def test_running_the_same_command_again_gives_the_same_outputs(tmp_path, crawl_f
     assert b"replayed" in again.stdout
     assert {n: (tmp_path / n).read_bytes() for n in before} == before
     assert index_snapshot(tmp_path / "state") == snapshot
+
+
+def test_a_missing_input_is_a_clear_error(tmp_path):
+    result = run_cli("dedup", str(tmp_path / "nope.jsonl"), "--state", str(tmp_path / "s"), check=False)
+    assert result.returncode == 2 and b"does not exist" in result.stderr and b"Traceback" not in result.stderr

@@ -1,0 +1,237 @@
+"""Index housekeeping: forgetting documents, the retention sweep, and rebuilding lookup tables.
+
+Forgetting (takedown and privacy requests) removes a document's record, its
+shingles, its band entries and its id, content and membership lookups. When
+the document is a cluster's representative the cluster is *dissolved*: its
+other members stay in the index (so their replays are still recognized) but
+belong to no cluster any more (cluster id empty), and the next look-alike of
+the forgotten text is decided against the remaining kept documents; finding
+none, it is kept and starts a new cluster.
+
+Retention (``index.retention_days``): a kept document older than that stops
+matching at once (decisions ignore it), and a sweep that runs between
+batches, a bounded slice at a time, takes it out of the band tables and
+drops its shingles. Its record stays, marked expired.
+
+Rebuilding (``check --fix``) re-derives every lookup table (ids, content,
+members, bands, the recent log) and the counters from the document records,
+which are the source of truth.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from .index import DocRecord, IndexTxn, from_u64, id_key, u64
+from .lookup import RecentMirror, merge_recent, pack_recent, unpack_recent
+
+__all__ = ["ForgetReport", "ForgetRequests", "forget", "sweep_expired", "rebuild_tables", "RETENTION_POSITION"]
+
+RETENTION_POSITION = "retention:next-serial"
+
+
+@dataclass
+class ForgetReport:
+    forgotten: list[str] = field(default_factory=list)  # ids removed
+    unknown: list[str] = field(default_factory=list)  # ids the index does not hold
+    dissolved: int = 0  # clusters dissolved (a representative was forgotten)
+    released: int = 0  # members those clusters had
+
+    def as_dict(self) -> dict:
+        return {"forgotten": self.forgotten, "unknown": self.unknown, "dissolved": self.dissolved,
+                "released": self.released}
+
+
+def serials_with_id(txn: IndexTxn, mirror: RecentMirror, doc_id: str) -> list[int]:
+    """Every serial (every version) recorded under a document id."""
+    key = id_key(doc_id)
+    cursor = txn.txn.cursor(db=txn.dbs["ids"])
+    found = [from_u64(v) for v in cursor.iternext_dup()] if cursor.set_key(key) else []
+    return sorted(set(found) | set(mirror.ids.get(key, [])))
+
+
+def forget(txn: IndexTxn, mirror: RecentMirror, ids: list[str]) -> ForgetReport:
+    """Remove every version of these documents; the mirror follows once the transaction commits."""
+    report = ForgetReport()
+    removed: set[int] = set()
+    for doc_id in ids:
+        serials = serials_with_id(txn, mirror, doc_id)
+        if not serials:
+            report.unknown.append(doc_id)
+            continue
+        for serial in serials:
+            _forget_one(txn, txn.record(serial), report)
+            removed.add(serial)
+        report.forgotten.append(doc_id)
+    if removed:
+        txn.after_commit.append(lambda: mirror.remove(removed))
+    return report
+
+
+def _forget_one(txn: IndexTxn, record: DocRecord, report: ForgetReport) -> None:
+    key = u64(record.serial)
+    txn.delete("docs", key)
+    txn.delete("shingles", key)
+    txn.delete("recent", key)
+    txn.delete("ids", id_key(record.id), key)
+    if txn.get("content", record.content) == key:
+        txn.delete("content", record.content)
+    if record.cluster:
+        txn.delete("members", u64(record.cluster), key)
+    if record.kept:
+        for band, band_key in enumerate(np.frombuffer(record.band_keys, dtype=">u8").tolist()):
+            txn.delete("bands", band.to_bytes(2, "big") + band_key.to_bytes(8, "big"), key)
+        report.released += _dissolve(txn, record.serial)
+        report.dissolved += 1
+    txn.count(documents=-1, kept=-int(record.kept), duplicates=-int(not record.kept), exact=-int(record.exact))
+
+
+def _dissolve(txn: IndexTxn, cluster: int) -> int:
+    """Release every remaining member of a cluster whose representative is gone."""
+    cursor = txn.txn.cursor(db=txn.dbs["members"])
+    members = [from_u64(v) for v in cursor.iternext_dup()] if cursor.set_key(u64(cluster)) else []
+    for serial in members:
+        record = txn.record(serial)
+        record.cluster, record.cluster_id = 0, ""
+        txn.put_record(record)
+    txn.txn.delete(u64(cluster), db=txn.dbs["members"])
+    return len(members)
+
+
+def sweep_expired(txn: IndexTxn, mirror: RecentMirror, cutoff: float, budget: int) -> tuple[int, bool]:
+    """Expire kept documents decided before ``cutoff``, at most ``budget`` records looked at.
+
+    Returns (documents expired, whether the sweep reached documents newer than the cutoff).
+    """
+    start = txn.position(RETENTION_POSITION) or 1
+    cursor = txn.txn.cursor(db=txn.dbs["docs"])
+    expired: set[int] = set()
+    looked, done, next_serial = 0, True, start
+    if cursor.set_range(u64(start)):
+        for key, raw in cursor:
+            record = DocRecord.unpack(from_u64(key), raw)
+            if record.time >= cutoff:
+                break
+            if looked >= budget:
+                done = False
+                break
+            looked += 1
+            next_serial = record.serial + 1
+            if record.kept and not record.expired:
+                _expire(txn, record)
+                expired.add(record.serial)
+    txn.set_position(RETENTION_POSITION, next_serial)
+    if expired:
+        txn.after_commit.append(lambda: mirror.drop_band_entries(expired))
+    return len(expired), done
+
+
+def _expire(txn: IndexTxn, record: DocRecord) -> None:
+    key = u64(record.serial)
+    recent = txn.get("recent", key)
+    if recent is not None:
+        ident, content, _ = unpack_recent(recent)
+        txn.txn.put(key, pack_recent(ident, content, None), db=txn.dbs["recent"])
+    else:
+        for band, band_key in enumerate(np.frombuffer(record.band_keys, dtype=">u8").tolist()):
+            txn.delete("bands", band.to_bytes(2, "big") + band_key.to_bytes(8, "big"), key)
+    txn.delete("shingles", key)
+    record.expired = True
+    txn.put_record(record)
+
+
+def rebuild_tables(txn: IndexTxn) -> dict:
+    """Re-derive ids, content, members, bands, the recent log and the counters from the records."""
+    for name in ("ids", "content", "members", "bands", "recent"):
+        txn.txn.drop(txn.dbs[name], delete=False)
+    mirror = RecentMirror()
+    counters = {"documents": 0, "kept": 0, "duplicates": 0, "exact": 0}
+    entries, kept_serials, kept_keys, last = [], [], [], 0
+    for record in txn.records():
+        last = record.serial
+        counters["documents"] += 1
+        counters["kept" if record.kept else "duplicates"] += 1
+        counters["exact"] += record.exact
+        entries.append((record.serial, id_key(record.id), record.content))
+        if record.cluster:
+            txn.txn.put(u64(record.cluster), u64(record.serial), db=txn.dbs["members"], dupdata=True)
+        if record.kept and not record.expired:
+            kept_serials.append(record.serial)
+            kept_keys.append(np.frombuffer(record.band_keys, dtype=">u8").astype(np.uint64))
+    bands = txn.index.signing.bands
+    mirror.add(entries, np.array(kept_serials, dtype=np.int64),
+               np.array(kept_keys, dtype=np.uint64).reshape(len(kept_keys), bands))
+    merge_recent(txn, mirror)
+    previous = txn.counters
+    fixed = {k: counters[k] - previous[k] for k in counters}
+    txn.count(**fixed, next_serial=max(last - previous["next_serial"], 0))
+    return {"documents": counters["documents"], "counters_changed": {k: v for k, v in fixed.items() if v}}
+
+
+def expired_cutoff(now: float, retention_days: float) -> Optional[float]:
+    """The decision time before which kept documents no longer match, or None without retention."""
+    return None if retention_days <= 0 else now - retention_days * 86400.0
+
+
+class ForgetRequests:
+    """Forget requests handed to the process that writes the index (one writer per index).
+
+    ``streamdedup forget`` applies the request itself when it can take the
+    writer lock; while a worker (or backfill, or offline run) holds it, the
+    command drops a request file into ``STATE/requests/`` and waits: the
+    writer applies pending requests between batches, in their own
+    transaction, and answers with a ``.done.json`` file.
+    """
+
+    def __init__(self, state: str):
+        self.folder = os.path.join(state, "requests")
+
+    def submit(self, ids: list[str]) -> str:
+        os.makedirs(self.folder, exist_ok=True)
+        name = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
+        temporary = os.path.join(self.folder, name + ".tmp")
+        with open(temporary, "w", encoding="utf-8") as handle:
+            json.dump({"forget": ids}, handle)
+        os.rename(temporary, os.path.join(self.folder, name + ".forget.json"))  # appears whole or not at all
+        return name
+
+    def wait(self, name: str, timeout_s: float) -> Optional[dict]:
+        answer = os.path.join(self.folder, name + ".done.json")
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if os.path.exists(answer):
+                with open(answer, encoding="utf-8") as handle:
+                    result = json.load(handle)
+                os.remove(answer)
+                return result
+            time.sleep(0.1)
+        return None
+
+    def pending(self) -> list[str]:
+        try:
+            return sorted(n[: -len(".forget.json")] for n in os.listdir(self.folder) if n.endswith(".forget.json"))
+        except FileNotFoundError:
+            return []
+
+    def serve(self, apply) -> int:
+        """Apply every pending request with ``apply(ids) -> ForgetReport``; returns how many were served."""
+        served = 0
+        for name in self.pending():
+            path = os.path.join(self.folder, name + ".forget.json")
+            with open(path, encoding="utf-8") as handle:
+                ids = json.load(handle)["forget"]
+            report = apply(ids)
+            temporary = os.path.join(self.folder, name + ".done.tmp")
+            with open(temporary, "w", encoding="utf-8") as handle:
+                json.dump(report.as_dict(), handle)
+            os.rename(temporary, os.path.join(self.folder, name + ".done.json"))
+            os.remove(path)
+            served += 1
+        return served

@@ -1,0 +1,98 @@
+"""Read-only questions to the index: what does this text duplicate, what is in this cluster.
+
+Both run in one short read transaction, so they are safe while the worker
+writes, and see the index as of its last commit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+from .decide import prepare
+from .engine import Engine
+from .errors import StreamdedupError
+from .housekeeping import serials_with_id
+from .index import DocRecord, id_key
+from .lookup import BatchView, RecentMirror
+from .records import Document, Rejected, Source
+from .verify import jaccard
+
+__all__ = ["Match", "ClusterView", "near_duplicates", "cluster_of"]
+
+
+@dataclass
+class Match:
+    id: str
+    cluster: str
+    similarity: float
+    kept: bool
+    exact: bool
+    source: list
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class ClusterView:
+    representative: dict
+    members: list[dict] = field(default_factory=list)
+    asked: Optional[str] = None  # the id asked about, when it is a member
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def near_duplicates(engine: Engine, text: str, min_similarity: Optional[float] = None, limit: int = 20) -> list[Match]:
+    """Kept documents whose exact similarity to ``text`` is at least ``min_similarity`` (default: the
+    threshold), plus the first document with the very same normalized text, best first."""
+    floor = engine.settings.threshold if min_similarity is None else min_similarity
+    batch = prepare([Document("", text, Source("query", -1, 0))], engine.signing)
+    if isinstance(batch.items[0], Rejected):
+        raise StreamdedupError(f"nothing to look for: {batch.items[0].message()}")
+    shingles = batch.shingles.of(0)
+    with engine.index.read() as txn:
+        view = BatchView(txn, RecentMirror.load(txn), [id_key("")], batch.contents, batch.keys)
+        found: dict[int, Match] = {}
+        for serial in view.candidates(0)[0].tolist():
+            record = txn.record(serial)
+            if record.expired:
+                continue
+            similarity = jaccard(shingles, txn.shingles(serial))
+            if similarity >= floor:
+                found[serial] = _match(record, similarity, False)
+        twin = view.serial_of_content(batch.contents[0])
+        if twin is not None:
+            found[twin] = _match(txn.record(twin), 1.0, True)
+    ranked = sorted(found.items(), key=lambda item: (-item[1].similarity, item[0]))
+    return [match for _, match in ranked[:limit]]
+
+
+def _match(record: DocRecord, similarity: float, exact: bool) -> Match:
+    return Match(record.id, record.cluster_id, round(similarity, 6), record.kept, exact, record.source)
+
+
+def cluster_of(engine: Engine, doc_id: str) -> ClusterView:
+    """The cluster named by ``doc_id`` (its representative), or the cluster ``doc_id`` belongs to."""
+    with engine.index.read() as txn:
+        serials = serials_with_id(txn, RecentMirror.load(txn), doc_id)
+        if not serials:
+            raise StreamdedupError(f"no document with id {doc_id!r} in the index")
+        record = txn.record(serials[-1])  # the latest version
+        if not record.cluster:
+            raise StreamdedupError(f"{doc_id!r} belongs to no cluster: its representative was forgotten")
+        representative = txn.record(record.cluster)
+        cursor = txn.txn.cursor(db=txn.dbs["members"])
+        members = []
+        if cursor.set_key(record.cluster.to_bytes(8, "big")):
+            for value in cursor.iternext_dup():
+                member = txn.record(int.from_bytes(value, "big"))
+                if member.serial != representative.serial:
+                    members.append(_member(member))
+    return ClusterView(_member(representative), members, None if record.kept else doc_id)
+
+
+def _member(record: DocRecord) -> dict:
+    return {"id": record.id, "kept": record.kept, "matched": record.matched_id, "similarity": record.similarity,
+            "exact": record.exact, "source": record.source, "time": record.time, "expired": record.expired}
