@@ -260,3 +260,20 @@ def _by_label(families, name, label):
 def _value(families, name):
     [(_, _, value)] = families[name]["samples"]
     return value
+
+
+def test_json_logs_and_secrets_stay_out_of_logs_and_stats(kafka, tmp_path):
+    docs = corpus.generate(30, seed=2)
+    topics = Topics.fresh(kafka)
+    produce(kafka, topics.raw, crawl_records(docs))
+    result = run_worker(tmp_path / "state", topics, kafka, "--set", "log.format=json",
+                        env={"STREAMDEDUP_KAFKA_SASL_PLAIN_PASSWORD": "hunter2-secret"})
+    assert result.returncode == 0, result.stderr.decode()
+    events = [json.loads(line) for line in result.stderr.decode().splitlines()]
+    assert [e["event"] for e in events][:2] == ["started", "assigned"]
+    assert {"batch", "caught_up", "stopped"} <= {e["event"] for e in events}
+    assert all({"time", "level", "event"} <= set(e) for e in events)
+    assert b"hunter2" not in result.stderr
+    stats = run_cli("stats", "--json", "--state", str(tmp_path / "state"),
+                    env={"STREAMDEDUP_KAFKA_SASL_PLAIN_PASSWORD": "hunter2-secret"})
+    assert b"hunter2" not in stats.stdout
