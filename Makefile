@@ -29,8 +29,11 @@ demo-offline: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
+# All benchmarks (not part of the tests): offline engine, live worker on a local broker, growth to 1M documents.
 bench: $(STAMP)
 	$(BIN)/python bench/offline.py
+	$(BIN)/python bench/live.py
+	$(BIN)/python bench/growth.py
 
 clean:
 	rm -rf build .pytest_cache

@@ -1,0 +1,166 @@
+"""Live worker benchmark on a local Apache Kafka broker, against two peers measured in the same run.
+
+With >= 50,000 crawl documents pre-loaded in an input topic, each contender
+runs from start to caught up (fresh output topics, group and index each round):
+
+- pass-through: a kafka-python consumer that decodes each JSON record and
+  produces it unchanged to an output topic: the client's ceiling;
+- naive worker: kafka-python + datasketch MinHash + MinHashLSH in memory,
+  producing the documents it keeps (what a user would write first);
+- streamdedup: ``streamdedup run --until-caught-up``, durable index on disk,
+  one Kafka transaction per batch (exactly one outcome per record).
+
+Run: ``python bench/live.py`` (starts a broker with deploy/kafka unless
+KAFKA_BOOTSTRAP is set).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import NewTopic
+
+from streamdedup import corpus
+
+ROOT = Path(__file__).resolve().parent.parent
+PARTITIONS = 3
+
+
+def create(bootstrap: str, name: str, partitions: int = 1) -> str:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics([NewTopic(name, partitions, 1)])
+    admin.close()
+    return name
+
+
+def preload(bootstrap: str, docs) -> str:
+    topic = create(bootstrap, f"bench-raw-{uuid.uuid4().hex[:8]}", PARTITIONS)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=1 << 20, acks="all")
+    for d in docs:
+        producer.send(topic, key=d.id.encode(), value=json.dumps({"id": d.id, "text": d.text}).encode())
+    producer.flush()
+    producer.close()
+    return topic
+
+
+def consume_all(bootstrap: str, topic: str, handle) -> int:
+    """Read a topic from the start to its end, calling ``handle(message)``; returns records read."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=f"bench-{uuid.uuid4().hex[:8]}",
+                             enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=2000)
+    partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    consumer.assign(partitions)
+    consumer.seek_to_beginning(*partitions)
+    ends = consumer.end_offsets(partitions)
+    count = 0
+    while any(consumer.position(p) < ends[p] for p in partitions):
+        for messages in consumer.poll(timeout_ms=500).values():
+            for m in messages:
+                handle(m)
+                count += 1
+    consumer.close()
+    return count
+
+
+def pass_through(bootstrap: str, topic: str) -> int:
+    out = create(bootstrap, f"bench-pass-{uuid.uuid4().hex[:8]}")
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, batch_size=256 << 10)
+
+    def forward(message) -> None:
+        json.loads(message.value)
+        producer.send(out, key=message.key, value=message.value)
+
+    count = consume_all(bootstrap, topic, forward)
+    producer.flush()
+    producer.close()
+    return count
+
+
+def naive_worker(bootstrap: str, topic: str) -> int:
+    from datasketch import MinHash, MinHashLSH
+
+    from streamdedup.shingle import normalize
+
+    out = create(bootstrap, f"bench-naive-{uuid.uuid4().hex[:8]}")
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, batch_size=256 << 10)
+    lsh = MinHashLSH(threshold=0.7, num_perm=128)
+
+    def dedup(message) -> None:
+        doc = json.loads(message.value)
+        words = normalize(doc["text"]).split()
+        minhash = MinHash(num_perm=128)
+        minhash.update_batch([" ".join(words[i:i + 3]).encode() for i in range(max(len(words) - 2, 1))])
+        if not lsh.query(minhash):
+            lsh.insert(doc["id"], minhash)
+            producer.send(out, key=message.key, value=message.value)
+
+    count = consume_all(bootstrap, topic, dedup)
+    producer.flush()
+    producer.close()
+    return count
+
+
+def streamdedup_worker(bootstrap: str, topic: str) -> int:
+    tag = uuid.uuid4().hex[:8]
+    outs = {k: create(bootstrap, f"bench-{k}-{tag}") for k in ("clean", "dups", "dead")}
+    state = tempfile.mkdtemp(prefix="bench-live-")
+    try:
+        subprocess.run([sys.executable, "-m", "streamdedup", "run", "--until-caught-up", "--state", state,
+                        "--set", f"kafka.bootstrap_servers={bootstrap}", "--set", f"input.topics={topic}",
+                        "--set", f"output.clean_topic={outs['clean']}", "--set", f"output.duplicates_topic={outs['dups']}",
+                        "--set", f"output.dead_letter_topic={outs['dead']}", "--set", f"kafka.group_id=bench-{tag}",
+                        "--set", "metrics.enabled=false", "--set", "log.summary_interval_s=60"],
+                       check=True, stderr=subprocess.DEVNULL)
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+    return -1
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--docs", type=int, default=50000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
+    env = dict(os.environ, KAFKA_PORT="39292", KAFKA_DATA_DIR=tempfile.mkdtemp(prefix="bench-kafka-"))
+    if bootstrap is None:
+        started = subprocess.run([str(ROOT / "deploy/kafka/start.sh")], env=env, capture_output=True, text=True,
+                                 check=True)
+        bootstrap = started.stdout.strip().splitlines()[-1]
+    try:
+        docs = corpus.generate(int(args.docs / 1.83) + 1, seed=42)[: args.docs]
+        topic = preload(bootstrap, docs)
+        print(f"{len(docs):,} documents in {topic} ({PARTITIONS} partitions) on {bootstrap}; {args.rounds} rounds")
+        contenders = [("streamdedup", streamdedup_worker), ("pass-through (a)", pass_through),
+                      ("naive worker (b)", naive_worker)]
+        rates: dict[str, list[float]] = {name: [] for name, _ in contenders}
+        for _ in range(args.rounds):
+            for name, run in contenders:
+                began = time.monotonic()
+                run(bootstrap, topic)
+                rates[name].append(len(docs) / (time.monotonic() - began))
+        ours = statistics.median(rates["streamdedup"])
+        print(f"\n  {'contender':<20} {'median docs/s':>14} {'min-max':>21} {'streamdedup / it':>17}")
+        for name, values in rates.items():
+            median = statistics.median(values)
+            ratio = f"{ours / median:.2f}x" if name != "streamdedup" else ""
+            print(f"  {name:<20} {median:>14,.0f} {min(values):>10,.0f}-{max(values):<10,.0f} {ratio:>17}")
+        print(f"\n  streamdedup reaches {ours / statistics.median(rates['pass-through (a)']):.0%} of the pass-through")
+    finally:
+        if "KAFKA_BOOTSTRAP" not in os.environ:
+            subprocess.run([str(ROOT / "deploy/kafka/stop.sh"), "--wipe"], env=env, capture_output=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
