@@ -198,21 +198,43 @@ class Session:
         return starts
 
     def _replay_gap(self, gaps: dict) -> None:
-        """Index, without emitting, the batch Kafka committed but the index did not."""
+        """Index, without emitting, what Kafka committed but the index did not.
+
+        After a crash that is one batch, replayed whole in the canonical order,
+        so the index decides it exactly as when it was emitted. After a restore
+        from an older backup the range can be long: it is replayed in batches
+        of ``worker.batch_size`` (exactly as decided on a single partition;
+        across partitions the batches may group records differently).
+        """
         self.source.assign(list(gaps))
         for p, (begin, _) in gaps.items():
             self.source.seek(p, begin)
-        records = []
-        deadline = time.monotonic() + 120
-        while any(self.source.position(p) < end for p, (_, end) in gaps.items()):
-            if time.monotonic() > deadline:
-                raise BrokerUnavailableError("could not read back the last emitted batch within 120 s")
-            records += self.source.poll_batch(500, limit={p: end for p, (_, end) in gaps.items()})
-        records.sort(key=lambda r: (r.source.name, r.source.partition, r.source.offset))
-        self.commit.process(records, emit=False, positions={p: end for p, (_, end) in gaps.items()})
-        self.log.info("replayed_unindexed_batch", records=len(records),
+        limit = {p: end for p, (_, end) in gaps.items()}
+        pending: list = []
+        replayed, quiet_since = 0, time.monotonic()
+        while any(self.source.position(p) < end for p, end in limit.items()):
+            polled = self.source.poll_batch(500, limit=limit)
+            if polled:
+                pending += polled
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since > 120:
+                raise BrokerUnavailableError("no progress reading back records Kafka committed (120 s)")
+            if len(pending) >= 2 * self.config.worker.batch_size:
+                replayed += self._replay_chunk(pending[: self.config.worker.batch_size])
+                pending = pending[self.config.worker.batch_size:]
+        while len(pending) > self.config.worker.batch_size:
+            replayed += self._replay_chunk(pending[: self.config.worker.batch_size])
+            pending = pending[self.config.worker.batch_size:]
+        pending.sort(key=lambda r: (r.source.name, r.source.partition, r.source.offset))
+        self.commit.process(pending, emit=False, positions=limit)
+        self.log.info("replayed_unindexed_batch", records=replayed + len(pending),
                       partitions=",".join(f"{p.topic}/{p.partition}:{b}-{e}" for p, (b, e) in gaps.items()))
         self.source.assign(self.partitions)
+
+    def _replay_chunk(self, records: list) -> int:
+        records = sorted(records, key=lambda r: (r.source.name, r.source.partition, r.source.offset))
+        self.commit.process(records, emit=False)
+        return len(records)
 
     def lag(self) -> dict:
         ends = self.source.end_offsets(self.partitions)

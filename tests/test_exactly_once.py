@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import re
 import signal
 import subprocess
@@ -169,3 +170,26 @@ def _read_until(process: subprocess.Popen, needle: bytes, timeout: float = 60) -
         if not line and process.poll() is not None:
             break
     raise AssertionError(f"the worker never logged {needle!r}:\n{seen.decode()}")
+
+
+def test_restoring_an_older_backup_replays_what_kafka_has_without_emitting_it(kafka, tmp_path):
+    records = crawl_records(corpus.generate(700, seed=23))
+    topics = Topics.fresh(kafka)
+    state = tmp_path / "state"
+    small = ("--set", "worker.batch_size=100")
+    produce(kafka, topics.raw, records[:600])
+    assert run_worker(state, topics, kafka, *small).returncode == 0
+    run_cli("backup", str(tmp_path / "backup"), "--state", str(state))
+    produce(kafka, topics.raw, records[600:])
+    assert run_worker(state, topics, kafka, *small).returncode == 0
+    before = _outcome(kafka, topics, state)
+    for name in os.listdir(state):
+        os.remove(state / name)
+    shutil.copy(tmp_path / "backup" / "data.mdb", state / "data.mdb")
+    restored = run_worker(state, topics, kafka, *small)
+    assert restored.returncode == 0, restored.stderr.decode()
+    assert b"replayed_unindexed_batch records=" + str(len(records) - 600).encode() in restored.stderr
+    after = _outcome(kafka, topics, state)
+    assert after["per_offset"] == before["per_offset"], "nothing was emitted again"
+    assert after["index"] == before["index"]
+    assert run_cli("check", "--state", str(state)).returncode == 0
