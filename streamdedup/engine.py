@@ -15,7 +15,7 @@ from .config import Config
 from .decide import DedupSettings, PreparedBatch, decide, prepare
 from .index import Index, IndexSettings, IndexTxn
 from .housekeeping import ForgetRequests, forget, rebuild_tables, sweep_expired
-from .lookup import RecentMirror, merge_recent
+from .lookup import RecentMirror, finish_merge, merge_slice, merge_slices
 from .lsh import optimal_params
 from .records import Decision, Item
 from .signing import SigningConfig
@@ -108,9 +108,13 @@ class Engine:
 
     def merge_recent(self) -> None:
         """Move the recent documents' lookup keys into the hash-keyed tables (see ``lookup``)."""
-        if self.mirror.documents:
-            self.index.write(lambda txn: merge_recent(txn, self.mirror))
-            self.mirror.clear()
+        if not self.mirror.documents:
+            return
+        slices = merge_slices(self.index.database_bytes()["bands"], self.signing.bands)
+        for number in range(slices):
+            self.index.write(lambda txn: merge_slice(txn, self.mirror, number, slices))
+        self.index.write(lambda txn: finish_merge(txn, self.mirror))
+        self.mirror.clear()
 
     def close(self) -> None:
         self.index.close()

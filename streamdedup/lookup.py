@@ -23,7 +23,8 @@ import numpy as np
 
 from .index import DocRecord, IndexTxn, from_u64, u64
 
-__all__ = ["RecentMirror", "BatchView", "merge_recent", "pack_recent", "unpack_recent"]
+__all__ = ["RecentMirror", "BatchView", "merge_recent", "merge_slice", "merge_slices", "finish_merge",
+           "pack_recent", "unpack_recent"]
 
 _KEY_ROW = np.dtype([("band", ">u2"), ("key", ">u8")])  # a band table key
 _BAND_ROW = np.dtype([("band", ">u2"), ("key", ">u8"), ("serial", ">u8")])  # key and one value
@@ -131,22 +132,57 @@ class RecentMirror:
         self.__init__()
 
 
-def merge_recent(txn: IndexTxn, mirror: RecentMirror) -> None:
-    """Move the mirrored entries into the ids, content and bands tables; empty ``recent``.
+MERGE_SLICE_BYTES = 32 << 20  # 32 MiB: table pages one merge transaction may dirty, about
 
-    Runs in its own write transaction; ``mirror`` is cleared by the caller once it commits.
+
+def merge_slices(bands_table_bytes: int, bands: int) -> int:
+    """How many transactions a merge is split into, so each dirties a bounded part of the tables.
+
+    LMDB keeps a transaction's dirty pages in memory until it commits: one
+    transaction merging into a large band table would hold most of it.
     """
+    per_band = -(-bands_table_bytes // (bands * MERGE_SLICE_BYTES))
+    return bands * max(1, per_band)
+
+
+def merge_slice(txn: IndexTxn, mirror: RecentMirror, number: int, slices: int) -> None:
+    """Merge slice ``number`` of ``slices`` of the mirrored entries into the ids, content and bands tables.
+
+    Slices split the band tables by band, then by key, and the id and content
+    tables by their first two bytes. Merging an entry twice changes nothing,
+    so a merge interrupted by a crash is simply done again from ``recent``.
+    """
+    low, high = (number << 16) // slices, ((number + 1) << 16) // slices  # of the first two key bytes
     raw, dbs = txn.txn, txn.dbs
-    ids = sorted((ident, u64(serial)) for ident, serials in mirror.ids.items() for serial in serials)
+    ids = sorted((ident, u64(serial)) for ident, serials in mirror.ids.items() if low <= _prefix(ident) < high
+                 for serial in serials)
     raw.cursor(db=dbs["ids"]).putmulti(ids, dupdata=True)
-    contents = sorted((content, u64(serial)) for content, serial in mirror.content.items())
+    contents = sorted((c, u64(serial)) for c, serial in mirror.content.items() if low <= _prefix(c) < high)
     raw.cursor(db=dbs["content"]).putmulti(contents, overwrite=False)
     if len(mirror.keys):
-        raw.cursor(db=dbs["bands"]).putmulti(_band_pairs(mirror.bands, mirror.keys, mirror.serials), dupdata=True)
-    cursor = raw.cursor(db=dbs["recent"])
+        span = txn.index.signing.bands << 16  # (band, first two key bytes), in table order
+        where = (mirror.bands.astype(np.int64) << 16) | (mirror.keys >> np.uint64(48)).astype(np.int64)
+        chosen = (where >= number * span // slices) & (where < (number + 1) * span // slices)
+        pairs = _band_pairs(mirror.bands[chosen], mirror.keys[chosen], mirror.serials[chosen])
+        raw.cursor(db=dbs["bands"]).putmulti(pairs, dupdata=True)
+
+
+def finish_merge(txn: IndexTxn, mirror: RecentMirror) -> None:
+    """After every slice: empty ``recent`` up to the mirror's last document and record how far merges went."""
+    cursor = txn.txn.cursor(db=txn.dbs["recent"])
     while cursor.first() and from_u64(cursor.key()) <= mirror.last_serial:
         cursor.delete()
     txn.count(merged_upto=mirror.last_serial - txn.counters.get("merged_upto", 0))
+
+
+def merge_recent(txn: IndexTxn, mirror: RecentMirror) -> None:
+    """The whole merge in one transaction (for small indexes and ``check --fix``)."""
+    merge_slice(txn, mirror, 0, 1)
+    finish_merge(txn, mirror)
+
+
+def _prefix(key: bytes) -> int:
+    return (key[0] << 8) | key[1]
 
 
 def _band_pairs(bands: np.ndarray, keys: np.ndarray, serials: np.ndarray) -> list[tuple[bytes, bytes]]:

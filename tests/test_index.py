@@ -91,3 +91,26 @@ def test_a_failed_transaction_leaves_nothing_behind(tmp_path):
         assert engine.mirror.documents == 0  # nothing of the failed batch reached the mirror
         decided = engine.decide_batch(batch)
         assert [d.status for d in decided] == ["kept", "kept"] and not any(d.replayed for d in decided)
+
+
+def test_a_merge_interrupted_between_slices_is_consistent_and_done_again(tmp_path):
+    from streamdedup.check import check_index
+    from streamdedup.lookup import merge_slice
+
+    cfg = config_module.load(None, ("index.merge_every=100000",), environ={})
+    texts = [d.text for d in corpus.generate(400, seed=8)]
+    with Engine(cfg, str(tmp_path)) as engine:
+        engine.decide_batch(engine.prepare(_docs(texts[:300])))
+        for number in range(0, 20, 2):  # half the slices, then "crash": no finish
+            engine.index.write(lambda txn: merge_slice(txn, engine.mirror, number, 20))
+    with Engine(cfg, str(tmp_path)) as engine:
+        report = check_index(engine.index)
+        assert report.ok, report.problems
+        decided = engine.decide_batch(engine.prepare(_docs(texts[300:], 300)))
+        engine.merge_recent()
+        report = check_index(engine.index)
+        assert report.ok, report.problems
+    with Engine(config_module.load(None, ("index.merge_every=100000",), environ={}), str(tmp_path / "other")) as other:
+        other.decide_batch(other.prepare(_docs(texts[:300])))
+        same = other.decide_batch(other.prepare(_docs(texts[300:], 300)))
+    assert [(d.status, d.cluster) for d in decided] == [(d.status, d.cluster) for d in same]
