@@ -75,3 +75,16 @@ def test_pinned_signature_values():
     """Stored band keys depend on these values: changing them needs a new signing.HASH_VERSION."""
     signatures = sign_batch(shingle_batch(["the quick brown fox"]), 4, 1)
     assert signatures.tolist() == [[637440729, 1171851238, 1638684693, 1264724305]]
+
+
+def test_fast_and_exact_paths_give_identical_signatures_on_mixed_text():
+    from test_shingle import MIXED
+
+    from streamdedup.shingle import normalize_texts
+
+    texts = MIXED + ["plain ascii words " * 5, "Ascii, with PUNCTUATION!"]
+    fast = sign_batch(shingle_batch(normalize_texts(texts)), 128, 1)
+    exact_hashes = [np.array(shingle_hashes_exact(t), dtype=np.uint64) for t in texts]
+    offsets = np.cumsum([0] + [len(h) for h in exact_hashes])
+    exact = sign_batch(ShingleBatch(np.concatenate(exact_hashes), offsets), 128, 1)
+    assert np.array_equal(fast, exact)
