@@ -72,13 +72,14 @@ def consume_all(bootstrap: str, topic: str, handle) -> int:
     return count
 
 
-def pass_through(bootstrap: str, topic: str) -> int:
-    out = create(bootstrap, f"bench-pass-{uuid.uuid4().hex[:8]}")
+def relay(bootstrap: str, topic: str, name: str, keep) -> int:
+    """Consume ``topic`` to its end, producing each record for which ``keep(message)`` is true."""
+    out = create(bootstrap, f"bench-{name}-{uuid.uuid4().hex[:8]}")
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, batch_size=256 << 10)
 
     def forward(message) -> None:
-        json.loads(message.value)
-        producer.send(out, key=message.key, value=message.value)
+        if keep(message):
+            producer.send(out, key=message.key, value=message.value)
 
     count = consume_all(bootstrap, topic, forward)
     producer.flush()
@@ -86,28 +87,28 @@ def pass_through(bootstrap: str, topic: str) -> int:
     return count
 
 
+def pass_through(bootstrap: str, topic: str) -> int:
+    return relay(bootstrap, topic, "pass", lambda message: json.loads(message.value) is not None)
+
+
 def naive_worker(bootstrap: str, topic: str) -> int:
     from datasketch import MinHash, MinHashLSH
 
     from streamdedup.shingle import normalize
 
-    out = create(bootstrap, f"bench-naive-{uuid.uuid4().hex[:8]}")
-    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, batch_size=256 << 10)
     lsh = MinHashLSH(threshold=0.7, num_perm=128)
 
-    def dedup(message) -> None:
+    def new(message) -> bool:
         doc = json.loads(message.value)
         words = normalize(doc["text"]).split()
         minhash = MinHash(num_perm=128)
         minhash.update_batch([" ".join(words[i:i + 3]).encode() for i in range(max(len(words) - 2, 1))])
-        if not lsh.query(minhash):
-            lsh.insert(doc["id"], minhash)
-            producer.send(out, key=message.key, value=message.value)
+        if lsh.query(minhash):
+            return False
+        lsh.insert(doc["id"], minhash)
+        return True
 
-    count = consume_all(bootstrap, topic, dedup)
-    producer.flush()
-    producer.close()
-    return count
+    return relay(bootstrap, topic, "naive", new)
 
 
 def streamdedup_worker(bootstrap: str, topic: str) -> int:

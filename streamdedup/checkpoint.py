@@ -160,11 +160,9 @@ class KafkaCommit:
         control records included).
         """
         if prepared is None:  # Step 2
-            from .engine import prepare_raw
+            from .engine import prepare_raw, raw_payload
 
-            payload = ([r.value for r in records], [r.key for r in records], [r.source.name for r in records],
-                       [r.source.partition for r in records], [r.source.offset for r in records])
-            prepared = prepare_raw(payload, self.spec, self.engine.signing)
+            prepared = prepare_raw(raw_payload(records), self.spec, self.engine.signing)
         after = positions if positions is not None else _offsets_after(records)
 
         def bookkeeping(txn: IndexTxn, decisions: list) -> None:

@@ -118,23 +118,22 @@ _NOWHERE = Source("", -1, 0)  # parsing problems get their real source in ``deco
 
 def _parse(value: bytes, fmt: str) -> Any:
     """The parsed object, or a Rejected (without source) saying why not."""
-    unknown = _NOWHERE
     if fmt == "msgpack":
         try:
             obj = msgpack.unpackb(value, raw=False, strict_map_key=False)
         except Exception as exc:  # msgpack raises several unrelated types for bad bytes
-            return Rejected("invalid_msgpack", str(exc)[:200], unknown)
+            return Rejected("invalid_msgpack", str(exc)[:200], _NOWHERE)
     else:
         text = _utf8(value)
         if text is None:
-            return Rejected("invalid_utf8", "the value is not valid UTF-8", unknown)
+            return Rejected("invalid_utf8", "the value is not valid UTF-8", _NOWHERE)
         try:
             obj = json.loads(text)
         except ValueError as exc:
             detail = "blank line" if not text.strip() else str(exc)[:200]
-            return Rejected("invalid_json", detail, unknown)
+            return Rejected("invalid_json", detail, _NOWHERE)
     if not isinstance(obj, dict):
-        return Rejected("not_an_object", f"top level is a {type(obj).__name__}", unknown)
+        return Rejected("not_an_object", f"top level is a {type(obj).__name__}", _NOWHERE)
     return obj
 
 

@@ -20,7 +20,7 @@ from .lsh import optimal_params
 from .records import Decision, Item
 from .signing import SigningConfig
 
-__all__ = ["Engine", "Preparer", "prepare_raw", "signing_config"]
+__all__ = ["Engine", "Preparer", "prepare_raw", "raw_payload", "signing_config"]
 
 Bookkeeping = Callable[[IndexTxn, list[Decision]], None]
 
@@ -152,13 +152,7 @@ class Preparer:
         """A future of the PreparedBatch of these raw records."""
         from concurrent.futures import Future
 
-        payload = (
-            [r.value for r in records],
-            [r.key for r in records],
-            [r.source.name for r in records],
-            [r.source.partition for r in records],
-            [r.source.offset for r in records],
-        )
+        payload = raw_payload(records)
         if self._booting is not None and self._booting.done():
             self._booting = None
         if self._pool is None or self._booting is not None:  # no second process, or not started yet
@@ -183,6 +177,17 @@ def _die_with_parent(parent: int) -> None:
         os._exit(0)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def raw_payload(records: list) -> tuple:
+    """Raw records as columns (values, keys, source names, partitions, offsets): cheap to send to a process."""
+    return (
+        [r.value for r in records],
+        [r.key for r in records],
+        [r.source.name for r in records],
+        [r.source.partition for r in records],
+        [r.source.offset for r in records],
+    )
 
 
 def prepare_raw(payload: tuple, spec, signing: SigningConfig) -> PreparedBatch:

@@ -371,10 +371,6 @@ class IndexTxn:
             raise IndexCorruptError(f"document #{serial} is referenced but has no record; run `streamdedup check`")
         return DocRecord.unpack(serial, raw)
 
-    def find_record(self, serial: int) -> Optional[DocRecord]:
-        raw = self.txn.get(u64(serial), db=self.dbs["docs"])
-        return None if raw is None else DocRecord.unpack(serial, raw)
-
     def put_record(self, record: DocRecord) -> None:
         self.txn.put(u64(record.serial), record.pack(), db=self.dbs["docs"])
 

@@ -120,8 +120,7 @@ class RecentMirror:
                 del self.ids[ident]
         for digest in [d for d, s in self.content.items() if s in serials]:
             del self.content[digest]
-        keep = ~np.isin(self.serials, np.fromiter(serials, dtype=np.int64, count=len(serials)))
-        self.keys, self.serials, self.bands = self.keys[keep], self.serials[keep], self.bands[keep]
+        self.drop_band_entries(serials)
 
     def drop_band_entries(self, serials: set[int]) -> None:
         """Take documents out of the mirrored band keys only (expired by retention)."""

@@ -45,7 +45,6 @@ class FileSource:
     """The lines of JSONL files (``-`` is stdin), one record per line, in order."""
 
     paths: list[str]
-    lines_read: int = field(default=0, init=False)
     bytes_read: int = field(default=0, init=False)
 
     def total_bytes(self) -> Optional[int]:
@@ -76,7 +75,6 @@ class FileSource:
                     batch = []
             if batch:
                 yield batch, FilePosition(number, line_no, offset)
-        self.lines_read = line_no
 
     def _open_at(self, path: str, begin: FilePosition) -> BinaryIO:
         if path == "-":

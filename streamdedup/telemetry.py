@@ -104,7 +104,7 @@ class WorkerTelemetry:
         return True, "consuming"
 
     def health(self) -> tuple[bool, str]:
-        return (True, "ok") if not self.stopping else (True, "stopping")
+        return True, "stopping" if self.stopping else "ok"
 
     def batch_done(self, decisions: list[Decision], seconds: float) -> None:
         """Count a committed batch."""

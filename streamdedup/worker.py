@@ -333,7 +333,7 @@ class WorkerLoop:
                 decisions = session.commit.process(current[0], current[1].result())
                 self._after_batch(decisions, time.monotonic() - began)
             now = time.monotonic()
-            if current is None and ahead is None or now - last_lag_check > LAG_CHECK_S:
+            if (current is None and ahead is None) or now - last_lag_check > LAG_CHECK_S:
                 last_lag_check = now
                 watchdog.phase("end offsets of the input topics")
                 self.stats.lag = session.lag()
