@@ -1,7 +1,9 @@
 """Live worker benchmark on a local Apache Kafka broker, against two peers measured in the same run.
 
 With >= 50,000 crawl documents pre-loaded in an input topic, each contender
-runs from start to caught up (fresh output topics, group and index each round):
+runs as its own program (a fresh Python process, as a user would start it)
+from start to caught up; its output topics, group and index are fresh each
+round and made before the clock starts:
 
 - pass-through: a kafka-python consumer that decodes each JSON record and
   produces it unchanged to an output topic: the client's ceiling;
@@ -72,9 +74,8 @@ def consume_all(bootstrap: str, topic: str, handle) -> int:
     return count
 
 
-def relay(bootstrap: str, topic: str, name: str, keep) -> int:
+def relay(bootstrap: str, topic: str, out: str, keep) -> int:
     """Consume ``topic`` to its end, producing each record for which ``keep(message)`` is true."""
-    out = create(bootstrap, f"bench-{name}-{uuid.uuid4().hex[:8]}")
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, batch_size=256 << 10)
 
     def forward(message) -> None:
@@ -87,11 +88,11 @@ def relay(bootstrap: str, topic: str, name: str, keep) -> int:
     return count
 
 
-def pass_through(bootstrap: str, topic: str) -> int:
-    return relay(bootstrap, topic, "pass", lambda message: json.loads(message.value) is not None)
+def pass_through(bootstrap: str, topic: str, outs: list[str]) -> None:
+    relay(bootstrap, topic, outs[0], lambda message: json.loads(message.value) is not None)
 
 
-def naive_worker(bootstrap: str, topic: str) -> int:
+def naive_worker(bootstrap: str, topic: str, outs: list[str]) -> None:
     from datasketch import MinHash, MinHashLSH
 
     from streamdedup.shingle import normalize
@@ -108,30 +109,51 @@ def naive_worker(bootstrap: str, topic: str) -> int:
         lsh.insert(doc["id"], minhash)
         return True
 
-    return relay(bootstrap, topic, "naive", new)
+    relay(bootstrap, topic, outs[0], new)
 
 
-def streamdedup_worker(bootstrap: str, topic: str) -> int:
+def streamdedup_command(bootstrap: str, topic: str, outs: list[str], state: str) -> list[str]:
+    return [sys.executable, "-m", "streamdedup", "run", "--until-caught-up", "--state", state,
+            "--set", f"kafka.bootstrap_servers={bootstrap}", "--set", f"input.topics={topic}",
+            "--set", f"output.clean_topic={outs[0]}", "--set", f"output.duplicates_topic={outs[1]}",
+            "--set", f"output.dead_letter_topic={outs[2]}", "--set", f"kafka.group_id=bench-{outs[0]}",
+            "--set", "metrics.enabled=false", "--set", "log.summary_interval_s=60"]
+
+
+PEERS = {"pass-through (a)": pass_through, "naive worker (b)": naive_worker}
+CONTENDERS = ["streamdedup", *PEERS]
+
+
+def timed_round(name: str, bootstrap: str, topic: str) -> float:
+    """Seconds one contender takes, as its own program, from start to caught up (output topics made before)."""
     tag = uuid.uuid4().hex[:8]
-    outs = {k: create(bootstrap, f"bench-{k}-{tag}") for k in ("clean", "dups", "dead")}
+    outs = [create(bootstrap, f"bench-{kind}-{tag}") for kind in ("out", "dups", "dead")]
     state = tempfile.mkdtemp(prefix="bench-live-")
+    if name == "streamdedup":
+        command = streamdedup_command(bootstrap, topic, outs, state)
+    else:
+        command = [sys.executable, __file__, "--peer", name, "--bootstrap", bootstrap, "--topic", topic,
+                   "--outs", ",".join(outs)]
     try:
-        subprocess.run([sys.executable, "-m", "streamdedup", "run", "--until-caught-up", "--state", state,
-                        "--set", f"kafka.bootstrap_servers={bootstrap}", "--set", f"input.topics={topic}",
-                        "--set", f"output.clean_topic={outs['clean']}", "--set", f"output.duplicates_topic={outs['dups']}",
-                        "--set", f"output.dead_letter_topic={outs['dead']}", "--set", f"kafka.group_id=bench-{tag}",
-                        "--set", "metrics.enabled=false", "--set", "log.summary_interval_s=60"],
-                       check=True, stderr=subprocess.DEVNULL)
+        began = time.monotonic()
+        subprocess.run(command, check=True, stderr=subprocess.DEVNULL)
+        return time.monotonic() - began
     finally:
         shutil.rmtree(state, ignore_errors=True)
-    return -1
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--docs", type=int, default=50000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--peer", choices=sorted(PEERS), help=argparse.SUPPRESS)  # one timed peer program
+    parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
+    parser.add_argument("--topic", help=argparse.SUPPRESS)
+    parser.add_argument("--outs", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.peer:
+        PEERS[args.peer](args.bootstrap, args.topic, args.outs.split(","))
+        return 0
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
     env = dict(os.environ, KAFKA_PORT="39292", KAFKA_DATA_DIR=tempfile.mkdtemp(prefix="bench-kafka-"))
     if bootstrap is None:
@@ -142,14 +164,11 @@ def main(argv=None) -> int:
         docs = corpus.generate(int(args.docs / 1.83) + 1, seed=42)[: args.docs]
         topic = preload(bootstrap, docs)
         print(f"{len(docs):,} documents in {topic} ({PARTITIONS} partitions) on {bootstrap}; {args.rounds} rounds")
-        contenders = [("streamdedup", streamdedup_worker), ("pass-through (a)", pass_through),
-                      ("naive worker (b)", naive_worker)]
-        rates: dict[str, list[float]] = {name: [] for name, _ in contenders}
+        timed_round("pass-through (a)", bootstrap, topic)  # warm-up: the broker's JIT and page cache
+        rates: dict[str, list[float]] = {name: [] for name in CONTENDERS}
         for _ in range(args.rounds):
-            for name, run in contenders:
-                began = time.monotonic()
-                run(bootstrap, topic)
-                rates[name].append(len(docs) / (time.monotonic() - began))
+            for name in CONTENDERS:
+                rates[name].append(len(docs) / timed_round(name, bootstrap, topic))
         ours = statistics.median(rates["streamdedup"])
         print(f"\n  {'contender':<20} {'median docs/s':>14} {'min-max':>21} {'streamdedup / it':>17}")
         for name, values in rates.items():

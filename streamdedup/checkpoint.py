@@ -35,7 +35,8 @@ committed offsets) have no transaction in common. Each batch:
 3. decide it in an index write transaction (not yet committed) and put the
    input positions after the batch into that same transaction;
 4. in one Kafka transaction: begin, produce the outcomes (clean, duplicates,
-   dead-letter), send the input offsets after the batch for the group, commit;
+   dead-letter) and send the input offsets after the batch for the group
+   (both at once: the offsets go on a helper thread), commit;
 5. commit the index transaction (durably).
 
 Why a crash anywhere is safe:
@@ -180,9 +181,10 @@ class KafkaCommit:
         sink = self.sink
         sink.begin()
         crash_point("kafka-begun")
+        offsets = sink.send_offsets(after, self.group_id)  # runs while the outcomes are produced
         sink.send(sink.messages(records, decisions))
         crash_point("produced")
-        sink.send_offsets(after, self.group_id)
+        offsets.wait()
         crash_point("offsets-sent")
         sink.commit()
         crash_point("kafka-committed")

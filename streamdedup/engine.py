@@ -20,7 +20,8 @@ from .lsh import optimal_params
 from .records import Decision, Item
 from .signing import SigningConfig
 
-__all__ = ["Engine", "Preparer", "prepare_raw", "raw_payload", "signing_config"]
+__all__ = ["Engine", "Preparer", "die_with_parent", "prepare_compact", "prepare_raw", "raw_payload", "restore_items",
+           "signing_config"]
 
 Bookkeeping = Callable[[IndexTxn, list[Decision]], None]
 
@@ -145,7 +146,7 @@ class Preparer:
             from concurrent.futures import ProcessPoolExecutor
 
             self._pool = ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=_die_with_parent, initargs=(os.getpid(),))
+                                             initializer=die_with_parent, initargs=(os.getpid(),))
             self._booting = self._pool.submit(os.getpid)
 
     def submit(self, records: list):
@@ -159,7 +160,7 @@ class Preparer:
             future: Future = Future()
             future.set_result(prepare_raw(payload, self.spec, self.signing))
             return _Restored(future, records)
-        return _Restored(self._pool.submit(_prepare_compact, payload, self.spec, self.signing), records)
+        return _Restored(self._pool.submit(prepare_compact, payload, self.spec, self.signing), records)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -167,7 +168,7 @@ class Preparer:
             self._pool = None
 
 
-def _die_with_parent(parent: int) -> None:
+def die_with_parent(parent: int) -> None:
     """In the preparing process: exit as soon as the worker is gone (even after kill -9)."""
     import threading
 
@@ -200,7 +201,7 @@ def prepare_raw(payload: tuple, spec, signing: SigningConfig) -> PreparedBatch:
     return prepare(items, signing)
 
 
-def _prepare_compact(payload: tuple, spec, signing: SigningConfig) -> PreparedBatch:
+def prepare_compact(payload: tuple, spec, signing: SigningConfig) -> PreparedBatch:
     """``prepare_raw`` in the second process: items come back as small tuples (texts and sources stay behind)."""
     from .records import Document
 
@@ -217,12 +218,16 @@ class _Restored:
         self.records = records
 
     def result(self) -> PreparedBatch:
-        from .records import Document, Rejected
+        return restore_items(self.future.result(), self.records)
 
-        batch = self.future.result()
-        if batch.items and isinstance(batch.items[0], tuple):
-            batch.items = [
-                Document(item[1], "", r.source) if item[0] == "d" else Rejected(item[1], item[2], r.source, item[3])
-                for item, r in zip(batch.items, self.records)
-            ]
-        return batch
+
+def restore_items(batch: PreparedBatch, records: list) -> PreparedBatch:
+    """Undo ``prepare_compact``: the items again as Documents and Rejected, with their records' sources."""
+    from .records import Document, Rejected
+
+    if batch.items and isinstance(batch.items[0], tuple):
+        batch.items = [
+            Document(item[1], "", r.source) if item[0] == "d" else Rejected(item[1], item[2], r.source, item[3])
+            for item, r in zip(batch.items, records)
+        ]
+    return batch

@@ -97,18 +97,23 @@ class RecentMirror:
         self.bands = np.insert(self.bands, at, bands)
 
     def band_rows(self, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(key, serial) of every mirrored band entry whose key is in ``flat``."""
-        if len(self.keys) == 0:
-            return self.keys, self.serials
-        lo = np.searchsorted(self.keys, flat, "left")
-        hi = np.searchsorted(self.keys, flat, "right")
-        hit = hi > lo
-        if not hit.any():
-            return self.keys[:0], self.serials[:0]
-        lo, counts = lo[hit], (hi - lo)[hit]
+        """(key, serial) of every mirrored band entry whose key is in ``flat``.
+
+        The asked keys are searched once each and in sorted order, which keeps
+        the binary searches in cache; most keys are not found (new documents).
+        """
+        keys = self.keys
+        if len(keys) == 0:
+            return keys, self.serials
+        asked = np.unique(flat)
+        lo = np.searchsorted(keys, asked, "left")
+        found = keys[np.minimum(lo, len(keys) - 1)] == asked
+        if not found.any():
+            return keys[:0], self.serials[:0]
+        lo = lo[found]
+        counts = np.searchsorted(keys, asked[found], "right") - lo
         index = np.repeat(lo, counts) + (np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts))
-        index = np.unique(index)  # a key asked by two documents is one row
-        return self.keys[index], self.serials[index]
+        return keys[index], self.serials[index]
 
     def remove(self, serials: set[int]) -> None:
         """Forget these documents (after a commit that removed them from ``recent``)."""

@@ -164,8 +164,8 @@ class KafkaSink:
             **{
                 "transactional_id": transactional_id,
                 "max_request_size": max(2 << 20, dead_letter_max_bytes + (1 << 20)),
-                "linger_ms": 5,
-                "batch_size": 256 << 10,
+                "linger_ms": 100,  # the commit at the end of each batch sends at once; no need to send earlier
+                "batch_size": 1 << 20,
                 **client_settings,
             }
         )
@@ -194,12 +194,17 @@ class KafkaSink:
         for topic, message in messages:
             self.producer.send(topic, **message)
 
-    def send_offsets(self, offsets: dict, group_id: str) -> None:
+    def send_offsets(self, offsets: dict, group_id: str) -> "_Pending":
+        """Add the input offsets to the open transaction; returns at once, ``wait()`` on the result.
+
+        Two round trips to the broker that need nothing from the records, so
+        they run on a helper thread while the batch is produced (the client is
+        thread-safe). The transaction commits only after they succeeded.
+        """
         from kafka.structs import OffsetAndMetadata
 
-        self.producer.send_offsets_to_transaction(
-            {tp: OffsetAndMetadata(offset, "", -1) for tp, offset in offsets.items()}, group_id
-        )
+        wanted = {tp: OffsetAndMetadata(offset, "", -1) for tp, offset in offsets.items()}
+        return _Pending(lambda: self.producer.send_offsets_to_transaction(wanted, group_id))
 
     def commit(self) -> None:
         self.producer.commit_transaction()
@@ -209,3 +214,25 @@ class KafkaSink:
 
     def close(self) -> None:
         self.producer.close(timeout=5)
+
+
+class _Pending:
+    """A call running on a daemon thread (a client stuck on a lost broker must not keep the process alive)."""
+
+    def __init__(self, call) -> None:
+        import threading
+
+        self._error: Optional[BaseException] = None
+        self._thread = threading.Thread(target=self._run, args=(call,), name="streamdedup-offsets", daemon=True)
+        self._thread.start()
+
+    def _run(self, call) -> None:
+        try:
+            call()
+        except BaseException as exc:  # handed to wait()
+            self._error = exc
+
+    def wait(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error

@@ -156,6 +156,14 @@ class KafkaSource:
     def position(self, partition) -> int:
         return self.consumer.position(partition)
 
+    def read_to_end(self, partitions: list) -> bool:
+        """Whether every partition is read up to the end the last fetch reported (no request made)."""
+        for p in partitions:
+            end = self.consumer.highwater(p)
+            if end is None or self.consumer.position(p) < end:
+                return False
+        return True
+
     def end_offsets(self, partitions: list) -> dict:
         return self.consumer.end_offsets(partitions)
 

@@ -19,7 +19,8 @@ from typing import Callable, Optional
 from .checkpoint import KafkaCommit
 from .config import Config, kafka_client_settings
 from .decode import InputSpec
-from .engine import Engine, Preparer
+from .feed import FeedSettings, InlineFeed, ProcessFeed
+from .engine import Engine
 from .errors import BrokerError, BrokerUnavailableError, IndexUnusableError
 from .logs import Log
 from .offline import Summary
@@ -31,7 +32,7 @@ __all__ = ["Stopper", "run_worker", "run_backfill", "WorkerStats"]
 
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 30.0
-LAG_CHECK_S = 5.0  # how often an idle worker asks the broker for end offsets
+LAG_CHECK_S = 5.0  # how often a busy worker asks the broker for end offsets (an idle one: at every empty poll)
 
 
 class Stopper:
@@ -133,10 +134,15 @@ class Session:
         self.config = config
         self.log = log
         kafka = config.kafka
-        self.source = KafkaSource(topics, kafka_client_settings(kafka, "consumer"), group_id,
-                                  config.worker.batch_size, config.input.max_record_bytes)
-        self.sink = None
+        feed_settings = FeedSettings(tuple(topics), kafka_client_settings(kafka, "consumer"), group_id,
+                                     config.worker.batch_size, config.input.max_record_bytes,
+                                     config.worker.poll_timeout_ms)
+        spec = InputSpec.from_section(config.input)
+        self._process_feed = ProcessFeed(feed_settings, spec, engine.signing) if config.worker.prepare_processes else None
+        self.feed = None
+        self.source = self.sink = None
         try:
+            self.source = feed_settings.source()
             if transactional_id is not None:
                 self._check_output_topics()
                 from .sink import KafkaSink
@@ -146,9 +152,9 @@ class Session:
                                       {"clean": out.clean_topic, "duplicates": out.duplicates_topic,
                                        "dead_letter": out.dead_letter_topic}, out.dead_letter_max_bytes)
         except BaseException:
-            self.source.close()
+            self.close()
             raise
-        self.commit = KafkaCommit(engine, InputSpec.from_section(config.input), self.sink, group_id, prefix)
+        self.commit = KafkaCommit(engine, spec, self.sink, group_id, prefix)
         self.partitions: list = []
 
     def _check_output_topics(self) -> None:
@@ -236,12 +242,23 @@ class Session:
         self.commit.process(records, emit=False)
         return len(records)
 
+    def open_feed(self, starts: dict, limit: Optional[dict] = None):
+        """The batches from ``starts`` on (see ``feed``): read in the second process, or in this thread."""
+        if self._process_feed is None:
+            self.feed = InlineFeed(self.source, self.commit.spec, self.engine.signing, starts, limit)
+        else:
+            self.source.consumer.unsubscribe()  # from here on only the feed's consumer reads
+            self._process_feed.start(starts, limit)
+            self.feed = self._process_feed
+        return self.feed
+
     def lag(self) -> dict:
+        """Records not yet decided, per partition: end offsets minus where the feed stands."""
         ends = self.source.end_offsets(self.partitions)
-        return {p: max(ends[p] - self.source.position(p), 0) for p in self.partitions}
+        return {p: max(ends[p] - self.feed.positions.get(p, ends[p]), 0) for p in self.partitions}
 
     def close(self) -> None:
-        for part in (self.sink, self.source):
+        for part in (self._process_feed, self.sink, self.source):
             if part is not None:
                 try:
                     part.close()
@@ -283,13 +300,13 @@ class WorkerLoop:
                 self.watchdog.phase("connecting and recovering")
                 session = Session(self.engine, self.config, self.log, self.config.input.topics,
                                   self.config.kafka.group_id, self.transactional_id(), "kafka")
-                session.recover()
+                starts = session.recover()
                 self.watchdog.phase(None)
                 self.telemetry.assigned, self.telemetry.waiting_for = True, None
                 self.log.info("broker_back" if lost else "assigned",
                               partitions=",".join(f"{p.topic}/{p.partition}" for p in session.partitions))
                 lost, delay = False, BACKOFF_FIRST_S
-                self._batches(session, until_caught_up)
+                self._batches(session, starts, until_caught_up)
                 return self.stats
             except Exception as exc:
                 trouble = _kafka_trouble(exc)
@@ -310,43 +327,36 @@ class WorkerLoop:
                     session.close()
         return self.stats
 
-    def _batches(self, session: Session, until_caught_up: bool) -> None:
-        """Poll, and decide the previous batch while this one is prepared in the second process."""
-        preparer = Preparer(self.engine.signing, session.commit.spec, self.config.worker.prepare_processes)
-        try:
-            self._poll_and_decide(session, preparer, until_caught_up)
-        finally:
-            preparer.close()
-
-    def _poll_and_decide(self, session: Session, preparer: Preparer, until_caught_up: bool) -> None:
+    def _batches(self, session: Session, starts: dict, until_caught_up: bool) -> None:
+        """Decide and commit batch after batch; the feed reads and prepares the next ones meanwhile."""
+        feed = session.open_feed(starts)
         last_lag_check = 0.0
         watchdog = self.watchdog
-        ahead = None  # (records, future of their prepared batch): read, not yet decided
         while not self.stopper.stopped:
             self.engine.between_batches()
             watchdog.phase("records from the input topics")
-            records = session.source.poll_batch(self.config.worker.poll_timeout_ms)
-            current, ahead = ahead, ((records, preparer.submit(records)) if records else None)
-            if current is not None:
+            batch = feed.next(self.config.worker.poll_timeout_ms)
+            if batch is not None:
                 began = time.monotonic()
                 watchdog.phase("the batch's Kafka transaction")
-                decisions = session.commit.process(current[0], current[1].result())
+                decisions = session.commit.process(batch.records, batch.prepared)
                 self._after_batch(decisions, time.monotonic() - began)
             now = time.monotonic()
-            if (current is None and ahead is None) or now - last_lag_check > LAG_CHECK_S:
+            quiet = batch is None or batch.at_end  # maybe caught up: ask for the end offsets
+            if quiet or now - last_lag_check > LAG_CHECK_S:
                 last_lag_check = now
                 watchdog.phase("end offsets of the input topics")
                 self.stats.lag = session.lag()
                 self.telemetry.set_lag(self.stats.lag)
                 self.telemetry.refresh_index()
-                self.stats.caught_up = ahead is None and current is None and not any(self.stats.lag.values())
+                self.stats.caught_up = quiet and not any(self.stats.lag.values())
                 if until_caught_up and self.stats.caught_up:
                     watchdog.phase(None)
                     self.log.info("caught_up", documents=self.stats.summary.total)
                     return
             watchdog.phase(None)
         self.telemetry.stopping = True
-        self.log.info("stopping", reason="signal", abandoned=len(ahead[0]) if ahead else 0)
+        self.log.info("stopping", reason="signal")
 
     def _after_batch(self, decisions: list, seconds: float) -> None:
         self.telemetry.batch_done(decisions, seconds)
@@ -402,26 +412,28 @@ def run_backfill(config: Config, state: Optional[str], topic: str, from_timestam
             else:
                 first = session.source.offsets_for_time(partitions, from_timestamp_ms)
             ends = session.source.end_offsets(partitions)
-            session.recover(start=first)
-            return _backfill_batches(session, first, ends, index_only, log, stopper, progress_enabled)
+            starts = session.recover(start=first)
+            return _backfill_batches(session, starts, first, ends, index_only, log, stopper, progress_enabled)
         finally:
             session.close()
 
 
-def _backfill_batches(session: Session, first: dict, ends: dict, index_only: bool, log: Log, stopper: Stopper,
-                      progress_enabled: Optional[bool]) -> Summary:
+def _backfill_batches(session: Session, starts: dict, first: dict, ends: dict, index_only: bool, log: Log,
+                      stopper: Stopper, progress_enabled: Optional[bool]) -> Summary:
     total = sum(max(ends[p] - first[p], 0) for p in ends)
     progress = Progress(total, "records", enabled=progress_enabled)
     summary = Summary()
     began = time.monotonic()
     log.info("backfill_started", topic=session.source.topics[0], records=total, index_only=index_only)
+    feed = session.open_feed(starts, limit=ends)
     try:
-        while not stopper.stopped and any(session.source.position(p) < ends[p] for p in ends):
+        while not stopper.stopped and any(feed.positions[p] < ends[p] for p in ends):
             session.engine.between_batches()
-            records = session.source.poll_batch(500, limit=ends)
-            if records:
-                summary.add(session.commit.process(records, emit=not index_only))
-            done = sum(min(session.source.position(p), ends[p]) - first[p] for p in ends)
+            batch = feed.next(500)
+            records = batch.records if batch is not None else []
+            if batch is not None:
+                summary.add(session.commit.process(records, batch.prepared, emit=not index_only))
+            done = sum(min(feed.positions[p], ends[p]) - first[p] for p in ends)
             progress.update(len(records), done)
     finally:
         progress.close()

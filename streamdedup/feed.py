@@ -1,0 +1,234 @@
+"""Where the worker's batches come from: read from Kafka and prepared, one batch ahead of the decisions.
+
+A feed hands out batches in the canonical order (``KafkaSource.poll_batch``),
+each already decoded and prepared (normalized, shingled, signed), with the
+consumer's positions after it (for the lag). Reading and preparing are pure:
+they change no state, so where they run changes no decision.
+
+- ``ProcessFeed`` (``worker.prepare_processes = 1``, the default) runs its
+  own consumer in a second process, spawned so it shares no Kafka client,
+  LMDB environment or lock with the worker. It polls and prepares the next
+  batch while the worker decides and commits the current one, so both cores
+  work, and the worker's own thread is left with deciding and producing.
+- ``InlineFeed`` (``worker.prepare_processes = 0``) polls and prepares in the
+  worker's own thread.
+
+Offsets never move here: the worker commits the input offsets after each
+batch it decided (``checkpoint.KafkaCommit``). A feed that is dropped takes
+its unread batches with it; the next session reads them again.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+from .decide import PreparedBatch
+from .engine import die_with_parent, prepare_compact, prepare_raw, raw_payload, restore_items
+from .errors import BrokerError, BrokerUnavailableError
+from .records import Source
+from .source import KafkaSource, RawRecord
+
+__all__ = ["FedBatch", "InlineFeed", "ProcessFeed", "FeedSettings"]
+
+BOOT_TIMEOUT_S = 120.0  # a feed process that has not said a word by then is reported as stuck
+
+
+@dataclass
+class FedBatch:
+    """Records in the canonical order and their prepared batch."""
+
+    records: list[RawRecord]
+    prepared: PreparedBatch
+    at_end: bool  # the batch reached the end of every partition, as of the last fetch
+
+
+@dataclass(frozen=True)
+class FeedSettings:
+    """What a feed needs to read the input topics (everything picklable, for the second process)."""
+
+    topics: tuple
+    client_settings: dict
+    group_id: str
+    batch_size: int
+    max_record_bytes: int
+    poll_timeout_ms: int
+
+    def source(self) -> KafkaSource:
+        return KafkaSource(list(self.topics), self.client_settings, self.group_id, self.batch_size,
+                           self.max_record_bytes)
+
+
+def _partition(topic: str, number: int):
+    from kafka import TopicPartition
+
+    return TopicPartition(topic, number)
+
+
+class InlineFeed:
+    """Polls and prepares in this thread, with the worker's own consumer."""
+
+    def __init__(self, source: KafkaSource, spec, signing, starts: dict, limit: Optional[dict] = None):
+        self.source = source
+        self.spec = spec
+        self.signing = signing
+        self.limit = limit
+        self.positions = dict(starts)
+
+    def next(self, timeout_ms: int) -> Optional[FedBatch]:
+        records = self.source.poll_batch(timeout_ms, limit=self.limit)
+        self.positions = {p: self.source.position(p) for p in self.positions}
+        if not records:
+            return None
+        return FedBatch(records, prepare_raw(raw_payload(records), self.spec, self.signing),
+                        self.source.read_to_end(list(self.positions)))
+
+    def close(self) -> None:
+        pass
+
+
+class ProcessFeed:
+    """A second process that polls and prepares the next batches while this one decides.
+
+    It is spawned as soon as the feed is made (its imports and connection
+    overlap the worker's recovery) and starts reading once ``start`` gives it
+    the positions. At most two batches are ahead: one waiting, one being
+    prepared.
+    """
+
+    def __init__(self, settings: FeedSettings, spec, signing):
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")
+        self._orders = context.Queue()
+        self._batches = context.Queue(maxsize=1)
+        self._stop = context.Event()
+        self._process = context.Process(target=_feed_main, name="streamdedup-feed", daemon=True,
+                                        args=(settings, spec, signing, self._orders, self._batches, self._stop,
+                                              os.getpid()))
+        self._process.start()
+        self._started_at = 0.0
+        self._heard = False
+        self.positions: dict = {}
+
+    def start(self, starts: dict, limit: Optional[dict] = None) -> None:
+        """Read from ``starts`` (partition -> offset) on, stopping at ``limit`` where given."""
+        self.positions = dict(starts)
+        wire = lambda offsets: None if offsets is None else {(p.topic, p.partition): o for p, o in offsets.items()}
+        self._orders.put((wire(starts), wire(limit)))
+        self._started_at = time.monotonic()
+
+    def next(self, timeout_ms: int) -> Optional[FedBatch]:
+        """The next batch, or None when none came within ``timeout_ms``."""
+        try:
+            message = self._batches.get(timeout=timeout_ms / 1000)
+        except queue.Empty:
+            self._check_alive()
+            return None
+        self._heard = True
+        kind = message[0]
+        if kind == "error":
+            _, name, text, retriable = message
+            raise (BrokerUnavailableError if retriable else BrokerError)(f"reading the input topics: {name}: {text}")
+        self.positions = {_partition(t, n): o for (t, n), o in message[1].items()}
+        if kind == "idle":
+            return None
+        values, keys, headers, stamps, names, partitions, offsets = message[3]
+        records = [RawRecord(v, Source(t, n, o), k, h, s)
+                   for v, k, h, s, t, n, o in zip(values, keys, headers, stamps, names, partitions, offsets)]
+        return FedBatch(records, restore_items(message[4], records), message[2])
+
+    def _check_alive(self) -> None:
+        if not self._process.is_alive():
+            raise BrokerUnavailableError(f"the process reading the input topics ended (exit code "
+                                         f"{self._process.exitcode}); starting it again")
+        if not self._heard and self._started_at and time.monotonic() - self._started_at > BOOT_TIMEOUT_S:
+            raise BrokerUnavailableError("the process reading the input topics has not answered in "
+                                         f"{BOOT_TIMEOUT_S:.0f} s; starting it again")
+
+    def close(self) -> None:
+        self._stop.set()
+        self._process.join(timeout=5)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join(timeout=5)
+        for q in (self._orders, self._batches):
+            q.cancel_join_thread()
+            q.close()
+
+
+def _feed_main(settings: FeedSettings, spec, signing, orders, batches, stop, parent: int) -> None:
+    """In the feed process: poll, prepare, hand over, until told to stop (or the worker is gone)."""
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM):  # the worker decides when this process stops (Ctrl-C hits both)
+        signal.signal(sig, signal.SIG_IGN)
+    die_with_parent(parent)
+    batches.cancel_join_thread()  # at exit, do not wait for the worker to read what is still queued
+    source = None
+    try:
+        source = settings.source()
+        starts, limit = _wait_for_orders(orders, stop)
+        if starts is None:
+            return
+        partitions = [_partition(t, n) for t, n in starts]
+        source.assign(partitions)
+        for p in partitions:
+            source.seek(p, starts[(p.topic, p.partition)])
+        limit = None if limit is None else {_partition(t, n): o for (t, n), o in limit.items()}
+        _feed_batches(source, partitions, settings.poll_timeout_ms, limit, spec, signing, batches, stop)
+    except Exception as exc:  # reported to the worker, which starts a new session
+        from .worker import _kafka_trouble
+
+        trouble = _kafka_trouble(exc)
+        retriable = trouble is not None and getattr(trouble, "retriable", False)
+        _hand_over(batches, ("error", type(exc).__name__, str(exc)[:500], retriable), stop)
+    finally:
+        if source is not None:
+            try:
+                source.close()
+            except Exception:  # the broker may be gone; nothing of ours is pending in the consumer
+                pass
+
+
+def _wait_for_orders(orders, stop) -> tuple:
+    while not stop.is_set():
+        try:
+            return orders.get(timeout=0.2)
+        except queue.Empty:
+            continue
+    return None, None
+
+
+def _feed_batches(source: KafkaSource, partitions: list, timeout_ms: int, limit, spec, signing, batches,
+                  stop) -> None:
+    told = None
+    while not stop.is_set():
+        records = source.poll_batch(timeout_ms, limit=limit)
+        positions = {(p.topic, p.partition): source.position(p) for p in partitions}
+        if records:
+            payload = raw_payload(records)
+            columns = payload[:2] + ([r.headers for r in records], [r.timestamp_ms for r in records]) + payload[2:]
+            at_end = source.read_to_end(partitions)
+            message = ("batch", positions, at_end, columns, prepare_compact(payload, spec, signing))
+        elif positions != told:
+            message = ("idle", positions)  # e.g. a transaction marker was read past: the lag moved
+        else:
+            continue
+        if not _hand_over(batches, message, stop):
+            return
+        told = positions
+
+
+def _hand_over(batches, message, stop) -> bool:
+    """Put ``message`` for the worker, waiting while one is still unread; False if told to stop meanwhile."""
+    while not stop.is_set():
+        try:
+            batches.put(message, timeout=0.2)
+            return True
+        except queue.Full:
+            continue
+    return False
