@@ -171,6 +171,8 @@ def _feed_main(settings: FeedSettings, spec, signing, orders, batches, stop, par
     source = None
     try:
         source = settings.source()
+        source.partitions()  # connects and learns the topics now, while the worker recovers
+        _warm_up(signing, settings.batch_size)
         starts, limit = _wait_for_orders(orders, stop)
         if starts is None:
             return
@@ -192,6 +194,20 @@ def _feed_main(settings: FeedSettings, spec, signing, orders, batches, stop, par
                 source.close()
             except Exception:  # the broker may be gone; nothing of ours is pending in the consumer
                 pass
+
+
+def _warm_up(signing, documents: int) -> None:
+    """Prepare a made-up batch of the real size: builds the Unicode tables and the memory the batches use.
+
+    Otherwise the first real batches pay for it (about half a second),
+    while the worker waits for them.
+    """
+    from .decide import prepare
+    from .records import Document
+
+    words = " ".join(f"warmingup{i:03d}" for i in range(175))  # about the size of a crawled page
+    prepare([Document(f"warm-up-{i}", f"{words} {i}" + (" \u00e9" if i % 100 == 0 else ""), Source("warm-up", -1, i))
+             for i in range(documents)], signing)
 
 
 def _wait_for_orders(orders, stop) -> tuple:

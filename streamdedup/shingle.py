@@ -194,11 +194,25 @@ def _power_tables(n: int) -> tuple[np.ndarray, np.ndarray]:
     global _powers, _inverse_powers
     if len(_powers) < n:
         size = max(n, 2 * len(_powers))
-        inverse = pow(POLY_BASE, -1, 1 << 64)
-        with np.errstate(over="ignore"):
-            _powers = np.concatenate(([_U64(1)], np.cumprod(np.full(size - 1, POLY_BASE, dtype=np.uint64))))
-            _inverse_powers = np.concatenate(([_U64(1)], np.cumprod(np.full(size - 1, inverse, dtype=np.uint64))))
+        _powers = _geometric(POLY_BASE, size)
+        _inverse_powers = _geometric(pow(POLY_BASE, -1, 1 << 64), size)
     return _powers[:n], _inverse_powers[:n]
+
+
+def _geometric(base: int, n: int) -> np.ndarray:
+    """base**j modulo 2**64 for j < n, by doubling: each step is one vectorized multiply.
+
+    (``np.cumprod`` is a sequential loop, about 20 times slower on millions of entries.)
+    """
+    out = np.empty(max(n, 1), dtype=np.uint64)
+    out[0] = 1
+    filled = 1
+    with np.errstate(over="ignore"):
+        while filled < n:
+            take = min(filled, n - filled)
+            np.multiply(out[:take], _U64(pow(base, filled, 1 << 64)), out=out[filled : filled + take])
+            filled += take
+    return out[:n]
 
 
 def _span_hashes(points: np.ndarray, begin: np.ndarray, end: np.ndarray) -> np.ndarray:

@@ -7,6 +7,8 @@ import os
 import sys
 from typing import BinaryIO, Optional
 
+import numpy as np
+
 from .errors import ResumeError
 from .records import KEPT, Decision
 from .source import RawRecord
@@ -191,8 +193,15 @@ class KafkaSink:
         self.producer.begin_transaction()
 
     def send(self, messages: list[tuple[str, dict]]) -> None:
-        for topic, message in messages:
-            self.producer.send(topic, **message)
+        """Produce the messages, each to the partition Kafka's default partitioner would pick.
+
+        The partitions of keyed messages are computed for the whole batch at
+        once (``key_partitions``): the client's own per-message murmur2 in
+        Python costs about a quarter of its send.
+        """
+        producer = self.producer
+        for topic, message, partition in zip(*_with_partitions(producer, messages)):
+            producer.send(topic, partition=partition, **message)
 
     def send_offsets(self, offsets: dict, group_id: str) -> "_Pending":
         """Add the input offsets to the open transaction; returns at once, ``wait()`` on the result.
@@ -214,6 +223,57 @@ class KafkaSink:
 
     def close(self) -> None:
         self.producer.close(timeout=5)
+
+
+def _with_partitions(producer, messages: list[tuple[str, dict]]) -> tuple[list, list, list]:
+    """Topics, messages, and the partition of each (None: unkeyed, the client picks one)."""
+    topics = [topic for topic, _ in messages]
+    bodies = [message for _, message in messages]
+    partitions: list = [None] * len(messages)
+    for topic in set(topics):
+        numbers = sorted(producer.partitions_for(topic))
+        rows = [i for i, (t, body) in enumerate(zip(topics, bodies)) if t == topic and body["key"] is not None]
+        chosen = key_partitions([bodies[i]["key"] for i in rows], len(numbers))
+        for i, index in zip(rows, chosen.tolist()):
+            partitions[i] = numbers[index]
+    return topics, bodies, partitions
+
+
+def key_partitions(keys: list[bytes], partitions: int) -> np.ndarray:
+    """The partition index Kafka's default partitioner gives each key: murmur2(key) & 0x7fffffff mod count.
+
+    The same murmur2 as the Java and kafka-python clients, for all keys at
+    once: key bytes laid out in rows of little-endian 32-bit words.
+    """
+    if partitions == 1 or not keys:
+        return np.zeros(len(keys), dtype=np.int64)
+    m = np.uint32(0x5BD1E995)
+    lengths = np.fromiter(map(len, keys), dtype=np.int64, count=len(keys))
+    width = (int(lengths.max()) // 4 + 1) * 4  # room for every word and tail
+    grid = np.zeros((len(keys), width), dtype=np.uint8)
+    starts = np.cumsum(lengths) - lengths
+    rows = np.repeat(np.arange(len(keys)), lengths)
+    grid[rows, np.arange(len(rows)) - np.repeat(starts, lengths)] = np.frombuffer(b"".join(keys), dtype=np.uint8)
+    words = grid.view("<u4").astype(np.uint32)
+    full = lengths // 4
+    h = np.uint32(0x9747B28C) ^ lengths.astype(np.uint32)
+    for i in range(words.shape[1]):
+        k = words[:, i] * m
+        k ^= k >> np.uint32(24)
+        k *= m
+        h = np.where(full > i, (h * m) ^ k, h)
+    at, extra, zero = np.arange(len(keys)), lengths % 4, np.uint32(0)
+
+    def tail_byte(offset: int) -> np.ndarray:  # byte ``offset`` after the last whole word
+        return grid[at, np.minimum(full * 4 + offset, width - 1)].astype(np.uint32)
+
+    h ^= np.where(extra >= 3, tail_byte(2) << np.uint32(16), zero)
+    h ^= np.where(extra >= 2, tail_byte(1) << np.uint32(8), zero)
+    h = np.where(extra >= 1, (h ^ tail_byte(0)) * m, h)
+    h ^= h >> np.uint32(13)
+    h *= m
+    h ^= h >> np.uint32(15)
+    return (h & np.uint32(0x7FFFFFFF)).astype(np.int64) % partitions
 
 
 class _Pending:

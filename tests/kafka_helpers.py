@@ -27,11 +27,11 @@ class Topics:
     dead_letter: str
 
     @classmethod
-    def fresh(cls, bootstrap: str, partitions: int = 1) -> "Topics":
+    def fresh(cls, bootstrap: str, partitions: int = 1, output_partitions: int = 1) -> "Topics":
         tag = uuid.uuid4().hex[:10]
         topics = cls(f"raw-{tag}", f"clean-{tag}", f"dups-{tag}", f"dead-{tag}")
         create_topics(bootstrap, [topics.raw], partitions)
-        create_topics(bootstrap, [topics.clean, topics.duplicates, topics.dead_letter], 1)
+        create_topics(bootstrap, [topics.clean, topics.duplicates, topics.dead_letter], output_partitions)
         return topics
 
     def settings(self, bootstrap: str) -> list[str]:

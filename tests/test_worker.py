@@ -21,8 +21,10 @@ def crawl_records(docs):
 
 
 def test_clean_duplicates_and_headers_on_a_three_partition_topic(kafka, tmp_path):
+    from kafka.partitioner.default import murmur2
+
     docs = corpus.generate(200, seed=8)
-    topics = Topics.fresh(kafka, partitions=3)
+    topics = Topics.fresh(kafka, partitions=3, output_partitions=3)
     records = crawl_records(docs)
     produce(kafka, topics.raw, records, partition_of=lambda n: n % 3)
     result = run_worker(tmp_path / "state", topics, kafka)
@@ -34,6 +36,7 @@ def test_clean_duplicates_and_headers_on_a_three_partition_topic(kafka, tmp_path
     kinds = {kind for v in found.values() for kind, _ in v}
     assert kinds == {"clean", "duplicates"}
     for (partition, offset), [(kind, message)] in found.items():
+        assert message.partition == (murmur2(message.key) & 0x7FFFFFFF) % 3  # Kafka's default partitioner
         if kind == "clean":
             original = by_value[message.value]
             assert message.key == original[0]
