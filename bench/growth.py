@@ -6,7 +6,11 @@ durable commits, preparation in a second process) and, when the index holds
 median and p99 batch latency, the process's resident memory (its own, and the index pages LMDB maps in), and the index's
 bytes per document with the tables that take the most space.
 
-Run: ``python bench/growth.py`` (``--sizes 10000,100000,1000000 --window 40000``).
+The window is ``index.merge_every`` documents (100,000), so each holds
+exactly one merge of the recent lookup keys into the tables: the figures
+are amortized, and the p99 batch includes the batch that merges.
+
+Run: ``python bench/growth.py`` (``--sizes 10000,100000,1000000 --window 100000``).
 """
 
 from __future__ import annotations
@@ -38,49 +42,50 @@ def memory() -> dict:
 
 
 class Crawl:
-    """The synthetic crawl, generated a slice at a time so the corpus is never all in memory."""
+    """The synthetic crawl, generated a slice at a time and written to a file, so it is never all in memory."""
 
     SLICE = 10000  # documents per slice; each slice is a crawl of its own (own seed, own id prefix)
 
-    def __init__(self) -> None:
-        self.cache: dict[int, list] = {}
-        self.keep: set[int] = set()
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
 
-    def prefetch(self, start: int, end: int) -> None:
-        """Generate the slices of [start, end) now and keep them until the next prefetch."""
-        self.keep = set(range(start // self.SLICE, (end - 1) // self.SLICE + 1))
-        self.cache = {n: d for n, d in self.cache.items() if n in self.keep}
-        for number in self.keep:
-            self._slice(number)
-
-    def _slice(self, number: int) -> list:
-        if number not in self.cache:
-            self.cache = {n: d for n, d in self.cache.items() if n in self.keep}
-            self.cache[number] = corpus.generate(int(self.SLICE / 1.83) + 60, seed=number)[: self.SLICE]
-        return self.cache[number]
-
-    def records(self, start: int, end: int) -> list[RawRecord]:
+    def write(self, start: int, end: int) -> str:
+        """The documents [start, end) as a JSONL file (made before the clock starts)."""
         import json
 
-        out = []
-        for position in range(start, end):
-            number, offset = divmod(position, self.SLICE)
-            d = self._slice(number)[offset]
-            value = json.dumps({"id": f"s{number}-{d.id}", "text": d.text}).encode()
-            out.append(RawRecord(value, Source("growth", -1, position)))
-        return out
+        path = os.path.join(self.folder, f"crawl-{start}-{end}.jsonl")
+        with open(path, "w", encoding="utf-8") as handle:
+            for number in range(start // self.SLICE, (end - 1) // self.SLICE + 1):
+                docs = corpus.generate(int(self.SLICE / 1.83) + 60, seed=number)[: self.SLICE]
+                for offset, d in enumerate(docs):
+                    if start <= number * self.SLICE + offset < end:
+                        handle.write(json.dumps({"id": f"s{number}-{d.id}", "text": d.text}) + "\n")
+        return path
+
+    @staticmethod
+    def batches(path: str, start: int, size: int):
+        """Batches of records read back from a file written by ``write``, numbered from ``start``."""
+        with open(path, "rb") as handle:
+            batch: list[RawRecord] = []
+            for position, line in enumerate(handle, start):
+                batch.append(RawRecord(line.rstrip(b"\n"), Source("growth", -1, position)))
+                if len(batch) == size:
+                    yield batch
+                    batch = []
+            if batch:
+                yield batch
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="10000,100000,1000000")
-    parser.add_argument("--window", type=int, default=40000, help="documents measured at each size")
+    parser.add_argument("--window", type=int, default=100000, help="documents measured at each size")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
-    docs = Crawl()
     cfg = config_module.load(None, environ={})
     batch = cfg.worker.batch_size
     work = tempfile.mkdtemp(prefix="bench-growth-")
+    docs = Crawl(work)
     rows = []
     try:
         with Engine(cfg, os.path.join(work, "state")) as engine:
@@ -88,12 +93,17 @@ def main(argv=None) -> int:
             try:
                 position = 0
                 for size in sizes:
-                    position = feed(engine, preparer, docs, position, size, batch, None)
+                    for begin in range(position, size, 100000):  # fill in steps, so no file is large
+                        filled = docs.write(begin, min(begin + 100000, size))
+                        feed(engine, preparer, Crawl.batches(filled, begin, batch), None)
+                        os.remove(filled)
+                    window = docs.write(size, size + args.window)  # generating text is not timed
                     latencies: list[float] = []
-                    docs.prefetch(position, size + args.window)  # generating text is not timed
                     window_began = time.monotonic()
-                    position = feed(engine, preparer, docs, position, size + args.window, batch, latencies)
+                    feed(engine, preparer, Crawl.batches(window, size, batch), latencies)
                     seconds = time.monotonic() - window_began
+                    os.remove(window)
+                    position = size + args.window
                     rows.append(measure_row(engine, size, args.window, seconds, latencies))
                     print_row(rows[-1], flush=True)
             finally:
@@ -104,21 +114,22 @@ def main(argv=None) -> int:
     return 0
 
 
-def feed(engine: Engine, preparer: Preparer, docs, position: int, until: int, batch: int, latencies) -> int:
-    """Decide documents until the index holds ``until``; with ``latencies``, time each batch."""
+def feed(engine: Engine, preparer: Preparer, batches, latencies) -> None:
+    """Decide every batch, preparing the next one meanwhile; with ``latencies``, time each decision."""
     ahead = None
-    while position < until or ahead is not None:
-        current, ahead = ahead, None
-        if position < until:
-            records = docs.records(position, min(position + batch, until))
-            ahead = (records, preparer.submit(records))
-            position += len(records)
+    for records in batches:
+        current, ahead = ahead, (records, preparer.submit(records))
         if current is not None:
-            began = time.monotonic()
-            engine.decide_batch(current[1].result())
-            if latencies is not None:
-                latencies.append(time.monotonic() - began)
-    return position
+            decide(engine, current[1], latencies)
+    if ahead is not None:
+        decide(engine, ahead[1], latencies)
+
+
+def decide(engine: Engine, prepared, latencies) -> None:
+    began = time.monotonic()
+    engine.decide_batch(prepared.result())
+    if latencies is not None:
+        latencies.append(time.monotonic() - began)
 
 
 def measure_row(engine: Engine, size: int, window: int, seconds: float, latencies: list[float]) -> dict:

@@ -108,7 +108,7 @@ class WorkerSection:
     batch_size: int = _key(2000, "records decided per batch and per commit", low=1, high=100000)
     poll_timeout_ms: int = _key(500, "longest wait for a batch to fill", low=1)
     transactional_id: str = _key("", "Kafka transactional id ('' derives it from the index id)")
-    prepare_processes: int = _key(1, "processes that sign the next batch while one is decided (0: none)",
+    prepare_processes: int = _key(1, "second process that reads and signs the next batch while one is decided (0: none)",
                                   low=0, high=1)
 
 

@@ -17,6 +17,7 @@ the mirror is read back from it; readers (``query``) load their own.
 
 from __future__ import annotations
 
+import bisect
 from typing import Callable, Optional
 
 import numpy as np
@@ -51,6 +52,7 @@ class RecentMirror:
         self.bands = np.zeros(0, dtype=np.uint16)  # the band of each key
         self.documents = 0
         self.last_serial = 0
+        self._sorted: Optional[tuple[list, list]] = None  # (ids, content) as table pairs, for merges
 
     @classmethod
     def load(cls, txn: IndexTxn) -> "RecentMirror":
@@ -71,6 +73,7 @@ class RecentMirror:
 
     def add(self, entries: list[tuple[int, bytes, bytes]], kept_serials: np.ndarray, kept_keys: np.ndarray) -> None:
         """Take in committed documents: (serial, id hash, content hash) each, and the kept ones' band keys."""
+        self._sorted = None
         ids, content = self.ids, self.content
         for serial, ident, digest in entries:
             found = ids.get(ident)
@@ -105,7 +108,10 @@ class RecentMirror:
         keys = self.keys
         if len(keys) == 0:
             return keys, self.serials
-        asked = np.unique(flat)
+        asked = np.sort(flat)
+        first = np.ones(len(asked), dtype=bool)
+        first[1:] = asked[1:] != asked[:-1]
+        asked = asked[first]  # each key once (np.unique, which hashes, is slower here)
         lo = np.searchsorted(keys, asked, "left")
         found = keys[np.minimum(lo, len(keys) - 1)] == asked
         if not found.any():
@@ -117,6 +123,7 @@ class RecentMirror:
 
     def remove(self, serials: set[int]) -> None:
         """Forget these documents (after a commit that removed them from ``recent``)."""
+        self._sorted = None
         for ident in list(self.ids):
             kept = [s for s in self.ids[ident] if s not in serials]
             if kept:
@@ -134,6 +141,14 @@ class RecentMirror:
 
     def clear(self) -> None:
         self.__init__()
+
+    def table_pairs(self) -> tuple[list[tuple[bytes, bytes]], list[tuple[bytes, bytes]]]:
+        """The ids and content entries as sorted (key, value) pairs of their tables, made once per merge."""
+        if self._sorted is None:
+            ids = sorted((ident, u64(serial)) for ident, serials in self.ids.items() for serial in serials)
+            contents = sorted((c, u64(serial)) for c, serial in self.content.items())
+            self._sorted = ids, contents
+        return self._sorted
 
 
 MERGE_SLICE_BYTES = 32 << 20  # 32 MiB: table pages one merge transaction may dirty, about
@@ -158,11 +173,9 @@ def merge_slice(txn: IndexTxn, mirror: RecentMirror, number: int, slices: int) -
     """
     low, high = (number << 16) // slices, ((number + 1) << 16) // slices  # of the first two key bytes
     raw, dbs = txn.txn, txn.dbs
-    ids = sorted((ident, u64(serial)) for ident, serials in mirror.ids.items() if low <= _prefix(ident) < high
-                 for serial in serials)
-    raw.cursor(db=dbs["ids"]).putmulti(ids, dupdata=True)
-    contents = sorted((c, u64(serial)) for c, serial in mirror.content.items() if low <= _prefix(c) < high)
-    raw.cursor(db=dbs["content"]).putmulti(contents, overwrite=False)
+    ids, contents = mirror.table_pairs()
+    raw.cursor(db=dbs["ids"]).putmulti(_prefix_range(ids, low, high), dupdata=True)
+    raw.cursor(db=dbs["content"]).putmulti(_prefix_range(contents, low, high), overwrite=False)
     if len(mirror.keys):
         span = txn.index.signing.bands << 16  # (band, first two key bytes), in table order
         where = (mirror.bands.astype(np.int64) << 16) | (mirror.keys >> np.uint64(48)).astype(np.int64)
@@ -185,8 +198,11 @@ def merge_recent(txn: IndexTxn, mirror: RecentMirror) -> None:
     finish_merge(txn, mirror)
 
 
-def _prefix(key: bytes) -> int:
-    return (key[0] << 8) | key[1]
+def _prefix_range(pairs: list[tuple[bytes, bytes]], low: int, high: int) -> list[tuple[bytes, bytes]]:
+    """The sorted pairs whose key starts with two bytes in [low, high)."""
+    begin = bisect.bisect_left(pairs, (low.to_bytes(2, "big"),))
+    end = len(pairs) if high > 0xFFFF else bisect.bisect_left(pairs, (high.to_bytes(2, "big"),))
+    return pairs[begin:end]
 
 
 def _band_pairs(bands: np.ndarray, keys: np.ndarray, serials: np.ndarray) -> list[tuple[bytes, bytes]]:

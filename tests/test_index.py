@@ -114,3 +114,17 @@ def test_a_merge_interrupted_between_slices_is_consistent_and_done_again(tmp_pat
         other.decide_batch(other.prepare(_docs(texts[:300])))
         same = other.decide_batch(other.prepare(_docs(texts[300:], 300)))
     assert [(d.status, d.cluster) for d in decided] == [(d.status, d.cluster) for d in same]
+
+
+def test_mirror_band_rows_of_nothing_and_of_repeated_keys():
+    import numpy as np
+
+    from streamdedup.lookup import RecentMirror
+
+    mirror = RecentMirror()
+    mirror.add([(1, b"i" * 16, b"c" * 16), (2, b"j" * 16, b"d" * 16)], np.array([1, 2], dtype=np.int64),
+               np.array([[5, 7], [7, 9]], dtype=np.uint64))
+    keys, serials = mirror.band_rows(np.zeros(0, dtype=np.uint64))  # a batch of rejected records only
+    assert len(keys) == len(serials) == 0
+    keys, serials = mirror.band_rows(np.array([7, 7, 9, 11], dtype=np.uint64))
+    assert sorted(zip(keys.tolist(), serials.tolist())) == [(7, 1), (7, 2), (9, 2)]

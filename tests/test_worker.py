@@ -51,10 +51,12 @@ def test_clean_duplicates_and_headers_on_a_three_partition_topic(kafka, tmp_path
     assert run_cli("check", "--state", str(tmp_path / "state")).returncode == 0
 
 
-def test_offline_and_live_keep_the_same_documents(kafka, tmp_path, crawl, crawl_file):
+@pytest.mark.parametrize("prepare_processes", [1, 0])  # the feed in a second process, or in the worker's thread
+def test_offline_and_live_keep_the_same_documents(kafka, tmp_path, crawl, crawl_file, prepare_processes):
     topics = Topics.fresh(kafka)
     produce(kafka, topics.raw, crawl_records(crawl))
-    assert run_worker(tmp_path / "live", topics, kafka).returncode == 0
+    result = run_worker(tmp_path / "live", topics, kafka, "--set", f"worker.prepare_processes={prepare_processes}")
+    assert result.returncode == 0, result.stderr.decode()
     run_cli("dedup", str(crawl_file), "--state", str(tmp_path / "offline"), "--decisions",
             str(tmp_path / "decisions.jsonl"))
     offline_kept = [d["id"] for d in read_jsonl(tmp_path / "decisions.jsonl") if d["status"] == "kept"]
