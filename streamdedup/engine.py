@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from functools import lru_cache
 from typing import Callable, Optional
 
 from .config import Config
@@ -20,8 +21,8 @@ from .lsh import optimal_params
 from .records import Decision, Item
 from .signing import SigningConfig
 
-__all__ = ["Engine", "Preparer", "die_with_parent", "prepare_compact", "prepare_raw", "raw_payload", "restore_items",
-           "signing_config"]
+__all__ = ["Engine", "Preparer", "die_with_parent", "prepare_compact", "prepare_raw", "raw_payload", "raw_records",
+           "restore_items", "signing_config"]
 
 Bookkeeping = Callable[[IndexTxn, list[Decision]], None]
 
@@ -135,16 +136,17 @@ def _return_freed_memory() -> None:
     memory for reuse, so without this the worker's resident size would ratchet
     up with every merge (measured in ``bench/growth.py``). Elsewhere: nothing.
     """
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    try:
-        trim = ctypes.CDLL(name).malloc_trim if name else None
-    except (OSError, AttributeError):
-        trim = None
+    trim = _malloc_trim()
     if trim is not None:
         trim(0)
+
+
+@lru_cache(maxsize=1)
+def _malloc_trim():
+    """glibc's ``malloc_trim`` (looked up once, in the C library the process already has), or None."""
+    import ctypes
+
+    return getattr(ctypes.CDLL(None), "malloc_trim", None)
 
 
 class Preparer:
@@ -201,22 +203,37 @@ def die_with_parent(parent: int) -> None:
 
 
 def raw_payload(records: list) -> tuple:
-    """Raw records as columns (values, keys, source names, partitions, offsets): cheap to send to a process."""
+    """Raw records as columns (values, keys, headers, timestamps, source names, partitions, offsets).
+
+    Cheap to send to another process; ``raw_records`` turns them back.
+    """
     return (
         [r.value for r in records],
         [r.key for r in records],
+        [r.headers for r in records],
+        [r.timestamp_ms for r in records],
         [r.source.name for r in records],
         [r.source.partition for r in records],
         [r.source.offset for r in records],
     )
 
 
+def raw_records(payload: tuple) -> list:
+    """The RawRecords of ``raw_payload`` columns."""
+    from .records import Source
+    from .source import RawRecord
+
+    values, keys, headers, stamps, names, partitions, offsets = payload
+    return [RawRecord(v, Source(n, p, o), k, h, t)
+            for v, k, h, t, n, p, o in zip(values, keys, headers, stamps, names, partitions, offsets)]
+
+
 def prepare_raw(payload: tuple, spec, signing: SigningConfig) -> PreparedBatch:
-    """Decode raw records (values, keys, source names, partitions, offsets) and prepare them."""
+    """Decode ``raw_payload`` columns and prepare them."""
     from .decode import decode
     from .records import Source
 
-    values, keys, names, partitions, offsets = payload
+    values, keys, _, _, names, partitions, offsets = payload
     items = [decode(v, Source(n, p, o), spec, k) for v, k, n, p, o in zip(values, keys, names, partitions, offsets)]
     return prepare(items, signing)
 

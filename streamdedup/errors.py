@@ -19,6 +19,8 @@ Every message says what was expected, what was found and what to do.
 
 from __future__ import annotations
 
+from typing import Optional
+
 
 class StreamdedupError(Exception):
     """Base class of every error streamdedup raises on purpose."""
@@ -62,3 +64,17 @@ class BrokerUnavailableError(BrokerError):
     """The broker does not answer; the worker waits and retries."""
 
     retriable = True
+
+
+def kafka_trouble(exc: BaseException) -> Optional[BaseException]:
+    """A kafka-python error as a BrokerError (retriable or not), else None (not ours to handle)."""
+    from kafka import errors
+
+    fatal = (errors.ProducerFencedError, errors.TransactionalIdAuthorizationFailedError,
+             errors.TopicAuthorizationFailedError, errors.GroupAuthorizationFailedError)
+    if isinstance(exc, fatal):
+        return BrokerError(f"{type(exc).__name__}: {exc}; another worker with the same transactional id "
+                           "may have taken over, or the credentials lack rights")
+    if isinstance(exc, (errors.KafkaError, errors.IllegalStateError, OSError)):
+        return BrokerUnavailableError(f"{type(exc).__name__}: {exc}")
+    return None

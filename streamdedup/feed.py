@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .decide import PreparedBatch
-from .engine import die_with_parent, prepare_compact, prepare_raw, raw_payload, restore_items
-from .errors import BrokerError, BrokerUnavailableError
+from .engine import die_with_parent, prepare_compact, prepare_raw, raw_payload, raw_records, restore_items
+from .errors import BrokerError, BrokerUnavailableError, kafka_trouble
 from .records import Source
 from .source import KafkaSource, RawRecord
 
@@ -60,12 +60,6 @@ class FeedSettings:
     def source(self) -> KafkaSource:
         return KafkaSource(list(self.topics), self.client_settings, self.group_id, self.batch_size,
                            self.max_record_bytes)
-
-
-def _partition(topic: str, number: int):
-    from kafka import TopicPartition
-
-    return TopicPartition(topic, number)
 
 
 class InlineFeed:
@@ -117,8 +111,7 @@ class ProcessFeed:
     def start(self, starts: dict, limit: Optional[dict] = None) -> None:
         """Read from ``starts`` (partition -> offset) on, stopping at ``limit`` where given."""
         self.positions = dict(starts)
-        wire = lambda offsets: None if offsets is None else {(p.topic, p.partition): o for p, o in offsets.items()}
-        self._orders.put((wire(starts), wire(limit)))
+        self._orders.put((starts, limit))
         self._started_at = time.monotonic()
 
     def next(self, timeout_ms: int) -> Optional[FedBatch]:
@@ -133,12 +126,10 @@ class ProcessFeed:
         if kind == "error":
             _, name, text, retriable = message
             raise (BrokerUnavailableError if retriable else BrokerError)(f"reading the input topics: {name}: {text}")
-        self.positions = {_partition(t, n): o for (t, n), o in message[1].items()}
+        self.positions = message[1]
         if kind == "idle":
             return None
-        values, keys, headers, stamps, names, partitions, offsets = message[3]
-        records = [RawRecord(v, Source(t, n, o), k, h, s)
-                   for v, k, h, s, t, n, o in zip(values, keys, headers, stamps, names, partitions, offsets)]
+        records = raw_records(message[3])
         return FedBatch(records, restore_items(message[4], records), message[2])
 
     def _check_alive(self) -> None:
@@ -176,17 +167,14 @@ def _feed_main(settings: FeedSettings, spec, signing, orders, batches, stop, par
         starts, limit = _wait_for_orders(orders, stop)
         if starts is None:
             return
-        partitions = [_partition(t, n) for t, n in starts]
+        partitions = list(starts)
         source.assign(partitions)
-        for p in partitions:
-            source.seek(p, starts[(p.topic, p.partition)])
-        limit = None if limit is None else {_partition(t, n): o for (t, n), o in limit.items()}
+        for p, offset in starts.items():
+            source.seek(p, offset)
         _feed_batches(source, partitions, settings.poll_timeout_ms, limit, spec, signing, batches, stop)
     except Exception as exc:  # reported to the worker, which starts a new session
-        from .worker import _kafka_trouble
-
-        trouble = _kafka_trouble(exc)
-        retriable = trouble is not None and getattr(trouble, "retriable", False)
+        trouble = kafka_trouble(exc)
+        retriable = trouble is not None and trouble.retriable
         _hand_over(batches, ("error", type(exc).__name__, str(exc)[:500], retriable), stop)
     finally:
         if source is not None:
@@ -224,12 +212,11 @@ def _feed_batches(source: KafkaSource, partitions: list, timeout_ms: int, limit,
     told = None
     while not stop.is_set():
         records = source.poll_batch(timeout_ms, limit=limit)
-        positions = {(p.topic, p.partition): source.position(p) for p in partitions}
+        positions = {p: source.position(p) for p in partitions}
         if records:
             payload = raw_payload(records)
-            columns = payload[:2] + ([r.headers for r in records], [r.timestamp_ms for r in records]) + payload[2:]
             at_end = source.read_to_end(partitions)
-            message = ("batch", positions, at_end, columns, prepare_compact(payload, spec, signing))
+            message = ("batch", positions, at_end, payload, prepare_compact(payload, spec, signing))
         elif positions != told:
             message = ("idle", positions)  # e.g. a transaction marker was read past: the lag moved
         else:

@@ -200,7 +200,7 @@ class KafkaSink:
         Python costs about a quarter of its send.
         """
         producer = self.producer
-        for topic, message, partition in zip(*_with_partitions(producer, messages)):
+        for (topic, message), partition in zip(messages, _partitions(producer, messages)):
             producer.send(topic, partition=partition, **message)
 
     def send_offsets(self, offsets: dict, group_id: str) -> "_Pending":
@@ -225,18 +225,18 @@ class KafkaSink:
         self.producer.close(timeout=5)
 
 
-def _with_partitions(producer, messages: list[tuple[str, dict]]) -> tuple[list, list, list]:
-    """Topics, messages, and the partition of each (None: unkeyed, the client picks one)."""
-    topics = [topic for topic, _ in messages]
-    bodies = [message for _, message in messages]
-    partitions: list = [None] * len(messages)
-    for topic in set(topics):
+def _partitions(producer, messages: list[tuple[str, dict]]) -> list[Optional[int]]:
+    """The partition of each message (None: unkeyed, the client picks one)."""
+    keyed: dict[str, list[int]] = {}
+    for row, (topic, message) in enumerate(messages):
+        if message["key"] is not None:
+            keyed.setdefault(topic, []).append(row)
+    partitions: list[Optional[int]] = [None] * len(messages)
+    for topic, rows in keyed.items():
         numbers = sorted(producer.partitions_for(topic))
-        rows = [i for i, (t, body) in enumerate(zip(topics, bodies)) if t == topic and body["key"] is not None]
-        chosen = key_partitions([bodies[i]["key"] for i in rows], len(numbers))
-        for i, index in zip(rows, chosen.tolist()):
-            partitions[i] = numbers[index]
-    return topics, bodies, partitions
+        for row, index in zip(rows, key_partitions([messages[r][1]["key"] for r in rows], len(numbers)).tolist()):
+            partitions[row] = numbers[index]
+    return partitions
 
 
 def key_partitions(keys: list[bytes], partitions: int) -> np.ndarray:

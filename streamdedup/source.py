@@ -14,7 +14,7 @@ from typing import BinaryIO, Iterator, Optional
 from .errors import ResumeError
 from .records import Source
 
-__all__ = ["RawRecord", "FilePosition", "FileSource"]
+__all__ = ["RawRecord", "FilePosition", "FileSource", "KafkaSource", "canonical_order"]
 
 
 @dataclass(slots=True)
@@ -26,6 +26,11 @@ class RawRecord:
     key: Optional[bytes] = None
     headers: tuple = ()
     timestamp_ms: int = -1
+
+
+def canonical_order(records: list["RawRecord"]) -> list["RawRecord"]:
+    """Records sorted by topic, partition, offset: the order a batch is decided in, and replayed in."""
+    return sorted(records, key=lambda r: (r.source.name, r.source.partition, r.source.offset))
 
 
 @dataclass(frozen=True)
@@ -188,8 +193,7 @@ class KafkaSource:
                     continue
                 records.append(RawRecord(m.value, Source(m.topic, m.partition, m.offset), m.key,
                                          tuple(m.headers or ()), m.timestamp))
-        records.sort(key=lambda r: (r.source.name, r.source.partition, r.source.offset))
-        return records
+        return canonical_order(records)
 
     def close(self) -> None:
         self.consumer.close(autocommit=False)

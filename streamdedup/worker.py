@@ -21,11 +21,11 @@ from .config import Config, kafka_client_settings
 from .decode import InputSpec
 from .feed import FeedSettings, InlineFeed, ProcessFeed
 from .engine import Engine
-from .errors import BrokerError, BrokerUnavailableError, IndexUnusableError
+from .errors import BrokerError, BrokerUnavailableError, IndexUnusableError, kafka_trouble
 from .logs import Log
 from .offline import Summary
 from .progress import Progress
-from .source import KafkaSource
+from .source import canonical_order
 from .telemetry import WorkerTelemetry
 
 __all__ = ["Stopper", "run_worker", "run_backfill", "WorkerStats"]
@@ -109,20 +109,6 @@ class WorkerStats:
     last_commit: float = 0.0
     lag: dict = field(default_factory=dict)
     caught_up: bool = False
-
-
-def _kafka_trouble(exc: BaseException) -> Optional[BaseException]:
-    """The error as a BrokerError when it comes from Kafka, else None (not ours to handle)."""
-    from kafka import errors
-
-    fatal = (errors.ProducerFencedError, errors.TransactionalIdAuthorizationFailedError,
-             errors.TopicAuthorizationFailedError, errors.GroupAuthorizationFailedError)
-    if isinstance(exc, fatal):
-        return BrokerError(f"{type(exc).__name__}: {exc}; another worker with the same transactional id "
-                           "may have taken over, or the credentials lack rights")
-    if isinstance(exc, (errors.KafkaError, errors.IllegalStateError, OSError)):
-        return BrokerUnavailableError(f"{type(exc).__name__}: {exc}")
-    return None
 
 
 class Session:
@@ -231,15 +217,13 @@ class Session:
         while len(pending) > self.config.worker.batch_size:
             replayed += self._replay_chunk(pending[: self.config.worker.batch_size])
             pending = pending[self.config.worker.batch_size:]
-        pending.sort(key=lambda r: (r.source.name, r.source.partition, r.source.offset))
-        self.commit.process(pending, emit=False, positions=limit)
+        self.commit.process(canonical_order(pending), emit=False, positions=limit)
         self.log.info("replayed_unindexed_batch", records=replayed + len(pending),
                       partitions=",".join(f"{p.topic}/{p.partition}:{b}-{e}" for p, (b, e) in gaps.items()))
         self.source.assign(self.partitions)
 
     def _replay_chunk(self, records: list) -> int:
-        records = sorted(records, key=lambda r: (r.source.name, r.source.partition, r.source.offset))
-        self.commit.process(records, emit=False)
+        self.commit.process(canonical_order(records), emit=False)
         return len(records)
 
     def open_feed(self, starts: dict, limit: Optional[dict] = None):
@@ -309,7 +293,7 @@ class WorkerLoop:
                 self._batches(session, starts, until_caught_up)
                 return self.stats
             except Exception as exc:
-                trouble = _kafka_trouble(exc)
+                trouble = kafka_trouble(exc)
                 if trouble is None or not trouble.retriable:
                     raise trouble or exc
                 lost = True
