@@ -134,12 +134,14 @@ def _decide_one(
         serials, shared = serials[live], shared[live]
     if len(serials) > settings.max_candidates:
         serials = serials[np.lexsort((serials, -shared))[: settings.max_candidates]]
-    match, similarity, compared = best_match(
-        shingles, ((s, view.shingles(s)) for s in serials.tolist()), settings.threshold
-    )
+    match, similarity, compared = None, None, 0
+    if len(serials):
+        match, similarity, compared = best_match(
+            shingles, ((s, view.shingles(s)) for s in serials.tolist()), settings.threshold
+        )
     if match is None:
         record = DocRecord(serial, doc.id, True, serial, doc.id, None, None, None, False, content,
-                           doc.source.as_list(), batch.keys[row].astype(">u8").tobytes(), now)
+                           doc.source.as_list(), view.band_key_bytes(row), now)
         view.insert(record, ident, row, shingles)
     else:
         rep = view.record(match)

@@ -138,7 +138,7 @@ def _expire(txn: IndexTxn, record: DocRecord) -> None:
     recent = txn.get("recent", key)
     if recent is not None:
         ident, content, _ = unpack_recent(recent)
-        txn.txn.put(key, pack_recent(ident, content, None), db=txn.dbs["recent"])
+        txn.txn.put(key, pack_recent(ident, content), db=txn.dbs["recent"])
     else:
         for band, band_key in enumerate(np.frombuffer(record.band_keys, dtype=">u8").tolist()):
             txn.delete("bands", band.to_bytes(2, "big") + band_key.to_bytes(8, "big"), key)

@@ -136,20 +136,34 @@ def normalize_texts(texts: list[str]) -> NormalizedBatch:
 
 
 def _normalize_ascii(texts: list[str]) -> NormalizedBatch:
-    """Lowercase, non-alphanumerics to spaces, runs of spaces collapsed and trimmed, as bytes.
+    """Lowercase, non-alphanumerics to spaces, runs of spaces collapsed and trimmed, for the whole batch.
 
-    Equal to ``normalize_exact`` on ASCII text without NUL characters (tested).
-    Per text in C (``translate``, ``split``, ``join``) measured faster than
-    whole-batch numpy or regular-expression versions.
+    Equal to ``normalize_exact`` on ASCII text (tested). One ``translate``
+    over the joined batch, then two vectorized compactions: keep every
+    letter or digit and the first space after one, then drop a space that
+    ends a document. About twice as fast as ``split``/``join`` per text,
+    which makes a bytes object per word.
     """
-    table = _ASCII_TABLE
-    parts = [b" ".join(t.encode("ascii").translate(table).split()) for t in texts]
+    count = len(texts)
+    if not count:
+        return NormalizedBatch._joined([], [])
+    joined = np.frombuffer("\x00".join(texts).encode("ascii").translate(_ASCII_TABLE), dtype=np.uint8).copy()
+    text_lengths = np.fromiter(map(len, texts), dtype=np.int64, count=count)
+    joined[np.cumsum(text_lengths[:-1] + 1) - 1] = 0  # document separators (a NUL inside a text is a space)
+    space = joined == 32
+    keep = ~space
+    keep[1:] |= space[1:] & (joined[:-1] > 32)
+    points = joined[keep]
+    last_space = np.zeros(len(points), dtype=bool)
+    last_space[:-1] = (points[:-1] == 32) & (points[1:] == 0)
+    last_space[-1:] = points[-1:] == 32
+    points = points[~last_space]
+    parts = points.tobytes().split(b"\x00")
     contents = [hashlib.blake2b(p, digest_size=16).digest() for p in parts]
-    lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
-    starts = np.zeros(len(parts), dtype=np.int64)
+    lengths = np.fromiter(map(len, parts), dtype=np.int64, count=count)
+    starts = np.zeros(count, dtype=np.int64)
     np.cumsum(lengths[:-1] + 1, out=starts[1:])
-    points = np.frombuffer(b"\x00".join(parts), dtype=np.uint8).astype(np.uint32)
-    return NormalizedBatch(points, starts, lengths, contents)
+    return NormalizedBatch(points.astype(np.uint32), starts, lengths, contents)
 
 
 def content_hash(normalized: str) -> bytes:

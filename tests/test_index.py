@@ -128,3 +128,26 @@ def test_mirror_band_rows_of_nothing_and_of_repeated_keys():
     assert len(keys) == len(serials) == 0
     keys, serials = mirror.band_rows(np.array([7, 7, 9, 11], dtype=np.uint64))
     assert sorted(zip(keys.tolist(), serials.tolist())) == [(7, 1), (7, 2), (9, 2)]
+
+
+def test_mirror_lookups_span_both_levels(monkeypatch):
+    """Entries in the small level, the large level and both at once are all found, and a fold loses none."""
+    import numpy as np
+
+    from streamdedup import lookup
+
+    monkeypatch.setattr(lookup, "FRESH_ENTRIES", 8)
+    rng = np.random.default_rng(3)
+    mirror = lookup.RecentMirror()
+    every = []
+    for serial in range(1, 40):
+        keys = rng.integers(0, 30, size=(1, 3)).astype(np.uint64)  # small key space: many repeats
+        mirror.add([(serial, serial.to_bytes(16, "big"), serial.to_bytes(16, "little"))],
+                   np.array([serial], dtype=np.int64), keys)
+        every += [(int(k), serial, band) for band, k in enumerate(keys[0])]
+        asked = rng.integers(0, 30, size=6).astype(np.uint64)
+        found_keys, found_serials = mirror.band_rows(np.sort(asked))
+        expected = sorted((k, s) for k, s, _ in every if k in set(asked.tolist()))
+        assert sorted(zip(found_keys.tolist(), found_serials.tolist())) == expected
+    assert sorted(zip(mirror.keys.tolist(), mirror.serials.tolist(), mirror.bands.tolist())) == sorted(every)
+    assert mirror.keys.tolist() == sorted(mirror.keys.tolist())

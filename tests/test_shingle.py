@@ -118,3 +118,21 @@ def test_batch_normalization_equals_one_by_one_on_mixed_batches():
             assert got == expected, repr(text)
             assert normalized.contents[i] == content_hash(expected)
         assert shingle_batch(normalized).hashes.tolist() == shingle_batch(normalize_batch(batch)).hashes.tolist()
+
+
+def test_ascii_batch_path_equals_exact_on_random_ascii():
+    """Runs of spaces and punctuation at every place: starts, ends, empty texts, NULs."""
+    import random
+
+    from streamdedup.shingle import normalize_texts
+
+    rng = random.Random(7)
+    alphabet = "aZ9 .,\t\n\x00-!  "
+    pool = ["", " ", "  a  ", "a", "!!", " .a. b ", "\x00a\x00"]
+    pool += ["".join(rng.choice(alphabet) for _ in range(rng.randrange(12))) for _ in range(2000)]
+    for _ in range(200):
+        batch = rng.sample(pool, rng.randrange(1, 20))
+        normalized = normalize_texts(batch)
+        for i, text in enumerate(batch):
+            start, length = normalized.starts[i], normalized.lengths[i]
+            assert bytes(normalized.points[start:start + length].astype("u1")).decode() == normalize_exact(text)
