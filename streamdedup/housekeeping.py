@@ -54,7 +54,7 @@ def serials_with_id(txn: IndexTxn, mirror: RecentMirror, doc_id: str) -> list[in
     key = id_key(doc_id)
     cursor = txn.txn.cursor(db=txn.dbs["ids"])
     found = [from_u64(v) for v in cursor.iternext_dup()] if cursor.set_key(key) else []
-    return sorted(set(found) | set(mirror.ids.get(key, [])))
+    return sorted(set(found) | set(mirror.serials_of_id(key)))
 
 
 def forget(txn: IndexTxn, mirror: RecentMirror, ids: list[str]) -> ForgetReport:

@@ -45,7 +45,8 @@ class RecentMirror:
     """In memory: the lookup keys of documents decided since the last merge into the tables."""
 
     def __init__(self) -> None:
-        self.ids: dict[bytes, list[int]] = {}
+        self._first_of_id: dict[bytes, int] = {}  # ints, not lists: the garbage collector skips such a dict
+        self._more_of_id: dict[bytes, list[int]] = {}  # later serials of the few ids seen more than once
         self.content: dict[bytes, int] = {}
         self._settled = _band_entries()  # (keys sorted, serial of each, band of each)
         self._fresh = _band_entries()  # the same for the latest batches, folded in now and then
@@ -73,13 +74,10 @@ class RecentMirror:
     def add(self, entries: list[tuple[int, bytes, bytes]], kept_serials: np.ndarray, kept_keys: np.ndarray) -> None:
         """Take in committed documents: (serial, id hash, content hash) each, and the kept ones' band keys."""
         self._sorted = None
-        ids, content = self.ids, self.content
+        first, content = self._first_of_id, self.content
         for serial, ident, digest in entries:
-            found = ids.get(ident)
-            if found is None:
-                ids[ident] = [serial]
-            else:
-                found.append(serial)
+            if first.setdefault(ident, serial) != serial:
+                self._more_of_id.setdefault(ident, []).append(serial)
             content.setdefault(digest, serial)
         if entries:
             self.last_serial = max(self.last_serial, entries[-1][0])
@@ -88,6 +86,17 @@ class RecentMirror:
             bands = kept_keys.shape[1]
             self._insert_sorted(kept_keys.ravel(), np.repeat(kept_serials, bands),
                                 np.tile(np.arange(bands, dtype=np.uint16), len(kept_serials)))
+
+    def serials_of_id(self, ident: bytes) -> list[int]:
+        """The mirrored documents with this id hash, oldest first."""
+        first = self._first_of_id.get(ident)
+        if first is None:
+            return []
+        return [first, *self._more_of_id.get(ident, ())]
+
+    def id_serials(self):
+        """(id hash, its serials) of every mirrored document."""
+        return ((ident, self.serials_of_id(ident)) for ident in self._first_of_id)
 
     @property
     def keys(self) -> np.ndarray:
@@ -140,12 +149,9 @@ class RecentMirror:
     def remove(self, serials: set[int]) -> None:
         """Forget these documents (after a commit that removed them from ``recent``)."""
         self._sorted = None
-        for ident in list(self.ids):
-            kept = [s for s in self.ids[ident] if s not in serials]
-            if kept:
-                self.ids[ident] = kept
-            else:
-                del self.ids[ident]
+        remaining = {ident: [s for s in found if s not in serials] for ident, found in self.id_serials()}
+        self._first_of_id = {ident: found[0] for ident, found in remaining.items() if found}
+        self._more_of_id = {ident: found[1:] for ident, found in remaining.items() if len(found) > 1}
         for digest in [d for d, s in self.content.items() if s in serials]:
             del self.content[digest]
         self.drop_band_entries(serials)
@@ -162,7 +168,7 @@ class RecentMirror:
     def table_pairs(self) -> tuple[list[tuple[bytes, bytes]], list[tuple[bytes, bytes]]]:
         """The ids and content entries as sorted (key, value) pairs of their tables, made once per merge."""
         if self._sorted is None:
-            ids = sorted((ident, u64(serial)) for ident, serials in self.ids.items() for serial in serials)
+            ids = sorted((ident, u64(serial)) for ident, serials in self.id_serials() for serial in serials)
             contents = sorted((c, u64(serial)) for c, serial in self.content.items())
             self._sorted = ids, contents
         return self._sorted
@@ -276,15 +282,14 @@ class BatchView:
         self._band_key_bytes = band_keys.astype(">u8")
         self._ids = self._fetch_ids(id_keys)
         self._content = self._fetch_content(contents)
-        self._committed = self._fetch_candidates(band_keys)
-        self._earlier = _collisions_within(band_keys)
+        by_key = np.argsort(band_keys.ravel())  # the batch's keys sorted, once for every lookup
+        self._committed = self._fetch_candidates(band_keys, by_key)
+        self._earlier = _collisions_within(band_keys.ravel()[by_key], by_key // band_keys.shape[1])
         self._records: dict[int, DocRecord] = {}
         self._shingles: dict[int, np.ndarray] = {}
         self._kept_rows: dict[int, int] = {}  # batch row -> serial, for the batch's kept documents
-        self._recent: list[tuple[int, bytes, bytes]] = []
+        self._inserted: list[tuple[DocRecord, bytes]] = []  # (record, id hash) in decision order
         self._first_serial = txn.counters["next_serial"] + 1
-        self._counts = {"next_serial": 0, "documents": 0, "kept": 0, "duplicates": 0, "exact": 0}
-        self._writes: dict[str, list[tuple[bytes, bytes]]] = {n: [] for n in ("docs", "shingles", "members", "recent")}
 
     # -- bulk reads ----------------------------------------------------
 
@@ -294,7 +299,7 @@ class BatchView:
         for k, v in cursor.getmulti(sorted(set(keys)), dupdata=True):
             found.setdefault(k, []).append(from_u64(v))
         for k in keys:
-            recent = self.mirror.ids.get(k)
+            recent = self.mirror.serials_of_id(k)
             if recent:
                 found[k] = sorted(set(found.get(k, [])) | set(recent))
         return found
@@ -307,16 +312,14 @@ class BatchView:
                 found[c] = self.mirror.content[c]
         return found
 
-    def _fetch_candidates(self, band_keys: np.ndarray) -> "_Hits":
+    def _fetch_candidates(self, band_keys: np.ndarray, by_key: np.ndarray) -> "_Hits":
         """Per document: serials of committed kept documents sharing a band, and how many bands each.
 
-        The batch's keys are sorted once: searching sorted keys is several
+        ``by_key`` sorts the batch's keys: searching sorted keys is several
         times faster than searching them in batch order.
         """
         n, bands = band_keys.shape
-        flat = band_keys.ravel()
-        by_key = np.argsort(flat)
-        asked = flat[by_key]
+        asked = band_keys.ravel()[by_key]
         band = (by_key % bands).astype(np.uint16)
         order = np.argsort(band, kind="stable")  # (band, key): the B-tree's order, walked front to back
         band, key = band[order], asked[order]
@@ -373,38 +376,43 @@ class BatchView:
 
     def insert(self, record: DocRecord, ident: bytes, row: int, shingles: Optional[np.ndarray] = None) -> None:
         """Record a decided document of batch row ``row``; a kept one also becomes a band candidate."""
-        key = u64(record.serial)
-        self._records[record.serial] = record
-        self._ids.setdefault(ident, []).append(record.serial)
-        self._content.setdefault(record.content, record.serial)
-        writes = self._writes
-        writes["docs"].append((key, record.pack()))
-        writes["members"].append((u64(record.cluster), key))
-        writes["recent"].append((key, pack_recent(ident, record.content, record.band_keys)))
-        self._recent.append((record.serial, ident, record.content))
+        serial = record.serial
+        self._records[serial] = record
+        self._inserted.append((record, ident))
+        same_id = self._ids.get(ident)
+        if same_id is None:
+            self._ids[ident] = [serial]
+        else:
+            same_id.append(serial)
+        self._content.setdefault(record.content, serial)
         if record.kept:
-            self._kept_rows[row] = record.serial
-            self._shingles[record.serial] = shingles
-            writes["shingles"].append((key, shingles.astype("<u8", copy=False).tobytes()))
-        counts = self._counts
-        counts["documents"] += 1
-        counts["kept" if record.kept else "duplicates"] += 1
-        counts["exact"] += record.exact
+            self._kept_rows[row] = serial
+            self._shingles[serial] = shingles
 
     def flush(self) -> Callable[[], None]:
         """Write the batch into the transaction; returns what to do to the mirror once it commits."""
-        for name, items in self._writes.items():
+        inserted = self._inserted
+        keys = [u64(record.serial) for record, _ in inserted]
+        writes = {  # every table but members gets serials in increasing order: appended
+            "docs": [(key, record.pack()) for key, (record, _) in zip(keys, inserted)],
+            "recent": [(key, pack_recent(ident, record.content, record.band_keys))
+                       for key, (record, ident) in zip(keys, inserted)],
+            "shingles": [(u64(serial), shingles.astype("<u8", copy=False).tobytes())
+                         for serial, shingles in self._shingles.items()],
+            "members": sorted((u64(record.cluster), key) for key, (record, _) in zip(keys, inserted)),
+        }
+        for name, items in writes.items():
             if items:
-                append = name != "members"  # serials only grow
                 cursor = self._raw.cursor(db=self.dbs[name])
-                cursor.putmulti(items if append else sorted(items), dupdata=True, append=append)
-            items.clear()
-        self._counts["next_serial"] = self._counts["documents"]
-        self.txn.count(**self._counts)
-        entries, mirror = self._recent, self.mirror
-        kept_rows = np.fromiter(self._kept_rows.keys(), dtype=np.int64, count=len(self._kept_rows))
-        kept_serials = np.fromiter(self._kept_rows.values(), dtype=np.int64, count=len(self._kept_rows))
-        kept_keys = self._band_keys[kept_rows]
+                cursor.putmulti(items, dupdata=True, append=name != "members")
+        kept = len(self._kept_rows)
+        exact = sum(record.exact for record, _ in inserted)
+        self.txn.count(next_serial=len(inserted), documents=len(inserted), kept=kept,
+                       duplicates=len(inserted) - kept, exact=exact)
+        entries = [(record.serial, ident, record.content) for record, ident in inserted]
+        kept_rows = np.fromiter(self._kept_rows.keys(), dtype=np.int64, count=kept)
+        kept_serials = np.fromiter(self._kept_rows.values(), dtype=np.int64, count=kept)
+        kept_keys, mirror = self._band_keys[kept_rows], self.mirror
         return lambda: mirror.add(entries, kept_serials, kept_keys)
 
 
@@ -447,22 +455,18 @@ class _Hits:
         return cls(pairs & ((1 << 40) - 1), shared, bounds)
 
 
-def _collisions_within(band_keys: np.ndarray) -> dict[int, list[int]]:
-    """For each row, the earlier rows of the same batch sharing a band key (once per shared band)."""
-    bands = band_keys.shape[1]
-    flat = band_keys.ravel()
-    order = np.argsort(flat, kind="stable")
-    ordered = flat[order]
-    repeats = np.flatnonzero(ordered[1:] == ordered[:-1])
+def _collisions_within(asked: np.ndarray, rows: np.ndarray) -> dict[int, list[int]]:
+    """For each row, the earlier rows of the same batch sharing a band key (once per shared band).
+
+    ``asked`` is the batch's band keys sorted, ``rows[i]`` the row of ``asked[i]``.
+    """
+    same = asked[1:] == asked[:-1]
     earlier: dict[int, list[int]] = {}
-    if len(repeats) == 0:
+    if not same.any():
         return earlier
-    run_starts = repeats[np.concatenate(([True], repeats[1:] != repeats[:-1] + 1))]
-    for start in run_starts.tolist():
-        end = start + 1
-        while end < len(ordered) and ordered[end] == ordered[start]:
-            end += 1
-        rows = (order[start:end] // bands).tolist()
-        for j in range(1, len(rows)):
-            earlier.setdefault(rows[j], []).extend(r for r in rows[:j] if r < rows[j])
+    edges = np.flatnonzero(np.diff(np.concatenate(([False], same, [False])).astype(np.int8)))
+    for first, last in zip(edges[::2].tolist(), edges[1::2].tolist()):  # a run of one key: asked[first:last + 1]
+        run = sorted(rows[first : last + 1].tolist())
+        for j in range(1, len(run)):
+            earlier.setdefault(run[j], []).extend(r for r in run[:j] if r < run[j])
     return earlier

@@ -288,23 +288,50 @@ def shingle_batch(batch, kind: str = "word", k: int = 3) -> ShingleBatch:
 
 
 def _unique_per_document(hashes: np.ndarray, offsets: np.ndarray) -> ShingleBatch:
-    """Sort each document's hashes and drop repeats, for the whole batch at once.
-
-    One sort by hash, then a stable radix sort by document (16-bit document
-    numbers when the batch allows), is three times faster than ``lexsort``.
-    """
-    n_docs = len(offsets) - 1
-    doc_type = np.int16 if n_docs < 1 << 15 else np.int64
-    doc = np.repeat(np.arange(n_docs, dtype=doc_type), np.diff(offsets))
-    order = np.argsort(hashes)
-    order = order[np.argsort(doc[order], kind="stable")]
-    hashes, doc = hashes[order], doc[order]
+    """Sort each document's hashes and drop repeats, for the whole batch at once."""
+    lengths = np.diff(offsets)
+    n_docs = len(lengths)
+    longest = int(lengths.max()) if n_docs else 0
+    if n_docs * longest <= PADDED_SORT_SLACK * len(hashes) + 4096:
+        hashes, doc = _sorted_in_rows(hashes, offsets, lengths, longest)
+    else:
+        hashes, doc = _sorted_by_document(hashes, lengths)
     keep = np.ones(len(hashes), dtype=bool)
     keep[1:] = (hashes[1:] != hashes[:-1]) | (doc[1:] != doc[:-1])
     counts = np.bincount(doc[keep], minlength=n_docs)
     unique_offsets = np.zeros(len(offsets), dtype=np.int64)
     np.cumsum(counts, out=unique_offsets[1:])
     return ShingleBatch(hashes[keep], unique_offsets)
+
+
+PADDED_SORT_SLACK = 3  # the row-wise sort may pad the batch to this many times its shingles
+
+
+def _sorted_in_rows(hashes: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, longest: int):
+    """Each document's hashes sorted, by one row-wise sort of a padded (documents, longest) grid.
+
+    About four times faster than two argsorts, when documents are of similar
+    length; padding is the largest hash, so it sorts last and is cut off.
+    """
+    n_docs = len(lengths)
+    doc = np.repeat(np.arange(n_docs, dtype=np.int64), lengths)
+    grid = np.full((n_docs, longest), np.iinfo(np.uint64).max, dtype=np.uint64)
+    grid[doc, np.arange(len(hashes)) - offsets[doc]] = hashes
+    grid.sort(axis=1)
+    return grid[np.arange(longest) < lengths[:, None]], doc
+
+
+def _sorted_by_document(hashes: np.ndarray, lengths: np.ndarray):
+    """Each document's hashes sorted: one sort by hash, then a stable radix sort by document.
+
+    (16-bit document numbers when the batch allows; three times faster than ``lexsort``.)
+    """
+    n_docs = len(lengths)
+    doc_type = np.int16 if n_docs < 1 << 15 else np.int64
+    doc = np.repeat(np.arange(n_docs, dtype=doc_type), lengths)
+    order = np.argsort(hashes)
+    order = order[np.argsort(doc[order], kind="stable")]
+    return hashes[order], doc[order]
 
 
 def shingle_hashes_exact(text: str, kind: str = "word", k: int = 3) -> list[int]:

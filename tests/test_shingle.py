@@ -136,3 +136,18 @@ def test_ascii_batch_path_equals_exact_on_random_ascii():
         for i, text in enumerate(batch):
             start, length = normalized.starts[i], normalized.lengths[i]
             assert bytes(normalized.points[start:start + length].astype("u1")).decode() == normalize_exact(text)
+
+
+def test_both_per_document_sorts_agree(monkeypatch):
+    """The padded row-wise sort (documents of similar length) and the fallback (one very long document)."""
+    from streamdedup import corpus, shingle
+
+    texts = [d.text for d in corpus.generate(40, seed=5)] + ["word " * 3000 + "end", "a b", "a b c a b c a b c"]
+    monkeypatch.setattr(shingle, "PADDED_SORT_SLACK", 10**9)
+    padded = shingle_batch(normalize_batch(texts))
+    monkeypatch.setattr(shingle, "PADDED_SORT_SLACK", 0)
+    fallback = shingle_batch(normalize_batch(texts))
+    assert padded.offsets.tolist() == fallback.offsets.tolist()
+    assert padded.hashes.tolist() == fallback.hashes.tolist()
+    for i, text in enumerate(texts):
+        assert padded.of(i).tolist() == shingle_hashes_exact(text)
