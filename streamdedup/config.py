@@ -99,6 +99,7 @@ class IndexSection:
     map_size_mb: int = _key(1024, "initial LMDB map size in MiB; grows by itself when full", low=1)
     sync: bool = _key(True, "fsync every commit (false loses the last commits at power loss)")
     merge_every: int = _key(100000, "documents between merges of recent lookup keys into the tables", low=1)
+    band_filter_mb: int = _key(32, "MiB of the writer's filter of stored band keys (0: none); does not grow", low=0)
     retention_days: float = _key(0.0, "kept documents older than this stop matching (0: keep forever)", low=0.0)
     sweep_interval_s: float = _key(600.0, "seconds between retention sweeps of the band tables", low=1.0)
 

@@ -29,6 +29,7 @@ from typing import Optional
 
 import numpy as np
 
+from .bandfilter import BandFilter
 from .index import DocRecord, IndexTxn, id_key
 from .lookup import BatchView, RecentMirror
 from .lsh import band_keys
@@ -97,9 +98,9 @@ def _reject_empty(items: list[Item], normalized: NormalizedBatch):
 
 
 def decide(txn: IndexTxn, batch: PreparedBatch, settings: DedupSettings, now: float,
-           mirror: RecentMirror) -> list[Decision]:
+           mirror: RecentMirror, band_filter: Optional[BandFilter] = None) -> list[Decision]:
     """Decide every item of the batch, in order, recording documents in the index."""
-    view = BatchView(txn, mirror, batch.id_keys, batch.contents, batch.keys)
+    view = BatchView(txn, mirror, batch.id_keys, batch.contents, batch.keys, band_filter)
     cutoff = now - settings.retention_s if settings.retention_s > 0 else None
     decisions = []
     for i, item in enumerate(batch.items):

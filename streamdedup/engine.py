@@ -12,6 +12,8 @@ import time
 from functools import lru_cache
 from typing import Callable, Optional
 
+from . import bandfilter
+from .bandfilter import BandFilter
 from .config import Config
 from .decide import DedupSettings, PreparedBatch, decide, prepare
 from .index import Index, IndexSettings, IndexTxn
@@ -61,8 +63,17 @@ class Engine:
         self.requests = ForgetRequests(self.index.path)
         self.clock = clock
         self.merge_every = config.index.merge_every
+        self.band_filter_bytes = 0 if readonly else config.index.band_filter_mb << 20
+        self._band_filter: Optional[BandFilter] = None
         with self.index.read() as txn:
             self.mirror = RecentMirror.load(txn)
+
+    @property
+    def band_filter(self) -> Optional[BandFilter]:
+        """The writer's filter of the band tables' keys (see ``bandfilter``), loaded or built on first use."""
+        if self._band_filter is None and self.band_filter_bytes:
+            self._band_filter = bandfilter.load_or_build(self.index, self.band_filter_bytes)
+        return self._band_filter
 
     def prepare(self, items: list[Item]) -> PreparedBatch:
         return prepare(items, self.signing)
@@ -70,9 +81,10 @@ class Engine:
     def decide_batch(self, batch: PreparedBatch, bookkeeping: Optional[Bookkeeping] = None) -> list[Decision]:
         """Decide a prepared batch and commit it, with ``bookkeeping`` in the same transaction."""
         now = self.clock()
+        band_filter = self.band_filter
 
         def work(txn: IndexTxn) -> list[Decision]:
-            decisions = decide(txn, batch, self.settings, now, self.mirror)
+            decisions = decide(txn, batch, self.settings, now, self.mirror, band_filter)
             if bookkeeping is not None:
                 bookkeeping(txn, decisions)
             return decisions
@@ -103,6 +115,8 @@ class Engine:
 
     def rebuild(self) -> dict:
         """Re-derive the lookup tables from the records (``check --fix``)."""
+        bandfilter.forget_saved(self.index)
+        self._band_filter = None
         result = self.index.write(rebuild_tables)
         with self.index.read() as txn:
             self.mirror = RecentMirror.load(txn)
@@ -112,10 +126,14 @@ class Engine:
         """Move the recent documents' lookup keys into the hash-keyed tables (see ``lookup``)."""
         if not self.mirror.documents:
             return
+        band_filter = self.band_filter  # loaded (or built) before the tables change
         slices = merge_slices(self.index.database_bytes()["bands"], self.signing.bands)
         for number in range(slices):
             self.index.write(lambda txn: merge_slice(txn, self.mirror, number, slices))
         self.index.write(lambda txn: finish_merge(txn, self.mirror))
+        if band_filter is not None:  # the keys are in the tables now: the filter must say so
+            band_filter.add(self.mirror.keys)
+            bandfilter.save(self.index, band_filter)
         self.mirror.clear()
         _return_freed_memory()
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import queue
+import threading
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -160,10 +161,12 @@ def _feed_main(settings: FeedSettings, spec, signing, orders, batches, stop, par
     die_with_parent(parent)
     batches.cancel_join_thread()  # at exit, do not wait for the worker to read what is still queued
     source = None
+    warming = threading.Thread(target=_warm_up, args=(signing, settings.batch_size), name="warm-up", daemon=True)
+    warming.start()  # mostly page faults and numpy (no GIL): overlaps the connection's network waits
     try:
         source = settings.source()
         source.partitions()  # connects and learns the topics now, while the worker recovers
-        _warm_up(signing, settings.batch_size)
+        warming.join()
         starts, limit = _wait_for_orders(orders, stop)
         if starts is None:
             return

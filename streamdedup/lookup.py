@@ -273,9 +273,10 @@ class BatchView:
     """
 
     def __init__(self, txn: IndexTxn, mirror: RecentMirror, id_keys: list[bytes], contents: list[bytes],
-                 band_keys: np.ndarray):
+                 band_keys: np.ndarray, band_filter=None):
         self.txn = txn
         self.mirror = mirror
+        self.band_filter = band_filter  # keys it surely lacks are not asked of the band tables
         self._raw = txn.txn
         self.dbs = txn.dbs
         self._band_keys = band_keys
@@ -327,6 +328,8 @@ class BatchView:
         first[1:] = (key[1:] != key[:-1]) | (band[1:] != band[:-1])  # ask each key once
         request = np.empty(int(first.sum()), dtype=_KEY_ROW)
         request["band"], request["key"] = band[first], key[first]
+        if self.band_filter is not None:
+            request = request[self.band_filter.may_hold(key[first])]
         cursor = self._raw.cursor(db=self.dbs["bands"])
         rows = cursor.getmulti(_as_bytes_list(request), dupdata=True, dupfixed_bytes=8, keyfixed=True)
         rows = np.frombuffer(rows, dtype=_BAND_ROW)

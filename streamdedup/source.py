@@ -6,6 +6,7 @@ position to store once the batch is committed.
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 from dataclasses import dataclass, field
@@ -68,17 +69,13 @@ class FileSource:
         path = self.paths[number]
         with self._open_at(path, begin) as handle:
             line_no, offset = begin.line, begin.byte
-            batch: list[RawRecord] = []
-            for raw in handle:
-                line_no += 1
-                offset += len(raw)
-                self.bytes_read += len(raw)
-                value = raw[:-1] if raw.endswith(b"\n") else raw  # a CR of CRLF stays: output is byte for byte
-                batch.append(RawRecord(value, Source(path, -1, line_no)))
-                if len(batch) == size:
-                    yield batch, FilePosition(number, line_no, offset)
-                    batch = []
-            if batch:
+            while lines := list(itertools.islice(handle, size)):
+                read = sum(map(len, lines))
+                offset += read
+                self.bytes_read += read
+                batch = [RawRecord(raw[:-1] if raw.endswith(b"\n") else raw, Source(path, -1, n))  # a CR of CRLF stays
+                         for n, raw in enumerate(lines, line_no + 1)]
+                line_no += len(lines)
                 yield batch, FilePosition(number, line_no, offset)
 
     def _open_at(self, path: str, begin: FilePosition) -> BinaryIO:
