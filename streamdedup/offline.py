@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -59,12 +59,15 @@ class Summary:
         return lines
 
 
+BATCHES_AHEAD = 2  # submitted for preparing before the oldest is decided: the preparing process never idles
+
+
 def dedup_files(engine: Engine, inputs: list[str], spec: InputSpec, clean: Optional[str],
                 decisions_path: Optional[str], batch_size: int = 1000, restart: bool = False,
                 progress: Optional[Progress] = None, prepare_processes: int = 0) -> Summary:
     """Deduplicate the lines of ``inputs`` in order; see ``checkpoint`` for the commit protocol.
 
-    The next batch is read and prepared (in a second process when
+    The next batches are read and prepared (in a second process when
     ``prepare_processes`` is 1) while the current one is decided.
     """
     run = FileRun(inputs, clean, decisions_path)
@@ -77,16 +80,14 @@ def dedup_files(engine: Engine, inputs: list[str], spec: InputSpec, clean: Optio
     began = time.monotonic()
     done_before = _bytes_done_before(inputs, start)
     try:
-        ahead: Optional[tuple] = None
+        ahead: deque = deque()  # (records, position, prepared future), oldest first
         for records, position in source.batches(batch_size, start.position):
-            current, ahead = ahead, (records, position, preparer.submit(records))
+            ahead.append((records, position, preparer.submit(records)))
             engine.between_batches()
-            if current is not None:
-                _commit_batch(engine, run, outputs, summary, *current)
-                progress.update(len(current[0]), done_before + source.bytes_read)
-        if ahead is not None:
-            _commit_batch(engine, run, outputs, summary, *ahead)
-            progress.update(len(ahead[0]), done_before + source.bytes_read)
+            if len(ahead) > BATCHES_AHEAD:
+                _decide_oldest(engine, run, outputs, summary, ahead, progress, done_before + source.bytes_read)
+        while ahead:
+            _decide_oldest(engine, run, outputs, summary, ahead, progress, done_before + source.bytes_read)
         run.finish(engine.index, outputs.sizes())
     finally:
         preparer.close()
@@ -94,6 +95,13 @@ def dedup_files(engine: Engine, inputs: list[str], spec: InputSpec, clean: Optio
         progress.close()
     summary.seconds = time.monotonic() - began
     return summary
+
+
+def _decide_oldest(engine: Engine, run: FileRun, outputs: FileOutputs, summary: Summary, ahead: deque,
+                   progress: Progress, bytes_done: int) -> None:
+    records, position, prepared = ahead.popleft()
+    _commit_batch(engine, run, outputs, summary, records, position, prepared)
+    progress.update(len(records), bytes_done)
 
 
 def _commit_batch(engine: Engine, run: FileRun, outputs: FileOutputs, summary: Summary, records, position,
