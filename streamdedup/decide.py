@@ -170,14 +170,7 @@ def _same_document(view: BatchView, ident: bytes, content: bytes) -> Optional[Do
 
 
 def _as_decision(record: DocRecord, replayed: bool = False, candidates: int = 0, verified: int = 0) -> Decision:
-    return Decision(
-        id=record.id,
-        status=KEPT if record.kept else DUPLICATE,
-        cluster=record.cluster_id,
-        matched=record.matched_id,
-        similarity=record.similarity,
-        exact=record.exact,
-        replayed=replayed,
-        candidates=candidates,
-        verified=verified,
-    )
+    # positional (id, status, cluster, matched, similarity, reason, exact, replayed, candidates, verified):
+    # one per document, and keywords cost twice as much
+    return Decision(record.id, KEPT if record.kept else DUPLICATE, record.cluster_id, record.matched_id,
+                    record.similarity, None, record.exact, replayed, candidates, verified)
