@@ -128,7 +128,7 @@ def test_killed_at_each_commit_step_then_restarted_ends_as_an_uninterrupted_run(
 
 
 def test_random_kill_9_many_times_loses_and_repeats_nothing(tmp_path):
-    docs = corpus.generate(2500, seed=11)
+    docs = corpus.generate(4000, seed=11)
     source = tmp_path / "big.jsonl"
     with open(source, "w") as handle:
         corpus.write_jsonl(docs, handle)
@@ -141,14 +141,19 @@ def test_random_kill_9_many_times_loses_and_repeats_nothing(tmp_path):
     args = [sys.executable, "-m", "streamdedup", "dedup", str(source), "--state", str(run_dir / "state"),
             "--out", str(run_dir / "clean.jsonl"), "--decisions", str(run_dir / "decisions.jsonl"),
             "--set", "worker.batch_size=50"]
+    decisions = run_dir / "decisions.jsonl"
     kills = 0
-    for _ in range(8):
+    for _ in range(60):  # killed a moment after each run made progress, until one finishes
+        before = decisions.stat().st_size if decisions.exists() else 0
         process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.4, 1.2))
+        while process.poll() is None and (decisions.stat().st_size if decisions.exists() else 0) <= before:
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0.0, 0.15))
         if process.poll() is None:
             os.kill(process.pid, signal.SIGKILL)
             kills += 1
-        process.wait()
+        if process.wait() == 0:
+            break
     assert kills >= 3
     subprocess.run(args, check=True, capture_output=True)
     _same_outcome(run_dir, reference)
