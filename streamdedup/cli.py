@@ -338,18 +338,33 @@ def _log(cfg: config_module.Config):
 
 
 def _cmd_run(args) -> int:
-    from .worker import Stopper, run_worker
-
     cfg = _config(args)
-    log = _log(cfg)
-    stopper = Stopper()
-    stopper.install()
-    stats = run_worker(cfg, args.state, args.until_caught_up, log, stopper)
+    spawned = _spawn_feed(cfg)
+    try:
+        from .worker import Stopper, run_worker
+
+        log = _log(cfg)
+        stopper = Stopper()
+        stopper.install()
+        stats = run_worker(cfg, args.state, args.until_caught_up, log, stopper, spawned)
+    finally:
+        if spawned is not None:
+            spawned.close()
     s = stats.summary
     rate = s.total / s.seconds if s.seconds else 0.0
     log.info("stopped", documents=s.total, kept=s.outcomes["kept"], duplicate=s.outcomes["duplicate"],
              rejected=s.outcomes["rejected"], replayed=s.replayed, docs_per_s=round(rate, 1))
     return EXIT_OK
+
+
+def _spawn_feed(cfg):
+    """The worker's feed process, started first thing: its imports and connection overlap the worker's own."""
+    if not cfg.worker.prepare_processes:
+        return None
+    from .feed import ProcessFeed, feed_settings
+
+    return ProcessFeed(feed_settings(cfg, cfg.input.topics, cfg.kafka.group_id), InputSpec.from_section(cfg.input),
+                       cfg)
 
 
 def _cmd_backfill(args) -> int:

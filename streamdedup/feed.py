@@ -25,15 +25,20 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-from .decide import PreparedBatch
-from .engine import die_with_parent, prepare_compact, prepare_raw, raw_payload, raw_records, restore_items
+from .config import Config, kafka_client_settings
 from .errors import BrokerError, BrokerUnavailableError, kafka_trouble
 from .records import Source
 from .source import KafkaSource, RawRecord
 
-__all__ = ["FedBatch", "InlineFeed", "ProcessFeed", "FeedSettings"]
+if TYPE_CHECKING:
+    from .decide import PreparedBatch
+
+# This module imports nothing heavy at the top (numpy, LMDB: see ``engine``), so the command line can
+# spawn the feed process first thing, and the process imports them while the worker does the same.
+
+__all__ = ["FedBatch", "InlineFeed", "ProcessFeed", "FeedSettings", "feed_settings"]
 
 BOOT_TIMEOUT_S = 120.0  # a feed process that has not said a word by then is reported as stuck
 
@@ -63,6 +68,12 @@ class FeedSettings:
                            self.max_record_bytes)
 
 
+def feed_settings(config: Config, topics: list[str], group_id: str) -> FeedSettings:
+    """The settings of a feed reading ``topics`` for ``group_id`` under ``config``."""
+    return FeedSettings(tuple(topics), kafka_client_settings(config.kafka, "consumer"), group_id,
+                        config.worker.batch_size, config.input.max_record_bytes, config.worker.poll_timeout_ms)
+
+
 class InlineFeed:
     """Polls and prepares in this thread, with the worker's own consumer."""
 
@@ -74,6 +85,8 @@ class InlineFeed:
         self.positions = dict(starts)
 
     def next(self, timeout_ms: int) -> Optional[FedBatch]:
+        from .engine import prepare_raw, raw_payload
+
         records = self.source.poll_batch(timeout_ms, limit=self.limit)
         self.positions = {p: self.source.position(p) for p in self.positions}
         if not records:
@@ -88,35 +101,43 @@ class InlineFeed:
 class ProcessFeed:
     """A second process that polls and prepares the next batches while this one decides.
 
-    It is spawned as soon as the feed is made (its imports and connection
-    overlap the worker's recovery) and starts reading once ``start`` gives it
-    the positions. At most two batches are ahead: one waiting, one being
-    prepared.
+    It is spawned as soon as the feed is made (its imports, connection and
+    warm-up overlap the worker's start and recovery) and starts reading once
+    ``start`` gives it the positions and the index's signing settings. At
+    most two batches are ahead: one waiting, one being prepared.
+
+    ``warm_up`` is what the process prepares a made-up batch with while it
+    waits: the index's ``SigningConfig``, or the ``Config`` when the index is
+    not open yet (the command line spawns the feed before anything else).
     """
 
-    def __init__(self, settings: FeedSettings, spec, signing):
+    def __init__(self, settings: FeedSettings, spec, warm_up):
         import multiprocessing
 
         context = multiprocessing.get_context("spawn")
+        self.settings = settings
         self._orders = context.Queue()
         self._batches = context.Queue(maxsize=1)
         self._stop = context.Event()
         self._process = context.Process(target=_feed_main, name="streamdedup-feed", daemon=True,
-                                        args=(settings, spec, signing, self._orders, self._batches, self._stop,
+                                        args=(settings, spec, warm_up, self._orders, self._batches, self._stop,
                                               os.getpid()))
         self._process.start()
         self._started_at = 0.0
         self._heard = False
+        self._closed = False
         self.positions: dict = {}
 
-    def start(self, starts: dict, limit: Optional[dict] = None) -> None:
+    def start(self, starts: dict, signing, limit: Optional[dict] = None) -> None:
         """Read from ``starts`` (partition -> offset) on, stopping at ``limit`` where given."""
         self.positions = dict(starts)
-        self._orders.put((starts, limit))
+        self._orders.put((starts, signing, limit))
         self._started_at = time.monotonic()
 
     def next(self, timeout_ms: int) -> Optional[FedBatch]:
         """The next batch, or None when none came within ``timeout_ms``."""
+        from .engine import raw_records, restore_items
+
         try:
             message = self._batches.get(timeout=timeout_ms / 1000)
         except queue.Empty:
@@ -142,6 +163,10 @@ class ProcessFeed:
                                          f"{BOOT_TIMEOUT_S:.0f} s; starting it again")
 
     def close(self) -> None:
+        """Stop the process (again: nothing)."""
+        if self._closed:
+            return
+        self._closed = True
         self._stop.set()
         self._process.join(timeout=5)
         if self._process.is_alive():
@@ -152,22 +177,24 @@ class ProcessFeed:
             q.close()
 
 
-def _feed_main(settings: FeedSettings, spec, signing, orders, batches, stop, parent: int) -> None:
+def _feed_main(settings: FeedSettings, spec, warm_up, orders, batches, stop, parent: int) -> None:
     """In the feed process: poll, prepare, hand over, until told to stop (or the worker is gone)."""
     import signal
+
+    from .engine import die_with_parent
 
     for sig in (signal.SIGINT, signal.SIGTERM):  # the worker decides when this process stops (Ctrl-C hits both)
         signal.signal(sig, signal.SIG_IGN)
     die_with_parent(parent)
     batches.cancel_join_thread()  # at exit, do not wait for the worker to read what is still queued
     source = None
-    warming = threading.Thread(target=_warm_up, args=(signing, settings.batch_size), name="warm-up", daemon=True)
+    warming = threading.Thread(target=_warm_up, args=(warm_up, settings.batch_size), name="warm-up", daemon=True)
     warming.start()  # mostly page faults and numpy (no GIL): overlaps the connection's network waits
     try:
         source = settings.source()
         source.partitions()  # connects and learns the topics now, while the worker recovers
         warming.join()
-        starts, limit = _wait_for_orders(orders, stop)
+        starts, signing, limit = _wait_for_orders(orders, stop)
         if starts is None:
             return
         partitions = list(starts)
@@ -187,15 +214,17 @@ def _feed_main(settings: FeedSettings, spec, signing, orders, batches, stop, par
                 pass
 
 
-def _warm_up(signing, documents: int) -> None:
+def _warm_up(warm_up, documents: int) -> None:
     """Prepare a made-up batch of the real size: builds the Unicode tables and the memory the batches use.
 
-    Otherwise the first real batches pay for it (about half a second),
-    while the worker waits for them.
+    Otherwise the first real batches pay for it (measured: a second more
+    for a 50,000-record run), while the worker waits for them.
     """
     from .decide import prepare
+    from .engine import signing_config
     from .records import Document
 
+    signing = signing_config(warm_up) if isinstance(warm_up, Config) else warm_up
     words = " ".join(f"warmingup{i:03d}" for i in range(175))  # about the size of a crawled page
     prepare([Document(f"warm-up-{i}", f"{words} {i}" + (" \u00e9" if i % 100 == 0 else ""), Source("warm-up", -1, i))
              for i in range(documents)], signing)
@@ -207,11 +236,13 @@ def _wait_for_orders(orders, stop) -> tuple:
             return orders.get(timeout=0.2)
         except queue.Empty:
             continue
-    return None, None
+    return None, None, None
 
 
 def _feed_batches(source: KafkaSource, partitions: list, timeout_ms: int, limit, spec, signing, batches,
                   stop) -> None:
+    from .engine import prepare_compact, raw_payload
+
     told = None
     while not stop.is_set():
         records = source.poll_batch(timeout_ms, limit=limit)

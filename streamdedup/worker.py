@@ -19,7 +19,7 @@ from typing import Callable, Optional
 from .checkpoint import KafkaCommit
 from .config import Config, kafka_client_settings
 from .decode import InputSpec
-from .feed import FeedSettings, InlineFeed, ProcessFeed
+from .feed import InlineFeed, ProcessFeed, feed_settings
 from .engine import Engine
 from .errors import BrokerError, BrokerUnavailableError, IndexUnusableError, kafka_trouble
 from .logs import Log
@@ -115,20 +115,21 @@ class Session:
     """One connection to the broker: consumer, producer, recovery, then the batch loop."""
 
     def __init__(self, engine: Engine, config: Config, log: Log, topics: list[str], group_id: str,
-                 transactional_id: Optional[str], prefix: str):
+                 transactional_id: Optional[str], prefix: str, spawned: Optional[ProcessFeed] = None):
+        """``spawned``: a feed process started earlier for these topics and group, which this session takes over."""
         self.engine = engine
         self.config = config
         self.log = log
         kafka = config.kafka
-        feed_settings = FeedSettings(tuple(topics), kafka_client_settings(kafka, "consumer"), group_id,
-                                     config.worker.batch_size, config.input.max_record_bytes,
-                                     config.worker.poll_timeout_ms)
+        settings = feed_settings(config, topics, group_id)
         spec = InputSpec.from_section(config.input)
-        self._process_feed = ProcessFeed(feed_settings, spec, engine.signing) if config.worker.prepare_processes else None
+        self._process_feed = None
+        if config.worker.prepare_processes:
+            self._process_feed = spawned if spawned is not None else ProcessFeed(settings, spec, engine.signing)
         self.feed = None
         self.source = self.sink = None
         try:
-            self.source = feed_settings.source()
+            self.source = settings.source()
             if transactional_id is not None:
                 self._check_output_topics()
                 from .sink import KafkaSink
@@ -232,7 +233,7 @@ class Session:
             self.feed = InlineFeed(self.source, self.commit.spec, self.engine.signing, starts, limit)
         else:
             self.source.consumer.unsubscribe()  # from here on only the feed's consumer reads
-            self._process_feed.start(starts, limit)
+            self._process_feed.start(starts, self.engine.signing, limit)
             self.feed = self._process_feed
         return self.feed
 
@@ -253,12 +254,14 @@ class Session:
 class WorkerLoop:
     """Runs sessions until stopped, reconnecting with backoff when the broker goes away."""
 
-    def __init__(self, engine: Engine, config: Config, log: Log, stopper: Stopper, telemetry: WorkerTelemetry):
+    def __init__(self, engine: Engine, config: Config, log: Log, stopper: Stopper, telemetry: WorkerTelemetry,
+                 spawned: Optional[ProcessFeed] = None):
         self.engine = engine
         self.config = config
         self.log = log
         self.stopper = stopper
         self.telemetry = telemetry
+        self._spawned = spawned  # for the first session
         self.stats = WorkerStats()
         self._last_summary = time.monotonic()
         self.watchdog = Watchdog(log, config.kafka.bootstrap_servers, on_wait=self._waiting_for)
@@ -282,8 +285,9 @@ class WorkerLoop:
             session = None
             try:
                 self.watchdog.phase("connecting and recovering")
+                spawned, self._spawned = self._spawned, None
                 session = Session(self.engine, self.config, self.log, self.config.input.topics,
-                                  self.config.kafka.group_id, self.transactional_id(), "kafka")
+                                  self.config.kafka.group_id, self.transactional_id(), "kafka", spawned)
                 starts = session.recover()
                 self.watchdog.phase(None)
                 self.telemetry.assigned, self.telemetry.waiting_for = True, None
@@ -359,8 +363,12 @@ class WorkerLoop:
 
 
 def run_worker(config: Config, state: Optional[str], until_caught_up: bool, log: Log,
-               stopper: Optional[Stopper] = None) -> WorkerStats:
-    """The ``run`` command: live deduplication until stopped (or caught up)."""
+               stopper: Optional[Stopper] = None, spawned: Optional[ProcessFeed] = None) -> WorkerStats:
+    """The ``run`` command: live deduplication until stopped (or caught up).
+
+    ``spawned``: the feed process, if the caller started it already (see ``spawn_feed``); the first
+    session takes it over, and the caller still closes it (closing twice does nothing).
+    """
     stopper = stopper or Stopper()
     with Engine(config, state) as engine:
         telemetry = WorkerTelemetry(engine.index, config.metrics.address if config.metrics.enabled else None)
@@ -371,7 +379,7 @@ def run_worker(config: Config, state: Optional[str], until_caught_up: bool, log:
                  metrics=telemetry.url() or "off")
         began = time.monotonic()
         try:
-            stats = WorkerLoop(engine, config, log, stopper, telemetry).run(until_caught_up)
+            stats = WorkerLoop(engine, config, log, stopper, telemetry, spawned).run(until_caught_up)
         finally:
             telemetry.stop()
         stats.summary.seconds = time.monotonic() - began
