@@ -99,8 +99,13 @@ def test_chaos_twenty_thousand_documents_and_ten_kill_9(kafka, tmp_path):
     rng = random.Random(2026)
     kills = 0
     while kills < 10:
-        with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as process:
-            time.sleep(rng.uniform(0.3, 2.0))
+        with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as process:
+            batches = rng.randrange(-1, 6)  # -1: during start-up or recovery; else after that many batches
+            if batches < 0:
+                time.sleep(rng.uniform(0.2, 1.0))
+            else:
+                _read_batch_lines(process, batches + 1)
+                time.sleep(rng.uniform(0.0, 0.05))  # somewhere in the next batch's commit path
             if process.poll() is not None:
                 break  # it caught up before this kill
             os.kill(process.pid, signal.SIGKILL)
@@ -110,6 +115,19 @@ def test_chaos_twenty_thousand_documents_and_ten_kill_9(kafka, tmp_path):
     final = run_worker(state, topics, kafka, "--set", "worker.batch_size=250")
     assert final.returncode == 0, final.stderr.decode()
     assert_same_as_reference(kafka, topics, state, reference, len(records))
+
+
+def _read_batch_lines(process: subprocess.Popen, count: int) -> None:
+    """Read the worker's log until it reported ``count`` committed batches (or ended).
+
+    Kills are timed by the worker's progress, not by the clock: a worker that
+    got faster would otherwise catch up between fixed-time kills.
+    """
+    seen = 0
+    for line in process.stderr:
+        seen += b" batch " in line
+        if seen >= count or b"caught_up" in line:
+            return
 
 
 def test_broker_outage_of_twenty_seconds_loses_nothing(tmp_path_factory, tmp_path):
