@@ -27,13 +27,14 @@ file is always safe.
 
 from __future__ import annotations
 
-import itertools
 import os
 import struct
 import zlib
 from typing import Optional
 
 import numpy as np
+
+from .lookup import band_table_keys
 
 __all__ = ["BandFilter", "SCAN_CHUNK", "FILE_NAME", "forget_saved", "load_or_build", "save"]
 
@@ -43,7 +44,6 @@ _MAGIC = b"SDBFLT01"
 
 _PROBES = 4  # bits per key
 _SHIFTS = tuple(np.uint64(64 - 6 * (i + 1)) for i in range(_PROBES))  # bit positions from the top 24 bits
-_KEY_OF_ROW = np.dtype([("band", ">u2"), ("key", ">u8")])
 SCAN_CHUNK = 1 << 20  # table keys read per step when building from the tables
 
 
@@ -61,9 +61,8 @@ class BandFilter:
     def of_tables(cls, txn, size_bytes: int) -> "BandFilter":
         """A filter holding every key of the band tables (read in chunks, so memory stays flat)."""
         made = cls(size_bytes)
-        keys = txn.txn.cursor(db=txn.dbs["bands"]).iternext_nodup(keys=True, values=False)
-        while chunk := list(itertools.islice(keys, SCAN_CHUNK)):
-            made.add(np.frombuffer(b"".join(chunk), dtype=_KEY_OF_ROW)["key"].astype(np.uint64))
+        for keys in band_table_keys(txn, SCAN_CHUNK):
+            made.add(keys)
         return made
 
     def add(self, keys: np.ndarray) -> None:

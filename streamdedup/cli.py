@@ -361,10 +361,9 @@ def _spawn_feed(cfg):
     """The worker's feed process, started first thing: its imports and connection overlap the worker's own."""
     if not cfg.worker.prepare_processes:
         return None
-    from .feed import ProcessFeed, feed_settings
+    from .feed import spawn_feed
 
-    return ProcessFeed(feed_settings(cfg, cfg.input.topics, cfg.kafka.group_id), InputSpec.from_section(cfg.input),
-                       cfg)
+    return spawn_feed(cfg, cfg.input.topics, cfg.kafka.group_id, cfg)
 
 
 def _cmd_backfill(args) -> int:

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 # This module imports nothing heavy at the top (numpy, LMDB: see ``engine``), so the command line can
 # spawn the feed process first thing, and the process imports them while the worker does the same.
 
-__all__ = ["FedBatch", "InlineFeed", "ProcessFeed", "FeedSettings", "feed_settings"]
+__all__ = ["FedBatch", "InlineFeed", "ProcessFeed", "FeedSettings", "feed_settings", "spawn_feed"]
 
 BOOT_TIMEOUT_S = 120.0  # a feed process that has not said a word by then is reported as stuck
 
@@ -72,6 +72,13 @@ def feed_settings(config: Config, topics: list[str], group_id: str) -> FeedSetti
     """The settings of a feed reading ``topics`` for ``group_id`` under ``config``."""
     return FeedSettings(tuple(topics), kafka_client_settings(config.kafka, "consumer"), group_id,
                         config.worker.batch_size, config.input.max_record_bytes, config.worker.poll_timeout_ms)
+
+
+def spawn_feed(config: Config, topics: list[str], group_id: str, warm_up) -> "ProcessFeed":
+    """A feed process for ``topics`` and ``group_id`` under ``config`` (``warm_up``: see ``ProcessFeed``)."""
+    from .decode import InputSpec
+
+    return ProcessFeed(feed_settings(config, topics, group_id), InputSpec.from_section(config.input), warm_up)
 
 
 class InlineFeed:
@@ -115,7 +122,6 @@ class ProcessFeed:
         import multiprocessing
 
         context = multiprocessing.get_context("spawn")
-        self.settings = settings
         self._orders = context.Queue()
         self._batches = context.Queue(maxsize=1)
         self._stop = context.Event()

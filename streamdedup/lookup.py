@@ -18,13 +18,14 @@ the mirror is read back from it; readers (``query``) load their own.
 from __future__ import annotations
 
 import bisect
+import itertools
 from typing import Callable, Optional
 
 import numpy as np
 
 from .index import DocRecord, IndexTxn, from_u64, u64
 
-__all__ = ["RecentMirror", "BatchView", "merge_recent", "merge_slice", "merge_slices", "finish_merge",
+__all__ = ["RecentMirror", "BatchView", "band_table_keys", "merge_recent", "merge_slice", "merge_slices", "finish_merge",
            "pack_recent", "unpack_recent"]
 
 _KEY_ROW = np.dtype([("band", ">u2"), ("key", ">u8")])  # a band table key
@@ -196,9 +197,13 @@ def _rows_with_keys(keys: np.ndarray, serials: np.ndarray, asked: np.ndarray) ->
     if not found.any():
         return keys[:0], serials[:0]
     lo = lo[found]
-    counts = np.searchsorted(keys, asked[found], "right") - lo
-    index = np.repeat(lo, counts) + (np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts))
+    index = _ranges(lo, np.searchsorted(keys, asked[found], "right") - lo)
     return keys[index], serials[index]
+
+
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``starts[i], starts[i] + 1, ..., starts[i] + counts[i] - 1`` for every i, concatenated."""
+    return np.repeat(starts, counts) + (np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts))
 
 
 MERGE_SLICE_BYTES = 32 << 20  # 32 MiB: table pages one merge transaction may dirty, about
@@ -255,6 +260,13 @@ def _prefix_range(pairs: list[tuple[bytes, bytes]], low: int, high: int) -> list
     return pairs[begin:end]
 
 
+def band_table_keys(txn: IndexTxn, chunk: int):
+    """Every key stored in the band tables, each once, as uint64 arrays of at most ``chunk`` keys."""
+    keys = txn.txn.cursor(db=txn.dbs["bands"]).iternext_nodup(keys=True, values=False)
+    while rows := list(itertools.islice(keys, chunk)):
+        yield np.frombuffer(b"".join(rows), dtype=_KEY_ROW)["key"].astype(np.uint64)
+
+
 def _band_pairs(bands: np.ndarray, keys: np.ndarray, serials: np.ndarray) -> list[tuple[bytes, bytes]]:
     """Band table (key, value) bytes, in the table's order (band, key, serial)."""
     entries = np.empty(len(keys), dtype=_BAND_ROW)
@@ -284,12 +296,12 @@ class BatchView:
         self._ids = self._fetch_ids(id_keys)
         self._content = self._fetch_content(contents)
         by_key = np.argsort(band_keys.ravel())  # the batch's keys sorted, once for every lookup
-        self._committed = self._fetch_candidates(band_keys, by_key)
-        self._earlier = _collisions_within(band_keys.ravel()[by_key], by_key // band_keys.shape[1])
-        self._records: dict[int, DocRecord] = {}
+        asked, rows = band_keys.ravel()[by_key], by_key // band_keys.shape[1]  # sorted keys, row of each
+        self._committed = self._fetch_candidates(asked, rows, (by_key % band_keys.shape[1]).astype(np.uint16))
+        self._earlier = _collisions_within(asked, rows)
         self._shingles: dict[int, np.ndarray] = {}
         self._kept_rows: dict[int, int] = {}  # batch row -> serial, for the batch's kept documents
-        self._inserted: list[tuple[DocRecord, bytes]] = []  # (record, id hash) in decision order
+        self._inserted: list[tuple[DocRecord, bytes]] = []  # (record, id hash) in decision order = serial order
         self._first_serial = txn.counters["next_serial"] + 1
 
     # -- bulk reads ----------------------------------------------------
@@ -313,15 +325,13 @@ class BatchView:
                 found[c] = self.mirror.content[c]
         return found
 
-    def _fetch_candidates(self, band_keys: np.ndarray, by_key: np.ndarray) -> "_Hits":
+    def _fetch_candidates(self, asked: np.ndarray, rows: np.ndarray, band: np.ndarray) -> "_Hits":
         """Per document: serials of committed kept documents sharing a band, and how many bands each.
 
-        ``by_key`` sorts the batch's keys: searching sorted keys is several
-        times faster than searching them in batch order.
+        ``asked`` is the batch's band keys sorted (searching sorted keys is
+        several times faster than searching them in batch order), ``rows`` and
+        ``band`` the row and band of each.
         """
-        n, bands = band_keys.shape
-        asked = band_keys.ravel()[by_key]
-        band = (by_key % bands).astype(np.uint16)
         order = np.argsort(band, kind="stable")  # (band, key): the B-tree's order, walked front to back
         band, key = band[order], asked[order]
         first = np.ones(len(key), dtype=bool)
@@ -331,12 +341,12 @@ class BatchView:
         if self.band_filter is not None:
             request = request[self.band_filter.may_hold(key[first])]
         cursor = self._raw.cursor(db=self.dbs["bands"])
-        rows = cursor.getmulti(_as_bytes_list(request), dupdata=True, dupfixed_bytes=8, keyfixed=True)
-        rows = np.frombuffer(rows, dtype=_BAND_ROW)
+        stored = cursor.getmulti(_as_bytes_list(request), dupdata=True, dupfixed_bytes=8, keyfixed=True)
+        stored = np.frombuffer(stored, dtype=_BAND_ROW)
         recent_keys, recent_serials = self.mirror.band_rows(asked)
-        found_keys = np.concatenate((rows["key"].astype(np.uint64), recent_keys))
-        found_serials = np.concatenate((rows["serial"].astype(np.int64), recent_serials))
-        return _Hits.found(asked, by_key // bands, n, found_keys, found_serials)
+        found_keys = np.concatenate((stored["key"].astype(np.uint64), recent_keys))
+        found_serials = np.concatenate((stored["serial"].astype(np.int64), recent_serials))
+        return _Hits.found(asked, rows, len(self._band_keys), found_keys, found_serials)
 
     # -- what the batch sees -------------------------------------------
 
@@ -365,8 +375,8 @@ class BatchView:
         return self._band_key_bytes[row].tobytes()
 
     def record(self, serial: int) -> DocRecord:
-        found = self._records.get(serial)
-        return found if found is not None else self.txn.record(serial)
+        position = serial - self._first_serial  # the batch's documents have consecutive serials
+        return self._inserted[position][0] if 0 <= position < len(self._inserted) else self.txn.record(serial)
 
     def shingles(self, serial: int) -> np.ndarray:
         found = self._shingles.get(serial)
@@ -375,12 +385,11 @@ class BatchView:
     # -- the batch's writes --------------------------------------------
 
     def next_serial(self) -> int:
-        return self._first_serial + len(self._records)
+        return self._first_serial + len(self._inserted)
 
     def insert(self, record: DocRecord, ident: bytes, row: int, shingles: Optional[np.ndarray] = None) -> None:
         """Record a decided document of batch row ``row``; a kept one also becomes a band candidate."""
         serial = record.serial
-        self._records[serial] = record
         self._inserted.append((record, ident))
         same_id = self._ids.get(ident)
         if same_id is None:
@@ -451,8 +460,7 @@ class _Hits:
         hit = counts > 0
         lo, counts = lo[hit], counts[hit]
         doc = np.repeat(rows[hit], counts)
-        within = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
-        serial = found_serials[np.repeat(lo, counts) + within]
+        serial = found_serials[_ranges(lo, counts)]
         pairs, shared = np.unique((doc << 40) | serial, return_counts=True)
         bounds = np.searchsorted(pairs >> 40, np.arange(n + 1)).tolist()
         return cls(pairs & ((1 << 40) - 1), shared, bounds)

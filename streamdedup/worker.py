@@ -19,7 +19,7 @@ from typing import Callable, Optional
 from .checkpoint import KafkaCommit
 from .config import Config, kafka_client_settings
 from .decode import InputSpec
-from .feed import InlineFeed, ProcessFeed, feed_settings
+from .feed import InlineFeed, ProcessFeed, feed_settings, spawn_feed
 from .engine import Engine
 from .errors import BrokerError, BrokerUnavailableError, IndexUnusableError, kafka_trouble
 from .logs import Log
@@ -125,7 +125,7 @@ class Session:
         spec = InputSpec.from_section(config.input)
         self._process_feed = None
         if config.worker.prepare_processes:
-            self._process_feed = spawned if spawned is not None else ProcessFeed(settings, spec, engine.signing)
+            self._process_feed = spawned or spawn_feed(config, topics, group_id, engine.signing)
         self.feed = None
         self.source = self.sink = None
         try:
@@ -366,7 +366,7 @@ def run_worker(config: Config, state: Optional[str], until_caught_up: bool, log:
                stopper: Optional[Stopper] = None, spawned: Optional[ProcessFeed] = None) -> WorkerStats:
     """The ``run`` command: live deduplication until stopped (or caught up).
 
-    ``spawned``: the feed process, if the caller started it already (see ``spawn_feed``); the first
+    ``spawned``: the feed process, if the caller started it already (``feed.spawn_feed``); the first
     session takes it over, and the caller still closes it (closing twice does nothing).
     """
     stopper = stopper or Stopper()
@@ -422,11 +422,10 @@ def _backfill_batches(session: Session, starts: dict, first: dict, ends: dict, i
         while not stopper.stopped and any(feed.positions[p] < ends[p] for p in ends):
             session.engine.between_batches()
             batch = feed.next(500)
-            records = batch.records if batch is not None else []
             if batch is not None:
-                summary.add(session.commit.process(records, batch.prepared, emit=not index_only))
+                summary.add(session.commit.process(batch.records, batch.prepared, emit=not index_only))
             done = sum(min(feed.positions[p], ends[p]) - first[p] for p in ends)
-            progress.update(len(records), done)
+            progress.update(len(batch.records) if batch is not None else 0, done)
     finally:
         progress.close()
     summary.seconds = time.monotonic() - began
