@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FedBatch", "InlineFeed", "ProcessFeed", "FeedSettings", "feed_settings", "spawn_feed"]
 
+STOP_GRACE_S = 0.05  # how long a feed process told to stop may take before it is killed
 BOOT_TIMEOUT_S = 120.0  # a feed process that has not said a word by then is reported as stuck
 
 
@@ -60,18 +61,16 @@ class FeedSettings:
     client_settings: dict
     group_id: str
     batch_size: int
-    max_record_bytes: int
     poll_timeout_ms: int
 
     def source(self) -> KafkaSource:
-        return KafkaSource(list(self.topics), self.client_settings, self.group_id, self.batch_size,
-                           self.max_record_bytes)
+        return KafkaSource(list(self.topics), self.client_settings, self.group_id, self.batch_size)
 
 
 def feed_settings(config: Config, topics: list[str], group_id: str) -> FeedSettings:
     """The settings of a feed reading ``topics`` for ``group_id`` under ``config``."""
     return FeedSettings(tuple(topics), kafka_client_settings(config.kafka, "consumer"), group_id,
-                        config.worker.batch_size, config.input.max_record_bytes, config.worker.poll_timeout_ms)
+                        config.worker.batch_size, config.worker.poll_timeout_ms)
 
 
 def spawn_feed(config: Config, topics: list[str], group_id: str, warm_up) -> "ProcessFeed":
@@ -169,12 +168,18 @@ class ProcessFeed:
                                          f"{BOOT_TIMEOUT_S:.0f} s; starting it again")
 
     def close(self) -> None:
-        """Stop the process (again: nothing)."""
+        """Stop the process (again: nothing).
+
+        It is told to stop, and killed if it has not within ``STOP_GRACE_S``
+        (a poll in progress would keep it up to ``worker.poll_timeout_ms``).
+        That is safe: it writes nothing anywhere and its consumer is no
+        group member, so nothing of it needs a clean close.
+        """
         if self._closed:
             return
         self._closed = True
         self._stop.set()
-        self._process.join(timeout=5)
+        self._process.join(timeout=STOP_GRACE_S)
         if self._process.is_alive():
             self._process.kill()
             self._process.join(timeout=5)

@@ -13,7 +13,7 @@ from .errors import ResumeError
 from .records import KEPT, Decision
 from .source import RawRecord
 
-__all__ = ["FileOutputs", "decision_line"]
+__all__ = ["FileOutputs", "KafkaSink", "Pending", "decision_line"]
 
 
 _STRING = json.encoder.encode_basestring  # JSON string of a str, in C, as json.dumps(ensure_ascii=False) writes it
@@ -176,6 +176,9 @@ class KafkaSink:
                 "max_request_size": max(2 << 20, dead_letter_max_bytes + (1 << 20)),
                 "linger_ms": 100,  # the commit at the end of each batch sends at once; no need to send earlier
                 "batch_size": 1 << 20,
+                # The client waits this long before a transactional request it re-queued, which happens
+                # at start (finding the coordinators): 100 ms (its default) cost 0.4 s of the first batch.
+                "retry_backoff_ms": 20,
                 **client_settings,
             }
         )
@@ -197,6 +200,12 @@ class KafkaSink:
                             dead_letter_message(record, decision, self.dead_letter_max_bytes)))
         return out
 
+    def learn_topics(self) -> None:
+        """Fetch the output topics' partitions now, so the first batch does not wait for them."""
+        for topic in self.topics.values():
+            if topic:
+                self.producer.partitions_for(topic)
+
     def begin(self) -> None:
         self.producer.begin_transaction()
 
@@ -211,7 +220,7 @@ class KafkaSink:
         for (topic, message), partition in zip(messages, _partitions(producer, messages)):
             producer.send(topic, partition=partition, **message)
 
-    def send_offsets(self, offsets: dict, group_id: str) -> "_Pending":
+    def send_offsets(self, offsets: dict, group_id: str) -> Pending:
         """Add the input offsets to the open transaction; returns at once, ``wait()`` on the result.
 
         Two round trips to the broker that need nothing from the records, so
@@ -221,7 +230,7 @@ class KafkaSink:
         from kafka.structs import OffsetAndMetadata
 
         wanted = {tp: OffsetAndMetadata(offset, "", -1) for tp, offset in offsets.items()}
-        return _Pending(lambda: self.producer.send_offsets_to_transaction(wanted, group_id))
+        return Pending(lambda: self.producer.send_offsets_to_transaction(wanted, group_id), "streamdedup-offsets")
 
     def commit(self) -> None:
         self.producer.commit_transaction()
@@ -284,23 +293,44 @@ def key_partitions(keys: list[bytes], partitions: int) -> np.ndarray:
     return (h & np.uint32(0x7FFFFFFF)).astype(np.int64) % partitions
 
 
-class _Pending:
-    """A call running on a daemon thread (a client stuck on a lost broker must not keep the process alive)."""
+class Pending:
+    """A call running on a daemon thread (a client stuck on a lost broker must not keep the process alive).
 
-    def __init__(self, call) -> None:
+    ``wait()`` returns its result or raises its error. ``discard(close)``
+    gives up on the result: ``close`` is applied to it once it is there.
+    """
+
+    def __init__(self, call, name: str = "streamdedup-kafka") -> None:
         import threading
 
+        self._lock = threading.Lock()
+        self._value = None
         self._error: Optional[BaseException] = None
-        self._thread = threading.Thread(target=self._run, args=(call,), name="streamdedup-offsets", daemon=True)
+        self._discard = None
+        self._thread = threading.Thread(target=self._run, args=(call,), name=name, daemon=True)
         self._thread.start()
 
     def _run(self, call) -> None:
         try:
-            call()
+            value = call()
         except BaseException as exc:  # handed to wait()
             self._error = exc
+            return
+        with self._lock:
+            self._value = value
+            discard = self._discard
+        if discard is not None:
+            discard(value)
 
-    def wait(self) -> None:
+    def wait(self):
         self._thread.join()
         if self._error is not None:
             raise self._error
+        return self._value
+
+    def discard(self, close) -> None:
+        with self._lock:
+            self._discard = close
+            value = self._value
+        if value is not None:
+            close(value)

@@ -25,6 +25,7 @@ from .errors import BrokerError, BrokerUnavailableError, IndexUnusableError, kaf
 from .logs import Log
 from .offline import Summary
 from .progress import Progress
+from .sink import KafkaSink, Pending
 from .source import canonical_order
 from .telemetry import WorkerTelemetry
 
@@ -120,7 +121,6 @@ class Session:
         self.engine = engine
         self.config = config
         self.log = log
-        kafka = config.kafka
         settings = feed_settings(config, topics, group_id)
         spec = InputSpec.from_section(config.input)
         self._process_feed = None
@@ -128,21 +128,28 @@ class Session:
             self._process_feed = spawned or spawn_feed(config, topics, group_id, engine.signing)
         self.feed = None
         self.source = self.sink = None
+        making_sink = None if transactional_id is None else self._start_sink(transactional_id)
         try:
             self.source = settings.source()
-            if transactional_id is not None:
+            if making_sink is not None:
                 self._check_output_topics()
-                from .sink import KafkaSink
-
-                out = config.output
-                self.sink = KafkaSink(kafka_client_settings(kafka, "producer"), transactional_id,
-                                      {"clean": out.clean_topic, "duplicates": out.duplicates_topic,
-                                       "dead_letter": out.dead_letter_topic}, out.dead_letter_max_bytes)
+                self.sink, making_sink = making_sink.wait(), None
+                Pending(self.sink.learn_topics, "streamdedup-metadata")  # meanwhile; the first send waits if need be
         except BaseException:
+            if making_sink is not None:
+                making_sink.discard(KafkaSink.close)
             self.close()
             raise
         self.commit = KafkaCommit(engine, spec, self.sink, group_id, prefix)
         self.partitions: list = []
+
+    def _start_sink(self, transactional_id: str) -> Pending:
+        """The transactional producer, made on a thread: its ``init_transactions`` overlaps the consumer's start."""
+        out = self.config.output
+        settings = kafka_client_settings(self.config.kafka, "producer")
+        topics = {"clean": out.clean_topic, "duplicates": out.duplicates_topic, "dead_letter": out.dead_letter_topic}
+        return Pending(lambda: KafkaSink(settings, transactional_id, topics, out.dead_letter_max_bytes),
+                       "streamdedup-producer-start")
 
     def _check_output_topics(self) -> None:
         out = self.config.output
