@@ -67,7 +67,7 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 from .index import Index, IndexTxn
 from .source import FilePosition
@@ -144,6 +144,7 @@ class KafkaCommit:
         self.sink = sink
         self.group_id = group_id
         self.prefix = position_prefix
+        self.while_waiting: Callable[[], None] = lambda: None  # called as the batch's waits begin (see feed)
 
     def position_key(self, partition) -> str:
         return f"{self.prefix}:{partition.topic}:{partition.partition}"
@@ -172,6 +173,8 @@ class KafkaCommit:
             crash_point("decided")
             if emit and self.sink is not None:
                 self._emit(records, decisions, after)  # Step 4; no index write after this
+            else:
+                self.while_waiting()  # for the index's durable commit
 
         decisions = self.engine.decide_batch(prepared, bookkeeping)  # Step 5: commit
         crash_point("index-committed")
@@ -184,6 +187,7 @@ class KafkaCommit:
         offsets = sink.send_offsets(after, self.group_id)  # runs while the outcomes are produced
         sink.send(sink.messages(records, decisions))
         crash_point("produced")
+        self.while_waiting()  # for Kafka's commit, then the index's
         offsets.wait()
         crash_point("offsets-sent")
         sink.commit()

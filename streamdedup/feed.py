@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Optional
 from .config import Config, kafka_client_settings
 from .errors import BrokerError, BrokerUnavailableError, kafka_trouble
 from .records import Source
-from .source import KafkaSource, RawRecord
+from .source import KafkaSource, RawRecord, canonical_order
 
 if TYPE_CHECKING:
     from .decide import PreparedBatch
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FedBatch", "InlineFeed", "ProcessFeed", "FeedSettings", "feed_settings", "spawn_feed"]
 
+FILL_WAIT_MS = 50  # longest wait for more records to top up a batch (see ``_filled``)
 STOP_GRACE_S = 0.05  # how long a feed process told to stop may take before it is killed
 BOOT_TIMEOUT_S = 120.0  # a feed process that has not said a word by then is reported as stuck
 
@@ -100,6 +101,9 @@ class InlineFeed:
         return FedBatch(records, prepare_raw(raw_payload(records), self.spec, self.signing),
                         self.source.read_to_end(list(self.positions)))
 
+    def fetch_ahead(self) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
@@ -110,7 +114,8 @@ class ProcessFeed:
     It is spawned as soon as the feed is made (its imports, connection and
     warm-up overlap the worker's start and recovery) and starts reading once
     ``start`` gives it the positions and the index's signing settings. At
-    most two batches are ahead: one waiting, one being prepared.
+    most three batches are ahead: one received here, one in the pipe, one
+    being prepared.
 
     ``warm_up`` is what the process prepares a made-up batch with while it
     waits: the index's ``SigningConfig``, or the ``Config`` when the index is
@@ -128,6 +133,8 @@ class ProcessFeed:
                                         args=(settings, spec, warm_up, self._orders, self._batches, self._stop,
                                               os.getpid()))
         self._process.start()
+        self._received: queue.Queue = queue.Queue(maxsize=1)  # messages taken off the pipe, records rebuilt
+        self._wanted = threading.Event()
         self._started_at = 0.0
         self._heard = False
         self._closed = False
@@ -138,16 +145,28 @@ class ProcessFeed:
         self.positions = dict(starts)
         self._orders.put((starts, signing, limit))
         self._started_at = time.monotonic()
+        threading.Thread(target=self._receive, name="streamdedup-feed-receiver", daemon=True).start()
+
+    def fetch_ahead(self) -> None:
+        """Take the next batch off the pipe now: the worker is about to wait for Kafka and the disk.
+
+        Unpickling a batch and rebuilding its records takes 15-25 ms of this
+        process's time. Done on the receiving thread while the worker's
+        thread waits (the GIL is free then), it no longer delays the next batch.
+        """
+        self._wanted.set()
 
     def next(self, timeout_ms: int) -> Optional[FedBatch]:
         """The next batch, or None when none came within ``timeout_ms``."""
-        from .engine import raw_records, restore_items
-
         try:
-            message = self._batches.get(timeout=timeout_ms / 1000)
+            message = self._received.get_nowait()
         except queue.Empty:
-            self._check_alive()
-            return None
+            self._wanted.set()
+            try:
+                message = self._received.get(timeout=timeout_ms / 1000)
+            except queue.Empty:
+                self._check_alive()
+                return None
         self._heard = True
         kind = message[0]
         if kind == "error":
@@ -156,8 +175,31 @@ class ProcessFeed:
         self.positions = message[1]
         if kind == "idle":
             return None
-        records = raw_records(message[3])
-        return FedBatch(records, restore_items(message[4], records), message[2])
+        return FedBatch(message[3], message[4], message[2])
+
+    def _receive(self) -> None:
+        """On a thread: when wanted, take the next message off the pipe and rebuild its records."""
+        from .engine import raw_records, restore_items
+
+        while not self._closed:
+            if not self._wanted.wait(0.2):
+                continue
+            try:
+                message = self._batches.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            except (OSError, ValueError, EOFError):  # the queue was closed under us: the feed is closing
+                return
+            self._wanted.clear()
+            if message[0] == "batch":
+                records = raw_records(message[3])
+                message = (*message[:3], records, restore_items(message[4], records))
+            while not self._closed:
+                try:
+                    self._received.put(message, timeout=0.2)
+                    break
+                except queue.Full:
+                    continue
 
     def _check_alive(self) -> None:
         if not self._process.is_alive():
@@ -256,7 +298,7 @@ def _feed_batches(source: KafkaSource, partitions: list, timeout_ms: int, limit,
 
     told = None
     while not stop.is_set():
-        records = source.poll_batch(timeout_ms, limit=limit)
+        records = _filled(source, source.poll_batch(timeout_ms, limit=limit), limit, batches)
         positions = {p: source.position(p) for p in partitions}
         if records:
             payload = raw_payload(records)
@@ -269,6 +311,20 @@ def _feed_batches(source: KafkaSource, partitions: list, timeout_ms: int, limit,
         if not _hand_over(batches, message, stop):
             return
         told = positions
+
+
+def _filled(source: KafkaSource, records: list, limit, batches) -> list:
+    """``records`` topped up to a whole batch while the worker has not taken the previous one yet.
+
+    A fetch often holds less than a batch. Whole batches share the costs
+    of each commit; a partial one goes at once to a worker that waits.
+    """
+    while records and len(records) < source.batch_size and batches.full():
+        more = source.poll_batch(FILL_WAIT_MS, limit=limit, max_records=source.batch_size - len(records))
+        if not more:
+            break
+        records = canonical_order(records + more)
+    return records
 
 
 def _hand_over(batches, message, stop) -> bool:

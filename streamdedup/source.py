@@ -180,13 +180,14 @@ class KafkaSource:
         ends = self.end_offsets(partitions)
         return {p: (found[p].offset if found.get(p) is not None else ends[p]) for p in partitions}
 
-    def poll_batch(self, timeout_ms: int, limit: Optional[dict] = None) -> list[RawRecord]:
-        """Up to ``batch_size`` records, in the canonical order (topic, partition, offset).
+    def poll_batch(self, timeout_ms: int, limit: Optional[dict] = None,
+                   max_records: Optional[int] = None) -> list[RawRecord]:
+        """Up to ``max_records`` (default ``batch_size``) records, in the canonical order (topic, partition, offset).
 
         ``limit`` (partition -> offset) drops records at or beyond it, for runs
         that must stop at given offsets.
         """
-        polled = self.consumer.poll(timeout_ms=timeout_ms, max_records=self.batch_size)
+        polled = self.consumer.poll(timeout_ms=timeout_ms, max_records=max_records or self.batch_size)
         records = []
         for tp, messages in polled.items():
             stop = None if limit is None else limit.get(tp)

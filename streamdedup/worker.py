@@ -242,6 +242,7 @@ class Session:
             self.source.consumer.unsubscribe()  # from here on only the feed's consumer reads
             self._process_feed.start(starts, self.engine.signing, limit)
             self.feed = self._process_feed
+        self.commit.while_waiting = self.feed.fetch_ahead
         return self.feed
 
     def lag(self) -> dict:
