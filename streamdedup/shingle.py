@@ -150,9 +150,8 @@ def _normalize_ascii(texts: list[str]) -> NormalizedBatch:
     joined = np.frombuffer("\x00".join(texts).encode("ascii").translate(_ASCII_TABLE), dtype=np.uint8).copy()
     text_lengths = np.fromiter(map(len, texts), dtype=np.int64, count=count)
     joined[np.cumsum(text_lengths[:-1] + 1) - 1] = 0  # document separators (a NUL inside a text is a space)
-    space = joined == 32
-    keep = ~space
-    keep[1:] |= space[1:] & (joined[:-1] > 32)
+    keep = joined != 32  # letters, digits, separators; and below, a space right after a letter or digit
+    keep[1:] |= joined[:-1] > 32
     points = joined[keep]
     last_space = np.zeros(len(points), dtype=bool)
     last_space[:-1] = (points[:-1] == 32) & (points[1:] == 0)
