@@ -1,4 +1,4 @@
-"""Pure parts of the Kafka sink: the partition of each keyed outcome."""
+"""Pure parts of the sink: the partition of each keyed outcome, and lines and messages written directly."""
 
 from __future__ import annotations
 
@@ -40,3 +40,28 @@ def test_decision_lines_are_what_json_dumps_writes():
         expected = json.dumps(decision.as_json(), ensure_ascii=False) + "\n"
         assert decision_line(decision) == expected.encode("utf-8")
         assert json.loads(decision_line(decision)) == decision.as_json()
+
+
+def test_duplicate_announcements_are_what_json_dumps_writes():
+    import json
+
+    from streamdedup.records import Decision, Source
+    from streamdedup.sink import duplicate_body
+    from streamdedup.source import RawRecord
+
+    cases = [
+        (Decision("plain", "duplicate", cluster="c1", matched="c1", similarity=0.7123456789), Source("crawl", 0, 5)),
+        (Decision("d\u00e9j\u00e0 \u6771\u4eac \U0001f600", "duplicate", cluster="a\"b\\c\n", matched="x\ty",
+                  similarity=1.0, exact=True), Source("t\u00f6pic", 12, 2**40)),
+        (Decision("\x00\x1f\u2028", "duplicate", cluster="z", matched=None, similarity=None), Source("t", 3, 0)),
+    ]
+    for decision, source in cases:
+        expected = {
+            "id": decision.id, "cluster": decision.cluster, "matched": decision.matched,
+            "similarity": None if decision.similarity is None else round(decision.similarity, 6),
+            "exact": decision.exact,
+            "source": {"topic": source.name, "partition": source.partition, "offset": source.offset},
+        }
+        body = duplicate_body(RawRecord(b"{}", source), decision)
+        assert body == json.dumps(expected).encode()
+        assert json.loads(body) == expected
