@@ -106,7 +106,7 @@ class IndexSection:
 
 @dataclass(frozen=True)
 class WorkerSection:
-    batch_size: int = _key(4000, "records decided per batch and per commit", low=1, high=100000)
+    batch_size: int = _key(2000, "records decided per batch and per commit", low=1, high=100000)
     poll_timeout_ms: int = _key(500, "longest wait for a batch to fill", low=1)
     transactional_id: str = _key("", "Kafka transactional id ('' derives it from the index id)")
     prepare_processes: int = _key(1, "second process that reads and signs the next batch while one is decided (0: none)",
