@@ -322,6 +322,9 @@ def kafka_client_settings(kafka: KafkaSection, role: str) -> dict:
         "bootstrap_servers": [s.strip() for s in kafka.bootstrap_servers.split(",") if s.strip()],
         "security_protocol": kafka.security_protocol,
         "client_id": kafka.client_id,
+        # kafka-python waits this long before a request it re-queued (100 ms by default), which happens at
+        # start as the coordinators and topics are found: it cost about 0.5 s before the first batch.
+        "retry_backoff_ms": 20,
     }
     for name in ("sasl_mechanism", "sasl_plain_username", "ssl_cafile", "ssl_certfile", "ssl_keyfile"):
         if getattr(kafka, name):

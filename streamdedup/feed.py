@@ -137,7 +137,7 @@ class ProcessFeed:
         self._wanted = threading.Event()
         self._started_at = 0.0
         self._heard = False
-        self._closed = False
+        self._closing = threading.Event()
         self.positions: dict = {}
 
     def start(self, starts: dict, signing, limit: Optional[dict] = None) -> None:
@@ -181,7 +181,7 @@ class ProcessFeed:
         """On a thread: when wanted, take the next message off the pipe and rebuild its records."""
         from .engine import raw_records, restore_items
 
-        while not self._closed:
+        while not self._closing.is_set():
             if not self._wanted.wait(0.2):
                 continue
             try:
@@ -194,12 +194,8 @@ class ProcessFeed:
             if message[0] == "batch":
                 records = raw_records(message[3])
                 message = (*message[:3], records, restore_items(message[4], records))
-            while not self._closed:
-                try:
-                    self._received.put(message, timeout=0.2)
-                    break
-                except queue.Full:
-                    continue
+            if not _hand_over(self._received, message, self._closing):
+                return
 
     def _check_alive(self) -> None:
         if not self._process.is_alive():
@@ -217,9 +213,9 @@ class ProcessFeed:
         That is safe: it writes nothing anywhere and its consumer is no
         group member, so nothing of it needs a clean close.
         """
-        if self._closed:
+        if self._closing.is_set():
             return
-        self._closed = True
+        self._closing.set()
         self._stop.set()
         self._process.join(timeout=STOP_GRACE_S)
         if self._process.is_alive():
@@ -328,7 +324,7 @@ def _filled(source: KafkaSource, records: list, limit, batches) -> list:
 
 
 def _hand_over(batches, message, stop) -> bool:
-    """Put ``message`` for the worker, waiting while one is still unread; False if told to stop meanwhile."""
+    """Put ``message`` for the next stage, waiting while one is still unread; False if told to stop meanwhile."""
     while not stop.is_set():
         try:
             batches.put(message, timeout=0.2)

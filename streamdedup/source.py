@@ -126,7 +126,6 @@ class KafkaSource:
                 # over three partitions took 0.6 s before the first 2,000 records were seen).
                 "max_partition_fetch_bytes": FETCH_PARTITION_BYTES,
                 "fetch_max_bytes": 64 << 20,
-                "retry_backoff_ms": 20,  # e.g. between metadata requests at start (100 ms: its default)
                 **client_settings,
             }
         )
