@@ -29,7 +29,8 @@ import time
 from streamdedup import config as config_module
 from streamdedup import corpus
 from streamdedup.decode import InputSpec
-from streamdedup.engine import Engine, Preparer
+from streamdedup.engine import Engine
+from streamdedup.prepare import Preparer
 from streamdedup.records import Source
 from streamdedup.source import RawRecord
 

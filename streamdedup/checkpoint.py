@@ -156,13 +156,13 @@ class KafkaCommit:
     def process(self, records: list, prepared=None, emit: bool = True, positions: Optional[dict] = None) -> list:
         """Decide a batch (in canonical order) and commit it; returns the decisions.
 
-        ``prepared`` is the batch's Step 2, done ahead (``engine.Preparer``),
+        ``prepared`` is the batch's Step 2, done ahead (``prepare.Preparer``),
         or None to do it here. ``positions`` replaces the offsets after the
         batch (a replayed batch ends where Kafka's committed offsets say,
         control records included).
         """
         if prepared is None:  # Step 2
-            from .engine import prepare_raw, raw_payload
+            from .prepare import prepare_raw, raw_payload
 
             prepared = prepare_raw(raw_payload(records), self.spec, self.engine.signing)
         after = positions if positions is not None else _offsets_after(records)

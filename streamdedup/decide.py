@@ -2,7 +2,7 @@
 
 A batch goes through two steps:
 
-1. ``prepare`` (pure, no index): normalize, hash the content, shingle, sign
+1. ``prepare.prepare`` (pure, no index): normalize, hash the content, shingle, sign
    and cut band keys for every document of the batch at once;
 2. ``decide`` (inside one index write transaction), document by document in
    batch order, each seeing the decisions before it:
@@ -30,15 +30,14 @@ from typing import Optional
 import numpy as np
 
 from .bandfilter import BandFilter
-from .index import DocRecord, IndexTxn, id_key
+from .index import DocRecord, IndexTxn
 from .lookup import BatchView, RecentMirror
-from .lsh import band_keys
-from .records import DUPLICATE, KEPT, Decision, Document, Item, Rejected
-from .shingle import NormalizedBatch, ShingleBatch, normalize_texts, shingle_batch
-from .signing import SigningConfig, sign_batch
+from .prepare import PreparedBatch
+from .records import DUPLICATE, KEPT, Decision, Document, Rejected
+from .signing import SigningConfig
 from .verify import best_match
 
-__all__ = ["DedupSettings", "PreparedBatch", "prepare", "decide"]
+__all__ = ["DedupSettings", "decide"]
 
 
 @dataclass(frozen=True)
@@ -47,54 +46,6 @@ class DedupSettings:
     threshold: float = 0.7  # exact Jaccard at or above which a document is a duplicate
     max_candidates: int = 100  # verify at most this many candidates per document
     retention_s: float = 0.0  # kept documents older than this match nothing (0: forever)
-
-
-@dataclass
-class PreparedBatch:
-    """A batch ready to be decided: each item is a Rejected, or a document with its hashes.
-
-    ``row[i]`` is the row of item ``i`` in ``contents``, ``shingles`` and ``keys`` (-1 when rejected).
-    """
-
-    items: list[Item]
-    row: list[int]
-    contents: list[bytes]  # content hash of each document row
-    id_keys: list[bytes]  # index key of each document row's id
-    shingles: ShingleBatch
-    keys: np.ndarray  # (documents, bands) uint64
-
-
-
-def prepare(items: list[Item], signing: SigningConfig) -> PreparedBatch:
-    """Normalize, shingle, sign and band every document of the batch in one go."""
-    documents = [item for item in items if isinstance(item, Document)]
-    normalized = normalize_texts([doc.text for doc in documents])
-    if not normalized.lengths.all():
-        items, documents, normalized = _reject_empty(items, normalized)
-    shingles = shingle_batch(normalized, signing.shingle, signing.k)
-    signatures = sign_batch(shingles, signing.num_perm, signing.seed)
-    keys = band_keys(signatures, signing.bands, signing.rows)
-    row, next_row = [], 0
-    for item in items:
-        row.append(next_row if isinstance(item, Document) else -1)
-        next_row += isinstance(item, Document)
-    id_keys = [id_key(doc.id) for doc in documents]
-    return PreparedBatch(items, row, normalized.contents, id_keys, shingles, keys)
-
-
-def _reject_empty(items: list[Item], normalized: NormalizedBatch):
-    """Turn documents with nothing left after normalization (only punctuation, say) into rejections."""
-    empty = iter((normalized.lengths == 0).tolist())
-    result: list[Item] = []
-    for item in items:
-        if isinstance(item, Document) and next(empty):
-            item = Rejected("empty_text", "nothing is left after normalization", item.source, item.id)
-        result.append(item)
-    documents = [item for item in result if isinstance(item, Document)]
-    keep = normalized.lengths > 0
-    arrays = [normalized.points[s : s + n] for s, n in zip(normalized.starts[keep], normalized.lengths[keep])]
-    contents = [c for c, k in zip(normalized.contents, keep.tolist()) if k]
-    return result, documents, NormalizedBatch._joined(arrays, contents)
 
 
 def decide(txn: IndexTxn, batch: PreparedBatch, settings: DedupSettings, now: float,

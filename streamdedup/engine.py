@@ -15,16 +15,16 @@ from typing import Callable, Optional
 from . import bandfilter
 from .bandfilter import BandFilter
 from .config import Config
-from .decide import DedupSettings, PreparedBatch, decide, prepare
+from .decide import DedupSettings, decide
 from .index import Index, IndexSettings, IndexTxn
 from .housekeeping import ForgetRequests, forget, rebuild_tables, sweep_expired
 from .lookup import RecentMirror, finish_merge, merge_slice, merge_slices
 from .lsh import optimal_params
+from .prepare import PreparedBatch, libc_function, prepare
 from .records import Decision, Item
 from .signing import SigningConfig
 
-__all__ = ["Engine", "Preparer", "die_with_parent", "prepare_compact", "prepare_raw", "raw_payload", "raw_records",
-           "restore_items", "signing_config"]
+__all__ = ["Engine", "index_settings", "signing_config"]
 
 Bookkeeping = Callable[[IndexTxn, list[Decision]], None]
 
@@ -162,127 +162,4 @@ def _return_freed_memory() -> None:
 @lru_cache(maxsize=1)
 def _malloc_trim():
     """glibc's ``malloc_trim`` (looked up once, in the C library the process already has), or None."""
-    import ctypes
-
-    return getattr(ctypes.CDLL(None), "malloc_trim", None)
-
-
-class Preparer:
-    """Decodes and prepares batches (normalize, shingle, sign) one batch ahead of the decisions.
-
-    With ``processes=1`` the work runs in a second process (spawned, so it
-    shares no LMDB environment, lock or Kafka client with this one), using
-    the second core while this process decides the previous batch. Preparing
-    is a pure function of the records, so where it runs changes nothing.
-    """
-
-    def __init__(self, signing: SigningConfig, spec, processes: int = 1):
-        self.signing = signing
-        self.spec = spec
-        self._pool = None
-        self._booting = None  # the pool's first task: until it is done, batches are prepared here
-        if processes > 0:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-
-            self._pool = ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=die_with_parent, initargs=(os.getpid(),))
-            self._booting = self._pool.submit(os.getpid)
-
-    def submit(self, records: list):
-        """A future of the PreparedBatch of these raw records."""
-        from concurrent.futures import Future
-
-        payload = raw_payload(records)
-        if self._booting is not None and self._booting.done():
-            self._booting = None
-        if self._pool is None or self._booting is not None:  # no second process, or not started yet
-            future: Future = Future()
-            future.set_result(prepare_raw(payload, self.spec, self.signing))
-            return _Restored(future, records)
-        return _Restored(self._pool.submit(prepare_compact, payload, self.spec, self.signing), records)
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
-
-
-def die_with_parent(parent: int) -> None:
-    """In the preparing process: exit as soon as the worker is gone (even after kill -9)."""
-    import threading
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.2)
-        os._exit(0)
-
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
-
-
-def raw_payload(records: list) -> tuple:
-    """Raw records as columns (values, keys, headers, timestamps, source names, partitions, offsets).
-
-    Cheap to send to another process; ``raw_records`` turns them back.
-    """
-    return (
-        [r.value for r in records],
-        [r.key for r in records],
-        [r.headers for r in records],
-        [r.timestamp_ms for r in records],
-        [r.source.name for r in records],
-        [r.source.partition for r in records],
-        [r.source.offset for r in records],
-    )
-
-
-def raw_records(payload: tuple) -> list:
-    """The RawRecords of ``raw_payload`` columns."""
-    from .records import Source
-    from .source import RawRecord
-
-    values, keys, headers, stamps, names, partitions, offsets = payload
-    return [RawRecord(v, Source(n, p, o), k, h, t)
-            for v, k, h, t, n, p, o in zip(values, keys, headers, stamps, names, partitions, offsets)]
-
-
-def prepare_raw(payload: tuple, spec, signing: SigningConfig) -> PreparedBatch:
-    """Decode ``raw_payload`` columns and prepare them."""
-    from .decode import decode
-    from .records import Source
-
-    values, keys, _, _, names, partitions, offsets = payload
-    items = [decode(v, Source(n, p, o), spec, k) for v, k, n, p, o in zip(values, keys, names, partitions, offsets)]
-    return prepare(items, signing)
-
-
-def prepare_compact(payload: tuple, spec, signing: SigningConfig) -> PreparedBatch:
-    """``prepare_raw`` in the second process: items come back as small tuples (texts and sources stay behind)."""
-    from .records import Document
-
-    batch = prepare_raw(payload, spec, signing)
-    batch.items = [("d", i.id) if isinstance(i, Document) else ("r", i.reason, i.detail, i.id) for i in batch.items]
-    return batch
-
-
-class _Restored:
-    """A prepared batch's future whose compact items are turned back into Documents and Rejected."""
-
-    def __init__(self, future, records: list):
-        self.future = future
-        self.records = records
-
-    def result(self) -> PreparedBatch:
-        return restore_items(self.future.result(), self.records)
-
-
-def restore_items(batch: PreparedBatch, records: list) -> PreparedBatch:
-    """Undo ``prepare_compact``: the items again as Documents and Rejected, with their records' sources."""
-    from .records import Document, Rejected
-
-    if batch.items and isinstance(batch.items[0], tuple):
-        batch.items = [
-            Document(item[1], "", r.source) if item[0] == "d" else Rejected(item[1], item[2], r.source, item[3])
-            for item, r in zip(batch.items, records)
-        ]
-    return batch
+    return libc_function("malloc_trim")

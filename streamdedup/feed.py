@@ -33,9 +33,9 @@ from .records import Source
 from .source import KafkaSource, RawRecord, canonical_order
 
 if TYPE_CHECKING:
-    from .decide import PreparedBatch
+    from .prepare import PreparedBatch
 
-# This module imports nothing heavy at the top (numpy, LMDB: see ``engine``), so the command line can
+# This module imports nothing heavy at the top (numpy, LMDB: see ``prepare``), so the command line can
 # spawn the feed process first thing, and the process imports them while the worker does the same.
 
 __all__ = ["FedBatch", "InlineFeed", "ProcessFeed", "FeedSettings", "feed_settings", "spawn_feed"]
@@ -92,7 +92,7 @@ class InlineFeed:
         self.positions = dict(starts)
 
     def next(self, timeout_ms: int) -> Optional[FedBatch]:
-        from .engine import prepare_raw, raw_payload
+        from .prepare import prepare_raw, raw_payload
 
         records = self.source.poll_batch(timeout_ms, limit=self.limit)
         self.positions = {p: self.source.position(p) for p in self.positions}
@@ -179,7 +179,7 @@ class ProcessFeed:
 
     def _receive(self) -> None:
         """On a thread: when wanted, take the next message off the pipe and rebuild its records."""
-        from .engine import raw_records, restore_items
+        from .prepare import raw_records, restore_items
 
         while not self._closing.is_set():
             if not self._wanted.wait(0.2):
@@ -193,7 +193,7 @@ class ProcessFeed:
             self._wanted.clear()
             if message[0] == "batch":
                 records = raw_records(message[3])
-                message = (*message[:3], records, restore_items(message[4], records))
+                message = (*message[:3], records, restore_items(message[4], [r.source for r in records]))
             if not _hand_over(self._received, message, self._closing):
                 return
 
@@ -230,11 +230,11 @@ def _feed_main(settings: FeedSettings, spec, warm_up, orders, batches, stop, par
     """In the feed process: poll, prepare, hand over, until told to stop (or the worker is gone)."""
     import signal
 
-    from .engine import die_with_parent
+    from .prepare import preparing_process
 
     for sig in (signal.SIGINT, signal.SIGTERM):  # the worker decides when this process stops (Ctrl-C hits both)
         signal.signal(sig, signal.SIG_IGN)
-    die_with_parent(parent)
+    preparing_process(parent)
     batches.cancel_join_thread()  # at exit, do not wait for the worker to read what is still queued
     source = None
     warming = threading.Thread(target=_warm_up, args=(warm_up, settings.batch_size), name="warm-up", daemon=True)
@@ -269,7 +269,7 @@ def _warm_up(warm_up, documents: int) -> None:
     Otherwise the first real batches pay for it (measured: a second more
     for a 50,000-record run), while the worker waits for them.
     """
-    from .decide import prepare
+    from .prepare import prepare
     from .engine import signing_config
     from .records import Document
 
@@ -290,7 +290,7 @@ def _wait_for_orders(orders, stop) -> tuple:
 
 def _feed_batches(source: KafkaSource, partitions: list, timeout_ms: int, limit, spec, signing, batches,
                   stop) -> None:
-    from .engine import prepare_compact, raw_payload
+    from .prepare import prepare_compact, raw_payload
 
     told = None
     while not stop.is_set():

@@ -10,12 +10,13 @@ from typing import Optional
 
 from .checkpoint import FileRun, crash_point
 from .decode import InputSpec
-from .engine import Engine, Preparer
+from .engine import Engine
+from .prepare import Preparer
 from .index import IndexTxn
 from .progress import Progress
 from .records import REJECTED, Decision
 from .sink import FileOutputs
-from .source import FileSource
+from .source import FileBatch, FileSource
 
 __all__ = ["Summary", "dedup_files"]
 
@@ -80,9 +81,9 @@ def dedup_files(engine: Engine, inputs: list[str], spec: InputSpec, clean: Optio
     began = time.monotonic()
     done_before = _bytes_done_before(inputs, start)
     try:
-        ahead: deque = deque()  # (records, position, prepared future), oldest first
-        for records, position in source.batches(batch_size, start.position):
-            ahead.append((records, position, preparer.submit(records)))
+        ahead: deque = deque()  # (lines, position, prepared future), oldest first
+        for lines, position in source.batches(batch_size, start.position):
+            ahead.append((lines, position, preparer.submit(lines)))
             engine.between_batches()
             if len(ahead) > BATCHES_AHEAD:
                 _decide_oldest(engine, run, outputs, summary, ahead, progress, done_before + source.bytes_read)
@@ -99,20 +100,20 @@ def dedup_files(engine: Engine, inputs: list[str], spec: InputSpec, clean: Optio
 
 def _decide_oldest(engine: Engine, run: FileRun, outputs: FileOutputs, summary: Summary, ahead: deque,
                    progress: Progress, bytes_done: int) -> None:
-    records, position, prepared = ahead.popleft()
-    _commit_batch(engine, run, outputs, summary, records, position, prepared)
-    progress.update(len(records), bytes_done)
+    lines, position, prepared = ahead.popleft()
+    _commit_batch(engine, run, outputs, summary, lines, position, prepared)
+    progress.update(len(lines), bytes_done)
 
 
-def _commit_batch(engine: Engine, run: FileRun, outputs: FileOutputs, summary: Summary, records, position,
-                  prepared) -> None:
+def _commit_batch(engine: Engine, run: FileRun, outputs: FileOutputs, summary: Summary, lines: FileBatch,
+                  position, prepared) -> None:
     """Steps 1-3 of the offline protocol for one batch (see ``checkpoint``)."""
     sizes_before = outputs.sizes()
 
     def bookkeeping(txn: IndexTxn, decided: list[Decision]) -> None:
         crash_point("file-decided")  # Step 1 done, nothing written
         outputs.rewind(sizes_before)  # Step 2
-        outputs.write_batch(records, decided)
+        outputs.write_batch(lines, decided)
         crash_point("file-written")
         run.save(txn, position, outputs.sizes())  # Step 3 (committed by decide_batch)
 

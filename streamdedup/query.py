@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from .decide import prepare
+from .prepare import prepare
 from .engine import Engine
 from .errors import StreamdedupError
 from .housekeeping import serials_with_id

@@ -11,7 +11,7 @@ import numpy as np
 
 from .errors import ResumeError
 from .records import KEPT, Decision
-from .source import RawRecord
+from .source import FileBatch, RawRecord
 
 __all__ = ["FileOutputs", "KafkaSink", "Pending", "decision_line"]
 
@@ -104,12 +104,12 @@ class FileOutputs:
             if output is not None:
                 output.rewind(sizes[name])
 
-    def write_batch(self, records: list[RawRecord], decisions: list[Decision]) -> None:
+    def write_batch(self, lines: FileBatch, decisions: list[Decision]) -> None:
         """Append one batch's outcomes and make them durable."""
         if self.decisions is not None:
             self.decisions.write(b"".join(decision_line(d) for d in decisions))
         if self.clean is not None:
-            kept = [r.value + b"\n" for r, d in zip(records, decisions) if d.status == KEPT]
+            kept = [value + b"\n" for value, d in zip(lines.values(), decisions) if d.status == KEPT]
             self.clean.write(b"".join(kept))
         for output in (self.clean, self.decisions):
             if output is not None:

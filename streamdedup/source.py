@@ -6,7 +6,6 @@ position to store once the batch is committed.
 
 from __future__ import annotations
 
-import itertools
 import os
 import sys
 from dataclasses import dataclass, field
@@ -15,7 +14,7 @@ from typing import BinaryIO, Iterator, Optional
 from .errors import ResumeError
 from .records import Source
 
-__all__ = ["RawRecord", "FilePosition", "FileSource", "KafkaSource", "canonical_order"]
+__all__ = ["RawRecord", "FileBatch", "FilePosition", "FileSource", "KafkaSource", "canonical_order"]
 
 
 @dataclass(slots=True)
@@ -47,6 +46,34 @@ class FilePosition:
 
 
 @dataclass
+class FileBatch:
+    """Consecutive lines of one input file, kept as the one block of bytes they were read as.
+
+    Offline batches are not split into records here: the preparing process
+    splits and decodes them, and the deciding process only needs the block
+    (one cheap object to send) and, for the clean output, the lines.
+    """
+
+    path: str
+    first_line: int  # line number of the block's first line (from 1)
+    count: int  # lines in the block
+    block: bytes  # the lines, each with its newline (the file's last line may lack it)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def values(self) -> list[bytes]:
+        """Each line without its newline (a CR of CRLF stays)."""
+        return self.block.split(b"\n")[: self.count]
+
+    def sources(self) -> list[Source]:
+        return [Source(self.path, -1, n) for n in range(self.first_line, self.first_line + self.count)]
+
+    def records(self) -> list[RawRecord]:
+        return [RawRecord(value, source) for value, source in zip(self.values(), self.sources())]
+
+
+@dataclass
 class FileSource:
     """The lines of JSONL files (``-`` is stdin), one record per line, in order."""
 
@@ -59,7 +86,7 @@ class FileSource:
             return None
         return sum(os.path.getsize(p) for p in self.paths)
 
-    def batches(self, size: int, start: FilePosition) -> Iterator[tuple[list[RawRecord], FilePosition]]:
+    def batches(self, size: int, start: FilePosition) -> Iterator[tuple[FileBatch, FilePosition]]:
         """Batches of at most ``size`` lines from ``start`` on, each with the position after it."""
         for number in range(start.file, len(self.paths)):
             begin = start if number == start.file else FilePosition(number)
@@ -69,14 +96,11 @@ class FileSource:
         path = self.paths[number]
         with self._open_at(path, begin) as handle:
             line_no, offset = begin.line, begin.byte
-            while lines := list(itertools.islice(handle, size)):
-                read = sum(map(len, lines))
-                offset += read
-                self.bytes_read += read
-                batch = [RawRecord(raw[:-1] if raw.endswith(b"\n") else raw, Source(path, -1, n))  # a CR of CRLF stays
-                         for n, raw in enumerate(lines, line_no + 1)]
-                line_no += len(lines)
-                yield batch, FilePosition(number, line_no, offset)
+            for block, count in _blocks_of_lines(handle, size):
+                offset += len(block)
+                self.bytes_read += len(block)
+                yield FileBatch(path, line_no + 1, count, block), FilePosition(number, line_no + count, offset)
+                line_no += count
 
     def _open_at(self, path: str, begin: FilePosition) -> BinaryIO:
         if path == "-":
@@ -97,6 +121,38 @@ class FileSource:
                                   f"(byte {begin.byte}); it changed since: run with --restart")
             handle.seek(begin.byte)
         return handle
+
+
+READ_BYTES = 1 << 20  # bytes asked of a file at a time
+
+
+def _blocks_of_lines(handle: BinaryIO, size: int) -> Iterator[tuple[bytes, int]]:
+    """Blocks of ``size`` whole lines (fewer at the end of the input), and how many lines each holds.
+
+    Every byte is searched once, however long its line. ``read1`` returns
+    what a pipe holds now: a slow writer's lines are not held back.
+    """
+    pending, ended = bytearray(), False
+    while True:
+        end = count = searched = 0  # no newline in pending[end:searched]
+        while count < size:
+            newline = pending.find(b"\n", searched)
+            if newline >= 0:
+                end = searched = newline + 1
+                count += 1
+            elif ended:
+                break
+            else:
+                searched = len(pending)
+                more = handle.read1(READ_BYTES)
+                ended = not more
+                pending += more
+        if count < size and end < len(pending):  # the input ended in a line without a newline
+            end, count = len(pending), count + 1
+        if not count:
+            return
+        yield bytes(pending[:end]), count
+        del pending[:end]
 
 
 FETCH_PARTITION_BYTES = 1 << 20  # per partition and fetch (Kafka's default)

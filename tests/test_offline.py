@@ -172,3 +172,50 @@ def test_running_the_same_command_again_gives_the_same_outputs(tmp_path, crawl_f
 def test_a_missing_input_is_a_clear_error(tmp_path):
     result = run_cli("dedup", str(tmp_path / "nope.jsonl"), "--state", str(tmp_path / "s"), check=False)
     assert result.returncode == 2 and b"does not exist" in result.stderr and b"Traceback" not in result.stderr
+
+
+class _Trickle:
+    """A pipe-like input that hands out at most a few bytes per read."""
+
+    def __init__(self, data: bytes, rng: random.Random):
+        self.data, self.at, self.rng = data, 0, rng
+
+    def read1(self, size: int) -> bytes:
+        end = min(len(self.data), self.at + min(size, self.rng.randint(1, 7)))
+        piece, self.at = self.data[self.at:end], end
+        return piece
+
+
+def _batches_line_by_line(data: bytes, size: int) -> list[tuple[bytes, int]]:
+    pieces = data.split(b"\n")  # not splitlines: a CR is no line end here
+    lines = [piece + b"\n" for piece in pieces[:-1]] + ([pieces[-1]] if pieces[-1] else [])
+    return [(b"".join(lines[i:i + size]), len(lines[i:i + size])) for i in range(0, len(lines), size)]
+
+
+def test_file_blocks_hold_the_same_lines_as_reading_line_by_line(monkeypatch):
+    """Blocks of whole lines, however the reads fall: CRLF, empty lines, a last line without newline, long lines."""
+    from streamdedup import source
+
+    rng = random.Random(3)
+    for trial in range(2000):
+        lines = [bytes(rng.choice(b"ab\r") for _ in range(rng.choice([0, 1, 5, 40]))) for _ in range(rng.randint(0, 12))]
+        data = b"\n".join(lines) + rng.choice([b"", b"\n"])
+        size = rng.randint(1, 5)
+        monkeypatch.setattr(source, "READ_BYTES", rng.choice([1, 3, 1 << 20]))
+        blocks = list(source._blocks_of_lines(_Trickle(data, rng), size))
+        assert blocks == _batches_line_by_line(data, size), (data, size)
+
+
+def test_file_batches_give_each_line_its_number_and_the_position_after_it(tmp_path):
+    from streamdedup.source import FilePosition, FileSource
+
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b'{"text": "a"}\r\n\n{"text": "b"}\n{"text": "c"}')
+    source = FileSource([str(path)])
+    batches = list(source.batches(2, FilePosition()))
+    assert [(b.first_line, b.count) for b, _ in batches] == [(1, 2), (3, 2)]
+    assert [b.values() for b, _ in batches] == [[b'{"text": "a"}\r', b""], [b'{"text": "b"}', b'{"text": "c"}']]
+    assert [r.source.offset for b, _ in batches for r in b.records()] == [1, 2, 3, 4]
+    assert [p for _, p in batches] == [FilePosition(0, 2, 16), FilePosition(0, 4, 43)]
+    resumed = list(FileSource([str(path)]).batches(2, FilePosition(0, 2, 16)))
+    assert [(b.first_line, b.values()) for b, _ in resumed] == [(3, [b'{"text": "b"}', b'{"text": "c"}'])]
