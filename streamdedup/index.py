@@ -99,8 +99,9 @@ class DocRecord:
     time: float  # when it was decided (seconds since the epoch)
     expired: bool = False  # kept, but past index.retention_days: out of the band tables, matches nothing
 
-    def pack(self) -> bytes:
-        return msgpack.packb(
+    def pack(self, packer: Optional[msgpack.Packer] = None) -> bytes:
+        """The stored form; a batch passes one ``packer`` for all its records (one is not thread-safe)."""
+        return (packer or msgpack.Packer()).pack(
             [self.id, self.kept, self.cluster, self.cluster_id, self.matched, self.matched_id,
              self.similarity, self.exact, self.content, self.source, self.band_keys, self.time, self.expired]
         )

@@ -21,6 +21,7 @@ import bisect
 import itertools
 from typing import Callable, Optional
 
+import msgpack
 import numpy as np
 
 from .index import DocRecord, IndexTxn, from_u64, u64
@@ -403,10 +404,10 @@ class BatchView:
 
     def flush(self) -> Callable[[], None]:
         """Write the batch into the transaction; returns what to do to the mirror once it commits."""
-        inserted = self._inserted
+        inserted, packer = self._inserted, msgpack.Packer()
         keys = [u64(record.serial) for record, _ in inserted]
         writes = {  # every table but members gets serials in increasing order: appended
-            "docs": [(key, record.pack()) for key, (record, _) in zip(keys, inserted)],
+            "docs": [(key, record.pack(packer)) for key, (record, _) in zip(keys, inserted)],
             "recent": [(key, pack_recent(ident, record.content, record.band_keys))
                        for key, (record, ident) in zip(keys, inserted)],
             "shingles": [(u64(serial), shingles.astype("<u8", copy=False).tobytes())

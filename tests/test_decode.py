@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import random
 
 import msgpack
 import pytest
 
+from streamdedup import decode as decoding
 from streamdedup.decode import InputSpec, decode
 from streamdedup.records import Document, Rejected, Source
 
@@ -69,3 +71,59 @@ def test_binary_keys_are_rejected_or_ignored_as_configured():
     value = b'{"text": "hello"}'
     assert decode(value, SRC, SPEC, key=b"\xff\x00").reason == "invalid_key"
     assert decode(value, SRC, InputSpec(binary_keys="ignore"), key=b"\xff\x00").id == "raw/0/7"
+
+
+def _random_json(rng: random.Random, depth: int = 0) -> str:
+    """A JSON text with the awkward parts: escapes, non-ASCII, big and odd numbers, repeated keys, whitespace."""
+    pick = rng.randrange(9 if depth < 3 else 6)
+    if pick == 0:
+        return rng.choice(["0", "-0", "1e400", "-1E-400", "123456789012345678901234567890", "9223372036854775808",
+                           "18446744073709551616", "-9223372036854775809", "NaN", "Infinity", "1.5", "-0.0"])
+    if pick == 1:
+        return repr(rng.uniform(-1e300, 1e300))
+    if pick == 2:
+        return rng.choice(["true", "false", "null"])
+    if pick in (3, 4, 5):
+        chars = [rng.choice(['a', ' ', 'é', '中', '😀', '\\n', '\\"', '\\\\', '\\u00e9', '\\ud83d\\ude00', '\\ud800',
+                             '\\udc00x', '\\u0000', '/', '\\/']) for _ in range(rng.randrange(6))]
+        return '"' + "".join(chars) + '"'
+    if pick in (6, 7):
+        keys = [_random_json(rng, 3) if rng.random() < 0.2 else rng.choice(['"id"', '"text"', '"a"'])
+                for _ in range(rng.randrange(4))]
+        keys = [k for k in keys if k.startswith('"')]
+        space = rng.choice(["", " ", "\t", "\r\n"])
+        return "{" + ",".join(f"{space}{k}{space}:{space}{_random_json(rng, depth + 1)}" for k in keys) + "}"
+    return "[" + ",".join(_random_json(rng, depth + 1) for _ in range(rng.randrange(4))) + "]"
+
+
+class _RefusingJson:
+    """Stands in for orjson: refuses everything, so decoding takes the ``json`` path alone."""
+
+    JSONDecodeError = ValueError
+
+    @staticmethod
+    def loads(_):
+        raise ValueError("refused")
+
+
+def test_fast_json_decoding_gives_what_json_gives_for_every_input(monkeypatch):
+    """orjson where it can, json where it refuses: every outcome (document or rejection) equals json's alone."""
+    rng = random.Random(11)
+    values = []
+    for _ in range(4000):
+        text = _random_json(rng)
+        shape = rng.random()
+        if shape < 0.3:
+            text = '{"id": ' + _random_json(rng, 3) + ', "text": ' + text + "}"
+        elif shape < 0.5:
+            text = '{"id": "d", "text": "some words", "other": ' + text + "}"
+        elif shape < 0.6:
+            text = '{"a": {"id": ' + _random_json(rng, 3) + ', "text": ' + text + "}}"
+        values.append(text.encode("utf-8", "surrogatepass") + rng.choice([b"", b"\n", b" ", b"\xff", b"}"]))
+    nested = InputSpec(text_field="a.text", id_field="a.id")
+    fast = [(decode(v, SRC, SPEC), decode(v, SRC, nested)) for v in values]
+    monkeypatch.setattr(decoding, "orjson", _RefusingJson)
+    slow = [(decode(v, SRC, SPEC), decode(v, SRC, nested)) for v in values]
+    assert sum(isinstance(item, Document) for item, _ in fast) > 300  # documents too, not only rejections
+    for value, fast_items, slow_items in zip(values, fast, slow):
+        assert repr(fast_items) == repr(slow_items), value
