@@ -27,13 +27,8 @@ import tempfile
 import time
 from typing import Callable
 
-from streamdedup import config as config_module
-from streamdedup import corpus
-from streamdedup.decode import InputSpec
-from streamdedup.engine import Engine
-from streamdedup.offline import dedup_files
-from streamdedup.shingle import normalize, normalize_batch, shingle_batch
-from streamdedup.signing import sign_batch
+# streamdedup is imported inside the functions: the preparing process re-imports this module (as it does
+# the command line's), and with the engine imported at the top it would boot as slowly as a worker.
 
 BATCH = 1000
 NUM_PERM = 128
@@ -42,6 +37,8 @@ THRESHOLD = 0.7
 
 def python_shingles(text: str) -> list[bytes]:
     """Word 3-shingles as a user of the peer libraries builds them."""
+    from streamdedup.shingle import normalize
+
     words = normalize(text).split()
     if len(words) < 3:
         return [" ".join(words).encode()]
@@ -51,6 +48,9 @@ def python_shingles(text: str) -> list[bytes]:
 # -- streamdedup -------------------------------------------------------------
 
 def ours_sign(texts: list[str]) -> None:
+    from streamdedup.shingle import normalize_batch, shingle_batch
+    from streamdedup.signing import sign_batch
+
     for start in range(0, len(texts), BATCH):
         batch = shingle_batch(normalize_batch(texts[start:start + BATCH]))
         sign_batch(batch, NUM_PERM, 1)
@@ -68,6 +68,11 @@ class JsonlFile(list):
 
 def ours_end_to_end(lines: JsonlFile, processes: int = 1) -> dict:
     """The offline command's loop: JSONL file in, decisions file out, durable LMDB index on disk."""
+    from streamdedup import config as config_module
+    from streamdedup.decode import InputSpec
+    from streamdedup.engine import Engine
+    from streamdedup.offline import dedup_files
+
     work = tempfile.mkdtemp(prefix="bench-index-")
     try:
         source = lines.path
@@ -173,6 +178,8 @@ def main(argv=None) -> int:
     parser.add_argument("--docs", type=int, default=30000, help="documents (default 30000)")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
+    from streamdedup import corpus
+
     docs = corpus.generate(max(1, round(args.docs / 1.84)), seed=42)[: args.docs]
     texts = [d.text for d in docs]
     words = sum(len(t.split()) for t in texts) / len(texts)
