@@ -6,7 +6,7 @@ Reason codes (also the ``reason`` label of the rejected-documents metric):
 ``tombstone``      the record's value is null (a Kafka tombstone)
 ``too_large``      the record is above ``input.max_record_bytes``
 ``invalid_utf8``   JSON or plain text that is not valid UTF-8
-``invalid_json``   not a JSON document (a blank line included)
+``invalid_json``   not a JSON document (a blank line included), or nested too deeply to decode
 ``invalid_msgpack`` not a msgpack document
 ``not_an_object``  JSON or msgpack that is not an object / map
 ``missing_text``   the text field is absent or null
@@ -123,7 +123,7 @@ def _parse(value: bytes, spec: InputSpec) -> Any:
         try:
             obj = msgpack.unpackb(value, raw=False, strict_map_key=False)
         except Exception as exc:  # msgpack raises several unrelated types for bad bytes
-            return Rejected("invalid_msgpack", str(exc)[:200], _NOWHERE)
+            return Rejected("invalid_msgpack", str(exc)[:200] or type(exc).__name__, _NOWHERE)
     else:
         try:
             obj = orjson.loads(value)
@@ -161,6 +161,8 @@ def _parse_json_strictly(value: bytes) -> Any:
     except ValueError as exc:
         detail = "blank line" if not text.strip() else str(exc)[:200]
         return Rejected("invalid_json", detail, _NOWHERE)
+    except RecursionError:
+        return Rejected("invalid_json", "nested too deeply to decode", _NOWHERE)
 
 
 def _field(obj: dict, path: str) -> Any:

@@ -33,6 +33,8 @@ SPEC = InputSpec()
         (b'{"id": "a", "text": "\\ud800 lone surrogate"}', "invalid_text"),
         (b'{"id": {"x": 1}, "text": "fine"}', "bad_id"),
         (b'{"id": true, "text": "fine"}', "bad_id"),
+        (b"[" * 100_000, "invalid_json"),  # deeper than any decoder goes: a rejection, not a crash
+        (b'{"id": "a", "text": "fine", "extra": ' + b"[" * 5000 + b"]" * 5000 + b"}", "invalid_json"),
     ],
 )
 def test_malformed_json_records_are_rejected_with_a_reason(value, reason):
@@ -55,12 +57,15 @@ def test_good_json_with_nested_fields_and_fallback_ids():
     assert decode(b'{"text": "hi"}', SRC, SPEC, key=b"k1").id == "k1"
     assert decode(b'{"text": "hi"}', SRC, SPEC).id == "raw/0/7"
     assert decode(b'{"id": 12, "text": "hi"}', SRC, SPEC).id == "12"
+    assert decode(b'{"id": 18446744073709551616, "text": "hi"}', SRC, SPEC).id == "18446744073709551616"
 
 
 def test_msgpack_and_plain_text():
     packed = msgpack.packb({"id": "m", "text": "packed text"})
     assert decode(packed, SRC, InputSpec(format="msgpack")) == Document("m", "packed text", SRC)
     assert decode(b"\xc1\xc1", SRC, InputSpec(format="msgpack")).reason == "invalid_msgpack"
+    deep = decode(b"\x81\xa4text" + b"\x91" * 5000 + b"\x01", SRC, InputSpec(format="msgpack"))
+    assert deep.reason == "invalid_msgpack" and deep.detail  # nested too deeply: says which error
     assert decode(msgpack.packb([1]), SRC, InputSpec(format="msgpack")).reason == "not_an_object"
     assert decode(msgpack.packb({"text": b"bytes"}), SRC, InputSpec(format="msgpack")).reason == "text_not_string"
     assert decode(packed, SRC, SPEC).reason in ("invalid_utf8", "invalid_json")
