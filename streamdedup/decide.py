@@ -113,7 +113,10 @@ def _matchable(view: BatchView, record: DocRecord, cutoff: Optional[float]) -> b
 
 def _same_document(view: BatchView, ident: bytes, content: bytes) -> Optional[DocRecord]:
     """The decided document with this id and this content, if any."""
-    for serial in view.serials_of_id(ident):
+    serials = view.serials_of_id(ident)
+    if not serials:  # most documents: a new id
+        return None
+    for serial in serials:
         record = view.record(serial)
         if record.content == content:
             return record

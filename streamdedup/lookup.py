@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import msgpack
 import numpy as np
@@ -351,8 +351,8 @@ class BatchView:
 
     # -- what the batch sees -------------------------------------------
 
-    def serials_of_id(self, key: bytes) -> list[int]:
-        return self._ids.get(key, [])
+    def serials_of_id(self, key: bytes) -> Sequence[int]:
+        return self._ids.get(key, ())
 
     def serial_of_content(self, content: bytes) -> Optional[int]:
         return self._content.get(content)

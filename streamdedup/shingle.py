@@ -26,7 +26,7 @@ import re
 import sys
 import unicodedata
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -182,7 +182,12 @@ class ShingleBatch:
 
     def of(self, i: int) -> np.ndarray:
         """The sorted unique shingle hashes of document ``i``."""
-        return self.hashes[self.offsets[i] : self.offsets[i + 1]]
+        bounds = self._bounds
+        return self.hashes[bounds[i] : bounds[i + 1]]
+
+    @cached_property
+    def _bounds(self) -> list[int]:
+        return self.offsets.tolist()  # Python ints: slicing with numpy scalars costs several times more
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
