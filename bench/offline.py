@@ -2,7 +2,8 @@
 
 For the same documents (the synthetic crawl, about 175 words each) in the
 same run, each engine is timed over several rounds, and the median, min-max
-and ratios are printed:
+and ratios are printed (rounds are interleaved; "paired" is the median of
+the same-round ratios):
 
 - signing: text -> MinHash signature (128 permutations, word 3-shingles);
 - end to end: a JSONL line -> decision against everything seen before.
@@ -153,24 +154,36 @@ def rensa_end_to_end(lines: list[bytes]) -> dict:
 
 # -- measuring -----------------------------------------------------------------
 
-def measure(fn: Callable, texts: list, rounds: int) -> tuple[list[float], object]:
-    """docs/s of each round, and the last round's result."""
-    rates, result = [], None
+def measure(contenders: list[tuple[str, Callable]], data: list, rounds: int) -> tuple[dict, dict]:
+    """docs/s of each contender in each round, and each one's last result.
+
+    Rounds are interleaved (every contender once per round) so a slow spell
+    of this shared machine weighs on all of them alike.
+    """
+    rates: dict[str, list[float]] = {name: [] for name, _ in contenders}
+    results: dict[str, object] = {}
     for _ in range(rounds):
-        began = time.perf_counter()
-        result = fn(texts)
-        rates.append(len(texts) / (time.perf_counter() - began))
-    return rates, result
+        for name, fn in contenders:
+            began = time.perf_counter()
+            results[name] = fn(data)
+            rates[name].append(len(data) / (time.perf_counter() - began))
+    return rates, results
 
 
-def show(title: str, rows: list[tuple[str, list[float], object]]) -> None:
+def show(title: str, rates: dict[str, list[float]], notes: dict[str, str]) -> None:
+    """Medians, min-max, and ours over each peer: of the medians, and the median of the same-round ratios."""
     print(f"\n{title}")
-    print(f"  {'engine':<28} {'median docs/s':>14} {'min-max':>21} {'ours / it':>10}  notes")
-    ours = statistics.median(rows[0][1])
-    for name, rates, note in rows:
-        median = statistics.median(rates)
-        ratio = f"{ours / median:.2f}x" if name != rows[0][0] else ""
-        print(f"  {name:<28} {median:>14,.0f} {min(rates):>10,.0f}-{max(rates):<10,.0f} {ratio:>10}  {note or ''}")
+    print(f"  {'engine':<28} {'median docs/s':>14} {'min-max':>21} {'ours / it':>10} {'paired':>7}  notes")
+    ours_name = next(iter(rates))
+    ours = rates[ours_name]
+    for name, values in rates.items():
+        median = statistics.median(values)
+        ratio = paired = ""
+        if name != ours_name:
+            ratio = f"{statistics.median(ours) / median:.2f}x"
+            paired = f"{statistics.median(o / v for o, v in zip(ours, values)):.2f}x"
+        print(f"  {name:<28} {median:>14,.0f} {min(values):>10,.0f}-{max(values):<10,.0f} {ratio:>10} {paired:>7}"
+              f"  {notes.get(name, '')}")
 
 
 def main(argv=None) -> int:
@@ -194,16 +207,12 @@ def main(argv=None) -> int:
     peers.append(("datasketch", datasketch_sign, datasketch_end_to_end, "in memory, no verification"))
     if rensa_available():
         peers.append(("rensa", rensa_sign, rensa_end_to_end, "in memory, no verification"))
-    signing, end_to_end = [], []
-    for name, sign_fn, e2e_fn, note in peers:
-        if sign_fn is not None:
-            rates, _ = measure(sign_fn, texts, args.rounds)
-            signing.append((name, rates, ""))
-        rates, result = measure(e2e_fn, lines, args.rounds)
-        end_to_end.append((name, rates, f"{note}; kept {result['kept']:,}"))
+    signing, _ = measure([(name, sign) for name, sign, _, _ in peers if sign is not None], texts, args.rounds)
+    end_to_end, results = measure([(name, e2e) for name, _, e2e, _ in peers], lines, args.rounds)
     shutil.rmtree(scratch, ignore_errors=True)
-    show("Signing (text -> signature)", signing)
-    show("End to end (JSONL line -> decision)", end_to_end)
+    show("Signing (text -> signature)", signing, {})
+    show("End to end (JSONL line -> decision)", end_to_end,
+         {name: f"{note}; kept {results[name]['kept']:,}" for name, _, _, note in peers})
     return 0
 
 
