@@ -11,8 +11,8 @@ from typing import Optional
 from .checkpoint import FileRun, crash_point
 from .decode import InputSpec
 from .engine import Engine
-from .prepare import Preparer
 from .index import IndexTxn
+from .prepare import Preparer
 from .progress import Progress
 from .records import REJECTED, Decision
 from .sink import FileOutputs

@@ -2,8 +2,9 @@
 
 Preparing is a pure function of the records, so it may run anywhere: in
 the deciding process, or ahead of it in a second one (``Preparer`` offline,
-``feed.ProcessFeed`` for the worker). This module imports nothing of the
-index's writer side, so a preparing process boots quickly.
+``feed.ProcessFeed`` for the worker). This module imports only what preparing
+needs (no lookup tables, band filter or Kafka client), so a preparing process
+boots quickly.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from typing import Callable
 
 import numpy as np
 
+from .decode import decode
 from .index import id_key
 from .lsh import band_keys
-from .records import Document, Item, Rejected
+from .records import Document, Item, Rejected, Source
 from .shingle import NormalizedBatch, ShingleBatch, normalize_texts, shingle_batch
 from .signing import SigningConfig, sign_batch
+from .source import FileBatch, RawRecord
 
 __all__ = ["PreparedBatch", "Preparer", "die_with_parent", "keep_freed_memory", "libc_function", "prepare",
            "prepare_compact", "prepare_raw", "preparing_process", "raw_payload", "raw_records", "restore_items"]
@@ -125,8 +128,6 @@ class Preparer:
         """A future of the PreparedBatch of these raw records (a list of RawRecord, or a ``FileBatch``)."""
         from concurrent.futures import Future
 
-        from .source import FileBatch
-
         payload = records if isinstance(records, FileBatch) else raw_payload(records)
         sources = records.sources if isinstance(records, FileBatch) else lambda: [r.source for r in records]
         if self._booting is not None and self._booting.done():
@@ -179,9 +180,6 @@ def raw_payload(records: list) -> tuple:
 
 def raw_records(payload: tuple) -> list:
     """The RawRecords of ``raw_payload`` columns."""
-    from .records import Source
-    from .source import RawRecord
-
     values, keys, headers, stamps, names, partitions, offsets = payload
     return [RawRecord(v, Source(n, p, o), k, h, t)
             for v, k, h, t, n, p, o in zip(values, keys, headers, stamps, names, partitions, offsets)]
@@ -189,9 +187,6 @@ def raw_records(payload: tuple) -> list:
 
 def prepare_raw(payload, spec, signing: SigningConfig) -> PreparedBatch:
     """Decode ``raw_payload`` columns (or the lines of a ``FileBatch``) and prepare them."""
-    from .decode import decode
-    from .records import Source
-
     if isinstance(payload, tuple):
         values, keys, _, _, names, partitions, offsets = payload
         items = [decode(v, Source(n, p, o), spec, k)
@@ -203,8 +198,6 @@ def prepare_raw(payload, spec, signing: SigningConfig) -> PreparedBatch:
 
 def prepare_compact(payload, spec, signing: SigningConfig) -> PreparedBatch:
     """``prepare_raw`` in the second process: items come back as small tuples (texts and sources stay behind)."""
-    from .records import Document
-
     batch = prepare_raw(payload, spec, signing)
     batch.items = [("d", i.id) if isinstance(i, Document) else ("r", i.reason, i.detail, i.id) for i in batch.items]
     return batch
@@ -228,8 +221,6 @@ def _compact(batch: PreparedBatch) -> bool:
 
 def restore_items(batch: PreparedBatch, sources: list) -> PreparedBatch:
     """Undo ``prepare_compact``: the items again as Documents and Rejected, with their records' sources."""
-    from .records import Document, Rejected
-
     if _compact(batch):
         batch.items = [
             Document(item[1], "", source) if item[0] == "d" else Rejected(item[1], item[2], source, item[3])
