@@ -31,8 +31,7 @@ from streamdedup import corpus
 from streamdedup.decode import InputSpec
 from streamdedup.engine import Engine
 from streamdedup.prepare import Preparer
-from streamdedup.records import Source
-from streamdedup.source import RawRecord
+from streamdedup.source import FilePosition, FileSource
 
 
 def memory() -> dict:
@@ -67,17 +66,9 @@ class Crawl:
         return path
 
     @staticmethod
-    def batches(path: str, start: int, size: int):
-        """Batches of records read back from a file written by ``write``, numbered from ``start``."""
-        with open(path, "rb") as handle:
-            batch: list[RawRecord] = []
-            for position, line in enumerate(handle, start):
-                batch.append(RawRecord(line.rstrip(b"\n"), Source("growth", -1, position)))
-                if len(batch) == size:
-                    yield batch
-                    batch = []
-            if batch:
-                yield batch
+    def batches(path: str, size: int):
+        """Batches of lines read back from a file written by ``write``, as the ``dedup`` command reads them."""
+        return (lines for lines, _ in FileSource([path]).batches(size, FilePosition()))
 
 
 def main(argv=None) -> int:
@@ -99,13 +90,13 @@ def main(argv=None) -> int:
                 for size in sizes:
                     for begin in range(position, size, 100000):  # fill in steps, so no file is large
                         filled = docs.write(begin, min(begin + 100000, size))
-                        feed(engine, preparer, Crawl.batches(filled, begin, batch), None)
+                        feed(engine, preparer, Crawl.batches(filled, batch), None)
                         os.remove(filled)
                     held = max(size, position)  # an earlier window can take the index past ``size``
                     window = docs.write(held, held + args.window)  # new documents; generating text is not timed
                     latencies: list[float] = []
                     window_began = time.monotonic()
-                    feed(engine, preparer, Crawl.batches(window, held, batch), latencies)
+                    feed(engine, preparer, Crawl.batches(window, batch), latencies)
                     seconds = time.monotonic() - window_began
                     os.remove(window)
                     position = held + args.window
@@ -122,8 +113,8 @@ def main(argv=None) -> int:
 def feed(engine: Engine, preparer: Preparer, batches, latencies) -> None:
     """Decide every batch, preparing the next one meanwhile; with ``latencies``, time each decision."""
     ahead = None
-    for records in batches:
-        current, ahead = ahead, (records, preparer.submit(records))
+    for lines in batches:
+        current, ahead = ahead, (lines, preparer.submit(lines))
         if current is not None:
             decide(engine, current[1], latencies)
     if ahead is not None:
