@@ -26,7 +26,7 @@ from .prepare import PreparedBatch, libc_function, prepare
 from .records import Decision, Item
 from .signing import SigningConfig
 
-__all__ = ["Engine", "index_settings", "signing_config"]
+__all__ = ["Engine", "collector_paused", "index_settings", "signing_config"]
 
 Bookkeeping = Callable[[IndexTxn, list[Decision]], None]
 
@@ -91,7 +91,7 @@ class Engine:
                 bookkeeping(txn, decisions)
             return decisions
 
-        with _collector_paused():
+        with collector_paused():
             decisions = self.index.write(work)
         if self.mirror.documents >= self.merge_every:
             self.merge_recent()
@@ -151,7 +151,7 @@ class Engine:
 
 
 @contextmanager
-def _collector_paused():
+def collector_paused():
     """Python's cycle collector off while a batch is decided and committed, on again after.
 
     A batch makes tens of thousands of short-lived containers (records,

@@ -10,7 +10,7 @@ from typing import Optional
 
 from .checkpoint import FileRun, crash_point
 from .decode import InputSpec
-from .engine import Engine
+from .engine import Engine, collector_paused
 from .index import IndexTxn
 from .prepare import Preparer
 from .progress import Progress
@@ -117,7 +117,8 @@ def _commit_batch(engine: Engine, run: FileRun, outputs: FileOutputs, summary: S
         crash_point("file-written")
         run.save(txn, position, outputs.sizes())  # Step 3 (committed by decide_batch)
 
-    decided = engine.decide_batch(prepared.result(), bookkeeping)
+    with collector_paused():  # from the batch's Documents on (see ``engine``)
+        decided = engine.decide_batch(prepared.result(), bookkeeping)
     crash_point("file-committed")
     summary.add(decided)
 
