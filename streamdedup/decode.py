@@ -144,8 +144,9 @@ def _as_json_reads_it(obj: Any, spec: InputSpec) -> bool:
     ``orjson`` decodes 2.5 times faster than ``json`` and gives the same
     objects, strings and integers, except that it refuses a few documents
     ``json`` takes (lone surrogate escapes, NaN) and reads integers beyond
-    64 bits as floats. Anything else than a string text or a float id goes
-    through ``json`` again, so every outcome is ``json``'s (tested).
+    64 bits as floats. A refused document, a text that is not a string and
+    a float id go through ``json`` again, so every outcome is ``json``'s
+    (tested on generated documents).
     """
     return (isinstance(obj, dict) and type(_field(obj, spec.text_field)) is str
             and not isinstance(_field(obj, spec.id_field) if spec.id_field else None, float))

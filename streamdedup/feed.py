@@ -269,8 +269,8 @@ def _warm_up(warm_up, documents: int) -> None:
     Otherwise the first real batches pay for it (measured: a second more
     for a 50,000-record run), while the worker waits for them.
     """
-    from .prepare import prepare
     from .engine import signing_config
+    from .prepare import prepare
     from .records import Document
 
     signing = signing_config(warm_up) if isinstance(warm_up, Config) else warm_up
