@@ -155,7 +155,7 @@ def main(argv=None) -> int:
         PEERS[args.peer](args.bootstrap, args.topic, args.outs.split(","))
         return 0
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
-    env = dict(os.environ, KAFKA_PORT="39292", KAFKA_DATA_DIR=tempfile.mkdtemp(prefix="bench-kafka-"))
+    env = dict(os.environ, KAFKA_PORT="29292", KAFKA_DATA_DIR=tempfile.mkdtemp(prefix="bench-kafka-"))
     if bootstrap is None:
         started = subprocess.run([str(ROOT / "deploy/kafka/start.sh")], env=env, capture_output=True, text=True,
                                  check=True)

@@ -72,7 +72,7 @@ def kafka(tmp_path_factory):
     if existing:
         yield existing
         return
-    env = broker_env(tmp_path_factory.mktemp("kafka"), os.environ.get("STREAMDEDUP_TEST_KAFKA_PORT", "39092"))
+    env = broker_env(tmp_path_factory.mktemp("kafka"), os.environ.get("STREAMDEDUP_TEST_KAFKA_PORT", "29092"))
     started = subprocess.run([str(ROOT / "deploy/kafka/start.sh")], env=env, capture_output=True, text=True)
     if started.returncode != 0:
         raise RuntimeError(f"the test broker did not start:\n{started.stdout}\n{started.stderr}")

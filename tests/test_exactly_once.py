@@ -132,7 +132,7 @@ def _read_batch_lines(process: subprocess.Popen, count: int) -> None:
 
 def test_broker_outage_of_twenty_seconds_loses_nothing(tmp_path_factory, tmp_path):
     """Uses a broker of its own (it must be stopped), always started by deploy/kafka."""
-    env = broker_env(tmp_path_factory.mktemp("outage"), os.environ.get("STREAMDEDUP_TEST_OUTAGE_PORT", "39192"))
+    env = broker_env(tmp_path_factory.mktemp("outage"), os.environ.get("STREAMDEDUP_TEST_OUTAGE_PORT", "29192"))
     start = [str(ROOT / "deploy/kafka/start.sh")]
     started = subprocess.run(start, env=env, capture_output=True, text=True)
     assert started.returncode == 0, started.stderr
