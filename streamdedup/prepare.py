@@ -128,14 +128,16 @@ class Preparer:
         """A future of the PreparedBatch of these raw records (a list of RawRecord, or a ``FileBatch``)."""
         from concurrent.futures import Future
 
-        payload = records if isinstance(records, FileBatch) else raw_payload(records)
-        sources = records.sources if isinstance(records, FileBatch) else lambda: [r.source for r in records]
+        if isinstance(records, FileBatch):
+            payload, sources = records, records.sources
+        else:
+            payload, sources = raw_payload(records), lambda: [r.source for r in records]
         if self._booting is not None and self._booting.done():
             self._booting = None
         if self._pool is None or self._booting is not None:  # no second process, or not started yet
             future: Future = Future()
             future.set_result(prepare_raw(payload, self.spec, self.signing))
-            return _Restored(future, sources)
+            return future
         return _Restored(self._pool.submit(prepare_compact, payload, self.spec, self.signing), sources)
 
     def close(self) -> None:
@@ -204,26 +206,20 @@ def prepare_compact(payload, spec, signing: SigningConfig) -> PreparedBatch:
 
 
 class _Restored:
-    """A prepared batch's future whose compact items are turned back into Documents and Rejected."""
+    """The future of a batch prepared by ``prepare_compact``: its items are rebuilt when it is taken."""
 
     def __init__(self, future, sources: Callable[[], list]):
         self.future = future
         self.sources = sources
 
     def result(self) -> PreparedBatch:
-        batch = self.future.result()
-        return restore_items(batch, self.sources()) if _compact(batch) else batch
-
-
-def _compact(batch: PreparedBatch) -> bool:
-    return bool(batch.items) and isinstance(batch.items[0], tuple)
+        return restore_items(self.future.result(), self.sources())
 
 
 def restore_items(batch: PreparedBatch, sources: list) -> PreparedBatch:
     """Undo ``prepare_compact``: the items again as Documents and Rejected, with their records' sources."""
-    if _compact(batch):
-        batch.items = [
-            Document(item[1], "", source) if item[0] == "d" else Rejected(item[1], item[2], source, item[3])
-            for item, source in zip(batch.items, sources)
-        ]
+    batch.items = [
+        Document(item[1], "", source) if item[0] == "d" else Rejected(item[1], item[2], source, item[3])
+        for item, source in zip(batch.items, sources)
+    ]
     return batch

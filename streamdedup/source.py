@@ -69,9 +69,6 @@ class FileBatch:
     def sources(self) -> list[Source]:
         return [Source(self.path, -1, n) for n in range(self.first_line, self.first_line + self.count)]
 
-    def records(self) -> list[RawRecord]:
-        return [RawRecord(value, source) for value, source in zip(self.values(), self.sources())]
-
 
 @dataclass
 class FileSource:

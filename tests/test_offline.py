@@ -215,7 +215,7 @@ def test_file_batches_give_each_line_its_number_and_the_position_after_it(tmp_pa
     batches = list(source.batches(2, FilePosition()))
     assert [(b.first_line, b.count) for b, _ in batches] == [(1, 2), (3, 2)]
     assert [b.values() for b, _ in batches] == [[b'{"text": "a"}\r', b""], [b'{"text": "b"}', b'{"text": "c"}']]
-    assert [r.source.offset for b, _ in batches for r in b.records()] == [1, 2, 3, 4]
+    assert [s.offset for b, _ in batches for s in b.sources()] == [1, 2, 3, 4]
     assert [p for _, p in batches] == [FilePosition(0, 2, 16), FilePosition(0, 4, 43)]
     resumed = list(FileSource([str(path)]).batches(2, FilePosition(0, 2, 16)))
     assert [(b.first_line, b.values()) for b, _ in resumed] == [(3, [b'{"text": "b"}', b'{"text": "c"}'])]
