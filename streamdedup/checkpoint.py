@@ -1,5 +1,11 @@
 """Where input positions move: the commit protocols, in numbered steps.
 
+Each front end commits a batch in one method that lists its steps top to
+bottom: ``FileRun.commit`` (offline) and ``KafkaCommit.commit`` (the worker).
+A batch's index transaction is explicit (``index.TxnState``): *open* while
+the batch is decided, *prepared* once it is written (no index write after
+that), then *committed* or *aborted*; each step checks it.
+
 Offline runs (``streamdedup dedup``)
 ====================================
 
@@ -8,19 +14,24 @@ outputs; its checkpoint (in the index's ``positions`` database) holds the
 input position after the last committed batch and the sizes the output files
 had then. Each batch:
 
-1. decide the batch inside an index write transaction (not yet committed);
-2. cut the output files back to the sizes recorded for the batch's start
-   (a no-op unless step 1 is being retried after the map grew), append the
-   batch's decision and clean lines, and ``fsync`` them;
-3. put the new checkpoint (position after the batch, output sizes) in the
-   same transaction, and commit it durably.
+1. decide the batch in an index write transaction, and put into it the new
+   checkpoint: the position after the batch and the output sizes after its
+   lines; the transaction is prepared (a map that fills up here: grown, and
+   the batch decided again);
+2. append the batch's decision and clean lines to the outputs and ``fsync``
+   them;
+3. commit the index transaction durably.
 
 Why a crash anywhere is safe: until step 3 commits, the index holds neither
 the batch's decisions nor the new checkpoint, so a restart cuts the outputs
 back to the recorded sizes (dropping whatever step 2 wrote) and decides the
 batch again from the same index state, which gives the same decisions.
 After step 3 the outputs already hold the batch durably (step 2 synced them
-before the commit), so nothing committed can be missing from them. A run
+before the commit), so nothing committed can be missing from them. A commit
+that fills the map (step 3) is recovered like a crash before it, without
+the restart: the batch is decided again into the grown map, with the same
+decisions and so the same checkpoint, and committed; step 2 is not repeated
+(the outputs already hold the batch, and stdout cannot be cut back). A run
 that finishes marks its checkpoint done; running the same command again then
 starts over, and every document is recognized as already decided.
 
@@ -30,13 +41,19 @@ The Kafka worker
 The index (decisions, input positions) and Kafka (outputs, the group's
 committed offsets) have no transaction in common. Each batch:
 
-1. poll a batch and put it in the canonical order: topic, partition, offset;
+1. poll a batch and put it in the canonical order: topic, partition, offset
+   (``source``, ``feed``);
 2. decode and prepare it (pure: no state changes);
-3. decide it in an index write transaction (not yet committed) and put the
-   input positions after the batch into that same transaction;
+3. decide it in an index write transaction with the input positions after
+   the batch, and leave it prepared (a map that fills up here: grown, and
+   the batch decided again: nothing has left the process yet);
 4. in one Kafka transaction: begin, produce the outcomes (clean, duplicates,
    dead-letter) and send the input offsets after the batch for the group
-   (both at once: the offsets go on a helper thread), commit;
+   (both at once: the offsets go on a helper thread), commit. Every wait is
+   bounded by ``worker.kafka_timeout_s``: a wait that gives up aborts the
+   index transaction and throws the session away (its producer closed, its
+   open transaction aborted by the next session's ``init_transactions`` or
+   by the broker), and the next session recovers the batch as below;
 5. commit the index transaction (durably).
 
 Why a crash anywhere is safe:
@@ -50,15 +67,15 @@ Why a crash anywhere is safe:
   committed offset is ahead of the index's position, exactly that batch is
   replayed into the index *without emitting*, in the canonical order: the
   same records in the same order against the same index state give the same
-  decisions, so the index ends as if step 5 had run;
+  decisions, so the index ends as if step 5 had run. A step 5 that fills
+  the map is recovered the same way at once: the batch is decided again
+  into the grown map and committed, and nothing is emitted again;
 - after step 5 both agree.
 
 The reverse window cannot happen: the index commits only after Kafka. Where
 the index is ahead (group offsets expired or were reset), the index wins. A
 group with committed offsets and an index that never consumed those
 partitions means another index was used with this group: that is refused.
-Nothing writes to the index after step 4, so a map that fills up can only
-retry steps 3 and before.
 """
 
 from __future__ import annotations
@@ -69,26 +86,18 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from .engine import Engine, collector_paused
+from .faults import reached
 from .index import Index, IndexTxn
-from .source import FilePosition
+from .records import Decision
+from .sink import FileOutputs
+from .source import FileBatch, FilePosition
 
-__all__ = ["FileRun", "Resume", "KafkaCommit", "crash_point"]
-
-CRASH_ENV = "STREAMDEDUP_TEST_CRASH_AT"  # test-only: "step-name" or "step-name:N" (the N-th time)
-_crash_counts: dict[str, int] = {}
+__all__ = ["FileRun", "Resume", "KafkaCommit"]
 
 
-def crash_point(step: str) -> None:
-    """Die at once, like kill -9, when the test-only crash switch names this step."""
-    wanted = os.environ.get(CRASH_ENV)
-    if not wanted:
-        return
-    name, _, nth = wanted.partition(":")
-    if name != step:
-        return
-    _crash_counts[step] = _crash_counts.get(step, 0) + 1
-    if _crash_counts[step] >= int(nth or 1):
-        os._exit(137)
+def _nothing() -> None:
+    pass
 
 
 @dataclass(frozen=True)
@@ -118,8 +127,32 @@ class FileRun:
             return Resume(FilePosition(), {"clean": 0, "decisions": 0}, False)
         return Resume(FilePosition(**saved["position"]), saved["sizes"], True)
 
-    def save(self, txn: IndexTxn, position: FilePosition, sizes: dict) -> None:
-        """Step 3: the checkpoint after a batch, in the batch's transaction."""
+    def commit(self, engine: Engine, outputs: FileOutputs, lines: FileBatch, position: FilePosition,
+               prepared) -> list[Decision]:
+        """One batch through the offline protocol's steps 1-3; returns its decisions."""
+        with collector_paused():  # from the batch's Documents on (see ``engine``)
+            # Step 1. Decide, with the checkpoint after the batch, in a prepared index transaction.
+            written: dict = {}
+
+            def checkpoint(txn: IndexTxn, decisions: list[Decision]) -> None:
+                written.update(outputs.batch_bytes(lines, decisions))
+                self._save(txn, position, outputs.sizes_after(written))
+
+            decided = engine.decide(prepared.result(), checkpoint)
+            reached("file-decided")
+            # Step 2. Append the batch's lines to the outputs, durably.
+            try:
+                outputs.append(written)
+            except BaseException:
+                decided.abort()
+                raise
+            reached("file-written")
+            # Step 3. Commit the index transaction.
+            decisions = engine.commit(decided)
+        reached("file-committed")
+        return decisions
+
+    def _save(self, txn: IndexTxn, position: FilePosition, sizes: dict) -> None:
         txn.set_position(self.key, {"inputs": self.inputs, "position": position.as_dict(), "sizes": sizes,
                                     "done": False})
 
@@ -135,16 +168,18 @@ class FileRun:
 class KafkaCommit:
     """Steps 2-5 of the worker's protocol for one batch, and the recovery at start.
 
-    Without a sink (``--index-only``) only the index moves: steps 3 and 5.
+    Without a sink (``--index-only``, or a replayed batch) only the index
+    moves: steps 3 and 5.
     """
 
-    def __init__(self, engine, spec, sink, group_id: str, position_prefix: str):
+    def __init__(self, engine: Engine, spec, sink, group_id: str, position_prefix: str,
+                 kafka_timeout_s: float = 60.0):
         self.engine = engine
         self.spec = spec
         self.sink = sink
         self.group_id = group_id
         self.prefix = position_prefix
-        self.while_waiting: Callable[[], None] = lambda: None  # called as the batch's waits begin (see feed)
+        self.kafka_timeout_s = kafka_timeout_s
 
     def position_key(self, partition) -> str:
         return f"{self.prefix}:{partition.topic}:{partition.partition}"
@@ -153,54 +188,61 @@ class KafkaCommit:
         with self.engine.index.read() as txn:
             return {p: txn.position(self.position_key(p)) for p in partitions}
 
-    def process(self, records: list, prepared=None, emit: bool = True, positions: Optional[dict] = None) -> list:
-        """Decide a batch (in canonical order) and commit it; returns the decisions.
+    def commit(self, records: list, prepared=None, emit: bool = True, positions: Optional[dict] = None,
+               while_waiting: Callable[[], None] = _nothing) -> list[Decision]:
+        """One batch (in canonical order) through steps 2-5; returns its decisions.
 
-        ``prepared`` is the batch's Step 2, done ahead (``prepare.Preparer``),
-        or None to do it here. ``positions`` replaces the offsets after the
-        batch (a replayed batch ends where Kafka's committed offsets say,
-        control records included).
+        ``prepared`` is the batch's step 2, done ahead (``feed``), or None to
+        do it here. ``positions`` replaces the offsets after the batch (a
+        replayed batch ends where Kafka's committed offsets say, control
+        records included). ``while_waiting`` is called as the batch starts
+        waiting for Kafka and the disk (the feed takes its next batch then).
         """
-        if prepared is None:  # Step 2
+        if prepared is None:  # Step 2. Decode and prepare.
             from .prepare import prepare_raw, raw_payload
 
             prepared = prepare_raw(raw_payload(records), self.spec, self.engine.signing)
         after = positions if positions is not None else _offsets_after(records)
-
-        def bookkeeping(txn: IndexTxn, decisions: list) -> None:
-            for partition, offset in after.items():  # Step 3 (the decisions are in the transaction)
-                txn.set_position(self.position_key(partition), offset)
-            crash_point("decided")
-            if emit and self.sink is not None:
-                self._emit(records, decisions, after)  # Step 4; no index write after this
-            else:
-                self.while_waiting()  # for the index's durable commit
-
-        decisions = self.engine.decide_batch(prepared, bookkeeping)  # Step 5: commit
-        crash_point("index-committed")
+        with collector_paused():
+            # Step 3. Decide, with the input positions after the batch, in a prepared index transaction.
+            decided = self.engine.decide(prepared, lambda txn, _: self._save_positions(txn, after))
+            reached("decided")
+            # Step 4. The outcomes and the group's offsets in one Kafka transaction.
+            try:
+                if emit and self.sink is not None:
+                    self._kafka_transaction(records, decided.decisions, after, while_waiting)
+                else:
+                    while_waiting()
+            except BaseException:
+                decided.abort()
+                raise
+            # Step 5. Commit the index transaction.
+            decisions = self.engine.commit(decided)
+        reached("index-committed")
         return decisions
 
-    def _emit(self, records: list, decisions: list, after: dict) -> None:
+    def _kafka_transaction(self, records: list, decisions: list[Decision], after: dict,
+                           while_waiting: Callable[[], None]) -> None:
+        """Step 4: begin, produce the outcomes while the offsets are sent, commit; each wait bounded."""
         sink = self.sink
         sink.begin()
-        crash_point("kafka-begun")
-        offsets = sink.send_offsets(after, self.group_id)  # runs while the outcomes are produced
+        reached("kafka-begun")
+        offsets = sink.send_offsets(after, self.group_id)
         sink.send(sink.messages(records, decisions))
-        crash_point("produced")
-        self.while_waiting()  # for Kafka's commit, then the index's
-        offsets.wait()
-        crash_point("offsets-sent")
-        sink.commit()
-        crash_point("kafka-committed")
+        reached("produced")
+        while_waiting()
+        offsets.wait(self.kafka_timeout_s, "the input offsets to join the Kafka transaction")
+        reached("offsets-sent")
+        sink.commit(self.kafka_timeout_s)
+        reached("kafka-committed")
+
+    def _save_positions(self, txn: IndexTxn, after: dict) -> None:
+        for partition, offset in after.items():
+            txn.set_position(self.position_key(partition), offset)
 
     def set_positions(self, positions: dict) -> None:
         """Record start positions for partitions the index has never consumed."""
-
-        def put(txn: IndexTxn) -> None:
-            for partition, offset in positions.items():
-                txn.set_position(self.position_key(partition), offset)
-
-        self.engine.index.write(put)
+        self.engine.index.write(lambda txn: self._save_positions(txn, positions))
 
 
 def _offsets_after(records: list) -> dict:

@@ -111,6 +111,10 @@ class WorkerSection:
     transactional_id: str = _key("", "Kafka transactional id ('' derives it from the index id)")
     prepare_processes: int = _key(1, "second process that reads and signs the next batch while one is decided (0: none)",
                                   low=0, high=1)
+    kafka_timeout_s: float = _key(60.0, "longest wait for the broker in one step of a batch's Kafka transaction; "
+                                  "then the session is rebuilt and the batch recovered", low=1.0)
+    stall_timeout_s: float = _key(300.0, "/healthz fails once one step has waited this long, so an orchestrator "
+                                  "restarts the worker (0: never)", low=0.0)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,11 @@
 """The engine every front end shares: the index, the signing settings, and batch decisions.
 
-``Engine.decide_batch`` runs ``decide`` and the caller's own bookkeeping (input
-positions, checkpoints) in the *same* index write transaction, so a batch's
-decisions and the positions after it are committed together or not at all.
+A batch is decided in two calls with the front end's own step between them
+(see ``checkpoint``): ``Engine.decide`` writes the decisions and the caller's
+bookkeeping (input positions, checkpoints) into one index transaction and
+leaves it prepared; ``Engine.commit`` commits it. So a batch's decisions and
+the positions after it are committed together or not at all, and what the
+batch sends out happens once, between the two.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import gc
 import os
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable, Optional
 
@@ -18,7 +22,8 @@ from . import bandfilter
 from .bandfilter import BandFilter
 from .config import Config
 from .decide import DedupSettings, decide
-from .index import Index, IndexSettings, IndexTxn
+from .errors import IndexCorruptError
+from .index import Index, IndexSettings, IndexTxn, MapFull
 from .housekeeping import ForgetRequests, forget, rebuild_tables, sweep_expired
 from .lookup import RecentMirror, finish_merge, merge_slice, merge_slices
 from .lsh import optimal_params
@@ -26,9 +31,24 @@ from .prepare import PreparedBatch, libc_function, prepare
 from .records import Decision, Item
 from .signing import SigningConfig
 
-__all__ = ["Engine", "collector_paused", "index_settings", "signing_config"]
+__all__ = ["Engine", "DecidedBatch", "collector_paused", "index_settings", "signing_config"]
 
-Bookkeeping = Callable[[IndexTxn, list[Decision]], None]
+Bookkeeping = Callable[[IndexTxn, list[Decision]], None]  # the front end's own writes: positions, checkpoints
+
+
+@dataclass
+class DecidedBatch:
+    """A batch decided in a prepared index transaction: final once ``Engine.commit`` commits it."""
+
+    batch: PreparedBatch
+    decisions: list[Decision]
+    txn: IndexTxn
+    now: float  # the decision time, the same if the batch has to be decided again
+    bookkeeping: Optional[Bookkeeping]
+
+    def abort(self) -> None:
+        """Throw the batch's transaction away: the index stays as before the batch."""
+        self.txn.abort()
 
 
 def signing_config(config: Config) -> SigningConfig:
@@ -80,9 +100,11 @@ class Engine:
     def prepare(self, items: list[Item]) -> PreparedBatch:
         return prepare(items, self.signing)
 
-    def decide_batch(self, batch: PreparedBatch, bookkeeping: Optional[Bookkeeping] = None) -> list[Decision]:
-        """Decide a prepared batch and commit it, with ``bookkeeping`` in the same transaction."""
-        now = self.clock()
+    def decide(self, batch: PreparedBatch, bookkeeping: Optional[Bookkeeping] = None) -> DecidedBatch:
+        """Decide a prepared batch in a new index transaction, with ``bookkeeping`` in it; leave it prepared."""
+        return self._decided(batch, self.clock(), bookkeeping)
+
+    def _decided(self, batch: PreparedBatch, now: float, bookkeeping: Optional[Bookkeeping]) -> DecidedBatch:
         band_filter = self.band_filter
 
         def work(txn: IndexTxn) -> list[Decision]:
@@ -91,11 +113,41 @@ class Engine:
                 bookkeeping(txn, decisions)
             return decisions
 
-        with collector_paused():
-            decisions = self.index.write(work)
+        txn, decisions = self.index.prepare(work)
+        return DecidedBatch(batch, decisions, txn, now, bookkeeping)
+
+    def commit(self, decided: DecidedBatch) -> list[Decision]:
+        """Commit a decided batch durably; returns its decisions.
+
+        A commit that fills the map is recovered as a restart recovers a batch
+        whose index commit never happened: the map grows, and the same batch
+        is decided again against the same index state, which gives the same
+        decisions, and committed. Nothing the caller did between ``decide``
+        and this call is done again.
+        """
+        while True:
+            try:
+                decided.txn.commit()
+                break
+            except MapFull:
+                self.index.grow_map()
+                decided = self._decided_again(decided)
         if self.mirror.documents >= self.merge_every:
             self.merge_recent()
-        return decisions
+        return decided.decisions
+
+    def _decided_again(self, decided: DecidedBatch) -> DecidedBatch:
+        again = self._decided(decided.batch, decided.now, decided.bookkeeping)
+        if again.decisions != decided.decisions:
+            again.abort()
+            raise IndexCorruptError("a batch decided again after the map grew came out differently; the index "
+                                    "is as of the batch before: run `streamdedup check` and report this")
+        return again
+
+    def decide_batch(self, batch: PreparedBatch) -> list[Decision]:
+        """Decide a batch and commit it at once (nothing leaves the process in between)."""
+        with collector_paused():
+            return self.commit(self.decide(batch))
 
     def forget(self, ids: list[str]):
         """Remove documents (every version of each id); see ``housekeeping``."""

@@ -19,14 +19,17 @@ recent        serial                                 id, content and band keys o
 ============  =====================================  ================================
 
 A *serial* numbers documents in the order the index decided them. Every
-change happens inside ``Index.write(fn)``: one write transaction that is
-retried after growing the map when it fills up, and committed durably.
+change happens in an ``IndexTxn`` made by ``Index.write(fn)`` (written,
+committed, retried whole after growing the map when it fills up) or
+``Index.prepare(fn)`` (written and left prepared for the caller to commit,
+after the steps that must come between: see ``checkpoint``).
 Readers (``query``, ``stats``) use short read transactions and may run
 while the worker writes.
 """
 
 from __future__ import annotations
 
+import enum
 import errno
 import fcntl
 import hashlib
@@ -49,9 +52,10 @@ from .errors import (
     IndexLockedError,
     IndexUnusableError,
 )
+from .faults import failing
 from .signing import SigningConfig
 
-__all__ = ["Index", "IndexSettings", "IndexTxn", "DocRecord", "FORMAT_VERSION", "id_key", "u64", "from_u64"]
+__all__ = ["Index", "IndexSettings", "IndexTxn", "MapFull", "TxnState", "DocRecord", "FORMAT_VERSION", "id_key", "u64", "from_u64"]
 
 FORMAT_VERSION = 1
 LOW_DISK_BYTES = 16 << 20  # 16 MiB: below this, a failed write is taken for a full disk
@@ -236,29 +240,49 @@ class Index:
     def write(self, fn: Callable[["IndexTxn"], T]) -> T:
         """Run ``fn`` in one write transaction and commit it durably.
 
-        If the map fills up, the transaction is thrown away, the map doubles
-        and ``fn`` runs again from the start: ``fn`` may do something that
-        cannot be undone (a Kafka commit) only after its last index write.
+        If the map fills up (while ``fn`` writes or while the commit writes),
+        the transaction is thrown away, the map grows and ``fn`` runs again
+        from the start. So ``fn`` must only change the index: a batch whose
+        outcomes leave the process uses ``prepare`` and ``commit`` instead.
+        """
+        while True:
+            txn, result = self.prepare(fn)
+            try:
+                txn.commit()
+                return result
+            except MapFull:
+                self.grow_map()
+
+    def prepare(self, fn: Callable[["IndexTxn"], T]) -> tuple["IndexTxn", T]:
+        """Run ``fn`` in a write transaction and leave it open, *prepared*: written, not committed.
+
+        A full map while ``fn`` writes throws the transaction away, grows the
+        map and runs ``fn`` again. The caller then commits (``IndexTxn.commit``,
+        which raises ``MapFull`` if the commit itself fills the map) or aborts.
         """
         if self.readonly:
             raise IndexUnusableError("this index was opened read-only")
         while True:
+            txn = self._begin_write()
             try:
-                txn = self.env.begin(write=True)
-                view = IndexTxn(self, txn)
-                try:
-                    result = fn(view)
-                except BaseException:
-                    txn.abort()
-                    raise
-                txn.commit()
-                for after in view.after_commit:
-                    after()
-                return result
+                result = fn(txn)
+                txn.seal()
+                return txn, result
             except lmdb.MapFullError:
-                self._grow_map()
+                txn.abort()
+                self.grow_map()
             except lmdb.Error as exc:
+                txn.abort()
                 raise _translated(exc, self.path) from exc
+            except BaseException:
+                txn.abort()
+                raise
+
+    def _begin_write(self) -> "IndexTxn":
+        try:
+            return IndexTxn(self, self.env.begin(write=True), TxnState.OPEN)
+        except lmdb.Error as exc:
+            raise _translated(exc, self.path) from exc
 
     @contextmanager
     def read(self) -> Iterator["IndexTxn"]:
@@ -269,11 +293,12 @@ class Index:
             self.env.set_mapsize(0)  # another process grew the map: adopt its size
             txn = self.env.begin()
         try:
-            yield IndexTxn(self, txn)
+            yield IndexTxn(self, txn, TxnState.READ)
         finally:
             txn.abort()
 
-    def _grow_map(self) -> None:
+    def grow_map(self) -> None:
+        """Double the map (no transaction of this process may be open)."""
         current = self.env.info()["map_size"]
         if current >= self.settings.max_map_size:
             raise IndexUnusableError(
@@ -332,15 +357,85 @@ def _disk_nearly_full(path: str) -> bool:
     return stat.f_bavail * stat.f_frsize < LOW_DISK_BYTES
 
 
-class IndexTxn:
-    """The index as one transaction sees it; reads see the transaction's own writes."""
+class MapFull(Exception):
+    """A prepared transaction's commit filled the map; nothing of it was written.
 
-    def __init__(self, index: Index, txn: lmdb.Transaction):
+    Grow the map (``Index.grow_map``) and write the transaction again.
+    """
+
+
+class TxnState(enum.Enum):
+    """Where an index transaction is in its life; each step checks it at the door."""
+
+    READ = "read"  # a read-only view
+    OPEN = "open"  # writes allowed
+    PREPARED = "prepared"  # written: no more writes, waiting to be committed or aborted
+    COMMITTED = "committed"
+    ABORTED = "aborted"
+
+
+class IndexTxn:
+    """The index as one transaction sees it; reads see the transaction's own writes.
+
+    A write transaction is ``OPEN``, then ``PREPARED`` (``seal``: no more
+    writes), then ``COMMITTED`` or ``ABORTED``; using it out of order raises
+    at once. Readers are ``READ`` from the start.
+    """
+
+    def __init__(self, index: Index, txn: lmdb.Transaction, state: TxnState = TxnState.READ):
         self.index = index
-        self.txn = txn
+        self._lmdb = txn
+        self.state = state
         self.dbs = index.dbs
         self._counters: Optional[dict[str, int]] = None
         self.after_commit: list[Callable[[], None]] = []  # run once the transaction has committed
+
+    @property
+    def txn(self) -> lmdb.Transaction:
+        """The LMDB transaction, while it may be used: read (``READ``), or read and written (``OPEN``)."""
+        if self.state is not TxnState.OPEN and self.state is not TxnState.READ:
+            raise IndexUnusableError(f"the index transaction is {self.state.value}: nothing may read or write "
+                                     "through it now (a bug in streamdedup: please report it)")
+        return self._lmdb
+
+    def seal(self) -> None:
+        """``OPEN`` -> ``PREPARED``: everything of this transaction is written."""
+        self._expect(TxnState.OPEN, "prepared")
+        self.state = TxnState.PREPARED
+
+    def commit(self) -> None:
+        """``PREPARED`` -> ``COMMITTED``, durably; then the ``after_commit`` steps run.
+
+        Raises ``MapFull`` (the transaction is then aborted) if writing the
+        commit filled the map.
+        """
+        self._expect(TxnState.PREPARED, "committed")
+        try:
+            if failing("index-commit-map-full"):
+                self._lmdb.abort()
+                raise lmdb.MapFullError("injected by a test: the commit filled the map")
+            self._lmdb.commit()
+        except lmdb.MapFullError:
+            self.state = TxnState.ABORTED
+            raise MapFull() from None
+        except lmdb.Error as exc:
+            self.state = TxnState.ABORTED
+            raise _translated(exc, self.index.path) from exc
+        self.state = TxnState.COMMITTED
+        for after in self.after_commit:
+            after()
+
+    def abort(self) -> None:
+        """Throw the transaction away (again: nothing)."""
+        if self.state in (TxnState.COMMITTED, TxnState.ABORTED):
+            return
+        self._lmdb.abort()
+        self.state = TxnState.ABORTED
+
+    def _expect(self, state: TxnState, becoming: str) -> None:
+        if self.state is not state:
+            raise IndexUnusableError(f"an index transaction that is {self.state.value} cannot be {becoming} "
+                                     "(a bug in streamdedup: please report it)")
 
     # -- counters ------------------------------------------------------
 

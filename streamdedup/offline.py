@@ -8,15 +8,14 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .checkpoint import FileRun, crash_point
+from .checkpoint import FileRun
 from .decode import InputSpec
-from .engine import Engine, collector_paused
-from .index import IndexTxn
+from .engine import Engine
 from .prepare import Preparer
 from .progress import Progress
 from .records import REJECTED, Decision
 from .sink import FileOutputs
-from .source import FileBatch, FileSource
+from .source import FileSource
 
 __all__ = ["Summary", "dedup_files"]
 
@@ -101,26 +100,8 @@ def dedup_files(engine: Engine, inputs: list[str], spec: InputSpec, clean: Optio
 def _decide_oldest(engine: Engine, run: FileRun, outputs: FileOutputs, summary: Summary, ahead: deque,
                    progress: Progress, bytes_done: int) -> None:
     lines, position, prepared = ahead.popleft()
-    _commit_batch(engine, run, outputs, summary, lines, position, prepared)
+    summary.add(run.commit(engine, outputs, lines, position, prepared))
     progress.update(len(lines), bytes_done)
-
-
-def _commit_batch(engine: Engine, run: FileRun, outputs: FileOutputs, summary: Summary, lines: FileBatch,
-                  position, prepared) -> None:
-    """Steps 1-3 of the offline protocol for one batch (see ``checkpoint``)."""
-    sizes_before = outputs.sizes()
-
-    def bookkeeping(txn: IndexTxn, decided: list[Decision]) -> None:
-        crash_point("file-decided")  # Step 1 done, nothing written
-        outputs.rewind(sizes_before)  # Step 2
-        outputs.write_batch(lines, decided)
-        crash_point("file-written")
-        run.save(txn, position, outputs.sizes())  # Step 3 (committed by decide_batch)
-
-    with collector_paused():  # from the batch's Documents on (see ``engine``)
-        decided = engine.decide_batch(prepared.result(), bookkeeping)
-    crash_point("file-committed")
-    summary.add(decided)
 
 
 def _bytes_done_before(inputs: list[str], start) -> int:

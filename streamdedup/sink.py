@@ -9,7 +9,7 @@ from typing import BinaryIO, Optional
 
 import numpy as np
 
-from .errors import ResumeError
+from .errors import BrokerUnavailableError, ResumeError
 from .records import KEPT, Decision
 from .source import FileBatch, RawRecord
 
@@ -99,20 +99,25 @@ class FileOutputs:
             "decisions": self.decisions.size if self.decisions else 0,
         }
 
-    def rewind(self, sizes: dict) -> None:
+    def batch_bytes(self, lines: FileBatch, decisions: list[Decision]) -> dict:
+        """What one batch appends to each output (only to those this run writes)."""
+        written = {}
+        if self.decisions is not None:
+            written["decisions"] = b"".join(decision_line(d) for d in decisions)
+        if self.clean is not None:
+            written["clean"] = b"".join(value + b"\n" for value, d in zip(lines.values(), decisions)
+                                        if d.status == KEPT)
+        return written
+
+    def sizes_after(self, written: dict) -> dict:
+        """The outputs' sizes once ``written`` is appended."""
+        return {name: size + len(written.get(name, b"")) for name, size in self.sizes().items()}
+
+    def append(self, written: dict) -> None:
+        """Append one batch's bytes (``batch_bytes``) and make them durable."""
         for name, output in (("clean", self.clean), ("decisions", self.decisions)):
             if output is not None:
-                output.rewind(sizes[name])
-
-    def write_batch(self, lines: FileBatch, decisions: list[Decision]) -> None:
-        """Append one batch's outcomes and make them durable."""
-        if self.decisions is not None:
-            self.decisions.write(b"".join(decision_line(d) for d in decisions))
-        if self.clean is not None:
-            kept = [value + b"\n" for value, d in zip(lines.values(), decisions) if d.status == KEPT]
-            self.clean.write(b"".join(kept))
-        for output in (self.clean, self.decisions):
-            if output is not None:
+                output.write(written[name])
                 output.sync(self.durable)
 
     def close(self) -> None:
@@ -241,14 +246,23 @@ class KafkaSink:
         wanted = {tp: OffsetAndMetadata(offset, "", -1) for tp, offset in offsets.items()}
         return Pending(lambda: self.producer.send_offsets_to_transaction(wanted, group_id), "streamdedup-offsets")
 
-    def commit(self) -> None:
-        self.producer.commit_transaction()
+    def commit(self, timeout_s: float) -> None:
+        """Commit the open transaction, waiting at most ``timeout_s`` for the broker to confirm.
+
+        kafka-python's own wait has no limit, and a broker restarted at the
+        wrong moment can leave it waiting forever; past the limit this raises
+        ``BrokerUnavailableError``, and the session (this producer with it)
+        is thrown away. Whether the commit happened is then settled by the
+        next session's recovery.
+        """
+        Pending(self.producer.commit_transaction, "streamdedup-commit").wait(timeout_s, "the Kafka commit")
 
     def abort(self) -> None:
         self.producer.abort_transaction()
 
-    def close(self) -> None:
-        self.producer.close(timeout=5)
+    def close(self, timeout_s: float = 5) -> None:
+        """Close the producer, giving pending sends ``timeout_s`` (0 after a wait gave up: nothing is kept)."""
+        self.producer.close(timeout=timeout_s)
 
 
 def _partitions(producer, messages: list[tuple[str, dict]]) -> list[Optional[int]]:
@@ -331,8 +345,16 @@ class Pending:
         if discard is not None:
             discard(value)
 
-    def wait(self):
-        self._thread.join()
+    def wait(self, timeout_s: Optional[float] = None, what: str = "the broker"):
+        """The call's result (or its error), waiting at most ``timeout_s`` (None: as long as it takes).
+
+        Past the limit: ``BrokerUnavailableError``; the call goes on on its
+        daemon thread, and whoever gave up throws its client away.
+        """
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            raise BrokerUnavailableError(f"gave up waiting for {what} after {timeout_s:.0f} s "
+                                         "(worker.kafka_timeout_s); starting a new session")
         if self._error is not None:
             raise self._error
         return self._value

@@ -59,6 +59,8 @@ class WorkerTelemetry:
         self.assigned = False
         self.waiting_for: Optional[str] = None
         self.stopping = False
+        self.stall_timeout_s = 0.0  # see ``health``
+        self.current_step: Callable[[], tuple[Optional[str], float]] = lambda: (None, 0.0)  # (step, seconds in it)
         self.server = MetricsServer(r, address, ready=self.readiness, healthy=self.health) if address else None
 
     def start(self) -> None:
@@ -104,6 +106,11 @@ class WorkerTelemetry:
         return True, "consuming"
 
     def health(self) -> tuple[bool, str]:
+        """Alive unless one step has waited longer than ``worker.stall_timeout_s`` (then a restart may help)."""
+        step, waited = self.current_step()
+        if step is not None and self.stall_timeout_s and waited > self.stall_timeout_s:
+            return False, (f"stalled: waiting {waited:.0f} s for {step}, over worker.stall_timeout_s "
+                           f"({self.stall_timeout_s:g} s)")
         return True, "stopping" if self.stopping else "ok"
 
     def batch_done(self, decisions: list[Decision], seconds: float) -> None:

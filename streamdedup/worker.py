@@ -85,6 +85,11 @@ class Watchdog:
                 self.on_wait(None)
             self._phase, self._since, self._reported = name, time.monotonic(), 0.0
 
+    def current(self) -> tuple[Optional[str], float]:
+        """The step the worker is in (None: idle in our own code) and how long it has been in it."""
+        with self._lock:
+            return self._phase, time.monotonic() - self._since
+
     def _watch(self) -> None:
         while not self._stop.wait(1.0):
             with self._lock:
@@ -116,8 +121,13 @@ class Session:
     """One connection to the broker: consumer, producer, recovery, then the batch loop."""
 
     def __init__(self, engine: Engine, config: Config, log: Log, topics: list[str], group_id: str,
-                 transactional_id: Optional[str], prefix: str, spawned: Optional[ProcessFeed] = None):
-        """``spawned``: a feed process started earlier for these topics and group, which this session takes over."""
+                 transactional_id: Optional[str], prefix: str, spawned: Optional[ProcessFeed] = None,
+                 step: Callable[[Optional[str]], None] = lambda name: None):
+        """``spawned``: a feed process started earlier for these topics and group, which this session takes over.
+
+        ``step`` is told each step of a long recovery (``Watchdog.phase``), so progress is seen as progress.
+        """
+        self.step = step
         self.engine = engine
         self.config = config
         self.log = log
@@ -140,7 +150,7 @@ class Session:
                 making_sink.discard(KafkaSink.close)
             self.close()
             raise
-        self.commit = KafkaCommit(engine, spec, self.sink, group_id, prefix)
+        self.commit = KafkaCommit(engine, spec, self.sink, group_id, prefix, config.worker.kafka_timeout_s)
         self.partitions: list = []
 
     def _start_sink(self, transactional_id: str) -> Pending:
@@ -225,13 +235,14 @@ class Session:
         while len(pending) > self.config.worker.batch_size:
             replayed += self._replay_chunk(pending[: self.config.worker.batch_size])
             pending = pending[self.config.worker.batch_size:]
-        self.commit.process(canonical_order(pending), emit=False, positions=limit)
+        self.commit.commit(canonical_order(pending), emit=False, positions=limit)
         self.log.info("replayed_unindexed_batch", records=replayed + len(pending),
                       partitions=",".join(f"{p.topic}/{p.partition}:{b}-{e}" for p, (b, e) in gaps.items()))
         self.source.assign(self.partitions)
 
     def _replay_chunk(self, records: list) -> int:
-        self.commit.process(canonical_order(records), emit=False)
+        self.step("replaying records Kafka committed")
+        self.commit.commit(canonical_order(records), emit=False)
         return len(records)
 
     def open_feed(self, starts: dict, limit: Optional[dict] = None):
@@ -242,7 +253,6 @@ class Session:
             self.source.consumer.unsubscribe()  # from here on only the feed's consumer reads
             self._process_feed.start(starts, self.engine.signing, limit)
             self.feed = self._process_feed
-        self.commit.while_waiting = self.feed.fetch_ahead
         return self.feed
 
     def lag(self) -> dict:
@@ -273,6 +283,8 @@ class WorkerLoop:
         self.stats = WorkerStats()
         self._last_summary = time.monotonic()
         self.watchdog = Watchdog(log, config.kafka.bootstrap_servers, on_wait=self._waiting_for)
+        telemetry.current_step = self.watchdog.current
+        telemetry.stall_timeout_s = config.worker.stall_timeout_s
 
     def _waiting_for(self, phase: Optional[str]) -> None:
         self.telemetry.waiting_for = phase
@@ -295,7 +307,8 @@ class WorkerLoop:
                 self.watchdog.phase("connecting and recovering")
                 spawned, self._spawned = self._spawned, None
                 session = Session(self.engine, self.config, self.log, self.config.input.topics,
-                                  self.config.kafka.group_id, self.transactional_id(), "kafka", spawned)
+                                  self.config.kafka.group_id, self.transactional_id(), "kafka", spawned,
+                                  self.watchdog.phase)
                 starts = session.recover()
                 self.watchdog.phase(None)
                 self.telemetry.assigned, self.telemetry.waiting_for = True, None
@@ -335,7 +348,7 @@ class WorkerLoop:
             if batch is not None:
                 began = time.monotonic()
                 watchdog.phase("the batch's Kafka transaction")
-                decisions = session.commit.process(batch.records, batch.prepared)
+                decisions = session.commit.commit(batch.records, batch.prepared, while_waiting=feed.fetch_ahead)
                 self._after_batch(decisions, time.monotonic() - began)
             now = time.monotonic()
             quiet = batch is None or batch.at_end  # maybe caught up: ask for the end offsets
@@ -431,7 +444,8 @@ def _backfill_batches(session: Session, starts: dict, first: dict, ends: dict, i
             session.engine.between_batches()
             batch = feed.next(500)
             if batch is not None:
-                summary.add(session.commit.process(batch.records, batch.prepared, emit=not index_only))
+                summary.add(session.commit.commit(batch.records, batch.prepared, emit=not index_only,
+                                                  while_waiting=feed.fetch_ahead))
             done = sum(min(feed.positions[p], ends[p]) - first[p] for p in ends)
             progress.update(len(batch.records) if batch is not None else 0, done)
     finally:

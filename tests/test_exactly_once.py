@@ -211,3 +211,90 @@ def test_restoring_an_older_backup_replays_what_kafka_has_without_emitting_it(ka
     assert after["per_offset"] == before["per_offset"], "nothing was emitted again"
     assert after["index"] == before["index"]
     assert run_cli("check", "--state", str(state)).returncode == 0
+
+
+def test_a_commit_that_fills_the_map_after_kafka_committed_emits_nothing_twice(kafka, tmp_path, crash_corpus,
+                                                                               crash_reference):
+    """The index's commit fails with the map full right after the Kafka transaction of batches 2 and 4 committed."""
+    topics = Topics.fresh(kafka)
+    produce(kafka, topics.raw, crash_corpus)
+    state = tmp_path / "state"
+    result = run_worker(state, topics, kafka, "--set", "worker.batch_size=200",
+                        env={"STREAMDEDUP_TEST_FAIL_AT": "index-commit-map-full:2,index-commit-map-full:5"})
+    assert result.returncode == 0, result.stderr.decode()
+    assert_same_as_reference(kafka, topics, state, crash_reference, len(crash_corpus))
+
+
+class OwnBroker:
+    """A broker of a test's own (it is stopped and started again), always started by deploy/kafka."""
+
+    def __init__(self, data_dir, port: str):
+        self.env = broker_env(data_dir, port)
+        self.data_dir = data_dir / f"broker-{port}"
+        self.bootstrap = self.start()
+
+    def start(self) -> str:
+        started = subprocess.run([str(ROOT / "deploy/kafka/start.sh")], env=self.env, capture_output=True, text=True)
+        assert started.returncode == 0, started.stderr
+        return started.stdout.strip().splitlines()[-1]
+
+    def stop(self, how: str = "graceful") -> None:
+        if how == "kill":
+            os.kill(int((self.data_dir / "broker.pid").read_text()), signal.SIGKILL)
+        subprocess.run([str(ROOT / "deploy/kafka/stop.sh")], env=self.env, check=True, capture_output=True)
+
+    def wipe(self) -> None:
+        subprocess.run([str(ROOT / "deploy/kafka/stop.sh"), "--wipe"], env=self.env, capture_output=True)
+
+
+COMMIT_STEPS = ["decided", "kafka-begun", "produced", "offsets-sent"]  # the broker goes away after each
+
+
+@pytest.mark.parametrize("how", ["kill", "graceful"])
+def test_broker_restarted_at_each_step_of_a_batch_commit_loses_and_repeats_nothing(tmp_path_factory, tmp_path, how):
+    """The worker pauses after each Kafka step of a batch in turn; meanwhile the broker is stopped and started.
+
+    Every wait on Kafka is bounded (worker.kafka_timeout_s), so a client
+    call that would never return gives up, the session is rebuilt and the
+    batch recovered; the run ends as an uninterrupted one.
+    """
+    broker = OwnBroker(tmp_path_factory.mktemp("restarts"), os.environ.get("STREAMDEDUP_TEST_OUTAGE_PORT", "29192"))
+    try:
+        records = crawl_records(corpus.generate(1300, seed=31))
+        small = ("--set", "worker.batch_size=100", "--set", "worker.kafka_timeout_s=15")
+        reference = reference_run(broker.bootstrap, tmp_path, records, *small)
+        topics = Topics.fresh(broker.bootstrap)
+        produce(broker.bootstrap, topics.raw, records)
+        pause_file = tmp_path / "paused"
+        pauses = ",".join(f"{step}:{3 + 4 * n}" for n, step in enumerate(COMMIT_STEPS))
+        env = dict(os.environ, STREAMDEDUP_TEST_PAUSE_AT=pauses, STREAMDEDUP_TEST_PAUSE_FILE=str(pause_file))
+        command = worker_command(tmp_path / "state", topics, broker.bootstrap, *small, "--until-caught-up")
+        with subprocess.Popen(command, env=env, stderr=subprocess.PIPE) as worker:
+            log = _restart_broker_at_each_pause(broker, worker, pause_file, how)
+            assert worker.returncode == 0, log.decode()
+        assert_same_as_reference(broker.bootstrap, topics, tmp_path / "state", reference, len(records))
+    finally:
+        broker.wipe()
+
+
+def _restart_broker_at_each_pause(broker: OwnBroker, worker: subprocess.Popen, pause_file, how: str) -> bytes:
+    """Stop and start the broker each time the worker pauses at a commit step; returns what it logged meanwhile."""
+    import threading
+
+    log = bytearray()
+    reader = threading.Thread(target=lambda: log.extend(worker.stderr.read()), daemon=True)
+    reader.start()
+    for step in COMMIT_STEPS:
+        deadline = time.monotonic() + 240
+        while not pause_file.exists():
+            assert worker.poll() is None, f"the worker ended before pausing at {step}:\n{bytes(log).decode()}"
+            assert time.monotonic() < deadline, f"the worker never paused at {step}"
+            time.sleep(0.05)
+        assert pause_file.read_text() == step
+        broker.stop(how)
+        time.sleep(3)
+        broker.start()
+        pause_file.unlink()
+    worker.wait(timeout=300)
+    reader.join(timeout=10)
+    return bytes(log)

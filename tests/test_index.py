@@ -84,7 +84,9 @@ def test_a_failed_transaction_leaves_nothing_behind(tmp_path):
             raise RuntimeError("boom")
 
         with pytest.raises(RuntimeError):
-            engine.decide_batch(batch, fail)
+            engine.decide(batch, fail)
+        decided = engine.decide(batch)
+        decided.abort()  # decided, then given up (a Kafka wait that timed out, say)
         with engine.index.read() as txn:
             assert txn.counters["documents"] == 0
             assert list(txn.records()) == []
@@ -151,3 +153,48 @@ def test_mirror_lookups_span_both_levels(monkeypatch):
         assert sorted(zip(found_keys.tolist(), found_serials.tolist())) == expected
     assert sorted(zip(mirror.keys.tolist(), mirror.serials.tolist(), mirror.bands.tolist())) == sorted(every)
     assert mirror.keys.tolist() == sorted(mirror.keys.tolist())
+
+
+def test_a_batch_transaction_is_checked_at_each_step(tmp_path):
+    from streamdedup.index import TxnState
+
+    with Engine(config_module.load(None, environ={}), str(tmp_path)) as engine:
+        decided = engine.decide(engine.prepare(_docs(["a text of several words for the index"])))
+        assert decided.txn.state is TxnState.PREPARED
+        with pytest.raises(IndexUnusableError, match="prepared: nothing may read or write"):
+            decided.txn.set_position("late", 1)  # a write after the batch was sealed
+        engine.commit(decided)
+        assert decided.txn.state is TxnState.COMMITTED
+        with pytest.raises(IndexUnusableError, match="committed cannot be committed"):
+            decided.txn.commit()
+        decided.abort()  # after the commit: nothing
+        with engine.index.read() as txn:
+            assert txn.counters["documents"] == 1 and txn.position("late") is None
+
+
+def test_a_commit_that_fills_the_map_decides_the_batch_again_the_same(tmp_path, monkeypatch):
+    from streamdedup import faults
+    from streamdedup.check import check_index
+
+    texts = [d.text for d in corpus.generate(300, seed=5)][:500]
+    cfg = config_module.load(None, environ={})
+    with Engine(cfg, str(tmp_path / "reference")) as engine:
+        reference = [engine.decide_batch(engine.prepare(_docs(texts[s:s + 100], s))) for s in range(0, 500, 100)]
+    monkeypatch.setenv(faults.FAIL_ENV, "index-commit-map-full:2,index-commit-map-full:4")
+    monkeypatch.setattr(faults, "_reached", {})
+    with Engine(cfg, str(tmp_path / "state")) as engine:
+        before = engine.index.env.info()["map_size"]
+        positions = []
+        decided = []
+        for s in range(0, 500, 100):
+            batch = engine.decide(engine.prepare(_docs(texts[s:s + 100], s)),
+                                  lambda txn, decisions, s=s: positions.append(s) or txn.set_position("p", s))
+            decided.append(engine.commit(batch))
+        assert engine.index.env.info()["map_size"] == 4 * before  # grown once for each failed commit
+        assert positions == [0, 100, 100, 200, 200, 300, 400]  # the commits of batches 2 and 3 failed: decided again
+        with engine.index.read() as txn:
+            assert txn.counters["documents"] == 500 and txn.position("p") == 400
+        report = check_index(engine.index)
+        assert report.ok, report.problems
+    assert [[(d.id, d.status, d.cluster, d.similarity) for d in b] for b in decided] == \
+        [[(d.id, d.status, d.cluster, d.similarity) for d in b] for b in reference]

@@ -219,3 +219,16 @@ def test_file_batches_give_each_line_its_number_and_the_position_after_it(tmp_pa
     assert [p for _, p in batches] == [FilePosition(0, 2, 16), FilePosition(0, 4, 43)]
     resumed = list(FileSource([str(path)]).batches(2, FilePosition(0, 2, 16)))
     assert [(b.first_line, b.values()) for b, _ in resumed] == [(3, [b'{"text": "b"}', b'{"text": "c"}'])]
+
+
+def test_a_commit_that_fills_the_map_writes_each_batch_once_even_to_stdout(tmp_path, crawl_file):
+    reference = _uninterrupted(tmp_path, crawl_file)
+    run_dir = tmp_path / "map-full"
+    run_dir.mkdir()
+    result = dedup(run_dir, [crawl_file], decisions=None,
+                   extra=["--decisions", "-", "--set", "worker.batch_size=100"],
+                   env={"STREAMDEDUP_TEST_FAIL_AT": "index-commit-map-full:2,index-commit-map-full:5"})
+    assert result.stdout == (reference / "decisions.jsonl").read_bytes()
+    assert (run_dir / "clean.jsonl").read_bytes() == (reference / "clean.jsonl").read_bytes()
+    assert index_snapshot(run_dir / "state") == index_snapshot(reference / "state")
+    assert run_cli("check", "--state", str(run_dir / "state")).returncode == 0
