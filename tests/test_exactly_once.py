@@ -254,25 +254,30 @@ COMMIT_STEPS = ["decided", "kafka-begun", "produced", "offsets-sent"]  # the bro
 def test_broker_restarted_at_each_step_of_a_batch_commit_loses_and_repeats_nothing(tmp_path_factory, tmp_path, how):
     """The worker pauses after each Kafka step of a batch in turn; meanwhile the broker is stopped and started.
 
-    Every wait on Kafka is bounded (worker.kafka_timeout_s), so a client
-    call that would never return gives up, the session is rebuilt and the
-    batch recovered; the run ends as an uninterrupted one.
+    Three input partitions, as in the run that once left the worker waiting
+    forever in kafka-python's ``send_offsets_to_transaction``. Every wait on
+    Kafka is bounded (``worker.kafka_timeout_s``), so a call that would never
+    return gives up, the session is rebuilt and the batch recovered: every
+    input record ends with exactly one outcome.
     """
     broker = OwnBroker(tmp_path_factory.mktemp("restarts"), os.environ.get("STREAMDEDUP_TEST_OUTAGE_PORT", "29192"))
     try:
         records = crawl_records(corpus.generate(1300, seed=31))
-        small = ("--set", "worker.batch_size=100", "--set", "worker.kafka_timeout_s=15")
-        reference = reference_run(broker.bootstrap, tmp_path, records, *small)
-        topics = Topics.fresh(broker.bootstrap)
-        produce(broker.bootstrap, topics.raw, records)
+        topics = Topics.fresh(broker.bootstrap, partitions=3, output_partitions=3)
+        produce(broker.bootstrap, topics.raw, records, partition_of=lambda n: n % 3)
         pause_file = tmp_path / "paused"
         pauses = ",".join(f"{step}:{3 + 4 * n}" for n, step in enumerate(COMMIT_STEPS))
         env = dict(os.environ, STREAMDEDUP_TEST_PAUSE_AT=pauses, STREAMDEDUP_TEST_PAUSE_FILE=str(pause_file))
-        command = worker_command(tmp_path / "state", topics, broker.bootstrap, *small, "--until-caught-up")
+        command = worker_command(tmp_path / "state", topics, broker.bootstrap, "--set", "worker.batch_size=100",
+                                 "--set", "worker.kafka_timeout_s=15", "--until-caught-up")
         with subprocess.Popen(command, env=env, stderr=subprocess.PIPE) as worker:
             log = _restart_broker_at_each_pause(broker, worker, pause_file, how)
+            (tmp_path / "worker.log").write_bytes(log)
             assert worker.returncode == 0, log.decode()
-        assert_same_as_reference(broker.bootstrap, topics, tmp_path / "state", reference, len(records))
+        found = outcomes(broker.bootstrap, topics)
+        assert sum(len(v) for v in found.values()) == len(records), "an input has no outcome, or more than one"
+        assert sorted(found) == sorted((n % 3, n // 3) for n in range(len(records)))
+        assert run_cli("check", "--state", str(tmp_path / "state")).returncode == 0
     finally:
         broker.wipe()
 

@@ -77,3 +77,18 @@ def test_batch_counts(telemetry):
     assert 'streamdedup_documents_total{outcome="exact_duplicate"} 1' in text
     assert 'streamdedup_rejected_total{reason="invalid_json"} 1' in text
     assert "streamdedup_replayed_total 1" in text
+
+
+def test_unhealthy_once_one_step_waited_past_the_stall_timeout(telemetry):
+    base = telemetry.url().rsplit("/", 1)[0]
+    telemetry.stall_timeout_s = 300.0
+    telemetry.current_step = lambda: ("the batch's Kafka transaction", 120.0)
+    assert status(base + "/healthz") == (200, "ok\n")
+    telemetry.current_step = lambda: ("the batch's Kafka transaction", 301.0)
+    code, body = status(base + "/healthz")
+    assert code == 503 and "stalled: waiting 301 s for the batch's Kafka transaction" in body
+    telemetry.current_step = lambda: (None, 5000.0)  # idle in our own code: not a stall
+    assert status(base + "/healthz")[0] == 200
+    telemetry.stall_timeout_s = 0.0
+    telemetry.current_step = lambda: ("records from the input topics", 5000.0)
+    assert status(base + "/healthz")[0] == 200
