@@ -77,7 +77,7 @@ class IndexSettings:
     path: str = "state"
     map_size: int = 1 << 30  # 1 GiB to start; grows by itself
     sync: bool = True  # fsync on every commit: nothing committed is lost at power loss
-    max_map_size: int = 1 << 40  # 1 TiB: never grow beyond
+    max_map_size: int = 1 << 40  # 1 TiB: never grow beyond (not a configuration key)
 
 
 @dataclass(slots=True)
@@ -277,7 +277,10 @@ class Index:
         current = self.env.info()["map_size"]
         if current >= self.settings.max_map_size:
             raise IndexUnusableError(
-                f"the index map is {current} bytes, at index.max_map_size; raise it to let the index grow"
+                f"the index map is full at {current} bytes, the most an index may grow to (a fixed limit); "
+                "the index is intact as of its last commit. Compact it with `streamdedup backup DEST` "
+                "(that drops the pages `forget` and retention sweeps freed) and run with --state DEST, "
+                "or start a new index in another --state folder"
             )
         self.env.set_mapsize(min(current * 2, self.settings.max_map_size))
 
