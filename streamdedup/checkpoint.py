@@ -57,6 +57,7 @@ The reverse window cannot happen: the index commits only after Kafka. Where
 the index is ahead (group offsets expired or were reset), the index wins. A
 group with committed offsets and an index that never consumed those
 partitions means another index was used with this group: that is refused.
+What to do at start, partition by partition, is decided by ``start_plan``.
 Nothing writes to the index after step 4, so a map that fills up can only
 retry steps 3 and before.
 """
@@ -69,10 +70,11 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from .errors import IndexUnusableError
 from .index import Index, IndexTxn
 from .source import FilePosition
 
-__all__ = ["FileRun", "Resume", "KafkaCommit", "crash_point"]
+__all__ = ["FileRun", "Resume", "KafkaCommit", "StartPlan", "start_plan", "crash_point"]
 
 CRASH_ENV = "STREAMDEDUP_TEST_CRASH_AT"  # test-only: "step-name" or "step-name:N" (the N-th time)
 _crash_counts: dict[str, int] = {}
@@ -212,3 +214,44 @@ def _offsets_after(records: list) -> dict:
         tp = TopicPartition(r.source.name, r.source.partition)
         after[tp] = max(after.get(tp, 0), r.source.offset + 1)
     return after
+
+
+@dataclass(frozen=True)
+class StartPlan:
+    """What a worker session does at start (``start_plan``); every dict is keyed by partition."""
+
+    fresh: dict  # partitions the index never consumed: their beginning offset, to record before reading
+    gaps: dict  # (index position, group's committed offset): emitted but not indexed, replayed without emitting
+    starts: dict  # the offset to read from
+    warnings: list  # (event, fields) to log: the group's offsets disagree with the index, which wins
+
+
+def start_plan(stored: dict, committed: dict, beginnings: dict, has_sink: bool, group_id: str) -> StartPlan:
+    """Where each partition starts, from the index's ``stored`` positions (None: never consumed), the group's
+    ``committed`` offsets (absent or None: none) and the partitions' ``beginnings``; in the order of ``stored``.
+
+    Without a sink nothing is committed for the group, so a missing group offset is no news then.
+    Raises IndexUnusableError when the group has an offset on a partition this index never read.
+    """
+    fresh, gaps, starts, warnings = {}, {}, {}, []
+    for p, s in stored.items():
+        c = committed.get(p)
+        name = f"{p.topic}/{p.partition}"
+        if s is None:
+            if c is not None:
+                raise IndexUnusableError(
+                    f"consumer group {group_id!r} has committed offset {c} on {name} "
+                    "but this index never read that partition: another index was used with this group. "
+                    "Use the original index, or set kafka.group_id to a new group"
+                )
+            fresh[p] = starts[p] = beginnings[p]
+        elif c is not None and c > s:
+            gaps[p] = (s, c)
+            starts[p] = c
+        else:
+            if c is None and has_sink:
+                warnings.append(("group_offset_missing", {"partition": name, "index_position": s}))
+            elif c is not None and c < s:
+                warnings.append(("group_offset_behind", {"partition": name, "group": c, "index": s}))
+            starts[p] = s
+    return StartPlan(fresh, gaps, starts, warnings)
