@@ -76,6 +76,7 @@ The reverse window cannot happen: the index commits only after Kafka. Where
 the index is ahead (group offsets expired or were reset), the index wins. A
 group with committed offsets and an index that never consumed those
 partitions means another index was used with this group: that is refused.
+What to do at start, partition by partition, is decided by ``start_plan``.
 """
 
 from __future__ import annotations
@@ -87,13 +88,14 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from .engine import Engine, collector_paused
+from .errors import IndexUnusableError
 from .faults import reached
 from .index import Index, IndexTxn
 from .records import Decision
 from .sink import FileOutputs
 from .source import FileBatch, FilePosition
 
-__all__ = ["FileRun", "Resume", "KafkaCommit"]
+__all__ = ["FileRun", "Resume", "KafkaCommit", "StartPlan", "start_plan"]
 
 
 def _nothing() -> None:
@@ -254,3 +256,44 @@ def _offsets_after(records: list) -> dict:
         tp = TopicPartition(r.source.name, r.source.partition)
         after[tp] = max(after.get(tp, 0), r.source.offset + 1)
     return after
+
+
+@dataclass(frozen=True)
+class StartPlan:
+    """What a worker session does at start (``start_plan``); every dict is keyed by partition."""
+
+    fresh: dict  # partitions the index never consumed: their beginning offset, to record before reading
+    gaps: dict  # (index position, group's committed offset): emitted but not indexed, replayed without emitting
+    starts: dict  # the offset to read from
+    warnings: list  # (event, fields) to log: the group's offsets disagree with the index, which wins
+
+
+def start_plan(stored: dict, committed: dict, beginnings: dict, has_sink: bool, group_id: str) -> StartPlan:
+    """Where each partition starts, from the index's ``stored`` positions (None: never consumed), the group's
+    ``committed`` offsets (absent or None: none) and the partitions' ``beginnings``; in the order of ``stored``.
+
+    Without a sink nothing is committed for the group, so a missing group offset is no news then.
+    Raises IndexUnusableError when the group has an offset on a partition this index never read.
+    """
+    fresh, gaps, starts, warnings = {}, {}, {}, []
+    for p, s in stored.items():
+        c = committed.get(p)
+        name = f"{p.topic}/{p.partition}"
+        if s is None:
+            if c is not None:
+                raise IndexUnusableError(
+                    f"consumer group {group_id!r} has committed offset {c} on {name} "
+                    "but this index never read that partition: another index was used with this group. "
+                    "Use the original index, or set kafka.group_id to a new group"
+                )
+            fresh[p] = starts[p] = beginnings[p]
+        elif c is not None and c > s:
+            gaps[p] = (s, c)
+            starts[p] = c
+        else:
+            if c is None and has_sink:
+                warnings.append(("group_offset_missing", {"partition": name, "index_position": s}))
+            elif c is not None and c < s:
+                warnings.append(("group_offset_behind", {"partition": name, "group": c, "index": s}))
+            starts[p] = s
+    return StartPlan(fresh, gaps, starts, warnings)

@@ -332,9 +332,12 @@ def _cmd_backup(args) -> int:
 
 
 def _log(cfg: config_module.Config):
-    from .logs import Log
+    """The log of the commands that talk to Kafka; kafka-python's warnings and errors go into it too."""
+    from .logs import Log, route_library_logs
 
-    return Log(cfg.log.format, cfg.log.level)
+    log = Log(cfg.log.format, cfg.log.level)
+    route_library_logs(log)
+    return log
 
 
 def _cmd_run(args) -> int:

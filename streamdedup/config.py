@@ -159,12 +159,6 @@ class Config:
     metrics: MetricsSection = field(default_factory=MetricsSection)
     log: LogSection = field(default_factory=LogSection)
 
-    def replace(self, section: str, **changes: Any) -> "Config":
-        """A copy with some keys of one section changed (checked like the file)."""
-        values = dataclasses.asdict(getattr(self, section))
-        values.update(changes)
-        return dataclasses.replace(self, **{section: _build(section, values)})
-
 
 def load(path: Optional[str] = None, overrides: tuple[str, ...] = (), environ: Optional[Mapping[str, str]] = None) -> Config:
     """The configuration from ``path`` (optional), the environment and ``section.key=value`` overrides."""

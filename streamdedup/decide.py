@@ -75,8 +75,7 @@ def _decide_one(
     identical = view.serial_of_content(content)
     twin = None if identical is None else view.record(identical)
     if twin is not None and twin.cluster and _matchable(view, twin, cutoff):  # cluster 0: dissolved by forget
-        record = DocRecord(serial, doc.id, False, twin.cluster, twin.cluster_id, twin.serial, twin.id,
-                           1.0, True, content, doc.source.as_list(), b"", now)
+        record = DocRecord.exact_copy_of(twin, serial, doc, content, now)
         view.insert(record, ident, row)
         return _as_decision(record)
     shingles = batch.shingles.of(row)
@@ -92,13 +91,10 @@ def _decide_one(
             shingles, ((s, view.shingles(s)) for s in serials.tolist()), settings.threshold
         )
     if match is None:
-        record = DocRecord(serial, doc.id, True, serial, doc.id, None, None, None, False, content,
-                           doc.source.as_list(), view.band_key_bytes(row), now)
+        record = DocRecord.new_cluster(serial, doc, content, view.band_key_bytes(row), now)
         view.insert(record, ident, row, shingles)
     else:
-        rep = view.record(match)
-        record = DocRecord(serial, doc.id, False, match, rep.id, match, rep.id, similarity, False, content,
-                           doc.source.as_list(), b"", now)
+        record = DocRecord.near_duplicate_of(view.record(match), similarity, serial, doc, content, now)
         view.insert(record, ident, row)
     return _as_decision(record, candidates=len(shared), verified=compared)
 

@@ -175,11 +175,6 @@ def rebuild_tables(txn: IndexTxn) -> dict:
     return {"documents": counters["documents"], "counters_changed": {k: v for k, v in fixed.items() if v}}
 
 
-def expired_cutoff(now: float, retention_days: float) -> Optional[float]:
-    """The decision time before which kept documents no longer match, or None without retention."""
-    return None if retention_days <= 0 else now - retention_days * 86400.0
-
-
 class ForgetRequests:
     """Forget requests handed to the process that writes the index (one writer per index).
 

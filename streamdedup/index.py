@@ -39,7 +39,7 @@ import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, TypeVar
 
 import lmdb
 import msgpack
@@ -55,7 +55,11 @@ from .errors import (
 from .faults import failing
 from .signing import SigningConfig
 
-__all__ = ["Index", "IndexSettings", "IndexTxn", "MapFull", "TxnState", "DocRecord", "FORMAT_VERSION", "id_key", "u64", "from_u64"]
+if TYPE_CHECKING:
+    from .records import Document
+
+__all__ = ["Index", "IndexSettings", "IndexTxn", "MapFull", "TxnState", "DocRecord", "FORMAT_VERSION", "id_key",
+           "u64", "from_u64"]
 
 FORMAT_VERSION = 1
 LOW_DISK_BYTES = 16 << 20  # 16 MiB: below this, a failed write is taken for a full disk
@@ -81,7 +85,7 @@ class IndexSettings:
     path: str = "state"
     map_size: int = 1 << 30  # 1 GiB to start; grows by itself
     sync: bool = True  # fsync on every commit: nothing committed is lost at power loss
-    max_map_size: int = 1 << 40  # 1 TiB: never grow beyond
+    max_map_size: int = 1 << 40  # 1 TiB: never grow beyond (not a configuration key)
 
 
 @dataclass(slots=True)
@@ -102,6 +106,29 @@ class DocRecord:
     band_keys: bytes  # kept documents: their band keys (bands x 8 B)
     time: float  # when it was decided (seconds since the epoch)
     expired: bool = False  # kept, but past index.retention_days: out of the band tables, matches nothing
+
+    # The three kinds of decision, named: each fills the 13 fields positionally (keywords would cost
+    # more, once per document) so that callers need not.
+
+    @classmethod
+    def new_cluster(cls, serial: int, doc: "Document", content: bytes, band_keys: bytes, now: float) -> "DocRecord":
+        """A kept document: the representative of a new cluster named by its own id."""
+        return cls(serial, doc.id, True, serial, doc.id, None, None, None, False, content, doc.source.as_list(),
+                   band_keys, now)
+
+    @classmethod
+    def exact_copy_of(cls, twin: "DocRecord", serial: int, doc: "Document", content: bytes,
+                      now: float) -> "DocRecord":
+        """A duplicate whose normalized text is the same as ``twin``'s: it joins ``twin``'s cluster."""
+        return cls(serial, doc.id, False, twin.cluster, twin.cluster_id, twin.serial, twin.id, 1.0, True, content,
+                   doc.source.as_list(), b"", now)
+
+    @classmethod
+    def near_duplicate_of(cls, representative: "DocRecord", similarity: float, serial: int, doc: "Document",
+                          content: bytes, now: float) -> "DocRecord":
+        """A duplicate of a kept document (``representative``), joining its cluster."""
+        return cls(serial, doc.id, False, representative.serial, representative.id, representative.serial,
+                   representative.id, similarity, False, content, doc.source.as_list(), b"", now)
 
     def pack(self, packer: Optional[msgpack.Packer] = None) -> bytes:
         """The stored form; a batch passes one ``packer`` for all its records (one is not thread-safe)."""
@@ -302,7 +329,10 @@ class Index:
         current = self.env.info()["map_size"]
         if current >= self.settings.max_map_size:
             raise IndexUnusableError(
-                f"the index map is {current} bytes, at index.max_map_size; raise it to let the index grow"
+                f"the index map is full at {current} bytes, the most an index may grow to (a fixed limit); "
+                "the index is intact as of its last commit. Compact it with `streamdedup backup DEST` "
+                "(that drops the pages `forget` and retention sweeps freed) and run with --state DEST, "
+                "or start a new index in another --state folder"
             )
         self.env.set_mapsize(min(current * 2, self.settings.max_map_size))
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 from typing import Any, TextIO
 
-__all__ = ["Log", "LEVELS"]
+__all__ = ["Log", "LEVELS", "LibraryLogs", "route_library_logs"]
 
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 
@@ -39,6 +40,42 @@ class Log:
 
     def error(self, name: str, **fields: Any) -> None:
         self.event("error", name, **fields)
+
+
+class LibraryLogs(logging.Handler):
+    """Forwards a library's ``logging`` records, warnings and worse, into a ``Log`` as ``event`` lines.
+
+    kafka-python logs through the standard ``logging`` module, which nothing
+    here configures: without this its warnings (a broker outage, say) reach
+    stderr through logging's last-resort handler as bare text, outside the
+    key=value / JSON format that log collectors parse.
+    """
+
+    def __init__(self, log: Log, event: str):
+        super().__init__(logging.WARNING)
+        self.log = log
+        self.event_name = event
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            fields = {"logger": record.name, "message": record.getMessage()}
+            if record.exc_info and record.exc_info[1] is not None:
+                fields["error"] = f"{type(record.exc_info[1]).__name__}: {record.exc_info[1]}"
+            self.log.event("error" if record.levelno >= logging.ERROR else "warning", self.event_name, **fields)
+        except Exception:
+            self.handleError(record)
+
+
+def route_library_logs(log: Log, library: str = "kafka", event: str = "kafka_client") -> LibraryLogs:
+    """Send ``library``'s log records at WARNING and above (only) into ``log``; replaces an earlier routing."""
+    logger = logging.getLogger(library)
+    for earlier in [h for h in logger.handlers if isinstance(h, LibraryLogs)]:
+        logger.removeHandler(earlier)
+    handler = LibraryLogs(log, event)
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)  # its debug and info records are not even built
+    logger.propagate = False  # not a second time through handlers the root logger may have
+    return handler
 
 
 def _quoted(value: Any) -> str:

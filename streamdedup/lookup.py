@@ -6,7 +6,7 @@ million documents a batch of 2,000 would rewrite ~100 MB of band table.
 So a batch appends each new document's lookup keys (id hash, content hash,
 band keys) to the ``recent`` table, keyed by serial: a sequential write.
 The writer keeps the same entries in memory (``RecentMirror``, bounded by
-``index.flush_every`` documents) and every so many documents merges them,
+``index.merge_every`` documents) and every so many documents merges them,
 sorted, into the ``ids``, ``content`` and ``bands`` tables in one
 transaction, then drops them from ``recent``. A lookup asks the tables, the
 mirror, and the documents of its own batch.

@@ -37,7 +37,13 @@ class Source:
 
 @dataclass(slots=True)
 class Document:
-    """A decoded input record with a non-empty text."""
+    """A decoded input record to deduplicate.
+
+    ``decode`` makes one only of a text that is not blank; one whose text
+    normalizes to nothing becomes a ``Rejected`` in ``prepare``. A document
+    restored from a batch prepared in another process has ``text`` "": its
+    text stayed there, and only its content hash and shingles came back.
+    """
 
     id: str
     text: str
@@ -83,7 +89,7 @@ class Decision:
     verified: int = 0  # exact Jaccard computations
 
     def as_json(self) -> dict:
-        """The decision line of the offline command and the duplicates topic."""
+        """The decision line of the offline command (``--decisions``); the duplicates topic has its own form."""
         return {
             "id": self.id,
             "status": self.status,

@@ -39,8 +39,10 @@ class SigningConfig:
     k: int = 3  # words (or characters) per shingle
     num_perm: int = 128  # signature length
     seed: int = 1  # seed of the permutations
-    bands: int = 14
-    rows: int = 9
+    # A new index gets lsh.bands x lsh.rows, or else what lsh.optimal_params picks for lsh.threshold and
+    # the weights (engine.signing_config); these defaults are that pick at the defaults (threshold 0.7).
+    bands: int = 20
+    rows: int = 6
     hash_version: int = HASH_VERSION
 
     def as_dict(self) -> dict:

@@ -1,7 +1,11 @@
 """Where records come from: JSONL files or stdin (offline), Kafka topics (the worker).
 
-Both yield batches of ``RawRecord`` in a canonical order, each with the
-position to store once the batch is committed.
+``FileSource.batches`` yields ``FileBatch`` blocks of consecutive lines in
+file order, each with the ``FilePosition`` after it (stored once the batch
+is committed); the lines are split and decoded later, by whoever prepares
+the batch. ``KafkaSource.poll_batch`` returns a list of ``RawRecord`` in the
+canonical order (topic, partition, offset); the offsets after such a batch
+are worked out from its records when it is committed (``checkpoint``).
 """
 
 from __future__ import annotations

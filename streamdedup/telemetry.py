@@ -17,6 +17,7 @@ from .records import REJECTED, Decision
 
 __all__ = ["WorkerTelemetry", "METRIC_NAMES"]
 
+MAP_FULL = "the index map is full at its fixed limit: compact it (streamdedup backup) or start a new index"
 _PER_DOCUMENT_BUCKETS = (0, 1, 2, 3, 5, 10, 20, 50, 100)
 _BATCH_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
@@ -102,7 +103,7 @@ class WorkerTelemetry:
             return False, f"waiting for the broker: {self.waiting_for}"
         used, size = self._map
         if size >= self.index.settings.max_map_size and used >= 0.95 * size:
-            return False, "the index map is full (index.max_map_size)"
+            return False, MAP_FULL
         return True, "consuming"
 
     def health(self) -> tuple[bool, str]:

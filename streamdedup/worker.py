@@ -16,12 +16,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from .checkpoint import KafkaCommit
+from .checkpoint import KafkaCommit, start_plan
 from .config import Config, kafka_client_settings
 from .decode import InputSpec
 from .feed import InlineFeed, ProcessFeed, feed_settings, spawn_feed
 from .engine import Engine
-from .errors import BrokerError, BrokerUnavailableError, IndexUnusableError, kafka_trouble
+from .errors import BrokerError, BrokerUnavailableError, kafka_trouble
 from .logs import Log
 from .offline import Summary
 from .progress import Progress
@@ -175,34 +175,15 @@ class Session:
         self.source.assign(self.partitions)
         stored = self.commit.stored_positions(self.partitions)
         committed = {p: self.source.committed(p) for p in self.partitions} if self.sink else {}
-        fresh, gaps, starts = {}, {}, {}
         beginnings = self.source.consumer.beginning_offsets(self.partitions)
-        for p in self.partitions:
-            s, c = stored[p], committed.get(p)
-            if s is None:
-                if c is not None:
-                    raise IndexUnusableError(
-                        f"consumer group {self.commit.group_id!r} has committed offset {c} on {p.topic}/{p.partition} "
-                        "but this index never read that partition: another index was used with this group. "
-                        "Use the original index, or set kafka.group_id to a new group"
-                    )
-                fresh[p] = beginnings[p]
-                starts[p] = beginnings[p]
-            elif c is not None and c > s:
-                gaps[p] = (s, c)
-                starts[p] = c
-            else:
-                if c is None and self.sink:
-                    self.log.warning("group_offset_missing", partition=f"{p.topic}/{p.partition}", index_position=s)
-                elif c is not None and c < s:
-                    self.log.warning("group_offset_behind", partition=f"{p.topic}/{p.partition}", group=c, index=s)
-                starts[p] = s
-        if fresh:
-            self.commit.set_positions(fresh)
-        if gaps:
-            self._replay_gap(gaps)
-        if start is not None:
-            starts = start
+        plan = start_plan(stored, committed, beginnings, self.sink is not None, self.commit.group_id)
+        for event, fields in plan.warnings:
+            self.log.warning(event, **fields)
+        if plan.fresh:
+            self.commit.set_positions(plan.fresh)
+        if plan.gaps:
+            self._replay_gap(plan.gaps)
+        starts = plan.starts if start is None else start
         for p, offset in starts.items():
             self.source.seek(p, offset)
         return starts

@@ -1,9 +1,14 @@
-"""Shared fixtures: the sample crawl corpus, a fresh index folder, a CLI runner."""
+"""Shared fixtures: the sample crawl corpus, a fresh index folder, a CLI runner, the test broker.
+
+Every test that needs a broker carries the ``kafka`` marker (the ones using the
+``kafka`` fixture get it here), so ``pytest -m "not kafka"`` runs the rest.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +18,12 @@ import pytest
 from streamdedup import corpus
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "kafka" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.kafka)
 
 
 @pytest.fixture(scope="session")
@@ -73,13 +84,26 @@ def kafka(tmp_path_factory):
         yield existing
         return
     env = broker_env(tmp_path_factory.mktemp("kafka"), os.environ.get("STREAMDEDUP_TEST_KAFKA_PORT", "29092"))
-    started = subprocess.run([str(ROOT / "deploy/kafka/start.sh")], env=env, capture_output=True, text=True)
-    if started.returncode != 0:
-        raise RuntimeError(f"the test broker did not start:\n{started.stdout}\n{started.stderr}")
     try:
-        yield started.stdout.strip().splitlines()[-1]
+        yield start_broker(env)
     finally:
         subprocess.run([str(ROOT / "deploy/kafka/stop.sh"), "--wipe"], env=env, capture_output=True)
+
+
+def start_broker(env: dict) -> str:
+    """Start a broker with deploy/kafka/start.sh; its bootstrap address, or a failure that says what is missing."""
+    started = subprocess.run([str(ROOT / "deploy/kafka/start.sh")], env=env, capture_output=True, text=True)
+    if started.returncode == 0:
+        return started.stdout.strip().splitlines()[-1]
+    missing = [f"{tool} is not on PATH ({why})" for tool, why in
+               (("java", "Java 17+ runs the broker"), ("mvn", "Maven fetches the broker's jars on first use"))
+               if shutil.which(tool) is None]
+    pytest.fail(
+        "the test broker did not start" + (": " + "; ".join(missing) if missing else "") + ".\n"
+        "Install what is missing, or set KAFKA_BOOTSTRAP=host:port to use a running broker, or leave out "
+        f"the tests that need one with: pytest -m \"not kafka\"\n{started.stdout}\n{started.stderr}",
+        pytrace=False,
+    )
 
 
 def broker_env(data_dir, port: str) -> dict:

@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from conftest import ROOT, broker_env, index_snapshot, run_cli
+from conftest import ROOT, broker_env, index_snapshot, run_cli, start_broker
 from kafka_helpers import Topics, outcomes, produce, read_all, run_worker, worker_command
 from streamdedup import corpus
 
@@ -130,13 +130,12 @@ def _read_batch_lines(process: subprocess.Popen, count: int) -> None:
             return
 
 
+@pytest.mark.kafka
 def test_broker_outage_of_twenty_seconds_loses_nothing(tmp_path_factory, tmp_path):
     """Uses a broker of its own (it must be stopped), always started by deploy/kafka."""
     env = broker_env(tmp_path_factory.mktemp("outage"), os.environ.get("STREAMDEDUP_TEST_OUTAGE_PORT", "29192"))
     start = [str(ROOT / "deploy/kafka/start.sh")]
-    started = subprocess.run(start, env=env, capture_output=True, text=True)
-    assert started.returncode == 0, started.stderr
-    bootstrap = started.stdout.strip().splitlines()[-1]
+    bootstrap = start_broker(env)
     try:
         records = crawl_records(corpus.generate(4400, seed=13))
         topics = Topics.fresh(bootstrap)

@@ -10,7 +10,7 @@ from streamdedup import config as config_module
 from streamdedup import corpus
 from streamdedup.engine import Engine
 from streamdedup.errors import IncompatibleIndexError, IndexLockedError, IndexUnusableError
-from streamdedup.index import Index, IndexSettings
+from streamdedup.index import DocRecord, Index, IndexSettings
 from streamdedup.records import Document, Source
 from streamdedup.signing import SigningConfig
 
@@ -21,6 +21,22 @@ SIGNING = SigningConfig(bands=20, rows=6)
 
 def _docs(texts, start=0):
     return [Document(f"d{start + i}", t, Source("t", -1, start + i)) for i, t in enumerate(texts)]
+
+
+def test_each_kind_of_record_names_its_fields_and_survives_packing():
+    kept = DocRecord.new_cluster(3, Document("a", "", Source("t", 0, 7)), b"c" * 16, b"k" * 8, 100.0)
+    exact = DocRecord.exact_copy_of(kept, 4, Document("b", "", Source("t", 1, 8)), b"c" * 16, 101.0)
+    near = DocRecord.near_duplicate_of(kept, 0.75, 5, Document("e", "", Source("u", 2, 9)), b"d" * 16, 102.0)
+    fields = ("serial", "id", "kept", "cluster", "cluster_id", "matched", "matched_id", "similarity", "exact",
+              "content", "source", "band_keys", "time", "expired")
+    assert [getattr(kept, f) for f in fields] == [3, "a", True, 3, "a", None, None, None, False, b"c" * 16,
+                                                  ["t", 0, 7], b"k" * 8, 100.0, False]
+    assert [getattr(exact, f) for f in fields] == [4, "b", False, 3, "a", 3, "a", 1.0, True, b"c" * 16,
+                                                   ["t", 1, 8], b"", 101.0, False]
+    assert [getattr(near, f) for f in fields] == [5, "e", False, 3, "a", 3, "a", 0.75, False, b"d" * 16,
+                                                  ["u", 2, 9], b"", 102.0, False]
+    for record in (kept, exact, near):
+        assert DocRecord.unpack(record.serial, record.pack()) == record
 
 
 def test_reopening_with_other_signing_settings_names_each_difference(tmp_path):

@@ -57,14 +57,15 @@ def test_not_ready_when_the_index_map_cannot_grow(tmp_path):
         telemetry = WorkerTelemetry(engine.index, None)
         telemetry.assigned = True
         texts = [f"document {i} " + " ".join(f"w{i}x{j}" for j in range(200)) for i in range(400)]
-        with pytest.raises(Exception, match="max_map_size"):
+        with pytest.raises(Exception, match="the most an index may grow to"):
             for start in range(0, 400, 20):
                 items = [Document(f"d{start + k}", t, Source("t", -1, start + k)) for k, t in
                          enumerate(texts[start:start + 20])]
                 engine.decide_batch(engine.prepare(items))
                 telemetry.refresh_index()
         telemetry.refresh_index()
-        assert telemetry.readiness() == (False, "the index map is full (index.max_map_size)")
+        assert telemetry.readiness() == (False, "the index map is full at its fixed limit: compact it (streamdedup backup) "
+                                          "or start a new index")
 
 
 def test_batch_counts(telemetry):
