@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import shutil
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -108,3 +110,34 @@ def start_broker(env: dict) -> str:
 
 def broker_env(data_dir, port: str) -> dict:
     return dict(os.environ, KAFKA_PORT=str(port), KAFKA_DATA_DIR=str(data_dir / f"broker-{port}"))
+
+
+class OwnBroker:
+    """A broker of a test's own, to stop and start again; on ``$STREAMDEDUP_TEST_OUTAGE_PORT`` (29192)."""
+
+    def __init__(self, data_dir):
+        port = os.environ.get("STREAMDEDUP_TEST_OUTAGE_PORT", "29192")
+        self.env = broker_env(data_dir, port)
+        self.data_dir = data_dir / f"broker-{port}"
+        self.bootstrap = self.start()
+
+    def start(self) -> str:
+        return start_broker(self.env)
+
+    def stop(self, how: str = "graceful") -> None:
+        """SIGTERM and wait (``graceful``), or SIGKILL (``kill``)."""
+        if how == "kill":
+            os.kill(int((self.data_dir / "broker.pid").read_text()), signal.SIGKILL)
+        subprocess.run([str(ROOT / "deploy/kafka/stop.sh")], env=self.env, check=True, capture_output=True)
+
+    def freeze(self, seconds: float) -> None:
+        """Stop the broker's process (SIGSTOP) for ``seconds``: its connections stay open and nothing answers."""
+        pid = int((self.data_dir / "broker.pid").read_text())
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(seconds)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+    def wipe(self) -> None:
+        subprocess.run([str(ROOT / "deploy/kafka/stop.sh"), "--wipe"], env=self.env, capture_output=True)

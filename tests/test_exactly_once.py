@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from conftest import ROOT, broker_env, index_snapshot, run_cli, start_broker
+from conftest import OwnBroker, index_snapshot, run_cli
 from kafka_helpers import Topics, outcomes, produce, read_all, run_worker, worker_command
 from streamdedup import corpus
 
@@ -133,9 +133,8 @@ def _read_batch_lines(process: subprocess.Popen, count: int) -> None:
 @pytest.mark.kafka
 def test_broker_outage_of_twenty_seconds_loses_nothing(tmp_path_factory, tmp_path):
     """Uses a broker of its own (it must be stopped), always started by deploy/kafka."""
-    env = broker_env(tmp_path_factory.mktemp("outage"), os.environ.get("STREAMDEDUP_TEST_OUTAGE_PORT", "29192"))
-    start = [str(ROOT / "deploy/kafka/start.sh")]
-    bootstrap = start_broker(env)
+    broker = OwnBroker(tmp_path_factory.mktemp("outage"))
+    bootstrap = broker.bootstrap
     try:
         records = crawl_records(corpus.generate(4400, seed=13))
         topics = Topics.fresh(bootstrap)
@@ -145,14 +144,14 @@ def test_broker_outage_of_twenty_seconds_loses_nothing(tmp_path_factory, tmp_pat
         with subprocess.Popen(command, stderr=subprocess.PIPE) as worker:
             log = _read_until(worker, b"info batch")
             ready_url = re.search(rb'metrics="(http://[^"]+)/metrics"', log).group(1).decode() + "/readyz"
-            subprocess.run([str(ROOT / "deploy/kafka/stop.sh")], env=env, check=True, capture_output=True)
+            broker.stop()
             down_since = time.monotonic()
             answers = set()
             while time.monotonic() - down_since < 20:
                 answers.add(_status(ready_url))
                 time.sleep(1)
             assert 503 in answers, "/readyz should fail while the broker is down"
-            subprocess.run(start, env=env, check=True, capture_output=True)
+            broker.start()
             _, rest = worker.communicate(timeout=240)
             log += rest
             (tmp_path / "worker.log").write_bytes(log)
@@ -165,7 +164,7 @@ def test_broker_outage_of_twenty_seconds_loses_nothing(tmp_path_factory, tmp_pat
         assert all(len(v) == 1 for v in found.values())
         assert run_cli("check", "--state", str(tmp_path / "state")).returncode == 0
     finally:
-        subprocess.run([str(ROOT / "deploy/kafka/stop.sh"), "--wipe"], env=env, capture_output=True)
+        broker.wipe()
 
 
 def _status(url: str) -> int:
@@ -224,34 +223,14 @@ def test_a_commit_that_fills_the_map_after_kafka_committed_emits_nothing_twice(k
     assert_same_as_reference(kafka, topics, state, crash_reference, len(crash_corpus))
 
 
-class OwnBroker:
-    """A broker of a test's own (it is stopped and started again), always started by deploy/kafka."""
-
-    def __init__(self, data_dir, port: str):
-        self.env = broker_env(data_dir, port)
-        self.data_dir = data_dir / f"broker-{port}"
-        self.bootstrap = self.start()
-
-    def start(self) -> str:
-        started = subprocess.run([str(ROOT / "deploy/kafka/start.sh")], env=self.env, capture_output=True, text=True)
-        assert started.returncode == 0, started.stderr
-        return started.stdout.strip().splitlines()[-1]
-
-    def stop(self, how: str = "graceful") -> None:
-        if how == "kill":
-            os.kill(int((self.data_dir / "broker.pid").read_text()), signal.SIGKILL)
-        subprocess.run([str(ROOT / "deploy/kafka/stop.sh")], env=self.env, check=True, capture_output=True)
-
-    def wipe(self) -> None:
-        subprocess.run([str(ROOT / "deploy/kafka/stop.sh"), "--wipe"], env=self.env, capture_output=True)
-
-
 COMMIT_STEPS = ["decided", "kafka-begun", "produced", "offsets-sent"]  # the broker goes away after each
 
 
-@pytest.mark.parametrize("how", ["kill", "graceful"])
+@pytest.mark.kafka
+@pytest.mark.parametrize("how", ["kill", "graceful", "freeze"])
 def test_broker_restarted_at_each_step_of_a_batch_commit_loses_and_repeats_nothing(tmp_path_factory, tmp_path, how):
-    """The worker pauses after each Kafka step of a batch in turn; meanwhile the broker is stopped and started.
+    """The worker pauses after each Kafka step of a batch in turn; meanwhile the broker is stopped and started
+    (or frozen, with SIGSTOP, for longer than ``worker.kafka_timeout_s``).
 
     Three input partitions, as in the run that once left the worker waiting
     forever in kafka-python's ``send_offsets_to_transaction``. Every wait on
@@ -259,7 +238,7 @@ def test_broker_restarted_at_each_step_of_a_batch_commit_loses_and_repeats_nothi
     return gives up, the session is rebuilt and the batch recovered: every
     input record ends with exactly one outcome.
     """
-    broker = OwnBroker(tmp_path_factory.mktemp("restarts"), os.environ.get("STREAMDEDUP_TEST_OUTAGE_PORT", "29192"))
+    broker = OwnBroker(tmp_path_factory.mktemp("restarts"))
     try:
         records = crawl_records(corpus.generate(1300, seed=31))
         topics = Topics.fresh(broker.bootstrap, partitions=3, output_partitions=3)
@@ -273,6 +252,8 @@ def test_broker_restarted_at_each_step_of_a_batch_commit_loses_and_repeats_nothi
             log = _restart_broker_at_each_pause(broker, worker, pause_file, how)
             (tmp_path / "worker.log").write_bytes(log)
             assert worker.returncode == 0, log.decode()
+        if how == "freeze":  # nothing answered for longer than the limit: the waits gave up, the session was rebuilt
+            assert b"gave up waiting for" in log and b"kafka_timeout_s" in log, log.decode()
         found = outcomes(broker.bootstrap, topics)
         assert sum(len(v) for v in found.values()) == len(records), "an input has no outcome, or more than one"
         assert sorted(found) == sorted((n % 3, n // 3) for n in range(len(records)))
@@ -295,6 +276,10 @@ def _restart_broker_at_each_pause(broker: OwnBroker, worker: subprocess.Popen, p
             assert time.monotonic() < deadline, f"the worker never paused at {step}"
             time.sleep(0.05)
         assert pause_file.read_text() == step
+        if how == "freeze":
+            pause_file.unlink()
+            broker.freeze(20)
+            continue
         broker.stop(how)
         time.sleep(3)
         broker.start()
