@@ -27,11 +27,11 @@ import tempfile
 import time
 
 from streamdedup import config as config_module
-from streamdedup import corpus
-from streamdedup.decode import InputSpec
-from streamdedup.engine import Engine
-from streamdedup.prepare import Preparer
-from streamdedup.source import FilePosition, FileSource
+from streamdedup.core import corpus
+from streamdedup.core.decode import InputSpec
+from streamdedup.core.prepare import Preparer
+from streamdedup.engine.engine import Engine
+from streamdedup.runtime.source import FilePosition, FileSource
 
 
 def memory() -> dict:

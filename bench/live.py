@@ -33,7 +33,7 @@ from pathlib import Path
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
-from streamdedup import corpus
+from streamdedup.core import corpus
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS = 3
@@ -95,7 +95,7 @@ def pass_through(bootstrap: str, topic: str, outs: list[str]) -> None:
 def naive_worker(bootstrap: str, topic: str, outs: list[str]) -> None:
     from datasketch import MinHash, MinHashLSH
 
-    from streamdedup.shingle import normalize
+    from streamdedup.core.shingle import normalize
 
     lsh = MinHashLSH(threshold=0.7, num_perm=128)
 

@@ -38,7 +38,7 @@ THRESHOLD = 0.7
 
 def python_shingles(text: str) -> list[bytes]:
     """Word 3-shingles as a user of the peer libraries builds them."""
-    from streamdedup.shingle import normalize
+    from streamdedup.core.shingle import normalize
 
     words = normalize(text).split()
     if len(words) < 3:
@@ -49,8 +49,8 @@ def python_shingles(text: str) -> list[bytes]:
 # -- streamdedup -------------------------------------------------------------
 
 def ours_sign(texts: list[str]) -> None:
-    from streamdedup.shingle import normalize_batch, shingle_batch
-    from streamdedup.signing import sign_batch
+    from streamdedup.core.shingle import normalize_batch, shingle_batch
+    from streamdedup.core.signing import sign_batch
 
     for start in range(0, len(texts), BATCH):
         batch = shingle_batch(normalize_batch(texts[start:start + BATCH]))
@@ -70,9 +70,9 @@ class JsonlFile(list):
 def ours_end_to_end(lines: JsonlFile, processes: int = 1) -> dict:
     """The offline command's loop: JSONL file in, decisions file out, durable LMDB index on disk."""
     from streamdedup import config as config_module
-    from streamdedup.decode import InputSpec
-    from streamdedup.engine import Engine
-    from streamdedup.offline import dedup_files
+    from streamdedup.core.decode import InputSpec
+    from streamdedup.engine.engine import Engine
+    from streamdedup.runtime.offline import dedup_files
 
     work = tempfile.mkdtemp(prefix="bench-index-")
     try:
@@ -191,7 +191,7 @@ def main(argv=None) -> int:
     parser.add_argument("--docs", type=int, default=30000, help="documents (default 30000)")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
-    from streamdedup import corpus
+    from streamdedup.core import corpus
 
     docs = corpus.generate(max(1, round(args.docs / 1.84)), seed=42)[: args.docs]
     texts = [d.text for d in docs]

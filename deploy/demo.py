@@ -25,7 +25,7 @@ from pathlib import Path
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
-from streamdedup import corpus
+from streamdedup.core import corpus
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "build" / "demo"

@@ -9,7 +9,7 @@ import sys
 from typing import Optional, Sequence
 
 from . import config as config_module
-from .decode import InputSpec
+from .core.decode import InputSpec
 from .errors import ConfigError, StreamdedupError
 
 __all__ = ["main"]
@@ -127,10 +127,10 @@ def _config(args) -> config_module.Config:
 
 
 def _cmd_dedup(args) -> int:
-    from .engine import Engine
-    from .offline import dedup_files
-    from .progress import Progress
-    from .source import FileSource
+    from .engine.engine import Engine
+    from .ops.progress import Progress
+    from .runtime.offline import dedup_files
+    from .runtime.source import FileSource
 
     cfg = _config(args)
     spec = InputSpec.from_section(cfg.input)
@@ -147,7 +147,7 @@ def _cmd_dedup(args) -> int:
 
 
 def _cmd_sample(args) -> int:
-    from . import corpus
+    from .core import corpus
 
     documents = corpus.generate(args.articles, args.seed)
     if args.out == "-":
@@ -160,7 +160,7 @@ def _cmd_sample(args) -> int:
 
 
 def _cmd_params(args) -> int:
-    from .lsh import approx_threshold, optimal_params, s_curve
+    from .core.lsh import approx_threshold, optimal_params, s_curve
 
     if not 0 < args.threshold < 1:
         raise ConfigError(f"--threshold must be between 0 and 1, got {args.threshold}")
@@ -176,7 +176,7 @@ def _cmd_params(args) -> int:
 
 
 def _open_readonly(args):
-    from .engine import Engine
+    from .engine.engine import Engine
 
     return Engine(_config(args), args.state, readonly=True)
 
@@ -219,8 +219,8 @@ def _cmd_stats(args) -> int:
 
 
 def _cmd_check(args) -> int:
-    from .check import check_index
-    from .engine import Engine
+    from .engine.engine import Engine
+    from .store.check import check_index
 
     if args.fix:
         with Engine(_config(args), args.state) as engine:
@@ -243,7 +243,7 @@ def _cmd_check(args) -> int:
 
 
 def _cmd_query(args) -> int:
-    from .query import near_duplicates
+    from .engine.query import near_duplicates
 
     if args.file:
         with (sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")) as handle:
@@ -264,7 +264,7 @@ def _cmd_query(args) -> int:
 
 
 def _cmd_cluster(args) -> int:
-    from .query import cluster_of
+    from .engine.query import cluster_of
 
     with _open_readonly(args) as engine:
         view = cluster_of(engine, args.id)
@@ -284,9 +284,9 @@ def _cmd_cluster(args) -> int:
 
 
 def _cmd_forget(args) -> int:
-    from .engine import Engine
+    from .engine.engine import Engine
     from .errors import IndexLockedError
-    from .housekeeping import ForgetRequests
+    from .store.housekeeping import ForgetRequests
 
     ids = list(args.ids)
     if args.file:
@@ -300,7 +300,7 @@ def _cmd_forget(args) -> int:
             result = engine.forget(ids).as_dict()
             how = "applied directly (no worker was running)"
     except IndexLockedError:
-        from .engine import index_settings
+        from .engine.engine import index_settings
 
         requests = ForgetRequests(index_settings(cfg, args.state).path)
         name = requests.submit(ids)
@@ -333,7 +333,7 @@ def _cmd_backup(args) -> int:
 
 def _log(cfg: config_module.Config):
     """The log of the commands that talk to Kafka; kafka-python's warnings and errors go into it too."""
-    from .logs import Log, route_library_logs
+    from .ops.logs import Log, route_library_logs
 
     log = Log(cfg.log.format, cfg.log.level)
     route_library_logs(log)
@@ -344,7 +344,7 @@ def _cmd_run(args) -> int:
     cfg = _config(args)
     spawned = _spawn_feed(cfg)
     try:
-        from .worker import Stopper, run_worker
+        from .runtime.worker import Stopper, run_worker
 
         log = _log(cfg)
         stopper = Stopper()
@@ -364,7 +364,7 @@ def _spawn_feed(cfg):
     """The worker's feed process, started first thing: its imports and connection overlap the worker's own."""
     if not cfg.worker.prepare_processes:
         return None
-    from .feed import spawn_feed
+    from .runtime.feed import spawn_feed
 
     return spawn_feed(cfg, cfg.input.topics, cfg.kafka.group_id, cfg)
 
@@ -372,7 +372,7 @@ def _spawn_feed(cfg):
 def _cmd_backfill(args) -> int:
     from datetime import datetime, timezone
 
-    from .worker import Stopper, run_backfill
+    from .runtime.worker import Stopper, run_backfill
 
     cfg = _config(args)
     since = None

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import shutil
+import signal
 import subprocess
-import time
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from streamdedup import corpus
+from streamdedup.core import corpus
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -61,7 +61,7 @@ def read_jsonl(path) -> list[dict]:
 
 def index_snapshot(state) -> dict:
     """Everything the index decided, without timestamps: comparable between runs."""
-    from streamdedup.index import Index, IndexSettings
+    from streamdedup.store.index import Index, IndexSettings
 
     index = Index(IndexSettings(path=str(state)), None, readonly=True)
     try:

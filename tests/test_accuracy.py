@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from streamdedup import config as config_module
-from streamdedup.engine import Engine
-from streamdedup.records import Document, Source
-from streamdedup.shingle import normalize_batch, shingle_batch
+from streamdedup.core.records import Document, Source
+from streamdedup.core.shingle import normalize_batch, shingle_batch
+from streamdedup.engine.engine import Engine
 
 THRESHOLD = 0.7
 

@@ -6,12 +6,12 @@ import os
 
 import numpy as np
 
-from streamdedup import bandfilter
 from streamdedup import config as config_module
-from streamdedup import corpus
-from streamdedup.bandfilter import BandFilter
-from streamdedup.engine import Engine
-from streamdedup.records import Document, Source
+from streamdedup.core import corpus
+from streamdedup.core.records import Document, Source
+from streamdedup.engine.engine import Engine
+from streamdedup.store import bandfilter
+from streamdedup.store.bandfilter import BandFilter
 
 
 def _docs(texts, start=0):

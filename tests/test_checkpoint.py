@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from kafka import TopicPartition
 
-from streamdedup.checkpoint import StartPlan, start_plan
 from streamdedup.errors import IndexUnusableError
+from streamdedup.runtime.checkpoint import StartPlan, start_plan
 
 A, B, C, D = (TopicPartition("raw", n) for n in range(4))
 GROUP = "dedup-group"

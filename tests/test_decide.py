@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from streamdedup import config as config_module
-from streamdedup.engine import Engine
-from streamdedup.records import Document, Rejected, Source
-from streamdedup.verify import jaccard
+from streamdedup.core.records import Document, Rejected, Source
+from streamdedup.core.verify import jaccard
+from streamdedup.engine.engine import Engine
+
 BASE = " ".join(f"word{i} filler{i % 7} term{i % 13}" for i in range(60))
 
 
@@ -92,7 +93,7 @@ def test_rejected_items_pass_through_in_order(index):
 
 
 def jaccard_of(x, y):
-    from streamdedup.shingle import normalize_batch, shingle_batch
+    from streamdedup.core.shingle import normalize_batch, shingle_batch
 
     batch = shingle_batch(normalize_batch([x, y]))
     return jaccard(batch.of(0), batch.of(1))
@@ -109,7 +110,7 @@ def test_merging_recent_keys_into_the_tables_changes_no_decision(tmp_path, crawl
             for start in range(0, len(items), 100):
                 decided += engine.decide_batch(engine.prepare(items[start:start + 100]))
             results.append([(d.status, d.cluster, d.matched, d.exact) for d in decided])
-            from streamdedup.check import check_index
+            from streamdedup.store.check import check_index
 
             report = check_index(engine.index)
             assert report.ok, report.problems

@@ -8,9 +8,9 @@ import random
 import msgpack
 import pytest
 
-from streamdedup import decode as decoding
-from streamdedup.decode import InputSpec, decode
-from streamdedup.records import Document, Rejected, Source
+from streamdedup.core import decode as decoding
+from streamdedup.core.decode import InputSpec, decode
+from streamdedup.core.records import Document, Rejected, Source
 
 SRC = Source("raw", 0, 7)
 SPEC = InputSpec()

@@ -37,8 +37,8 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
-
 from kafka_helpers import Topics, outcomes, produce
+
 from streamdedup import config as config_module
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from streamdedup.config import SECTIONS
-from streamdedup.telemetry import METRIC_NAMES
+from streamdedup.ops.telemetry import METRIC_NAMES
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 

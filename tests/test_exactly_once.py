@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -14,10 +14,17 @@ import urllib.error
 import urllib.request
 
 import pytest
-
 from conftest import OwnBroker, index_snapshot, run_cli
-from kafka_helpers import Topics, outcomes, produce, read_all, run_worker, worker_command
-from streamdedup import corpus
+from kafka_helpers import (
+    Topics,
+    outcomes,
+    produce,
+    read_all,
+    run_worker,
+    worker_command,
+)
+
+from streamdedup.core import corpus
 
 STEPS = ["decided", "kafka-begun", "produced", "offsets-sent", "kafka-committed", "index-committed"]
 

@@ -11,14 +11,14 @@ import sys
 import time
 
 import pytest
-
 from conftest import index_snapshot, read_jsonl, run_cli
 from kafka_helpers import Topics, produce, worker_command
+
 from streamdedup import config as config_module
-from streamdedup import corpus
-from streamdedup.check import check_index
-from streamdedup.engine import Engine
-from streamdedup.records import Document, Source
+from streamdedup.core import corpus
+from streamdedup.core.records import Document, Source
+from streamdedup.engine.engine import Engine
+from streamdedup.store.check import check_index
 
 
 @pytest.fixture(scope="module")

@@ -5,16 +5,19 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from conftest import run_cli
 
 from streamdedup import config as config_module
-from streamdedup import corpus
-from streamdedup.engine import Engine
-from streamdedup.errors import IncompatibleIndexError, IndexLockedError, IndexUnusableError
-from streamdedup.index import DocRecord, Index, IndexSettings
-from streamdedup.records import Document, Source
-from streamdedup.signing import SigningConfig
-
-from conftest import run_cli
+from streamdedup.core import corpus
+from streamdedup.core.records import Document, Source
+from streamdedup.core.signing import SigningConfig
+from streamdedup.engine.engine import Engine
+from streamdedup.errors import (
+    IncompatibleIndexError,
+    IndexLockedError,
+    IndexUnusableError,
+)
+from streamdedup.store.index import DocRecord, Index, IndexSettings
 
 SIGNING = SigningConfig(bands=20, rows=6)
 
@@ -84,7 +87,7 @@ def test_map_grows_by_itself_and_loses_nothing(tmp_path):
         assert engine.index.env.info()["map_size"] > before
         with engine.index.read() as txn:
             assert txn.counters["documents"] == 2000
-    from streamdedup.check import check_index
+    from streamdedup.store.check import check_index
 
     with Index(IndexSettings(path=str(tmp_path)), None, readonly=True) as reader:
         report = check_index(reader)
@@ -112,8 +115,8 @@ def test_a_failed_transaction_leaves_nothing_behind(tmp_path):
 
 
 def test_a_merge_interrupted_between_slices_is_consistent_and_done_again(tmp_path):
-    from streamdedup.check import check_index
-    from streamdedup.lookup import merge_slice
+    from streamdedup.store.check import check_index
+    from streamdedup.store.lookup import merge_slice
 
     cfg = config_module.load(None, ("index.merge_every=100000",), environ={})
     texts = [d.text for d in corpus.generate(400, seed=8)]
@@ -137,7 +140,7 @@ def test_a_merge_interrupted_between_slices_is_consistent_and_done_again(tmp_pat
 def test_mirror_band_rows_of_nothing_and_of_repeated_keys():
     import numpy as np
 
-    from streamdedup.lookup import RecentMirror
+    from streamdedup.store.lookup import RecentMirror
 
     mirror = RecentMirror()
     mirror.add([(1, b"i" * 16, b"c" * 16), (2, b"j" * 16, b"d" * 16)], np.array([1, 2], dtype=np.int64),
@@ -152,7 +155,7 @@ def test_mirror_lookups_span_both_levels(monkeypatch):
     """Entries in the small level, the large level and both at once are all found, and a fold loses none."""
     import numpy as np
 
-    from streamdedup import lookup
+    from streamdedup.store import lookup
 
     monkeypatch.setattr(lookup, "FRESH_ENTRIES", 8)
     rng = np.random.default_rng(3)
@@ -172,7 +175,7 @@ def test_mirror_lookups_span_both_levels(monkeypatch):
 
 
 def test_a_batch_transaction_is_checked_at_each_step(tmp_path):
-    from streamdedup.index import TxnState
+    from streamdedup.store.index import TxnState
 
     with Engine(config_module.load(None, environ={}), str(tmp_path)) as engine:
         decided = engine.decide(engine.prepare(_docs(["a text of several words for the index"])))
@@ -190,7 +193,7 @@ def test_a_batch_transaction_is_checked_at_each_step(tmp_path):
 
 def test_a_commit_that_fills_the_map_decides_the_batch_again_the_same(tmp_path, monkeypatch):
     from streamdedup import faults
-    from streamdedup.check import check_index
+    from streamdedup.store.check import check_index
 
     texts = [d.text for d in corpus.generate(300, seed=5)][:500]
     cfg = config_module.load(None, environ={})

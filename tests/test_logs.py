@@ -11,7 +11,7 @@ import pytest
 
 from streamdedup import cli
 from streamdedup import config as config_module
-from streamdedup.logs import LibraryLogs, Log, route_library_logs
+from streamdedup.ops.logs import LibraryLogs, Log, route_library_logs
 
 STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
 

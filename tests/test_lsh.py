@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streamdedup.lsh import approx_threshold, band_keys, optimal_params, s_curve
+from streamdedup.core.lsh import approx_threshold, band_keys, optimal_params, s_curve
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""streamdedup.metrics: exposition text (checked with a small parser), errors, the HTTP server."""
+"""streamdedup.ops.metrics: exposition text (checked with a small parser), errors, the HTTP server."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from streamdedup.metrics import CONTENT_TYPE, MetricsServer, Registry, parse_address
+from streamdedup.ops.metrics import CONTENT_TYPE, MetricsServer, Registry, parse_address
 
 BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 

@@ -11,9 +11,9 @@ import sys
 import time
 
 import pytest
-
 from conftest import index_snapshot, read_jsonl, run_cli
-from streamdedup import corpus
+
+from streamdedup.core import corpus
 
 DECISION_KEYS = {"id", "status", "cluster", "matched", "similarity", "reason"}
 
@@ -194,7 +194,7 @@ def _batches_line_by_line(data: bytes, size: int) -> list[tuple[bytes, int]]:
 
 def test_file_blocks_hold_the_same_lines_as_reading_line_by_line(monkeypatch):
     """Blocks of whole lines, however the reads fall: CRLF, empty lines, a last line without newline, long lines."""
-    from streamdedup import source
+    from streamdedup.runtime import source
 
     rng = random.Random(3)
     for trial in range(2000):
@@ -207,7 +207,7 @@ def test_file_blocks_hold_the_same_lines_as_reading_line_by_line(monkeypatch):
 
 
 def test_file_batches_give_each_line_its_number_and_the_position_after_it(tmp_path):
-    from streamdedup.source import FilePosition, FileSource
+    from streamdedup.runtime.source import FilePosition, FileSource
 
     path = tmp_path / "in.jsonl"
     path.write_bytes(b'{"text": "a"}\r\n\n{"text": "b"}\n{"text": "c"}')

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from streamdedup.progress import Progress, format_duration
+from streamdedup.ops.progress import Progress, format_duration
 
 
 def test_progress_draws_rate_fraction_and_eta_when_enabled():

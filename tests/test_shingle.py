@@ -10,10 +10,10 @@ import sys
 import numpy as np
 import pytest
 
-from streamdedup.shingle import (
+from streamdedup.core.shingle import (
     normalize,
-    normalize_exact,
     normalize_batch,
+    normalize_exact,
     shingle_batch,
     shingle_hashes_exact,
 )
@@ -86,7 +86,7 @@ def test_same_text_gives_same_shingles_in_any_batch():
 
 def test_shingle_hashes_do_not_depend_on_the_hash_seed():
     code = (
-        "import json; from streamdedup.shingle import shingle_batch, normalize_batch; "
+        "import json; from streamdedup.core.shingle import shingle_batch, normalize_batch; "
         f"texts = {MIXED!r}; b = shingle_batch(normalize_batch(texts)); print(json.dumps(b.hashes.tolist()))"
     )
     outputs = set()
@@ -106,7 +106,7 @@ def test_known_hash_values_are_pinned():
 
 
 def test_batch_normalization_equals_one_by_one_on_mixed_batches():
-    from streamdedup.shingle import content_hash, normalize_texts
+    from streamdedup.core.shingle import content_hash, normalize_texts
 
     texts = MIXED + ["  leading and trailing  ", "!!!", "", "nul\x00inside", "tab\tsep\nlines", "x" * 3, "  a  b  "]
     for batch in (texts, [t for t in texts if t.isascii()], list(reversed(texts))):
@@ -124,7 +124,7 @@ def test_ascii_batch_path_equals_exact_on_random_ascii():
     """Runs of spaces and punctuation at every place: starts, ends, empty texts, NULs."""
     import random
 
-    from streamdedup.shingle import normalize_texts
+    from streamdedup.core.shingle import normalize_texts
 
     rng = random.Random(7)
     alphabet = "aZ9 .,\t\n\x00-!  "
@@ -140,7 +140,7 @@ def test_ascii_batch_path_equals_exact_on_random_ascii():
 
 def test_both_per_document_sorts_agree(monkeypatch):
     """The padded row-wise sort (documents of similar length) and the fallback (one very long document)."""
-    from streamdedup import corpus, shingle
+    from streamdedup.core import corpus, shingle
 
     texts = [d.text for d in corpus.generate(40, seed=5)] + ["word " * 3000 + "end", "a b", "a b c a b c a b c"]
     monkeypatch.setattr(shingle, "PADDED_SORT_SLACK", 10**9)

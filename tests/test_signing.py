@@ -10,8 +10,13 @@ import sys
 import numpy as np
 import pytest
 
-from streamdedup.shingle import ShingleBatch, normalize_batch, shingle_batch, shingle_hashes_exact
-from streamdedup.signing import estimate_jaccard, sign_batch
+from streamdedup.core.shingle import (
+    ShingleBatch,
+    normalize_batch,
+    shingle_batch,
+    shingle_hashes_exact,
+)
+from streamdedup.core.signing import estimate_jaccard, sign_batch
 
 SEEDS = 300  # the RMS of 300 runs is itself within about 4% of its expectation
 
@@ -59,7 +64,7 @@ def test_signature_of_a_document_does_not_depend_on_its_batch():
 
 def test_signatures_are_identical_across_processes_and_hash_seeds():
     code = (
-        "from streamdedup.shingle import shingle_batch, normalize_batch; from streamdedup.signing import sign_batch; "
+        "from streamdedup.core.shingle import shingle_batch, normalize_batch; from streamdedup.core.signing import sign_batch; "
         "s = sign_batch(shingle_batch(normalize_batch(['Café au lait, s’il vous plaît', 'x y z w'])), 128, 3); "
         "print(s.tolist())"
     )
@@ -80,7 +85,7 @@ def test_pinned_signature_values():
 def test_fast_and_exact_paths_give_identical_signatures_on_mixed_text():
     from test_shingle import MIXED
 
-    from streamdedup.shingle import normalize_texts
+    from streamdedup.core.shingle import normalize_texts
 
     texts = MIXED + ["plain ascii words " * 5, "Ascii, with PUNCTUATION!"]
     fast = sign_batch(shingle_batch(normalize_texts(texts)), 128, 1)

@@ -7,7 +7,7 @@ import random
 import pytest
 from kafka.partitioner.default import murmur2
 
-from streamdedup.sink import key_partitions
+from streamdedup.runtime.sink import key_partitions
 
 
 @pytest.mark.parametrize("partitions", [1, 2, 3, 7, 64])
@@ -26,8 +26,8 @@ def test_key_partitions_of_no_keys():
 def test_decision_lines_are_what_json_dumps_writes():
     import json
 
-    from streamdedup.records import Decision
-    from streamdedup.sink import decision_line
+    from streamdedup.core.records import Decision
+    from streamdedup.runtime.sink import decision_line
 
     cases = [
         Decision("plain", "kept", cluster="plain"),
@@ -45,9 +45,8 @@ def test_decision_lines_are_what_json_dumps_writes():
 def test_duplicate_announcements_are_what_json_dumps_writes():
     import json
 
-    from streamdedup.records import Decision, Source
-    from streamdedup.sink import duplicate_body
-    from streamdedup.source import RawRecord
+    from streamdedup.core.records import Decision, RawRecord, Source
+    from streamdedup.runtime.sink import duplicate_body
 
     cases = [
         (Decision("plain", "duplicate", cluster="c1", matched="c1", similarity=0.7123456789), Source("crawl", 0, 5)),

@@ -8,9 +8,9 @@ import urllib.request
 import pytest
 
 from streamdedup import config as config_module
-from streamdedup.engine import Engine
-from streamdedup.records import Decision
-from streamdedup.telemetry import WorkerTelemetry
+from streamdedup.core.records import Decision
+from streamdedup.engine.engine import Engine
+from streamdedup.ops.telemetry import WorkerTelemetry
 
 
 def status(url: str) -> tuple[int, str]:
@@ -48,8 +48,8 @@ def test_ready_only_while_consuming(telemetry):
 
 
 def test_not_ready_when_the_index_map_cannot_grow(tmp_path):
-    from streamdedup.index import IndexSettings
-    from streamdedup.records import Document, Source
+    from streamdedup.core.records import Document, Source
+    from streamdedup.store.index import IndexSettings
 
     cfg = config_module.load(None, ("index.map_size_mb=1",), environ={})
     with Engine(cfg, str(tmp_path)) as engine:

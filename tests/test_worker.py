@@ -9,10 +9,18 @@ import time
 
 import msgpack
 import pytest
-
 from conftest import read_jsonl, run_cli
-from kafka_helpers import Topics, header, outcomes, produce, read_all, run_worker, worker_command
-from streamdedup import corpus
+from kafka_helpers import (
+    Topics,
+    header,
+    outcomes,
+    produce,
+    read_all,
+    run_worker,
+    worker_command,
+)
+
+from streamdedup.core import corpus
 
 
 def crawl_records(docs):
@@ -222,8 +230,9 @@ def test_metrics_and_health_of_a_running_worker(kafka, tmp_path):
     import re
     import urllib.request
 
-    from streamdedup.telemetry import METRIC_NAMES
     from test_metrics import parse_exposition
+
+    from streamdedup.ops.telemetry import METRIC_NAMES
 
     docs = corpus.generate(150, seed=31)
     topics = Topics.fresh(kafka, partitions=2)

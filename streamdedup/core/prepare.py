@@ -17,14 +17,13 @@ from typing import Callable
 import numpy as np
 
 from .decode import decode
-from .index import id_key
 from .lsh import band_keys
-from .records import Document, Item, Rejected, Source
+from .memory import keep_freed_memory
+from .records import Document, FileBatch, Item, RawRecord, Rejected, Source, id_key
 from .shingle import NormalizedBatch, ShingleBatch, normalize_texts, shingle_batch
 from .signing import SigningConfig, sign_batch
-from .source import FileBatch, RawRecord
 
-__all__ = ["PreparedBatch", "Preparer", "die_with_parent", "keep_freed_memory", "libc_function", "prepare",
+__all__ = ["PreparedBatch", "Preparer", "die_with_parent", "prepare",
            "prepare_compact", "prepare_raw", "preparing_process", "raw_payload", "raw_records", "restore_items"]
 
 
@@ -73,33 +72,6 @@ def _reject_empty(items: list[Item], normalized: NormalizedBatch):
     arrays = [normalized.points[s : s + n] for s, n in zip(normalized.starts[keep], normalized.lengths[keep])]
     contents = [c for c, k in zip(normalized.contents, keep.tolist()) if k]
     return result, documents, NormalizedBatch._joined(arrays, contents)
-
-
-def libc_function(name: str):
-    """A function of the C library the process already has (None if it has no such function)."""
-    import ctypes
-
-    return getattr(ctypes.CDLL(None), name, None)
-
-
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (glibc's malloc.h)
-PREPARING_HEAP_BYTES = 256 << 20  # freed memory a preparing process keeps for its next batch
-
-
-def keep_freed_memory() -> None:
-    """In a preparing process: keep freed memory for reuse instead of returning it to the system.
-
-    Every numpy step of a batch allocates arrays of megabytes; glibc gives
-    such blocks back to the system when freed, so each batch faulted its
-    temporaries in again, page by page (measured: 4,400 page faults per
-    batch of 2,000 documents; 530 once freed memory is kept).
-    The process's memory is bounded by the batch size, so keeping it costs
-    nothing that grows. Elsewhere (not glibc): nothing.
-    """
-    mallopt = libc_function("mallopt")
-    if mallopt is not None:
-        mallopt(_M_MMAP_THRESHOLD, PREPARING_HEAP_BYTES)
-        mallopt(_M_TRIM_THRESHOLD, PREPARING_HEAP_BYTES * 2)
 
 
 class Preparer:

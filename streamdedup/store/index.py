@@ -32,7 +32,6 @@ from __future__ import annotations
 import enum
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import time
@@ -45,18 +44,19 @@ import lmdb
 import msgpack
 import numpy as np
 
-from .errors import (
+from ..core.records import id_key
+from ..core.signing import SigningConfig
+from ..errors import (
     DiskFullError,
     IncompatibleIndexError,
     IndexCorruptError,
     IndexLockedError,
     IndexUnusableError,
 )
-from .faults import failing
-from .signing import SigningConfig
+from ..faults import failing
 
 if TYPE_CHECKING:
-    from .records import Document
+    from ..core.records import Document
 
 __all__ = ["Index", "IndexSettings", "IndexTxn", "MapFull", "TxnState", "DocRecord", "FORMAT_VERSION", "id_key",
            "u64", "from_u64"]
@@ -148,10 +148,6 @@ def u64(n: int) -> bytes:
 
 def from_u64(b: bytes) -> int:
     return int.from_bytes(b, "big")
-
-
-def id_key(doc_id: str) -> bytes:
-    return hashlib.blake2b(doc_id.encode("utf-8"), digest_size=16).digest()
 
 
 class Index:

@@ -27,13 +27,13 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
-from .config import Config, kafka_client_settings
-from .errors import BrokerError, BrokerUnavailableError, kafka_trouble
-from .records import Source
-from .source import KafkaSource, RawRecord, canonical_order
+from ..config import Config, kafka_client_settings
+from ..core.records import RawRecord, Source, canonical_order
+from ..errors import BrokerError, BrokerUnavailableError, kafka_trouble
+from .source import KafkaSource
 
 if TYPE_CHECKING:
-    from .prepare import PreparedBatch
+    from ..core.prepare import PreparedBatch
 
 # This module imports nothing heavy at the top (numpy, LMDB: see ``prepare``), so the command line can
 # spawn the feed process first thing, and the process imports them while the worker does the same.
@@ -76,7 +76,7 @@ def feed_settings(config: Config, topics: list[str], group_id: str) -> FeedSetti
 
 def spawn_feed(config: Config, topics: list[str], group_id: str, warm_up) -> "ProcessFeed":
     """A feed process for ``topics`` and ``group_id`` under ``config`` (``warm_up``: see ``ProcessFeed``)."""
-    from .decode import InputSpec
+    from ..core.decode import InputSpec
 
     return ProcessFeed(feed_settings(config, topics, group_id), InputSpec.from_section(config.input), warm_up)
 
@@ -92,7 +92,7 @@ class InlineFeed:
         self.positions = dict(starts)
 
     def next(self, timeout_ms: int) -> Optional[FedBatch]:
-        from .prepare import prepare_raw, raw_payload
+        from ..core.prepare import prepare_raw, raw_payload
 
         records = self.source.poll_batch(timeout_ms, limit=self.limit)
         self.positions = {p: self.source.position(p) for p in self.positions}
@@ -179,7 +179,7 @@ class ProcessFeed:
 
     def _receive(self) -> None:
         """On a thread: when wanted, take the next message off the pipe and rebuild its records."""
-        from .prepare import raw_records, restore_items
+        from ..core.prepare import raw_records, restore_items
 
         while not self._closing.is_set():
             if not self._wanted.wait(0.2):
@@ -230,7 +230,7 @@ def _feed_main(settings: FeedSettings, spec, warm_up, orders, batches, stop, par
     """In the feed process: poll, prepare, hand over, until told to stop (or the worker is gone)."""
     import signal
 
-    from .prepare import preparing_process
+    from ..core.prepare import preparing_process
 
     for sig in (signal.SIGINT, signal.SIGTERM):  # the worker decides when this process stops (Ctrl-C hits both)
         signal.signal(sig, signal.SIG_IGN)
@@ -269,9 +269,9 @@ def _warm_up(warm_up, documents: int) -> None:
     Otherwise the first real batches pay for it (measured: a second more
     for a 50,000-record run), while the worker waits for them.
     """
-    from .engine import signing_config
-    from .prepare import prepare
-    from .records import Document
+    from ..core.prepare import prepare
+    from ..core.records import Document
+    from ..core.signing import signing_config
 
     signing = signing_config(warm_up) if isinstance(warm_up, Config) else warm_up
     words = " ".join(f"warmingup{i:03d}" for i in range(175))  # about the size of a crawled page
@@ -290,7 +290,7 @@ def _wait_for_orders(orders, stop) -> tuple:
 
 def _feed_batches(source: KafkaSource, partitions: list, timeout_ms: int, limit, spec, signing, batches,
                   stop) -> None:
-    from .prepare import prepare_compact, raw_payload
+    from ..core.prepare import prepare_compact, raw_payload
 
     told = None
     while not stop.is_set():

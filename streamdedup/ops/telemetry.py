@@ -12,8 +12,8 @@ import os
 import time
 from typing import Callable, Optional
 
+from ..core.records import REJECTED, Decision
 from .metrics import MetricsServer, Registry
-from .records import REJECTED, Decision
 
 __all__ = ["WorkerTelemetry", "METRIC_NAMES"]
 

@@ -20,12 +20,17 @@ from __future__ import annotations
 import hashlib
 from dataclasses import asdict, dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .lsh import optimal_params
 from .shingle import ShingleBatch
 
-__all__ = ["SigningConfig", "sign_batch", "permutations", "HASH_VERSION"]
+if TYPE_CHECKING:
+    from ..config import Config
+
+__all__ = ["SigningConfig", "sign_batch", "signing_config", "permutations", "HASH_VERSION"]
 
 HASH_VERSION = 2  # bump when normalization, shingle hashing or permutations change
 CHUNK_SHINGLES = 8192  # shingles per vectorized step: num_perm x 8192 x 4 B = 4 MiB at 128
@@ -40,7 +45,7 @@ class SigningConfig:
     num_perm: int = 128  # signature length
     seed: int = 1  # seed of the permutations
     # A new index gets lsh.bands x lsh.rows, or else what lsh.optimal_params picks for lsh.threshold and
-    # the weights (engine.signing_config); these defaults are that pick at the defaults (threshold 0.7).
+    # the weights (signing_config); these defaults are that pick at the defaults (threshold 0.7).
     bands: int = 20
     rows: int = 6
     hash_version: int = HASH_VERSION
@@ -98,3 +103,14 @@ def sign_batch(shingles: ShingleBatch, num_perm: int, seed: int) -> np.ndarray:
 def estimate_jaccard(sig_a: np.ndarray, sig_b: np.ndarray) -> float:
     """Fraction of signature positions where the two signatures agree."""
     return float(np.count_nonzero(sig_a == sig_b)) / len(sig_a)
+
+
+def signing_config(config: Config) -> SigningConfig:
+    """The signing configuration a new index gets: bands x rows as configured, else chosen."""
+    signing, lsh = config.signing, config.lsh
+    if lsh.bands:
+        bands, rows = lsh.bands, lsh.rows
+    else:
+        bands, rows = optimal_params(lsh.threshold, signing.num_perm, lsh.fp_weight, lsh.fn_weight)
+    return SigningConfig(shingle=signing.shingle, k=signing.k, num_perm=signing.num_perm, seed=signing.seed,
+                         bands=bands, rows=rows)

@@ -4,59 +4,19 @@ from __future__ import annotations
 
 import os
 import time
-from collections import Counter, deque
-from dataclasses import dataclass, field
+from collections import deque
 from typing import Optional
 
+from ..core.decode import InputSpec
+from ..core.prepare import Preparer
+from ..engine.engine import Engine
+from ..ops.progress import Progress
+from ..ops.summary import Summary
 from .checkpoint import FileRun
-from .decode import InputSpec
-from .engine import Engine
-from .prepare import Preparer
-from .progress import Progress
-from .records import REJECTED, Decision
 from .sink import FileOutputs
 from .source import FileSource
 
 __all__ = ["Summary", "dedup_files"]
-
-
-@dataclass
-class Summary:
-    """Counts of one run."""
-
-    outcomes: Counter = field(default_factory=Counter)  # kept, duplicate, rejected
-    exact: int = 0
-    replayed: int = 0
-    reasons: Counter = field(default_factory=Counter)
-    seconds: float = 0.0
-    resumed: bool = False
-
-    def add(self, decisions: list[Decision]) -> None:
-        for d in decisions:
-            self.outcomes[d.status] += 1
-            self.exact += d.exact
-            self.replayed += d.replayed
-            if d.status == REJECTED:
-                self.reasons[(d.reason or "").split(":")[0]] += 1
-
-    @property
-    def total(self) -> int:
-        return sum(self.outcomes.values())
-
-    def lines(self) -> list[str]:
-        rate = self.total / self.seconds if self.seconds > 0 else 0.0
-        lines = [
-            f"documents  {self.total:>10,}   ({rate:,.0f} docs/s in {self.seconds:.1f} s)",
-            f"kept       {self.outcomes['kept']:>10,}",
-            f"duplicate  {self.outcomes['duplicate']:>10,}   ({self.exact:,} exact copies)",
-            f"rejected   {self.outcomes['rejected']:>10,}"
-            + (f"   ({', '.join(f'{k} {v}' for k, v in sorted(self.reasons.items()))})" if self.reasons else ""),
-        ]
-        if self.replayed:
-            lines.append(f"replayed   {self.replayed:>10,}   (already decided before; earlier decision repeated)")
-        if self.resumed:
-            lines.append("(resumed an interrupted run; counts cover this part only)")
-        return lines
 
 
 BATCHES_AHEAD = 2  # submitted for preparing before the oldest is decided: the preparing process never idles

@@ -9,9 +9,8 @@ from typing import BinaryIO, Optional
 
 import numpy as np
 
-from .errors import BrokerUnavailableError, ResumeError
-from .records import KEPT, Decision
-from .source import FileBatch, RawRecord
+from ..core.records import KEPT, Decision, FileBatch, RawRecord
+from ..errors import BrokerUnavailableError, ResumeError
 
 __all__ = ["FileOutputs", "KafkaSink", "Pending", "decision_line"]
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .index import Index, IndexTxn, from_u64, id_key
+from ..core.records import id_key
+from .index import Index, IndexTxn, from_u64
 from .lookup import unpack_recent
 
 __all__ = ["CheckReport", "check_index"]

@@ -7,10 +7,12 @@ and several of them are built per document on the hot path.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Optional, Union
 
-__all__ = ["Source", "Document", "Rejected", "Decision", "Item", "KEPT", "DUPLICATE", "REJECTED"]
+__all__ = ["Source", "RawRecord", "FileBatch", "Document", "Rejected", "Decision", "Item", "KEPT", "DUPLICATE",
+           "REJECTED", "canonical_order", "id_key"]
 
 KEPT = "kept"
 DUPLICATE = "duplicate"
@@ -33,6 +35,47 @@ class Source:
         if self.partition < 0:
             return f"{self.name}:{self.offset}"
         return f"{self.name}/{self.partition}/{self.offset}"
+
+
+@dataclass(slots=True)
+class RawRecord:
+    """One input record's bytes and where it came from."""
+
+    value: Optional[bytes]
+    source: Source
+    key: Optional[bytes] = None
+    headers: tuple = ()
+    timestamp_ms: int = -1
+
+
+def canonical_order(records: list["RawRecord"]) -> list["RawRecord"]:
+    """Records sorted by topic, partition, offset: the order a batch is decided in, and replayed in."""
+    return sorted(records, key=lambda r: (r.source.name, r.source.partition, r.source.offset))
+
+
+@dataclass
+class FileBatch:
+    """Consecutive lines of one input file, kept as the one block of bytes they were read as.
+
+    Offline batches are not split into records here: the preparing process
+    splits and decodes them, and the deciding process only needs the block
+    (one cheap object to send) and, for the clean output, the lines.
+    """
+
+    path: str
+    first_line: int  # line number of the block's first line (from 1)
+    count: int  # lines in the block
+    block: bytes  # the lines, each with its newline (the file's last line may lack it)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def values(self) -> list[bytes]:
+        """Each line without its newline (a CR of CRLF stays)."""
+        return self.block.split(b"\n")[: self.count]
+
+    def sources(self) -> list[Source]:
+        return [Source(self.path, -1, n) for n in range(self.first_line, self.first_line + self.count)]
 
 
 @dataclass(slots=True)
@@ -102,3 +145,8 @@ class Decision:
     @classmethod
     def rejected(cls, item: Rejected) -> "Decision":
         return cls(id=item.id or item.source.fallback_id(), status=REJECTED, reason=item.message())
+
+
+def id_key(doc_id: str) -> bytes:
+    """The index key of a document id: BLAKE2b-128 of its UTF-8 bytes (stable across processes and machines)."""
+    return hashlib.blake2b(doc_id.encode("utf-8"), digest_size=16).digest()

@@ -87,13 +87,13 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from .engine import Engine, collector_paused
-from .errors import IndexUnusableError
-from .faults import reached
-from .index import Index, IndexTxn
-from .records import Decision
+from ..core.records import Decision, FileBatch
+from ..engine.engine import Engine, collector_paused
+from ..errors import IndexUnusableError
+from ..faults import reached
+from ..store.index import Index, IndexTxn
 from .sink import FileOutputs
-from .source import FileBatch, FilePosition
+from .source import FilePosition
 
 __all__ = ["FileRun", "Resume", "KafkaCommit", "StartPlan", "start_plan"]
 
@@ -201,7 +201,7 @@ class KafkaCommit:
         waiting for Kafka and the disk (the feed takes its next batch then).
         """
         if prepared is None:  # Step 2. Decode and prepare.
-            from .prepare import prepare_raw, raw_payload
+            from ..core.prepare import prepare_raw, raw_payload
 
             prepared = prepare_raw(raw_payload(records), self.spec, self.engine.signing)
         after = positions if positions is not None else _offsets_after(records)

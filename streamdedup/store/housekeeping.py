@@ -29,7 +29,8 @@ from typing import Optional
 
 import numpy as np
 
-from .index import DocRecord, IndexTxn, from_u64, id_key, u64
+from ..core.records import id_key
+from .index import DocRecord, IndexTxn, from_u64, u64
 from .lookup import RecentMirror, merge_recent, pack_recent, unpack_recent
 
 __all__ = ["ForgetReport", "ForgetRequests", "forget", "sweep_expired", "rebuild_tables", "RETENTION_POSITION"]

@@ -15,23 +15,22 @@ import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Callable, Optional
 
-from . import bandfilter
-from .bandfilter import BandFilter
-from .config import Config
+from ..config import Config
+from ..core.memory import return_freed_memory
+from ..core.prepare import PreparedBatch, prepare
+from ..core.records import Decision, Item
+from ..core.signing import signing_config
+from ..errors import IndexCorruptError
+from ..store import bandfilter
+from ..store.bandfilter import BandFilter
+from ..store.housekeeping import ForgetRequests, forget, rebuild_tables, sweep_expired
+from ..store.index import Index, IndexSettings, IndexTxn, MapFull
+from ..store.lookup import RecentMirror, finish_merge, merge_slice, merge_slices
 from .decide import DedupSettings, decide
-from .errors import IndexCorruptError
-from .index import Index, IndexSettings, IndexTxn, MapFull
-from .housekeeping import ForgetRequests, forget, rebuild_tables, sweep_expired
-from .lookup import RecentMirror, finish_merge, merge_slice, merge_slices
-from .lsh import optimal_params
-from .prepare import PreparedBatch, libc_function, prepare
-from .records import Decision, Item
-from .signing import SigningConfig
 
-__all__ = ["Engine", "DecidedBatch", "collector_paused", "index_settings", "signing_config"]
+__all__ = ["Engine", "DecidedBatch", "collector_paused", "index_settings"]
 
 Bookkeeping = Callable[[IndexTxn, list[Decision]], None]  # the front end's own writes: positions, checkpoints
 
@@ -49,17 +48,6 @@ class DecidedBatch:
     def abort(self) -> None:
         """Throw the batch's transaction away: the index stays as before the batch."""
         self.txn.abort()
-
-
-def signing_config(config: Config) -> SigningConfig:
-    """The signing configuration a new index gets: bands x rows as configured, else chosen."""
-    signing, lsh = config.signing, config.lsh
-    if lsh.bands:
-        bands, rows = lsh.bands, lsh.rows
-    else:
-        bands, rows = optimal_params(lsh.threshold, signing.num_perm, lsh.fp_weight, lsh.fn_weight)
-    return SigningConfig(shingle=signing.shingle, k=signing.k, num_perm=signing.num_perm, seed=signing.seed,
-                         bands=bands, rows=rows)
 
 
 def index_settings(config: Config, path: Optional[str] = None) -> IndexSettings:
@@ -190,7 +178,7 @@ class Engine:
             band_filter.add(self.mirror.keys)
             bandfilter.save(self.index, band_filter)
         self.mirror.clear()
-        _return_freed_memory()
+        return_freed_memory()  # the mirror and the merge's page buffers (measured in ``bench/growth.py``)
 
     def close(self) -> None:
         self.index.close()
@@ -220,21 +208,3 @@ def collector_paused():
         yield
     finally:
         gc.enable()
-
-
-def _return_freed_memory() -> None:
-    """Give the memory a merge freed back to the system.
-
-    The mirror and the merge's page buffers are freed, but glibc keeps freed
-    memory for reuse, so without this the worker's resident size would ratchet
-    up with every merge (measured in ``bench/growth.py``). Elsewhere: nothing.
-    """
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
-
-
-@lru_cache(maxsize=1)
-def _malloc_trim():
-    """glibc's ``malloc_trim`` (looked up once, in the C library the process already has), or None."""
-    return libc_function("malloc_trim")

@@ -15,26 +15,10 @@ import sys
 from dataclasses import dataclass, field
 from typing import BinaryIO, Iterator, Optional
 
-from .errors import ResumeError
-from .records import Source
+from ..core.records import FileBatch, RawRecord, Source, canonical_order
+from ..errors import ResumeError
 
-__all__ = ["RawRecord", "FileBatch", "FilePosition", "FileSource", "KafkaSource", "canonical_order"]
-
-
-@dataclass(slots=True)
-class RawRecord:
-    """One input record's bytes and where it came from."""
-
-    value: Optional[bytes]
-    source: Source
-    key: Optional[bytes] = None
-    headers: tuple = ()
-    timestamp_ms: int = -1
-
-
-def canonical_order(records: list["RawRecord"]) -> list["RawRecord"]:
-    """Records sorted by topic, partition, offset: the order a batch is decided in, and replayed in."""
-    return sorted(records, key=lambda r: (r.source.name, r.source.partition, r.source.offset))
+__all__ = ["FilePosition", "FileSource", "KafkaSource"]
 
 
 @dataclass(frozen=True)
@@ -47,31 +31,6 @@ class FilePosition:
 
     def as_dict(self) -> dict:
         return {"file": self.file, "line": self.line, "byte": self.byte}
-
-
-@dataclass
-class FileBatch:
-    """Consecutive lines of one input file, kept as the one block of bytes they were read as.
-
-    Offline batches are not split into records here: the preparing process
-    splits and decodes them, and the deciding process only needs the block
-    (one cheap object to send) and, for the clean output, the lines.
-    """
-
-    path: str
-    first_line: int  # line number of the block's first line (from 1)
-    count: int  # lines in the block
-    block: bytes  # the lines, each with its newline (the file's last line may lack it)
-
-    def __len__(self) -> int:
-        return self.count
-
-    def values(self) -> list[bytes]:
-        """Each line without its newline (a CR of CRLF stays)."""
-        return self.block.split(b"\n")[: self.count]
-
-    def sources(self) -> list[Source]:
-        return [Source(self.path, -1, n) for n in range(self.first_line, self.first_line + self.count)]
 
 
 @dataclass
@@ -196,7 +155,7 @@ class KafkaSource:
         for topic in self.topics:
             ids = self.consumer.partitions_for_topic(topic)
             if not ids:
-                from .errors import BrokerError
+                from ..errors import BrokerError
 
                 raise BrokerError(f"input topic {topic!r} does not exist (or has no partitions); "
                                   "create it, or fix input.topics")

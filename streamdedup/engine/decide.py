@@ -29,13 +29,13 @@ from typing import Optional
 
 import numpy as np
 
-from .bandfilter import BandFilter
-from .index import DocRecord, IndexTxn
-from .lookup import BatchView, RecentMirror
-from .prepare import PreparedBatch
-from .records import DUPLICATE, KEPT, Decision, Document, Rejected
-from .signing import SigningConfig
-from .verify import best_match
+from ..core.prepare import PreparedBatch
+from ..core.records import DUPLICATE, KEPT, Decision, Document, Rejected
+from ..core.signing import SigningConfig
+from ..core.verify import best_match
+from ..store.bandfilter import BandFilter
+from ..store.index import DocRecord, IndexTxn
+from ..store.lookup import BatchView, RecentMirror
 
 __all__ = ["DedupSettings", "decide"]
 

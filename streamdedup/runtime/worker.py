@@ -16,18 +16,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from ..config import Config, kafka_client_settings
+from ..core.decode import InputSpec
+from ..core.records import canonical_order
+from ..engine.engine import Engine
+from ..errors import BrokerError, BrokerUnavailableError, kafka_trouble
+from ..ops.logs import Log
+from ..ops.progress import Progress
+from ..ops.summary import Summary
+from ..ops.telemetry import WorkerTelemetry
 from .checkpoint import KafkaCommit, start_plan
-from .config import Config, kafka_client_settings
-from .decode import InputSpec
 from .feed import InlineFeed, ProcessFeed, feed_settings, spawn_feed
-from .engine import Engine
-from .errors import BrokerError, BrokerUnavailableError, kafka_trouble
-from .logs import Log
-from .offline import Summary
-from .progress import Progress
 from .sink import KafkaSink, Pending
-from .source import canonical_order
-from .telemetry import WorkerTelemetry
 
 __all__ = ["Stopper", "run_worker", "run_backfill", "WorkerStats"]
 

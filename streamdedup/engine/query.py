@@ -9,14 +9,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from .prepare import prepare
+from ..core.prepare import prepare
+from ..core.records import Document, Rejected, Source, id_key
+from ..core.verify import jaccard
+from ..errors import StreamdedupError
+from ..store.housekeeping import serials_with_id
+from ..store.index import DocRecord
+from ..store.lookup import BatchView, RecentMirror
 from .engine import Engine
-from .errors import StreamdedupError
-from .housekeeping import serials_with_id
-from .index import DocRecord, id_key
-from .lookup import BatchView, RecentMirror
-from .records import Document, Rejected, Source
-from .verify import jaccard
 
 __all__ = ["Match", "ClusterView", "near_duplicates", "cluster_of"]
 

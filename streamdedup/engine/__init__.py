@@ -1,0 +1,1 @@
+"""The seam between the front ends and the index: a batch decided (``decide``), committed (``engine``), queried."""

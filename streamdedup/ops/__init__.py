@@ -1,0 +1,1 @@
+"""What operators see: logs, metrics and health, progress bars, run summaries."""
