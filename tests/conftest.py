@@ -61,6 +61,7 @@ def read_jsonl(path) -> list[dict]:
 
 def index_snapshot(state) -> dict:
     """Everything the index decided, without timestamps: comparable between runs."""
+    from streamdedup.store.bands import band_entries
     from streamdedup.store.index import Index, IndexSettings
 
     index = Index(IndexSettings(path=str(state)), None, readonly=True)
@@ -71,7 +72,7 @@ def index_snapshot(state) -> dict:
                  r.band_keys)
                 for r in txn.records()
             ]
-            bands = list(txn.band_entries())
+            bands = list(band_entries(txn))
             counters = dict(txn.counters)
         return {"records": records, "bands": bands, "counters": counters}
     finally:

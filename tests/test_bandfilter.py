@@ -47,11 +47,11 @@ def test_decisions_are_the_same_with_and_without_the_filter_across_merges_and_re
         with Engine(_config(), str(tmp_path / "on")) as engine:
             with_filter += engine.decide_batch(engine.prepare(_docs(chunk, 100 * number)))
             if number > 1:  # the first merge (in chunk 1) saved it
-                assert engine.band_filter.loaded, "the filter saved by the last merge should be loaded"
+                assert engine.bands.loaded_filter().loaded, "the filter saved by the last merge should be loaded"
     with Engine(_config("index.band_filter_mb=0"), str(tmp_path / "off")) as engine:
         for number, chunk in enumerate(chunks):
             without += engine.decide_batch(engine.prepare(_docs(chunk, 100 * number)))
-        assert engine.band_filter is None
+        assert engine.bands.loaded_filter() is None
     assert [(d.status, d.cluster) for d in with_filter] == [(d.status, d.cluster) for d in without]
     assert sum(d.status == "duplicate" and not d.exact for d in with_filter) > 20  # near-duplicates across merges
 
@@ -65,11 +65,11 @@ def test_a_saved_filter_that_is_not_current_is_rebuilt_from_the_tables(tmp_path)
         stale = _read(path)  # saved by the merge after 150 documents
         engine.decide_batch(engine.prepare(_docs(texts[200:], 200)))  # another merge: a new stamp
         assert _read(path) != stale
-        keys = engine.band_filter.bits.copy()
+        keys = engine.bands.loaded_filter().bits.copy()
     with open(path, "wb") as handle:  # as after a crash between a merge's commit and saving the filter
         handle.write(stale)
     with Engine(_config(), state) as engine:
-        rebuilt = engine.band_filter
+        rebuilt = engine.bands.loaded_filter()
         assert not rebuilt.loaded and rebuilt.keys_added > 0  # built from the tables
         assert (rebuilt.bits & keys == keys).all()  # holds every key the writer had
     damaged = bytearray(_read(path))
@@ -77,9 +77,9 @@ def test_a_saved_filter_that_is_not_current_is_rebuilt_from_the_tables(tmp_path)
     with open(path, "wb") as handle:
         handle.write(damaged)
     with Engine(_config(), state) as engine:
-        assert not engine.band_filter.loaded
+        assert not engine.bands.loaded_filter().loaded
     with Engine(_config("index.band_filter_mb=1"), state) as engine:  # another size: not the saved one
-        assert not engine.band_filter.loaded and engine.band_filter.words == 1 << 17
+        assert not engine.bands.loaded_filter().loaded and engine.bands.loaded_filter().words == 1 << 17
 
 
 def test_rebuilding_the_tables_drops_the_saved_filter(tmp_path):
@@ -89,6 +89,6 @@ def test_rebuilding_the_tables_drops_the_saved_filter(tmp_path):
         assert os.path.exists(os.path.join(engine.index.path, bandfilter.FILE_NAME))
         engine.rebuild()
         assert not os.path.exists(os.path.join(engine.index.path, bandfilter.FILE_NAME))
-        assert not engine.band_filter.loaded and engine.band_filter.keys_added > 0
+        assert not engine.bands.loaded_filter().loaded and engine.bands.loaded_filter().keys_added > 0
         again = engine.decide_batch(engine.prepare(_docs(texts, 1000)))
     assert all(d.status == "duplicate" for d in again)

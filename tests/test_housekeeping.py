@@ -18,6 +18,7 @@ from streamdedup import config as config_module
 from streamdedup.core import corpus
 from streamdedup.core.records import Document, Source
 from streamdedup.engine.engine import Engine
+from streamdedup.store.bands import band_entries
 from streamdedup.store.check import check_index
 
 
@@ -160,7 +161,7 @@ def test_retention_stops_matching_then_the_sweep_clears_band_tables(tmp_path):
         assert all(d.status == "kept" for d in late if d.id[len("late-"):] in kept_first)
         assert engine.sweep() > 0
         with engine.index.read() as txn:
-            old_bands = sum(1 for _, _, serial in txn.band_entries() if serial <= len(first))
+            old_bands = sum(1 for _, _, serial in band_entries(txn) if serial <= len(first))
         assert old_bands == 0
         report = check_index(engine.index)
         assert report.ok, report.problems

@@ -123,7 +123,7 @@ def test_a_merge_interrupted_between_slices_is_consistent_and_done_again(tmp_pat
     with Engine(cfg, str(tmp_path)) as engine:
         engine.decide_batch(engine.prepare(_docs(texts[:300])))
         for number in range(0, 20, 2):  # half the slices, then "crash": no finish
-            engine.index.write(lambda txn: merge_slice(txn, engine.mirror, number, 20))
+            engine.index.write(lambda txn: merge_slice(txn, engine.mirror, engine.bands, number, 20))
     with Engine(cfg, str(tmp_path)) as engine:
         report = check_index(engine.index)
         assert report.ok, report.problems

@@ -33,7 +33,7 @@ from ..core.prepare import PreparedBatch
 from ..core.records import DUPLICATE, KEPT, Decision, Document, Rejected
 from ..core.signing import SigningConfig
 from ..core.verify import best_match
-from ..store.bandfilter import BandFilter
+from ..store.bands import BandTables
 from ..store.index import DocRecord, IndexTxn
 from ..store.lookup import BatchView, RecentMirror
 
@@ -49,9 +49,9 @@ class DedupSettings:
 
 
 def decide(txn: IndexTxn, batch: PreparedBatch, settings: DedupSettings, now: float,
-           mirror: RecentMirror, band_filter: Optional[BandFilter] = None) -> list[Decision]:
+           mirror: RecentMirror, bands: BandTables) -> list[Decision]:
     """Decide every item of the batch, in order, recording documents in the index."""
-    view = BatchView(txn, mirror, batch.id_keys, batch.contents, batch.keys, band_filter)
+    view = BatchView(txn, mirror, batch.id_keys, batch.contents, batch.keys, bands)
     cutoff = now - settings.retention_s if settings.retention_s > 0 else None
     decisions = []
     for i, item in enumerate(batch.items):

@@ -23,8 +23,7 @@ from ..core.prepare import PreparedBatch, prepare
 from ..core.records import Decision, Item
 from ..core.signing import signing_config
 from ..errors import IndexCorruptError
-from ..store import bandfilter
-from ..store.bandfilter import BandFilter
+from ..store.bands import BandTables
 from ..store.housekeeping import ForgetRequests, forget, rebuild_tables, sweep_expired
 from ..store.index import Index, IndexSettings, IndexTxn, MapFull
 from ..store.lookup import RecentMirror, finish_merge, merge_slice, merge_slices
@@ -73,17 +72,9 @@ class Engine:
         self.requests = ForgetRequests(self.index.path)
         self.clock = clock
         self.merge_every = config.index.merge_every
-        self.band_filter_bytes = 0 if readonly else config.index.band_filter_mb << 20
-        self._band_filter: Optional[BandFilter] = None
+        self.bands = BandTables(self.index, 0 if readonly else config.index.band_filter_mb << 20)
         with self.index.read() as txn:
             self.mirror = RecentMirror.load(txn)
-
-    @property
-    def band_filter(self) -> Optional[BandFilter]:
-        """The writer's filter of the band tables' keys (see ``bandfilter``), loaded or built on first use."""
-        if self._band_filter is None and self.band_filter_bytes:
-            self._band_filter = bandfilter.load_or_build(self.index, self.band_filter_bytes)
-        return self._band_filter
 
     def prepare(self, items: list[Item]) -> PreparedBatch:
         return prepare(items, self.signing)
@@ -93,10 +84,10 @@ class Engine:
         return self._decided(batch, self.clock(), bookkeeping)
 
     def _decided(self, batch: PreparedBatch, now: float, bookkeeping: Optional[Bookkeeping]) -> DecidedBatch:
-        band_filter = self.band_filter
+        self.bands.loaded_filter()  # before the transaction: building it reads the index
 
         def work(txn: IndexTxn) -> list[Decision]:
-            decisions = decide(txn, batch, self.settings, now, self.mirror, band_filter)
+            decisions = decide(txn, batch, self.settings, now, self.mirror, self.bands)
             if bookkeeping is not None:
                 bookkeeping(txn, decisions)
             return decisions
@@ -139,7 +130,7 @@ class Engine:
 
     def forget(self, ids: list[str]):
         """Remove documents (every version of each id); see ``housekeeping``."""
-        return self.index.write(lambda txn: forget(txn, self.mirror, ids))
+        return self.index.write(lambda txn: forget(txn, self.mirror, self.bands, ids))
 
     def between_batches(self) -> None:
         """What the writer does between batches: pending forget requests, a slice of the retention sweep."""
@@ -151,16 +142,15 @@ class Engine:
         if self.settings.retention_s <= 0 or self.clock() < self._next_sweep:
             return 0
         cutoff = self.clock() - self.settings.retention_s
-        expired, done = self.index.write(lambda txn: sweep_expired(txn, self.mirror, cutoff, budget))
+        expired, done = self.index.write(lambda txn: sweep_expired(txn, self.mirror, self.bands, cutoff, budget))
         if done:
             self._next_sweep = self.clock() + self.sweep_interval_s
         return expired
 
     def rebuild(self) -> dict:
         """Re-derive the lookup tables from the records (``check --fix``)."""
-        bandfilter.forget_saved(self.index)
-        self._band_filter = None
-        result = self.index.write(rebuild_tables)
+        self.bands.rebuilding()
+        result = self.index.write(lambda txn: rebuild_tables(txn, self.bands))
         with self.index.read() as txn:
             self.mirror = RecentMirror.load(txn)
         return result
@@ -169,14 +159,12 @@ class Engine:
         """Move the recent documents' lookup keys into the hash-keyed tables (see ``lookup``)."""
         if not self.mirror.documents:
             return
-        band_filter = self.band_filter  # loaded (or built) before the tables change
+        self.bands.loaded_filter()  # loaded (or built) before the tables change
         slices = merge_slices(self.index.database_bytes()["bands"], self.signing.bands)
         for number in range(slices):
-            self.index.write(lambda txn: merge_slice(txn, self.mirror, number, slices))
+            self.index.write(lambda txn: merge_slice(txn, self.mirror, self.bands, number, slices))
         self.index.write(lambda txn: finish_merge(txn, self.mirror))
-        if band_filter is not None:  # the keys are in the tables now: the filter must say so
-            band_filter.add(self.mirror.keys)
-            bandfilter.save(self.index, band_filter)
+        self.bands.inserted(self.mirror.keys)
         self.mirror.clear()
         return_freed_memory()  # the mirror and the merge's page buffers (measured in ``bench/growth.py``)
 

@@ -13,6 +13,7 @@ from ..core.prepare import prepare
 from ..core.records import Document, Rejected, Source, id_key
 from ..core.verify import jaccard
 from ..errors import StreamdedupError
+from ..store.bands import BandTables
 from ..store.housekeeping import serials_with_id
 from ..store.index import DocRecord
 from ..store.lookup import BatchView, RecentMirror
@@ -53,7 +54,8 @@ def near_duplicates(engine: Engine, text: str, min_similarity: Optional[float] =
         raise StreamdedupError(f"nothing to look for: {batch.items[0].message()}")
     shingles = batch.shingles.of(0)
     with engine.index.read() as txn:
-        view = BatchView(txn, RecentMirror.load(txn), [id_key("")], batch.contents, batch.keys)
+        view = BatchView(txn, RecentMirror.load(txn), [id_key("")], batch.contents, batch.keys,
+                         BandTables(engine.index))
         found: dict[int, Match] = {}
         for serial in view.candidates(0)[0].tolist():
             record = txn.record(serial)

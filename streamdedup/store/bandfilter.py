@@ -21,8 +21,8 @@ key. Any other file is ignored and the filter is built again from the tables
 (seconds per million documents). Keys removed from the tables (``forget``,
 retention) stay set, which is harmless. A key missing from it would hide a
 stored document, so every path that adds band entries (merges and ``check
---fix``) goes through ``Engine``, which adds them here as well. Deleting the
-file is always safe.
+--fix``) goes through ``bands.BandTables``, which adds them here as well.
+Deleting the file is always safe.
 """
 
 from __future__ import annotations
@@ -30,11 +30,9 @@ from __future__ import annotations
 import os
 import struct
 import zlib
-from typing import Optional
+from typing import Callable, Iterator, Optional
 
 import numpy as np
-
-from .lookup import band_table_keys
 
 __all__ = ["BandFilter", "SCAN_CHUNK", "FILE_NAME", "forget_saved", "load_or_build", "save"]
 
@@ -58,10 +56,10 @@ class BandFilter:
         self.loaded = False  # read from the saved file (else built from the tables, or new)
 
     @classmethod
-    def of_tables(cls, txn, size_bytes: int) -> "BandFilter":
-        """A filter holding every key of the band tables (read in chunks, so memory stays flat)."""
+    def of_keys(cls, chunks: Iterator[np.ndarray], size_bytes: int) -> "BandFilter":
+        """A filter holding every key of ``chunks`` (arrays of band keys: memory stays flat)."""
         made = cls(size_bytes)
-        for keys in band_table_keys(txn, SCAN_CHUNK):
+        for keys in chunks:
             made.add(keys)
         return made
 
@@ -90,14 +88,14 @@ class BandFilter:
         return ones / (64 * self.words)
 
 
-def load_or_build(index, size_bytes: int) -> BandFilter:
-    """The saved filter if it is this index's current one, else one built from the tables (and saved)."""
+def load_or_build(index, size_bytes: int, stored_keys: Callable[..., Iterator[np.ndarray]]) -> BandFilter:
+    """The saved filter if it is this index's current one, else one built from ``stored_keys(txn)`` (and saved)."""
     with index.read() as txn:
         stamp = _stamp(index, txn)
         loaded = _load(os.path.join(index.path, FILE_NAME), stamp, size_bytes)
         if loaded is not None:
             return loaded
-        built = BandFilter.of_tables(txn, size_bytes)
+        built = BandFilter.of_keys(stored_keys(txn), size_bytes)
     if built.keys_added:  # an empty one is made again in no time
         save(index, built)
     return built

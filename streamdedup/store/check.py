@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..core.records import id_key
+from .bands import band_entries
 from .index import Index, IndexTxn, from_u64
 from .lookup import unpack_recent
 
@@ -116,7 +117,7 @@ def _check_recent_entry(record, name: str, keys: np.ndarray, entry, report: Chec
 def _check_bands(txn: IndexTxn, merged_keys: dict[int, set[tuple[int, int]]], merged: int,
                  report: CheckReport, unmerged_keys: dict) -> None:
     seen: dict[int, int] = {}
-    for band, key, serial in txn.band_entries():
+    for band, key, serial in band_entries(txn):
         report.band_entries += 1
         wanted = merged_keys.get(serial)
         if wanted is None and serial > merged and (band, int.from_bytes(key, "big")) in unmerged_keys.get(serial, ()):

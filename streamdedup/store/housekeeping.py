@@ -30,6 +30,7 @@ from typing import Optional
 import numpy as np
 
 from ..core.records import id_key
+from .bands import BandTables
 from .index import DocRecord, IndexTxn, from_u64, u64
 from .lookup import RecentMirror, merge_recent, pack_recent, unpack_recent
 
@@ -58,7 +59,7 @@ def serials_with_id(txn: IndexTxn, mirror: RecentMirror, doc_id: str) -> list[in
     return sorted(set(found) | set(mirror.serials_of_id(key)))
 
 
-def forget(txn: IndexTxn, mirror: RecentMirror, ids: list[str]) -> ForgetReport:
+def forget(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, ids: list[str]) -> ForgetReport:
     """Remove every version of these documents; the mirror follows once the transaction commits."""
     report = ForgetReport()
     removed: set[int] = set()
@@ -68,7 +69,7 @@ def forget(txn: IndexTxn, mirror: RecentMirror, ids: list[str]) -> ForgetReport:
             report.unknown.append(doc_id)
             continue
         for serial in serials:
-            _forget_one(txn, txn.record(serial), report)
+            _forget_one(txn, bands, txn.record(serial), report)
             removed.add(serial)
         report.forgotten.append(doc_id)
     if removed:
@@ -76,7 +77,7 @@ def forget(txn: IndexTxn, mirror: RecentMirror, ids: list[str]) -> ForgetReport:
     return report
 
 
-def _forget_one(txn: IndexTxn, record: DocRecord, report: ForgetReport) -> None:
+def _forget_one(txn: IndexTxn, bands: BandTables, record: DocRecord, report: ForgetReport) -> None:
     key = u64(record.serial)
     txn.delete("docs", key)
     txn.delete("shingles", key)
@@ -87,8 +88,7 @@ def _forget_one(txn: IndexTxn, record: DocRecord, report: ForgetReport) -> None:
     if record.cluster:
         txn.delete("members", u64(record.cluster), key)
     if record.kept:
-        for band, band_key in enumerate(np.frombuffer(record.band_keys, dtype=">u8").tolist()):
-            txn.delete("bands", band.to_bytes(2, "big") + band_key.to_bytes(8, "big"), key)
+        bands.remove(txn, record.serial, record.band_keys)
         report.released += _dissolve(txn, record.serial)
         report.dissolved += 1
     txn.count(documents=-1, kept=-int(record.kept), duplicates=-int(not record.kept), exact=-int(record.exact))
@@ -106,7 +106,8 @@ def _dissolve(txn: IndexTxn, cluster: int) -> int:
     return len(members)
 
 
-def sweep_expired(txn: IndexTxn, mirror: RecentMirror, cutoff: float, budget: int) -> tuple[int, bool]:
+def sweep_expired(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, cutoff: float,
+                  budget: int) -> tuple[int, bool]:
     """Expire kept documents decided before ``cutoff``, at most ``budget`` records looked at.
 
     Returns (documents expired, whether the sweep reached documents newer than the cutoff).
@@ -126,7 +127,7 @@ def sweep_expired(txn: IndexTxn, mirror: RecentMirror, cutoff: float, budget: in
             looked += 1
             next_serial = record.serial + 1
             if record.kept and not record.expired:
-                _expire(txn, record)
+                _expire(txn, bands, record)
                 expired.add(record.serial)
     txn.set_position(RETENTION_POSITION, next_serial)
     if expired:
@@ -134,21 +135,20 @@ def sweep_expired(txn: IndexTxn, mirror: RecentMirror, cutoff: float, budget: in
     return len(expired), done
 
 
-def _expire(txn: IndexTxn, record: DocRecord) -> None:
+def _expire(txn: IndexTxn, bands: BandTables, record: DocRecord) -> None:
     key = u64(record.serial)
     recent = txn.get("recent", key)
     if recent is not None:
         ident, content, _ = unpack_recent(recent)
         txn.txn.put(key, pack_recent(ident, content), db=txn.dbs["recent"])
     else:
-        for band, band_key in enumerate(np.frombuffer(record.band_keys, dtype=">u8").tolist()):
-            txn.delete("bands", band.to_bytes(2, "big") + band_key.to_bytes(8, "big"), key)
+        bands.remove(txn, record.serial, record.band_keys)
     txn.delete("shingles", key)
     record.expired = True
     txn.put_record(record)
 
 
-def rebuild_tables(txn: IndexTxn) -> dict:
+def rebuild_tables(txn: IndexTxn, bands: BandTables) -> dict:
     """Re-derive ids, content, members, bands, the recent log and the counters from the records."""
     for name in ("ids", "content", "members", "bands", "recent"):
         txn.txn.drop(txn.dbs[name], delete=False)
@@ -166,10 +166,9 @@ def rebuild_tables(txn: IndexTxn) -> dict:
         if record.kept and not record.expired:
             kept_serials.append(record.serial)
             kept_keys.append(np.frombuffer(record.band_keys, dtype=">u8").astype(np.uint64))
-    bands = txn.index.signing.bands
     mirror.add(entries, np.array(kept_serials, dtype=np.int64),
-               np.array(kept_keys, dtype=np.uint64).reshape(len(kept_keys), bands))
-    merge_recent(txn, mirror)
+               np.array(kept_keys, dtype=np.uint64).reshape(len(kept_keys), txn.index.signing.bands))
+    merge_recent(txn, mirror, bands)
     previous = txn.counters
     fixed = {k: counters[k] - previous[k] for k in counters}
     txn.count(**fixed, next_serial=max(last - previous["next_serial"], 0))

@@ -519,11 +519,6 @@ class IndexTxn:
         for key, raw in self.txn.cursor(db=self.dbs["docs"]):
             yield DocRecord.unpack(from_u64(key), raw)
 
-    def band_entries(self) -> Iterator[tuple[int, bytes, int]]:
-        """Every (band, key, serial) of the band tables."""
-        for key, value in self.txn.cursor(db=self.dbs["bands"]):
-            yield int.from_bytes(key[:2], "big"), key[2:], from_u64(value)
-
     def position(self, name: str) -> Optional[Any]:
         raw = self.txn.get(name.encode(), db=self.dbs["positions"])
         return None if raw is None else json.loads(raw)

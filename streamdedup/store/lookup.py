@@ -18,21 +18,18 @@ the mirror is read back from it; readers (``query``) load their own.
 from __future__ import annotations
 
 import bisect
-import itertools
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import msgpack
 import numpy as np
 
 from .index import DocRecord, IndexTxn, from_u64, u64
 
-__all__ = ["RecentMirror", "BatchView", "band_table_keys", "merge_recent", "merge_slice", "merge_slices", "finish_merge",
+if TYPE_CHECKING:
+    from .bands import BandTables
+
+__all__ = ["RecentMirror", "BatchView", "merge_recent", "merge_slice", "merge_slices", "finish_merge",
            "pack_recent", "unpack_recent"]
-
-_KEY_ROW = np.dtype([("band", ">u2"), ("key", ">u8")])  # a band table key
-_BAND_ROW = np.dtype([("band", ">u2"), ("key", ">u8"), ("serial", ">u8")])  # key and one value
-_BAND_PAIR = np.dtype([("key", "V10"), ("value", "V8")])  # the same row as LMDB key and value bytes
-
 
 def pack_recent(ident: bytes, content: bytes, band_keys: bytes = b"") -> bytes:
     """A ``recent`` value: id hash (16 B), content hash (16 B), band keys (8 B each big-endian, kept documents only)."""
@@ -220,7 +217,7 @@ def merge_slices(bands_table_bytes: int, bands: int) -> int:
     return bands * max(1, per_band)
 
 
-def merge_slice(txn: IndexTxn, mirror: RecentMirror, number: int, slices: int) -> None:
+def merge_slice(txn: IndexTxn, mirror: RecentMirror, bands: "BandTables", number: int, slices: int) -> None:
     """Merge slice ``number`` of ``slices`` of the mirrored entries into the ids, content and bands tables.
 
     Slices split the band tables by band, then by key, and the id and content
@@ -232,12 +229,7 @@ def merge_slice(txn: IndexTxn, mirror: RecentMirror, number: int, slices: int) -
     ids, contents = mirror.table_pairs()
     raw.cursor(db=dbs["ids"]).putmulti(_prefix_range(ids, low, high), dupdata=True)
     raw.cursor(db=dbs["content"]).putmulti(_prefix_range(contents, low, high), overwrite=False)
-    if len(mirror.keys):
-        span = txn.index.signing.bands << 16  # (band, first two key bytes), in table order
-        where = (mirror.bands.astype(np.int64) << 16) | (mirror.keys >> np.uint64(48)).astype(np.int64)
-        chosen = (where >= number * span // slices) & (where < (number + 1) * span // slices)
-        pairs = _band_pairs(mirror.bands[chosen], mirror.keys[chosen], mirror.serials[chosen])
-        raw.cursor(db=dbs["bands"]).putmulti(pairs, dupdata=True)
+    bands.insert_slice(txn, mirror, number, slices)
 
 
 def finish_merge(txn: IndexTxn, mirror: RecentMirror) -> None:
@@ -248,9 +240,9 @@ def finish_merge(txn: IndexTxn, mirror: RecentMirror) -> None:
     txn.count(merged_upto=mirror.last_serial - txn.counters.get("merged_upto", 0))
 
 
-def merge_recent(txn: IndexTxn, mirror: RecentMirror) -> None:
+def merge_recent(txn: IndexTxn, mirror: RecentMirror, bands: "BandTables") -> None:
     """The whole merge in one transaction (for small indexes and ``check --fix``)."""
-    merge_slice(txn, mirror, 0, 1)
+    merge_slice(txn, mirror, bands, 0, 1)
     finish_merge(txn, mirror)
 
 
@@ -259,22 +251,6 @@ def _prefix_range(pairs: list[tuple[bytes, bytes]], low: int, high: int) -> list
     begin = bisect.bisect_left(pairs, (low.to_bytes(2, "big"),))
     end = len(pairs) if high > 0xFFFF else bisect.bisect_left(pairs, (high.to_bytes(2, "big"),))
     return pairs[begin:end]
-
-
-def band_table_keys(txn: IndexTxn, chunk: int):
-    """Every key stored in the band tables, each once, as uint64 arrays of at most ``chunk`` keys."""
-    keys = txn.txn.cursor(db=txn.dbs["bands"]).iternext_nodup(keys=True, values=False)
-    while rows := list(itertools.islice(keys, chunk)):
-        yield np.frombuffer(b"".join(rows), dtype=_KEY_ROW)["key"].astype(np.uint64)
-
-
-def _band_pairs(bands: np.ndarray, keys: np.ndarray, serials: np.ndarray) -> list[tuple[bytes, bytes]]:
-    """Band table (key, value) bytes, in the table's order (band, key, serial)."""
-    entries = np.empty(len(keys), dtype=_BAND_ROW)
-    entries["band"], entries["key"], entries["serial"] = bands, keys, serials
-    entries = entries[np.lexsort((entries["serial"], entries["key"], entries["band"]))]
-    pairs = entries.view(_BAND_PAIR)
-    return list(zip(pairs["key"].tolist(), pairs["value"].tolist()))
 
 
 class BatchView:
@@ -286,10 +262,10 @@ class BatchView:
     """
 
     def __init__(self, txn: IndexTxn, mirror: RecentMirror, id_keys: list[bytes], contents: list[bytes],
-                 band_keys: np.ndarray, band_filter=None):
+                 band_keys: np.ndarray, bands: "BandTables"):
         self.txn = txn
         self.mirror = mirror
-        self.band_filter = band_filter  # keys it surely lacks are not asked of the band tables
+        self.bands = bands
         self._raw = txn.txn
         self.dbs = txn.dbs
         self._band_keys = band_keys
@@ -333,20 +309,7 @@ class BatchView:
         several times faster than searching them in batch order), ``rows`` and
         ``band`` the row and band of each.
         """
-        order = np.argsort(band, kind="stable")  # (band, key): the B-tree's order, walked front to back
-        band, key = band[order], asked[order]
-        first = np.ones(len(key), dtype=bool)
-        first[1:] = (key[1:] != key[:-1]) | (band[1:] != band[:-1])  # ask each key once
-        request = np.empty(int(first.sum()), dtype=_KEY_ROW)
-        request["band"], request["key"] = band[first], key[first]
-        if self.band_filter is not None:
-            request = request[self.band_filter.may_hold(key[first])]
-        cursor = self._raw.cursor(db=self.dbs["bands"])
-        stored = cursor.getmulti(_as_bytes_list(request), dupdata=True, dupfixed_bytes=8, keyfixed=True)
-        stored = np.frombuffer(stored, dtype=_BAND_ROW)
-        recent_keys, recent_serials = self.mirror.band_rows(asked)
-        found_keys = np.concatenate((stored["key"].astype(np.uint64), recent_keys))
-        found_serials = np.concatenate((stored["serial"].astype(np.int64), recent_serials))
+        found_keys, found_serials = self.bands.lookup(self.txn, self.mirror, band, asked)
         return _Hits.found(asked, rows, len(self._band_keys), found_keys, found_serials)
 
     # -- what the batch sees -------------------------------------------
@@ -427,11 +390,6 @@ class BatchView:
         kept_serials = np.fromiter(self._kept_rows.values(), dtype=np.int64, count=kept)
         kept_keys, mirror = self._band_keys[kept_rows], self.mirror
         return lambda: mirror.add(entries, kept_serials, kept_keys)
-
-
-def _as_bytes_list(rows: np.ndarray) -> list[bytes]:
-    """Each row of a structured array as one bytes object (void fields keep trailing zero bytes)."""
-    return rows.view(np.dtype((np.void, rows.dtype.itemsize))).tolist()
 
 
 class _Hits:
