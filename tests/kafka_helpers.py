@@ -120,7 +120,7 @@ def outcomes(bootstrap: str, topics: Topics) -> dict:
     for kind, topic in (("clean", topics.clean), ("duplicates", topics.duplicates),
                         ("dead_letter", topics.dead_letter)):
         for message in read_all(bootstrap, topic):
-            source = header(message, "streamdedup.runtime.source").decode()
+            source = header(message, "streamdedup.source").decode()
             name, partition, offset = source.rsplit("/", 2)
             assert name == topics.raw
             found.setdefault((int(partition), int(offset)), []).append((kind, message))
