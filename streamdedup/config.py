@@ -111,6 +111,8 @@ class WorkerSection:
     transactional_id: str = _key("", "Kafka transactional id ('' derives it from the index id)")
     prepare_processes: int = _key(1, "second process that reads and signs the next batch while one is decided (0: none)",
                                   low=0, high=1)
+    unreachable_timeout_s: float = _key(300.0, "with --until-caught-up: stop with an error when no broker answered "
+                                        "for this long (0: wait forever)", low=0.0)
 
 
 @dataclass(frozen=True)
