@@ -115,6 +115,8 @@ class WorkerSection:
                                   "then the session is rebuilt and the batch recovered", low=1.0)
     stall_timeout_s: float = _key(300.0, "/healthz fails once one step has waited this long, so an orchestrator "
                                   "restarts the worker (0: never)", low=0.0)
+    unreachable_timeout_s: float = _key(300.0, "with --until-caught-up: stop with an error when no broker answered "
+                                        "for this long (0: wait forever)", low=0.0)
 
 
 @dataclass(frozen=True)

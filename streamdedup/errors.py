@@ -14,6 +14,10 @@ Bad *input* is never an exception: it is a ``Rejected`` value with a reason
     └── BrokerError                  Kafka cannot be used as configured
         └── BrokerUnavailableError   the broker does not answer (retriable)
 
+``kafka_trouble`` sorts every error met while reading, deciding and writing
+into transient (retried), permanent for one record (rejected with a reason)
+and permanent for the worker (a message and exit 1); see its docstring.
+
 Every message says what was expected, what was found and what to do.
 """
 
@@ -66,15 +70,82 @@ class BrokerUnavailableError(BrokerError):
     retriable = True
 
 
-def kafka_trouble(exc: BaseException) -> Optional[BaseException]:
-    """A kafka-python error as a BrokerError (retriable or not), else None (not ours to handle)."""
+# What a kafka-python error means for the worker (see ``kafka_trouble``), by class name so this
+# module imports nothing heavy. Permanent for the worker: waiting cannot help, an operator must act.
+_FATAL_FOR_WORKER = {
+    "ProducerFencedError": "another worker with the same transactional id took over; run one worker per index",
+    "TransactionCoordinatorFencedError": "another worker with the same transactional id took over; "
+                                         "run one worker per index",
+    "AuthorizationError": "the credentials lack a right the worker needs; see the ACLs in README "
+                          "(Pointing the worker at an existing cluster)",
+    "SaslAuthenticationFailedError": "the broker refused the SASL credentials; fix kafka.sasl_*",
+    "UnsupportedSaslMechanismError": "the broker does not offer this SASL mechanism; fix kafka.sasl_mechanism",
+    "UnsupportedVersionError": "the broker is too old for what the worker asks (transactions need Kafka 0.11 "
+                               "or later)",
+    "UnsupportedForMessageFormatError": "the topic's message format is too old for transactions; "
+                                        "use message format v2 (Kafka 0.11 or later)",
+    "KafkaConfigurationError": "a kafka-python setting is wrong; fix the [kafka] section",
+    "InvalidTopicError": "a topic name is not valid; fix input.topics or the [output] section",
+    "InvalidTransactionTimeoutError": "transaction_timeout_ms is above the broker's "
+                                      "transaction.max.timeout.ms; lower it in [kafka.producer]",
+    "PolicyViolationError": "a broker policy refused the request; ask the cluster's operators",
+    "MessageSizeTooLargeError": "a record was larger than its output topic accepts (was max.message.bytes "
+                                "lowered while the worker ran?); start the worker again: it reads the "
+                                "limits at start and rejects such records as too_large_for_output",
+    "RecordListTooLargeError": "a batch was larger than the output topic accepts; start the worker again",
+    "InvalidRecordError": "the broker refused a record the worker wrote (a topic policy or a compacted "
+                          "output topic that needs keys?); check the output topics' settings",
+}
+
+
+def kafka_trouble(exc: BaseException) -> Optional[StreamdedupError]:
+    """What an error met while reading, deciding or writing means: a StreamdedupError, or None (a bug: let it rise).
+
+    Every error sorts into one of three kinds:
+
+    - **transient**, ``retriable = True`` (``BrokerUnavailableError``): the
+      worker drops its session, logs ``broker_lost`` with what it waits for,
+      waits with backoff and starts a new session (see ``worker.WorkerLoop``;
+      with ``--until-caught-up`` it gives up after
+      ``worker.unreachable_timeout_s``). These are: our own errors marked
+      retriable (the feed process could not read, the broker does not
+      answer); kafka-python errors marked ``retriable`` (timeouts, lost
+      connections, leader and coordinator changes, ``NoBrokersAvailable``
+      at start); other kafka-python errors not named below, and
+      ``IllegalStateError`` and ``OSError``, which a fresh session (a new
+      producer that aborts the open transaction) gets past: an invalid
+      producer epoch, an unknown producer id, an aborted transaction.
+    - **permanent for one record**: never raised up to here. A record that
+      cannot be read (``CorruptRecordError``: a failed checksum) is skipped
+      by offset and rejected as ``unreadable_record`` (``source.KafkaSource``);
+      one with a header key that is not UTF-8 is read anyway (``wire``) and
+      rejected as ``invalid_header``; a record that would not
+      fit its output topic is rejected before it is decided
+      (``too_large_for_output``, ``decode``) or cut to fit (dead letters,
+      ``sink``); bad bytes are ``Rejected`` values (``decode``).
+    - **permanent for the worker**, ``retriable = False``: our own errors not
+      marked retriable (configuration, index, a missing topic) and the
+      kafka-python errors of ``_FATAL_FOR_WORKER`` (fenced, not
+      authorized, authentication, versions, sizes the limits read at start
+      should have prevented). The worker stops with a message saying what
+      to do, and exits 1.
+    """
+    if isinstance(exc, StreamdedupError):
+        return exc
     from kafka import errors
 
-    fatal = (errors.ProducerFencedError, errors.TransactionalIdAuthorizationFailedError,
-             errors.TopicAuthorizationFailedError, errors.GroupAuthorizationFailedError)
-    if isinstance(exc, fatal):
-        return BrokerError(f"{type(exc).__name__}: {exc}; another worker with the same transactional id "
-                           "may have taken over, or the credentials lack rights")
-    if isinstance(exc, (errors.KafkaError, errors.IllegalStateError, OSError)):
+    if isinstance(exc, errors.KafkaError) and not getattr(exc, "retriable", False):
+        advice = _fatal_advice(exc)
+        if advice is not None:
+            return BrokerError(f"{type(exc).__name__}: {exc}; {advice}")
+    if isinstance(exc, (errors.KafkaError, OSError)):
         return BrokerUnavailableError(f"{type(exc).__name__}: {exc}")
+    return None
+
+
+def _fatal_advice(exc: BaseException) -> Optional[str]:
+    """What to do about a kafka-python error that waiting cannot cure, or None if it is not one."""
+    for cls in type(exc).__mro__:
+        if cls.__name__ in _FATAL_FOR_WORKER:
+            return _FATAL_FOR_WORKER[cls.__name__]
     return None

@@ -47,10 +47,10 @@ class Topics:
         ]
 
 
-def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
+def create_topics(bootstrap: str, names: list[str], partitions: int, max_message_bytes: int = BIG) -> None:
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
-        admin.create_topics([NewTopic(n, partitions, 1, topic_configs={"max.message.bytes": str(BIG)})
+        admin.create_topics([NewTopic(n, partitions, 1, topic_configs={"max.message.bytes": str(max_message_bytes)})
                              for n in names])
     finally:
         admin.close()
@@ -125,3 +125,40 @@ def outcomes(bootstrap: str, topics: Topics) -> dict:
             assert name == topics.raw
             found.setdefault((int(partition), int(offset)), []).append((kind, message))
     return found
+
+
+class RawHeaderKey(str):
+    """A header key written as the given bytes, UTF-8 or not (kafka-python's producer encodes str keys)."""
+
+    def __new__(cls, raw: bytes):
+        made = super().__new__(cls, raw.decode("latin-1"))
+        made.raw = raw
+        return made
+
+    def encode(self, *args, **kwargs) -> bytes:
+        return self.raw
+
+
+class _WireHeaders(list):
+    """Headers for the accumulator: false, so ``ProducerBatch.try_append`` skips its size hint (it cannot count None)."""
+
+    def __bool__(self) -> bool:
+        return False
+
+
+def produce_raw(bootstrap: str, topic: str, records: list[tuple], partition: int = 0) -> None:
+    """Send (key, value, headers) records as other clients may: null header values, header keys not UTF-8.
+
+    ``KafkaProducer.send`` accepts only (str, bytes) headers, but its record
+    batch builder writes a null header value (and any bytes of a
+    ``RawHeaderKey``) as the wire format allows; this hands the records to
+    the producer's accumulator directly, behind ``send``'s check.
+    """
+    producer = KafkaProducer(bootstrap_servers=bootstrap, max_request_size=BIG, acks="all")
+    try:
+        producer.partitions_for(topic)
+        for key, value, headers in records:
+            producer._accumulator.append(TopicPartition(topic, partition), None, key, value, _WireHeaders(headers))
+        producer.flush()
+    finally:
+        producer.close()

@@ -132,3 +132,22 @@ def test_fast_json_decoding_gives_what_json_gives_for_every_input(monkeypatch):
     assert sum(isinstance(item, Document) for item, _ in fast) > 300  # documents too, not only rejections
     for value, fast_items, slow_items in zip(values, fast, slow):
         assert repr(fast_items) == repr(slow_items), value
+
+
+@pytest.mark.parametrize("digits", [4301, 5000, 100_000])  # beyond Python's limit on integer conversion (4300)
+def test_an_integer_id_too_long_for_python_is_a_bad_id_not_invalid_json(digits):
+    value = b'{"id": ' + b"7" * digits + b', "text": "a few words"}'
+    item = decode(value, SRC, SPEC)
+    assert isinstance(item, Rejected) and item.reason == "bad_id"
+    assert f"integer id of {digits} characters" in item.detail
+    long_text = decode(b'{"id": "a", "text": ' + b"7" * digits + b"}", SRC, SPEC)
+    assert long_text.reason == "text_not_string"
+
+
+def test_an_unreadable_record_and_one_too_large_to_keep_are_rejected_with_their_reasons():
+    assert decode(None, SRC, SPEC, rejected="unreadable_record: CRC").reason == "unreadable_record"
+    value = b'{"id": "a", "text": "' + b"x" * 2000 + b'"}'
+    assert isinstance(decode(value, SRC, InputSpec(max_output_bytes=2500)), Document)
+    too_large = decode(value, SRC, InputSpec(max_output_bytes=2000), key=b"k", headers=(("h", None),))
+    assert too_large.reason == "too_large_for_output" and too_large.id == "a"
+    assert "max.message.bytes 2000" in too_large.detail

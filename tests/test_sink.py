@@ -64,3 +64,35 @@ def test_duplicate_announcements_are_what_json_dumps_writes():
         body = duplicate_body(RawRecord(b"{}", source), decision)
         assert body == json.dumps(expected).encode()
         assert json.loads(body) == expected
+
+
+def _record(key, value, headers=()):
+    from streamdedup.core.records import RawRecord, Source
+
+    return RawRecord(value, Source("raw", 0, 3), key, tuple(headers))
+
+
+def test_null_header_values_go_out_empty_and_named():
+    from streamdedup.runtime.sink import sendable_headers
+
+    assert sendable_headers((("a", None), ("b", b"1"), ("c", None))) == [
+        ("a", b""), ("b", b"1"), ("c", b""), ("streamdedup.null-header", b"a"), ("streamdedup.null-header", b"c")]
+    assert sendable_headers(()) == []
+
+
+@pytest.mark.parametrize("limit", [3000, 20_000, 100_000])
+def test_a_dead_letter_fits_its_topic_whatever_its_key_and_value(limit):
+    from streamdedup.core.records import Decision
+    from streamdedup.runtime.sink import dead_letter_message, record_bytes
+
+    decision = Decision("x", "rejected", reason="invalid_json: bad")
+    for key, value in [(b"k", b"v" * 50_000), (b"k" * 10_000, b"v" * 50_000), (b"k" * 200_000, b"v"), (None, None)]:
+        message = dead_letter_message(_record(key, value, [("h", None)]), decision, 1_000_000, limit)
+        assert record_bytes(**message) <= limit
+        assert dict(message["headers"])["streamdedup.reason"] == b"invalid_json"
+        if message["key"] is None and key is not None:
+            assert dict(message["headers"])["streamdedup.dropped"] == b"key,headers"
+        elif value is not None and len(message["value"]) < len(value):
+            assert value.startswith(message["value"]) and limit - 100 < record_bytes(**message)
+            assert dict(message["headers"])["streamdedup.original-bytes"] == str(len(value)).encode()
+        assert message["value"] is not None  # kafka-python sends no record without key and value

@@ -16,6 +16,15 @@ Reason codes (also the ``reason`` label of the rejected-documents metric):
 ``empty_text``     nothing is left of the text after normalization
 ``bad_id``         the id field is not a string or an integer, or is too long
 ``invalid_key``    the Kafka key is not UTF-8 (with ``input.binary_keys = "reject"``)
+``invalid_header`` a header key is not UTF-8 (Kafka says it must be; some
+                   clients write any bytes); on the dead-letter topic it is
+                   ``streamdedup.binary-header-key`` / ``-value``
+``unreadable_record`` the Kafka client cannot read the record (a failed
+                   checksum); it has no bytes
+``too_large_for_output`` kept, the record (key, value, headers and ours) would
+                   be larger than the clean topic accepts (its ``max.message.bytes``,
+                   read at start); checked before deciding, so the index never
+                   holds a kept document the clean topic lacks
 =================  ==========================================================
 """
 
@@ -24,7 +33,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import msgpack
 import orjson
@@ -36,7 +45,7 @@ __all__ = ["InputSpec", "decode", "REASONS"]
 REASONS = (
     "tombstone", "too_large", "invalid_utf8", "invalid_json", "invalid_msgpack", "not_an_object",
     "missing_text", "text_not_string", "invalid_text", "text_too_large", "empty_text", "bad_id",
-    "invalid_key",
+    "invalid_key", "invalid_header", "unreadable_record", "too_large_for_output",
 )
 MAX_ID_CHARS = 1024
 
@@ -51,6 +60,8 @@ class InputSpec:
     max_record_bytes: int = 8 << 20  # 8 MiB
     max_text_bytes: int = 1 << 20  # 1 MiB of UTF-8
     binary_keys: str = "reject"  # "reject" or "ignore" a Kafka key that is not UTF-8
+    max_output_bytes: int = 0  # the clean topic's max.message.bytes, set by the worker at start (0: no limit)
+    kept_bytes: Optional[Callable[..., int]] = None  # with it: a document's record size on the clean topic, kept
 
     @classmethod
     def from_section(cls, section) -> "InputSpec":
@@ -59,8 +70,32 @@ class InputSpec:
                    section.max_text_bytes, section.binary_keys)
 
 
-def decode(value: Optional[bytes], source: Source, spec: InputSpec, key: Optional[bytes] = None) -> Item:
-    """The document in ``value``, or why there is none."""
+def decode(value: Optional[bytes], source: Source, spec: InputSpec, key: Optional[bytes] = None,
+           headers: tuple = (), rejected: Optional[str] = None) -> Item:
+    """The document in ``value``, or why there is none (``rejected``: "reason: detail" found as it was read)."""
+    if rejected is not None:
+        reason, _, detail = rejected.partition(": ")
+        return Rejected(reason, detail, source)
+    item = _decoded(value, source, spec, key)
+    if spec.max_output_bytes and isinstance(item, Document):
+        return _fits_output(item, value, key, headers, spec)
+    return item
+
+
+def _fits_output(doc: Document, value: bytes, key: Optional[bytes], headers: tuple, spec: InputSpec) -> Item:
+    """The document, or its rejection if, kept, it would be larger than the clean topic accepts.
+
+    The record's size is measured by ``spec.kept_bytes``, the sink's own
+    measure (handed in by the worker, so decoding stays free of Kafka).
+    """
+    size, limit = spec.kept_bytes(doc.id, doc.source, value, key, headers), spec.max_output_bytes
+    if size <= limit:
+        return doc
+    return Rejected("too_large_for_output", f"kept, it would take {size} bytes on the clean topic, more than its "
+                    f"max.message.bytes {limit}: raise that, or lower input.max_record_bytes", doc.source, doc.id)
+
+
+def _decoded(value: Optional[bytes], source: Source, spec: InputSpec, key: Optional[bytes]) -> Item:
     if value is None:
         return Rejected("tombstone", "the record has no value", source)
     if len(value) > spec.max_record_bytes:
@@ -158,12 +193,29 @@ def _parse_json_strictly(value: bytes) -> Any:
     if text is None:
         return Rejected("invalid_utf8", "the value is not valid UTF-8", _NOWHERE)
     try:
-        return json.loads(text)
+        return json.loads(text, parse_int=_json_int)
     except ValueError as exc:
         detail = "blank line" if not text.strip() else str(exc)[:200]
         return Rejected("invalid_json", detail, _NOWHERE)
     except RecursionError:
         return Rejected("invalid_json", "nested too deeply to decode", _NOWHERE)
+
+
+class LongInteger:
+    """A JSON integer too long for Python to convert (over ``sys.get_int_max_str_digits()`` digits)."""
+
+    __slots__ = ("digits",)
+
+    def __init__(self, digits: str):
+        self.digits = digits
+
+
+def _json_int(digits: str) -> Any:
+    """An integer as ``json`` reads it, or a ``LongInteger`` where ``int()`` refuses (an id: ``bad_id``)."""
+    try:
+        return int(digits)
+    except ValueError:
+        return LongInteger(digits)
 
 
 def _field(obj: dict, path: str) -> Any:
@@ -199,6 +251,8 @@ def _document_id(fields: Any, spec: InputSpec, key_id: Optional[str]) -> tuple[O
     raw = _field(fields, spec.id_field) if (fields is not None and spec.id_field) else None
     if raw is None or raw == "":
         return key_id, None
+    if isinstance(raw, LongInteger):
+        return None, ("bad_id", f"integer id of {len(raw.digits)} characters > {MAX_ID_CHARS}")
     if isinstance(raw, bool) or not isinstance(raw, (str, int)):
         return None, ("bad_id", f"{spec.id_field!r} is a {type(raw).__name__}, not a string or integer")
     doc_id = str(raw)

@@ -137,7 +137,7 @@ def die_with_parent(parent: int) -> None:
 
 
 def raw_payload(records: list) -> tuple:
-    """Raw records as columns (values, keys, headers, timestamps, source names, partitions, offsets).
+    """Raw records as columns (values, keys, headers, timestamps, source names, partitions, offsets, rejected).
 
     Cheap to send to another process; ``raw_records`` turns them back.
     """
@@ -149,22 +149,23 @@ def raw_payload(records: list) -> tuple:
         [r.source.name for r in records],
         [r.source.partition for r in records],
         [r.source.offset for r in records],
+        [r.rejected for r in records],
     )
 
 
 def raw_records(payload: tuple) -> list:
     """The RawRecords of ``raw_payload`` columns."""
-    values, keys, headers, stamps, names, partitions, offsets = payload
-    return [RawRecord(v, Source(n, p, o), k, h, t)
-            for v, k, h, t, n, p, o in zip(values, keys, headers, stamps, names, partitions, offsets)]
+    values, keys, headers, stamps, names, partitions, offsets, rejected = payload
+    return [RawRecord(v, Source(n, p, o), k, h, t, u)
+            for v, k, h, t, n, p, o, u in zip(values, keys, headers, stamps, names, partitions, offsets, rejected)]
 
 
 def prepare_raw(payload, spec, signing: SigningConfig) -> PreparedBatch:
     """Decode ``raw_payload`` columns (or the lines of a ``FileBatch``) and prepare them."""
     if isinstance(payload, tuple):
-        values, keys, _, _, names, partitions, offsets = payload
-        items = [decode(v, Source(n, p, o), spec, k)
-                 for v, k, n, p, o in zip(values, keys, names, partitions, offsets)]
+        values, keys, headers, _, names, partitions, offsets, rejected = payload
+        items = [decode(v, Source(n, p, o), spec, k, h, u)
+                 for v, k, h, n, p, o, u in zip(values, keys, headers, names, partitions, offsets, rejected)]
     else:
         items = [decode(v, source, spec) for v, source in zip(payload.values(), payload.sources())]
     return prepare(items, signing)

@@ -46,6 +46,7 @@ class RawRecord:
     key: Optional[bytes] = None
     headers: tuple = ()
     timestamp_ms: int = -1
+    rejected: Optional[str] = None  # "reason: detail" when the record is rejected as it is read (see decode)
 
 
 def canonical_order(records: list["RawRecord"]) -> list["RawRecord"]:

@@ -140,10 +140,14 @@ class ProcessFeed:
         self._closing = threading.Event()
         self.positions: dict = {}
 
-    def start(self, starts: dict, signing, limit: Optional[dict] = None) -> None:
-        """Read from ``starts`` (partition -> offset) on, stopping at ``limit`` where given."""
+    def start(self, starts: dict, signing, limit: Optional[dict] = None, spec=None) -> None:
+        """Read from ``starts`` (partition -> offset) on, stopping at ``limit`` where given.
+
+        ``spec`` replaces the ``InputSpec`` the process was made with: the
+        session learns the clean topic's size limit only once it is connected.
+        """
         self.positions = dict(starts)
-        self._orders.put((starts, signing, limit))
+        self._orders.put((starts, signing, limit, spec))
         self._started_at = time.monotonic()
         threading.Thread(target=self._receive, name="streamdedup-feed-receiver", daemon=True).start()
 
@@ -243,9 +247,10 @@ def _feed_main(settings: FeedSettings, spec, warm_up, orders, batches, stop, par
         source = settings.source()
         source.partitions()  # connects and learns the topics now, while the worker recovers
         warming.join()
-        starts, signing, limit = _wait_for_orders(orders, stop)
+        starts, signing, limit, given_spec = _wait_for_orders(orders, stop)
         if starts is None:
             return
+        spec = given_spec or spec
         partitions = list(starts)
         source.assign(partitions)
         for p, offset in starts.items():
@@ -254,7 +259,7 @@ def _feed_main(settings: FeedSettings, spec, warm_up, orders, batches, stop, par
     except Exception as exc:  # reported to the worker, which starts a new session
         trouble = kafka_trouble(exc)
         retriable = trouble is not None and trouble.retriable
-        _hand_over(batches, ("error", type(exc).__name__, str(exc)[:500], retriable), stop)
+        _hand_over(batches, ("error", type(exc).__name__, str(trouble or exc)[:500], retriable), stop)
     finally:
         if source is not None:
             try:
@@ -285,7 +290,7 @@ def _wait_for_orders(orders, stop) -> tuple:
             return orders.get(timeout=0.2)
         except queue.Empty:
             continue
-    return None, None, None
+    return None, None, None, None
 
 
 def _feed_batches(source: KafkaSource, partitions: list, timeout_ms: int, limit, spec, signing, batches,

@@ -133,20 +133,67 @@ def _source_header(record: RawRecord) -> bytes:
     return f"{s.name}/{s.partition}/{s.offset}".encode()
 
 
+NULL_HEADER = HEADER_PREFIX + "null-header"
+KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1048588  # a topic's max.message.bytes when neither it nor the broker sets one
+
+
+def sendable_headers(headers) -> list:
+    """A record's own headers as kafka-python's producer takes them: a null value becomes empty, and is named.
+
+    Kafka allows a null header value (Java clients send them), and the
+    record batch builder of kafka-python could write one, but
+    ``KafkaProducer.send`` accepts only (str, bytes) pairs. So the header
+    keeps its name and place with an empty value, and a
+    ``streamdedup.null-header`` header, one per such header, holds its name:
+    a reader tells an empty value from a null one.
+    """
+    sendable = [(name, b"" if value is None else value) for name, value in headers]
+    return sendable + [(NULL_HEADER, name.encode()) for name, value in headers if value is None]
+
+
+def kept_headers(headers, cluster: str, doc_id: str, source: bytes) -> list:
+    """The headers of a kept record on the clean topic: its own, then ours."""
+    return sendable_headers(headers) + [
+        (HEADER_PREFIX + "cluster", cluster.encode()),
+        (HEADER_PREFIX + "id", doc_id.encode()),
+        (HEADER_PREFIX + "source", source),
+    ]
+
+
 def clean_message(record: RawRecord, decision: Decision) -> dict:
     """A kept record for the clean topic: key and value untouched, our headers added to its own."""
-    headers = list(record.headers) + [
-        (HEADER_PREFIX + "cluster", decision.cluster.encode()),
-        (HEADER_PREFIX + "id", decision.id.encode()),
-        (HEADER_PREFIX + "source", _source_header(record)),
-    ]
+    headers = kept_headers(record.headers, decision.cluster, decision.id, _source_header(record))
     return {"key": record.key, "value": record.value, "headers": headers}
+
+
+def record_bytes(key: Optional[bytes], value: Optional[bytes], headers: list) -> int:
+    """The size of a batch holding just this record, as the broker checks it against ``max.message.bytes``.
+
+    kafka-python's own estimate (uncompressed; deltas at their largest): an
+    upper bound of what the producer sends.
+    """
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    return DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, headers)
+
+
+def kept_record_bytes(doc_id: str, source, value: Optional[bytes], key: Optional[bytes], headers) -> int:
+    """``record_bytes`` of a document's record on the clean topic, were it kept (its own cluster)."""
+    where = f"{source.name}/{source.partition}/{source.offset}".encode()
+    return record_bytes(key, value, kept_headers(headers, doc_id, doc_id, where))
 
 
 def duplicate_message(record: RawRecord, decision: Decision) -> dict:
     """The JSON announcement of a duplicate (``duplicate_body``)."""
     headers = [(HEADER_PREFIX + "source", _source_header(record))]
     return {"key": record.key, "value": duplicate_body(record, decision), "headers": headers}
+
+
+def without_key_if_too_large(message: dict, limit: int) -> dict:
+    """A duplicate's announcement without the record's key when the key makes it too large for its topic."""
+    if not limit or message["key"] is None or record_bytes(**message) <= limit:
+        return message
+    return {**message, "key": None, "headers": message["headers"] + [(HEADER_PREFIX + "dropped", b"key")]}
 
 
 
@@ -163,19 +210,40 @@ def duplicate_body(record: RawRecord, decision: Decision) -> bytes:
             f'"partition": {int(s.partition)}, "offset": {int(s.offset)}}}}}').encode("ascii")
 
 
-def dead_letter_message(record: RawRecord, decision: Decision, max_bytes: int) -> dict:
-    """A rejected record with its original bytes (cut to ``max_bytes``) and why it was rejected."""
+def dead_letter_message(record: RawRecord, decision: Decision, max_bytes: int, limit: int = 0) -> dict:
+    """A rejected record with its original bytes and why it was rejected, always small enough for its topic.
+
+    The value is cut to ``max_bytes``, and further to fit ``limit`` (the
+    dead-letter topic's ``max.message.bytes``; 0: none), with its original
+    length in ``streamdedup.original-bytes``. If the key and headers alone
+    do not fit, they are dropped too (``streamdedup.dropped: key,headers``).
+    A record with neither key nor value (a tombstone without key, an
+    unreadable record) gets an empty value: kafka-python refuses to send
+    a record with neither.
+    """
     reason, _, detail = (decision.reason or "").partition(": ")
-    headers = list(record.headers) + [
+    ours = [
         (HEADER_PREFIX + "reason", reason.encode()),
         (HEADER_PREFIX + "detail", detail.encode()),
         (HEADER_PREFIX + "source", _source_header(record)),
     ]
-    value = record.value
-    if value is not None and len(value) > max_bytes:
+    key, value = record.key, record.value
+    if key is None and value is None:
+        value = b""
+    headers = sendable_headers(record.headers) + ours
+    room = max_bytes if not limit else min(max_bytes, _value_room(key, headers, limit))
+    if value is not None and len(value) > room:
         headers.append((HEADER_PREFIX + "original-bytes", str(len(value)).encode()))
-        value = value[:max_bytes]
-    return {"key": record.key, "value": value, "headers": headers}
+        value = value[: max(room, 0)]
+    if limit and record_bytes(key, value, headers) > limit:
+        return {"key": None, "value": b"", "headers": ours + [(HEADER_PREFIX + "dropped", b"key,headers")]}
+    return {"key": key, "value": value, "headers": headers}
+
+
+def _value_room(key: Optional[bytes], headers: list, limit: int) -> int:
+    """How many value bytes a record with this key and headers (and an original-bytes header) can hold."""
+    counted = headers + [(HEADER_PREFIX + "original-bytes", b"9" * 20)]
+    return limit - record_bytes(key, b"", counted) - 4  # the value's length grows from 1 to at most 5 bytes
 
 
 class KafkaSink:
@@ -186,16 +254,23 @@ class KafkaSink:
 
         self.topics = topics  # "clean", "duplicates", "dead_letter" -> topic name ('' skips)
         self.dead_letter_max_bytes = dead_letter_max_bytes
+        accepted = topic_limits(client_settings, [t for t in topics.values() if t])
         self.producer = KafkaProducer(
             **{
                 "transactional_id": transactional_id,
-                "max_request_size": max(2 << 20, dead_letter_max_bytes + (1 << 20)),
+                "max_request_size": max(2 << 20, max(accepted.values(), default=0) + (64 << 10)),
                 "linger_ms": 100,  # the commit at the end of each batch sends at once; no need to send earlier
-                "batch_size": 1 << 20,
+                "batch_size": min(1 << 20, min(accepted.values(), default=1 << 20)),  # a batch must fit too
                 **client_settings,
             }
         )
+        request = self.producer.config["max_request_size"]  # the producer refuses larger records itself
+        self.limits = {topic: min(limit, request) for topic, limit in accepted.items()}
         self.producer.init_transactions()  # fences an older worker and aborts its open transaction
+
+    def limit(self, kind: str) -> int:
+        """The largest record the topic of ``kind`` ("clean", "duplicates", "dead_letter") takes (0: none)."""
+        return self.limits.get(self.topics[kind], 0)
 
     def messages(self, records: list[RawRecord], decisions: list[Decision]) -> list[tuple[str, dict]]:
         """What a batch emits, in batch order; records already decided before emit nothing."""
@@ -207,10 +282,11 @@ class KafkaSink:
                 out.append((self.topics["clean"], clean_message(record, decision)))
             elif decision.status == "duplicate":
                 if self.topics["duplicates"]:
-                    out.append((self.topics["duplicates"], duplicate_message(record, decision)))
+                    out.append((self.topics["duplicates"], without_key_if_too_large(
+                        duplicate_message(record, decision), self.limit("duplicates"))))
             else:
-                out.append((self.topics["dead_letter"],
-                            dead_letter_message(record, decision, self.dead_letter_max_bytes)))
+                out.append((self.topics["dead_letter"], dead_letter_message(
+                    record, decision, self.dead_letter_max_bytes, self.limit("dead_letter"))))
         return out
 
     def learn_topics(self) -> None:
@@ -262,6 +338,34 @@ class KafkaSink:
     def close(self, timeout_s: float = 5) -> None:
         """Close the producer, giving pending sends ``timeout_s`` (0 after a wait gave up: nothing is kept)."""
         self.producer.close(timeout=timeout_s)
+
+
+def topic_limits(client_settings: dict, topics: list[str]) -> dict:
+    """Each topic's ``max.message.bytes`` (the broker's default where the topic sets none), asked of the broker.
+
+    A record larger than this is refused by the broker, at every retry: the
+    worker rejects such records before deciding them (clean topic) or cuts
+    them to fit (dead letters) instead. Needs DescribeConfigs on the topics.
+    """
+    from kafka import KafkaAdminClient
+    from kafka.admin import ConfigResource, ConfigResourceType
+    from kafka.errors import AuthorizationError
+
+    admin = KafkaAdminClient(**{k: v for k, v in client_settings.items() if k in KafkaAdminClient.DEFAULT_CONFIG})
+    try:
+        found = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, t, ["max.message.bytes"])
+                                        for t in topics], config_filter="all")
+    except AuthorizationError as exc:
+        from ..errors import BrokerError
+
+        raise BrokerError(f"cannot read the output topics' max.message.bytes ({type(exc).__name__}); grant the "
+                          "worker's user DescribeConfigs on them (see README: Pointing the worker at an "
+                          "existing cluster)") from None
+    finally:
+        admin.close()
+    described = found.get("topic", {})
+    return {t: int(described.get(t, {}).get("max.message.bytes", {}).get("value", KAFKA_DEFAULT_MAX_MESSAGE_BYTES))
+            for t in topics}
 
 
 def _partitions(producer, messages: list[tuple[str, dict]]) -> list[Optional[int]]:

@@ -18,7 +18,7 @@ from typing import BinaryIO, Iterator, Optional
 from ..core.records import FileBatch, RawRecord, Source, canonical_order
 from ..errors import ResumeError
 
-__all__ = ["FilePosition", "FileSource", "KafkaSource"]
+__all__ = ["FilePosition", "FileSource", "KafkaSource", "unreadable_position"]
 
 
 @dataclass(frozen=True)
@@ -128,8 +128,11 @@ class KafkaSource:
     def __init__(self, topics: list[str], client_settings: dict, group_id: str, batch_size: int):
         from kafka import KafkaConsumer
 
+        from .wire import read_binary_header_keys
+
         self.topics = topics
         self.group_id = group_id
+        read_binary_header_keys()
         self.consumer = KafkaConsumer(
             **{
                 "group_id": group_id,
@@ -202,16 +205,89 @@ class KafkaSource:
         ``limit`` (partition -> offset) drops records at or beyond it, for runs
         that must stop at given offsets.
         """
-        polled = self.consumer.poll(timeout_ms=timeout_ms, max_records=max_records or self.batch_size)
+        from kafka.errors import CorruptRecordError
+
+        try:
+            polled = self.consumer.poll(timeout_ms=timeout_ms, max_records=max_records or self.batch_size)
+        except CorruptRecordError as exc:
+            return self._skip_unreadable(exc, limit)
         records = []
         for tp, messages in polled.items():
             stop = None if limit is None else limit.get(tp)
             for m in messages:
                 if stop is not None and m.offset >= stop:
                     continue
-                records.append(RawRecord(m.value, Source(m.topic, m.partition, m.offset), m.key,
-                                         tuple(m.headers or ()), m.timestamp))
+                records.append(_raw_record(m))
         return canonical_order(records)
+
+    def _skip_unreadable(self, exc: Exception, limit: Optional[dict]) -> list[RawRecord]:
+        """A record the client cannot read, as a record of its own to reject; the consumer moves past it.
+
+        kafka-python raises ``CorruptRecordError`` for a record it cannot parse
+        (a failed checksum, a malformed record; header keys that are not UTF-8
+        are read by ``wire``) and, left alone, raises it again at every start
+        (and its next ``poll`` spins on the dead record iterator). The
+        record's bytes are lost to us, so it becomes a record without key,
+        value or headers, rejected as ``unreadable_record`` with the client's
+        error as the detail, decided and committed with the batch it falls
+        in, so the offsets move past it in the same Kafka transaction as every
+        other outcome. Reading again (a replay) meets the same record at the
+        same offset: the outcome is deterministic. A record batch that fails
+        its checksum gets one such outcome per offset, as each fetch meets it
+        again one offset further.
+        """
+        partition, offset = unreadable_position(self.consumer)
+        self.consumer.seek(partition, offset + 1)
+        if limit is not None and partition in limit and offset >= limit[partition]:
+            return []
+        problem = f"unreadable_record: the Kafka client cannot read the record: {exc}"[:500]
+        return [RawRecord(None, Source(partition.topic, partition.partition, offset), rejected=problem)]
 
     def close(self) -> None:
         self.consumer.close(autocommit=False)
+
+
+def _raw_record(message) -> RawRecord:
+    """A consumed record as a RawRecord; one with a header key that is not UTF-8 is rejected as ``invalid_header``.
+
+    Such a key (read as a ``wire.BinaryHeaderKey``) cannot be sent again by
+    kafka-python's producer, which takes str keys only: on the dead-letter
+    topic the header becomes ``streamdedup.binary-header-key`` (its key's
+    bytes) followed by ``streamdedup.binary-header-value`` (its value).
+    """
+    from .wire import BinaryHeaderKey
+
+    source = Source(message.topic, message.partition, message.offset)
+    headers = tuple(message.headers or ())
+    binary = [name.raw for name, _ in headers if isinstance(name, BinaryHeaderKey)]
+    if not binary:
+        return RawRecord(message.value, source, message.key, headers, message.timestamp)
+    kept = []
+    for name, value in headers:
+        if isinstance(name, BinaryHeaderKey):
+            kept += [("streamdedup.binary-header-key", name.raw), ("streamdedup.binary-header-value", value)]
+        else:
+            kept.append((name, value))
+    problem = f"invalid_header: header key {binary[0]!r} is not UTF-8 (Kafka header keys are UTF-8 strings)"
+    return RawRecord(message.value, source, message.key, tuple(kept), message.timestamp, problem)
+
+
+def unreadable_position(consumer) -> tuple:
+    """The partition and offset of the record a ``CorruptRecordError`` of ``consumer.poll`` is about.
+
+    kafka-python (3.0.12) does not say it in the error. Its fetcher keeps the
+    partition's records being parsed as ``_next_partition_records``, and
+    their ``next_fetch_offset`` is the offset after the last record read
+    (control records and aborted batches included): the unreadable one's.
+    If a later kafka-python keeps it elsewhere, the worker stops with this
+    message rather than skip a record it cannot name.
+    """
+    parsed = getattr(getattr(consumer, "_fetcher", None), "_next_partition_records", None)
+    partition = getattr(parsed, "topic_partition", None)
+    offset = getattr(parsed, "next_fetch_offset", None)
+    if partition is None or offset is None:
+        from ..errors import BrokerError
+
+        raise BrokerError("the Kafka client could not read a record, and this kafka-python version does not say "
+                          "which; install the kafka-python version pyproject.toml names (3.0.12)")
+    return partition, max(offset, consumer.position(partition))

@@ -10,6 +10,7 @@ is in ``checkpoint.py``.
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import threading
 import time
@@ -27,7 +28,7 @@ from ..ops.summary import Summary
 from ..ops.telemetry import WorkerTelemetry
 from .checkpoint import KafkaCommit, start_plan
 from .feed import InlineFeed, ProcessFeed, feed_settings, spawn_feed
-from .sink import KafkaSink, Pending
+from .sink import KafkaSink, Pending, kept_record_bytes
 
 __all__ = ["Stopper", "run_worker", "run_backfill", "WorkerStats"]
 
@@ -76,11 +77,13 @@ class Watchdog:
         self._thread = threading.Thread(target=self._watch, name="watchdog", daemon=True)
         self._thread.start()
 
-    def phase(self, name: Optional[str]) -> None:
-        """Enter a step (``None``: idle in our own code)."""
+    def phase(self, name: Optional[str], back: bool = True) -> None:
+        """Enter a step (``None``: idle in our own code); ``back=False``: the step failed, the broker is not back."""
         with self._lock:
             if self.waiting:
-                self.log.info("broker_back", after=self._phase, waited_s=round(time.monotonic() - self._since, 1))
+                if back:
+                    self.log.info("broker_back", after=self._phase,
+                                  waited_s=round(time.monotonic() - self._since, 1))
                 self.waiting = False
                 self.on_wait(None)
             self._phase, self._since, self._reported = name, time.monotonic(), 0.0
@@ -150,7 +153,8 @@ class Session:
                 making_sink.discard(KafkaSink.close)
             self.close()
             raise
-        self.commit = KafkaCommit(engine, spec, self.sink, group_id, prefix, config.worker.kafka_timeout_s)
+        self.commit = KafkaCommit(engine, output_spec(spec, self.sink), self.sink, group_id, prefix,
+                                  config.worker.kafka_timeout_s)
         self.partitions: list = []
 
     def _start_sink(self, transactional_id: str) -> Pending:
@@ -232,7 +236,7 @@ class Session:
             self.feed = InlineFeed(self.source, self.commit.spec, self.engine.signing, starts, limit)
         else:
             self.source.consumer.unsubscribe()  # from here on only the feed's consumer reads
-            self._process_feed.start(starts, self.engine.signing, limit)
+            self._process_feed.start(starts, self.engine.signing, limit, self.commit.spec)
             self.feed = self._process_feed
         return self.feed
 
@@ -248,6 +252,13 @@ class Session:
                     part.close()
                 except Exception:  # closing after the broker vanished may fail; nothing is pending
                     pass
+
+
+def output_spec(spec: InputSpec, sink: Optional[KafkaSink]) -> InputSpec:
+    """``spec`` with the clean topic's size limit, so a record too large to keep there is rejected, not decided."""
+    if sink is None:
+        return spec
+    return dataclasses.replace(spec, max_output_bytes=sink.limit("clean"), kept_bytes=kept_record_bytes)
 
 
 class WorkerLoop:
@@ -282,8 +293,10 @@ class WorkerLoop:
     def _sessions(self, until_caught_up: bool) -> WorkerStats:
         delay = BACKOFF_FIRST_S
         lost = False
+        lost_since = 0.0  # when the broker went away (0: it answers)
         while not self.stopper.stopped:
             session = None
+            attempt_began = time.monotonic()
             try:
                 self.watchdog.phase("connecting and recovering")
                 spawned, self._spawned = self._spawned, None
@@ -295,15 +308,17 @@ class WorkerLoop:
                 self.telemetry.assigned, self.telemetry.waiting_for = True, None
                 self.log.info("broker_back" if lost else "assigned",
                               partitions=",".join(f"{p.topic}/{p.partition}" for p in session.partitions))
-                lost, delay = False, BACKOFF_FIRST_S
+                lost, delay, lost_since = False, BACKOFF_FIRST_S, 0.0
                 self._batches(session, starts, until_caught_up)
                 return self.stats
             except Exception as exc:
                 trouble = kafka_trouble(exc)
                 if trouble is None or not trouble.retriable:
                     raise trouble or exc
+                lost_since = lost_since or attempt_began
+                self.watchdog.phase(None, back=False)
+                self._give_up_if_unreachable(trouble, lost_since, until_caught_up)
                 lost = True
-                self.watchdog.phase(None)
                 self.telemetry.assigned, self.telemetry.waiting_for = False, "the broker to answer"
                 self.log.warning("broker_lost", error=str(trouble)[:300], retry_in_s=delay,
                                  waiting_for="the broker to answer", bootstrap=self.config.kafka.bootstrap_servers)
@@ -316,6 +331,21 @@ class WorkerLoop:
                 if session is not None:
                     session.close()
         return self.stats
+
+    def _give_up_if_unreachable(self, trouble: BaseException, lost_since: float, until_caught_up: bool) -> None:
+        """With ``--until-caught-up``, stop once the broker has not answered for ``worker.unreachable_timeout_s``.
+
+        A run that must finish (a cron job, a test) should not wait forever
+        for a broker that is gone; the long-lived worker waits as long as it
+        takes (it logs what it waits for). 0 waits forever in both.
+        """
+        limit = self.config.worker.unreachable_timeout_s
+        waited = time.monotonic() - lost_since
+        if until_caught_up and limit and waited >= limit:
+            raise BrokerError(f"no broker answered for {waited:.0f} s (worker.unreachable_timeout_s = {limit:g}) "
+                              f"at {self.config.kafka.bootstrap_servers}; last error: {trouble}. Check that the "
+                              "broker runs and kafka.bootstrap_servers points at it, or raise "
+                              "worker.unreachable_timeout_s (0: wait forever)")
 
     def _batches(self, session: Session, starts: dict, until_caught_up: bool) -> None:
         """Decide and commit batch after batch; the feed reads and prepares the next ones meanwhile."""
