@@ -63,6 +63,10 @@ class InputSpec:
     max_output_bytes: int = 0  # the clean topic's max.message.bytes, set by the worker at start (0: no limit)
     kept_bytes: Optional[Callable[..., int]] = None  # with it: a document's record size on the clean topic, kept
 
+    def __post_init__(self) -> None:
+        if self.max_output_bytes and self.kept_bytes is None:
+            raise ValueError("InputSpec: max_output_bytes needs kept_bytes, the measure of a kept record")
+
     @classmethod
     def from_section(cls, section) -> "InputSpec":
         """The spec of a config ``[input]`` section."""
