@@ -297,7 +297,7 @@ class WorkerLoop:
         lost_since = 0.0  # when the broker went away (0: it answers)
         while not self.stopper.stopped:
             session = None
-            attempt_began = time.monotonic()
+            attempt_began: Optional[float] = time.monotonic()
             try:
                 self.watchdog.phase("connecting and recovering")
                 spawned, self._spawned = self._spawned, None
@@ -310,13 +310,14 @@ class WorkerLoop:
                 self.log.info("broker_back" if lost else "assigned",
                               partitions=",".join(f"{p.topic}/{p.partition}" for p in session.partitions))
                 lost, delay, lost_since = False, BACKOFF_FIRST_S, 0.0
+                attempt_began = None  # from here a failure starts the count when it happens
                 self._batches(session, starts, until_caught_up)
                 return self.stats
             except Exception as exc:
                 trouble = kafka_trouble(exc)
                 if trouble is None or not trouble.retriable:
                     raise trouble or exc
-                lost_since = lost_since or attempt_began
+                lost_since = lost_since or attempt_began or time.monotonic()
                 self.watchdog.phase(None, back=False)
                 self._give_up_if_unreachable(trouble, lost_since, until_caught_up)
                 lost = True
