@@ -87,7 +87,6 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from ..core.prepare import PreparedBatch
 from ..core.records import Decision, FileBatch
 from ..engine.engine import Engine, collector_paused
 from ..errors import IndexUnusableError
@@ -131,7 +130,7 @@ class FileRun:
         return Resume(FilePosition(**saved["position"]), saved["sizes"], True)
 
     def commit(self, engine: Engine, outputs: FileOutputs, lines: FileBatch, position: FilePosition,
-               prepared: PreparedBatch) -> list[Decision]:
+               prepared) -> list[Decision]:
         """One batch through the offline protocol's steps 1-3; returns its decisions."""
         with collector_paused():  # from the batch's Documents on (see ``engine``)
             # Step 1. Decide, with the checkpoint after the batch, in a prepared index transaction.
@@ -141,7 +140,7 @@ class FileRun:
                 written.update(outputs.batch_bytes(lines, decisions))
                 self._save(txn, position, outputs.sizes_after(written))
 
-            decided = engine.decide(prepared, checkpoint)
+            decided = engine.decide(prepared.result(), checkpoint)
             reached("file-decided")
             # Step 2. Append the batch's lines to the outputs, durably.
             try:
