@@ -29,9 +29,9 @@ import time
 from streamdedup import config as config_module
 from streamdedup.core import corpus
 from streamdedup.core.decode import InputSpec
-from streamdedup.core.prepare import Preparer
 from streamdedup.engine.engine import Engine
-from streamdedup.runtime.source import FilePosition, FileSource
+from streamdedup.runtime.feed import open_feed
+from streamdedup.runtime.source import FilePosition
 
 
 def memory() -> dict:
@@ -65,11 +65,6 @@ class Crawl:
                         handle.write(json.dumps({"id": f"s{number}-{d.id}", "text": d.text}) + "\n")
         return path
 
-    @staticmethod
-    def batches(path: str, size: int):
-        """Batches of lines read back from a file written by ``write``, as the ``dedup`` command reads them."""
-        return (lines for lines, _ in FileSource([path]).batches(size, FilePosition()))
-
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -84,48 +79,41 @@ def main(argv=None) -> int:
     rows = []
     try:
         with Engine(cfg, os.path.join(work, "state")) as engine:
-            preparer = Preparer(engine.signing, InputSpec(), cfg.worker.prepare_processes)
-            try:
-                position = 0
-                for size in sizes:
-                    for begin in range(position, size, 100000):  # fill in steps, so no file is large
-                        filled = docs.write(begin, min(begin + 100000, size))
-                        feed(engine, preparer, Crawl.batches(filled, batch), None)
-                        os.remove(filled)
-                    held = max(size, position)  # an earlier window can take the index past ``size``
-                    window = docs.write(held, held + args.window)  # new documents; generating text is not timed
-                    latencies: list[float] = []
-                    window_began = time.monotonic()
-                    feed(engine, preparer, Crawl.batches(window, batch), latencies)
-                    seconds = time.monotonic() - window_began
-                    os.remove(window)
-                    position = held + args.window
-                    rows.append(measure_row(engine, held, args.window, seconds, latencies))
-                    print_row(rows[-1], flush=True)
-            finally:
-                preparer.close()
+            processes = cfg.worker.prepare_processes
+            position = 0
+            for size in sizes:
+                for begin in range(position, size, 100000):  # fill in steps, so no file is large
+                    filled = docs.write(begin, min(begin + 100000, size))
+                    feed(engine, filled, batch, processes, None)
+                    os.remove(filled)
+                held = max(size, position)  # an earlier window can take the index past ``size``
+                window = docs.write(held, held + args.window)  # new documents; generating text is not timed
+                latencies: list[float] = []
+                window_began = time.monotonic()
+                feed(engine, window, batch, processes, latencies)
+                seconds = time.monotonic() - window_began
+                os.remove(window)
+                position = held + args.window
+                rows.append(measure_row(engine, held, args.window, seconds, latencies))
+                print_row(rows[-1], flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print_table(rows)
     return 0
 
 
-def feed(engine: Engine, preparer: Preparer, batches, latencies) -> None:
-    """Decide every batch, preparing the next one meanwhile; with ``latencies``, time each decision."""
-    ahead = None
-    for lines in batches:
-        current, ahead = ahead, (lines, preparer.submit(lines))
-        if current is not None:
-            decide(engine, current[1], latencies)
-    if ahead is not None:
-        decide(engine, ahead[1], latencies)
-
-
-def decide(engine: Engine, prepared, latencies) -> None:
-    began = time.monotonic()
-    engine.decide_batch(prepared.result())
-    if latencies is not None:
-        latencies.append(time.monotonic() - began)
+def feed(engine: Engine, path: str, batch: int, processes: int, latencies) -> None:
+    """Decide every batch of ``path`` as the ``dedup`` command reads it (the feed prepares the next one meanwhile);
+    with ``latencies``, time each decision."""
+    source = open_feed([path], InputSpec(), engine.signing, batch, processes, FilePosition())
+    try:
+        for fed in source.batches():
+            began = time.monotonic()
+            engine.decide_batch(fed.prepared)
+            if latencies is not None:
+                latencies.append(time.monotonic() - began)
+    finally:
+        source.close()
 
 
 def measure_row(engine: Engine, size: int, window: int, seconds: float, latencies: list[float]) -> dict:

@@ -127,20 +127,27 @@ def _config(args) -> config_module.Config:
 
 
 def _cmd_dedup(args) -> int:
-    from .engine.engine import Engine
-    from .ops.progress import Progress
-    from .runtime.offline import dedup_files
-    from .runtime.source import FileSource
+    from .runtime.feed import spawn_file_feed
 
     cfg = _config(args)
     spec = InputSpec.from_section(cfg.input)
     for path in args.inputs:
         if path != "-" and not os.path.isfile(path):
             raise ConfigError(f"input {path!r} does not exist (or is not a file)")
-    with Engine(cfg, args.state) as engine:
-        progress = Progress(FileSource(args.inputs).total_bytes(), enabled=args.progress)
-        summary = dedup_files(engine, args.inputs, spec, args.out, args.decisions, cfg.worker.batch_size,
-                              args.restart, progress, cfg.worker.prepare_processes)
+    spawned = spawn_file_feed(cfg, args.inputs)  # boots while this process imports the engine and opens the index
+    try:
+        from .engine.engine import Engine
+        from .ops.progress import Progress
+        from .runtime.offline import dedup_files
+        from .runtime.source import FileSource
+
+        with Engine(cfg, args.state) as engine:
+            progress = Progress(FileSource(args.inputs).total_bytes(), enabled=args.progress)
+            summary = dedup_files(engine, args.inputs, spec, args.out, args.decisions, cfg.worker.batch_size,
+                                  args.restart, progress, cfg.worker.prepare_processes, spawned)
+    finally:
+        if spawned is not None:
+            spawned.close()
     out = sys.stderr if "-" in (args.out, args.decisions) else sys.stdout
     print("\n".join(summary.lines()), file=out)
     return EXIT_OK

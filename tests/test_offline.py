@@ -232,3 +232,21 @@ def test_a_commit_that_fills_the_map_writes_each_batch_once_even_to_stdout(tmp_p
     assert (run_dir / "clean.jsonl").read_bytes() == (reference / "clean.jsonl").read_bytes()
     assert index_snapshot(run_dir / "state") == index_snapshot(reference / "state")
     assert run_cli("check", "--state", str(run_dir / "state")).returncode == 0
+
+
+@pytest.mark.parametrize("batch_size", [2000, 400, 300, 120])  # 1, 3 (all prepared here), 4 and 10 batches
+def test_the_feed_process_and_this_one_split_the_input_without_a_gap_or_an_overlap(tmp_path, crawl_file, batch_size):
+    """A file feed prepares its first batches in the deciding process while the feed process boots, then
+    hands over; a stdin feed hands the pipe itself to the feed process. Both decide as one process does."""
+    outcomes = {}
+    for name, processes, stdin in (("here", 0, None), ("process", 1, None), ("stdin", 1, crawl_file.read_bytes())):
+        run_dir = tmp_path / name
+        run_dir.mkdir()
+        source = "-" if stdin else str(crawl_file)
+        run_cli("dedup", source, "--state", str(run_dir / "state"), "--decisions", str(run_dir / "d.jsonl"),
+                "--set", f"worker.batch_size={batch_size}", "--set", f"worker.prepare_processes={processes}",
+                stdin=stdin)
+        outcomes[name] = (run_dir / "d.jsonl").read_bytes()
+    assert len(outcomes["here"].splitlines()) == len(crawl_file.read_bytes().splitlines())
+    assert outcomes["process"] == outcomes["here"]
+    assert outcomes["stdin"] == outcomes["here"].replace(str(crawl_file).encode(), b"-")

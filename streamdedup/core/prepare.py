@@ -1,7 +1,7 @@
 """Step 2 of a batch, before any index is read: decode, normalize, shingle, sign, band.
 
 Preparing is a pure function of the records, so it may run anywhere: in
-the deciding process, or ahead of it in a second one (``Preparer`` offline,
+the deciding process, or ahead of it in a second one (``runtime.feed``,
 ``feed.ProcessFeed`` for the worker). This module imports only what preparing
 needs (no lookup tables, band filter or Kafka client), so a preparing process
 boots quickly.
@@ -12,18 +12,17 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
 from .decode import decode
 from .lsh import band_keys
 from .memory import keep_freed_memory
-from .records import Document, FileBatch, Item, RawRecord, Rejected, Source, id_key
+from .records import Document, Item, RawRecord, Rejected, Source, id_key
 from .shingle import NormalizedBatch, ShingleBatch, normalize_texts, shingle_batch
 from .signing import SigningConfig, sign_batch
 
-__all__ = ["PreparedBatch", "Preparer", "die_with_parent", "prepare",
+__all__ = ["PreparedBatch", "die_with_parent", "prepare",
            "prepare_compact", "prepare_raw", "preparing_process", "raw_payload", "raw_records", "restore_items"]
 
 
@@ -72,50 +71,6 @@ def _reject_empty(items: list[Item], normalized: NormalizedBatch):
     arrays = [normalized.points[s : s + n] for s, n in zip(normalized.starts[keep], normalized.lengths[keep])]
     contents = [c for c, k in zip(normalized.contents, keep.tolist()) if k]
     return result, documents, NormalizedBatch._joined(arrays, contents)
-
-
-class Preparer:
-    """Decodes and prepares batches (normalize, shingle, sign) one batch ahead of the decisions.
-
-    With ``processes=1`` the work runs in a second process (spawned, so it
-    shares no LMDB environment, lock or Kafka client with this one), using
-    the second core while this process decides the previous batch. Preparing
-    is a pure function of the records, so where it runs changes nothing.
-    """
-
-    def __init__(self, signing: SigningConfig, spec, processes: int = 1):
-        self.signing = signing
-        self.spec = spec
-        self._pool = None
-        self._booting = None  # the pool's first task: until it is done, batches are prepared here
-        if processes > 0:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-
-            self._pool = ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=preparing_process, initargs=(os.getpid(),))
-            self._booting = self._pool.submit(os.getpid)
-
-    def submit(self, records):
-        """A future of the PreparedBatch of these raw records (a list of RawRecord, or a ``FileBatch``)."""
-        from concurrent.futures import Future
-
-        if isinstance(records, FileBatch):
-            payload, sources = records, records.sources
-        else:
-            payload, sources = raw_payload(records), lambda: [r.source for r in records]
-        if self._booting is not None and self._booting.done():
-            self._booting = None
-        if self._pool is None or self._booting is not None:  # no second process, or not started yet
-            future: Future = Future()
-            future.set_result(prepare_raw(payload, self.spec, self.signing))
-            return future
-        return _Restored(self._pool.submit(prepare_compact, payload, self.spec, self.signing), sources)
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
 
 
 def preparing_process(parent: int) -> None:
@@ -176,17 +131,6 @@ def prepare_compact(payload, spec, signing: SigningConfig) -> PreparedBatch:
     batch = prepare_raw(payload, spec, signing)
     batch.items = [("d", i.id) if isinstance(i, Document) else ("r", i.reason, i.detail, i.id) for i in batch.items]
     return batch
-
-
-class _Restored:
-    """The future of a batch prepared by ``prepare_compact``: its items are rebuilt when it is taken."""
-
-    def __init__(self, future, sources: Callable[[], list]):
-        self.future = future
-        self.sources = sources
-
-    def result(self) -> PreparedBatch:
-        return restore_items(self.future.result(), self.sources())
 
 
 def restore_items(batch: PreparedBatch, sources: list) -> PreparedBatch:

@@ -87,6 +87,7 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from ..core.prepare import PreparedBatch
 from ..core.records import Decision, FileBatch
 from ..engine.engine import Engine, collector_paused
 from ..errors import IndexUnusableError
@@ -130,7 +131,7 @@ class FileRun:
         return Resume(FilePosition(**saved["position"]), saved["sizes"], True)
 
     def commit(self, engine: Engine, outputs: FileOutputs, lines: FileBatch, position: FilePosition,
-               prepared) -> list[Decision]:
+               prepared: PreparedBatch) -> list[Decision]:
         """One batch through the offline protocol's steps 1-3; returns its decisions."""
         with collector_paused():  # from the batch's Documents on (see ``engine``)
             # Step 1. Decide, with the checkpoint after the batch, in a prepared index transaction.
@@ -140,7 +141,7 @@ class FileRun:
                 written.update(outputs.batch_bytes(lines, decisions))
                 self._save(txn, position, outputs.sizes_after(written))
 
-            decided = engine.decide(prepared.result(), checkpoint)
+            decided = engine.decide(prepared, checkpoint)
             reached("file-decided")
             # Step 2. Append the batch's lines to the outputs, durably.
             try:

@@ -1,62 +1,74 @@
-"""Where the worker's batches come from: read from Kafka and prepared, one batch ahead of the decisions.
+"""Where every front end's batches come from: read from a source and prepared, ahead of the decisions.
 
-A feed hands out batches in the canonical order (``KafkaSource.poll_batch``),
-each already decoded and prepared (normalized, shingled, signed), with the
-consumer's positions after it (for the lag). Reading and preparing are pure:
-they change no state, so where they run changes no decision.
+A feed owns a source (``KafkaReading``: the input topics; ``FileReading``:
+JSONL files or stdin) and hands out ``FedBatch``es: the records (Kafka
+records in the canonical order, or a ``FileBatch`` of whole lines), their
+prepared batch (decoded, normalized, shingled, signed), the source's
+position after them and whether the batch reached the end. Reading and
+preparing are pure: they change no state, so where they run changes no
+decision. ``dedup``, ``run`` and ``backfill`` all read through one.
 
-- ``ProcessFeed`` (``worker.prepare_processes = 1``, the default) runs its
-  own consumer in a second process, spawned so it shares no Kafka client,
-  LMDB environment or lock with the worker. It polls and prepares the next
-  batch while the worker decides and commits the current one, so both cores
-  work, and the worker's own thread is left with deciding and producing.
-- ``InlineFeed`` (``worker.prepare_processes = 0``) polls and prepares in the
-  worker's own thread.
+- ``ProcessFeed`` (``worker.prepare_processes = 1``, the default) reads and
+  prepares in a second process, spawned so it shares no Kafka client, LMDB
+  environment or lock with the deciding one: it reads and prepares the next
+  batch while this process decides and commits the current one, so both
+  cores work (and kafka-python's polling, which costs CPU, runs there).
+  Stdin is handed to it as a file descriptor.
+- ``InlineFeed`` (``worker.prepare_processes = 0``) reads and prepares in the
+  caller's own thread, from the same kind of reader.
 
-Offsets never move here: the worker commits the input offsets after each
-batch it decided (``checkpoint.KafkaCommit``). A feed that is dropped takes
-its unread batches with it; the next session reads them again.
+Positions never move here: the front ends commit them after each batch
+they decided (``checkpoint``). A feed that is dropped takes its unread
+batches with it; the next one reads them again.
 """
 
 from __future__ import annotations
 
 import os
 import queue
+import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from multiprocessing import reduction
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Union
 
 from ..config import Config, kafka_client_settings
-from ..core.records import RawRecord, Source, canonical_order
-from ..errors import BrokerError, BrokerUnavailableError, kafka_trouble
-from .source import KafkaSource
+from ..core.records import FileBatch, RawRecord, Source, canonical_order
+from ..errors import BrokerUnavailableError, StreamdedupError, kafka_trouble
+from .source import FilePosition, FileSource, KafkaSource
 
 if TYPE_CHECKING:
     from ..core.prepare import PreparedBatch
 
 # This module imports nothing heavy at the top (numpy, LMDB: see ``prepare``), so the command line can
-# spawn the feed process first thing, and the process imports them while the worker does the same.
+# spawn the feed process first thing, and the process imports them while the deciding one does the same.
 
-__all__ = ["FedBatch", "InlineFeed", "ProcessFeed", "FeedSettings", "feed_settings", "spawn_feed"]
+__all__ = ["FedBatch", "InlineFeed", "ProcessFeed", "KafkaReading", "FileReading", "kafka_reading", "spawn_feed",
+           "open_feed", "spawn_file_feed"]
 
 FILL_WAIT_MS = 50  # longest wait for more records to top up a batch (see ``_filled``)
 STOP_GRACE_S = 0.05  # how long a feed process told to stop may take before it is killed
 BOOT_TIMEOUT_S = 120.0  # a feed process that has not said a word by then is reported as stuck
+HERE_FIRST = 3  # a file feed's first batches, prepared in the deciding process while the feed process boots
 
 
 @dataclass
 class FedBatch:
-    """Records in the canonical order and their prepared batch."""
+    """A batch's records, their prepared batch, and where the source stands after them."""
 
-    records: list[RawRecord]
+    records: Union[list[RawRecord], FileBatch]  # Kafka records in the canonical order, or a block of lines
     prepared: PreparedBatch
-    at_end: bool  # the batch reached the end of every partition, as of the last fetch
+    position: Any  # Kafka: {partition: next offset}; files: the FilePosition after the block
+    at_end: bool  # Kafka: every partition read to its end, as of the last fetch; files: no more input
+
+
+# -- readers: what a feed reads, in whichever process it runs ----------------------------------------
 
 
 @dataclass(frozen=True)
-class FeedSettings:
-    """What a feed needs to read the input topics (everything picklable, for the second process)."""
+class KafkaReading:
+    """How a feed reads the input topics (everything picklable, for the second process)."""
 
     topics: tuple
     client_settings: dict
@@ -67,39 +79,193 @@ class FeedSettings:
     def source(self) -> KafkaSource:
         return KafkaSource(list(self.topics), self.client_settings, self.group_id, self.batch_size)
 
+    def open(self) -> "KafkaReader":
+        return KafkaReader(self.source(), self.poll_timeout_ms)
 
-def feed_settings(config: Config, topics: list[str], group_id: str) -> FeedSettings:
-    """The settings of a feed reading ``topics`` for ``group_id`` under ``config``."""
-    return FeedSettings(tuple(topics), kafka_client_settings(config.kafka, "consumer"), group_id,
+
+class KafkaReader:
+    """Reads the input topics from the positions it is started at (to ``limit``, where given)."""
+
+    def __init__(self, source: KafkaSource, timeout_ms: int):
+        self.source = source
+        self.timeout_ms = timeout_ms
+        self.partitions: list = []
+        self.limit: Optional[dict] = None
+        self._told: Optional[dict] = None
+
+    def connect(self) -> None:
+        self.source.partitions()  # connects and learns the topics now, while the deciding process recovers
+
+    def start(self, order: tuple) -> None:
+        """``order``: (start offset per partition, limit per partition or None)."""
+        starts, self.limit = order
+        self.partitions = list(starts)
+        self.source.assign(self.partitions)
+        for p, offset in starts.items():
+            self.source.seek(p, offset)
+
+    def read(self, busy=lambda: False) -> Optional[tuple]:
+        """("batch", positions, at end, records) or ("idle", positions), or None: nothing new.
+
+        ``busy`` says the batch before has not been taken yet: a partial
+        batch is then topped up (``_filled``).
+        """
+        records = _filled(self.source, self.source.poll_batch(self.timeout_ms, limit=self.limit), self.limit, busy)
+        positions = {p: self.source.position(p) for p in self.partitions}
+        if records:
+            return "batch", positions, self.source.read_to_end(self.partitions), records
+        if positions != self._told:
+            self._told = positions
+            return "idle", positions  # e.g. a transaction marker was read past: the lag moved
+        return None
+
+    def close(self) -> None:
+        self.source.close()
+
+
+@dataclass(frozen=True)
+class FileReading:
+    """How a feed reads JSONL files, or stdin (``-``), in batches of ``batch_size`` lines."""
+
+    paths: tuple
+    batch_size: int
+    stdin: Optional["InheritedFd"] = None  # set when a path is "-": stdin, handed to the second process
+
+    def open(self) -> "FileReader":
+        return FileReader(FileSource(list(self.paths), stdin_fd=self.stdin.fd if self.stdin else None),
+                          self.batch_size)
+
+
+class FileReader:
+    """Reads blocks of whole lines from a ``FilePosition`` on, to the end of the last input."""
+
+    def __init__(self, source: FileSource, batch_size: int):
+        self.source = source
+        self.batch_size = batch_size
+        self._blocks: Optional[Iterator[tuple[FileBatch, FilePosition]]] = None
+        self._next: Optional[tuple[FileBatch, FilePosition]] = None
+
+    def connect(self) -> None:
+        pass
+
+    def start(self, order: FilePosition) -> None:
+        self._blocks = self.source.batches(self.batch_size, order)
+        self._next = next(self._blocks, None)
+
+    def read(self, busy=lambda: False) -> Optional[tuple]:
+        """("batch", position after, last, block), or ("end", None) once every input is read."""
+        if self._next is None:
+            return "end", None
+        block, position = self._next
+        self._next = next(self._blocks, None)  # one block ahead: the last batch says it is the last
+        return "batch", position, self._next is None, block
+
+    def close(self) -> None:
+        pass
+
+
+class InheritedFd:
+    """A file descriptor handed to a spawned process, as multiprocessing hands over its own pipes."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def __reduce__(self):
+        return _inherited, (reduction.DupFd(self.fd),)
+
+
+def _inherited(dup) -> InheritedFd:
+    return InheritedFd(dup.detach())
+
+
+def kafka_reading(config: Config, topics: list[str], group_id: str) -> KafkaReading:
+    """How a feed reads ``topics`` for ``group_id`` under ``config``."""
+    return KafkaReading(tuple(topics), kafka_client_settings(config.kafka, "consumer"), group_id,
                         config.worker.batch_size, config.worker.poll_timeout_ms)
+
+
+def file_reading(paths: list[str], batch_size: int, processes: int) -> FileReading:
+    """How a feed reads ``paths``; stdin is handed over when a second process reads it."""
+    stdin = InheritedFd(sys.stdin.fileno()) if processes and "-" in paths else None
+    return FileReading(tuple(paths), batch_size, stdin)
 
 
 def spawn_feed(config: Config, topics: list[str], group_id: str, warm_up) -> "ProcessFeed":
     """A feed process for ``topics`` and ``group_id`` under ``config`` (``warm_up``: see ``ProcessFeed``)."""
     from ..core.decode import InputSpec
 
-    return ProcessFeed(feed_settings(config, topics, group_id), InputSpec.from_section(config.input), warm_up)
+    return ProcessFeed(kafka_reading(config, topics, group_id), InputSpec.from_section(config.input), warm_up)
+
+
+def spawn_file_feed(config: Config, paths: list[str]) -> Optional["ProcessFeed"]:
+    """The ``dedup`` command's feed process, spawned first thing (None when ``worker.prepare_processes`` is 0).
+
+    Its imports and warm-up then overlap the opening of the index; ``open_feed`` starts it.
+    """
+    from ..core.decode import InputSpec
+
+    if not config.worker.prepare_processes:
+        return None
+    return ProcessFeed(file_reading(paths, config.worker.batch_size, 1), InputSpec.from_section(config.input), config)
+
+
+def open_feed(paths: list[str], spec, signing, batch_size: int, processes: int, start: FilePosition,
+              spawned: Optional["ProcessFeed"] = None) -> Union["ProcessFeed", "InlineFeed"]:
+    """A started feed of the lines of ``paths`` from ``start`` on (read in a second process when ``processes``).
+
+    ``spawned``: the feed process ``spawn_file_feed`` made for these paths, taken over.
+    """
+    reading = file_reading(paths, batch_size, processes)
+    if spawned is None and not processes:
+        feed: Union[ProcessFeed, InlineFeed] = InlineFeed(reading.open(), spec, signing)
+        feed.start(start, signing, spec)
+        return feed
+    feed = spawned or ProcessFeed(reading, spec, signing)
+    if "-" in paths:  # a pipe read here could not be handed on where it stopped
+        feed.start(start, signing, spec)
+    else:
+        feed.start_here_first(InlineFeed(reading.open(), spec, signing), start, signing, spec)
+    return feed
+
+
+# -- feeds -------------------------------------------------------------------------------------------
 
 
 class InlineFeed:
-    """Polls and prepares in this thread, with the worker's own consumer."""
+    """Reads and prepares in this thread."""
 
-    def __init__(self, source: KafkaSource, spec, signing, starts: dict, limit: Optional[dict] = None):
-        self.source = source
+    def __init__(self, reader, spec, signing):
+        self.reader = reader
         self.spec = spec
         self.signing = signing
-        self.limit = limit
-        self.positions = dict(starts)
+        self.position: Any = None
+        self.ended = False
 
-    def next(self, timeout_ms: int) -> Optional[FedBatch]:
+    def start(self, order, signing=None, spec=None) -> None:
+        self.reader.start(order)
+        self.position = _first_position(order)
+        self.signing = signing or self.signing
+        self.spec = spec or self.spec
+
+    def next(self, timeout_ms: int = 0) -> Optional[FedBatch]:
         from ..core.prepare import prepare_raw, raw_payload
 
-        records = self.source.poll_batch(timeout_ms, limit=self.limit)
-        self.positions = {p: self.source.position(p) for p in self.positions}
-        if not records:
+        message = self.reader.read()
+        if message is None:
             return None
-        return FedBatch(records, prepare_raw(raw_payload(records), self.spec, self.signing),
-                        self.source.read_to_end(list(self.positions)))
+        if message[0] == "end":
+            self.ended = True
+            return None
+        self.position = message[1]
+        if message[0] == "idle":
+            return None
+        records = message[3]
+        payload = records if isinstance(records, FileBatch) else raw_payload(records)
+        return FedBatch(records, prepare_raw(payload, self.spec, self.signing), message[1], message[2])
+
+    def batches(self) -> Iterator[FedBatch]:
+        """Every batch to the end of the input (files)."""
+        return _batches(self)
 
     def fetch_ahead(self) -> None:
         pass
@@ -109,11 +275,11 @@ class InlineFeed:
 
 
 class ProcessFeed:
-    """A second process that polls and prepares the next batches while this one decides.
+    """A second process that reads and prepares the next batches while this one decides.
 
     It is spawned as soon as the feed is made (its imports, connection and
-    warm-up overlap the worker's start and recovery) and starts reading once
-    ``start`` gives it the positions and the index's signing settings. At
+    warm-up overlap the caller's start and recovery) and starts reading once
+    ``start`` gives it the position and the index's signing settings. At
     most three batches are ahead: one received here, one in the pipe, one
     being prepared.
 
@@ -122,7 +288,7 @@ class ProcessFeed:
     not open yet (the command line spawns the feed before anything else).
     """
 
-    def __init__(self, settings: FeedSettings, spec, warm_up):
+    def __init__(self, reading: Union[KafkaReading, FileReading], spec, warm_up):
         import multiprocessing
 
         context = multiprocessing.get_context("spawn")
@@ -130,7 +296,7 @@ class ProcessFeed:
         self._batches = context.Queue(maxsize=1)
         self._stop = context.Event()
         self._process = context.Process(target=_feed_main, name="streamdedup-feed", daemon=True,
-                                        args=(settings, spec, warm_up, self._orders, self._batches, self._stop,
+                                        args=(reading, spec, warm_up, self._orders, self._batches, self._stop,
                                               os.getpid()))
         self._process.start()
         self._received: queue.Queue = queue.Queue(maxsize=1)  # messages taken off the pipe, records rebuilt
@@ -138,30 +304,51 @@ class ProcessFeed:
         self._started_at = 0.0
         self._heard = False
         self._closing = threading.Event()
-        self.positions: dict = {}
+        self.position: Any = None
+        self.ended = False
+        self._here: Optional[InlineFeed] = None  # prepares ``_here_first`` in this process
+        self._here_first: list[tuple] = []  # the first batches' messages, read here (``start_here_first``)
 
-    def start(self, starts: dict, signing, limit: Optional[dict] = None, spec=None) -> None:
-        """Read from ``starts`` (partition -> offset) on, stopping at ``limit`` where given.
+    def start(self, order, signing, spec=None) -> None:
+        """Read from ``order`` on: Kafka, (start offsets, limits or None); files, a ``FilePosition``.
 
-        ``spec`` replaces the ``InputSpec`` the process was made with: the
-        session learns the clean topic's size limit only once it is connected.
+        ``spec`` replaces the ``InputSpec`` the process was made with (the
+        worker learns the clean topic's size limit only once it is connected).
         """
-        self.positions = dict(starts)
-        self._orders.put((starts, signing, limit, spec))
+        self.position = _first_position(order)
+        self._orders.put((order, signing, spec))
         self._started_at = time.monotonic()
         threading.Thread(target=self._receive, name="streamdedup-feed-receiver", daemon=True).start()
 
+    def start_here_first(self, here: InlineFeed, order, signing, spec=None) -> None:
+        """Like ``start``, but the first ``HERE_FIRST`` batches are read and prepared by ``here``.
+
+        A spawned process takes about half a second to import and warm up
+        (more on a busy machine); the first batches would wait for it. They
+        are made in this process instead, and the feed process starts at once
+        after them (their lines are read now, to know where that is).
+        """
+        here.start(order, signing, spec)
+        self._here_first = [here.reader.read() for _ in range(HERE_FIRST)]
+        after = next((m[1] for m in reversed(self._here_first) if m[0] == "batch"), order)
+        self._here_first = [m for m in self._here_first if m[0] == "batch"]
+        self._here = here
+        self.start(after, signing, spec)
+        self.position = order
+
     def fetch_ahead(self) -> None:
-        """Take the next batch off the pipe now: the worker is about to wait for Kafka and the disk.
+        """Take the next batch off the pipe now: the caller is about to wait for Kafka and the disk.
 
         Unpickling a batch and rebuilding its records takes 15-25 ms of this
-        process's time. Done on the receiving thread while the worker's
+        process's time. Done on the receiving thread while the caller's
         thread waits (the GIL is free then), it no longer delays the next batch.
         """
         self._wanted.set()
 
     def next(self, timeout_ms: int) -> Optional[FedBatch]:
-        """The next batch, or None when none came within ``timeout_ms``."""
+        """The next batch, or None when none came within ``timeout_ms`` (or the input ended: ``ended``)."""
+        if self._here_first:
+            return self._next_here()
         try:
             message = self._received.get_nowait()
         except queue.Empty:
@@ -174,12 +361,25 @@ class ProcessFeed:
         self._heard = True
         kind = message[0]
         if kind == "error":
-            _, name, text, retriable = message
-            raise (BrokerUnavailableError if retriable else BrokerError)(f"reading the input topics: {name}: {text}")
-        self.positions = message[1]
+            raise message[1]
+        if kind == "end":
+            self.ended = True
+            return None
+        self.position = message[1]
         if kind == "idle":
             return None
-        return FedBatch(message[3], message[4], message[2])
+        return FedBatch(message[3], message[4], message[1], message[2])
+
+    def batches(self) -> Iterator[FedBatch]:
+        """Every batch to the end of the input (files)."""
+        return _batches(self)
+
+    def _next_here(self) -> FedBatch:
+        from ..core.prepare import prepare_raw
+
+        _, position, _, block = self._here_first.pop(0)
+        self.position = position
+        return FedBatch(block, prepare_raw(block, self._here.spec, self._here.signing), position, False)
 
     def _receive(self) -> None:
         """On a thread: when wanted, take the next message off the pipe and rebuild its records."""
@@ -196,17 +396,18 @@ class ProcessFeed:
                 return
             self._wanted.clear()
             if message[0] == "batch":
-                records = raw_records(message[3])
-                message = (*message[:3], records, restore_items(message[4], [r.source for r in records]))
+                records = message[3] if isinstance(message[3], FileBatch) else raw_records(message[3])
+                sources = records.sources() if isinstance(records, FileBatch) else [r.source for r in records]
+                message = (*message[:3], records, restore_items(message[4], sources))
             if not _hand_over(self._received, message, self._closing):
                 return
 
     def _check_alive(self) -> None:
         if not self._process.is_alive():
-            raise BrokerUnavailableError(f"the process reading the input topics ended (exit code "
+            raise BrokerUnavailableError(f"the process reading the input ended (exit code "
                                          f"{self._process.exitcode}); starting it again")
         if not self._heard and self._started_at and time.monotonic() - self._started_at > BOOT_TIMEOUT_S:
-            raise BrokerUnavailableError("the process reading the input topics has not answered in "
+            raise BrokerUnavailableError("the process reading the input has not answered in "
                                          f"{BOOT_TIMEOUT_S:.0f} s; starting it again")
 
     def close(self) -> None:
@@ -230,42 +431,47 @@ class ProcessFeed:
             q.close()
 
 
-def _feed_main(settings: FeedSettings, spec, warm_up, orders, batches, stop, parent: int) -> None:
-    """In the feed process: poll, prepare, hand over, until told to stop (or the worker is gone)."""
+def _feed_main(reading, spec, warm_up, orders, batches, stop, parent: int) -> None:
+    """In the feed process: read, prepare, hand over, until told to stop, the input ends, or the parent is gone."""
     import signal
 
     from ..core.prepare import preparing_process
 
-    for sig in (signal.SIGINT, signal.SIGTERM):  # the worker decides when this process stops (Ctrl-C hits both)
+    for sig in (signal.SIGINT, signal.SIGTERM):  # the parent decides when this process stops (Ctrl-C hits both)
         signal.signal(sig, signal.SIG_IGN)
     preparing_process(parent)
-    batches.cancel_join_thread()  # at exit, do not wait for the worker to read what is still queued
-    source = None
-    warming = threading.Thread(target=_warm_up, args=(warm_up, settings.batch_size), name="warm-up", daemon=True)
+    batches.cancel_join_thread()  # at exit, do not wait for the parent to read what is still queued
+    reader = None
+    warming = threading.Thread(target=_warm_up, args=(warm_up, reading.batch_size), name="warm-up", daemon=True)
     warming.start()  # mostly page faults and numpy (no GIL): overlaps the connection's network waits
     try:
-        source = settings.source()
-        source.partitions()  # connects and learns the topics now, while the worker recovers
+        reader = reading.open()
+        reader.connect()
         warming.join()
-        starts, signing, limit, given_spec = _wait_for_orders(orders, stop)
-        if starts is None:
+        order, signing, given_spec = _wait_for_orders(orders, stop)
+        if signing is None:
             return
-        spec = given_spec or spec
-        partitions = list(starts)
-        source.assign(partitions)
-        for p, offset in starts.items():
-            source.seek(p, offset)
-        _feed_batches(source, partitions, settings.poll_timeout_ms, limit, spec, signing, batches, stop)
-    except Exception as exc:  # reported to the worker, which starts a new session
-        trouble = kafka_trouble(exc)
-        retriable = trouble is not None and trouble.retriable
-        _hand_over(batches, ("error", type(exc).__name__, str(trouble or exc)[:500], retriable), stop)
+        reader.start(order)
+        _feed_batches(reader, given_spec or spec, signing, batches, stop)
+        stop.wait()  # the input ended: stay until told, or the queue's last messages may never leave
+    except Exception as exc:  # handed to the parent (the worker then starts a new session)
+        _hand_over(batches, ("error", _as_ours(exc)), stop)
     finally:
-        if source is not None:
+        if reader is not None:
             try:
-                source.close()
+                reader.close()
             except Exception:  # the broker may be gone; nothing of ours is pending in the consumer
                 pass
+
+
+def _as_ours(exc: Exception) -> StreamdedupError:
+    """An error of the feed process as one of ours (picklable, and sorted: retriable or not)."""
+    if isinstance(exc, StreamdedupError):
+        return exc
+    trouble = kafka_trouble(exc)
+    if trouble is not None:
+        return trouble
+    return StreamdedupError(f"reading the input failed: {type(exc).__name__}: {exc}"[:1000])
 
 
 def _warm_up(warm_up, documents: int) -> None:
@@ -290,42 +496,48 @@ def _wait_for_orders(orders, stop) -> tuple:
             return orders.get(timeout=0.2)
         except queue.Empty:
             continue
-    return None, None, None, None
+    return None, None, None
 
 
-def _feed_batches(source: KafkaSource, partitions: list, timeout_ms: int, limit, spec, signing, batches,
-                  stop) -> None:
+def _feed_batches(reader, spec, signing, batches, stop) -> None:
     from ..core.prepare import prepare_compact, raw_payload
 
-    told = None
     while not stop.is_set():
-        records = _filled(source, source.poll_batch(timeout_ms, limit=limit), limit, batches)
-        positions = {p: source.position(p) for p in partitions}
-        if records:
-            payload = raw_payload(records)
-            at_end = source.read_to_end(partitions)
-            message = ("batch", positions, at_end, payload, prepare_compact(payload, spec, signing))
-        elif positions != told:
-            message = ("idle", positions)  # e.g. a transaction marker was read past: the lag moved
-        else:
+        message = reader.read(batches.full)
+        if message is None:
             continue
-        if not _hand_over(batches, message, stop):
+        if message[0] == "batch":
+            records = message[3]
+            payload = records if isinstance(records, FileBatch) else raw_payload(records)
+            message = (*message[:3], payload, prepare_compact(payload, spec, signing))
+        if not _hand_over(batches, message, stop) or message[0] == "end":
             return
-        told = positions
 
 
-def _filled(source: KafkaSource, records: list, limit, batches) -> list:
-    """``records`` topped up to a whole batch while the worker has not taken the previous one yet.
+def _filled(source: KafkaSource, records: list, limit, busy) -> list:
+    """``records`` topped up to a whole batch while the deciding process has not taken the previous one yet.
 
     A fetch often holds less than a batch. Whole batches share the costs
-    of each commit; a partial one goes at once to a worker that waits.
+    of each commit; a partial one goes at once to a process that waits.
     """
-    while records and len(records) < source.batch_size and batches.full():
+    while records and len(records) < source.batch_size and busy():
         more = source.poll_batch(FILL_WAIT_MS, limit=limit, max_records=source.batch_size - len(records))
         if not more:
             break
         records = canonical_order(records + more)
     return records
+
+
+def _first_position(order) -> Any:
+    """Where a feed started at ``order`` stands before its first batch."""
+    return dict(order[0]) if isinstance(order, tuple) else order
+
+
+def _batches(feed) -> Iterator[FedBatch]:
+    while not feed.ended:
+        batch = feed.next(1000)
+        if batch is not None:
+            yield batch
 
 
 def _hand_over(batches, message, stop) -> bool:

@@ -38,6 +38,7 @@ class FileSource:
     """The lines of JSONL files (``-`` is stdin), one record per line, in order."""
 
     paths: list[str]
+    stdin_fd: Optional[int] = None  # what ``-`` reads (None: this process's stdin)
     bytes_read: int = field(default=0, init=False)
 
     def total_bytes(self) -> Optional[int]:
@@ -64,7 +65,7 @@ class FileSource:
 
     def _open_at(self, path: str, begin: FilePosition) -> BinaryIO:
         if path == "-":
-            handle = os.fdopen(os.dup(sys.stdin.fileno()), "rb")
+            handle = os.fdopen(os.dup(sys.stdin.fileno() if self.stdin_fd is None else self.stdin_fd), "rb")
             for _ in range(begin.line):  # a pipe cannot seek: skip what was already decided
                 if not handle.readline():
                     raise ResumeError(f"stdin ended before line {begin.line}, where the interrupted run stopped; "

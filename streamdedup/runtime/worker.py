@@ -27,7 +27,7 @@ from ..ops.progress import Progress
 from ..ops.summary import Summary
 from ..ops.telemetry import WorkerTelemetry
 from .checkpoint import KafkaCommit, start_plan
-from .feed import InlineFeed, ProcessFeed, feed_settings, spawn_feed
+from .feed import InlineFeed, KafkaReader, ProcessFeed, kafka_reading, spawn_feed
 from .sink import KafkaSink, Pending, kept_record_bytes
 
 __all__ = ["Stopper", "run_worker", "run_backfill", "WorkerStats"]
@@ -134,7 +134,7 @@ class Session:
         self.engine = engine
         self.config = config
         self.log = log
-        settings = feed_settings(config, topics, group_id)
+        reading = kafka_reading(config, topics, group_id)
         spec = InputSpec.from_section(config.input)
         self._process_feed = None
         if config.worker.prepare_processes:
@@ -143,7 +143,7 @@ class Session:
         self.source = self.sink = None
         making_sink = None if transactional_id is None else self._start_sink(transactional_id)
         try:
-            self.source = settings.source()
+            self.source = reading.source()
             if making_sink is not None:
                 self._check_output_topics()
                 self.sink, making_sink = making_sink.wait(), None
@@ -233,17 +233,18 @@ class Session:
     def open_feed(self, starts: dict, limit: Optional[dict] = None):
         """The batches from ``starts`` on (see ``feed``): read in the second process, or in this thread."""
         if self._process_feed is None:
-            self.feed = InlineFeed(self.source, self.commit.spec, self.engine.signing, starts, limit)
+            reader = KafkaReader(self.source, self.config.worker.poll_timeout_ms)
+            self.feed = InlineFeed(reader, self.commit.spec, self.engine.signing)
         else:
             self.source.consumer.unsubscribe()  # from here on only the feed's consumer reads
-            self._process_feed.start(starts, self.engine.signing, limit, self.commit.spec)
             self.feed = self._process_feed
+        self.feed.start((starts, limit), self.engine.signing, self.commit.spec)
         return self.feed
 
     def lag(self) -> dict:
         """Records not yet decided, per partition: end offsets minus where the feed stands."""
         ends = self.source.end_offsets(self.partitions)
-        return {p: max(ends[p] - self.feed.positions.get(p, ends[p]), 0) for p in self.partitions}
+        return {p: max(ends[p] - self.feed.position.get(p, ends[p]), 0) for p in self.partitions}
 
     def close(self) -> None:
         for part in (self._process_feed, self.sink, self.source):
@@ -452,13 +453,13 @@ def _backfill_batches(session: Session, starts: dict, first: dict, ends: dict, i
     log.info("backfill_started", topic=session.source.topics[0], records=total, index_only=index_only)
     feed = session.open_feed(starts, limit=ends)
     try:
-        while not stopper.stopped and any(feed.positions[p] < ends[p] for p in ends):
+        while not stopper.stopped and any(feed.position[p] < ends[p] for p in ends):
             session.engine.between_batches()
             batch = feed.next(500)
             if batch is not None:
                 summary.add(session.commit.commit(batch.records, batch.prepared, emit=not index_only,
                                                   while_waiting=feed.fetch_ahead))
-            done = sum(min(feed.positions[p], ends[p]) - first[p] for p in ends)
+            done = sum(min(feed.position[p], ends[p]) - first[p] for p in ends)
             progress.update(len(batch.records) if batch is not None else 0, done)
     finally:
         progress.close()

@@ -1,4 +1,4 @@
-"""The on-disk index: one LMDB environment, the only module that imports ``lmdb``.
+"""The on-disk index: one LMDB environment, its named tables and transactions (only the store imports lmdb).
 
 Named databases (integers are 8-byte big-endian, so keys sort numerically):
 
