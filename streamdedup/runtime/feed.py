@@ -442,7 +442,8 @@ def _feed_main(reading, spec, warm_up, orders, batches, stop, parent: int) -> No
     preparing_process(parent)
     batches.cancel_join_thread()  # at exit, do not wait for the parent to read what is still queued
     reader = None
-    warming = threading.Thread(target=_warm_up, args=(warm_up, reading.batch_size), name="warm-up", daemon=True)
+    warm = reading.batch_size if isinstance(reading, KafkaReading) else 50  # files: the first batch warms up
+    warming = threading.Thread(target=_warm_up, args=(warm_up, warm), name="warm-up", daemon=True)
     warming.start()  # mostly page faults and numpy (no GIL): overlaps the connection's network waits
     try:
         reader = reading.open()
