@@ -60,6 +60,7 @@ class InputSection:
     format: str = _key("json", "record value format", choices=("json", "msgpack", "text"))
     id_field: str = _key("id", "dotted path of the document id ('' for none: key, then source)")
     text_field: str = _key("text", "dotted path of the document text")
+    url_field: str = _key("url", "dotted path of the page's URL; its host is the site whose template is learned ('' for none)")
     max_record_bytes: int = _key(8 << 20, "larger records are rejected as too_large", low=1)
     max_text_bytes: int = _key(1 << 20, "longer texts (UTF-8 bytes) are rejected as text_too_large", low=1)
     binary_keys: str = _key("reject", "a Kafka key that is not UTF-8: reject the record or ignore the key",

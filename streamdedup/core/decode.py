@@ -57,6 +57,7 @@ class InputSpec:
     format: str = "json"  # "json", "msgpack" or "text"
     id_field: str = "id"  # dotted path; "" means: no id field
     text_field: str = "text"  # dotted path
+    url_field: str = "url"  # dotted path of the page's URL ("": none); its host names the page's site
     max_record_bytes: int = 8 << 20  # 8 MiB
     max_text_bytes: int = 1 << 20  # 1 MiB of UTF-8
     binary_keys: str = "reject"  # "reject" or "ignore" a Kafka key that is not UTF-8
@@ -70,8 +71,8 @@ class InputSpec:
     @classmethod
     def from_section(cls, section) -> "InputSpec":
         """The spec of a config ``[input]`` section."""
-        return cls(section.format, section.id_field, section.text_field, section.max_record_bytes,
-                   section.max_text_bytes, section.binary_keys)
+        return cls(section.format, section.id_field, section.text_field, section.url_field,
+                   section.max_record_bytes, section.max_text_bytes, section.binary_keys)
 
 
 def decode(value: Optional[bytes], source: Source, spec: InputSpec, key: Optional[bytes] = None,
@@ -120,7 +121,12 @@ def _decoded(value: Optional[bytes], source: Source, spec: InputSpec, key: Optio
     doc_id, id_problem = _document_id(fields, spec, key_id)
     if id_problem:
         return problem_at(id_problem, source)
-    return _checked_text(text, doc_id or source.fallback_id(), source, spec)
+    item = _checked_text(text, doc_id or source.fallback_id(), source, spec)
+    if fields is not None and spec.url_field and isinstance(item, Document):
+        url = _field(fields, spec.url_field)
+        if isinstance(url, str) and url:
+            item.url = url
+    return item
 
 
 def problem_at(problem: tuple[str, str], source: Source) -> Rejected:

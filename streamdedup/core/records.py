@@ -92,6 +92,7 @@ class Document:
     id: str
     text: str
     source: Source
+    url: Optional[str] = None  # the page's URL, when the record names one (``input.url_field``)
 
 
 @dataclass(slots=True)
