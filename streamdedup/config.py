@@ -95,6 +95,29 @@ class LshSection:
 
 
 @dataclass(frozen=True)
+class TemplatesSection:
+    enabled: bool = _key(True, "leave each site's template (and templates shared by many sites) out of its pages' content")
+    sample_pages: int = _key(8, "new pages of a site sampled to learn its template", low=2, high=1000)
+    share: float = _key(0.5, "a shingle on more than this share of the sampled pages is template", low=0.0, high=0.99)
+    relearn_every: int = _key(200, "new pages of a site between two relearning samples (0: learn once)", low=0)
+    min_sites: int = _key(3, "a shingle in this many sites' templates is template on every page", low=1)
+    min_content_share: float = _key(0.05, "a page with less content than this share of its shingles is compared "
+                                    "whole", low=0.0, high=1.0)
+    learn_without_url: bool = _key(False, "pages without a URL form one site whose template is learned too")
+
+
+@dataclass(frozen=True)
+class ExcerptsSection:
+    enabled: bool = _key(True, "record a document mostly contained in one earlier kept document as its excerpt")
+    containment: float = _key(0.8, "share of a document's content found in the earlier one to be its excerpt",
+                              low=0.5, high=1.0)
+    min_shingles: int = _key(50, "documents with less content (shingles) are never excerpts", low=5)
+    sampling: int = _key(8, "one content shingle in this many is an anchor that finds excerpts' sources", low=1,
+                         high=1024)
+    max_postings: int = _key(256, "documents read per anchor (the earliest; a common anchor finds no more)", low=1)
+
+
+@dataclass(frozen=True)
 class IndexSection:
     path: str = _key("state", "folder of the LMDB index (relative to the working directory)")
     map_size_mb: int = _key(1024, "initial LMDB map size in MiB; grows by itself when full", low=1)
@@ -139,6 +162,8 @@ SECTIONS: dict[str, type] = {
     "output": OutputSection,
     "signing": SigningSection,
     "lsh": LshSection,
+    "templates": TemplatesSection,
+    "excerpts": ExcerptsSection,
     "index": IndexSection,
     "worker": WorkerSection,
     "metrics": MetricsSection,
@@ -157,6 +182,8 @@ class Config:
     output: OutputSection = field(default_factory=OutputSection)
     signing: SigningSection = field(default_factory=SigningSection)
     lsh: LshSection = field(default_factory=LshSection)
+    templates: TemplatesSection = field(default_factory=TemplatesSection)
+    excerpts: ExcerptsSection = field(default_factory=ExcerptsSection)
     index: IndexSection = field(default_factory=IndexSection)
     worker: WorkerSection = field(default_factory=WorkerSection)
     metrics: MetricsSection = field(default_factory=MetricsSection)

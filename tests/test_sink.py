@@ -35,6 +35,7 @@ def test_decision_lines_are_what_json_dumps_writes():
         Decision("r", "rejected", reason="invalid_json: Expecting value: line 1 column 1 (char 0)"),
         Decision("one", "duplicate", cluster="c", matched="c", similarity=1.0, exact=True),
         Decision("\x00\x1f\u2028", "duplicate", cluster="z", matched="z", similarity=0.70000049),
+        Decision("part", "duplicate", cluster="w", matched="w", similarity=0.1234567, containment=0.8765432),
     ]
     for decision in cases:
         expected = json.dumps(decision.as_json(), ensure_ascii=False) + "\n"
@@ -53,12 +54,15 @@ def test_duplicate_announcements_are_what_json_dumps_writes():
         (Decision("d\u00e9j\u00e0 \u6771\u4eac \U0001f600", "duplicate", cluster="a\"b\\c\n", matched="x\ty",
                   similarity=1.0, exact=True), Source("t\u00f6pic", 12, 2**40)),
         (Decision("\x00\x1f\u2028", "duplicate", cluster="z", matched=None, similarity=None), Source("t", 3, 0)),
+        (Decision("part", "duplicate", cluster="w", matched="w", similarity=0.1234567, containment=0.8765432),
+         Source("t", 0, 1)),
     ]
     for decision, source in cases:
         expected = {
             "id": decision.id, "cluster": decision.cluster, "matched": decision.matched,
             "similarity": None if decision.similarity is None else round(decision.similarity, 6),
-            "exact": decision.exact,
+            "exact": decision.exact, "relation": decision.relation,
+            "containment": None if decision.containment is None else round(decision.containment, 6),
             "source": {"topic": source.name, "partition": source.partition, "offset": source.offset},
         }
         body = duplicate_body(RawRecord(b"{}", source), decision)

@@ -21,6 +21,7 @@ from .memory import keep_freed_memory
 from .records import Document, Item, RawRecord, Rejected, Source, id_key
 from .shingle import NormalizedBatch, ShingleBatch, normalize_texts, shingle_batch
 from .signing import SigningConfig, sign_batch
+from .sites import site_key
 
 __all__ = ["PreparedBatch", "die_with_parent", "prepare",
            "prepare_compact", "prepare_raw", "preparing_process", "raw_payload", "raw_records", "restore_items"]
@@ -39,6 +40,7 @@ class PreparedBatch:
     id_keys: list[bytes]  # index key of each document row's id
     shingles: ShingleBatch
     keys: np.ndarray  # (documents, bands) uint64
+    sites: np.ndarray  # site key of each document row (uint64, ``core.sites``)
 
 
 def prepare(items: list[Item], signing: SigningConfig) -> PreparedBatch:
@@ -55,7 +57,8 @@ def prepare(items: list[Item], signing: SigningConfig) -> PreparedBatch:
         row.append(next_row if isinstance(item, Document) else -1)
         next_row += isinstance(item, Document)
     id_keys = [id_key(doc.id) for doc in documents]
-    return PreparedBatch(items, row, normalized.contents, id_keys, shingles, keys)
+    sites = np.array([site_key(doc.url) for doc in documents], dtype=np.uint64)
+    return PreparedBatch(items, row, normalized.contents, id_keys, shingles, keys, sites)
 
 
 def _reject_empty(items: list[Item], normalized: NormalizedBatch):

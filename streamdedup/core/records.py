@@ -132,6 +132,16 @@ class Decision:
     replayed: bool = False
     candidates: int = 0  # documents proposed by the band tables
     verified: int = 0  # exact Jaccard computations
+    containment: Optional[float] = None  # an excerpt: the share of its content inside ``matched``
+
+    @property
+    def relation(self) -> Optional[str]:
+        """How a duplicate relates to ``matched``: "exact", "near" or "excerpt" (None unless a duplicate)."""
+        if self.status != DUPLICATE:
+            return None
+        if self.exact:
+            return "exact"
+        return "near" if self.containment is None else "excerpt"
 
     def as_json(self) -> dict:
         """The decision line of the offline command (``--decisions``); the duplicates topic has its own form."""
@@ -142,6 +152,8 @@ class Decision:
             "matched": self.matched,
             "similarity": None if self.similarity is None else round(self.similarity, 6),
             "reason": self.reason,
+            "relation": self.relation,
+            "containment": None if self.containment is None else round(self.containment, 6),
         }
 
     @classmethod

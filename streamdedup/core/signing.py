@@ -26,11 +26,12 @@ import numpy as np
 
 from .lsh import optimal_params
 from .shingle import ShingleBatch
+from .templates import TemplateSettings
 
 if TYPE_CHECKING:
     from ..config import Config
 
-__all__ = ["SigningConfig", "sign_batch", "signing_config", "permutations", "HASH_VERSION"]
+__all__ = ["SigningConfig", "sign_batch", "signing_config", "template_settings", "permutations", "HASH_VERSION"]
 
 HASH_VERSION = 2  # bump when normalization, shingle hashing or permutations change
 CHUNK_SHINGLES = 8192  # shingles per vectorized step: num_perm x 8192 x 4 B = 4 MiB at 128
@@ -49,6 +50,8 @@ class SigningConfig:
     bands: int = 20
     rows: int = 6
     hash_version: int = HASH_VERSION
+    templates: str = "off"  # ``TemplateSettings.fingerprint()``: how content is told from site templates
+    excerpt_sampling: int = 0  # one content shingle in this many is an excerpt anchor (0: no excerpts)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -57,7 +60,7 @@ class SigningConfig:
         """A short, stable name of this configuration for logs and stats."""
         return (
             f"{self.shingle}{self.k}-p{self.num_perm}-s{self.seed}-"
-            f"b{self.bands}r{self.rows}-h{self.hash_version}"
+            f"b{self.bands}r{self.rows}-h{self.hash_version}-t{self.templates}-x{self.excerpt_sampling}"
         )
 
 
@@ -113,4 +116,12 @@ def signing_config(config: Config) -> SigningConfig:
     else:
         bands, rows = optimal_params(lsh.threshold, signing.num_perm, lsh.fp_weight, lsh.fn_weight)
     return SigningConfig(shingle=signing.shingle, k=signing.k, num_perm=signing.num_perm, seed=signing.seed,
-                         bands=bands, rows=rows)
+                         bands=bands, rows=rows, templates=template_settings(config).fingerprint(),
+                         excerpt_sampling=config.excerpts.sampling if config.excerpts.enabled else 0)
+
+
+def template_settings(config: Config) -> TemplateSettings:
+    """The ``[templates]`` section as the engine's settings."""
+    section = config.templates
+    return TemplateSettings(section.enabled, section.sample_pages, section.share, section.relearn_every,
+                            section.min_sites, section.min_content_share, section.learn_without_url)

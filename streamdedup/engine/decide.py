@@ -13,13 +13,21 @@ A batch goes through two steps:
       cluster: an *exact* duplicate of it, joining its cluster, no band lookup;
    c. otherwise the band tables propose kept documents; the ones sharing
       the most bands are verified first (at most ``max_candidates``) by
-      exact Jaccard; the most similar at or above the threshold wins (ties:
-      the earliest). Found: a duplicate in that document's cluster. None:
-      kept, a new cluster named by the document's own id, inserted into
-      the band tables.
+      exact Jaccard of *content* (shingles without site templates:
+      ``core.templates``, ``sitelearning``); the most similar at or above
+      the threshold wins (ties: the earliest): a *near* duplicate in that
+      document's cluster;
+   d. otherwise, with excerpts on, the anchors (``core.excerpts``) propose
+      kept documents holding most of the document's anchors; the one
+      containing the largest share of its content, at or above
+      ``excerpts.containment``, makes it an *excerpt*, in that document's
+      cluster;
+   e. none: kept, a new cluster named by the document's own id, inserted
+      into the band tables (and its anchors into the anchor table).
 
-Only kept documents are in the band tables, so documents are compared with
-kept documents only and clusters never chain.
+Only kept documents are in the band and anchor tables, so documents are
+compared with kept documents only and clusters never chain. A long article
+arriving after an excerpt of it is kept: decisions are never revised.
 """
 
 from __future__ import annotations
@@ -29,15 +37,30 @@ from typing import Optional
 
 import numpy as np
 
+from ..core.excerpts import anchors_of, containment, likely_sources
 from ..core.prepare import PreparedBatch
 from ..core.records import DUPLICATE, KEPT, Decision, Document, Rejected
 from ..core.signing import SigningConfig
-from ..core.verify import best_match
+from ..core.verify import best_match, jaccard
+from ..store.anchors import BatchAnchors
 from ..store.bands import BandTables
 from ..store.index import DocRecord, IndexTxn
 from ..store.lookup import BatchView, RecentMirror
+from .sitelearning import BatchContent, SiteTemplates
 
-__all__ = ["DedupSettings", "decide"]
+__all__ = ["DedupSettings", "ExcerptSettings", "decide"]
+
+
+@dataclass(frozen=True)
+class ExcerptSettings:
+    """The ``[excerpts]`` section (``sampling`` 0: off)."""
+
+    sampling: int = 0  # one content shingle in this many is an anchor
+    containment: float = 0.8  # share of a document's content inside the earlier one
+    min_shingles: int = 50  # documents with less content are never excerpts
+    max_postings: int = 256  # documents read per anchor
+    anchor_share: float = 0.5  # candidates hold at least this share of the document's anchors
+    max_sources: int = 10  # candidates verified per document
 
 
 @dataclass(frozen=True)
@@ -46,27 +69,58 @@ class DedupSettings:
     threshold: float = 0.7  # exact Jaccard at or above which a document is a duplicate
     max_candidates: int = 100  # verify at most this many candidates per document
     retention_s: float = 0.0  # kept documents older than this match nothing (0: forever)
+    excerpts: ExcerptSettings = ExcerptSettings()
+
+
+@dataclass
+class _Batch:
+    """What deciding one batch carries from document to document."""
+
+    view: BatchView
+    batch: PreparedBatch
+    settings: DedupSettings
+    now: float
+    cutoff: Optional[float]
+    content: Optional[BatchContent]
+    anchors: Optional[BatchAnchors]
+
+    def content_of(self, row: int) -> np.ndarray:
+        if self.content is None:
+            return self.batch.shingles.of(row)
+        return self.content.shingles[row]
+
+    def stored_content(self, serial: int) -> np.ndarray:
+        """A kept document's content as it stands now (its site's template may have grown since)."""
+        shingles = self.view.shingles(serial)
+        if self.content is None:
+            return shingles
+        return self.content.content_of_stored(shingles, self.view.record(serial).site)
 
 
 def decide(txn: IndexTxn, batch: PreparedBatch, settings: DedupSettings, now: float,
-           mirror: RecentMirror, bands: BandTables) -> list[Decision]:
+           mirror: RecentMirror, bands: BandTables, templates: Optional[SiteTemplates] = None) -> list[Decision]:
     """Decide every item of the batch, in order, recording documents in the index."""
     view = BatchView(txn, mirror, batch.id_keys, batch.contents, batch.keys, bands)
-    cutoff = now - settings.retention_s if settings.retention_s > 0 else None
+    content = templates.content(txn, view, batch) if templates is not None else None
+    anchors = BatchAnchors(txn, settings.excerpts.max_postings) if settings.excerpts.sampling else None
+    state = _Batch(view, batch, settings, now, now - settings.retention_s if settings.retention_s > 0 else None,
+                   content, anchors)
     decisions = []
     for i, item in enumerate(batch.items):
         if isinstance(item, Rejected):
             decisions.append(Decision.rejected(item))
         else:
-            decisions.append(_decide_one(view, item, batch.row[i], batch, settings, now, cutoff))
+            if content is not None:
+                content.timeline.at(batch.row[i])
+            decisions.append(_decide_one(state, item, batch.row[i]))
+    if anchors is not None:
+        anchors.flush()
     txn.after_commit.append(view.flush())
     return decisions
 
 
-def _decide_one(
-    view: BatchView, doc: Document, row: int, batch: PreparedBatch, settings: DedupSettings, now: float,
-    cutoff: Optional[float] = None,
-) -> Decision:
+def _decide_one(state: _Batch, doc: Document, row: int) -> Decision:
+    view, batch, settings, now, cutoff = state.view, state.batch, state.settings, state.now, state.cutoff
     content, ident = batch.contents[row], batch.id_keys[row]
     earlier = _same_document(view, ident, content)
     if earlier is not None:
@@ -75,10 +129,11 @@ def _decide_one(
     identical = view.serial_of_content(content)
     twin = None if identical is None else view.record(identical)
     if twin is not None and twin.cluster and _matchable(view, twin, cutoff):  # cluster 0: dissolved by forget
-        record = DocRecord.exact_copy_of(twin, serial, doc, content, now)
+        record = DocRecord.exact_copy_of(twin, serial, doc, content, now, int(batch.sites[row]))
         view.insert(record, ident, row)
         return _as_decision(record)
-    shingles = batch.shingles.of(row)
+    site = int(batch.sites[row])
+    own = state.content_of(row)
     serials, shared = view.candidates(row)
     if cutoff is not None:
         live = np.array([_matchable(view, view.record(s), cutoff) for s in serials.tolist()], dtype=bool)
@@ -88,15 +143,44 @@ def _decide_one(
     match, similarity, compared = None, None, 0
     if len(serials):
         match, similarity, compared = best_match(
-            shingles, ((s, view.shingles(s)) for s in serials.tolist()), settings.threshold
+            own, ((s, state.stored_content(s)) for s in serials.tolist()), settings.threshold
         )
-    if match is None:
-        record = DocRecord.new_cluster(serial, doc, content, view.band_key_bytes(row), now)
-        view.insert(record, ident, row, shingles)
-    else:
-        record = DocRecord.near_duplicate_of(view.record(match), similarity, serial, doc, content, now)
+    if match is not None:
+        record = DocRecord.near_duplicate_of(view.record(match), similarity, serial, doc, content, now, site)
         view.insert(record, ident, row)
+        return _as_decision(record, candidates=len(shared), verified=compared)
+    found = _excerpt_source(state, own) if state.anchors is not None else None
+    if found is not None:
+        source, share, similarity = found
+        record = DocRecord.near_duplicate_of(view.record(source), similarity, serial, doc, content, now, site, share)
+        view.insert(record, ident, row)
+        return _as_decision(record, candidates=len(shared), verified=compared)
+    record = DocRecord.new_cluster(serial, doc, content, view.band_key_bytes(row), now, site)
+    view.insert(record, ident, row, batch.shingles.of(row))
+    if state.anchors is not None:
+        state.anchors.add(serial, anchors_of(own, settings.excerpts.sampling))
     return _as_decision(record, candidates=len(shared), verified=compared)
+
+
+def _excerpt_source(state: _Batch, own: np.ndarray) -> Optional[tuple[int, float, float]]:
+    """(kept document, containment, Jaccard) of the earlier document containing most of ``own``, if one does."""
+    settings = state.settings.excerpts
+    if len(own) < settings.min_shingles:
+        return None
+    anchors = anchors_of(own, settings.sampling)
+    if len(anchors) == 0:
+        return None
+    holders = state.anchors.postings(anchors)
+    best: Optional[tuple[int, float, float]] = None
+    for serial in likely_sources(holders, len(anchors), settings.anchor_share, settings.max_sources):
+        if state.cutoff is not None and not _matchable(state.view, state.view.record(serial), state.cutoff):
+            continue
+        whole = state.stored_content(serial)
+        share = containment(own, whole)
+        if share >= settings.containment and (best is None or share > best[1] or
+                                              (share == best[1] and serial < best[0])):
+            best = (serial, share, jaccard(own, whole))
+    return best
 
 
 def _matchable(view: BatchView, record: DocRecord, cutoff: Optional[float]) -> bool:
@@ -123,4 +207,4 @@ def _as_decision(record: DocRecord, replayed: bool = False, candidates: int = 0,
     # positional (id, status, cluster, matched, similarity, reason, exact, replayed, candidates, verified):
     # one per document, and keywords cost twice as much
     return Decision(record.id, KEPT if record.kept else DUPLICATE, record.cluster_id, record.matched_id,
-                    record.similarity, None, record.exact, replayed, candidates, verified)
+                    record.similarity, None, record.exact, replayed, candidates, verified, record.containment)

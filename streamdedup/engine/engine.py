@@ -27,7 +27,9 @@ from ..store.bands import BandTables
 from ..store.housekeeping import ForgetRequests, forget, rebuild_tables, sweep_expired
 from ..store.index import Index, IndexSettings, IndexTxn, MapFull
 from ..store.lookup import RecentMirror, finish_merge, merge_slice, merge_slices
-from .decide import DedupSettings, decide
+from ..core.templates import TemplateSettings
+from .decide import DedupSettings, ExcerptSettings, decide
+from .sitelearning import SiteTemplates
 
 __all__ = ["Engine", "DecidedBatch", "collector_paused", "index_settings"]
 
@@ -65,8 +67,13 @@ class Engine:
         wanted = None if readonly else signing_config(config)
         self.index = Index(index_settings(config, state), wanted, readonly=readonly, adopt_bands=not config.lsh.bands)
         self.signing = self.index.signing
+        excerpts = config.excerpts
         self.settings = DedupSettings(self.signing, config.lsh.threshold, config.lsh.max_candidates,
-                                      config.index.retention_days * 86400.0)
+                                      config.index.retention_days * 86400.0,
+                                      ExcerptSettings(self.signing.excerpt_sampling, excerpts.containment,
+                                                      excerpts.min_shingles, excerpts.max_postings))
+        self.template_settings = TemplateSettings.from_fingerprint(self.signing.templates)
+        self.templates = SiteTemplates(self.template_settings, self.signing) if self.template_settings.enabled else None
         self.sweep_interval_s = config.index.sweep_interval_s
         self._next_sweep = 0.0
         self.requests = ForgetRequests(self.index.path)
@@ -87,7 +94,7 @@ class Engine:
         self.bands.loaded_filter()  # before the transaction: building it reads the index
 
         def work(txn: IndexTxn) -> list[Decision]:
-            decisions = decide(txn, batch, self.settings, now, self.mirror, self.bands)
+            decisions = decide(txn, batch, self.settings, now, self.mirror, self.bands, self.templates)
             if bookkeeping is not None:
                 bookkeeping(txn, decisions)
             return decisions
@@ -151,6 +158,8 @@ class Engine:
         """Re-derive the lookup tables from the records (``check --fix``)."""
         self.bands.rebuilding()
         result = self.index.write(lambda txn: rebuild_tables(txn, self.bands))
+        if self.templates is not None:
+            self.templates.forget_cache()
         with self.index.read() as txn:
             self.mirror = RecentMirror.load(txn)
         return result

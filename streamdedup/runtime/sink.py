@@ -24,7 +24,9 @@ def decision_line(decision: Decision) -> bytes:
     similarity = _similarity_json(decision.similarity)
     return (f'{{"id": {_STRING(decision.id)}, "status": {_STRING(decision.status)}, '
             f'"cluster": {_json_string(decision.cluster)}, "matched": {_json_string(decision.matched)}, '
-            f'"similarity": {similarity}, "reason": {_json_string(decision.reason)}}}\n').encode("utf-8")
+            f'"similarity": {similarity}, "reason": {_json_string(decision.reason)}, '
+            f'"relation": {_json_string(decision.relation)}, '
+            f'"containment": {_similarity_json(decision.containment)}}}\n').encode("utf-8")
 
 
 def _similarity_json(similarity: Optional[float]) -> str:
@@ -200,13 +202,15 @@ def without_key_if_too_large(message: dict, limit: int) -> dict:
 def duplicate_body(record: RawRecord, decision: Decision) -> bytes:
     """What ``json.dumps`` writes for a duplicate's announcement, written directly (1.4 µs against 4.7 µs).
 
-    ``{"id", "cluster", "matched", "similarity" (6 decimals), "exact", "source": {"topic", "partition", "offset"}}``
+    ``{"id", "cluster", "matched", "similarity" (6 decimals), "exact", "relation", "containment",
+    "source": {"topic", "partition", "offset"}}``
     """
     s = record.source
     similarity = _similarity_json(decision.similarity)
     return (f'{{"id": {_ASCII_STRING(decision.id)}, "cluster": {_json_string(decision.cluster, _ASCII_STRING)}, '
             f'"matched": {_json_string(decision.matched, _ASCII_STRING)}, "similarity": {similarity}, '
-            f'"exact": {"true" if decision.exact else "false"}, "source": {{"topic": {_ASCII_STRING(s.name)}, '
+            f'"exact": {"true" if decision.exact else "false"}, "relation": "{decision.relation}", '
+            f'"containment": {_similarity_json(decision.containment)}, "source": {{"topic": {_ASCII_STRING(s.name)}, '
             f'"partition": {int(s.partition)}, "offset": {int(s.offset)}}}}}').encode("ascii")
 
 

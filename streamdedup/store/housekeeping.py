@@ -29,7 +29,9 @@ from typing import Optional
 
 import numpy as np
 
+from ..core.excerpts import anchors_of
 from ..core.records import id_key
+from .anchors import remove_anchors
 from .bands import BandTables
 from .index import DocRecord, IndexTxn, from_u64, u64
 from .lookup import RecentMirror, merge_recent, pack_recent, unpack_recent
@@ -79,6 +81,8 @@ def forget(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, ids: list[str
 
 def _forget_one(txn: IndexTxn, bands: BandTables, record: DocRecord, report: ForgetReport) -> None:
     key = u64(record.serial)
+    if record.kept and not record.expired:
+        _remove_anchors(txn, record.serial)
     txn.delete("docs", key)
     txn.delete("shingles", key)
     txn.delete("recent", key)
@@ -143,6 +147,7 @@ def _expire(txn: IndexTxn, bands: BandTables, record: DocRecord) -> None:
         txn.txn.put(key, pack_recent(ident, content), db=txn.dbs["recent"])
     else:
         bands.remove(txn, record.serial, record.band_keys)
+    _remove_anchors(txn, record.serial)
     txn.delete("shingles", key)
     record.expired = True
     txn.put_record(record)
@@ -230,3 +235,11 @@ class ForgetRequests:
             os.remove(path)
             served += 1
         return served
+
+
+def _remove_anchors(txn: IndexTxn, serial: int) -> None:
+    """Take a kept document out of the excerpt anchors (its anchors are among its stored shingles)."""
+    sampling = txn.index.signing.excerpt_sampling
+    raw = txn.get("shingles", u64(serial))
+    if sampling and raw is not None:
+        remove_anchors(txn, serial, anchors_of(np.frombuffer(raw, dtype="<u8"), sampling))

@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 __all__ = ["Index", "IndexSettings", "IndexTxn", "MapFull", "TxnState", "DocRecord", "FORMAT_VERSION", "id_key",
            "u64", "from_u64"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 LOW_DISK_BYTES = 16 << 20  # 16 MiB: below this, a failed write is taken for a full disk
 _DATABASES = {
     "meta": {},
@@ -73,6 +73,11 @@ _DATABASES = {
     "members": {"dupsort": True, "dupfixed": True},
     "positions": {},
     "recent": {},
+    "anchors": {"dupsort": True, "dupfixed": True},
+    "sites": {},
+    "site_templates": {},
+    "site_samples": {},
+    "template_sites": {},
 }
 _COUNTERS = ("next_serial", "documents", "kept", "duplicates", "exact", "merged_upto")
 T = TypeVar("T")
@@ -106,35 +111,41 @@ class DocRecord:
     band_keys: bytes  # kept documents: their band keys (bands x 8 B)
     time: float  # when it was decided (seconds since the epoch)
     expired: bool = False  # kept, but past index.retention_days: out of the band tables, matches nothing
+    site: int = 0  # key of the page's site (``core.sites``), whose template its content leaves out
+    containment: Optional[float] = None  # an excerpt: the share of its content found in the matched document
 
     # The three kinds of decision, named: each fills the 13 fields positionally (keywords would cost
     # more, once per document) so that callers need not.
 
     @classmethod
-    def new_cluster(cls, serial: int, doc: "Document", content: bytes, band_keys: bytes, now: float) -> "DocRecord":
+    def new_cluster(cls, serial: int, doc: "Document", content: bytes, band_keys: bytes, now: float,
+                    site: int = 0) -> "DocRecord":
         """A kept document: the representative of a new cluster named by its own id."""
         return cls(serial, doc.id, True, serial, doc.id, None, None, None, False, content, doc.source.as_list(),
-                   band_keys, now)
+                   band_keys, now, False, site)
 
     @classmethod
     def exact_copy_of(cls, twin: "DocRecord", serial: int, doc: "Document", content: bytes,
-                      now: float) -> "DocRecord":
+                      now: float, site: int = 0) -> "DocRecord":
         """A duplicate whose normalized text is the same as ``twin``'s: it joins ``twin``'s cluster."""
         return cls(serial, doc.id, False, twin.cluster, twin.cluster_id, twin.serial, twin.id, 1.0, True, content,
-                   doc.source.as_list(), b"", now)
+                   doc.source.as_list(), b"", now, False, site)
 
     @classmethod
     def near_duplicate_of(cls, representative: "DocRecord", similarity: float, serial: int, doc: "Document",
-                          content: bytes, now: float) -> "DocRecord":
-        """A duplicate of a kept document (``representative``), joining its cluster."""
+                          content: bytes, now: float, site: int = 0,
+                          containment: Optional[float] = None) -> "DocRecord":
+        """A duplicate of a kept document (``representative``), joining its cluster; with ``containment``, an excerpt of it."""
         return cls(serial, doc.id, False, representative.serial, representative.id, representative.serial,
-                   representative.id, similarity, False, content, doc.source.as_list(), b"", now)
+                   representative.id, similarity, False, content, doc.source.as_list(), b"", now, False, site,
+                   containment)
 
     def pack(self, packer: Optional[msgpack.Packer] = None) -> bytes:
         """The stored form; a batch passes one ``packer`` for all its records (one is not thread-safe)."""
         return (packer or msgpack.Packer()).pack(
             [self.id, self.kept, self.cluster, self.cluster_id, self.matched, self.matched_id,
-             self.similarity, self.exact, self.content, self.source, self.band_keys, self.time, self.expired]
+             self.similarity, self.exact, self.content, self.source, self.band_keys, self.time, self.expired,
+             self.site, self.containment]
         )
 
     @classmethod
@@ -227,6 +238,13 @@ class Index:
             raw = txn.get(b"index")
         if raw is not None:
             meta = json.loads(raw)
+            if meta.get("format", 1) != FORMAT_VERSION:
+                raise IncompatibleIndexError(
+                    f"the index at {self.path!r} has format {meta.get('format', 1)}, this streamdedup reads format "
+                    f"{FORMAT_VERSION} (site templates and excerpts are stored since format 2); rebuild it: "
+                    "replay the input into a new index (`streamdedup backfill --from-beginning` or `streamdedup "
+                    "dedup` with --state pointing at a new folder), then use that folder"
+                )
             if signing is not None:
                 wanted = signing.as_dict()
                 if adopt_bands:
@@ -253,9 +271,10 @@ class Index:
         ]
         if differences:
             raise IncompatibleIndexError(
-                f"the index at {self.path!r} was built with other signing settings:\n  "
+                f"the index at {self.path!r} was built with other signing, template or excerpt settings:\n  "
                 + "\n  ".join(differences)
-                + "\nrun with the index's settings, or point --state at a new folder to build another index"
+                + "\nrun with the index's settings, or build another index with these: point --state at a new "
+                "folder and replay the input into it (`streamdedup backfill --from-beginning`, or `streamdedup dedup`)"
             )
 
     # -- transactions --------------------------------------------------

@@ -269,13 +269,9 @@ class BatchView:
         self._raw = txn.txn
         self.dbs = txn.dbs
         self._band_keys = band_keys
-        self._band_key_bytes = band_keys.astype(">u8")
         self._ids = self._fetch_ids(id_keys)
         self._content = self._fetch_content(contents)
-        by_key = np.argsort(band_keys.ravel())  # the batch's keys sorted, once for every lookup
-        asked, rows = band_keys.ravel()[by_key], by_key // band_keys.shape[1]  # sorted keys, row of each
-        self._committed = self._fetch_candidates(asked, rows, (by_key % band_keys.shape[1]).astype(np.uint16))
-        self._earlier = _collisions_within(asked, rows)
+        self._hits: Optional[tuple["_Hits", dict[int, list[int]]]] = None  # fetched at the first ``candidates``
         self._shingles: dict[int, np.ndarray] = {}
         self._kept_rows: dict[int, int] = {}  # batch row -> serial, for the batch's kept documents
         self._inserted: list[tuple[DocRecord, bytes]] = []  # (record, id hash) in decision order = serial order
@@ -302,6 +298,23 @@ class BatchView:
                 found[c] = self.mirror.content[c]
         return found
 
+    def use_band_keys(self, band_keys: np.ndarray) -> None:
+        """Look documents up by these band keys instead (before the first ``candidates``): content keys."""
+        if self._hits is not None:
+            raise ValueError("band keys are fixed once candidates were asked for")
+        self._band_keys = band_keys
+
+    def _band_hits(self) -> tuple["_Hits", dict[int, list[int]]]:
+        """Candidates of the whole batch, fetched once: committed ones per row, and earlier rows of the batch."""
+        if self._hits is None:
+            band_keys = self._band_keys
+            by_key = np.argsort(band_keys.ravel())  # the batch's keys sorted, once for every lookup
+            asked, rows = band_keys.ravel()[by_key], by_key // band_keys.shape[1]  # sorted keys, row of each
+            committed = self._fetch_candidates(asked, rows, (by_key % band_keys.shape[1]).astype(np.uint16))
+            self._hits = committed, _collisions_within(asked, rows)
+            self._band_key_bytes = band_keys.astype(">u8")
+        return self._hits
+
     def _fetch_candidates(self, asked: np.ndarray, rows: np.ndarray, band: np.ndarray) -> "_Hits":
         """Per document: serials of committed kept documents sharing a band, and how many bands each.
 
@@ -322,8 +335,9 @@ class BatchView:
 
     def candidates(self, row: int) -> tuple[np.ndarray, np.ndarray]:
         """Kept documents (committed, or earlier in this batch) sharing a band with row ``row``, and how many."""
-        serials, shared = self._committed.of(row)
-        earlier = self._earlier.get(row)
+        committed, within = self._band_hits()
+        serials, shared = committed.of(row)
+        earlier = within.get(row)
         if earlier:
             extra = [self._kept_rows[r] for r in earlier if r in self._kept_rows]
             if extra:
@@ -336,6 +350,7 @@ class BatchView:
 
     def band_key_bytes(self, row: int) -> bytes:
         """The band keys of batch row ``row`` as a kept document's record stores them."""
+        self._band_hits()
         return self._band_key_bytes[row].tobytes()
 
     def record(self, serial: int) -> DocRecord:

@@ -1,0 +1,97 @@
+"""The learned site templates on disk (see ``core.templates`` for what they mean).
+
+============== ================================ =====================================
+table          key                              value
+============== ================================ =====================================
+sites          site key (8 B)                   msgpack [new pages, settled, sampled]
+site_templates site key (8 B)                   its template: sorted uint32 (little-endian)
+site_samples   site key (8 B) + page (2 B)      a sampled page's shingles: sorted uint32
+template_sites shingle's top 32 bits (4 B)      how many sites' settled templates hold it
+============== ================================ =====================================
+
+They change in the batch transaction that decides the pages, so they are
+always as of the last committed batch.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import msgpack
+import numpy as np
+
+from ..core.templates import SiteState
+from .index import IndexTxn, u64
+
+__all__ = ["load_site", "save_site", "move_site_counts", "shared_template", "site_summaries"]
+
+_EMPTY = np.zeros(0, dtype=np.uint32)
+
+
+def _u32_array(raw) -> np.ndarray:
+    return np.frombuffer(raw, dtype="<u4").astype(np.uint32) if raw else _EMPTY
+
+
+def load_site(txn: IndexTxn, site: int) -> SiteState:
+    """The site's ``SiteState`` as committed (a new one if the index has never seen the site)."""
+    key = u64(site)
+    raw = txn.get("sites", key)
+    if raw is None:
+        return SiteState()
+    pages, settled, sampled = msgpack.unpackb(raw)
+    template = _u32_array(txn.get("site_templates", key))
+    sample = [_u32_array(txn.get("site_samples", key + i.to_bytes(2, "big"))) for i in range(sampled)]
+    return SiteState(pages, settled, template, sample)
+
+
+def save_site(txn: IndexTxn, site: int, state: SiteState, before: SiteState) -> None:
+    """Write what changed of a site's state (``before``: the state as committed)."""
+    key, raw, dbs = u64(site), txn.txn, txn.dbs
+    raw.put(key, msgpack.packb([state.pages, state.settled, len(state.sample)]), db=dbs["sites"])
+    if state.template is not before.template:
+        raw.put(key, state.template.astype("<u4").tobytes(), db=dbs["site_templates"])
+    for i in range(len(state.sample)):
+        if i >= len(before.sample) or state.sample[i] is not before.sample[i]:
+            raw.put(key + i.to_bytes(2, "big"), state.sample[i].astype("<u4").tobytes(), db=dbs["site_samples"])
+    for i in range(len(state.sample), len(before.sample)):
+        raw.delete(key + i.to_bytes(2, "big"), db=dbs["site_samples"])
+
+
+def move_site_counts(txn: IndexTxn, old: np.ndarray, new: np.ndarray, min_sites: int) -> tuple[np.ndarray, np.ndarray]:
+    """A site's settled template went from ``old`` to ``new``: move the across-site counts.
+
+    Returns (shingles that reached ``min_sites`` sites, shingles that fell below it).
+    """
+    raw, db = txn.txn, txn.dbs["template_sites"]
+    gone, came = np.setdiff1d(old, new), np.setdiff1d(new, old)
+    reached, fell = [], []
+    for values, step in ((gone, -1), (came, 1)):
+        for value in values.tolist():
+            key = value.to_bytes(4, "big")
+            found = raw.get(key, db=db)
+            before = int.from_bytes(found, "big") if found else 0
+            after = before + step
+            if after > 0:
+                raw.put(key, after.to_bytes(4, "big"), db=db)
+            elif found:
+                raw.delete(key, db=db)
+            if before < min_sites <= after:
+                reached.append(value)
+            elif after < min_sites <= before:
+                fell.append(value)
+    return np.array(reached, dtype=np.uint32), np.array(fell, dtype=np.uint32)
+
+
+def shared_template(txn: IndexTxn, min_sites: int) -> np.ndarray:
+    """The shingles in the settled templates of at least ``min_sites`` sites (sorted uint32)."""
+    found = [int.from_bytes(k, "big") for k, v in txn.table_entries("template_sites")
+             if int.from_bytes(v, "big") >= min_sites]
+    return np.array(found, dtype=np.uint32)
+
+
+def site_summaries(txn: IndexTxn) -> Iterator[tuple[int, int, bool, int]]:
+    """(site key, new pages, settled, template shingles) of every site."""
+    for key, raw in txn.table_entries("sites"):
+        pages, settled, _ = msgpack.unpackb(raw)
+        template = txn.get("site_templates", key)
+        yield int.from_bytes(key, "big"), pages, settled, (len(template) // 4 if template else 0)
