@@ -149,12 +149,12 @@ def _decide_one(state: _Batch, doc: Document, row: int) -> Decision:
         record = DocRecord.near_duplicate_of(view.record(match), similarity, serial, doc, content, now, site)
         view.insert(record, ident, row)
         return _as_decision(record, candidates=len(shared), verified=compared)
-    found = _excerpt_source(state, own) if state.anchors is not None else None
+    found = _anchored_match(state, own) if state.anchors is not None else None
     if found is not None:
-        source, share, similarity = found
+        source, similarity, share, checked = found
         record = DocRecord.near_duplicate_of(view.record(source), similarity, serial, doc, content, now, site, share)
         view.insert(record, ident, row)
-        return _as_decision(record, candidates=len(shared), verified=compared)
+        return _as_decision(record, candidates=len(shared), verified=compared + checked)
     record = DocRecord.new_cluster(serial, doc, content, view.band_key_bytes(row), now, site)
     view.insert(record, ident, row, batch.shingles.of(row))
     if state.anchors is not None:
@@ -162,8 +162,14 @@ def _decide_one(state: _Batch, doc: Document, row: int) -> Decision:
     return _as_decision(record, candidates=len(shared), verified=compared)
 
 
-def _excerpt_source(state: _Batch, own: np.ndarray) -> Optional[tuple[int, float, float]]:
-    """(kept document, containment, Jaccard) of the earlier document containing most of ``own``, if one does."""
+def _anchored_match(state: _Batch, own: np.ndarray) -> Optional[tuple[int, float, Optional[float], int]]:
+    """The kept document the anchors find for ``own``: (serial, Jaccard, containment or None, verified).
+
+    A candidate at or above the Jaccard threshold is a near duplicate the
+    band keys missed (the most similar wins); otherwise the one containing
+    the largest share of ``own``, at or above ``excerpts.containment``, makes
+    it an excerpt (ties: the earliest).
+    """
     settings = state.settings.excerpts
     if len(own) < settings.min_shingles:
         return None
@@ -171,16 +177,26 @@ def _excerpt_source(state: _Batch, own: np.ndarray) -> Optional[tuple[int, float
     if len(anchors) == 0:
         return None
     holders = state.anchors.postings(anchors)
-    best: Optional[tuple[int, float, float]] = None
-    for serial in likely_sources(holders, len(anchors), settings.anchor_share, settings.max_sources):
+    near: Optional[tuple[int, float]] = None
+    part: Optional[tuple[int, float, float]] = None
+    sources = likely_sources(holders, len(anchors), settings.anchor_share, settings.max_sources)
+    for serial in sources:
         if state.cutoff is not None and not _matchable(state.view, state.view.record(serial), state.cutoff):
             continue
         whole = state.stored_content(serial)
+        similarity = jaccard(own, whole)
+        if similarity >= state.settings.threshold:
+            if near is None or (similarity, -serial) > (near[1], -near[0]):
+                near = (serial, similarity)
+            continue
         share = containment(own, whole)
-        if share >= settings.containment and (best is None or share > best[1] or
-                                              (share == best[1] and serial < best[0])):
-            best = (serial, share, jaccard(own, whole))
-    return best
+        if share >= settings.containment and (part is None or (share, -serial) > (part[1], -part[0])):
+            part = (serial, share, similarity)
+    if near is not None:
+        return near[0], near[1], None, len(sources)
+    if part is not None:
+        return part[0], part[2], part[1], len(sources)
+    return None
 
 
 def _matchable(view: BatchView, record: DocRecord, cutoff: Optional[float]) -> bool:

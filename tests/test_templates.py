@@ -1,0 +1,203 @@
+"""Site templates and excerpts: the learning rules, and decisions on templated pages against a real index."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from streamdedup import config as config_module
+from streamdedup.core.corpus import _Writer
+from streamdedup.core.records import Document, Source
+from streamdedup.core.templates import SiteState, TemplateSettings, content_of, learned_template
+from streamdedup.engine.engine import Engine
+from streamdedup.errors import IncompatibleIndexError
+
+SETTINGS = TemplateSettings()
+
+
+def _pages(*arrays) -> list[np.ndarray]:
+    return [np.array(sorted(a), dtype=np.uint32) for a in arrays]
+
+
+# -- the rules ----------------------------------------------------------------
+
+
+def test_a_template_is_what_more_than_half_of_the_pages_share_and_at_least_two():
+    assert learned_template(_pages({1, 2, 3}), 0.5).tolist() == []
+    assert learned_template(_pages({1, 2, 3}, {2, 3, 4}), 0.5).tolist() == [2, 3]
+    three = _pages({1, 2, 3}, {2, 3, 4}, {3, 5})
+    assert learned_template(three, 0.5).tolist() == [2, 3]  # on 2 of 3 pages: more than half
+    four = _pages({1, 2, 3}, {2, 3, 4}, {3, 5}, {3, 6})
+    assert learned_template(four, 0.5).tolist() == [3]  # 2 of 4 is not more than half
+
+
+def test_a_site_learns_from_its_first_pages_then_settles_and_relearns():
+    settings = TemplateSettings(sample_pages=3, relearn_every=5)
+    site = SiteState()
+    pages = _pages({1, 2, 10}, {1, 2, 11}, {1, 2, 12}, {1, 2, 13}, {1, 2, 14})
+    assert site.add_page(pages[0], settings) is None and site.template.tolist() == []
+    assert site.add_page(pages[1], settings) is None and site.template.tolist() == [1, 2]  # learning: this page counts
+    moved = site.add_page(pages[2], settings)
+    assert site.settled and moved is not None and moved[1].tolist() == [1, 2] and site.sample == []
+    site.add_page(pages[3], settings)
+    site.add_page(pages[4], settings)
+    assert site.pages == 5 and site.sample == []
+    redesign = _pages({7, 8, 20}, {7, 8, 21}, {7, 8, 22})
+    assert site.add_page(redesign[0], settings) is None and site.template.tolist() == [1, 2]  # sampled, not yet used
+    site.add_page(redesign[1], settings)
+    old, new = site.add_page(redesign[2], settings)
+    assert (old.tolist(), new.tolist(), site.template.tolist()) == ([1, 2], [7, 8], [7, 8])
+
+
+def test_content_leaves_the_template_out_unless_too_little_is_left():
+    shingles = np.array([(v << 32) | 5 for v in range(1, 21)], dtype=np.uint64)
+    template = np.arange(1, 11, dtype=np.uint32)
+    assert len(content_of(shingles, template, np.zeros(0, np.uint32), 0.05)) == 10
+    shared = np.array([11, 12], dtype=np.uint32)
+    assert len(content_of(shingles, template, shared, 0.05)) == 8
+    everything = np.arange(1, 21, dtype=np.uint32)
+    assert content_of(shingles, everything, shared, 0.05) is shingles  # nothing left: compared whole
+    assert content_of(shingles, np.arange(1, 20, dtype=np.uint32), shared, 0.1) is shingles  # 1 of 20 < 10%
+
+
+def test_settings_survive_the_index_fingerprint():
+    for settings in (TemplateSettings(), TemplateSettings(enabled=False),
+                     TemplateSettings(True, 16, 0.6, 0, 5, 0.1, True)):
+        assert TemplateSettings.from_fingerprint(settings.fingerprint()) == settings
+
+
+# -- decisions on a real index --------------------------------------------------
+
+
+class Site:
+    """A site with a header, a navigation menu, a sidebar and a footer around each page's body."""
+
+    def __init__(self, name: str, writer: _Writer):
+        self.name = name
+        self.header = f"{name} home news sport business culture opinion " + " ".join(writer.words(30))
+        self.footer = "about us contact advertise careers " + " ".join(writer.words(40)) + f" copyright {name}"
+
+    def page(self, number: int, body: str) -> tuple[str, str]:
+        return f"https://www.{self.name}.example/{number}", f"{self.header}\n{body}\n{self.footer}"
+
+
+def _decide(engine: Engine, pages: list[tuple[str, str, str]], batch: int = 50) -> dict:
+    """Decide (id, url, text) pages in batches; the decisions by id."""
+    items = [Document(i, text, Source("crawl", -1, n), url) for n, (i, url, text) in enumerate(pages)]
+    decided = []
+    for start in range(0, len(items), batch):
+        decided += engine.decide_batch(engine.prepare(items[start:start + batch]))
+    return {d.id: d for d in decided}
+
+
+def _engine(path, *settings) -> Engine:
+    return Engine(config_module.load(None, settings, environ={}), str(path))
+
+
+@pytest.fixture
+def writer():
+    return _Writer(random.Random(7))
+
+
+def _pitfall_three(writer: _Writer, url: bool) -> list[tuple[str, str, str]]:
+    """The seed tutorial's case: 20 pages, one long header and footer, five-sentence bodies."""
+    head, tail = writer.article(), writer.article()
+    return [(f"p{i}", "https://shop.example/p" if url else None, f"{head} {writer.article(5)} {tail}")
+            for i in range(20)]
+
+
+def test_pages_sharing_header_and_footer_are_not_duplicates(tmp_path, writer):
+    pages = _pitfall_three(writer, url=True)
+    with _engine(tmp_path / "a") as engine:
+        decided = _decide(engine, pages, batch=7)
+    assert [d.status for d in decided.values()] == ["kept"] * 20
+
+
+def test_pages_without_a_url_learn_a_template_only_when_asked(tmp_path, writer):
+    pages = _pitfall_three(writer, url=False)
+    with _engine(tmp_path / "plain") as engine:
+        plain = _decide(engine, pages)
+    with _engine(tmp_path / "learned", "templates.learn_without_url=true") as engine:
+        learned = _decide(engine, pages)
+    assert sum(d.status == "duplicate" for d in plain.values()) == 19  # the whole texts are alike (J ~ 0.73)
+    assert all(d.status == "kept" for d in learned.values())
+
+
+def _crawl(writer: _Writer) -> tuple[list[tuple[str, str, str]], dict[str, str]]:
+    """Three sites of 30 pages, interleaved; the last ten pages of b and c republish articles of a."""
+    sites = {name: Site(name, writer) for name in "abc"}
+    articles = [writer.article(8) for _ in range(30)]
+    pages, republished = [], {}
+    for n in range(30):
+        for name, site in sites.items():
+            if name != "a" and n >= 20:
+                source = n - 20 + (10 if name == "c" else 0)
+                body = writer.edit(articles[source], "light") if n % 2 else articles[source]
+                republished[f"{name}{n}"] = f"a{source}"
+            else:
+                body = articles[n] if name == "a" else writer.article(8)
+            url, text = site.page(n, body)
+            pages.append((f"{name}{n}", url, text))
+    return pages, republished
+
+
+def test_an_article_republished_inside_another_sites_template_is_found(tmp_path, writer):
+    pages, republished = _crawl(writer)
+    with _engine(tmp_path / "t") as engine:
+        decided = _decide(engine, pages)
+        stats = engine.templates._sites
+    for page, source in republished.items():
+        assert (decided[page].status, decided[page].cluster) == ("duplicate", source)
+        if int(page[1:]) % 2 == 0:  # a light edit of a short article may fall below 0.7: then an excerpt
+            assert decided[page].relation == "near" and decided[page].similarity > 0.9
+    others = [d for i, d in decided.items() if i not in republished]
+    assert all(d.status == "kept" for d in others)
+    assert len(stats) == 3 and all(s.settled and len(s.template) > 50 for s in stats.values())
+
+
+def test_without_templates_the_template_hides_republished_articles(tmp_path, writer):
+    pages, republished = _crawl(writer)
+    with _engine(tmp_path / "t", "templates.enabled=false") as engine:
+        decided = _decide(engine, pages)
+    found = sum(decided[p].status == "duplicate" and decided[p].cluster == s for p, s in republished.items())
+    assert found < len(republished) / 2
+
+
+def test_the_same_pages_give_the_same_decisions_whatever_the_batches_and_restarts(tmp_path, writer):
+    pages, _ = _crawl(writer)
+    with _engine(tmp_path / "one") as engine:
+        reference = _decide(engine, pages, batch=len(pages))
+    with _engine(tmp_path / "small") as engine:
+        assert _decide(engine, pages, batch=1) == reference
+    for cut in (13, 47):  # a restart after the first ``cut`` pages
+        with _engine(tmp_path / f"cut{cut}") as engine:
+            first = _decide(engine, pages[:cut], batch=5)
+        with _engine(tmp_path / f"cut{cut}") as engine:
+            second = _decide(engine, pages[cut:], batch=9)
+        assert {**first, **second} == reference
+
+
+def test_an_excerpt_of_a_long_article_is_found_and_a_later_source_is_kept(tmp_path, writer):
+    article = " ".join(writer.article() for _ in range(12))
+    excerpt = ". ".join(article.split(". ")[40:52]) + "."
+    with _engine(tmp_path / "forward") as engine:
+        decided = _decide(engine, [("article", None, article), ("other", None, writer.article()),
+                                   ("excerpt", None, excerpt)])
+    found = decided["excerpt"]
+    assert (found.status, found.relation, found.cluster, found.containment) == ("duplicate", "excerpt", "article", 1.0)
+    assert found.similarity < 0.2
+    with _engine(tmp_path / "reverse") as engine:
+        reverse = _decide(engine, [("excerpt", None, excerpt), ("article", None, article)])
+    assert [d.status for d in reverse.values()] == ["kept", "kept"]
+    with _engine(tmp_path / "off", "excerpts.enabled=false") as engine:
+        off = _decide(engine, [("article", None, article), ("excerpt", None, excerpt)])
+    assert off["excerpt"].status == "kept"
+
+
+def test_an_index_built_with_other_template_settings_is_refused_with_how_to_rebuild(tmp_path, writer):
+    with _engine(tmp_path / "t", "templates.enabled=false") as engine:
+        _decide(engine, [("a", None, writer.article())])
+    with pytest.raises(IncompatibleIndexError, match="(?s)templates.*backfill"):
+        _engine(tmp_path / "t")
