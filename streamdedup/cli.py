@@ -79,10 +79,12 @@ def _parser() -> argparse.ArgumentParser:
                        "(needs the writer lock: stop the worker first)")
     check.set_defaults(handler=_cmd_check)
 
-    query = sub.add_parser("query", parents=[common], help="the near-duplicates of a text in the index (read-only)")
+    query = sub.add_parser("query", parents=[common], help="the near-duplicates of a text in the index, or what "
+                           "was learned of a site's template (read-only)")
     what = query.add_mutually_exclusive_group(required=True)
     what.add_argument("text", nargs="?", help="the text to look for")
     what.add_argument("--file", help="read the text from this file (- for stdin)")
+    what.add_argument("--site", help="a site's host or a page URL: what was learned of its template")
     query.add_argument("--min-similarity", type=float, help="default: lsh.threshold")
     query.add_argument("--limit", type=int, default=20)
     query.add_argument("--json", action="store_true")
@@ -189,6 +191,8 @@ def _open_readonly(args):
 
 
 def _cmd_stats(args) -> int:
+    from .engine.query import templates_learned
+
     with _open_readonly(args) as engine:
         index = engine.index
         with index.read() as txn:
@@ -210,6 +214,7 @@ def _cmd_stats(args) -> int:
             "fingerprint": index.signing.fingerprint(),
             "config": index.signing.as_dict(),
             "index_id": index.meta["index_id"],
+            "templates": templates_learned(engine),
         }
     if args.json:
         print(json.dumps(stats, indent=2, sort_keys=True))
@@ -220,6 +225,14 @@ def _cmd_stats(args) -> int:
     print(f"{'index_bytes':<18} {stats['index_bytes']:,}")
     print(f"{'map_use':<18} {used:,} of {map_size:,} bytes ({used / map_size:.1%})")
     print(f"{'fingerprint':<18} {stats['fingerprint']}")
+    learned = stats["templates"]
+    if learned["enabled"]:
+        print(f"{'templates':<18} {learned['sites']:,} sites ({learned['settled']:,} settled), "
+              f"{learned['template_shingles']:,} template shingles, {learned['shared_template_shingles']:,} "
+              f"shared by {engine.template_settings.min_sites}+ sites")
+        for site in learned["largest"]:
+            print(f"{'  site':<18} {site['host'] or '(no URL)'}: {site['pages']:,} pages, "
+                  f"{site['template_shingles']:,} template shingles{'' if site['settled'] else ', learning'}")
     for name, value in sorted(positions.items()):
         print(f"{'position':<18} {name} {json.dumps(value, sort_keys=True)}")
     return EXIT_OK
@@ -252,6 +265,8 @@ def _cmd_check(args) -> int:
 def _cmd_query(args) -> int:
     from .engine.query import near_duplicates
 
+    if args.site:
+        return _print_site(args)
     if args.file:
         with (sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")) as handle:
             text = handle.read()
@@ -260,13 +275,29 @@ def _cmd_query(args) -> int:
     with _open_readonly(args) as engine:
         matches = near_duplicates(engine, text, args.min_similarity, args.limit)
     if args.json:
-        print(json.dumps([m.as_dict() for m in matches], indent=2))
+        print(json.dumps([{**m.as_dict(), "relation": m.relation} for m in matches], indent=2))
         return EXIT_OK
     if not matches:
         print("no near-duplicates in the index")
     for m in matches:
         kind = "exact copy" if m.exact else ("kept" if m.kept else "duplicate")
+        if m.containment is not None:
+            kind = f"holds {m.containment:.3f} of the text (the text is an excerpt of it)"
         print(f"{m.similarity:.3f}  {m.id}  cluster={m.cluster}  {kind}  source={'/'.join(map(str, m.source))}")
+    return EXIT_OK
+
+
+def _print_site(args) -> int:
+    from .engine.query import templates_learned
+
+    with _open_readonly(args) as engine:
+        site = templates_learned(engine, args.site)
+    if args.json:
+        print(json.dumps(site, indent=2))
+        return EXIT_OK
+    state = "settled" if site["settled"] else f"learning ({site['sampled']} pages sampled)"
+    print(f"site {site['host'] or '(pages without a URL)'}: {site['pages']:,} new pages, {state}, "
+          f"template of {site['template_shingles']:,} shingles")
     return EXIT_OK
 
 
@@ -285,7 +316,8 @@ def _cmd_cluster(args) -> int:
           + ("  EXPIRED" if rep["expired"] else ""))
     for m in view.members:
         similarity = f"{m['similarity']:.3f}" if m["similarity"] is not None else "-"
-        print(f"  member {similarity}  {m['id']}{'  (exact copy)' if m['exact'] else ''}  matched={m['matched']}"
+        part = f"  (excerpt: {m['containment']:.3f} contained)" if m["relation"] == "excerpt" else ""
+        print(f"  member {similarity}  {m['id']}{'  (exact copy)' if m['exact'] else ''}{part}  matched={m['matched']}"
               f"  source={'/'.join(map(str, m['source']))}")
     return EXIT_OK
 

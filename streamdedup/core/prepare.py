@@ -21,7 +21,7 @@ from .memory import keep_freed_memory
 from .records import Document, Item, RawRecord, Rejected, Source, id_key
 from .shingle import NormalizedBatch, ShingleBatch, normalize_texts, shingle_batch
 from .signing import SigningConfig, sign_batch
-from .sites import site_key
+from .sites import site_host, site_key
 
 __all__ = ["PreparedBatch", "die_with_parent", "prepare",
            "prepare_compact", "prepare_raw", "preparing_process", "raw_payload", "raw_records", "restore_items"]
@@ -41,6 +41,7 @@ class PreparedBatch:
     shingles: ShingleBatch
     keys: np.ndarray  # (documents, bands) uint64
     sites: np.ndarray  # site key of each document row (uint64, ``core.sites``)
+    hosts: dict  # site key -> host, for the batch's sites
 
 
 def prepare(items: list[Item], signing: SigningConfig) -> PreparedBatch:
@@ -57,8 +58,12 @@ def prepare(items: list[Item], signing: SigningConfig) -> PreparedBatch:
         row.append(next_row if isinstance(item, Document) else -1)
         next_row += isinstance(item, Document)
     id_keys = [id_key(doc.id) for doc in documents]
+    hosts = {}
+    for doc in documents:
+        if doc.url:
+            hosts[site_key(doc.url)] = site_host(doc.url)
     sites = np.array([site_key(doc.url) for doc in documents], dtype=np.uint64)
-    return PreparedBatch(items, row, normalized.contents, id_keys, shingles, keys, sites)
+    return PreparedBatch(items, row, normalized.contents, id_keys, shingles, keys, sites, hosts)
 
 
 def _reject_empty(items: list[Item], normalized: NormalizedBatch):

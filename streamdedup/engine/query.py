@@ -9,17 +9,21 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
+from ..core.excerpts import anchors_of, containment, likely_sources
 from ..core.prepare import prepare
 from ..core.records import Document, Rejected, Source, id_key
 from ..core.verify import jaccard
 from ..errors import StreamdedupError
+from ..store.anchors import BatchAnchors
 from ..store.bands import BandTables
 from ..store.housekeeping import serials_with_id
 from ..store.index import DocRecord
 from ..store.lookup import BatchView, RecentMirror
+from ..store.sites import shared_template, site_summaries
+from ..core.sites import site_host, site_key
 from .engine import Engine
 
-__all__ = ["Match", "ClusterView", "near_duplicates", "cluster_of"]
+__all__ = ["Match", "ClusterView", "near_duplicates", "cluster_of", "templates_learned"]
 
 
 @dataclass
@@ -30,6 +34,11 @@ class Match:
     kept: bool
     exact: bool
     source: list
+    containment: Optional[float] = None  # set when the text is an excerpt of this document
+
+    @property
+    def relation(self) -> str:
+        return "exact" if self.exact else "near" if self.containment is None else "excerpt"
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -47,7 +56,8 @@ class ClusterView:
 
 def near_duplicates(engine: Engine, text: str, min_similarity: Optional[float] = None, limit: int = 20) -> list[Match]:
     """Kept documents whose exact similarity to ``text`` is at least ``min_similarity`` (default: the
-    threshold), plus the first document with the very same normalized text, best first."""
+    threshold), plus the first document with the very same normalized text, best first; then the kept
+    documents ``text`` is an excerpt of (whole texts: the query has no site, so no template is left out)."""
     floor = engine.settings.threshold if min_similarity is None else min_similarity
     batch = prepare([Document("", text, Source("query", -1, 0))], engine.signing)
     if isinstance(batch.items[0], Rejected):
@@ -67,12 +77,33 @@ def near_duplicates(engine: Engine, text: str, min_similarity: Optional[float] =
         twin = view.serial_of_content(batch.contents[0])
         if twin is not None:
             found[twin] = _match(txn.record(twin), 1.0, True)
-    ranked = sorted(found.items(), key=lambda item: (-item[1].similarity, item[0]))
+        found.update(_sources_containing(engine, txn, shingles, found))
+    ranked = sorted(found.items(), key=lambda item: (item[1].containment is not None, -item[1].similarity, item[0]))
     return [match for _, match in ranked[:limit]]
 
 
-def _match(record: DocRecord, similarity: float, exact: bool) -> Match:
-    return Match(record.id, record.cluster_id, round(similarity, 6), record.kept, exact, record.source)
+def _sources_containing(engine: Engine, txn, shingles, found: dict) -> dict[int, Match]:
+    """Kept documents the text is an excerpt of (containment at least ``excerpts.containment``)."""
+    settings = engine.settings.excerpts
+    if not settings.sampling or len(shingles) < settings.min_shingles:
+        return {}
+    anchors = anchors_of(shingles, settings.sampling)
+    holders = BatchAnchors(txn, settings.max_postings).postings(anchors)
+    sources = {}
+    for serial in likely_sources(holders, len(anchors), settings.anchor_share, settings.max_sources):
+        record = txn.record(serial)
+        if serial in found or record.expired:
+            continue
+        whole = txn.shingles(serial)
+        share = containment(shingles, whole)
+        if share >= settings.containment:
+            sources[serial] = _match(record, jaccard(shingles, whole), False, share)
+    return sources
+
+
+def _match(record: DocRecord, similarity: float, exact: bool, share: Optional[float] = None) -> Match:
+    return Match(record.id, record.cluster_id, round(similarity, 6), record.kept, exact, record.source,
+                 None if share is None else round(share, 6))
 
 
 def cluster_of(engine: Engine, doc_id: str) -> ClusterView:
@@ -96,5 +127,31 @@ def cluster_of(engine: Engine, doc_id: str) -> ClusterView:
 
 
 def _member(record: DocRecord) -> dict:
+    relation = None if record.kept else ("exact" if record.exact else
+                                         "near" if record.containment is None else "excerpt")
     return {"id": record.id, "kept": record.kept, "matched": record.matched_id, "similarity": record.similarity,
-            "exact": record.exact, "source": record.source, "time": record.time, "expired": record.expired}
+            "exact": record.exact, "relation": relation, "containment": record.containment,
+            "source": record.source, "time": record.time, "expired": record.expired}
+
+
+def templates_learned(engine: Engine, host: Optional[str] = None, top: int = 10) -> dict:
+    """What the index learned of site templates: totals, the largest sites (or the one site ``host``)."""
+    with engine.index.read() as txn:
+        sites = list(site_summaries(txn))
+        shared = shared_template(txn, engine.template_settings.min_sites)
+    if host is not None:
+        wanted = site_key(host)
+        found = [s for s in sites if s["site"] == wanted]
+        if not found:
+            raise StreamdedupError(f"the index has learned nothing of the site {site_host(host)!r}: no page of it "
+                                   "was decided (or templates are off)")
+        return found[0]
+    sites.sort(key=lambda s: (-s["pages"], s["host"]))
+    return {
+        "enabled": engine.template_settings.enabled,
+        "sites": len(sites),
+        "settled": sum(s["settled"] for s in sites),
+        "template_shingles": sum(s["template_shingles"] for s in sites),
+        "shared_template_shingles": len(shared),
+        "largest": sites[:top],
+    }

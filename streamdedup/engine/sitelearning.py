@@ -86,7 +86,7 @@ class SiteTemplates:
             rows.append(content)
             if content is not full:
                 changed.append(row)
-        self._write(txn, copies, shared)
+        self._write(txn, copies, shared, batch.hosts)
         view.use_band_keys(self._content_keys(batch, rows, changed))
         return BatchContent(rows, timeline, settings)
 
@@ -111,9 +111,11 @@ class SiteTemplates:
             return shared
         return np.union1d(np.setdiff1d(shared, fell), reached).astype(np.uint32)
 
-    def _write(self, txn: IndexTxn, copies: dict[int, SiteState], shared: np.ndarray) -> None:
+    def _write(self, txn: IndexTxn, copies: dict[int, SiteState], shared: np.ndarray, hosts: dict) -> None:
         for site, state in copies.items():
-            save_site(txn, site, state, self._committed(txn, site))
+            before = self._committed(txn, site)
+            if state.pages != before.pages:
+                save_site(txn, site, state, before, hosts.get(site, ""))
 
         def taken_in() -> None:
             self._sites.update(copies)

@@ -147,6 +147,20 @@ def _check_tables(txn: IndexTxn, report: CheckReport) -> None:
         cluster, serial = from_u64(key), from_u64(value)
         if txn.txn.get(value, db=txn.dbs["docs"]) is None or txn.record(serial).cluster != cluster:
             report.problem(f"member #{serial} of cluster #{cluster} has no record or another cluster")
+    _check_anchors(txn, report)
+
+
+def _check_anchors(txn: IndexTxn, report: CheckReport) -> None:
+    """Every excerpt anchor belongs to a kept, unexpired document whose stored shingles hold it."""
+    for key, value in txn.table_entries("anchors"):
+        serial = from_u64(value)
+        raw = txn.txn.get(value, db=txn.dbs["docs"])
+        stored = txn.txn.get(value, db=txn.dbs["shingles"])
+        record = None if raw is None else txn.record(serial)
+        if record is None or not record.kept or record.expired or stored is None:
+            report.problem(f"excerpt anchor points at #{serial}, which is not a kept, unexpired document")
+        elif not _holds(np.frombuffer(stored, dtype="<u8"), int.from_bytes(key, "big")):
+            report.problem(f"excerpt anchor of #{serial} is not among its shingles")
 
 
 def _check_counters(txn: IndexTxn, report: CheckReport) -> None:
@@ -157,3 +171,8 @@ def _check_counters(txn: IndexTxn, report: CheckReport) -> None:
     if counters["duplicates"] != report.documents - report.kept:
         report.problem(f"counters say {counters['duplicates']} duplicates; records say "
                        f"{report.documents - report.kept}")
+
+
+def _holds(sorted_hashes: np.ndarray, value: int) -> bool:
+    at = int(np.searchsorted(sorted_hashes, np.uint64(value)))
+    return at < len(sorted_hashes) and int(sorted_hashes[at]) == value

@@ -3,7 +3,7 @@
 ============== ================================ =====================================
 table          key                              value
 ============== ================================ =====================================
-sites          site key (8 B)                   msgpack [new pages, settled, sampled]
+sites          site key (8 B)                   msgpack [new pages, settled, sampled, host]
 site_templates site key (8 B)                   its template: sorted uint32 (little-endian)
 site_samples   site key (8 B) + page (2 B)      a sampled page's shingles: sorted uint32
 template_sites shingle's top 32 bits (4 B)      how many sites' settled templates hold it
@@ -38,16 +38,16 @@ def load_site(txn: IndexTxn, site: int) -> SiteState:
     raw = txn.get("sites", key)
     if raw is None:
         return SiteState()
-    pages, settled, sampled = msgpack.unpackb(raw)
+    pages, settled, sampled, _ = msgpack.unpackb(raw)
     template = _u32_array(txn.get("site_templates", key))
     sample = [_u32_array(txn.get("site_samples", key + i.to_bytes(2, "big"))) for i in range(sampled)]
     return SiteState(pages, settled, template, sample)
 
 
-def save_site(txn: IndexTxn, site: int, state: SiteState, before: SiteState) -> None:
+def save_site(txn: IndexTxn, site: int, state: SiteState, before: SiteState, host: str) -> None:
     """Write what changed of a site's state (``before``: the state as committed)."""
     key, raw, dbs = u64(site), txn.txn, txn.dbs
-    raw.put(key, msgpack.packb([state.pages, state.settled, len(state.sample)]), db=dbs["sites"])
+    raw.put(key, msgpack.packb([state.pages, state.settled, len(state.sample), host]), db=dbs["sites"])
     if state.template is not before.template:
         raw.put(key, state.template.astype("<u4").tobytes(), db=dbs["site_templates"])
     for i in range(len(state.sample)):
@@ -89,9 +89,10 @@ def shared_template(txn: IndexTxn, min_sites: int) -> np.ndarray:
     return np.array(found, dtype=np.uint32)
 
 
-def site_summaries(txn: IndexTxn) -> Iterator[tuple[int, int, bool, int]]:
-    """(site key, new pages, settled, template shingles) of every site."""
+def site_summaries(txn: IndexTxn) -> Iterator[dict]:
+    """What was learned of every site: host, new pages, settled, template shingles, pages in its sample."""
     for key, raw in txn.table_entries("sites"):
-        pages, settled, _ = msgpack.unpackb(raw)
+        pages, settled, sampled, host = msgpack.unpackb(raw)
         template = txn.get("site_templates", key)
-        yield int.from_bytes(key, "big"), pages, settled, (len(template) // 4 if template else 0)
+        yield {"site": int.from_bytes(key, "big"), "host": host, "pages": pages, "settled": settled,
+               "template_shingles": len(template) // 4 if template else 0, "sampled": sampled}
