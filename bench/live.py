@@ -10,7 +10,8 @@ round and made before the clock starts:
 - naive worker: kafka-python + datasketch MinHash + MinHashLSH in memory,
   producing the documents it keeps (what a user would write first);
 - streamdedup: ``streamdedup run --until-caught-up``, durable index on disk,
-  one Kafka transaction per batch (exactly one outcome per record).
+  one Kafka transaction per batch (exactly one outcome per record); and the
+  same with site templates and excerpts off ("pages off"), to show their cost.
 
 Run: ``python bench/live.py`` (starts a broker with deploy/kafka unless
 KAFKA_BOOTSTRAP is set).
@@ -121,7 +122,9 @@ def streamdedup_command(bootstrap: str, topic: str, outs: list[str], state: str)
 
 
 PEERS = {"pass-through (a)": pass_through, "naive worker (b)": naive_worker}
-CONTENDERS = ["streamdedup", *PEERS]
+OFF = ["--set", "templates.enabled=false", "--set", "excerpts.enabled=false"]
+VARIANTS = {"streamdedup": [], "streamdedup, pages off": OFF}  # the defaults; no templates, no excerpts
+CONTENDERS = [*VARIANTS, *PEERS]
 
 
 def timed_round(name: str, bootstrap: str, topic: str) -> float:
@@ -129,8 +132,8 @@ def timed_round(name: str, bootstrap: str, topic: str) -> float:
     tag = uuid.uuid4().hex[:8]
     outs = [create(bootstrap, f"bench-{kind}-{tag}") for kind in ("out", "dups", "dead")]
     state = tempfile.mkdtemp(prefix="bench-live-")
-    if name == "streamdedup":
-        command = streamdedup_command(bootstrap, topic, outs, state)
+    if name in VARIANTS:
+        command = streamdedup_command(bootstrap, topic, outs, state) + VARIANTS[name]
     else:
         command = [sys.executable, __file__, "--peer", name, "--bootstrap", bootstrap, "--topic", topic,
                    "--outs", ",".join(outs)]
@@ -174,6 +177,8 @@ def main(argv=None) -> int:
         for name, values in rates.items():
             median = statistics.median(values)
             ratio = f"{ours / median:.2f}x" if name != "streamdedup" else ""
+            if name == "streamdedup, pages off":
+                ratio += "  (cost of templates + excerpts)"
             print(f"  {name:<20} {median:>14,.0f} {min(values):>10,.0f}-{max(values):<10,.0f} {ratio:>17}")
         print(f"\n  streamdedup reaches {ours / statistics.median(rates['pass-through (a)']):.0%} of the pass-through")
     finally:

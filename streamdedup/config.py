@@ -114,7 +114,7 @@ class ExcerptsSection:
     min_shingles: int = _key(50, "documents with less content (shingles) are never excerpts", low=5)
     sampling: int = _key(8, "one content shingle in this many is an anchor that finds excerpts' sources", low=1,
                          high=1024)
-    max_postings: int = _key(256, "documents read per anchor (the earliest; a common anchor finds no more)", low=1)
+    max_postings: int = _key(32, "documents an anchor holds (the earliest); a commoner anchor finds no more", low=1)
 
 
 @dataclass(frozen=True)

@@ -43,15 +43,21 @@ def exact_reference(texts: list[str], containment: float | None = None,
     return result
 
 
-def _decided(crawl, state, *settings):
+def _decided(crawl, state, *settings, batch=200):
     cfg = config_module.load(None, settings, environ={})
     with Engine(cfg, str(state)) as engine:
         assert (engine.signing.num_perm, engine.settings.threshold) == (128, THRESHOLD)
         items = [Document(d.id, d.text, Source("crawl", -1, i)) for i, d in enumerate(crawl)]
         decisions = []
-        for start in range(0, len(items), 200):
-            decisions += engine.decide_batch(engine.prepare(items[start:start + 200]))
+        for start in range(0, len(items), batch):
+            decisions += engine.decide_batch(engine.prepare(items[start:start + batch]))
     return decisions
+
+
+def test_batch_boundaries_change_no_decision(crawl, decided, tmp_path):
+    """Excerpt anchors fill up (``excerpts.max_postings``) in decision order, whatever the batches."""
+    assert _decided(crawl, tmp_path / "small", "excerpts.max_postings=4", batch=37) == \
+        _decided(crawl, tmp_path / "large", "excerpts.max_postings=4", batch=500)
 
 
 @pytest.fixture(scope="module")

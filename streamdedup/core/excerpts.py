@@ -39,16 +39,13 @@ def containment(part: np.ndarray, whole: np.ndarray) -> float:
     return int(np.count_nonzero(whole[at] == part)) / len(part)
 
 
-def likely_sources(serials: np.ndarray, anchors: int, share: float, limit: int) -> list[int]:
-    """The documents holding at least ``share`` of a document's ``anchors`` anchors, most first (ties: earliest).
-
-    ``serials``: one per (anchor, document holding it).
-    """
+def likely_sources(serials: np.ndarray, shared: np.ndarray, anchors: int, share: float, limit: int) -> list[int]:
+    """Of the documents sharing ``shared[i]`` anchors each, those holding at least ``share`` of a
+    document's ``anchors`` anchors, most first (ties: earliest)."""
     if len(serials) == 0:
         return []
-    found, counts = np.unique(serials, return_counts=True)
     need = max(1, int(np.ceil(share * anchors)))
-    keep = counts >= need
-    found, counts = found[keep], counts[keep]
+    keep = shared >= need
+    found, counts = serials[keep], shared[keep]
     order = np.lexsort((found, -counts))[:limit]
     return found[order].tolist()

@@ -58,7 +58,7 @@ class ExcerptSettings:
     sampling: int = 0  # one content shingle in this many is an anchor
     containment: float = 0.8  # share of a document's content inside the earlier one
     min_shingles: int = 50  # documents with less content are never excerpts
-    max_postings: int = 256  # documents read per anchor
+    max_postings: int = 32  # documents an anchor holds
     anchor_share: float = 0.5  # candidates hold at least this share of the document's anchors
     max_sources: int = 10  # candidates verified per document
 
@@ -102,7 +102,7 @@ def decide(txn: IndexTxn, batch: PreparedBatch, settings: DedupSettings, now: fl
     """Decide every item of the batch, in order, recording documents in the index."""
     view = BatchView(txn, mirror, batch.id_keys, batch.contents, batch.keys, bands)
     content = templates.content(txn, view, batch) if templates is not None else None
-    anchors = BatchAnchors(txn, settings.excerpts.max_postings) if settings.excerpts.sampling else None
+    anchors = _batch_anchors(txn, batch, settings.excerpts, content) if settings.excerpts.sampling else None
     state = _Batch(view, batch, settings, now, now - settings.retention_s if settings.retention_s > 0 else None,
                    content, anchors)
     decisions = []
@@ -117,6 +117,16 @@ def decide(txn: IndexTxn, batch: PreparedBatch, settings: DedupSettings, now: fl
         anchors.flush()
     txn.after_commit.append(view.flush())
     return decisions
+
+
+def _batch_anchors(txn: IndexTxn, batch: PreparedBatch, settings: ExcerptSettings,
+                   content: Optional[BatchContent]) -> BatchAnchors:
+    """The anchor postings of every document of the batch, read at once."""
+    rows = range(len(batch.contents))
+    shingles = content.shingles if content is not None else [batch.shingles.of(r) for r in rows]
+    none = np.zeros(0, dtype=np.uint64)
+    return BatchAnchors(txn, settings.max_postings, [anchors_of(s, settings.sampling) if len(s) >= settings.min_shingles
+                                                     else none for s in shingles])
 
 
 def _decide_one(state: _Batch, doc: Document, row: int) -> Decision:
@@ -149,7 +159,7 @@ def _decide_one(state: _Batch, doc: Document, row: int) -> Decision:
         record = DocRecord.near_duplicate_of(view.record(match), similarity, serial, doc, content, now, site)
         view.insert(record, ident, row)
         return _as_decision(record, candidates=len(shared), verified=compared)
-    found = _anchored_match(state, own) if state.anchors is not None else None
+    found = _anchored_match(state, own, row) if state.anchors is not None else None
     if found is not None:
         source, similarity, share, checked = found
         record = DocRecord.near_duplicate_of(view.record(source), similarity, serial, doc, content, now, site, share)
@@ -158,11 +168,11 @@ def _decide_one(state: _Batch, doc: Document, row: int) -> Decision:
     record = DocRecord.new_cluster(serial, doc, content, view.band_key_bytes(row), now, site)
     view.insert(record, ident, row, batch.shingles.of(row))
     if state.anchors is not None:
-        state.anchors.add(serial, anchors_of(own, settings.excerpts.sampling))
+        state.anchors.kept(row, serial)
     return _as_decision(record, candidates=len(shared), verified=compared)
 
 
-def _anchored_match(state: _Batch, own: np.ndarray) -> Optional[tuple[int, float, Optional[float], int]]:
+def _anchored_match(state: _Batch, own: np.ndarray, row: int) -> Optional[tuple[int, float, Optional[float], int]]:
     """The kept document the anchors find for ``own``: (serial, Jaccard, containment or None, verified).
 
     A candidate at or above the Jaccard threshold is a near duplicate the
@@ -173,13 +183,13 @@ def _anchored_match(state: _Batch, own: np.ndarray) -> Optional[tuple[int, float
     settings = state.settings.excerpts
     if len(own) < settings.min_shingles:
         return None
-    anchors = anchors_of(own, settings.sampling)
-    if len(anchors) == 0:
+    anchors = len(state.anchors.anchors(row))
+    if anchors == 0:
         return None
-    holders = state.anchors.postings(anchors)
+    serials, shared = state.anchors.holders(row)
     near: Optional[tuple[int, float]] = None
     part: Optional[tuple[int, float, float]] = None
-    sources = likely_sources(holders, len(anchors), settings.anchor_share, settings.max_sources)
+    sources = likely_sources(serials, shared, anchors, settings.anchor_share, settings.max_sources)
     for serial in sources:
         if state.cutoff is not None and not _matchable(state.view, state.view.record(serial), state.cutoff):
             continue

@@ -88,9 +88,9 @@ def _sources_containing(engine: Engine, txn, shingles, found: dict) -> dict[int,
     if not settings.sampling or len(shingles) < settings.min_shingles:
         return {}
     anchors = anchors_of(shingles, settings.sampling)
-    holders = BatchAnchors(txn, settings.max_postings).postings(anchors)
+    serials, shared = BatchAnchors(txn, settings.max_postings, [anchors]).holders(0)
     sources = {}
-    for serial in likely_sources(holders, len(anchors), settings.anchor_share, settings.max_sources):
+    for serial in likely_sources(serials, shared, len(anchors), settings.anchor_share, settings.max_sources):
         record = txn.record(serial)
         if serial in found or record.expired:
             continue
