@@ -108,7 +108,7 @@ class TemplatesSection:
 
 @dataclass(frozen=True)
 class ExcerptsSection:
-    enabled: bool = _key(True, "record a document mostly contained in one earlier kept document as its excerpt")
+    enabled: bool = _key(False, "record a document mostly contained in one earlier kept document as its excerpt")
     containment: float = _key(0.8, "share of a document's content found in the earlier one to be its excerpt",
                               low=0.5, high=1.0)
     min_shingles: int = _key(50, "documents with less content (shingles) are never excerpts", low=5)

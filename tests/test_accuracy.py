@@ -56,13 +56,13 @@ def _decided(crawl, state, *settings, batch=200):
 
 def test_batch_boundaries_change_no_decision(crawl, decided, tmp_path):
     """Excerpt anchors fill up (``excerpts.max_postings``) in decision order, whatever the batches."""
-    assert _decided(crawl, tmp_path / "small", "excerpts.max_postings=4", batch=37) == \
-        _decided(crawl, tmp_path / "large", "excerpts.max_postings=4", batch=500)
+    on = ("excerpts.enabled=true", "excerpts.max_postings=4")
+    assert _decided(crawl, tmp_path / "small", *on, batch=37) == _decided(crawl, tmp_path / "large", *on, batch=500)
 
 
 @pytest.fixture(scope="module")
 def decided(crawl, tmp_path_factory):
-    return _decided(crawl, tmp_path_factory.mktemp("accuracy"))
+    return _decided(crawl, tmp_path_factory.mktemp("accuracy"), "excerpts.enabled=true")
 
 
 def _agreement(crawl, decided, reference) -> float:
@@ -75,14 +75,14 @@ def _agreement(crawl, decided, reference) -> float:
 
 
 def test_agrees_with_the_exact_reference_on_99_percent(crawl, decided):
-    """The defaults (templates and excerpts on) against the exact reference of the same definition."""
+    """Templates and excerpts on, against the exact reference of the same definition."""
     reference = exact_reference([d.text for d in crawl], containment=0.8)
     assert _agreement(crawl, decided, reference) >= 0.99
     assert len(crawl) > 1100
 
 
-def test_without_excerpts_it_agrees_with_the_plain_jaccard_reference(crawl, tmp_path):
-    decided = _decided(crawl, tmp_path, "excerpts.enabled=false")
+def test_by_default_it_agrees_with_the_plain_jaccard_reference(crawl, tmp_path):
+    decided = _decided(crawl, tmp_path)
     assert _agreement(crawl, decided, exact_reference([d.text for d in crawl])) >= 0.99
 
 

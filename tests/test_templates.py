@@ -143,14 +143,19 @@ def _crawl(writer: _Writer) -> tuple[list[tuple[str, str, str]], dict[str, str]]
     return pages, republished
 
 
-def test_an_article_republished_inside_another_sites_template_is_found(tmp_path, writer):
+@pytest.mark.parametrize("excerpts", ["false", "true"])
+def test_an_article_republished_inside_another_sites_template_is_found(tmp_path, writer, excerpts):
     pages, republished = _crawl(writer)
-    with _engine(tmp_path / "t") as engine:
+    with _engine(tmp_path / "t", f"excerpts.enabled={excerpts}") as engine:
         decided = _decide(engine, pages)
         stats = engine.templates._sites
     for page, source in republished.items():
+        if excerpts == "false" and (source == "a0" or int(page[1:]) % 2):
+            # a site's first page is stored with its template (nothing was learned yet), and a light edit of
+            # a short article may fall below 0.7: without excerpt anchors these may be missed
+            continue
         assert (decided[page].status, decided[page].cluster) == ("duplicate", source)
-        if int(page[1:]) % 2 == 0:  # a light edit of a short article may fall below 0.7: then an excerpt
+        if int(page[1:]) % 2 == 0:  # a light edit may fall below 0.7: then an excerpt
             assert decided[page].relation == "near" and decided[page].similarity > 0.9
     others = [d for i, d in decided.items() if i not in republished]
     assert all(d.status == "kept" for d in others)
@@ -182,16 +187,16 @@ def test_the_same_pages_give_the_same_decisions_whatever_the_batches_and_restart
 def test_an_excerpt_of_a_long_article_is_found_and_a_later_source_is_kept(tmp_path, writer):
     article = " ".join(writer.article() for _ in range(12))
     excerpt = ". ".join(article.split(". ")[40:52]) + "."
-    with _engine(tmp_path / "forward") as engine:
+    with _engine(tmp_path / "forward", "excerpts.enabled=true") as engine:
         decided = _decide(engine, [("article", None, article), ("other", None, writer.article()),
                                    ("excerpt", None, excerpt)])
     found = decided["excerpt"]
     assert (found.status, found.relation, found.cluster, found.containment) == ("duplicate", "excerpt", "article", 1.0)
     assert found.similarity < 0.2
-    with _engine(tmp_path / "reverse") as engine:
+    with _engine(tmp_path / "reverse", "excerpts.enabled=true") as engine:
         reverse = _decide(engine, [("excerpt", None, excerpt), ("article", None, article)])
     assert [d.status for d in reverse.values()] == ["kept", "kept"]
-    with _engine(tmp_path / "off", "excerpts.enabled=false") as engine:
+    with _engine(tmp_path / "off") as engine:
         off = _decide(engine, [("article", None, article), ("excerpt", None, excerpt)])
     assert off["excerpt"].status == "kept"
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["anchors_of", "containment", "likely_sources"]
+__all__ = ["anchors_of", "containment", "likely_sources", "need_of"]
 
 
 def anchors_of(content: np.ndarray, sampling: int) -> np.ndarray:
@@ -39,12 +39,17 @@ def containment(part: np.ndarray, whole: np.ndarray) -> float:
     return int(np.count_nonzero(whole[at] == part)) / len(part)
 
 
+def need_of(anchors: int, share: float) -> int:
+    """How many of a document's ``anchors`` anchors a candidate source must hold."""
+    return max(1, int(np.ceil(share * anchors)))
+
+
 def likely_sources(serials: np.ndarray, shared: np.ndarray, anchors: int, share: float, limit: int) -> list[int]:
     """Of the documents sharing ``shared[i]`` anchors each, those holding at least ``share`` of a
     document's ``anchors`` anchors, most first (ties: earliest)."""
     if len(serials) == 0:
         return []
-    need = max(1, int(np.ceil(share * anchors)))
+    need = need_of(anchors, share)
     keep = shared >= need
     found, counts = serials[keep], shared[keep]
     order = np.lexsort((found, -counts))[:limit]

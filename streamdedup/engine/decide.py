@@ -37,7 +37,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..core.excerpts import anchors_of, containment, likely_sources
+from ..core.excerpts import anchors_of, containment, likely_sources, need_of
 from ..core.prepare import PreparedBatch
 from ..core.records import DUPLICATE, KEPT, Decision, Document, Rejected
 from ..core.signing import SigningConfig
@@ -186,7 +186,9 @@ def _anchored_match(state: _Batch, own: np.ndarray, row: int) -> Optional[tuple[
     anchors = len(state.anchors.anchors(row))
     if anchors == 0:
         return None
-    serials, shared = state.anchors.holders(row)
+    serials, shared = state.anchors.holders(row, need_of(anchors, settings.anchor_share))
+    if len(serials) == 0:
+        return None
     near: Optional[tuple[int, float]] = None
     part: Optional[tuple[int, float, float]] = None
     sources = likely_sources(serials, shared, anchors, settings.anchor_share, settings.max_sources)

@@ -21,6 +21,8 @@ from .lookup import _Hits
 
 __all__ = ["BatchAnchors", "remove_anchors", "anchor_entries"]
 
+_NONE = np.zeros(0, dtype=np.int64)
+
 
 class BatchAnchors:
     """The anchor postings of one batch's documents, read at once, and the anchors its kept documents add.
@@ -79,12 +81,17 @@ class BatchAnchors:
                 earlier.setdefault(run[place], []).append((run, place, room))
         return earlier
 
-    def holders(self, row: int) -> tuple[np.ndarray, np.ndarray]:
-        """Kept documents (stored, or earlier in this batch) holding anchors of row ``row``, and how many."""
+    def holders(self, row: int, need: int = 1) -> tuple[np.ndarray, np.ndarray]:
+        """Kept documents (stored, or earlier in this batch) holding anchors of row ``row``, and how many.
+
+        Empty when none can hold ``need`` of them (most rows: asked without a look at each holder).
+        """
         serials, shared = self._committed.of(row)
         runs = self._earlier.get(row)
         if not runs:
-            return serials, shared
+            return (serials, shared) if len(shared) and shared.max() >= need else (_NONE, _NONE)
+        if len(runs) + (shared.max() if len(shared) else 0) < need:
+            return _NONE, _NONE
         kept = self._kept
         extra = []
         for run, place, room in runs:
