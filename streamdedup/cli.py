@@ -61,6 +61,13 @@ def _parser() -> argparse.ArgumentParser:
     sample = sub.add_parser("sample", help="write the synthetic crawl corpus (JSONL with known families)")
     sample.add_argument("--articles", type=int, default=650, help="original articles (documents: about 1.86x)")
     sample.add_argument("--seed", type=int, default=42)
+    sample.add_argument("--kind", choices=("articles", "web"), default="articles",
+                        help="articles and their copies (default), or a web crawl: sites with templates, "
+                        "republished articles, excerpts, short pages")
+    sample.add_argument("--pages", type=int, default=3000, help="with --kind web: pages")
+    sample.add_argument("--sites", type=int, default=40, help="with --kind web: sites")
+    sample.add_argument("--prose", choices=("invented", "stdlib"), default="invented",
+                        help="with --kind web: invented words, or the docstrings of Python's standard library")
     sample.add_argument("--out", default="-", help="file to write (default: stdout)")
     sample.set_defaults(handler=_cmd_sample)
 
@@ -156,15 +163,20 @@ def _cmd_dedup(args) -> int:
 
 
 def _cmd_sample(args) -> int:
-    from .core import corpus
+    from .core import corpus, webcrawl
 
-    documents = corpus.generate(args.articles, args.seed)
+    if args.kind == "web":
+        documents, write = webcrawl.generate_web(args.pages, args.sites, args.seed, args.prose), webcrawl.write_web_jsonl
+        made = f"{args.pages:,} pages of {args.sites} sites ({args.prose} prose)"
+    else:
+        documents, write = corpus.generate(args.articles, args.seed), corpus.write_jsonl
+        made = f"{len(documents):,} documents from {args.articles:,} articles"
     if args.out == "-":
-        corpus.write_jsonl(documents, sys.stdout)
+        write(documents, sys.stdout)
     else:
         with open(args.out, "w", encoding="utf-8") as handle:
-            corpus.write_jsonl(documents, handle)
-        print(f"wrote {len(documents):,} documents from {args.articles:,} articles to {args.out}", file=sys.stderr)
+            write(documents, handle)
+        print(f"wrote {made} to {args.out}", file=sys.stderr)
     return EXIT_OK
 
 

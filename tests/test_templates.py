@@ -48,7 +48,7 @@ def test_a_site_learns_from_its_first_pages_then_settles_and_relearns():
     assert site.add_page(redesign[0], settings) is None and site.template.tolist() == [1, 2]  # sampled, not yet used
     site.add_page(redesign[1], settings)
     old, new = site.add_page(redesign[2], settings)
-    assert (old.tolist(), new.tolist(), site.template.tolist()) == ([1, 2], [7, 8], [7, 8])
+    assert (old.tolist(), new.tolist(), site.template.tolist()) == ([1, 2], [1, 2, 7, 8], [1, 2, 7, 8])
 
 
 def test_content_leaves_the_template_out_unless_too_little_is_left():

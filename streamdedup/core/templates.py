@@ -25,10 +25,15 @@ filter, run per site and as pages arrive):
   of each other because of a template (nor, while the sample fills, because
   of content they share: a within-site copy among a site's first pages is
   missed unless exact; see README, "While a site is learning").
-- **Settled.** Once the sample is full, the template is what it shows, and
-  stays until the next *relearning* window: every ``relearn_every`` new pages
-  of the site, the next ``sample_pages`` pages are sampled again and replace
-  the template (a redesign is learned that way).
+- **Settled.** Once the sample is full, the template is what it shows.
+  Every ``relearn_every`` new pages of the site the next ``sample_pages``
+  pages are sampled again, and what they show is added (a redesign is
+  learned that way; the old template stays, so pages decided before it
+  keep the content they were compared by).
+- **First pages.** The kept pages a site had while learning were looked up
+  by what was known then; when the site settles they are looked up again
+  by their content under the settled template (``rekeyed``), so an article
+  first seen on a site's first page is still found when republished.
 - **Across sites.** A shingle in the settled templates of at least
   ``min_sites`` sites (a shared cookie banner, a CMS footer) is template on
   every page, of every site and of pages without a URL.
@@ -126,7 +131,8 @@ class SiteState:
         if len(self.sample) < settings.sample_pages:
             return None
         old = self.template if self.settled else EMPTY
-        self.template = learned_template(self.sample, settings.share)
+        learned = learned_template(self.sample, settings.share)
+        self.template = np.union1d(old, learned).astype(np.uint32) if self.settled else learned
         self.settled, self.sample = True, []
         return old, self.template
 

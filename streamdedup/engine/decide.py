@@ -46,7 +46,7 @@ from ..store.anchors import BatchAnchors
 from ..store.bands import BandTables
 from ..store.index import DocRecord, IndexTxn
 from ..store.lookup import BatchView, RecentMirror
-from .sitelearning import BatchContent, SiteTemplates
+from .sitelearning import BatchContent, FirstPages, SiteTemplates
 
 __all__ = ["DedupSettings", "ExcerptSettings", "decide"]
 
@@ -83,6 +83,7 @@ class _Batch:
     cutoff: Optional[float]
     content: Optional[BatchContent]
     anchors: Optional[BatchAnchors]
+    first: Optional[FirstPages] = None
 
     def content_of(self, row: int) -> np.ndarray:
         if self.content is None:
@@ -104,17 +105,19 @@ def decide(txn: IndexTxn, batch: PreparedBatch, settings: DedupSettings, now: fl
     content = templates.content(txn, view, batch) if templates is not None else None
     anchors = _batch_anchors(txn, batch, settings.excerpts, content) if settings.excerpts.sampling else None
     state = _Batch(view, batch, settings, now, now - settings.retention_s if settings.retention_s > 0 else None,
-                   content, anchors)
+                   content, anchors, FirstPages(txn, settings.signing) if content is not None else None)
     decisions = []
     for i, item in enumerate(batch.items):
         if isinstance(item, Rejected):
             decisions.append(Decision.rejected(item))
         else:
             if content is not None:
-                content.timeline.at(batch.row[i])
+                _templates_at(state, batch.row[i])
             decisions.append(_decide_one(state, item, batch.row[i]))
     if anchors is not None:
         anchors.flush()
+    if state.first is not None:
+        state.first.write()
     txn.after_commit.append(view.flush())
     return decisions
 
@@ -127,6 +130,14 @@ def _batch_anchors(txn: IndexTxn, batch: PreparedBatch, settings: ExcerptSetting
     none = np.zeros(0, dtype=np.uint64)
     return BatchAnchors(txn, settings.max_postings, [anchors_of(s, settings.sampling) if len(s) >= settings.min_shingles
                                                      else none for s in shingles])
+
+
+def _templates_at(state: _Batch, row: int) -> None:
+    """The templates as they stand at ``row``; learning sites changing there have their first pages rekeyed."""
+    content = state.content
+    content.timeline.at(row)
+    for site in content.settles.get(row, ()):
+        state.first.rekey(site, state.stored_content, row not in content.provisional)
 
 
 def _decide_one(state: _Batch, doc: Document, row: int) -> Decision:
@@ -145,6 +156,8 @@ def _decide_one(state: _Batch, doc: Document, row: int) -> Decision:
     site = int(batch.sites[row])
     own = state.content_of(row)
     serials, shared = view.candidates(row)
+    if state.first is not None:
+        serials, shared = _with_rekeyed(serials, shared, state.first.candidates(view.band_keys_of(row)))
     if cutoff is not None:
         live = np.array([_matchable(view, view.record(s), cutoff) for s in serials.tolist()], dtype=bool)
         serials, shared = serials[live], shared[live]
@@ -167,9 +180,22 @@ def _decide_one(state: _Batch, doc: Document, row: int) -> Decision:
         return _as_decision(record, candidates=len(shared), verified=compared + checked)
     record = DocRecord.new_cluster(serial, doc, content, view.band_key_bytes(row), now, site)
     view.insert(record, ident, row, batch.shingles.of(row))
+    if state.content is not None and row in state.content.provisional:
+        state.first.kept(site, serial)
     if state.anchors is not None:
         state.anchors.kept(row, serial)
     return _as_decision(record, candidates=len(shared), verified=compared)
+
+
+def _with_rekeyed(serials: np.ndarray, shared: np.ndarray, extra: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Candidates with the first pages rekeyed in this batch added (each counted once more)."""
+    if len(extra) == 0:
+        return serials, shared
+    counts = dict(zip(serials.tolist(), shared.tolist()))
+    for serial in extra.tolist():
+        counts[serial] = counts.get(serial, 0) + 1
+    ordered = sorted(counts)
+    return np.array(ordered, dtype=np.int64), np.array([counts[s] for s in ordered], dtype=np.int64)
 
 
 def _anchored_match(state: _Batch, own: np.ndarray, row: int) -> Optional[tuple[int, float, Optional[float], int]]:

@@ -24,9 +24,10 @@ from ..core.signing import SigningConfig, sign_batch
 from ..core.templates import SiteState, SiteTimeline, TemplateSettings, content_of, top32
 from ..store.index import IndexTxn
 from ..store.lookup import BatchView
-from ..store.sites import load_site, move_site_counts, save_site, shared_template
+from ..store.sites import (load_site, move_site_counts, provisional_pages, save_site, set_provisional_pages,
+                           remove_rekeyed, shared_template, write_rekeyed)
 
-__all__ = ["SiteTemplates", "BatchContent"]
+__all__ = ["SiteTemplates", "BatchContent", "FirstPages"]
 
 CACHED_SITES = 200_000  # committed site states kept in memory (the rest are read from the index when needed)
 
@@ -38,6 +39,8 @@ class BatchContent:
     shingles: list  # row -> sorted uint64 content shingles
     timeline: SiteTimeline
     settings: TemplateSettings
+    provisional: set  # rows decided while their site was learning: kept, they are looked up again later
+    settles: dict  # row -> learning sites whose template changes at that row
 
     def content_of_stored(self, shingles: np.ndarray, site: int) -> np.ndarray:
         """A decided document's stored shingles without its site's template as it stands now."""
@@ -62,6 +65,7 @@ class SiteTemplates:
         copies: dict[int, SiteState] = {}
         seen: set[bytes] = set()
         rows, changed = [], []
+        provisional, settles = set(), {}
         sites = batch.sites.tolist()
         learns = settings.learns
         for i, item in enumerate(batch.items):
@@ -75,20 +79,24 @@ class SiteTemplates:
             digest = batch.contents[row]
             if learns(site) and digest not in seen and view.serial_of_content(digest) is None:
                 seen.add(digest)
-                before = state.template
+                before, was_settled = state.template, state.settled
                 moved = state.add_page(np.unique(top32(full)), settings)
+                if not was_settled and state.template is not before:
+                    settles.setdefault(row, []).append(site)
                 if state.template is not before:
                     timeline.record(row, site, state.template)
                 if moved is not None and site:
                     shared = self._moved(txn, moved, shared)
                     timeline.record(row, None, shared)
+            if learns(site) and not state.settled:
+                provisional.add(row)
             content = content_of(full, state.template, shared, settings.min_content_share)
             rows.append(content)
             if content is not full:
                 changed.append(row)
         self._write(txn, copies, shared, batch.hosts)
         view.use_band_keys(self._content_keys(batch, rows, changed))
-        return BatchContent(rows, timeline, settings)
+        return BatchContent(rows, timeline, settings, provisional, settles)
 
     def _committed(self, txn: IndexTxn, site: int) -> SiteState:
         state = self._sites.get(site)
@@ -141,3 +149,74 @@ class SiteTemplates:
         self._sites.clear()
         self._shared = None
 
+
+class FirstPages:
+    """A batch's kept pages of learning sites, looked up again by their content once their site settles.
+
+    A page kept while its site was learning is in the band tables under
+    what was known then (for a site's first page: its whole text, template
+    included). Each time the learning site's template changes, at that very
+    page, each such page gets band keys of its content under the template
+    as it now stands (table ``rekeyed``, replacing the earlier ones), seen
+    from that document on, in this batch too; once the site settles they
+    keep their last keys.
+    """
+
+    def __init__(self, txn: IndexTxn, signing: SigningConfig):
+        self.txn = txn
+        self.signing = signing
+        self._pages: dict[int, list[int]] = {}  # site -> provisional serials (as this batch left them)
+        self._band = np.zeros(0, dtype=np.int64)  # entries added in this batch: band, key, serial
+        self._key = np.zeros(0, dtype=np.uint64)
+        self._serial = np.zeros(0, dtype=np.int64)
+        self._batch_kept: set = set()  # serials kept earlier in this batch (their shingles are not written yet)
+
+    def _of(self, site: int) -> list[int]:
+        pages = self._pages.get(site)
+        if pages is None:
+            pages = self._pages[site] = provisional_pages(self.txn, site)
+        return pages
+
+    def kept(self, site: int, serial: int) -> None:
+        self._of(site).append(serial)
+        self._batch_kept.add(serial)
+
+    def rekey(self, site: int, content_now, settled: bool) -> None:
+        """The learning site's template changed: its provisional pages get keys of ``content_now(serial)``.
+
+        Once ``settled``, they are provisional no more.
+        """
+        pages = [serial for serial in self._of(site) if self._still_kept(serial)]
+        self._pages[site] = [] if settled else list(pages)
+        if not pages:
+            return
+        for serial in pages:
+            remove_rekeyed(self.txn, serial)
+        stale = np.isin(self._serial, pages)
+        self._band, self._key, self._serial = self._band[~stale], self._key[~stale], self._serial[~stale]
+        contents = [content_now(serial) for serial in pages]
+        offsets = np.zeros(len(contents) + 1, dtype=np.int64)
+        np.cumsum([len(c) for c in contents], out=offsets[1:])
+        signing = self.signing
+        signatures = sign_batch(ShingleBatch(np.concatenate(contents), offsets), signing.num_perm, signing.seed)
+        keys = band_keys(signatures, signing.bands, signing.rows)
+        for serial, row in zip(pages, keys):
+            write_rekeyed(self.txn, serial, row)
+        bands = np.tile(np.arange(signing.bands, dtype=np.int64), len(pages))
+        self._band = np.concatenate((self._band, bands))
+        self._key = np.concatenate((self._key, keys.ravel()))
+        self._serial = np.concatenate((self._serial, np.repeat(np.array(pages, dtype=np.int64), signing.bands)))
+
+    def _still_kept(self, serial: int) -> bool:
+        """Not forgotten nor expired since (then it has no stored shingles)."""
+        return self.txn.get("shingles", serial.to_bytes(8, "big")) is not None or serial in self._batch_kept
+
+    def candidates(self, keys: np.ndarray) -> np.ndarray:
+        """Pages rekeyed in this batch sharing a band key with ``keys`` (one per band)."""
+        if len(self._key) == 0:
+            return self._serial
+        return np.unique(self._serial[self._key == keys[self._band]])
+
+    def write(self) -> None:
+        for site, pages in self._pages.items():
+            set_provisional_pages(self.txn, site, pages)

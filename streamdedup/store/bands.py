@@ -85,15 +85,22 @@ class BandTables:
         first[1:] = (in_order_key[1:] != in_order_key[:-1]) | (in_order_band[1:] != in_order_band[:-1])
         request = np.empty(int(first.sum()), dtype=KEY_ROW)
         request["band"], request["key"] = in_order_band[first], in_order_key[first]
+        everything = request  # the rekeyed table is small and not in the filter
         band_filter = self._filter
         if band_filter is not None:
             request = request[band_filter.may_hold(in_order_key[first])]
         cursor = txn.txn.cursor(db=txn.dbs["bands"])
         stored = cursor.getmulti(_as_bytes_list(request), dupdata=True, dupfixed_bytes=8, keyfixed=True)
         stored = np.frombuffer(stored, dtype=BAND_ROW)
+        rekeyed = np.zeros(0, dtype=BAND_ROW)  # sites' first pages by their settled content
+        if txn.txn.stat(txn.dbs["rekeyed"])["entries"]:
+            found = txn.txn.cursor(db=txn.dbs["rekeyed"]).getmulti(_as_bytes_list(everything), dupdata=True,
+                                                                   dupfixed_bytes=8, keyfixed=True)
+            rekeyed = np.frombuffer(found, dtype=BAND_ROW)
         recent_keys, recent_serials = mirror.band_rows(key)
-        return (np.concatenate((stored["key"].astype(np.uint64), recent_keys)),
-                np.concatenate((stored["serial"].astype(np.int64), recent_serials)))
+        return (np.concatenate((stored["key"].astype(np.uint64), rekeyed["key"].astype(np.uint64), recent_keys)),
+                np.concatenate((stored["serial"].astype(np.int64), rekeyed["serial"].astype(np.int64),
+                                recent_serials)))
 
     # -- changes -------------------------------------------------------
 

@@ -35,6 +35,7 @@ from .anchors import remove_anchors
 from .bands import BandTables
 from .index import DocRecord, IndexTxn, from_u64, u64
 from .lookup import RecentMirror, merge_recent, pack_recent, unpack_recent
+from .sites import remove_rekeyed
 
 __all__ = ["ForgetReport", "ForgetRequests", "forget", "sweep_expired", "rebuild_tables", "RETENTION_POSITION"]
 
@@ -83,6 +84,7 @@ def _forget_one(txn: IndexTxn, bands: BandTables, record: DocRecord, report: For
     key = u64(record.serial)
     if record.kept and not record.expired:
         _remove_anchors(txn, record.serial)
+        remove_rekeyed(txn, record.serial)
     txn.delete("docs", key)
     txn.delete("shingles", key)
     txn.delete("recent", key)
@@ -148,6 +150,7 @@ def _expire(txn: IndexTxn, bands: BandTables, record: DocRecord) -> None:
     else:
         bands.remove(txn, record.serial, record.band_keys)
     _remove_anchors(txn, record.serial)
+    remove_rekeyed(txn, record.serial)
     txn.delete("shingles", key)
     record.expired = True
     txn.put_record(record)

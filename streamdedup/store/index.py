@@ -78,6 +78,9 @@ _DATABASES = {
     "site_templates": {},
     "site_samples": {},
     "template_sites": {},
+    "rekeyed": {"dupsort": True, "dupfixed": True},
+    "rekeyed_of": {},
+    "site_provisional": {},
 }
 _COUNTERS = ("next_serial", "documents", "kept", "duplicates", "exact", "merged_upto")
 T = TypeVar("T")

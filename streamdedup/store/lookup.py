@@ -348,6 +348,10 @@ class BatchView:
                 return np.array(ordered, dtype=np.int64), np.array([counts[s] for s in ordered], dtype=np.int64)
         return serials, shared
 
+    def band_keys_of(self, row: int) -> np.ndarray:
+        """The band keys row ``row`` is looked up by."""
+        return self._band_keys[row]
+
     def band_key_bytes(self, row: int) -> bytes:
         """The band keys of batch row ``row`` as a kept document's record stores them."""
         self._band_hits()

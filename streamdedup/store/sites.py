@@ -7,6 +7,9 @@ sites          site key (8 B)                   msgpack [new pages, settled, sam
 site_templates site key (8 B)                   its template: sorted uint32 (little-endian)
 site_samples   site key (8 B) + page (2 B)      a sampled page's shingles: sorted uint32
 template_sites shingle's top 32 bits (4 B)      how many sites' settled templates hold it
+site_provisional site key (8 B)                 kept pages of a learning site (serials, 8 B each)
+rekeyed        band (2 B) + band key (8 B)      a first page's serial, by its settled content
+rekeyed_of     serial (8 B)                     that page's settled band keys (to remove them)
 ============== ================================ =====================================
 
 They change in the batch transaction that decides the pages, so they are
@@ -23,7 +26,8 @@ import numpy as np
 from ..core.templates import SiteState
 from .index import IndexTxn, u64
 
-__all__ = ["load_site", "save_site", "move_site_counts", "shared_template", "site_summaries"]
+__all__ = ["load_site", "save_site", "move_site_counts", "shared_template", "site_summaries", "provisional_pages",
+           "set_provisional_pages", "write_rekeyed", "remove_rekeyed"]
 
 _EMPTY = np.zeros(0, dtype=np.uint32)
 
@@ -96,3 +100,36 @@ def site_summaries(txn: IndexTxn) -> Iterator[dict]:
         template = txn.get("site_templates", key)
         yield {"site": int.from_bytes(key, "big"), "host": host, "pages": pages, "settled": settled,
                "template_shingles": len(template) // 4 if template else 0, "sampled": sampled}
+
+
+def provisional_pages(txn: IndexTxn, site: int) -> list[int]:
+    """The kept pages the site had while it was learning (not yet looked up by their settled content)."""
+    raw = txn.get("site_provisional", u64(site))
+    return np.frombuffer(raw, dtype=">u8").astype(np.int64).tolist() if raw else []
+
+
+def set_provisional_pages(txn: IndexTxn, site: int, serials: list[int]) -> None:
+    if serials:
+        txn.txn.put(u64(site), np.array(serials, dtype=">u8").tobytes(), db=txn.dbs["site_provisional"])
+    else:
+        txn.delete("site_provisional", u64(site))
+
+
+def write_rekeyed(txn: IndexTxn, serial: int, keys: np.ndarray) -> None:
+    """A first page's band keys by its settled content (``keys``: one per band), beside its own."""
+    value = u64(serial)
+    pairs = sorted((band.to_bytes(2, "big") + key.to_bytes(8, "big"), value)
+                   for band, key in enumerate(keys.tolist()))
+    txn.txn.cursor(db=txn.dbs["rekeyed"]).putmulti(pairs, dupdata=True)
+    txn.txn.put(value, keys.astype(">u8").tobytes(), db=txn.dbs["rekeyed_of"])
+
+
+def remove_rekeyed(txn: IndexTxn, serial: int) -> None:
+    """Take a document out of the rekeyed table (forget, retention)."""
+    value = u64(serial)
+    raw = txn.get("rekeyed_of", value)
+    if raw is None:
+        return
+    for band, key in enumerate(np.frombuffer(raw, dtype=">u8").tolist()):
+        txn.delete("rekeyed", band.to_bytes(2, "big") + key.to_bytes(8, "big"), value)
+    txn.delete("rekeyed_of", value)

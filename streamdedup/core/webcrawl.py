@@ -1,0 +1,193 @@
+"""A synthetic web crawl with known answers: sites with templates, republished articles, excerpts.
+
+Each site has a template around every page: a header with the site's name,
+navigation and tagline, a cookie banner (one of three that content systems
+share across sites), a sidebar of headlines, a newsletter box and a footer.
+Pages, interleaved across sites as a crawler meets them:
+
+- ``article``: a new article of the site (8 to 30 sentences);
+- ``short``: a short page, 25 to 60 words of its own inside the whole template;
+- ``republished``: an earlier article of another site, in this site's
+  template, as it was or lightly edited (3% of the words);
+- ``excerpt``: 100 to 250 words quoted from an earlier article of at least
+  twice that length, with a line of the site's own before it.
+
+Bodies are invented words (``prose="invented"``) or real prose: the
+docstrings of Python's own standard library (``prose="stdlib"``; the same
+on every machine with the same Python version). Each record carries its
+truth: site, kind, source page and the page's own body, so a deduplicator
+can be scored on what the page itself says (``bench/crawl_accuracy.py``).
+The same arguments give the same crawl.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import sysconfig
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Iterator, Optional, TextIO
+
+from .corpus import _Writer
+
+__all__ = ["WebPage", "generate_web", "write_web_jsonl", "stdlib_paragraphs", "KINDS"]
+
+KINDS = ("article", "short", "republished", "excerpt")
+_WEIGHTS = (55, 15, 18, 12)
+_BANNERS = (
+    "We use cookies and similar technologies to personalise content and ads, to provide social media features "
+    "and to analyse our traffic. Accept all cookies. Reject all. Manage your privacy settings.",
+    "This website stores cookies on your computer. These cookies are used to collect information about how you "
+    "interact with our website. Accept. Decline. Read our cookie policy.",
+    "By continuing to browse this site you agree to our use of cookies. Find out more about how we use cookies "
+    "and how to change your settings. Got it.",
+)
+
+
+@dataclass(frozen=True)
+class WebPage:
+    id: str
+    url: str
+    text: str  # the whole page as a text extractor gives it: template blocks and body, one per line
+    site: str
+    kind: str
+    source: Optional[str]  # the page a republished page or an excerpt comes from
+    body: str  # the page's own content, without the template
+
+
+class _Site:
+    def __init__(self, number: int, writer: _Writer, rng: random.Random):
+        words = writer.words(2)
+        self.host = f"{words[0]}{words[1]}-{number}.example"
+        self.name = " ".join(w.capitalize() for w in words)
+        sections = " ".join(w.capitalize() for w in writer.words(rng.randint(6, 10)))
+        self.header = f"{self.name}. Home {sections}. Search. Subscribe. Log in.\n{writer.sentence()}"
+        self.banner = _BANNERS[number % len(_BANNERS)]
+        self.sidebar = "Most read. " + " ".join(writer.sentence() for _ in range(rng.randint(4, 7)))
+        self.newsletter = f"Get the {self.name} newsletter. " + writer.sentence() + " Sign up now."
+        self.footer = (f"About {self.name}. Contact us. Advertise with us. Careers. Terms of use. Privacy policy. "
+                       + writer.sentence() + f" Copyright {self.name}. All rights reserved.")
+        self.pages = 0
+
+    def page(self, body: str) -> tuple[str, str]:
+        self.pages += 1
+        text = "\n".join((self.banner, self.header, body, self.sidebar, self.newsletter, self.footer))
+        return f"https://www.{self.host}/{self.pages:05d}.html", text
+
+
+class _Bodies:
+    """Article bodies: invented sentences, or paragraphs of real prose."""
+
+    def __init__(self, writer: _Writer, rng: random.Random, prose: str):
+        self.writer, self.rng = writer, rng
+        self.paragraphs = stdlib_paragraphs() if prose == "stdlib" else None
+        self.next = 0
+
+    def article(self) -> str:
+        if self.paragraphs is None:
+            return self.writer.article(self.rng.randint(8, 30))
+        wanted, words, parts = self.rng.randint(120, 500), 0, []
+        while words < wanted:
+            paragraph = self.paragraphs[self.next % len(self.paragraphs)]
+            self.next += 1
+            parts.append(paragraph)
+            words += len(paragraph.split())
+        return " ".join(parts)
+
+    def short(self) -> str:
+        words = self.writer.words(self.rng.randint(25, 60)) if self.paragraphs is None else \
+            self.paragraphs[self.rng.randrange(len(self.paragraphs))].split()[:60]
+        return " ".join(words)
+
+
+def generate_web(pages: int = 3000, sites: int = 40, seed: int = 42, prose: str = "invented") -> list[WebPage]:
+    """A crawl of ``pages`` pages over ``sites`` sites of varying size."""
+    rng = random.Random(seed)
+    writer = _Writer(rng)
+    bodies = _Bodies(writer, rng, prose)
+    made = [_Site(i, writer, rng) for i in range(sites)]
+    weights = [1.0 / (rank + 1) ** 0.8 for rank in range(sites)]
+    articles: list[tuple[str, str, str]] = []  # (page id, site host, body)
+    result: list[WebPage] = []
+    for number in range(pages):
+        site = rng.choices(made, weights=weights)[0]
+        kind = rng.choices(KINDS, weights=_WEIGHTS)[0]
+        others = [a for a in articles[-400:] if a[1] != site.host]
+        source = None
+        if kind == "republished" and others:
+            source, _, original = rng.choice(others)
+            body = writer.edit(original, "light") if rng.random() < 0.3 else original
+        elif kind == "excerpt" and (long := [a for a in others if len(a[2].split()) >= 240]):
+            source, _, original = rng.choice(long)
+            body = writer.sentence() + " " + _passage(original, rng)
+        elif kind == "short":
+            body = bodies.short()
+        else:
+            kind, body = "article", bodies.article()
+        page_id = f"page-{number:06d}"
+        if kind == "article":
+            articles.append((page_id, site.host, body))
+        url, text = site.page(body)
+        result.append(WebPage(page_id, url, text, site.host, kind, source, body))
+    return result
+
+
+def _passage(article: str, rng: random.Random) -> str:
+    """100 to 250 consecutive words of ``article``, at most half of it."""
+    words = article.split()
+    length = min(rng.randint(100, 250), len(words) // 2)
+    start = rng.randrange(0, len(words) - length + 1)
+    return " ".join(words[start : start + length])
+
+
+def web_jsonl_lines(pages: list[WebPage]) -> Iterator[str]:
+    """One JSON object per page: id, url, text, and the truth."""
+    for page in pages:
+        truth = {"site": page.site, "kind": page.kind, "source": page.source, "body": page.body}
+        yield json.dumps({"id": page.id, "url": page.url, "text": page.text, "truth": truth}) + "\n"
+
+
+def write_web_jsonl(pages: list[WebPage], out: TextIO) -> int:
+    count = 0
+    for line in web_jsonl_lines(pages):
+        out.write(line)
+        count += 1
+    return count
+
+
+@lru_cache(maxsize=1)
+def stdlib_paragraphs(min_words: int = 25) -> tuple[str, ...]:
+    """Paragraphs of prose from the docstrings of Python's standard library, in a fixed order.
+
+    The same on every machine with the same Python version (the crawl's files name it).
+    """
+    root = sysconfig.get_paths()["stdlib"]
+    found: list[str] = []
+    seen: set[str] = set()
+    for folder, dirs, files in sorted(os.walk(root)):
+        dirs[:] = sorted(d for d in dirs if d not in ("test", "tests", "idlelib", "site-packages", "__pycache__"))
+        for name in sorted(files):
+            if name.endswith(".py"):
+                found.extend(_docstring_paragraphs(os.path.join(folder, name), min_words, seen))
+    return tuple(found)
+
+
+_TRIPLE_QUOTED = re.compile(r'"""(.*?)"""', re.S)
+
+
+def _docstring_paragraphs(path: str, min_words: int, seen: set[str]) -> Iterator[str]:
+    """Paragraphs of the triple-quoted strings of one module (docstrings, mostly)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            source = handle.read()
+    except (UnicodeDecodeError, OSError):
+        return
+    for doc in _TRIPLE_QUOTED.findall(source):
+        for paragraph in doc.split("\n\n"):
+            text = " ".join(paragraph.split())
+            if len(text.split()) >= min_words and text not in seen and ">>>" not in text:
+                seen.add(text)
+                yield text
