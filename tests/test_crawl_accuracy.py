@@ -1,0 +1,73 @@
+"""Accuracy on a web crawl with site templates, republished articles and excerpts (bench/crawl_accuracy.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from streamdedup.core.webcrawl import generate_web, web_jsonl_lines
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from crawl_accuracy import contained, jaccard, pitfall_three, run_dedup, score, shingle_sets  # noqa: E402
+
+PAGES = 2000
+
+
+@pytest.fixture(scope="module", params=["invented", "stdlib"])
+def crawl(request, tmp_path_factory):
+    folder = tmp_path_factory.mktemp(f"web-{request.param}")
+    path = folder / "web.jsonl"
+    path.write_text("".join(web_jsonl_lines(generate_web(PAGES, 30, 11, request.param))), encoding="utf-8")
+    return folder, [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_the_crawl_is_the_same_every_time_and_its_truth_holds():
+    first = list(web_jsonl_lines(generate_web(300, 10, 3)))
+    assert first == list(web_jsonl_lines(generate_web(300, 10, 3)))
+    records = [json.loads(line) for line in first]
+    bodies = shingle_sets([r["truth"]["body"] for r in records])
+    where = {r["id"]: i for i, r in enumerate(records)}
+    kinds = {r["truth"]["kind"] for r in records}
+    assert kinds == {"article", "short", "republished", "excerpt"}
+    for i, r in enumerate(records):
+        truth = r["truth"]
+        assert truth["body"] in r["text"] and truth["site"] in r["url"]
+        if truth["kind"] == "republished":
+            assert jaccard(bodies[i], bodies[where[truth["source"]]]) >= 0.6  # as it was, or 3% of words edited
+        if truth["kind"] == "excerpt":
+            assert contained(bodies[i], bodies[where[truth["source"]]]) >= 0.8
+            assert len(bodies[where[truth["source"]]]) > len(bodies[i])
+
+
+def test_templates_keep_pages_apart_and_republished_articles_are_found(crawl, tmp_path):
+    folder, records = crawl
+    result = score(records, run_dedup(str(folder / "web.jsonl"), str(tmp_path / "state"), [])).rates()
+    assert result["false_merges"] <= 0.001
+    # the misses: articles first seen on a site's first page and republished before that site had a second
+    assert result["republished"] >= 0.95 and result["republished_of"] > 200
+
+
+def test_without_templates_pages_of_one_site_are_merged(crawl, tmp_path):
+    folder, records = crawl
+    off = ["templates.enabled=false"]
+    result = score(records, run_dedup(str(folder / "web.jsonl"), str(tmp_path / "state"), off)).rates()
+    assert result["false_merges"] > 0.02 and result["republished"] < 0.5
+
+
+def test_excerpts_are_found_and_none_is_false(crawl, tmp_path):
+    folder, records = crawl
+    on = ["excerpts.enabled=true"]
+    result = score(records, run_dedup(str(folder / "web.jsonl"), str(tmp_path / "state"), on)).rates()
+    assert result["excerpts"] >= 0.95 and result["excerpts_of"] > 100
+    assert result["false_excerpts"] == 0 and result["false_merges"] <= 0.001
+
+
+def test_the_seed_pitfall_three_pages_are_not_flagged(tmp_path):
+    pages, mean = pitfall_three()
+    assert mean > 0.7
+    path = tmp_path / "pitfall3.jsonl"
+    path.write_text("".join(json.dumps(p) + "\n" for p in pages), encoding="utf-8")
+    assert all(d["status"] == "kept" for d in run_dedup(str(path), str(tmp_path / "state"), []))
