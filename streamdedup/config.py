@@ -57,7 +57,8 @@ class KafkaSection:
 @dataclass(frozen=True)
 class InputSection:
     topics: list = _key(["raw"], "topics the worker consumes (all partitions)")
-    format: str = _key("json", "record value format", choices=("json", "msgpack", "text"))
+    format: str = _key("json", "record value format (html: a page, its main content extracted; the key is its id "
+                       "and URL)", choices=("json", "msgpack", "text", "html"))
     id_field: str = _key("id", "dotted path of the document id ('' for none: key, then source)")
     text_field: str = _key("text", "dotted path of the document text")
     url_field: str = _key("url", "dotted path of the page's URL; its host is the site whose template is learned ('' for none)")

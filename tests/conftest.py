@@ -6,6 +6,7 @@ Every test that needs a broker carries the ``kafka`` marker (the ones using the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -52,6 +53,24 @@ def run_cli(*args: str, env: dict | None = None, stdin: bytes | None = None, che
         raise AssertionError(f"streamdedup {' '.join(args)} exited {result.returncode}:\n"
                              f"{result.stderr.decode(errors='replace')}")
     return result
+
+
+@contextlib.contextmanager
+def spawned(command, **kwargs):
+    """``subprocess.Popen`` that kills the process when the block ends while it still runs.
+
+    ``with subprocess.Popen(...)`` waits without limit for the process at the
+    end of the block, so a test that failed or timed out against a process
+    that hangs would hang the whole run.
+    """
+    process = subprocess.Popen(command, **kwargs)
+    try:
+        with process:
+            yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
 
 
 def read_jsonl(path) -> list[dict]:

@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from conftest import OwnBroker, index_snapshot, run_cli
+from conftest import OwnBroker, index_snapshot, run_cli, spawned
 from kafka_helpers import (
     Topics,
     outcomes,
@@ -106,7 +106,7 @@ def test_chaos_twenty_thousand_documents_and_ten_kill_9(kafka, tmp_path):
     rng = random.Random(2026)
     kills = 0
     while kills < 10:
-        with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as process:
+        with spawned(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as process:
             batches = rng.randrange(-1, 6)  # -1: during start-up or recovery; else after that many batches
             if batches < 0:
                 time.sleep(rng.uniform(0.2, 1.0))
@@ -149,7 +149,7 @@ def test_broker_outage_of_twenty_seconds_loses_nothing(tmp_path_factory, tmp_pat
         produce(bootstrap, topics.raw, records, partition_of=lambda n: n % partitions)
         command = worker_command(tmp_path / "state", topics, bootstrap, "--set", "worker.batch_size=100",
                                  "--until-caught-up")
-        with subprocess.Popen(command, stderr=subprocess.PIPE) as worker:
+        with spawned(command, stderr=subprocess.PIPE) as worker:
             log = _read_until(worker, b"info batch")
             ready_url = re.search(rb'metrics="(http://[^"]+)/metrics"', log).group(1).decode() + "/readyz"
             broker.stop()
@@ -256,7 +256,7 @@ def test_broker_restarted_at_each_step_of_a_batch_commit_loses_and_repeats_nothi
         env = dict(os.environ, STREAMDEDUP_TEST_PAUSE_AT=pauses, STREAMDEDUP_TEST_PAUSE_FILE=str(pause_file))
         command = worker_command(tmp_path / "state", topics, broker.bootstrap, "--set", "worker.batch_size=100",
                                  "--set", "worker.kafka_timeout_s=15", "--until-caught-up")
-        with subprocess.Popen(command, env=env, stderr=subprocess.PIPE) as worker:
+        with spawned(command, env=env, stderr=subprocess.PIPE) as worker:
             log = _restart_broker_at_each_pause(broker, worker, pause_file, how)
             (tmp_path / "worker.log").write_bytes(log)
             assert worker.returncode == 0, log.decode()

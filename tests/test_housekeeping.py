@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from conftest import index_snapshot, read_jsonl, run_cli
+from conftest import index_snapshot, read_jsonl, run_cli, spawned
 from kafka_helpers import Topics, produce, worker_command
 
 from streamdedup import config as config_module
@@ -103,7 +103,7 @@ def test_forget_goes_through_a_running_worker(kafka, tmp_path):
     topics = Topics.fresh(kafka)
     produce(kafka, topics.raw, [(d.id.encode(), json.dumps({"id": d.id, "text": d.text}).encode()) for d in docs])
     state = tmp_path / "state"
-    with subprocess.Popen(worker_command(state, topics, kafka), stderr=subprocess.DEVNULL) as worker:
+    with spawned(worker_command(state, topics, kafka), stderr=subprocess.DEVNULL) as worker:
         try:
             deadline = time.monotonic() + 60
             while json.loads(run_cli("stats", "--json", "--state", str(state), check=False).stdout or b'{"documents":0}'

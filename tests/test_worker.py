@@ -9,7 +9,7 @@ import time
 
 import msgpack
 import pytest
-from conftest import read_jsonl, run_cli
+from conftest import read_jsonl, run_cli, spawned
 from kafka_helpers import (
     Topics,
     header,
@@ -117,7 +117,7 @@ def test_bad_records_on_the_wire_each_land_once_in_the_dead_letter_topic(kafka, 
 
 def test_a_second_worker_on_the_same_index_is_refused_at_once(kafka, tmp_path):
     topics = Topics.fresh(kafka)
-    with subprocess.Popen(worker_command(tmp_path / "state", topics, kafka), stderr=subprocess.PIPE) as first:
+    with spawned(worker_command(tmp_path / "state", topics, kafka), stderr=subprocess.PIPE) as first:
         try:
             _wait_for_line(first, b"assigned")
             began = time.monotonic()
@@ -137,7 +137,7 @@ def test_graceful_stop_commits_and_exits_zero_quickly(kafka, tmp_path, sig):
     produce(kafka, topics.raw, crawl_records(docs))
     state = tmp_path / "state"
     command = worker_command(state, topics, kafka, "--set", "worker.batch_size=200")
-    with subprocess.Popen(command, stderr=subprocess.PIPE) as process:
+    with spawned(command, stderr=subprocess.PIPE) as process:
         _wait_for_line(process, b"info batch")
         process.send_signal(sig)
         began = time.monotonic()
@@ -238,7 +238,7 @@ def test_metrics_and_health_of_a_running_worker(kafka, tmp_path):
     topics = Topics.fresh(kafka, partitions=2)
     records = crawl_records(docs) + [(b"bad", b"{nope"), (b"tomb", None)]
     produce(kafka, topics.raw, records, partition_of=lambda n: n % 2)
-    with subprocess.Popen(worker_command(tmp_path / "state", topics, kafka), stderr=subprocess.PIPE) as worker:
+    with spawned(worker_command(tmp_path / "state", topics, kafka), stderr=subprocess.PIPE) as worker:
         try:
             started = _wait_for_line(worker, b"started")
             url = re.search(rb'metrics="(http://[^"]+)"', started).group(1).decode()

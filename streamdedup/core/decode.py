@@ -21,6 +21,11 @@ Reason codes (also the ``reason`` label of the rejected-documents metric):
                    ``streamdedup.binary-header-key`` / ``-value``
 ``unreadable_record`` the Kafka client cannot read the record (a failed
                    checksum); it has no bytes
+``not_decodable``  an HTML page whose bytes no encoding reads (``input.format = "html"``)
+``no_main_content`` an HTML page with no main content to extract
+``not_html``       a WARC response whose payload is not HTML or text
+``http_error``     a WARC response whose HTTP status is not 2xx
+``bad_warc_record`` a WARC record that cannot be read (truncated, bad HTTP headers)
 ``too_large_for_output`` kept, the record (key, value, headers and ours) would
                    be larger than the clean topic accepts (its ``max.message.bytes``,
                    read at start); checked before deciding, so the index never
@@ -38,14 +43,16 @@ from typing import Any, Callable, Optional
 import msgpack
 import orjson
 
+from .html import html_text, main_text
 from .records import Document, Item, Rejected, Source
 
-__all__ = ["InputSpec", "decode", "REASONS"]
+__all__ = ["InputSpec", "decode", "decode_warc_line", "REASONS"]
 
 REASONS = (
     "tombstone", "too_large", "invalid_utf8", "invalid_json", "invalid_msgpack", "not_an_object",
     "missing_text", "text_not_string", "invalid_text", "text_too_large", "empty_text", "bad_id",
     "invalid_key", "invalid_header", "unreadable_record", "too_large_for_output",
+    "not_decodable", "no_main_content", "not_html", "http_error", "bad_warc_record",
 )
 MAX_ID_CHARS = 1024
 
@@ -54,7 +61,7 @@ MAX_ID_CHARS = 1024
 class InputSpec:
     """How to read documents out of record bytes (the ``[input]`` section)."""
 
-    format: str = "json"  # "json", "msgpack" or "text"
+    format: str = "json"  # "json", "msgpack", "text" or "html"
     id_field: str = "id"  # dotted path; "" means: no id field
     text_field: str = "text"  # dotted path
     url_field: str = "url"  # dotted path of the page's URL ("": none); its host names the page's site
@@ -108,6 +115,8 @@ def _decoded(value: Optional[bytes], source: Source, spec: InputSpec, key: Optio
     key_id, problem = _key_id(key, spec)
     if problem:
         return problem_at(problem, source)
+    if spec.format == "html":
+        return _html_page(value, key_id or source.fallback_id(), source, spec, key_id)
     if spec.format == "text":
         fields: Any = None
         text = _utf8(value)
@@ -127,6 +136,28 @@ def _decoded(value: Optional[bytes], source: Source, spec: InputSpec, key: Optio
         if isinstance(url, str) and url:
             item.url = url
     return item
+
+
+def _html_page(page, doc_id: str, source: Source, spec: InputSpec, url: Optional[str] = None) -> Item:
+    """The main content of an HTML page (bytes or str) as a document; the key names it, and is its URL if it is one."""
+    markup = html_text(page)
+    if markup is None:
+        return Rejected("not_decodable", "no encoding reads the page's bytes", source, doc_id)
+    item = _checked_text(main_text(markup), doc_id, source, spec)
+    if isinstance(item, Rejected) and item.reason in ("empty_text", "missing_text"):
+        return Rejected("no_main_content", "the page has no main content to extract", source, doc_id)
+    if isinstance(item, Document) and url and url.startswith(("http://", "https://")):
+        item.url = url
+    return item
+
+
+def decode_warc_line(value: bytes, source: Source, spec: InputSpec) -> Item:
+    """A WARC response as ``runtime.warc`` hands it over: a JSON line {"id", "url", "html"} or {"id", "rejected"}."""
+    record = orjson.loads(value)
+    if "rejected" in record:
+        reason, _, detail = record["rejected"].partition(": ")
+        return Rejected(reason, detail, source, record["id"])
+    return _html_page(record["html"], record["id"], source, spec, record["url"])
 
 
 def problem_at(problem: tuple[str, str], source: Source) -> Rejected:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .decode import decode
+from .decode import decode, decode_warc_line
 from .lsh import band_keys
 from .memory import keep_freed_memory
 from .records import Document, Item, RawRecord, Rejected, Source, id_key
@@ -130,7 +130,8 @@ def prepare_raw(payload, spec, signing: SigningConfig) -> PreparedBatch:
         items = [decode(v, Source(n, p, o), spec, k, h, u)
                  for v, k, h, n, p, o, u in zip(values, keys, headers, names, partitions, offsets, rejected)]
     else:
-        items = [decode(v, source, spec) for v, source in zip(payload.values(), payload.sources())]
+        read = decode_warc_line if payload.format == "warc" else decode
+        items = [read(v, source, spec) for v, source in zip(payload.values(), payload.sources())]
     return prepare(items, signing)
 
 

@@ -67,6 +67,7 @@ class FileBatch:
     first_line: int  # line number of the block's first line (from 1)
     count: int  # lines in the block
     block: bytes  # the lines, each with its newline (the file's last line may lack it)
+    format: str = "lines"  # "lines" (read by input.format), or "warc" (``runtime.warc``'s lines)
 
     def __len__(self) -> int:
         return self.count

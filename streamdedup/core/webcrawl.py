@@ -191,3 +191,22 @@ def _docstring_paragraphs(path: str, min_words: int, seen: set[str]) -> Iterator
             if len(text.split()) >= min_words and text not in seen and ">>>" not in text:
                 seen.add(text)
                 yield text
+
+
+def as_html(page: WebPage) -> str:
+    """The page as a site would serve it: its template in header, nav, aside and footer, its body in an article."""
+    banner, name_nav, tagline, body, sidebar, newsletter, footer = page.text.split("\n")
+    escape = _html_escape
+    sentences = [s for s in re.split(r"(?<=\.) ", body) if s]
+    paragraphs = "".join(f"<p>{escape(' '.join(sentences[i:i + 4]))}</p>" for i in range(0, len(sentences), 4))
+    return (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>{escape(name_nav.split('.')[0])}</title>"
+            f"</head><body><div class=\"cookie-banner\">{escape(banner)}</div>"
+            f"<header><nav>{escape(name_nav)}</nav><p class=\"tagline\">{escape(tagline)}</p></header>"
+            f"<main><article>{paragraphs}</article>"
+            f"<aside><h2>Most read</h2><p>{escape(sidebar)}</p></aside></main>"
+            f"<div class=\"newsletter\"><form>{escape(newsletter)}<input type=\"email\"></form></div>"
+            f"<footer><p>{escape(footer)}</p></footer></body></html>")
+
+
+def _html_escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

@@ -10,6 +10,7 @@ are worked out from its records when it is committed (``checkpoint``).
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from typing import BinaryIO, Iterator, Optional
 
 from ..core.records import FileBatch, RawRecord, Source, canonical_order
 from ..errors import ResumeError
+from .warc import is_warc, warc_lines
 
 __all__ = ["FilePosition", "FileSource", "KafkaSource", "unreadable_position"]
 
@@ -55,6 +57,9 @@ class FileSource:
 
     def _file_batches(self, number: int, size: int, begin: FilePosition):
         path = self.paths[number]
+        if is_warc(path):
+            yield from self._warc_batches(number, size, begin)
+            return
         with self._open_at(path, begin) as handle:
             line_no, offset = begin.line, begin.byte
             for block, count in _blocks_of_lines(handle, size):
@@ -62,6 +67,27 @@ class FileSource:
                 self.bytes_read += len(block)
                 yield FileBatch(path, line_no + 1, count, block), FilePosition(number, line_no + count, offset)
                 line_no += count
+
+    def _warc_batches(self, number: int, size: int, begin: FilePosition):
+        """A WARC file's responses as lines (``runtime.warc``); a resumed run skips the records decided."""
+        path = self.paths[number]
+        try:
+            handle = open(path, "rb")
+        except OSError as exc:
+            raise ResumeError(f"cannot read input {path!r}: {exc.strerror}") from None
+        with handle:
+            base, lines = self.bytes_read, warc_lines(handle)
+            for _ in range(begin.line):
+                if next(lines, None) is None:
+                    raise ResumeError(f"input {path!r} has fewer responses than where the interrupted run stopped "
+                                      f"({begin.line}); it changed since: run with --restart")
+            line_no = begin.line
+            while block := list(itertools.islice(lines, size)):
+                data = b"\n".join(block) + b"\n"
+                self.bytes_read = base + handle.tell()
+                yield (FileBatch(path, line_no + 1, len(block), data, "warc"),
+                       FilePosition(number, line_no + len(block), 0))
+                line_no += len(block)
 
     def _open_at(self, path: str, begin: FilePosition) -> BinaryIO:
         if path == "-":

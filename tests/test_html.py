@@ -1,0 +1,111 @@
+"""HTML pages and WARC files as input: main content extracted, original bytes forwarded, bad records rejected."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+from conftest import read_jsonl, run_cli
+from kafka_helpers import Topics, header, produce, read_all, run_worker
+
+from streamdedup.core.decode import InputSpec, decode
+from streamdedup.core.records import Document, Source
+from streamdedup.core.webcrawl import as_html, generate_web
+
+SRC = Source("t", 0, 1)
+HTML = InputSpec(format="html")
+
+
+def test_an_html_page_becomes_its_main_content_named_by_its_key():
+    page = generate_web(5, 2, 1)[0]
+    doc = decode(as_html(page).encode(), SRC, HTML, key=page.url.encode())
+    assert isinstance(doc, Document) and (doc.id, doc.url) == (page.url, page.url)
+    assert " ".join(page.body.split()[:20]) in " ".join(doc.text.split())
+    assert "Privacy policy" not in doc.text and "cookies" not in doc.text  # footer and banner left out
+
+
+def test_html_pages_in_other_encodings_and_without_content():
+    latin = "<html><head><meta charset=\"iso-8859-1\"></head><body><article><p>" + "Caf\u00e9 cr\u00e8me au lait. " * 20
+    doc = decode((latin + "</p></article></body></html>").encode("latin-1"), SRC, HTML, key=b"k")
+    assert isinstance(doc, Document) and "Caf\u00e9 cr\u00e8me" in doc.text and doc.url is None
+    empty = decode(b"<html><body><nav>Home</nav></body></html>", SRC, HTML, key=b"k")
+    assert (empty.reason, empty.id) == ("no_main_content", "k")
+    assert decode(None, SRC, HTML).reason == "tombstone"
+
+
+def _record(kind: str, uri: str, payload: bytes) -> bytes:
+    head = (f"WARC/1.1\r\nWARC-Type: {kind}\r\nWARC-Target-URI: {uri}\r\n"
+            f"WARC-Record-ID: <urn:uuid:00000000-0000-0000-0000-{abs(hash((kind, uri))) % 10**12:012d}>\r\n"
+            f"WARC-Date: 2026-12-01T00:00:00Z\r\nContent-Type: application/http; msgtype={kind}\r\n"
+            f"Content-Length: {len(payload)}\r\n\r\n").encode()
+    return head + payload + b"\r\n\r\n"
+
+
+def _http(status: int, content_type: str, body: bytes) -> bytes:
+    return f"HTTP/1.1 {status} X\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+
+
+def write_warc(path, pages, extra=(), compress=True) -> None:
+    """A WARC file of a request and a response per page, then ``extra`` (kind, uri, payload) records."""
+    records = []
+    for page in pages:
+        records.append(_record("request", page.url, b"GET / HTTP/1.1\r\nHost: example\r\n\r\n"))
+        records.append(_record("response", page.url, _http(200, "text/html; charset=utf-8", as_html(page).encode())))
+    records += [_record(*r) for r in extra]
+    with open(path, "wb") as handle:
+        for record in records:
+            handle.write(gzip.compress(record) if compress else record)
+
+
+def test_a_warc_file_is_deduplicated_response_by_response(tmp_path):
+    pages = generate_web(200, 6, 4)
+    extra = [("response", "https://x.example/gone", _http(404, "text/html", b"<html>gone</html>")),
+             ("response", "https://x.example/logo.png", _http(200, "image/png", b"\x89PNG\r\n")),
+             ("metadata", "https://x.example/meta", b"fetchTimeMs: 12\r\n")]
+    warc = tmp_path / "crawl.warc.gz"
+    write_warc(warc, pages, extra)
+    run_cli("dedup", str(warc), "--state", str(tmp_path / "s"), "--out", str(tmp_path / "clean.jsonl"),
+            "--decisions", str(tmp_path / "decisions.jsonl"))
+    decisions = read_jsonl(tmp_path / "decisions.jsonl")
+    assert [d["id"] for d in decisions] == [p.url for p in pages] + ["https://x.example/gone", "https://x.example/logo.png"]
+    assert [d["reason"] for d in decisions[-2:]] == ["http_error: HTTP status 404", "not_html: payload is image/png"]
+    by_url = {p.url: p for p in pages}
+    kept = read_jsonl(tmp_path / "clean.jsonl")
+    assert [k["id"] for k in kept] == [d["id"] for d in decisions if d["status"] == "kept"]
+    assert all(k["html"] == as_html(by_url[k["id"]]) for k in kept)
+    for d in decisions[:-2]:  # a republished page joins its source's cluster, a new article is kept
+        page = by_url[d["id"]]
+        if page.kind == "article":
+            assert d["status"] == "kept"
+    stats = json.loads(run_cli("stats", "--state", str(tmp_path / "s"), "--json").stdout)
+    assert stats["templates"]["sites"] == 6
+    again = run_cli("dedup", str(warc), "--state", str(tmp_path / "s"), "--decisions", str(tmp_path / "again.jsonl"))
+    assert again.returncode == 0
+    assert [d["status"] for d in read_jsonl(tmp_path / "again.jsonl")] == [d["status"] for d in decisions]
+
+
+def test_a_truncated_warc_file_ends_with_a_rejection_not_a_crash(tmp_path):
+    pages = generate_web(20, 2, 5)
+    whole = tmp_path / "whole.warc"
+    write_warc(whole, pages, compress=False)
+    cut = tmp_path / "cut.warc"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size * 2 // 3])
+    result = run_cli("dedup", str(cut), "--state", str(tmp_path / "s"), "--decisions", str(tmp_path / "d.jsonl"))
+    assert result.returncode == 0
+    decisions = read_jsonl(tmp_path / "d.jsonl")
+    assert 5 < len(decisions) < 20
+    assert all(d["status"] != "rejected" for d in decisions[:-1])
+
+
+def test_the_worker_forwards_html_records_untouched(kafka, tmp_path):
+    pages = generate_web(60, 3, 6)
+    records = [(p.url.encode(), as_html(p).encode("utf-8")) for p in pages]
+    topics = Topics.fresh(kafka)
+    produce(kafka, topics.raw, records)
+    assert run_worker(tmp_path / "state", topics, kafka, "--set", "input.format=html").returncode == 0
+    clean = read_all(kafka, topics.clean)
+    sent = dict(records)
+    assert clean and all(m.value == sent[m.key] for m in clean)
+    assert {header(m, "streamdedup.id") for m in clean} <= set(sent)
+    assert len(clean) + len(read_all(kafka, topics.duplicates)) == len(pages)
+    assert read_all(kafka, topics.dead_letter) == []
