@@ -22,9 +22,9 @@ import time
 
 VARIANTS = {
     "both off": ["templates.enabled=false", "excerpts.enabled=false"],
-    "templates": ["excerpts.enabled=false"],
-    "excerpts": ["templates.enabled=false"],
-    "both on (default)": [],
+    "templates (default)": [],
+    "excerpts": ["templates.enabled=false", "excerpts.enabled=true"],
+    "both on": ["excerpts.enabled=true"],
 }
 
 

@@ -53,7 +53,7 @@ def test_clean_duplicates_and_headers_on_a_three_partition_topic(kafka, tmp_path
             assert header(message, "streamdedup.cluster") == original[0]
         else:
             body = json.loads(message.value)
-            assert set(body) == {"id", "cluster", "matched", "similarity", "exact", "source"}
+            assert set(body) == {"id", "cluster", "matched", "similarity", "exact", "source", "relation", "containment"}
             assert body["similarity"] >= 0.7
             assert body["source"] == {"topic": topics.raw, "partition": partition, "offset": offset}
     assert run_cli("check", "--state", str(tmp_path / "state")).returncode == 0
