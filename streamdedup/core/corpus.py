@@ -113,8 +113,13 @@ def jsonl_lines(documents: list[CrawlDocument]) -> Iterator[str]:
 
 def write_jsonl(documents: list[CrawlDocument], out: TextIO) -> int:
     """Write the documents as JSONL; returns how many were written."""
+    return write_lines(jsonl_lines(documents), out)
+
+
+def write_lines(lines: Iterator[str], out: TextIO) -> int:
+    """Write the lines; returns how many were written."""
     count = 0
-    for line in jsonl_lines(documents):
+    for line in lines:
         out.write(line)
         count += 1
     return count

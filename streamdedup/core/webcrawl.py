@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterator, Optional, TextIO
 
-from .corpus import _Writer
+from .corpus import _Writer, write_lines
 
 __all__ = ["WebPage", "generate_web", "write_web_jsonl", "stdlib_paragraphs", "KINDS"]
 
@@ -151,11 +151,8 @@ def web_jsonl_lines(pages: list[WebPage]) -> Iterator[str]:
 
 
 def write_web_jsonl(pages: list[WebPage], out: TextIO) -> int:
-    count = 0
-    for line in web_jsonl_lines(pages):
-        out.write(line)
-        count += 1
-    return count
+    """Write the pages as JSONL; returns how many were written."""
+    return write_lines(web_jsonl_lines(pages), out)
 
 
 @lru_cache(maxsize=1)
