@@ -10,6 +10,7 @@ that out. The import is deferred: only HTML and WARC input need it.
 
 from __future__ import annotations
 
+import functools
 from typing import Optional, Union
 
 from ..errors import ConfigError
@@ -38,6 +39,7 @@ def main_text(markup: str) -> str:
     return extract_plain_text(markup, main_content=True, alt_texts=False, noscript=False) or ""
 
 
+@functools.cache
 def _require_resiliparse() -> None:
     try:
         import resiliparse  # noqa: F401

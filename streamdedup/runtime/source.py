@@ -71,11 +71,7 @@ class FileSource:
     def _warc_batches(self, number: int, size: int, begin: FilePosition):
         """A WARC file's responses as lines (``runtime.warc``); a resumed run skips the records decided."""
         path = self.paths[number]
-        try:
-            handle = open(path, "rb")
-        except OSError as exc:
-            raise ResumeError(f"cannot read input {path!r}: {exc.strerror}") from None
-        with handle:
+        with _opened(path) as handle:
             base, lines = self.bytes_read, warc_lines(handle)
             for _ in range(begin.line):
                 if next(lines, None) is None:
@@ -97,10 +93,7 @@ class FileSource:
                     raise ResumeError(f"stdin ended before line {begin.line}, where the interrupted run stopped; "
                                       "pipe the same input again, or run with --restart")
             return handle
-        try:
-            handle = open(path, "rb")
-        except OSError as exc:
-            raise ResumeError(f"cannot read input {path!r}: {exc.strerror}") from None
+        handle = _opened(path)
         if begin.byte:
             if os.path.getsize(path) < begin.byte:
                 handle.close()
@@ -108,6 +101,13 @@ class FileSource:
                                   f"(byte {begin.byte}); it changed since: run with --restart")
             handle.seek(begin.byte)
         return handle
+
+
+def _opened(path: str) -> BinaryIO:
+    try:
+        return open(path, "rb")
+    except OSError as exc:
+        raise ResumeError(f"cannot read input {path!r}: {exc.strerror}") from None
 
 
 READ_BYTES = 1 << 20  # bytes asked of a file at a time
