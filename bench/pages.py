@@ -1,5 +1,7 @@
 """What site templates and excerpts cost offline: docs/s and index bytes per document, on against off.
 
+("learn first": ``dedup --learn-first``, templates learned in a first read of the input.)
+
 Each variant runs ``streamdedup dedup`` as its own program (a fresh process,
 as a user starts it) on the same JSONL input, rounds interleaved; printed:
 the median docs/s, its ratio to the variant with both off, and the index's
@@ -25,6 +27,7 @@ VARIANTS = {
     "templates (default)": [],
     "excerpts": ["templates.enabled=false", "excerpts.enabled=true"],
     "both on": ["excerpts.enabled=true"],
+    "learn first": ["--learn-first"],
 }
 
 
@@ -33,7 +36,7 @@ def run(path: str, settings: list[str], state: str) -> float:
     command = [sys.executable, "-m", "streamdedup", "dedup", path, "--state", state, "--decisions",
                os.path.join(state, "decisions.jsonl")]
     for setting in settings:
-        command += ["--set", setting]
+        command += [setting] if setting.startswith("--") else ["--set", setting]
     began = time.monotonic()
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.monotonic() - began

@@ -54,6 +54,8 @@ def _parser() -> argparse.ArgumentParser:
     dedup.add_argument("--out", metavar="CLEAN.jsonl", help="write the kept input lines here, byte for byte")
     dedup.add_argument("--decisions", metavar="DECISIONS.jsonl", help="one JSON decision per input line; - is stdout")
     dedup.add_argument("--restart", action="store_true", help="ignore an interrupted run's checkpoint and start over")
+    dedup.add_argument("--learn-first", action="store_true",
+                       help="read the inputs twice: learn every site's template, then decide (see README)")
     dedup.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                        help="progress bar on stderr (default: when stderr is a terminal)")
     dedup.set_defaults(handler=_cmd_dedup)
@@ -153,7 +155,7 @@ def _cmd_dedup(args) -> int:
         with Engine(cfg, args.state) as engine:
             progress = Progress(FileSource(args.inputs).total_bytes(), enabled=args.progress)
             summary = dedup_files(engine, args.inputs, spec, args.out, args.decisions, cfg.worker.batch_size,
-                                  args.restart, progress, cfg.worker.prepare_processes, spawned)
+                                  args.restart, progress, cfg.worker.prepare_processes, spawned, args.learn_first)
     finally:
         if spawned is not None:
             spawned.close()

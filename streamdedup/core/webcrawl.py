@@ -13,8 +13,9 @@ Pages, interleaved across sites as a crawler meets them:
   twice that length, with a line of the site's own before it.
 
 Bodies are invented words (``prose="invented"``) or real prose: the
-docstrings of Python's own standard library (``prose="stdlib"``; the same
-on every machine with the same Python version). Each record carries its
+docstrings of Python's own standard library and its language reference as
+``help()`` shows it (``prose="stdlib"``; the same on every machine with the
+same Python version). Each record carries its
 truth: site, kind, source page and the page's own body, so a deduplicator
 can be scored on what the page itself says (``bench/crawl_accuracy.py``).
 The same arguments give the same crawl.
@@ -91,7 +92,9 @@ class _Bodies:
             return self.writer.article(self.rng.randint(8, 30))
         wanted, words, parts = self.rng.randint(120, 500), 0, []
         while words < wanted:
-            paragraph = self.paragraphs[self.next % len(self.paragraphs)]
+            if self.next == len(self.paragraphs):  # each round through the prose in another order
+                self.paragraphs, self.next = tuple(self.rng.sample(self.paragraphs, len(self.paragraphs))), 0
+            paragraph = self.paragraphs[self.next]
             self.next += 1
             parts.append(paragraph)
             words += len(paragraph.split())
@@ -164,12 +167,23 @@ def stdlib_paragraphs(min_words: int = 25) -> tuple[str, ...]:
     root = sysconfig.get_paths()["stdlib"]
     found: list[str] = []
     seen: set[str] = set()
-    for folder, dirs, files in sorted(os.walk(root)):
-        dirs[:] = sorted(d for d in dirs if d not in ("test", "tests", "idlelib", "site-packages", "__pycache__"))
+    for folder, dirs, files in os.walk(root):  # top-down, pruned and sorted in place
+        dirs[:] = sorted(d for d in dirs if d not in ("site-packages", "dist-packages", "__pycache__"))
         for name in sorted(files):
             if name.endswith(".py"):
                 found.extend(_docstring_paragraphs(os.path.join(folder, name), min_words, seen))
+    found.extend(_reference_paragraphs(min_words, seen))
     return tuple(found)
+
+
+def _reference_paragraphs(min_words: int, seen: set[str]) -> Iterator[str]:
+    """Paragraphs of the language reference that ``help()`` shows (``pydoc_data.topics``)."""
+    try:
+        from pydoc_data.topics import topics
+    except ImportError:
+        return
+    for name in sorted(topics):
+        yield from _paragraphs(topics[name], min_words, seen)
 
 
 _TRIPLE_QUOTED = re.compile(r'"""(.*?)"""', re.S)
@@ -183,11 +197,16 @@ def _docstring_paragraphs(path: str, min_words: int, seen: set[str]) -> Iterator
     except (UnicodeDecodeError, OSError):
         return
     for doc in _TRIPLE_QUOTED.findall(source):
-        for paragraph in doc.split("\n\n"):
-            text = " ".join(paragraph.split())
-            if len(text.split()) >= min_words and text not in seen and ">>>" not in text:
-                seen.add(text)
-                yield text
+        yield from _paragraphs(doc, min_words, seen)
+
+
+def _paragraphs(doc: str, min_words: int, seen: set[str]) -> Iterator[str]:
+    """The paragraphs of ``doc`` with at least ``min_words`` words, not seen before and not examples."""
+    for paragraph in doc.split("\n\n"):
+        text = " ".join(paragraph.split())
+        if min_words <= len(text.split()) <= 1000 and text not in seen and ">>>" not in text:
+            seen.add(text)
+            yield text
 
 
 def as_html(page: WebPage) -> str:

@@ -29,7 +29,7 @@ from ..store.index import Index, IndexSettings, IndexTxn, MapFull
 from ..store.lookup import RecentMirror, finish_merge, merge_slice, merge_slices
 from ..core.templates import TemplateSettings
 from .decide import DedupSettings, ExcerptSettings, decide
-from .sitelearning import SiteTemplates
+from .sitelearning import SiteTemplates, templates_in_advance
 
 __all__ = ["Engine", "DecidedBatch", "collector_paused", "index_settings"]
 
@@ -153,6 +153,14 @@ class Engine:
         if done:
             self._next_sweep = self.clock() + self.sweep_interval_s
         return expired
+
+    def learn_templates_first(self, batches) -> int:
+        """Settle the sites of ``batches`` (all of an offline run's input) before deciding any; see
+        ``sitelearning.templates_in_advance``. Returns how many sites were settled so."""
+        if self.templates is None:
+            return 0
+        learned, hosts = templates_in_advance(batches, self.template_settings)
+        return self.index.write(lambda txn: self.templates.seed(txn, learned, hosts))
 
     def rebuild(self) -> dict:
         """Re-derive the lookup tables from the records (``check --fix``)."""

@@ -12,7 +12,7 @@ copies, taken in only once it commits.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterable, Optional
 
 import numpy as np
 
@@ -21,13 +21,13 @@ from ..core.prepare import PreparedBatch
 from ..core.records import Document
 from ..core.shingle import ShingleBatch
 from ..core.signing import SigningConfig, sign_batch
-from ..core.templates import SiteState, SiteTimeline, TemplateSettings, content_of, top32
+from ..core.templates import EMPTY, SiteState, SiteTimeline, TemplateSettings, content_of, top32
 from ..store.index import IndexTxn
 from ..store.lookup import BatchView
 from ..store.sites import (load_site, move_site_counts, provisional_pages, save_site, set_provisional_pages,
                            remove_rekeyed, shared_template, write_rekeyed)
 
-__all__ = ["SiteTemplates", "BatchContent", "FirstPages"]
+__all__ = ["SiteTemplates", "BatchContent", "FirstPages", "templates_in_advance"]
 
 CACHED_SITES = 200_000  # committed site states kept in memory (the rest are read from the index when needed)
 
@@ -144,10 +144,63 @@ class SiteTemplates:
         keys[changed] = band_keys(signatures, signing.bands, signing.rows)
         return keys
 
+    def seed(self, txn: IndexTxn, templates: dict[int, np.ndarray], hosts: dict) -> int:
+        """Settle every site the index has not met yet with its template from ``templates_in_advance``.
+
+        Such a site starts settled with no pages counted, so its first pages
+        are decided by that template and its relearning windows fall where a
+        single pass puts them. Returns how many sites were settled so.
+        """
+        shared = self._shared_now(txn)
+        copies: dict[int, SiteState] = {}
+        for site, template in templates.items():
+            before = self._committed(txn, site)
+            if before.pages or before.settled or before.sample:
+                continue
+            copies[site] = SiteState(0, True, template)
+            save_site(txn, site, copies[site], before, hosts.get(site, ""))
+            shared = self._moved(txn, (EMPTY, template), shared)
+
+        def taken_in() -> None:
+            self._sites.update(copies)
+            self._shared = shared
+
+        txn.after_commit.append(taken_in)
+        return len(copies)
+
     def forget_cache(self) -> None:
         """Drop the cached state (after the index changed under it: a rebuild)."""
         self._sites.clear()
         self._shared = None
+
+
+def templates_in_advance(batches: Iterable[PreparedBatch], settings: TemplateSettings) -> tuple[dict, dict]:
+    """Each site's template as its first ``sample_pages`` new pages show it, and the sites' hosts.
+
+    The first pass of a two-pass offline run (``dedup --learn-first``): the
+    same learning as the single pass (new pages only: an exact copy of a
+    page read before is not one), done before any page is decided. Sites
+    with fewer new pages are left to learn as usual.
+    """
+    learning: dict[int, SiteState] = {}
+    learned: dict[int, np.ndarray] = {}
+    hosts: dict[int, str] = {}
+    seen: set[bytes] = set()
+    for batch in batches:
+        hosts.update(batch.hosts)
+        sites = batch.sites.tolist()
+        for item, row in zip(batch.items, batch.row):
+            if row < 0 or not isinstance(item, Document):
+                continue
+            site, digest = sites[row], batch.contents[row]
+            if site in learned or not settings.learns(site) or digest in seen:
+                continue
+            seen.add(digest)
+            state = learning.setdefault(site, SiteState())
+            state.add_page(np.unique(top32(batch.shingles.of(row))), settings)
+            if state.settled:
+                learned[site] = learning.pop(site).template
+    return learned, hosts
 
 
 class FirstPages:
