@@ -15,7 +15,9 @@ quotes), with the engine's own normalization and word 3-gram shingles:
   0.8 in their source's cluster's representative, decided duplicates in that
   cluster (or of another page whose body contains them as much);
   target 95% (with ``excerpts.enabled = true``);
-- learning: the same, for pages among the first ``sample_pages`` of their site;
+- learning: the same, for pages among the first ``sample_pages`` of their site
+  (republished: the copy or its source); settled: republished pages where
+  neither is;
 - the seed tutorial's Pitfall 3 (20 pages sharing a header and footer):
   pairs flagged.
 
@@ -61,6 +63,7 @@ class Score:
     republished: list = field(default_factory=lambda: [0, 0])  # found, of
     excerpts: list = field(default_factory=lambda: [0, 0])
     learning: dict = field(default_factory=lambda: {"pages": 0, "false_merges": 0, "republished": [0, 0]})
+    settled_republished: list = field(default_factory=lambda: [0, 0])  # neither page on a learning site
 
     def rates(self) -> dict:
         def share(pair):
@@ -70,7 +73,8 @@ class Score:
                 "republished": share(self.republished), "republished_of": self.republished[1],
                 "excerpts": share(self.excerpts), "excerpts_of": self.excerpts[1],
                 "learning_pages": self.learning["pages"], "learning_false_merges": self.learning["false_merges"],
-                "learning_republished": share(self.learning["republished"])}
+                "learning_republished": share(self.learning["republished"]),
+                "settled_republished": share(self.settled_republished)}
 
 
 def score(records: list[dict], decisions: list[dict], sample_pages: int = 8) -> Score:
@@ -105,6 +109,8 @@ def score(records: list[dict], decisions: list[dict], sample_pages: int = 8) -> 
             _count(result.republished, found)
             if learning or seen_of_site.get(records[where[source]]["truth"]["site"], 0) <= sample_pages:
                 _count(result.learning["republished"], found)
+            else:
+                _count(result.settled_republished, found)
         elif truth["kind"] == "excerpt" and len(truth["body"].split()) >= 100 and expected in where \
                 and contained(bodies[i], bodies[where[expected]]) >= 0.8:
             _count(result.excerpts, same_cluster or (other is not None and contained(bodies[i], other) >= 0.8))
@@ -159,7 +165,8 @@ def main(argv=None) -> int:
     if args.set:
         runs = {"given": args.set}
     print(f"{'crawl':<10} {'run':<14} {'false merges':>13} {'false excerpts':>15} {'republished':>12} "
-          f"{'excerpts':>9} {'learning pages':>15} {'their false merges':>19} {'republished, learning':>22}")
+          f"{'excerpts':>9} {'learning pages':>15} {'their false merges':>19} {'republished, learning':>22} "
+          f"{'republished, settled':>21}")
     for prose in (("invented", "stdlib") if args.prose == "both" else (args.prose,)):
         pages = generate_web(args.pages, args.sites, args.seed, prose)
         path = os.path.join(work, f"web-{prose}.jsonl")
@@ -171,7 +178,8 @@ def main(argv=None) -> int:
             r = score(records, decisions).rates()
             print(f"{prose:<10} {name:<14} {r['false_merges']:>12.2%} {r['false_excerpts']:>15} "
                   f"{r['republished']:>11.2%} {r['excerpts']:>9.2%} {r['learning_pages']:>15} "
-                  f"{r['learning_false_merges']:>19} {r['learning_republished']:>21.2%}")
+                  f"{r['learning_false_merges']:>19} {r['learning_republished']:>21.2%} "
+                  f"{r['settled_republished']:>20.2%}")
     pitfall, mean = pitfall_three()
     path = os.path.join(work, "pitfall3.jsonl")
     with open(path, "w", encoding="utf-8") as handle:

@@ -49,6 +49,7 @@ def test_templates_keep_pages_apart_and_republished_articles_are_found(crawl, tm
     assert result["false_merges"] <= 0.001
     # the misses: republished on, or first seen on, a site that is still learning its template (see --learn-first)
     assert result["republished"] >= 0.95 and result["republished_of"] > 200
+    assert result["settled_republished"] >= 0.99
 
 
 def test_without_templates_pages_of_one_site_are_merged(crawl, tmp_path):
