@@ -76,7 +76,13 @@ def _parser() -> argparse.ArgumentParser:
     params = sub.add_parser("params", help="bands x rows for a threshold, and the S-curve")
     params.add_argument("--threshold", type=float, required=True)
     params.add_argument("--num-perm", type=int, default=128)
-    params.add_argument("--weights", type=float, nargs=2, metavar=("FP", "FN"), default=(0.1, 0.9))
+    params.add_argument("--recall", type=float, default=0.998,
+                        help="share of pairs at the threshold that become candidates (default 0.998, as lsh.recall)")
+    params.add_argument("--weights", type=float, nargs=2, metavar=("FP", "FN"),
+                        help="choose by weighted false positives and negatives instead (datasketch's rule)")
+    params.add_argument("--bands", type=int, help="show these bands (with --rows) instead of choosing")
+    params.add_argument("--rows", type=int)
+    params.add_argument("--min-shared", type=int, default=1, help="with --bands: bands a candidate must share")
     params.set_defaults(handler=_cmd_params)
 
     stats = sub.add_parser("stats", parents=[common], help="index size, counts and configuration (read-only)")
@@ -183,18 +189,32 @@ def _cmd_sample(args) -> int:
 
 
 def _cmd_params(args) -> int:
-    from .core.lsh import approx_threshold, optimal_params, s_curve
+    from .core.lsh import approx_threshold, band_hits, optimal_params, recall_params, s_curve
 
     if not 0 < args.threshold < 1:
         raise ConfigError(f"--threshold must be between 0 and 1, got {args.threshold}")
-    bands, rows = optimal_params(args.threshold, args.num_perm, *args.weights)
-    print(f"threshold {args.threshold}  num_perm {args.num_perm}  weights fp={args.weights[0]} fn={args.weights[1]}")
-    print(f"bands x rows: {bands} x {rows}  (uses {bands * rows} of {args.num_perm} values; "
-          f"S-curve midpoint ~{approx_threshold(bands, rows):.3f})")
-    print("similarity  P(candidate)")
-    for s in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0):
+    if args.bands:
+        if not args.rows or args.bands * args.rows > args.num_perm or not 1 <= args.min_shared <= args.bands:
+            raise ConfigError("--bands needs --rows, bands x rows at most --num-perm, 1 <= --min-shared <= bands")
+        bands, rows, shared, rule = args.bands, args.rows, args.min_shared, "given"
+    elif args.weights:
+        (bands, rows), shared = optimal_params(args.threshold, args.num_perm, *args.weights), 1
+        rule = f"weights fp={args.weights[0]} fn={args.weights[1]}"
+    else:
+        if not 0 < args.recall < 1:
+            raise ConfigError(f"--recall must be between 0 and 1, got {args.recall}")
+        bands, rows, shared = recall_params(args.threshold, args.num_perm, args.recall)
+        rule = f"recall {args.recall} at the threshold"
+    print(f"threshold {args.threshold}  num_perm {args.num_perm}  chosen by {rule}")
+    print(f"bands x rows: {bands} x {rows}, candidates share at least {shared} band{'s' * (shared > 1)}  "
+          f"(uses {bands * rows} of {args.num_perm} values; S-curve midpoint ~{approx_threshold(bands, rows):.3f})")
+    print(f"expected recall: a pair at the threshold becomes a candidate {s_curve(args.threshold, bands, rows, shared):.2%}"
+          f" of the time; {bands} band entries a kept document (index bytes grow with them)")
+    print("\nsimilarity  P(candidate)  per million kept documents this similar: band entries read, candidates")
+    for s in (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0):
         marker = "  <- threshold" if abs(s - args.threshold) < 1e-9 else ""
-        print(f"{s:>10.2f}  {s_curve(s, bands, rows):>12.4f}{marker}")
+        p = float(s_curve(s, bands, rows, shared))
+        print(f"{s:>10.2f}  {p:>12.4f}  {band_hits(s, bands, rows) * 1e6:>14,.1f} {p * 1e6:>12,.1f}{marker}")
     return EXIT_OK
 
 

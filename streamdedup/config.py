@@ -88,10 +88,16 @@ class SigningSection:
 @dataclass(frozen=True)
 class LshSection:
     threshold: float = _key(0.7, "exact Jaccard at or above which a document is a duplicate", low=0.01, high=0.99)
-    fp_weight: float = _key(0.1, "weight of false positives when choosing bands x rows", low=0.0, high=1.0)
-    fn_weight: float = _key(0.9, "weight of false negatives when choosing bands x rows", low=0.0, high=1.0)
-    bands: int = _key(0, "bands (0: chosen from threshold and weights; an existing index keeps its own)", low=0)
+    recall: float = _key(0.998, "share of pairs at exactly the threshold that become candidates, when bands x rows "
+                         "are chosen (0: choose by fp_weight and fn_weight instead)", low=0.0, high=0.99999)
+    fp_weight: float = _key(0.1, "with recall = 0: weight of false positives when choosing bands x rows", low=0.0,
+                            high=1.0)
+    fn_weight: float = _key(0.9, "with recall = 0: weight of false negatives when choosing bands x rows", low=0.0,
+                            high=1.0)
+    bands: int = _key(0, "bands (0: chosen from threshold and recall; an existing index keeps its own)", low=0)
     rows: int = _key(0, "rows per band (0: chosen with bands)", low=0)
+    min_shared_bands: int = _key(0, "bands a kept document must share with a document to be verified against it "
+                                 "(0: chosen with bands)", low=0)
     max_candidates: int = _key(100, "verify at most this many candidates per document", low=1)
 
 

@@ -10,7 +10,7 @@ from conftest import run_cli
 from streamdedup import config as config_module
 from streamdedup.core import corpus
 from streamdedup.core.records import Document, Source
-from streamdedup.core.signing import SigningConfig
+from streamdedup.core.signing import SigningConfig, signing_config
 from streamdedup.engine.engine import Engine
 from streamdedup.errors import (
     IncompatibleIndexError,
@@ -59,6 +59,24 @@ def test_bands_may_be_adopted_from_the_index(tmp_path):
     with Index(IndexSettings(path=str(tmp_path)), dataclasses.replace(SIGNING, bands=14, rows=9),
                adopt_bands=True) as index:
         assert (index.signing.bands, index.signing.rows) == (20, 6)
+
+
+def test_an_index_made_before_shared_bands_keeps_one_shared_band_and_its_bands(tmp_path):
+    import json
+
+    import lmdb
+
+    cfg = config_module.load(None, (), environ={})
+    old = dataclasses.replace(signing_config(cfg), bands=20, rows=6, min_shared=1)
+    Index(IndexSettings(path=str(tmp_path)), old).close()
+    env = lmdb.open(str(tmp_path), max_dbs=32)
+    with env.begin(write=True, db=env.open_db(b"meta")) as txn:
+        meta = json.loads(txn.get(b"index"))
+        del meta["config"]["min_shared"]
+        txn.put(b"index", json.dumps(meta).encode())
+    env.close()
+    with Engine(cfg, str(tmp_path)) as engine:
+        assert (engine.signing.bands, engine.signing.rows, engine.signing.min_shared) == (20, 6, 1)
 
 
 def test_a_second_writer_is_refused_at_once_and_readers_are_not(tmp_path):

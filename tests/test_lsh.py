@@ -54,3 +54,64 @@ def test_band_keys_depend_on_band_number_and_all_rows():
     assert keys[0, 0] != keys[1, 1]  # same values (1, 2) in another band: another key
     assert keys[0, 0] == keys[2, 0] and keys[0, 1] != keys[2, 1]
     assert len(set(keys.ravel().tolist())) == 5
+
+
+def test_s_curve_with_shared_bands_is_the_binomial_tail():
+    from math import comb
+
+    for s in (0.3, 0.5, 0.7, 0.9):
+        one = s**4
+        for shared in (1, 2, 3):
+            tail = 1 - sum(comb(32, k) * one**k * (1 - one) ** (32 - k) for k in range(shared))
+            assert s_curve(s, 32, 4, shared) == pytest.approx(tail)
+    assert s_curve(0.7, 20, 6, 1) == pytest.approx(1 - (1 - 0.7**6) ** 20)
+
+
+def test_recall_params_reach_the_recall_with_as_many_rows_as_can():
+    from streamdedup.core.lsh import recall_params
+
+    assert recall_params(0.7, 128, 0.998) == (32, 4, 2)
+    for threshold in (0.5, 0.7, 0.8, 0.9):
+        for recall in (0.99, 0.995, 0.998):
+            bands, rows, shared = recall_params(threshold, 128, recall)
+            assert bands * rows <= 128 and 1 <= shared <= 3
+            assert s_curve(threshold, bands, rows, shared) >= recall
+            more_rows = [(b, m) for b in range(1, 128 // (rows + 1) + 1) for m in (1, 2, 3)
+                         if m <= b and s_curve(threshold, b, rows + 1, m) >= recall]
+            assert more_rows == []
+    with pytest.raises(ValueError):
+        recall_params(0.7, 128, 1.0)
+
+
+def test_pairs_at_the_threshold_share_two_bands_as_often_as_the_curve_says():
+    """Real signatures of shingle sets at Jaccard 0.7: the share with >= 2 of 32 x 4 bands in common."""
+    from streamdedup.core.shingle import ShingleBatch
+    from streamdedup.core.signing import sign_batch
+
+    rng = np.random.default_rng(5)
+    pairs, size = 3000, 200
+    shared = int(round(2 * 0.7 * size / 1.7))  # |A & B| / |A | B| = 0.7 for two sets of ``size``
+    sets = []
+    for _ in range(pairs):
+        common = rng.integers(0, 2**63, size=shared, dtype=np.uint64)
+        for _side in range(2):
+            own = rng.integers(0, 2**63, size=size - shared, dtype=np.uint64)
+            sets.append(np.unique(np.concatenate((common, own))))
+    offsets = np.zeros(len(sets) + 1, dtype=np.int64)
+    np.cumsum([len(x) for x in sets], out=offsets[1:])
+    keys = band_keys(sign_batch(ShingleBatch(np.concatenate(sets), offsets), 128, 1), 32, 4)
+    in_common = (keys[0::2] == keys[1::2]).sum(axis=1)
+    expected = s_curve(shared / (2 * size - shared), 32, 4, 2)
+    found = float(np.mean(in_common >= 2))
+    assert found == pytest.approx(expected, abs=0.004)
+    assert found > float(np.mean(_twenty_by_six(sets)))  # the old bands miss many more
+
+
+def _twenty_by_six(sets):
+    from streamdedup.core.shingle import ShingleBatch
+    from streamdedup.core.signing import sign_batch
+
+    offsets = np.zeros(len(sets) + 1, dtype=np.int64)
+    np.cumsum([len(x) for x in sets], out=offsets[1:])
+    keys = band_keys(sign_batch(ShingleBatch(np.concatenate(sets), offsets), 128, 1), 20, 6)
+    return (keys[0::2] == keys[1::2]).any(axis=1)

@@ -17,21 +17,60 @@ candidate pair at once.
 from __future__ import annotations
 
 from functools import lru_cache
+from math import comb
 
 import numpy as np
 
 from .shingle import GOLDEN, fmix64
 
-__all__ = ["s_curve", "optimal_params", "band_keys", "approx_threshold"]
+__all__ = ["s_curve", "band_hits", "optimal_params", "recall_params", "band_keys", "approx_threshold"]
 
 _PANELS = 64  # sub-intervals of each integral
 _NODES = 16  # Gauss-Legendre points per sub-interval
 _BAND_BASE = np.uint64(0xD6E8FEB86659FD93)  # odd multiplier that folds a band's rows
 
 
-def s_curve(similarity, bands: int, rows: int):
-    """Probability that two documents of this Jaccard similarity become candidates."""
-    return 1.0 - (1.0 - np.power(similarity, rows)) ** bands
+def s_curve(similarity, bands: int, rows: int, min_shared: int = 1):
+    """Probability that two documents of this Jaccard similarity become candidates (share ``min_shared`` bands).
+
+    The bands two documents share are binomial: ``bands`` draws, each with
+    probability ``similarity ** rows``.
+    """
+    one = np.power(similarity, rows)
+    if min_shared == 1:
+        return 1.0 - (1.0 - one) ** bands
+    fewer = sum(comb(bands, k) * one**k * (1.0 - one) ** (bands - k) for k in range(min_shared))
+    return 1.0 - fewer
+
+
+def band_hits(similarity, bands: int, rows: int):
+    """Expected band entries one document reads for each kept document of this similarity."""
+    return bands * np.power(similarity, rows)
+
+
+@lru_cache(maxsize=256)
+def recall_params(threshold: float, num_perm: int, recall: float) -> tuple[int, int, int]:
+    """``(bands, rows, min_shared)``: pairs at ``threshold`` become candidates with probability ``recall``.
+
+    Rows are as many as can reach the recall (each band key then matches
+    fewest unrelated documents, so lookups stay short); with those rows,
+    the bands and the bands two documents must share (1 to 3) that make
+    the fewest candidates below the threshold (the area under the S-curve),
+    fewer bands on a tie. Requiring two shared bands of many bands is a cheap
+    agreement test: it keeps recall at the threshold and drops the pairs
+    that share one band by chance.
+    """
+    if not 0.0 < recall < 1.0:
+        raise ValueError(f"recall must be between 0 and 1 (exclusive), got {recall}")
+    s_low, w_low = _nodes(0.0, threshold)
+    for rows in range(num_perm, 0, -1):
+        options = [(float(s_curve(s_low, bands, rows, shared) @ w_low), bands, shared)
+                   for bands in range(1, num_perm // rows + 1) for shared in range(1, min(3, bands) + 1)
+                   if s_curve(threshold, bands, rows, shared) >= recall]
+        if options:
+            _, bands, shared = min(options)
+            return bands, rows, shared
+    raise ValueError(f"no bands x rows of {num_perm} values reach recall {recall} at threshold {threshold}")
 
 
 def approx_threshold(bands: int, rows: int) -> float:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .lsh import optimal_params
+from .lsh import optimal_params, recall_params
 from .shingle import ShingleBatch
 from .templates import TemplateSettings
 
@@ -45,13 +45,14 @@ class SigningConfig:
     k: int = 3  # words (or characters) per shingle
     num_perm: int = 128  # signature length
     seed: int = 1  # seed of the permutations
-    # A new index gets lsh.bands x lsh.rows, or else what lsh.optimal_params picks for lsh.threshold and
-    # the weights (signing_config); these defaults are that pick at the defaults (threshold 0.7).
-    bands: int = 20
-    rows: int = 6
+    # A new index gets lsh.bands x lsh.rows, or else what lsh.recall_params picks for lsh.threshold and
+    # lsh.recall (signing_config); these defaults are that pick at the defaults (threshold 0.7, recall 0.998).
+    bands: int = 32
+    rows: int = 4
     hash_version: int = HASH_VERSION
     templates: str = "off"  # ``TemplateSettings.fingerprint()``: how content is told from site templates
     excerpt_sampling: int = 0  # one content shingle in this many is an excerpt anchor (0: no excerpts)
+    min_shared: int = 2  # bands a kept document shares with a document to be verified against it
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -60,7 +61,8 @@ class SigningConfig:
         """A short, stable name of this configuration for logs and stats."""
         return (
             f"{self.shingle}{self.k}-p{self.num_perm}-s{self.seed}-"
-            f"b{self.bands}r{self.rows}-h{self.hash_version}-t{self.templates}-x{self.excerpt_sampling}"
+            f"b{self.bands}r{self.rows}m{self.min_shared}-h{self.hash_version}-t{self.templates}"
+            f"-x{self.excerpt_sampling}"
         )
 
 
@@ -111,13 +113,18 @@ def estimate_jaccard(sig_a: np.ndarray, sig_b: np.ndarray) -> float:
 def signing_config(config: Config) -> SigningConfig:
     """The signing configuration a new index gets: bands x rows as configured, else chosen."""
     signing, lsh = config.signing, config.lsh
+    shared = lsh.min_shared_bands or 1
     if lsh.bands:
         bands, rows = lsh.bands, lsh.rows
+    elif lsh.recall:
+        bands, rows, chosen = recall_params(lsh.threshold, signing.num_perm, lsh.recall)
+        shared = lsh.min_shared_bands or chosen
     else:
         bands, rows = optimal_params(lsh.threshold, signing.num_perm, lsh.fp_weight, lsh.fn_weight)
     return SigningConfig(shingle=signing.shingle, k=signing.k, num_perm=signing.num_perm, seed=signing.seed,
                          bands=bands, rows=rows, templates=template_settings(config).fingerprint(),
-                         excerpt_sampling=config.excerpts.sampling if config.excerpts.enabled else 0)
+                         excerpt_sampling=config.excerpts.sampling if config.excerpts.enabled else 0,
+                         min_shared=shared)
 
 
 def template_settings(config: Config) -> TemplateSettings:

@@ -11,8 +11,10 @@ A batch goes through two steps:
       (``replayed``), nothing written;
    b. same normalized text as a decided document that still belongs to a
       cluster: an *exact* duplicate of it, joining its cluster, no band lookup;
-   c. otherwise the band tables propose kept documents; the ones sharing
-      the most bands are verified first (at most ``max_candidates``) by
+   c. otherwise the band tables propose kept documents sharing at least
+      ``min_shared`` bands (two of 32 by default: a cheap agreement test that
+      drops chance matches of one band); the ones sharing the most bands
+      are verified first (at most ``max_candidates``) by
       exact Jaccard of *content* (shingles without site templates:
       ``core.templates``, ``sitelearning``); the most similar at or above
       the threshold wins (ties: the earliest): a *near* duplicate in that
@@ -158,6 +160,9 @@ def _decide_one(state: _Batch, doc: Document, row: int) -> Decision:
     serials, shared = view.candidates(row)
     if state.first is not None:
         serials, shared = _with_rekeyed(serials, shared, state.first.candidates(view.band_keys_of(row)))
+    if settings.signing.min_shared > 1:
+        enough = shared >= settings.signing.min_shared
+        serials, shared = serials[enough], shared[enough]
     if cutoff is not None:
         live = np.array([_matchable(view, view.record(s), cutoff) for s in serials.tolist()], dtype=bool)
         serials, shared = serials[live], shared[live]

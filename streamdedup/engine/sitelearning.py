@@ -265,10 +265,10 @@ class FirstPages:
         return self.txn.get("shingles", serial.to_bytes(8, "big")) is not None or serial in self._batch_kept
 
     def candidates(self, keys: np.ndarray) -> np.ndarray:
-        """Pages rekeyed in this batch sharing a band key with ``keys`` (one per band)."""
+        """Pages rekeyed in this batch sharing a band key with ``keys`` (``keys``: one per band), once per band."""
         if len(self._key) == 0:
             return self._serial
-        return np.unique(self._serial[self._key == keys[self._band]])
+        return self._serial[self._key == keys[self._band]]
 
     def write(self) -> None:
         for site, pages in self._pages.items():

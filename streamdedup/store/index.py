@@ -248,10 +248,12 @@ class Index:
                     "replay the input into a new index (`streamdedup backfill --from-beginning` or `streamdedup "
                     "dedup` with --state pointing at a new folder), then use that folder"
                 )
+            meta["config"].setdefault("min_shared", 1)  # indexes made before it was a setting
             if signing is not None:
                 wanted = signing.as_dict()
                 if adopt_bands:
-                    wanted.update(bands=meta["config"]["bands"], rows=meta["config"]["rows"])
+                    stored = meta["config"]
+                    wanted.update(bands=stored["bands"], rows=stored["rows"], min_shared=stored["min_shared"])
                 self._refuse_other_config(meta["config"], wanted)
             return meta
         if self.readonly or signing is None:
