@@ -159,7 +159,7 @@ def _check_anchors(txn: IndexTxn, report: CheckReport) -> None:
         record = None if raw is None else txn.record(serial)
         if record is None or not record.kept or record.expired or stored is None:
             report.problem(f"excerpt anchor points at #{serial}, which is not a kept, unexpired document")
-        elif not _holds(np.frombuffer(stored, dtype="<u8"), int.from_bytes(key, "big")):
+        elif not _holds(np.frombuffer(stored, dtype="<u4"), int.from_bytes(key, "big")):
             report.problem(f"excerpt anchor of #{serial} is not among its shingles")
 
 

@@ -245,4 +245,4 @@ def _remove_anchors(txn: IndexTxn, serial: int) -> None:
     sampling = txn.index.signing.excerpt_sampling
     raw = txn.get("shingles", u64(serial))
     if sampling and raw is not None:
-        remove_anchors(txn, serial, anchors_of(np.frombuffer(raw, dtype="<u8"), sampling))
+        remove_anchors(txn, serial, anchors_of(np.frombuffer(raw, dtype="<u4"), sampling))

@@ -392,7 +392,7 @@ class BatchView:
             "docs": [(key, record.pack(packer)) for key, (record, _) in zip(keys, inserted)],
             "recent": [(key, pack_recent(ident, record.content, record.band_keys))
                        for key, (record, ident) in zip(keys, inserted)],
-            "shingles": [(u64(serial), shingles.astype("<u8", copy=False).tobytes())
+            "shingles": [(u64(serial), shingles.astype("<u4", copy=False).tobytes())
                          for serial, shingles in self._shingles.items()],
             "members": sorted((u64(record.cluster), key) for key, (record, _) in zip(keys, inserted)),
         }
