@@ -71,7 +71,7 @@ def _check_records(txn: IndexTxn, report: CheckReport, recent: dict, merged: int
     for record in txn.records():
         report.documents += 1
         name = f"document #{record.serial} ({record.id})"
-        keys = np.frombuffer(record.band_keys, dtype=">u8").astype(np.uint64)
+        keys = np.frombuffer(record.band_keys, dtype=">u4").astype(np.uint64)
         live = record.kept and not record.expired  # in the band tables
         if record.kept:
             report.kept += 1

@@ -6,7 +6,8 @@ Named databases (integers are 8-byte big-endian, so keys sort numerically):
 database      key                                    value
 ============  =====================================  ================================
 meta          name                                   JSON (config, counters, ids)
-bands         band number (2 B) + band key (8 B)     serials of kept documents (dupsort)
+bands         band (2 B) + band key's high 16 bits   its low 16 bits + a kept document's
+                                                     serial (dupsort, 8 B each; bands.py)
 docs          serial                                 msgpack record of the decision
 shingles      serial                                 sorted unique uint32 shingles (kept)
 ids           BLAKE2b-128 of the document id         serials with that id (dupsort)
@@ -111,7 +112,7 @@ class DocRecord:
     exact: bool
     content: bytes  # content hash
     source: list  # [name, partition, offset]
-    band_keys: bytes  # kept documents: their band keys (bands x 8 B)
+    band_keys: bytes  # kept documents: their band keys (bands x 4 B)
     time: float  # when it was decided (seconds since the epoch)
     expired: bool = False  # kept, but past index.retention_days: out of the band tables, matches nothing
     site: int = 0  # key of the page's site (``core.sites``), whose template its content leaves out
