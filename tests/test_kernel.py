@@ -83,3 +83,23 @@ def test_kernel_signs_any_shingle_batch_and_checks_its_shapes():
     assert signatures[1].tolist() == _reference_signature([1 << 32], 16, 1)
     with pytest.raises(ValueError, match="offsets must rise"):
         sign_batch(ShingleBatch(hashes, np.array([0, 5], dtype=np.int64)), 16, 1)
+
+
+def test_kernel_ascii_normalization_equals_numpy_and_exact(monkeypatch):
+    """Runs of spaces and punctuation at every place (starts, ends, empty texts, NULs), every ASCII byte."""
+    import random
+
+    from streamdedup.core.shingle import content_hash, normalize_exact
+
+    rng = random.Random(11)
+    alphabet = "aZ9 .,\t\n\x00-!  " + "".join(map(chr, range(128)))
+    pool = ["", " ", "  a  ", "a", "!!", " .a. b ", "\x00a\x00", "".join(map(chr, range(128)))]
+    pool += ["".join(rng.choice(alphabet) for _ in range(rng.randrange(30))) for _ in range(2000)]
+    batches = [rng.sample(pool, rng.randrange(1, 40)) for _ in range(100)]
+    compiled = [normalize_texts(batch) for batch in batches]
+    _numpy_path(monkeypatch)
+    for batch, ours in zip(batches, compiled):
+        theirs = normalize_texts(batch)
+        assert np.array_equal(ours.points, theirs.points) and ours.points.dtype == np.uint32
+        assert np.array_equal(ours.starts, theirs.starts) and np.array_equal(ours.lengths, theirs.lengths)
+        assert ours.contents == theirs.contents == [content_hash(normalize_exact(t)) for t in batch]

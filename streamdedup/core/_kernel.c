@@ -9,6 +9,11 @@
  *     shingles x (top 32 bits of the hash) of a[p] * x + b[p] mod 2**32. A document without
  *     shingles gets 0xFFFFFFFF everywhere.
  *
+ * ascii_normalize(text, text_lengths, out, out_lengths) -> bytes written
+ *     The ASCII fast path of shingle.normalize on the concatenation of a batch's texts: letters
+ *     lowercased, digits kept, anything else a space, runs of spaces collapsed, ends trimmed;
+ *     documents written one after another into out, separated by a 0 byte.
+ *
  * Arrays are passed through the buffer protocol (C-contiguous, types checked by itemsize here and
  * by dtype in Python), so the module needs only Python.h to build.
  */
@@ -287,9 +292,62 @@ fail0: PyBuffer_Release(&hashes);
     return NULL;
 }
 
+static PyObject *ascii_normalize(PyObject *self, PyObject *args) {
+    PyObject *o_text, *o_lengths, *o_out, *o_out_lengths;
+    if (!PyArg_ParseTuple(args, "OOOO", &o_text, &o_lengths, &o_out, &o_out_lengths)) return NULL;
+    Py_buffer text, lengths, out, out_lengths;
+    if (get_buffer(o_text, &text, 1, 0, "text") < 0) return NULL;
+    if (get_buffer(o_lengths, &lengths, 8, 0, "text_lengths") < 0) goto fail0;
+    if (get_buffer(o_out, &out, 1, 1, "out") < 0) goto fail1;
+    if (get_buffer(o_out_lengths, &out_lengths, 8, 1, "out_lengths") < 0) goto fail2;
+    Py_ssize_t n_docs = lengths.len / 8, total = 0;
+    const int64_t *ln = lengths.buf;
+    for (Py_ssize_t d = 0; d < n_docs; d++) {
+        if (ln[d] < 0) break;
+        total += ln[d];
+    }
+    if (out_lengths.len / 8 != n_docs || total != text.len || out.len < text.len + n_docs) {
+        PyErr_SetString(PyExc_ValueError, "text, text_lengths and the outputs disagree on their sizes");
+        goto fail3;
+    }
+    unsigned char table[256];
+    for (int c = 0; c < 256; c++)
+        table[c] = (c >= 'A' && c <= 'Z') ? (unsigned char)(c + 32)
+                 : ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z')) ? (unsigned char)c : ' ';
+    const unsigned char *in = text.buf;
+    unsigned char *o = out.buf;
+    int64_t *written_lengths = out_lengths.buf;
+    Py_ssize_t at = 0, w = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t d = 0; d < n_docs; d++) {
+        Py_ssize_t first = w;
+        int pending_space = 0;
+        for (Py_ssize_t end = at + ln[d]; at < end; at++) {
+            unsigned char t = table[in[at]];
+            int word = t != ' ';
+            o[w] = ' ';
+            w += pending_space & word;  /* one space before a word that follows spaces */
+            o[w] = t;
+            w += word;
+            pending_space = !word & (w != first);
+        }
+        written_lengths[d] = w - first;
+        o[w++] = 0;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&out_lengths); PyBuffer_Release(&out); PyBuffer_Release(&lengths); PyBuffer_Release(&text);
+    return PyLong_FromSsize_t(w > 0 ? w - 1 : 0);
+fail3: PyBuffer_Release(&out_lengths);
+fail2: PyBuffer_Release(&out);
+fail1: PyBuffer_Release(&lengths);
+fail0: PyBuffer_Release(&text);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"shingles", shingles, METH_VARARGS, "Sorted unique shingle hashes of every document (see the module)."},
     {"minhash", minhash, METH_VARARGS, "MinHash signatures of every document (see the module)."},
+    {"ascii_normalize", ascii_normalize, METH_VARARGS, "The ASCII fast path of normalization (see the module)."},
     {NULL, NULL, 0, NULL},
 };
 

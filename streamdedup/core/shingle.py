@@ -156,6 +156,8 @@ def _normalize_ascii(texts: list[str]) -> NormalizedBatch:
     count = len(texts)
     if not count:
         return NormalizedBatch._joined([], [])
+    if _kernel is not None:
+        return _kernel_normalize_ascii(texts)
     joined = np.frombuffer("\x00".join(texts).encode("ascii").translate(_ASCII_TABLE), dtype=np.uint8).copy()
     text_lengths = np.fromiter(map(len, texts), dtype=np.int64, count=count)
     joined[np.cumsum(text_lengths[:-1] + 1) - 1] = 0  # document separators (a NUL inside a text is a space)
@@ -172,6 +174,21 @@ def _normalize_ascii(texts: list[str]) -> NormalizedBatch:
     starts = np.zeros(count, dtype=np.int64)
     np.cumsum(lengths[:-1] + 1, out=starts[1:])
     return NormalizedBatch(points.astype(np.uint32), starts, lengths, contents)
+
+
+def _kernel_normalize_ascii(texts: list[str]) -> NormalizedBatch:
+    """``_normalize_ascii`` by the compiled kernel: one pass over the batch's bytes, no temporary arrays."""
+    count = len(texts)
+    text = "".join(texts).encode("ascii")
+    out = np.empty(len(text) + count, dtype=np.uint8)
+    lengths = np.empty(count, dtype=np.int64)
+    written = _kernel.ascii_normalize(text, np.fromiter(map(len, texts), dtype=np.int64, count=count), out, lengths)
+    starts = np.zeros(count, dtype=np.int64)
+    np.cumsum(lengths[:-1] + 1, out=starts[1:])
+    view = memoryview(out)
+    contents = [hashlib.blake2b(view[s : s + n], digest_size=16).digest()
+                for s, n in zip(starts.tolist(), lengths.tolist())]
+    return NormalizedBatch(out[:written].astype(np.uint32), starts, lengths, contents)
 
 
 def content_hash(normalized: str) -> bytes:
