@@ -321,15 +321,16 @@ static PyObject *ascii_normalize(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t d = 0; d < n_docs; d++) {
         Py_ssize_t first = w;
-        int pending_space = 0;
+        int previous_word = 0, seen_word = 0;  /* kept off w's chain of additions: one step a byte */
         for (Py_ssize_t end = at + ln[d]; at < end; at++) {
             unsigned char t = table[in[at]];
             int word = t != ' ';
             o[w] = ' ';
-            w += pending_space & word;  /* one space before a word that follows spaces */
+            w += word & !previous_word & seen_word;  /* one space before a word that follows spaces */
             o[w] = t;
             w += word;
-            pending_space = !word & (w != first);
+            seen_word |= word;
+            previous_word = word;
         }
         written_lengths[d] = w - first;
         o[w++] = 0;
