@@ -139,9 +139,9 @@ static Py_ssize_t document_shingles(const uint32_t *p, Py_ssize_t length, int ki
             sum += (uint64_t)c * powers[i];
             int space = (c == 32) | (c == 0);
             unit_begin[units] = i;
-            units += previous_space & !space;
+            units += previous_space & (!space);
             unit_end[ends] = i;
-            ends += !previous_space & space;
+            ends += (!previous_space) & space;
             previous_space = space;
         }
         if (!previous_space) unit_end[ends] = length;
@@ -326,7 +326,7 @@ static PyObject *ascii_normalize(PyObject *self, PyObject *args) {
             unsigned char t = table[in[at]];
             int word = t != ' ';
             o[w] = ' ';
-            w += word & !previous_word & seen_word;  /* one space before a word that follows spaces */
+            w += word & (!previous_word) & seen_word;  /* one space before a word that follows spaces */
             o[w] = t;
             w += word;
             seen_word |= word;
@@ -352,7 +352,7 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernel", NULL, -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernel", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__kernel(void) {
     PyObject *m = PyModule_Create(&module);
