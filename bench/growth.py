@@ -13,7 +13,7 @@ starts where the index stands: after the first window the index holds
 110,000 documents, so that is the second row (earlier versions fed documents
 100,000-110,000 twice there, which made it look faster).
 
-Run: ``python bench/growth.py`` (``--sizes 10000,100000,1000000 --window 100000``).
+Run: ``python bench/growth.py`` (``--sizes 10000,100000,1000000 --window 100000 [--set lsh.bands=20 ...]``).
 """
 
 from __future__ import annotations
@@ -70,9 +70,11 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="10000,100000,1000000")
     parser.add_argument("--window", type=int, default=100000, help="documents measured at each size")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="a setting other than the default (repeatable), e.g. lsh.bands=20")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
-    cfg = config_module.load(None, environ={})
+    cfg = config_module.load(None, args.set, environ={})
     batch = cfg.worker.batch_size
     work = tempfile.mkdtemp(prefix="bench-growth-")
     docs = Crawl(work)

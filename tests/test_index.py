@@ -79,6 +79,22 @@ def test_an_index_made_before_shared_bands_keeps_one_shared_band_and_its_bands(t
         assert (engine.signing.bands, engine.signing.rows, engine.signing.min_shared) == (20, 6, 1)
 
 
+def test_an_index_of_an_earlier_format_is_refused_with_how_to_rebuild_it(tmp_path):
+    import json
+
+    import lmdb
+
+    Index(IndexSettings(path=str(tmp_path)), SIGNING).close()
+    env = lmdb.open(str(tmp_path), max_dbs=32)
+    with env.begin(write=True, db=env.open_db(b"meta")) as txn:
+        meta = json.loads(txn.get(b"index"))
+        meta["format"] = 2
+        txn.put(b"index", json.dumps(meta).encode())
+    env.close()
+    with pytest.raises(IncompatibleIndexError, match="has format 2.*32 bits.*backfill --from-beginning"):
+        Index(IndexSettings(path=str(tmp_path)), SIGNING)
+
+
 def test_a_second_writer_is_refused_at_once_and_readers_are_not(tmp_path):
     with Index(IndexSettings(path=str(tmp_path)), SIGNING):
         with pytest.raises(IndexLockedError, match="one writer"):

@@ -151,3 +151,19 @@ def test_both_per_document_sorts_agree(monkeypatch):
     assert padded.hashes.tolist() == fallback.hashes.tolist()
     for i, text in enumerate(texts):
         assert padded.of(i).tolist() == shingle_hashes_exact(text)
+
+
+def test_narrowed_shingles_are_each_documents_unique_top_32_bits_and_sign_the_same():
+    from streamdedup.core.shingle import ShingleBatch, narrow, normalize_batch, shingle_batch
+    from streamdedup.core.signing import sign_batch
+
+    texts = ["one two three four five", "a", "the cat sat on the mat " * 30, "Über straße naïve café déjà vu"]
+    batch = shingle_batch(normalize_batch(texts))
+    same_top = np.array([5 << 32 | 1, 5 << 32 | 9, 6 << 32, 5 << 32 | 2, 7 << 32], dtype=np.uint64)  # two documents
+    for whole in (batch, ShingleBatch(same_top, np.array([0, 3, 5], dtype=np.int64))):
+        narrowed = narrow(whole)
+        assert narrowed.hashes.dtype == np.uint32
+        for i in range(len(whole)):
+            assert narrowed.of(i).tolist() == sorted({int(h) >> 32 for h in whole.of(i).tolist()})
+    assert narrow(ShingleBatch(same_top, np.array([0, 3, 5], dtype=np.int64))).hashes.tolist() == [5, 6, 5, 7]
+    assert (sign_batch(narrow(batch), 128, 1) == sign_batch(batch, 128, 1)).all()

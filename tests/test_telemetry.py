@@ -56,9 +56,9 @@ def test_not_ready_when_the_index_map_cannot_grow(tmp_path):
         engine.index.settings = IndexSettings(engine.index.path, 1 << 20, True, max_map_size=1 << 20)
         telemetry = WorkerTelemetry(engine.index, None)
         telemetry.assigned = True
-        texts = [f"document {i} " + " ".join(f"w{i}x{j}" for j in range(200)) for i in range(400)]
+        texts = [f"document {i} " + " ".join(f"w{i}x{j}" for j in range(200)) for i in range(2000)]
         with pytest.raises(Exception, match="the most an index may grow to"):
-            for start in range(0, 400, 4):
+            for start in range(0, 2000, 4):
                 items = [Document(f"d{start + k}", t, Source("t", -1, start + k)) for k, t in
                          enumerate(texts[start:start + 4])]
                 engine.decide_batch(engine.prepare(items))

@@ -52,7 +52,7 @@ def test_a_site_learns_from_its_first_pages_then_settles_and_relearns():
 
 
 def test_content_leaves_the_template_out_unless_too_little_is_left():
-    shingles = np.array([(v << 32) | 5 for v in range(1, 21)], dtype=np.uint64)
+    shingles = np.arange(1, 21, dtype=np.uint32)
     template = np.arange(1, 11, dtype=np.uint32)
     assert len(content_of(shingles, template, np.zeros(0, np.uint32), 0.05)) == 10
     shared = np.array([11, 12], dtype=np.uint32)

@@ -108,10 +108,11 @@ def optimal_params(
 
 
 def band_keys(signatures: np.ndarray, bands: int, rows: int) -> np.ndarray:
-    """One 64-bit key per band per document, shape (documents, bands), uint64.
+    """One 32-bit key per band per document, shape (documents, bands), uint64 holding 32 bits.
 
-    The band number is mixed in, so equal values in different bands never
-    give the same key even if they shared a table.
+    The band number is mixed in, so equal values in different bands rarely
+    give the same key. 32 bits are plenty: two unrelated documents share a
+    band key by chance once in 2**32 bands, and every candidate is verified.
     """
     n = signatures.shape[0]
     grid = signatures[:, : bands * rows].astype(np.uint64).reshape(n, bands, rows)
@@ -119,4 +120,4 @@ def band_keys(signatures: np.ndarray, bands: int, rows: int) -> np.ndarray:
     with np.errstate(over="ignore"):
         folded = (grid * powers).sum(axis=2, dtype=np.uint64)
         folded ^= np.arange(1, bands + 1, dtype=np.uint64) * np.uint64(GOLDEN)
-        return fmix64(folded)
+        return fmix64(folded) >> np.uint64(32)

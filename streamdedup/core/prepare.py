@@ -19,7 +19,7 @@ from .decode import decode, decode_warc_line
 from .lsh import band_keys
 from .memory import keep_freed_memory
 from .records import Document, Item, RawRecord, Rejected, Source, id_key
-from .shingle import NormalizedBatch, ShingleBatch, normalize_texts, shingle_batch
+from .shingle import NormalizedBatch, ShingleBatch, narrow, normalize_texts, shingle_batch
 from .signing import SigningConfig, sign_batch
 from .sites import site_host, site_key
 
@@ -53,6 +53,7 @@ def prepare(items: list[Item], signing: SigningConfig) -> PreparedBatch:
     shingles = shingle_batch(normalized, signing.shingle, signing.k)
     signatures = sign_batch(shingles, signing.num_perm, signing.seed)
     keys = band_keys(signatures, signing.bands, signing.rows)
+    shingles = narrow(shingles)
     row, next_row = [], 0
     for item in items:
         row.append(next_row if isinstance(item, Document) else -1)

@@ -83,7 +83,7 @@ def permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def sign_batch(shingles: ShingleBatch, num_perm: int, seed: int) -> np.ndarray:
-    """MinHash signatures, shape (documents, num_perm), uint32.
+    """MinHash signatures, shape (documents, num_perm), uint32 (of shingle hashes, or of ``shingle.narrow``'s).
 
     Documents are taken in groups of about ``CHUNK_SHINGLES`` shingles so the
     working matrix stays in cache; every document must have a shingle.
@@ -110,7 +110,8 @@ def _numpy_signatures(shingles: ShingleBatch, num_perm: int, seed: int) -> np.nd
     out = np.empty((n_docs, num_perm), dtype=np.uint32)
     longest = int(np.max(np.diff(offsets))) if n_docs else 0
     buffer = np.empty(num_perm * (CHUNK_SHINGLES + longest), dtype=np.uint32)
-    x = (shingles.hashes >> np.uint64(32)).astype(np.uint32)
+    hashes = shingles.hashes
+    x = hashes if hashes.dtype == np.uint32 else (hashes >> np.uint64(32)).astype(np.uint32)  # narrowed already
     first = 0
     while first < n_docs:
         last = int(np.searchsorted(offsets, offsets[first] + CHUNK_SHINGLES, "right")) - 1

@@ -57,7 +57,7 @@ import numpy as np
 
 from .sites import NO_SITE
 
-__all__ = ["TemplateSettings", "SiteState", "learned_template", "content_of", "in_sorted", "top32",
+__all__ = ["TemplateSettings", "SiteState", "learned_template", "content_of", "in_sorted",
            "SiteTimeline", "EMPTY"]
 
 EMPTY = np.zeros(0, dtype=np.uint32)
@@ -146,11 +146,6 @@ def learned_template(pages: list[np.ndarray], share: float) -> np.ndarray:
     return values[counts >= need]
 
 
-def top32(shingles: np.ndarray) -> np.ndarray:
-    """The top 32 bits of sorted uint64 shingle hashes (sorted, maybe repeated)."""
-    return (shingles >> np.uint64(32)).astype(np.uint32)
-
-
 def in_sorted(values: np.ndarray, table: np.ndarray) -> np.ndarray:
     """Which of ``values`` are in the sorted array ``table``."""
     if len(table) == 0:
@@ -168,10 +163,9 @@ def content_of(shingles: np.ndarray, template: np.ndarray, shared: np.ndarray, m
     """
     if len(template) == 0 and len(shared) == 0:
         return shingles
-    high = top32(shingles)
-    drop = in_sorted(high, template)
+    drop = in_sorted(shingles, template)
     if len(shared):
-        drop |= in_sorted(high, shared)
+        drop |= in_sorted(shingles, shared)
     left = len(shingles) - int(np.count_nonzero(drop))
     if left == len(shingles):
         return shingles

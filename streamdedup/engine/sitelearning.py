@@ -21,7 +21,7 @@ from ..core.prepare import PreparedBatch
 from ..core.records import Document
 from ..core.shingle import ShingleBatch
 from ..core.signing import SigningConfig, sign_batch
-from ..core.templates import EMPTY, SiteState, SiteTimeline, TemplateSettings, content_of, top32
+from ..core.templates import EMPTY, SiteState, SiteTimeline, TemplateSettings, content_of
 from ..store.index import IndexTxn
 from ..store.lookup import BatchView
 from ..store.sites import (load_site, move_site_counts, provisional_pages, save_site, set_provisional_pages,
@@ -80,7 +80,7 @@ class SiteTemplates:
             if learns(site) and digest not in seen and view.serial_of_content(digest) is None:
                 seen.add(digest)
                 before, was_settled = state.template, state.settled
-                moved = state.add_page(np.unique(top32(full)), settings)
+                moved = state.add_page(full, settings)
                 if not was_settled and state.template is not before:
                     settles.setdefault(row, []).append(site)
                 if state.template is not before:
@@ -197,7 +197,7 @@ def templates_in_advance(batches: Iterable[PreparedBatch], settings: TemplateSet
                 continue
             seen.add(digest)
             state = learning.setdefault(site, SiteState())
-            state.add_page(np.unique(top32(batch.shingles.of(row))), settings)
+            state.add_page(batch.shingles.of(row), settings)
             if state.settled:
                 learned[site] = learning.pop(site).template
     return learned, hosts

@@ -8,7 +8,8 @@ filter answers most of them from memory; only keys it may hold go to LMDB.
 
 It is blocked: the bits of one key all sit in one 64-bit word, so a key
 costs one memory access. The word comes from a key's low bits, the bit
-positions from its high bits (band keys are already ``fmix64`` outputs).
+positions from its high bits, after one multiplication by an odd constant
+spreads the 32-bit band keys (``fmix64`` outputs) over the word.
 Its size is fixed (``index.band_filter_mb``), so memory does not grow with
 the index; a larger index only raises the false-positive rate, which costs
 lookups, never decisions.
@@ -41,6 +42,7 @@ _HEADER = struct.Struct("<8s32sQQI")  # magic, index id, merged_upto, words, crc
 _MAGIC = b"SDBFLT01"
 
 _PROBES = 4  # bits per key
+_SPREAD = 0x9E3779B97F4A7C15  # odd: a bijection of the 64-bit words
 _SHIFTS = tuple(np.uint64(64 - 6 * (i + 1)) for i in range(_PROBES))  # bit positions from the top 24 bits
 SCAN_CHUNK = 1 << 20  # table keys read per step when building from the tables
 
@@ -75,7 +77,8 @@ class BandFilter:
         return (self.bits[word] & mask) == mask
 
     def _slots(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        keys = np.asarray(keys, dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            keys = np.asarray(keys, dtype=np.uint64) * np.uint64(_SPREAD)  # 32-bit keys over all 64 bits
         word = (keys & np.uint64(self.words - 1)).astype(np.int64)
         mask = np.zeros(len(keys), dtype=np.uint64)
         for shift in _SHIFTS:

@@ -1,8 +1,13 @@
 """The band tables: where kept documents are found by their band keys, and every path that touches them.
 
-One dupsort table, ``bands``: the key is a band number (2 bytes) and a band
-key (8 bytes), the value the serial of a kept document (8 bytes), all
-big-endian so that keys sort by band, then band key. Only kept documents
+One dupsort table, ``bands``, of buckets: the key is a band number (2 bytes)
+and the high 16 bits of a 32-bit band key (2 bytes); each value (8 bytes,
+packed by LMDB with the others of its bucket) holds the key's low 16 bits
+and a kept document's serial (48 bits), all big-endian so that buckets sort
+by band, then key. A bucket holds about documents / 65,536 entries, so an
+entry costs its 8 bytes (a table keyed by whole band keys paid ~28 bytes
+an entry for LMDB's node of each). A lookup reads the buckets of its keys
+and keeps the entries whose key is one it asked for. Only kept documents
 are in it, so documents are compared with kept documents only.
 
 ``BandTables`` is the one way in. A lookup asks the table through the
@@ -24,31 +29,49 @@ import numpy as np
 
 from . import bandfilter
 from .bandfilter import BandFilter
-from .index import Index, IndexTxn, from_u64
+from .index import Index, IndexTxn
 
-__all__ = ["BandTables", "band_entries", "stored_keys", "table_key", "KEY_ROW", "BAND_ROW"]
+__all__ = ["BandTables", "band_entries", "stored_keys", "KEY_ROW", "BAND_ROW", "BAND_KEY_BYTES"]
 
-KEY_ROW = np.dtype([("band", ">u2"), ("key", ">u8")])  # a table key
-BAND_ROW = np.dtype([("band", ">u2"), ("key", ">u8"), ("serial", ">u8")])  # a table key and one value
-_BAND_PAIR = np.dtype([("key", "V10"), ("value", "V8")])  # the same row as LMDB key and value bytes
+BAND_KEY_BYTES = 4  # a band key is 32 bits (``lsh.band_keys``): in records, the recent log and the table
+KEY_ROW = np.dtype([("band", ">u2"), ("key", ">u8")])  # a key of the ``rekeyed`` table
+BAND_ROW = np.dtype([("band", ">u2"), ("key", ">u8"), ("serial", ">u8")])  # a ``rekeyed`` key and one value
+_BUCKET = np.dtype([("band", ">u2"), ("high", ">u2")])  # a ``bands`` key
+_ENTRY = np.dtype([("band", ">u2"), ("high", ">u2"), ("value", ">u8")])  # a ``bands`` key and one value
+_ENTRY_PAIR = np.dtype([("key", "V4"), ("value", "V8")])  # the same row as LMDB key and value bytes
+_SERIAL_BITS = 48
+_SERIAL_MASK = (1 << _SERIAL_BITS) - 1
 
 
-def table_key(band: int, key: int) -> bytes:
-    """The table key of band key ``key`` in band ``band``."""
-    return band.to_bytes(2, "big") + key.to_bytes(8, "big")
+def _entries(bands: np.ndarray, keys: np.ndarray, serials: np.ndarray) -> np.ndarray:
+    """Table rows (``_ENTRY``) of these (band, 32-bit band key, serial), in the table's order."""
+    rows = np.empty(len(keys), dtype=_ENTRY)
+    keys = keys.astype(np.uint64)
+    rows["band"], rows["high"] = bands, keys >> np.uint64(16)
+    rows["value"] = ((keys & np.uint64(0xFFFF)) << np.uint64(_SERIAL_BITS)) | serials.astype(np.uint64)
+    return rows[np.lexsort((rows["value"], rows["high"], rows["band"]))]
+
+
+def _decoded(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(band, band key, serial) of table rows."""
+    value = rows["value"].astype(np.uint64)
+    keys = (rows["high"].astype(np.uint64) << np.uint64(16)) | (value >> np.uint64(_SERIAL_BITS))
+    return rows["band"].astype(np.int64), keys, (value & np.uint64(_SERIAL_MASK)).astype(np.int64)
 
 
 def band_entries(txn: IndexTxn) -> Iterator[tuple[int, bytes, int]]:
     """Every (band, band key bytes, serial) of the table, in table order."""
     for key, value in txn.txn.cursor(db=txn.dbs["bands"]):
-        yield int.from_bytes(key[:2], "big"), key[2:], from_u64(value)
+        row = np.frombuffer(key + value, dtype=_ENTRY)
+        band, keys, serials = _decoded(row)
+        yield int(band[0]), int(keys[0]).to_bytes(BAND_KEY_BYTES, "big"), int(serials[0])
 
 
 def stored_keys(txn: IndexTxn, chunk: int) -> Iterator[np.ndarray]:
-    """Every band key stored in the table, each once per band, as uint64 arrays of at most ``chunk`` keys."""
-    keys = txn.txn.cursor(db=txn.dbs["bands"]).iternext_nodup(keys=True, values=False)
-    while rows := list(itertools.islice(keys, chunk)):
-        yield np.frombuffer(b"".join(rows), dtype=KEY_ROW)["key"].astype(np.uint64)
+    """Every band key stored in the table (once per entry), as uint64 arrays of at most ``chunk`` keys."""
+    pairs = txn.txn.cursor(db=txn.dbs["bands"]).iternext(keys=True, values=True)
+    while rows := list(itertools.islice(pairs, chunk)):
+        yield _decoded(np.frombuffer(b"".join(k + v for k, v in rows), dtype=_ENTRY))[1]
 
 
 class BandTables:
@@ -86,21 +109,25 @@ class BandTables:
         request = np.empty(int(first.sum()), dtype=KEY_ROW)
         request["band"], request["key"] = in_order_band[first], in_order_key[first]
         everything = request  # the rekeyed table is small and not in the filter
+        wanted_band, wanted_key = request["band"], request["key"]
         band_filter = self._filter
         if band_filter is not None:
-            request = request[band_filter.may_hold(in_order_key[first])]
+            maybe = band_filter.may_hold(in_order_key[first])
+            wanted_band, wanted_key = wanted_band[maybe], wanted_key[maybe]
+        buckets = np.empty(len(wanted_key), dtype=_BUCKET)
+        buckets["band"], buckets["high"] = wanted_band, wanted_key >> np.uint64(16)
+        buckets = np.unique(buckets)  # in table order
         cursor = txn.txn.cursor(db=txn.dbs["bands"])
-        stored = cursor.getmulti(_as_bytes_list(request), dupdata=True, dupfixed_bytes=8, keyfixed=True)
-        stored = np.frombuffer(stored, dtype=BAND_ROW)
+        found = cursor.getmulti(_as_bytes_list(buckets), dupdata=True, dupfixed_bytes=8, keyfixed=True)
+        _, stored_keys_, stored_serials = _decoded(np.frombuffer(found, dtype=_ENTRY))
         rekeyed = np.zeros(0, dtype=BAND_ROW)  # sites' first pages by their settled content
         if txn.txn.stat(txn.dbs["rekeyed"])["entries"]:
             found = txn.txn.cursor(db=txn.dbs["rekeyed"]).getmulti(_as_bytes_list(everything), dupdata=True,
                                                                    dupfixed_bytes=8, keyfixed=True)
             rekeyed = np.frombuffer(found, dtype=BAND_ROW)
         recent_keys, recent_serials = mirror.band_rows(key)
-        return (np.concatenate((stored["key"].astype(np.uint64), rekeyed["key"].astype(np.uint64), recent_keys)),
-                np.concatenate((stored["serial"].astype(np.int64), rekeyed["serial"].astype(np.int64),
-                                recent_serials)))
+        return (np.concatenate((stored_keys_, rekeyed["key"].astype(np.uint64), recent_keys)),
+                np.concatenate((stored_serials, rekeyed["serial"].astype(np.int64), recent_serials)))
 
     # -- changes -------------------------------------------------------
 
@@ -108,11 +135,12 @@ class BandTables:
         """Write slice ``number`` of ``slices`` of the mirror's band entries (split by band, then by key)."""
         if not len(mirror.keys):
             return
-        span = txn.index.signing.bands << 16  # (band, first two key bytes), in table order
-        where = (mirror.bands.astype(np.int64) << 16) | (mirror.keys >> np.uint64(48)).astype(np.int64)
+        span = txn.index.signing.bands << 16  # (band, bucket), in table order
+        where = (mirror.bands.astype(np.int64) << 16) | (mirror.keys >> np.uint64(16)).astype(np.int64)
         chosen = (where >= number * span // slices) & (where < (number + 1) * span // slices)
-        pairs = _band_pairs(mirror.bands[chosen], mirror.keys[chosen], mirror.serials[chosen])
-        txn.txn.cursor(db=txn.dbs["bands"]).putmulti(pairs, dupdata=True)
+        pairs = _entries(mirror.bands[chosen], mirror.keys[chosen], mirror.serials[chosen]).view(_ENTRY_PAIR)
+        txn.txn.cursor(db=txn.dbs["bands"]).putmulti(list(zip(pairs["key"].tolist(), pairs["value"].tolist())),
+                                                      dupdata=True)
 
     def inserted(self, keys: np.ndarray) -> None:
         """After a merge committed: its keys are in the table, so the filter must hold them (and is saved)."""
@@ -123,23 +151,15 @@ class BandTables:
 
     def remove(self, txn: IndexTxn, serial: int, band_keys: bytes) -> None:
         """Delete a kept document's entries (``band_keys``: its record's band keys)."""
-        value = serial.to_bytes(8, "big")
-        for band, key in enumerate(np.frombuffer(band_keys, dtype=">u8").tolist()):
-            txn.delete("bands", table_key(band, key), value)
+        keys = np.frombuffer(band_keys, dtype=">u4")
+        rows = _entries(np.arange(len(keys)), keys, np.full(len(keys), serial)).view(_ENTRY_PAIR)
+        for key, value in zip(rows["key"].tolist(), rows["value"].tolist()):
+            txn.delete("bands", key, value)
 
     def rebuilding(self) -> None:
         """Before the table is rebuilt from the records: no filter is trusted until one is built from it."""
         bandfilter.forget_saved(self.index)
         self._filter = None
-
-
-def _band_pairs(bands: np.ndarray, keys: np.ndarray, serials: np.ndarray) -> list[tuple[bytes, bytes]]:
-    """Table (key, value) bytes, in the table's order (band, key, serial)."""
-    entries = np.empty(len(keys), dtype=BAND_ROW)
-    entries["band"], entries["key"], entries["serial"] = bands, keys, serials
-    entries = entries[np.lexsort((entries["serial"], entries["key"], entries["band"]))]
-    pairs = entries.view(_BAND_PAIR)
-    return list(zip(pairs["key"].tolist(), pairs["value"].tolist()))
 
 
 def _as_bytes_list(rows: np.ndarray) -> list[bytes]:

@@ -71,7 +71,7 @@ def _check_records(txn: IndexTxn, report: CheckReport, recent: dict, merged: int
     for record in txn.records():
         report.documents += 1
         name = f"document #{record.serial} ({record.id})"
-        keys = np.frombuffer(record.band_keys, dtype=">u8").astype(np.uint64)
+        keys = np.frombuffer(record.band_keys, dtype=">u4").astype(np.uint64)
         live = record.kept and not record.expired  # in the band tables
         if record.kept:
             report.kept += 1
@@ -159,7 +159,7 @@ def _check_anchors(txn: IndexTxn, report: CheckReport) -> None:
         record = None if raw is None else txn.record(serial)
         if record is None or not record.kept or record.expired or stored is None:
             report.problem(f"excerpt anchor points at #{serial}, which is not a kept, unexpired document")
-        elif not _holds(np.frombuffer(stored, dtype="<u8"), int.from_bytes(key, "big")):
+        elif not _holds(np.frombuffer(stored, dtype="<u4"), int.from_bytes(key, "big")):
             report.problem(f"excerpt anchor of #{serial} is not among its shingles")
 
 

@@ -173,7 +173,7 @@ def rebuild_tables(txn: IndexTxn, bands: BandTables) -> dict:
             txn.txn.put(u64(record.cluster), u64(record.serial), db=txn.dbs["members"], dupdata=True)
         if record.kept and not record.expired:
             kept_serials.append(record.serial)
-            kept_keys.append(np.frombuffer(record.band_keys, dtype=">u8").astype(np.uint64))
+            kept_keys.append(np.frombuffer(record.band_keys, dtype=">u4").astype(np.uint64))
     mirror.add(entries, np.array(kept_serials, dtype=np.int64),
                np.array(kept_keys, dtype=np.uint64).reshape(len(kept_keys), txn.index.signing.bands))
     merge_recent(txn, mirror, bands)
@@ -245,4 +245,4 @@ def _remove_anchors(txn: IndexTxn, serial: int) -> None:
     sampling = txn.index.signing.excerpt_sampling
     raw = txn.get("shingles", u64(serial))
     if sampling and raw is not None:
-        remove_anchors(txn, serial, anchors_of(np.frombuffer(raw, dtype="<u8"), sampling))
+        remove_anchors(txn, serial, anchors_of(np.frombuffer(raw, dtype="<u4"), sampling))

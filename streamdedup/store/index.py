@@ -6,9 +6,10 @@ Named databases (integers are 8-byte big-endian, so keys sort numerically):
 database      key                                    value
 ============  =====================================  ================================
 meta          name                                   JSON (config, counters, ids)
-bands         band number (2 B) + band key (8 B)     serials of kept documents (dupsort)
+bands         band (2 B) + band key's high 16 bits   its low 16 bits + a kept document's
+                                                     serial (dupsort, 8 B each; bands.py)
 docs          serial                                 msgpack record of the decision
-shingles      serial                                 sorted unique uint64 hashes (kept)
+shingles      serial                                 sorted unique uint32 shingles (kept)
 ids           BLAKE2b-128 of the document id         serials with that id (dupsort)
 content       BLAKE2b-128 of the normalized text     serial of its first document
 members       cluster serial                         member serials (dupsort)
@@ -61,7 +62,7 @@ if TYPE_CHECKING:
 __all__ = ["Index", "IndexSettings", "IndexTxn", "MapFull", "TxnState", "DocRecord", "FORMAT_VERSION", "id_key",
            "u64", "from_u64"]
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 LOW_DISK_BYTES = 16 << 20  # 16 MiB: below this, a failed write is taken for a full disk
 _DATABASES = {
     "meta": {},
@@ -111,7 +112,7 @@ class DocRecord:
     exact: bool
     content: bytes  # content hash
     source: list  # [name, partition, offset]
-    band_keys: bytes  # kept documents: their band keys (bands x 8 B)
+    band_keys: bytes  # kept documents: their band keys (bands x 4 B)
     time: float  # when it was decided (seconds since the epoch)
     expired: bool = False  # kept, but past index.retention_days: out of the band tables, matches nothing
     site: int = 0  # key of the page's site (``core.sites``), whose template its content leaves out
@@ -244,7 +245,8 @@ class Index:
             if meta.get("format", 1) != FORMAT_VERSION:
                 raise IncompatibleIndexError(
                     f"the index at {self.path!r} has format {meta.get('format', 1)}, this streamdedup reads format "
-                    f"{FORMAT_VERSION} (site templates and excerpts are stored since format 2); rebuild it: "
+                    f"{FORMAT_VERSION} (site templates and excerpts since format 2, shingles stored in 32 bits since "
+                    "format 3); rebuild it: "
                     "replay the input into a new index (`streamdedup backfill --from-beginning` or `streamdedup "
                     "dedup` with --state pointing at a new folder), then use that folder"
                 )
@@ -509,7 +511,7 @@ class IndexTxn:
         raw = self.txn.get(u64(serial), db=self.dbs["shingles"])
         if raw is None:
             raise IndexCorruptError(f"kept document #{serial} has no stored shingles; run `streamdedup check`")
-        return np.frombuffer(raw, dtype="<u8")
+        return np.frombuffer(raw, dtype="<u4")
 
     def record(self, serial: int) -> DocRecord:
         raw = self.txn.get(u64(serial), db=self.dbs["docs"])

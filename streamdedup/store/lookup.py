@@ -32,12 +32,12 @@ __all__ = ["RecentMirror", "BatchView", "merge_recent", "merge_slice", "merge_sl
            "pack_recent", "unpack_recent"]
 
 def pack_recent(ident: bytes, content: bytes, band_keys: bytes = b"") -> bytes:
-    """A ``recent`` value: id hash (16 B), content hash (16 B), band keys (8 B each big-endian, kept documents only)."""
+    """A ``recent`` value: id hash (16 B), content hash (16 B), band keys (4 B each big-endian, kept documents only)."""
     return ident + content + band_keys
 
 
 def unpack_recent(value: bytes) -> tuple[bytes, bytes, np.ndarray]:
-    return value[:16], value[16:32], np.frombuffer(value[32:], dtype=">u8").astype(np.uint64)
+    return value[:16], value[16:32], np.frombuffer(value[32:], dtype=">u4").astype(np.uint64)
 
 
 class RecentMirror:
@@ -312,7 +312,7 @@ class BatchView:
             asked, rows = band_keys.ravel()[by_key], by_key // band_keys.shape[1]  # sorted keys, row of each
             committed = self._fetch_candidates(asked, rows, (by_key % band_keys.shape[1]).astype(np.uint16))
             self._hits = committed, _collisions_within(asked, rows)
-            self._band_key_bytes = band_keys.astype(">u8")
+            self._band_key_bytes = band_keys.astype(">u4")
         return self._hits
 
     def _fetch_candidates(self, asked: np.ndarray, rows: np.ndarray, band: np.ndarray) -> "_Hits":
@@ -392,7 +392,7 @@ class BatchView:
             "docs": [(key, record.pack(packer)) for key, (record, _) in zip(keys, inserted)],
             "recent": [(key, pack_recent(ident, record.content, record.band_keys))
                        for key, (record, ident) in zip(keys, inserted)],
-            "shingles": [(u64(serial), shingles.astype("<u8", copy=False).tobytes())
+            "shingles": [(u64(serial), shingles.astype("<u4", copy=False).tobytes())
                          for serial, shingles in self._shingles.items()],
             "members": sorted((u64(record.cluster), key) for key, (record, _) in zip(keys, inserted)),
         }
