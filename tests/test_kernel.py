@@ -7,7 +7,14 @@ import pytest
 from test_shingle import MIXED
 
 from streamdedup.core import shingle, signing
-from streamdedup.core.shingle import NormalizedBatch, ShingleBatch, normalize_texts, shingle_batch, shingle_hashes_exact
+from streamdedup.core.shingle import (
+    NormalizedBatch,
+    ShingleBatch,
+    narrow,
+    normalize_texts,
+    shingle_batch,
+    shingle_hashes_exact,
+)
 from streamdedup.core.signing import permutations, sign_batch
 
 MORE_SCRIPTS = [
@@ -103,3 +110,15 @@ def test_kernel_ascii_normalization_equals_numpy_and_exact(monkeypatch):
         assert np.array_equal(ours.points, theirs.points) and ours.points.dtype == np.uint32
         assert np.array_equal(ours.starts, theirs.starts) and np.array_equal(ours.lengths, theirs.lengths)
         assert ours.contents == theirs.contents == [content_hash(normalize_exact(t)) for t in batch]
+
+
+def test_kernel_signs_narrowed_shingles_like_the_whole_hashes(monkeypatch):
+    """``shingle.narrow``'s uint32 top bits sign as they are: the same signatures as the 64-bit hashes."""
+    texts = [t for t in TEXTS if normalize_texts([t]).lengths[0]]
+    shingles = shingle_batch(normalize_texts(texts))
+    narrowed = narrow(shingles)
+    assert narrowed.hashes.dtype == np.uint32
+    compiled = sign_batch(narrowed, 128, 1)
+    assert np.array_equal(compiled, sign_batch(shingles, 128, 1))
+    _numpy_path(monkeypatch)
+    assert np.array_equal(compiled, sign_batch(narrowed, 128, 1))

@@ -4,10 +4,11 @@
  *     Sorted unique shingle hashes of every document of a NormalizedBatch, exactly as
  *     shingle.shingle_batch computes them (poly hash of the span's code points, length mixed in,
  *     fmix64), written into out_hashes (room for sum(lengths) + documents) and out_offsets.
- * minhash(hashes, offsets, a, b, out)
+ * minhash(hashes, wide, offsets, a, b, out)
  *     MinHash signatures exactly as signing.sign_batch: out[d, p] = min over the document's
- *     shingles x (top 32 bits of the hash) of a[p] * x + b[p] mod 2**32. A document without
- *     shingles gets 0xFFFFFFFF everywhere.
+ *     shingles x of a[p] * x + b[p] mod 2**32, where x is the top 32 bits of a 64-bit hash
+ *     (wide) or a 32-bit narrowed shingle as it is. A document without shingles gets
+ *     0xFFFFFFFF everywhere.
  *
  * ascii_normalize(text, text_lengths, out, out_lengths) -> bytes written
  *     The ASCII fast path of shingle.normalize on the concatenation of a batch's texts: letters
@@ -243,11 +244,11 @@ fail0: PyBuffer_Release(&points);
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
 __attribute__((target_clones("avx2", "default")))
 #endif
-static void minhash_document(const uint64_t *h, Py_ssize_t n, const uint32_t *a, const uint32_t *b,
+static void minhash_document(const void *h, int wide, Py_ssize_t n, const uint32_t *a, const uint32_t *b,
                              Py_ssize_t num_perm, uint32_t *out) {
     for (Py_ssize_t q = 0; q < num_perm; q++) out[q] = 0xFFFFFFFFu;
     for (Py_ssize_t j = 0; j < n; j++) {
-        uint32_t x = (uint32_t)(h[j] >> 32);
+        uint32_t x = wide ? (uint32_t)(((const uint64_t *)h)[j] >> 32) : ((const uint32_t *)h)[j];
         for (Py_ssize_t q = 0; q < num_perm; q++) {
             uint32_t v = a[q] * x + b[q];
             out[q] = v < out[q] ? v : out[q];
@@ -257,14 +258,16 @@ static void minhash_document(const uint64_t *h, Py_ssize_t n, const uint32_t *a,
 
 static PyObject *minhash(PyObject *self, PyObject *args) {
     PyObject *o_hashes, *o_offsets, *o_a, *o_b, *o_out;
-    if (!PyArg_ParseTuple(args, "OOOOO", &o_hashes, &o_offsets, &o_a, &o_b, &o_out)) return NULL;
+    int wide;
+    if (!PyArg_ParseTuple(args, "OpOOOO", &o_hashes, &wide, &o_offsets, &o_a, &o_b, &o_out)) return NULL;
     Py_buffer hashes, offsets, a, b, out;
-    if (get_buffer(o_hashes, &hashes, 8, 0, "hashes") < 0) return NULL;
+    Py_ssize_t width = wide ? 8 : 4;
+    if (get_buffer(o_hashes, &hashes, width, 0, "hashes") < 0) return NULL;
     if (get_buffer(o_offsets, &offsets, 8, 0, "offsets") < 0) goto fail0;
     if (get_buffer(o_a, &a, 4, 0, "a") < 0) goto fail1;
     if (get_buffer(o_b, &b, 4, 0, "b") < 0) goto fail2;
     if (get_buffer(o_out, &out, 4, 1, "out") < 0) goto fail3;
-    Py_ssize_t num_perm = a.len / 4, n_docs = offsets.len / 8 - 1, n_hashes = hashes.len / 8;
+    Py_ssize_t num_perm = a.len / 4, n_docs = offsets.len / 8 - 1, n_hashes = hashes.len / width;
     const int64_t *off = offsets.buf;
     if (b.len / 4 != num_perm || n_docs < 0 || out.len / 4 != n_docs * num_perm) {
         PyErr_SetString(PyExc_ValueError, "a, b, offsets and out disagree on their shapes");
@@ -278,7 +281,7 @@ static PyObject *minhash(PyObject *self, PyObject *args) {
     }
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t d = 0; d < n_docs; d++)
-        minhash_document((const uint64_t *)hashes.buf + off[d], off[d + 1] - off[d], a.buf, b.buf, num_perm,
+        minhash_document((const char *)hashes.buf + off[d] * width, wide, off[d + 1] - off[d], a.buf, b.buf, num_perm,
                          (uint32_t *)out.buf + d * num_perm);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&out); PyBuffer_Release(&b); PyBuffer_Release(&a);

@@ -97,7 +97,9 @@ def _kernel_signatures(shingles: ShingleBatch, num_perm: int, seed: int) -> np.n
     """``sign_batch`` by the compiled kernel."""
     a, b = permutations(num_perm, seed)
     out = np.empty((len(shingles.offsets) - 1, num_perm), dtype=np.uint32)
-    _kernel.minhash(np.ascontiguousarray(shingles.hashes, dtype=np.uint64),
+    hashes = shingles.hashes
+    narrowed = hashes.dtype == np.uint32  # ``shingle.narrow``'s top 32 bits, signed as they are
+    _kernel.minhash(np.ascontiguousarray(hashes, dtype=np.uint32 if narrowed else np.uint64), not narrowed,
                     np.ascontiguousarray(shingles.offsets, dtype=np.int64), a.ravel(), b.ravel(), out)
     return out
 
