@@ -3,15 +3,26 @@
 For the same documents (the synthetic crawl, about 175 words each) in the
 same run, each engine is timed over several rounds, and the median, min-max
 and ratios are printed (rounds are interleaved; "paired" is the median of
-the same-round ratios):
+the same-round ratios). Every measurement runs in a fresh process of its own
+(libraries imported and documents read before the clock starts): a process
+that has just run another engine holds its objects, and every collector pass
+pays for them.
 
 - signing: text -> MinHash signature (128 permutations, word 3-shingles);
+  streamdedup with its compiled kernel and with the numpy path (what runs
+  when the kernel was not built);
+- signing stages: where streamdedup's preparing time goes, in microseconds a
+  document (decode, normalize, shingle, sign, band keys, the rest);
 - end to end: a JSONL line -> decision against everything seen before.
   streamdedup: the offline command's loop (decisions file written), on-disk
                LMDB index, durable commits, exact verification; signing in a
                second process, and (to show its gain) in the same process;
   datasketch:  MinHash.update_batch + MinHashLSH query-then-insert, in memory;
   rensa:       RMinHash + RMinHashLSH query-then-insert, in memory (if installed).
+
+The last table puts the preparing process's time (the stages) beside the
+one-process loop's: the difference is the deciding side (index lookups,
+verification, writes).
 
 Run: ``make bench`` or ``python bench/offline.py --docs 30000 --rounds 3``.
 """
@@ -23,6 +34,7 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -49,12 +61,61 @@ def python_shingles(text: str) -> list[bytes]:
 # -- streamdedup -------------------------------------------------------------
 
 def ours_sign(texts: list[str]) -> None:
-    from streamdedup.core.shingle import normalize_batch, shingle_batch
+    """What ``prepare`` does from texts to signatures, a batch at a time."""
+    from streamdedup.core.shingle import normalize_texts, shingle_batch
     from streamdedup.core.signing import sign_batch
 
     for start in range(0, len(texts), BATCH):
-        batch = shingle_batch(normalize_batch(texts[start:start + BATCH]))
+        batch = shingle_batch(normalize_texts(texts[start:start + BATCH]))
         sign_batch(batch, NUM_PERM, 1)
+
+
+def ours_sign_numpy(texts: list[str]) -> None:
+    _without_kernel()
+    ours_sign(texts)
+
+
+def _without_kernel() -> None:
+    """Sign on the numpy path, as an install without a C compiler does."""
+    from streamdedup.core import shingle, signing
+
+    shingle._kernel = signing._kernel = None
+
+
+def ours_stages(lines: list[bytes]) -> dict:
+    """Seconds in each step of ``prepare`` over the lines, batch by batch."""
+    from streamdedup.core.decode import InputSpec, decode
+    from streamdedup.core.lsh import band_keys
+    from streamdedup.core.prepare import prepare
+    from streamdedup.core.records import Source
+    from streamdedup.core.shingle import normalize_texts, shingle_batch
+    from streamdedup.core.signing import SigningConfig, sign_batch
+
+    signing = SigningConfig()
+    spent = dict.fromkeys(("decode", "normalize", "shingle", "sign", "band keys", "prepare"), 0.0)
+    for start in range(0, len(lines), BATCH):
+        clock = time.perf_counter()
+        items = [decode(line, Source("bench", -1, start + i), InputSpec())
+                 for i, line in enumerate(lines[start:start + BATCH])]
+        spent["decode"] += time.perf_counter() - clock
+        texts = [item.text for item in items]
+        steps = (("normalize", normalize_texts), ("shingle", lambda n: shingle_batch(n, signing.shingle, signing.k)),
+                 ("sign", lambda s: sign_batch(s, signing.num_perm, signing.seed)),
+                 ("band keys", lambda sig: band_keys(sig, signing.bands, signing.rows)))
+        value = texts
+        for name, step in steps:
+            clock = time.perf_counter()
+            value = step(value)
+            spent[name] += time.perf_counter() - clock
+        clock = time.perf_counter()
+        prepare(items, signing)
+        spent["prepare"] += time.perf_counter() - clock
+    return spent
+
+
+def ours_stages_numpy(lines: list[bytes]) -> dict:
+    _without_kernel()
+    return ours_stages(lines)
 
 
 class JsonlFile(list):
@@ -65,6 +126,14 @@ class JsonlFile(list):
         self.path = path
         with open(path, "wb") as handle:
             handle.writelines(lines)
+
+    @classmethod
+    def existing(cls, lines: list[bytes], path: str) -> "JsonlFile":
+        """The lines of a file written already."""
+        made = cls.__new__(cls)
+        list.__init__(made, lines)
+        made.path = path
+        return made
 
 
 def ours_end_to_end(lines: JsonlFile, processes: int = 1) -> dict:
@@ -154,19 +223,57 @@ def rensa_end_to_end(lines: list[bytes]) -> dict:
 
 # -- measuring -----------------------------------------------------------------
 
-def measure(contenders: list[tuple[str, Callable]], data: list, rounds: int) -> tuple[dict, dict]:
-    """docs/s of each contender in each round, and each one's last result.
+TASKS: dict[str, Callable] = {
+    "sign:streamdedup": ours_sign, "sign:streamdedup, numpy path": ours_sign_numpy,
+    "sign:datasketch": datasketch_sign, "sign:rensa": rensa_sign,
+    "stages:streamdedup": ours_stages, "stages:streamdedup, numpy path": ours_stages_numpy,
+    "e2e:streamdedup": ours_end_to_end, "e2e:streamdedup, one process": ours_one_process,
+    "e2e:datasketch": datasketch_end_to_end, "e2e:rensa": rensa_end_to_end,
+}
+PRELOAD = {"streamdedup": ("streamdedup.runtime.offline", "streamdedup.engine.engine"),
+           "datasketch": ("datasketch",), "rensa": ("rensa",)}
 
-    Rounds are interleaved (every contender once per round) so a slow spell
+
+def run_child(task: str, path: str) -> dict:
+    """In this (fresh) process: read the input, import the engine, then time the task alone."""
+    import importlib
+
+    kind, name = task.split(":", 1)
+    for module in PRELOAD[name.split(",")[0]]:
+        importlib.import_module(module)
+    if kind == "e2e":
+        with open(path, "rb") as handle:
+            data = JsonlFile.existing(handle.readlines(), path)
+    elif kind == "stages":
+        with open(path, "rb") as handle:
+            data = handle.readlines()
+    else:
+        with open(path, "rb") as handle:
+            data = [json.loads(line)["text"] for line in handle]
+    began = time.perf_counter()
+    result = TASKS[task](data)
+    seconds = time.perf_counter() - began
+    return {"rate": len(data) / seconds, "docs": len(data), "result": result if isinstance(result, dict) else None}
+
+
+def measure(tasks: list[str], path: str, rounds: int) -> tuple[dict, dict]:
+    """docs/s of each task in each round, each in a fresh process, and each one's last result.
+
+    Rounds are interleaved (every task once per round) so a slow spell
     of this shared machine weighs on all of them alike.
     """
-    rates: dict[str, list[float]] = {name: [] for name, _ in contenders}
+    rates: dict[str, list[float]] = {task.split(":", 1)[1]: [] for task in tasks}
     results: dict[str, object] = {}
     for _ in range(rounds):
-        for name, fn in contenders:
-            began = time.perf_counter()
-            results[name] = fn(data)
-            rates[name].append(len(data) / (time.perf_counter() - began))
+        for task in tasks:
+            child = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", task, "--input", path],
+                                   capture_output=True, text=True)
+            if child.returncode:
+                raise SystemExit(f"{task} failed:\n{child.stderr}")
+            answer = json.loads(child.stdout.strip().splitlines()[-1])
+            name = task.split(":", 1)[1]
+            rates[name].append(answer["rate"])
+            results.setdefault(name, []).append(answer)
     return rates, results
 
 
@@ -186,33 +293,68 @@ def show(title: str, rates: dict[str, list[float]], notes: dict[str, str]) -> No
               f"  {notes.get(name, '')}")
 
 
+def show_stages(stages: dict[str, list]) -> None:
+    """Median microseconds a document in each step of preparing, for each path."""
+    names = list(next(iter(stages.values()))[0]["result"])
+    print("\nSigning stages (microseconds a document, median of the rounds; 'prepare' is all of it at once)")
+    print(f"  {'path':<28}" + "".join(f"{n:>11}" for n in names))
+    for path, answers in stages.items():
+        medians = [statistics.median(a["result"][n] / a["docs"] * 1e6 for a in answers) for n in names]
+        print(f"  {path:<28}" + "".join(f"{m:>11.1f}" for m in medians))
+
+
+def show_split(stages: dict[str, list], end_to_end: dict[str, list[float]]) -> None:
+    """Where the end-to-end time goes: preparing (decode to band keys) and the rest, in the deciding process."""
+    prepare = statistics.median((a["result"]["decode"] + a["result"]["prepare"]) / a["docs"] * 1e6
+                                for a in stages["streamdedup"])
+    whole = 1e6 / statistics.median(end_to_end["streamdedup, one process"])
+    two = 1e6 / statistics.median(end_to_end["streamdedup"])
+    print("\nWhere the time goes (microseconds a document, medians)")
+    print(f"  one process, end to end      {whole:8.1f}")
+    print(f"    preparing (decode, prepare){prepare:8.1f}   (the second process's work with two)")
+    print(f"    deciding (the rest)        {whole - prepare:8.1f}   (the deciding process's work with two)")
+    print(f"  two processes, end to end    {two:8.1f}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--docs", type=int, default=30000, help="documents (default 30000)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--input", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(run_child(args.child, args.input)))
+        return 0
     from streamdedup.core import corpus
 
     docs = corpus.generate(max(1, round(args.docs / 1.84)), seed=42)[: args.docs]
     texts = [d.text for d in docs]
     words = sum(len(t.split()) for t in texts) / len(texts)
     print(f"{len(texts):,} documents, {words:.0f} words each on average; {args.rounds} rounds; "
-          f"{os.cpu_count()} cores; Python {sys.version.split()[0]}")
+          f"{os.cpu_count()} cores; Python {sys.version.split()[0]}; every measurement in a fresh process")
 
     scratch = tempfile.mkdtemp(prefix="bench-input-")
     lines = JsonlFile([(json.dumps({"id": d.id, "text": d.text}) + "\n").encode() for d in docs],
                       os.path.join(scratch, "crawl.jsonl"))
-    peers = [("streamdedup", ours_sign, ours_end_to_end, "2 processes; LMDB on disk, fsync per batch, verified")]
-    peers.append(("streamdedup, one process", None, ours_one_process, "signing in the deciding process"))
-    peers.append(("datasketch", datasketch_sign, datasketch_end_to_end, "in memory, no verification"))
-    if rensa_available():
-        peers.append(("rensa", rensa_sign, rensa_end_to_end, "in memory, no verification"))
-    signing, _ = measure([(name, sign) for name, sign, _, _ in peers if sign is not None], texts, args.rounds)
-    end_to_end, results = measure([(name, e2e) for name, _, e2e, _ in peers], lines, args.rounds)
-    shutil.rmtree(scratch, ignore_errors=True)
-    show("Signing (text -> signature)", signing, {})
+    peers = ["datasketch"] + (["rensa"] if rensa_available() else [])
+    notes = {"streamdedup": "2 processes; LMDB on disk, fsync per batch, verified",
+             "streamdedup, one process": "signing in the deciding process",
+             "datasketch": "in memory, no verification", "rensa": "in memory, no verification"}
+    try:
+        signing, _ = measure([f"sign:{n}" for n in ["streamdedup", "streamdedup, numpy path"] + peers],
+                             lines.path, args.rounds)
+        _, stages = measure(["stages:streamdedup", "stages:streamdedup, numpy path"], lines.path, args.rounds)
+        end_to_end, results = measure([f"e2e:{n}" for n in ["streamdedup", "streamdedup, one process"] + peers],
+                                      lines.path, args.rounds)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    show("Signing (text -> signature)", signing, {"streamdedup, numpy path": "without the compiled kernel"})
+    show_stages(stages)
     show("End to end (JSONL line -> decision)", end_to_end,
-         {name: f"{note}; kept {results[name]['kept']:,}" for name, _, _, note in peers})
+         {name: f"{note}; kept {results[name][-1]['result']['kept']:,}" for name, note in notes.items()
+          if name in results})
+    show_split(stages, end_to_end)
     return 0
 
 

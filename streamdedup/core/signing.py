@@ -11,6 +11,10 @@ ones and sign about 2.7 times faster; two unrelated documents agree on a
 position by chance about once in tens of millions, far below the estimate's
 own error.
 
+The compiled kernel (``_kernel.c``) computes the same signatures one
+document at a time, every permutation in vector lanes, without the
+(num_perm x shingles) matrix; the numpy path runs when it was not built.
+
 ``a_p`` and ``b_p`` come from BLAKE2b of the seed and ``p``, never from a
 random generator whose stream could change between library versions.
 """
@@ -25,7 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .lsh import optimal_params, recall_params
-from .shingle import ShingleBatch
+from .shingle import ShingleBatch, _kernel
 from .templates import TemplateSettings
 
 if TYPE_CHECKING:
@@ -84,6 +88,24 @@ def sign_batch(shingles: ShingleBatch, num_perm: int, seed: int) -> np.ndarray:
     Documents are taken in groups of about ``CHUNK_SHINGLES`` shingles so the
     working matrix stays in cache; every document must have a shingle.
     """
+    if _kernel is not None:
+        return _kernel_signatures(shingles, num_perm, seed)
+    return _numpy_signatures(shingles, num_perm, seed)
+
+
+def _kernel_signatures(shingles: ShingleBatch, num_perm: int, seed: int) -> np.ndarray:
+    """``sign_batch`` by the compiled kernel."""
+    a, b = permutations(num_perm, seed)
+    out = np.empty((len(shingles.offsets) - 1, num_perm), dtype=np.uint32)
+    hashes = shingles.hashes
+    narrowed = hashes.dtype == np.uint32  # ``shingle.narrow``'s top 32 bits, signed as they are
+    _kernel.minhash(np.ascontiguousarray(hashes, dtype=np.uint32 if narrowed else np.uint64), not narrowed,
+                    np.ascontiguousarray(shingles.offsets, dtype=np.int64), a.ravel(), b.ravel(), out)
+    return out
+
+
+def _numpy_signatures(shingles: ShingleBatch, num_perm: int, seed: int) -> np.ndarray:
+    """``sign_batch`` in numpy: a (num_perm, shingles) matrix per group of documents, reduced per document."""
     a, b = permutations(num_perm, seed)
     offsets = shingles.offsets
     n_docs = len(offsets) - 1

@@ -1,0 +1,124 @@
+"""The compiled signing kernel against the numpy path and the one-by-one Python references."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_shingle import MIXED
+
+from streamdedup.core import shingle, signing
+from streamdedup.core.shingle import (
+    NormalizedBatch,
+    ShingleBatch,
+    narrow,
+    normalize_texts,
+    shingle_batch,
+    shingle_hashes_exact,
+)
+from streamdedup.core.signing import permutations, sign_batch
+
+MORE_SCRIPTS = [
+    "Москва — столица России, Москва — крупнейший город",
+    "اللغة العربية جميلة جدا والعربية لغة قديمة",
+    "中文文本没有空格但是有很多字符中文文本",
+    "Ελληνικά και Ελληνικά γράμματα",
+    "mix Latin кириллица 日本語 العربية 🎉 e\u0301\u0302 end",
+    "repeat " * 300,
+    "!!! ??? ...",  # nothing left after normalization
+]
+TEXTS = MIXED + MORE_SCRIPTS
+
+
+def test_kernel_is_built():
+    """``pip install`` builds it with the C compiler this machine has; without it signing is about 2x slower."""
+    assert shingle._kernel is not None, "reinstall with a C compiler: pip install -e ."
+
+
+def _numpy_path(monkeypatch) -> None:
+    monkeypatch.setattr(shingle, "_kernel", None)
+    monkeypatch.setattr(signing, "_kernel", None)
+
+
+@pytest.mark.parametrize("kind, k", [("word", 1), ("word", 3), ("word", 5), ("char", 1), ("char", 3), ("char", 9)])
+def test_kernel_shingles_equal_numpy_and_one_by_one(monkeypatch, kind, k):
+    normalized = normalize_texts(TEXTS)
+    compiled = shingle_batch(normalized, kind, k)
+    _numpy_path(monkeypatch)
+    vectorized = shingle_batch(normalized, kind, k)
+    assert np.array_equal(compiled.offsets, vectorized.offsets)
+    assert np.array_equal(compiled.hashes, vectorized.hashes)
+    for i, text in enumerate(TEXTS):
+        assert compiled.of(i).tolist() == shingle_hashes_exact(text, kind, k), text
+
+
+def test_kernel_sorts_long_documents_and_many_repeats(monkeypatch):
+    """Past 65,536 shingles buckets hold several hashes; one repeated character fills one bucket."""
+    rng = np.random.default_rng(7)
+    words = [" ".join(f"w{int(x)}" for x in rng.integers(0, 50_000, size=150_000)), "x" * 5000, "ab " * 3000]
+    normalized = NormalizedBatch.of_normalized(words)
+    compiled = [shingle_batch(normalized, kind, k) for kind, k in (("word", 3), ("char", 1), ("char", 2))]
+    _numpy_path(monkeypatch)
+    for batch, (kind, k) in zip(compiled, (("word", 3), ("char", 1), ("char", 2))):
+        expected = shingle_batch(normalized, kind, k)
+        assert np.array_equal(batch.hashes, expected.hashes) and np.array_equal(batch.offsets, expected.offsets)
+        assert all(np.all(np.diff(batch.of(i).astype(np.float64)) >= 0) for i in range(len(words)))
+
+
+def _reference_signature(hashes: list[int], num_perm: int, seed: int) -> list[int]:
+    """The definition in plain Python: min over shingles of (a_p * top32(hash) + b_p) mod 2**32."""
+    a, b = permutations(num_perm, seed)
+    return [min((int(a[p, 0]) * (h >> 32) + int(b[p, 0])) & 0xFFFFFFFF for h in hashes) for p in range(num_perm)]
+
+
+@pytest.mark.parametrize("num_perm, seed", [(128, 1), (64, 9), (7, 3)])
+def test_kernel_signatures_equal_numpy_and_plain_python_on_mixed_scripts(monkeypatch, num_perm, seed):
+    texts = [t for t in TEXTS if normalize_texts([t]).lengths[0]]
+    shingles = shingle_batch(normalize_texts(texts))
+    compiled = sign_batch(shingles, num_perm, seed)
+    for i, text in enumerate(texts):
+        assert compiled[i].tolist() == _reference_signature(shingle_hashes_exact(text), num_perm, seed), text
+    _numpy_path(monkeypatch)
+    assert np.array_equal(compiled, sign_batch(shingles, num_perm, seed))
+
+
+def test_kernel_signs_any_shingle_batch_and_checks_its_shapes():
+    """The engine signs filtered shingle sets too: any offsets into any hashes, not only shingle_batch's."""
+    hashes = np.array([5 << 32, 3 << 32, 9 << 32, 1 << 32], dtype=np.uint64)
+    batch = ShingleBatch(hashes, np.array([0, 3, 4], dtype=np.int64))
+    signatures = sign_batch(batch, 16, 1)
+    assert signatures[0].tolist() == _reference_signature([5 << 32, 3 << 32, 9 << 32], 16, 1)
+    assert signatures[1].tolist() == _reference_signature([1 << 32], 16, 1)
+    with pytest.raises(ValueError, match="offsets must rise"):
+        sign_batch(ShingleBatch(hashes, np.array([0, 5], dtype=np.int64)), 16, 1)
+
+
+def test_kernel_ascii_normalization_equals_numpy_and_exact(monkeypatch):
+    """Runs of spaces and punctuation at every place (starts, ends, empty texts, NULs), every ASCII byte."""
+    import random
+
+    from streamdedup.core.shingle import content_hash, normalize_exact
+
+    rng = random.Random(11)
+    alphabet = "aZ9 .,\t\n\x00-!  " + "".join(map(chr, range(128)))
+    pool = ["", " ", "  a  ", "a", "!!", " .a. b ", "\x00a\x00", "".join(map(chr, range(128)))]
+    pool += ["".join(rng.choice(alphabet) for _ in range(rng.randrange(30))) for _ in range(2000)]
+    batches = [rng.sample(pool, rng.randrange(1, 40)) for _ in range(100)]
+    compiled = [normalize_texts(batch) for batch in batches]
+    _numpy_path(monkeypatch)
+    for batch, ours in zip(batches, compiled):
+        theirs = normalize_texts(batch)
+        assert np.array_equal(ours.points, theirs.points) and ours.points.dtype == np.uint32
+        assert np.array_equal(ours.starts, theirs.starts) and np.array_equal(ours.lengths, theirs.lengths)
+        assert ours.contents == theirs.contents == [content_hash(normalize_exact(t)) for t in batch]
+
+
+def test_kernel_signs_narrowed_shingles_like_the_whole_hashes(monkeypatch):
+    """``shingle.narrow``'s uint32 top bits sign as they are: the same signatures as the 64-bit hashes."""
+    texts = [t for t in TEXTS if normalize_texts([t]).lengths[0]]
+    shingles = shingle_batch(normalize_texts(texts))
+    narrowed = narrow(shingles)
+    assert narrowed.hashes.dtype == np.uint32
+    compiled = sign_batch(narrowed, 128, 1)
+    assert np.array_equal(compiled, sign_batch(shingles, 128, 1))
+    _numpy_path(monkeypatch)
+    assert np.array_equal(compiled, sign_batch(narrowed, 128, 1))
