@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/offline.py
 	$(BIN)/python bench/live.py
 	$(BIN)/python bench/growth.py
+	$(BIN)/python bench/realtext.py --compare
 
 clean:
 	rm -rf build .pytest_cache
