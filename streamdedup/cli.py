@@ -8,6 +8,7 @@ import os
 import sys
 from typing import Optional, Sequence
 
+from . import __version__
 from . import config as config_module
 from .core.decode import InputSpec
 from .errors import ConfigError, StreamdedupError
@@ -47,6 +48,7 @@ def _parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="streamdedup", description="Streaming near-duplicate deduplication "
                                      "of text with MinHash LSH and an on-disk LMDB index.")
+    parser.add_argument("--version", action="version", version=f"streamdedup {__version__}")
     sub = parser.add_subparsers(metavar="COMMAND")
 
     dedup = sub.add_parser("dedup", parents=[common], help="deduplicate JSONL files (or stdin) offline")

@@ -47,3 +47,12 @@ def test_errors_waiting_cannot_cure_stop_the_worker_with_what_to_do(error, advic
 
 def test_anything_else_is_a_bug_and_rises_as_it_is():
     assert kafka_trouble(TypeError("All headers items must be (str, bytes) tuples")) is None
+
+
+def test_the_version_is_the_packages():
+    from importlib.metadata import version
+
+    from conftest import run_cli
+
+    result = run_cli("--version")
+    assert result.stdout.decode().strip() == f"streamdedup {version('streamdedup')}"
