@@ -50,10 +50,9 @@ def prepare(items: list[Item], signing: SigningConfig) -> PreparedBatch:
     normalized = normalize_texts([doc.text for doc in documents])
     if not normalized.lengths.all():
         items, documents, normalized = _reject_empty(items, normalized)
-    shingles = shingle_batch(normalized, signing.shingle, signing.k)
+    shingles = narrow(shingle_batch(normalized, signing.shingle, signing.k))  # signed as stored: the same signature
     signatures = sign_batch(shingles, signing.num_perm, signing.seed)
     keys = band_keys(signatures, signing.bands, signing.rows)
-    shingles = narrow(shingles)
     row, next_row = [], 0
     for item in items:
         row.append(next_row if isinstance(item, Document) else -1)
