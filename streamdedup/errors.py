@@ -9,6 +9,7 @@ Bad *input* is never an exception: it is a ``Rejected`` value with a reason
     │   ├── IncompatibleIndexError   opened with another signing configuration
     │   ├── IndexLockedError         another process already writes this index
     │   ├── IndexCorruptError        the index is missing data it must have
+    │   ├── IndexFullError           the index has numbered all the documents it can
     │   └── DiskFullError            the disk holding the index is full
     ├── ResumeError                  a checkpoint does not fit the inputs given
     └── BrokerError                  Kafka cannot be used as configured
@@ -50,6 +51,10 @@ class IndexLockedError(IndexUnusableError):
 
 class IndexCorruptError(IndexUnusableError):
     """The index lacks data it must have: run `streamdedup check`, restore a backup or rebuild."""
+
+
+class IndexFullError(IndexUnusableError):
+    """The index has numbered 2^32 documents: start a new index (or shard the input)."""
 
 
 class DiskFullError(IndexUnusableError):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..core.records import id_key
+from ..errors import IndexCorruptError
 from .bands import band_entries
 from .index import Index, IndexTxn, from_u64
 from .lookup import unpack_recent
@@ -78,8 +79,8 @@ def _check_records(txn: IndexTxn, report: CheckReport, recent: dict, merged: int
             kept_serials.add(record.serial)
             if len(keys) != bands:
                 report.problem(f"kept {name} has {len(keys)} band keys, not {bands}")
-            if live and txn.txn.get(record.serial.to_bytes(8, "big"), db=txn.dbs["shingles"]) is None:
-                report.problem(f"kept {name} has no stored shingles")
+            if live:
+                _check_shingles(txn, record.serial, name, report)
             if record.cluster != record.serial:
                 report.problem(f"kept {name} names cluster #{record.cluster}, not itself")
         if record.cluster and (record.cluster, record.serial) not in members:
@@ -150,16 +151,25 @@ def _check_tables(txn: IndexTxn, report: CheckReport) -> None:
     _check_anchors(txn, report)
 
 
+def _check_shingles(txn: IndexTxn, serial: int, name: str, report: CheckReport) -> None:
+    """A live kept document's shingles are stored and decode."""
+    try:
+        if txn.stored_shingles(serial) is None:
+            report.problem(f"kept {name} has no stored shingles")
+    except IndexCorruptError as damaged:
+        report.problem(f"kept {name}: {damaged}")
+
+
 def _check_anchors(txn: IndexTxn, report: CheckReport) -> None:
     """Every excerpt anchor belongs to a kept, unexpired document whose stored shingles hold it."""
     for key, value in txn.table_entries("anchors"):
         serial = from_u64(value)
         raw = txn.txn.get(value, db=txn.dbs["docs"])
-        stored = txn.txn.get(value, db=txn.dbs["shingles"])
+        stored = txn.stored_shingles(serial)
         record = None if raw is None else txn.record(serial)
         if record is None or not record.kept or record.expired or stored is None:
             report.problem(f"excerpt anchor points at #{serial}, which is not a kept, unexpired document")
-        elif not _holds(np.frombuffer(stored, dtype="<u4"), int.from_bytes(key, "big")):
+        elif not _holds(stored, int.from_bytes(key, "big")):
             report.problem(f"excerpt anchor of #{serial} is not among its shingles")
 
 

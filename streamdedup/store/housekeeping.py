@@ -243,6 +243,6 @@ class ForgetRequests:
 def _remove_anchors(txn: IndexTxn, serial: int) -> None:
     """Take a kept document out of the excerpt anchors (its anchors are among its stored shingles)."""
     sampling = txn.index.signing.excerpt_sampling
-    raw = txn.get("shingles", u64(serial))
-    if sampling and raw is not None:
-        remove_anchors(txn, serial, anchors_of(np.frombuffer(raw, dtype="<u4"), sampling))
+    stored = txn.stored_shingles(serial) if sampling else None
+    if stored is not None:
+        remove_anchors(txn, serial, anchors_of(stored, sampling))

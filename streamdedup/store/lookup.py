@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 import msgpack
 import numpy as np
 
-from .index import DocRecord, IndexTxn, from_u64, u64
+from ..core import eliasfano
+from ..errors import IndexFullError
+from .index import MAX_SERIAL, DocRecord, IndexTxn, from_u64, u64
 
 if TYPE_CHECKING:
     from .bands import BandTables
@@ -387,13 +389,15 @@ class BatchView:
     def flush(self) -> Callable[[], None]:
         """Write the batch into the transaction; returns what to do to the mirror once it commits."""
         inserted, packer = self._inserted, msgpack.Packer()
+        if inserted and inserted[-1][0].serial > MAX_SERIAL:
+            raise IndexFullError(f"the index has numbered {MAX_SERIAL:,} documents, as many as it can; start a new "
+                                 "index (or shard the input) and keep this one for lookups")
         keys = [u64(record.serial) for record, _ in inserted]
         writes = {  # every table but members gets serials in increasing order: appended
             "docs": [(key, record.pack(packer)) for key, (record, _) in zip(keys, inserted)],
             "recent": [(key, pack_recent(ident, record.content, record.band_keys))
                        for key, (record, ident) in zip(keys, inserted)],
-            "shingles": [(u64(serial), shingles.astype("<u4", copy=False).tobytes())
-                         for serial, shingles in self._shingles.items()],
+            "shingles": [(u64(serial), eliasfano.encode(shingles)) for serial, shingles in self._shingles.items()],
             "members": sorted((u64(record.cluster), key) for key, (record, _) in zip(keys, inserted)),
         }
         for name, items in writes.items():
