@@ -120,9 +120,7 @@ def cluster_of(engine: Engine, doc_id: str) -> ClusterView:
         members = []
         if cursor.set_key(record.cluster.to_bytes(8, "big")):
             for value in cursor.iternext_dup():
-                member = txn.record(int.from_bytes(value, "big"))
-                if member.serial != representative.serial:
-                    members.append(_member(member))
+                members.append(_member(txn.record(int.from_bytes(value, "big"))))
     return ClusterView(_member(representative), members, None if record.kept else doc_id)
 
 

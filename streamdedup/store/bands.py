@@ -30,9 +30,12 @@ import numpy as np
 
 from . import bandfilter
 from .bandfilter import BandFilter
-from .index import Index, IndexTxn
+from ..core.lsh import band_keys
+from ..core.shingle import ShingleBatch
+from ..core.signing import sign_batch
+from .index import DocRecord, Index, IndexTxn
 
-__all__ = ["BandTables", "band_entries", "stored_keys", "KEY_ROW", "BAND_ROW", "BAND_KEY_BYTES"]
+__all__ = ["BandTables", "band_entries", "stored_keys", "record_band_keys", "KEY_ROW", "BAND_ROW", "BAND_KEY_BYTES"]
 
 BAND_KEY_BYTES = 4  # a band key is 32 bits (``lsh.band_keys``): in records, the recent log and the table
 KEY_ROW = np.dtype([("band", ">u2"), ("key", ">u8")])  # a key of the ``rekeyed`` table
@@ -71,6 +74,23 @@ def stored_keys(txn: IndexTxn, chunk: int) -> Iterator[np.ndarray]:
     pairs = txn.txn.cursor(db=txn.dbs["bands"]).iternext(keys=True, values=True)
     while rows := list(itertools.islice(pairs, chunk)):
         yield _decoded(np.frombuffer(b"".join(k + v for k, v in rows), dtype=_ENTRY))[1]
+
+
+def record_band_keys(txn: IndexTxn, record: DocRecord) -> np.ndarray:
+    """A live kept document's band keys (uint64, one per band).
+
+    Its record stores them only when they are not those of its stored
+    shingles (a page whose content leaves its site's template out is looked
+    up by its content's signature); otherwise they are signed again from the
+    shingles, which is how they were made.
+    """
+    if record.band_keys:
+        return np.frombuffer(record.band_keys, dtype=">u4").astype(np.uint64)
+    signing = txn.index.signing
+    shingles = txn.shingles(record.serial)
+    signature = sign_batch(ShingleBatch(shingles, np.array([0, len(shingles)], dtype=np.int64)),
+                           signing.num_perm, signing.seed)
+    return band_keys(signature, signing.bands, signing.rows)[0]
 
 
 class BandTables:
@@ -149,9 +169,8 @@ class BandTables:
             band_filter.add(keys)
             bandfilter.save(self.index, band_filter)
 
-    def remove(self, txn: IndexTxn, serial: int, band_keys: bytes) -> None:
-        """Delete a kept document's entries (``band_keys``: its record's band keys)."""
-        keys = np.frombuffer(band_keys, dtype=">u4")
+    def remove(self, txn: IndexTxn, serial: int, keys: np.ndarray) -> None:
+        """Delete a kept document's entries (``keys``: its band keys, ``record_band_keys``)."""
         rows = _entries(np.arange(len(keys)), keys, np.full(len(keys), serial)).view(_ENTRY_PAIR)
         for key, value in zip(rows["key"].tolist(), rows["value"].tolist()):
             txn.delete("bands", key, value)

@@ -13,7 +13,8 @@ shingles      serial                                 sorted unique uint32 shingl
                                                      document, Elias-Fano coded (``eliasfano``)
 ids           BLAKE2b-128 of the document id         serials with that id (dupsort)
 content       BLAKE2b-128 of the normalized text     serial of its first document
-members       cluster serial                         member serials (dupsort)
+members       cluster serial                         its duplicates' serials (dupsort; the
+                                                     representative is the cluster serial)
 positions     source name                            JSON input position
 recent        serial                                 id, content and band keys of a
                                                      document not yet merged into
@@ -565,12 +566,6 @@ class IndexTxn:
     def table_entries(self, name: str) -> Iterator[tuple[bytes, bytes]]:
         """Every (key, value) of a named table, in key order."""
         return iter(self.txn.cursor(db=self.dbs[name]))
-
-    def members(self, cluster: int) -> list[int]:
-        cursor = self.txn.cursor(db=self.dbs["members"])
-        if not cursor.set_key(u64(cluster)):
-            return []
-        return [from_u64(v) for v in cursor.iternext_dup()]
 
     def records(self) -> Iterator[DocRecord]:
         for key, raw in self.txn.cursor(db=self.dbs["docs"]):

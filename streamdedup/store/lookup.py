@@ -270,7 +270,7 @@ class BatchView:
         self.bands = bands
         self._raw = txn.txn
         self.dbs = txn.dbs
-        self._band_keys = band_keys
+        self._band_keys = self._signed_keys = band_keys
         self._ids = self._fetch_ids(id_keys)
         self._content = self._fetch_content(contents)
         self._hits: Optional[tuple["_Hits", dict[int, list[int]]]] = None  # fetched at the first ``candidates``
@@ -354,9 +354,12 @@ class BatchView:
         """The band keys row ``row`` is looked up by."""
         return self._band_keys[row]
 
-    def band_key_bytes(self, row: int) -> bytes:
-        """The band keys of batch row ``row`` as a kept document's record stores them."""
+    def record_band_keys(self, row: int) -> bytes:
+        """The band keys of batch row ``row`` as a kept document's record stores them: none when they are
+        those of its shingles (``bands.record_band_keys`` signs them again)."""
         self._band_hits()
+        if self._band_keys is self._signed_keys or np.array_equal(self._band_keys[row], self._signed_keys[row]):
+            return b""
         return self._band_key_bytes[row].tobytes()
 
     def record(self, serial: int) -> DocRecord:
@@ -393,12 +396,14 @@ class BatchView:
             raise IndexFullError(f"the index has numbered {MAX_SERIAL:,} documents, as many as it can; start a new "
                                  "index (or shard the input) and keep this one for lookups")
         keys = [u64(record.serial) for record, _ in inserted]
+        kept_keys = {serial: self._band_key_bytes[row].tobytes() for row, serial in self._kept_rows.items()}
         writes = {  # every table but members gets serials in increasing order: appended
             "docs": [(key, record.pack(packer)) for key, (record, _) in zip(keys, inserted)],
-            "recent": [(key, pack_recent(ident, record.content, record.band_keys))
+            "recent": [(key, pack_recent(ident, record.content, kept_keys.get(record.serial, b"")))
                        for key, (record, ident) in zip(keys, inserted)],
             "shingles": [(u64(serial), eliasfano.encode(shingles)) for serial, shingles in self._shingles.items()],
-            "members": sorted((u64(record.cluster), key) for key, (record, _) in zip(keys, inserted)),
+            "members": sorted((u64(record.cluster), key) for key, (record, _) in zip(keys, inserted)
+                              if not record.kept),
         }
         for name, items in writes.items():
             if items:
