@@ -273,7 +273,8 @@ class BatchView:
         self._band_keys = self._signed_keys = band_keys
         self._ids = self._fetch_ids(id_keys)
         self._content = self._fetch_content(contents)
-        self._hits: Optional[tuple["_Hits", dict[int, list[int]]]] = None  # fetched at the first ``candidates``
+        self._hits: Optional["_Hits"] = None  # fetched at the first ``candidates``
+        self._kept_by_key: dict[int, list[int]] = {}  # band key -> serials of the batch's kept documents
         self._shingles: dict[int, np.ndarray] = {}
         self._kept_rows: dict[int, int] = {}  # batch row -> serial, for the batch's kept documents
         self._inserted: list[tuple[DocRecord, bytes]] = []  # (record, id hash) in decision order = serial order
@@ -306,14 +307,13 @@ class BatchView:
             raise ValueError("band keys are fixed once candidates were asked for")
         self._band_keys = band_keys
 
-    def _band_hits(self) -> tuple["_Hits", dict[int, list[int]]]:
-        """Candidates of the whole batch, fetched once: committed ones per row, and earlier rows of the batch."""
+    def _band_hits(self) -> "_Hits":
+        """Committed candidates of the whole batch, fetched once, per row."""
         if self._hits is None:
             band_keys = self._band_keys
             by_key = np.argsort(band_keys.ravel())  # the batch's keys sorted, once for every lookup
             asked, rows = band_keys.ravel()[by_key], by_key // band_keys.shape[1]  # sorted keys, row of each
-            committed = self._fetch_candidates(asked, rows, (by_key % band_keys.shape[1]).astype(np.uint16))
-            self._hits = committed, _collisions_within(asked, rows)
+            self._hits = self._fetch_candidates(asked, rows, (by_key % band_keys.shape[1]).astype(np.uint16))
             self._band_key_bytes = band_keys.astype(">u4")
         return self._hits
 
@@ -336,19 +336,24 @@ class BatchView:
         return self._content.get(content)
 
     def candidates(self, row: int) -> tuple[np.ndarray, np.ndarray]:
-        """Kept documents (committed, or earlier in this batch) sharing a band with row ``row``, and how many."""
-        committed, within = self._band_hits()
-        serials, shared = committed.of(row)
-        earlier = within.get(row)
-        if earlier:
-            extra = [self._kept_rows[r] for r in earlier if r in self._kept_rows]
-            if extra:
-                counts = dict(zip(serials.tolist(), shared.tolist()))
-                for serial in extra:
-                    counts[serial] = counts.get(serial, 0) + 1
-                ordered = sorted(counts)
-                return np.array(ordered, dtype=np.int64), np.array([counts[s] for s in ordered], dtype=np.int64)
-        return serials, shared
+        """Kept documents (committed, or earlier in this batch) sharing a band with row ``row``, and how many.
+
+        The batch's own kept documents are found through their band keys
+        (``_kept_by_key``), filled as they are decided: a row's cost is one
+        look-up per band and the kept documents it shares keys with, however
+        many earlier rows of the batch share them (a crawler trap's pages
+        share nearly every key, and nearly all are duplicates, not kept).
+        """
+        serials, shared = self._band_hits().of(row)
+        kept_by_key = self._kept_by_key
+        extra = [serial for key in self._band_keys[row].tolist() for serial in kept_by_key.get(key, ())]
+        if not extra:
+            return serials, shared
+        counts = dict(zip(serials.tolist(), shared.tolist()))
+        for serial in extra:
+            counts[serial] = counts.get(serial, 0) + 1
+        ordered = sorted(counts)
+        return np.array(ordered, dtype=np.int64), np.array([counts[s] for s in ordered], dtype=np.int64)
 
     def band_keys_of(self, row: int) -> np.ndarray:
         """The band keys row ``row`` is looked up by."""
@@ -388,6 +393,8 @@ class BatchView:
         if record.kept:
             self._kept_rows[row] = serial
             self._shingles[serial] = shingles
+            for key in self._band_keys[row].tolist():
+                self._kept_by_key.setdefault(key, []).append(serial)
 
     def flush(self) -> Callable[[], None]:
         """Write the batch into the transaction; returns what to do to the mirror once it commits."""
@@ -452,19 +459,3 @@ class _Hits:
         bounds = np.searchsorted(pairs >> 40, np.arange(n + 1)).tolist()
         return cls(pairs & ((1 << 40) - 1), shared, bounds)
 
-
-def _collisions_within(asked: np.ndarray, rows: np.ndarray) -> dict[int, list[int]]:
-    """For each row, the earlier rows of the same batch sharing a band key (once per shared band).
-
-    ``asked`` is the batch's band keys sorted, ``rows[i]`` the row of ``asked[i]``.
-    """
-    same = asked[1:] == asked[:-1]
-    earlier: dict[int, list[int]] = {}
-    if not same.any():
-        return earlier
-    edges = np.flatnonzero(np.diff(np.concatenate(([False], same, [False])).astype(np.int8)))
-    for first, last in zip(edges[::2].tolist(), edges[1::2].tolist()):  # a run of one key: asked[first:last + 1]
-        run = sorted(rows[first : last + 1].tolist())
-        for j in range(1, len(run)):
-            earlier.setdefault(run[j], []).extend(r for r in run[:j] if r < run[j])
-    return earlier
