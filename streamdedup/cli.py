@@ -124,6 +124,15 @@ def _parser() -> argparse.ArgumentParser:
     backup.add_argument("dest", help="an empty or new folder; receives data.mdb")
     backup.set_defaults(handler=_cmd_backup)
 
+    restore = sub.add_parser("restore", parents=[common], help="bring a lost index folder back, from a backup "
+                             "or from what the input topics still hold; the worker then replays, without "
+                             "emitting, what was emitted after it")
+    restore.add_argument("backup", nargs="?", help="the folder `streamdedup backup` wrote (holding data.mdb)")
+    restore.add_argument("--from-topics", action="store_true", help="no backup: a new index that the worker fills "
+                         "from the input topics' first offsets up to the group's committed offsets, emitting nothing")
+    restore.add_argument("--replace", action="store_true", help="overwrite an index the folder still holds")
+    restore.set_defaults(handler=_cmd_restore)
+
     run = sub.add_parser("run", parents=[common], help="the live worker: input topics -> clean / duplicates / "
                          "dead-letter topics, exactly one outcome per record")
     run.add_argument("--until-caught-up", action="store_true", help="stop (exit 0) once no input is left")
@@ -403,6 +412,20 @@ def _cmd_backup(args) -> int:
             documents = txn.counters["documents"]
     size = os.path.getsize(os.path.join(dest, "data.mdb"))
     print(f"copied {documents:,} documents to {dest}/data.mdb ({size:,} bytes, compacted)")
+    return EXIT_OK
+
+
+def _cmd_restore(args) -> int:
+    from .runtime.restore import restore_backup, restore_from_topics
+
+    if (args.backup is None) == (not args.from_topics):
+        raise ConfigError("give either a BACKUP folder or --from-topics (when there is no backup), not both")
+    cfg = _config(args)
+    if args.from_topics:
+        restored = restore_from_topics(cfg, args.state, args.replace)
+    else:
+        restored = restore_backup(cfg, args.state, args.backup, args.replace)
+    print("\n".join(restored.lines()))
     return EXIT_OK
 
 
