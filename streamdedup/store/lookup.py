@@ -264,7 +264,9 @@ class BatchView:
     """
 
     def __init__(self, txn: IndexTxn, mirror: RecentMirror, id_keys: list[bytes], contents: list[bytes],
-                 band_keys: np.ndarray, bands: "BandTables"):
+                 band_keys: np.ndarray, bands: "BandTables", per_key: Optional[int] = None):
+        """``per_key``: at most this many committed kept documents (the earliest) are taken from one band key."""
+        self.per_key = per_key
         self.txn = txn
         self.mirror = mirror
         self.bands = bands
@@ -325,7 +327,7 @@ class BatchView:
         ``band`` the row and band of each.
         """
         found_keys, found_serials = self.bands.lookup(self.txn, self.mirror, band, asked)
-        return _Hits.found(asked, rows, len(self._band_keys), found_keys, found_serials)
+        return _Hits.found(asked, rows, len(self._band_keys), found_keys, found_serials, self.per_key)
 
     # -- what the batch sees -------------------------------------------
 
@@ -342,7 +344,7 @@ class BatchView:
         (``_kept_by_key``), filled as they are decided: a row's cost is one
         look-up per band and the kept documents it shares keys with, however
         many earlier rows of the batch share them (a crawler trap's pages
-        share nearly every key, and nearly all are duplicates, not kept).
+        share nearly every key); a key gives at most ``per_key`` of them.
         """
         serials, shared = self._band_hits().of(row)
         kept_by_key = self._kept_by_key
@@ -393,8 +395,11 @@ class BatchView:
         if record.kept:
             self._kept_rows[row] = serial
             self._shingles[serial] = shingles
+            limit = self.per_key
             for key in self._band_keys[row].tolist():
-                self._kept_by_key.setdefault(key, []).append(serial)
+                holders = self._kept_by_key.setdefault(key, [])
+                if limit is None or len(holders) < limit:  # the earliest, as for committed documents
+                    holders.append(serial)
 
     def flush(self) -> Callable[[], None]:
         """Write the batch into the transaction; returns what to do to the mirror once it commits."""
@@ -443,12 +448,21 @@ class _Hits:
         return self.serials[begin:end], self.shared[begin:end]
 
     @classmethod
-    def found(cls, asked: np.ndarray, rows: np.ndarray, n: int, found_keys: np.ndarray, found_serials: np.ndarray):
-        """From the batch's sorted keys ``asked`` (each of document ``rows[i]``) and the (key, serial) rows found."""
+    def found(cls, asked: np.ndarray, rows: np.ndarray, n: int, found_keys: np.ndarray, found_serials: np.ndarray,
+              per_key: Optional[int] = None):
+        """From the batch's sorted keys ``asked`` (each of document ``rows[i]``) and the (key, serial) rows found.
+
+        ``per_key`` keeps only the earliest so many serials of each key (None: all). A key that many kept
+        documents hold (a crawler trap's template, a hot bucket) would otherwise hand each document of
+        the batch all of them, and the work per document would grow with the trap.
+        """
         if len(found_keys) == 0:
             return cls(cls._NONE, cls._NONE, [0] * (n + 1))
-        order = np.argsort(found_keys)  # equal keys in any order: pairs are made unique below
-        found_keys, found_serials = found_keys[order], found_serials[order]
+        if per_key is None:
+            order = np.argsort(found_keys)  # equal keys in any order: pairs are made unique below
+            found_keys, found_serials = found_keys[order], found_serials[order]
+        else:
+            found_keys, found_serials = _earliest_of_each_key(found_keys, found_serials, per_key)
         lo = np.searchsorted(found_keys, asked, "left")
         counts = np.searchsorted(found_keys, asked, "right") - lo
         hit = counts > 0
@@ -459,3 +473,12 @@ class _Hits:
         bounds = np.searchsorted(pairs >> 40, np.arange(n + 1)).tolist()
         return cls(pairs & ((1 << 40) - 1), shared, bounds)
 
+
+def _earliest_of_each_key(keys: np.ndarray, serials: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
+    """(key, serial) pairs sorted by key, then serial, each key keeping its first ``limit`` (the smallest serials)."""
+    order = np.lexsort((serials, keys))
+    keys, serials = keys[order], serials[order]
+    starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
+    rank = np.arange(len(keys)) - np.repeat(starts, np.diff(np.append(starts, len(keys))))
+    kept = rank < limit
+    return keys[kept], serials[kept]
