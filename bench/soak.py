@@ -12,7 +12,8 @@ What happens (``--minutes`` M, default 30):
 - at 20% and 70% of the run the worker gets SIGTERM and is started again; at 45% the broker is stopped
   (SIGTERM) and started again 20 s later, the worker and the feeder running on;
 - every ``--sample-s`` seconds: the group's committed offsets (records decided and committed), the
-  worker's RSS (``/proc``), and every minute the index's size and map (``streamdedup stats``);
+  worker's resident memory (``/proc``: its own, anonymous, and the index pages LMDB maps in, file), and
+  every minute the index's size and map (``streamdedup stats``);
 - at the end the feeder stops, the worker catches up and stops (SIGTERM), ``streamdedup check`` runs,
   and the output topics are read (read_committed): every input record (topic, partition, offset) must
   have exactly one outcome among clean, duplicates and dead-letter.
@@ -37,6 +38,7 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import Optional
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
@@ -127,15 +129,18 @@ class Worker:
             raise SystemExit(f"the worker exited {code} after SIGTERM; see {self.log_path}")
         return time.monotonic() - began
 
-    def rss_mb(self) -> float | None:
+    def rss_mb(self) -> tuple[float, float] | None:
+        """(anonymous, file-backed) resident MiB: the worker's own memory, and the index pages LMDB maps in
+        (which the kernel reclaims under pressure); None between processes."""
+        found = {}
         try:
             with open(f"/proc/{self.process.pid}/status") as status:
                 for line in status:
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1]) / 1024
+                    if line.startswith(("RssAnon:", "RssFile:")):
+                        found[line.split(":")[0]] = int(line.split()[1]) / 1024
         except (FileNotFoundError, ProcessLookupError):
             return None
-        return None
+        return (found["RssAnon"], found["RssFile"]) if len(found) == 2 else None
 
 
 def committed_total(bootstrap: str, group: str, partitions: list) -> int | None:
@@ -228,7 +233,8 @@ def main(argv=None) -> int:
     partitions = [TopicPartition(names["input"], p) for p in range(PARTITIONS)]
     command = [sys.executable, "-m", "streamdedup", "run", "--state", state,
                "--set", f"kafka.bootstrap_servers={bootstrap}", "--set", f"input.topics={names['input']}",
-               "--set", f"output.clean_topic={names['clean']}", "--set", f"output.duplicates_topic={names['duplicates']}",
+               "--set", f"output.clean_topic={names['clean']}",
+               "--set", f"output.duplicates_topic={names['duplicates']}",
                "--set", f"output.dead_letter_topic={names['dead']}", "--set", f"kafka.group_id={group}",
                "--set", f"index.map_size_mb={args.map_mb}", "--set", "metrics.enabled=false",
                "--set", "log.format=json"]
@@ -269,8 +275,10 @@ def main(argv=None) -> int:
                 stats = index_stats(state)
                 minutes.append({"t": now, "stats": stats, **samples[-1]})
                 s = samples[-1]
+                anon, mapped = s["rss"] or (0, 0)
                 print(f"  {now / 60:5.1f} min  fed {s['sent']:,}  committed {s['committed']}  "
-                      f"RSS {s['rss'] or 0:.0f} MiB  index {stats and stats['index_bytes'] / 2**20:.0f} MiB "
+                      f"RSS {anon:.0f} anon + {mapped:.0f} file MiB  "
+                      f"index {stats and stats['index_bytes'] / 2**20:.0f} MiB "
                       f"map {stats and stats['map_size_bytes'] / 2**20:.0f} MiB", flush=True)
                 next_minute += 60
             time.sleep(0.5)
@@ -311,51 +319,50 @@ def main(argv=None) -> int:
     return 0 if ok else 1
 
 
-def per_minute_rates(samples: list[dict]) -> list[tuple[float, float]]:
-    """(minute end, committed docs/s over that minute) from the samples that reached the broker."""
+def per_minute_rates(minutes: list[dict]) -> list[tuple[dict, Optional[float]]]:
+    """Each minute's row with the committed docs/s since the row before (None when the broker did not answer)."""
     rates, last = [], None
-    for s in samples:
-        if s["committed"] is None:
-            continue
-        if last is None:
-            last = s
-            continue
-        if s["t"] - last["t"] >= 60:
-            rates.append((s["t"], (s["committed"] - last["committed"]) / (s["t"] - last["t"])))
-            last = s
+    for row in minutes:
+        rate = None
+        if row["committed"] is not None and last is not None and last["committed"] is not None:
+            rate = (row["committed"] - last["committed"]) / (row["t"] - last["t"])
+        rates.append((row, rate))
+        last = row if row["committed"] is not None else last
     return rates
 
 
 def report(args, samples, minutes, happened, feeder, records, final, check, seen, missing, twice, stray,
            caught_up_s, starts) -> None:
-    rates = per_minute_rates(samples)
+    rates = per_minute_rates(minutes)
     print(f"\nfed {feeder.sent:,} documents ({feeder.acked:,} acknowledged, {feeder.failed:,} failed); "
           f"{records:,} in the input topic; caught up {caught_up_s:.0f} s after the feed stopped; "
           f"{starts} worker starts")
-    print(f"\n  {'minute':>6} {'docs/s':>8} {'RSS MiB':>8} {'index MiB':>10} {'map MiB':>8} {'B/doc':>7}  event")
-    by_minute = {round(m["t"] / 60): m for m in minutes}
-    for t, rate in rates:
-        minute = round(t / 60)
-        m = by_minute.get(minute)
-        rss = max((s["rss"] or 0) for s in samples if t - 60 < s["t"] <= t)
-        stats = m and m["stats"]
+    print(f"\n  {'minute':>6} {'docs/s':>8} {'anon MiB':>9} {'file MiB':>9} {'index MiB':>10} {'map MiB':>8} "
+          f"{'B/doc':>7}  event")
+    for row, rate in rates:
+        t, stats = row["t"], row["stats"]
+        window = [s["rss"] for s in samples if t - 60 < s["t"] <= t and s["rss"]]
+        anon, mapped = max((a for a, _ in window), default=0), max((f for _, f in window), default=0)
         size = f"{stats['index_bytes'] / 2**20:10.0f} {stats['map_size_bytes'] / 2**20:8.0f}" if stats else " " * 19
         per_doc = f"{stats['map_used_bytes'] / stats['documents']:7.0f}" if stats and stats["documents"] else " " * 7
         what = "; ".join(w for at, w in happened if t - 60 < at <= t)
-        print(f"  {minute:>6} {rate:>8.0f} {rss:>8.0f} {size} {per_doc}  {what}")
-    steady = [r for _, r in rates]
+        shown = f"{rate:8.0f}" if rate is not None else f"{'-':>8}"
+        print(f"  {round(t / 60):>6} {shown} {anon:>9.0f} {mapped:>9.0f} {size} {per_doc}  {what}")
+    steady = [r for _, r in rates if r is not None]
     third = max(len(steady) // 3, 1)
-    rss = [s["rss"] for s in samples if s["rss"]]
+    rss = [s["rss"][0] for s in samples if s["rss"]]
     rss_third = max(len(rss) // 3, 1)
     print(f"\n  docs/s: median {statistics.median(steady):.0f} (fed {args.rate:g}); first third "
           f"{statistics.median(steady[:third]):.0f}, last third {statistics.median(steady[-third:]):.0f}")
-    print(f"  RSS: median of the first third {statistics.median(rss[:rss_third]):.0f} MiB, of the last third "
+    print(f"  anonymous RSS (the worker's own memory): median of the first third "
+          f"{statistics.median(rss[:rss_third]):.0f} MiB, of the last third "
           f"{statistics.median(rss[-rss_third:]):.0f} MiB, peak {max(rss):.0f} MiB")
     if final:
         print(f"  index: {final['documents']:,} documents, {final['index_bytes']:,} bytes on disk, map "
               f"{final['map_size_bytes'] / 2**20:.0f} MiB (started at {args.map_mb} MiB), "
               f"{final['map_used_bytes'] / max(final['documents'], 1):,.0f} bytes a document in use")
-    print(f"  streamdedup check: exit {check.returncode}: {check.stdout.strip().splitlines()[-1] if check.stdout.strip() else check.stderr.strip()[-300:]}")
+    said = check.stdout.strip().splitlines()[-1] if check.stdout.strip() else check.stderr.strip()[-300:]
+    print(f"  streamdedup check: exit {check.returncode}: {said}")
     print(f"  outcomes: {sum(seen.values()):,} for {records:,} input records; missing {missing}, "
           f"more than one {twice}, not an input record {stray}")
 
