@@ -349,14 +349,16 @@ def report(args, samples, minutes, happened, feeder, records, final, check, seen
         shown = f"{rate:8.0f}" if rate is not None else f"{'-':>8}"
         print(f"  {round(t / 60):>6} {shown} {anon:>9.0f} {mapped:>9.0f} {size} {per_doc}  {what}")
     steady = [r for _, r in rates if r is not None]
-    third = max(len(steady) // 3, 1)
+    if steady:
+        third = max(len(steady) // 3, 1)
+        print(f"\n  docs/s: median {statistics.median(steady):.0f} (fed {args.rate:g}); first third "
+              f"{statistics.median(steady[:third]):.0f}, last third {statistics.median(steady[-third:]):.0f}")
     rss = [s["rss"][0] for s in samples if s["rss"]]
-    rss_third = max(len(rss) // 3, 1)
-    print(f"\n  docs/s: median {statistics.median(steady):.0f} (fed {args.rate:g}); first third "
-          f"{statistics.median(steady[:third]):.0f}, last third {statistics.median(steady[-third:]):.0f}")
-    print(f"  anonymous RSS (the worker's own memory): median of the first third "
-          f"{statistics.median(rss[:rss_third]):.0f} MiB, of the last third "
-          f"{statistics.median(rss[-rss_third:]):.0f} MiB, peak {max(rss):.0f} MiB")
+    if rss:
+        third = max(len(rss) // 3, 1)
+        print(f"  anonymous RSS (the worker's own memory): median of the first third "
+              f"{statistics.median(rss[:third]):.0f} MiB, of the last third "
+              f"{statistics.median(rss[-third:]):.0f} MiB, peak {max(rss):.0f} MiB")
     if final:
         print(f"  index: {final['documents']:,} documents, {final['index_bytes']:,} bytes on disk, map "
               f"{final['map_size_bytes'] / 2**20:.0f} MiB (started at {args.map_mb} MiB), "
