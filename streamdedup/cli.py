@@ -110,6 +110,8 @@ def _parser() -> argparse.ArgumentParser:
     cluster = sub.add_parser("cluster", parents=[common], help="a cluster's representative and members (read-only)")
     cluster.add_argument("id", help="a document id: the representative, or any member")
     cluster.add_argument("--json", action="store_true")
+    cluster.add_argument("--limit", type=int, default=100,
+                         help="show the earliest N members (default 100; 0: all); the total is always given")
     cluster.set_defaults(handler=_cmd_cluster)
 
     forget = sub.add_parser("forget", parents=[common], help="remove documents from the index (takedown, privacy)")
@@ -350,12 +352,12 @@ def _cmd_cluster(args) -> int:
     from .engine.query import cluster_of
 
     with _open_readonly(args) as engine:
-        view = cluster_of(engine, args.id)
+        view = cluster_of(engine, args.id, args.limit or None)
     if args.json:
         print(json.dumps(view.as_dict(), indent=2))
         return EXIT_OK
     rep = view.representative
-    print(f"cluster {rep['id']}: {len(view.members) + 1} documents"
+    print(f"cluster {rep['id']}: {view.members_total + 1} documents"
           + (f" (asked about member {view.asked})" if view.asked else ""))
     print(f"  representative  {rep['id']}  source={'/'.join(map(str, rep['source']))}"
           + ("  EXPIRED" if rep["expired"] else ""))
@@ -364,6 +366,8 @@ def _cmd_cluster(args) -> int:
         part = f"  (excerpt: {m['containment']:.3f} contained)" if m["relation"] == "excerpt" else ""
         print(f"  member {similarity}  {m['id']}{'  (exact copy)' if m['exact'] else ''}{part}  matched={m['matched']}"
               f"  source={'/'.join(map(str, m['source']))}")
+    if view.members_total > len(view.members):
+        print(f"  ... and {view.members_total - len(view.members):,} later members (--limit N, 0 for all)")
     return EXIT_OK
 
 
