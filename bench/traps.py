@@ -15,10 +15,11 @@ Streams (each ``--docs`` documents, written to JSONL before any clock starts):
 
 Each stream runs through ``streamdedup dedup`` as its own program (a fresh process, as a user starts it),
 ``--rounds`` times, rounds interleaved. Printed: median docs/s and its ratio to the plain crawl, the
-child's peak RSS (``wait4``), the decisions, and the index's bytes per document by table (LMDB pages in
-use, after the run).
+command's peak RSS (GNU ``time``: its largest process, the preparing one included), the decisions, and
+the index's bytes per document by table (LMDB pages in use, after the run).
 
-Run: ``python bench/traps.py --docs 50000`` (``--docs 500000 --rounds 1`` for the full size).
+Run: ``python bench/traps.py --docs 50000`` (``--docs 500000 --rounds 1`` for the full size; ``--only
+"template trap,exact copies"`` for some streams, always with the plain crawl; ``--set KEY=VALUE`` for every run).
 """
 
 from __future__ import annotations
@@ -94,18 +95,23 @@ def write(path: str, documents) -> int:
     return count
 
 
-def run(path: str, state: str) -> tuple[float, float]:
+def run(path: str, state: str, settings: list[str]) -> tuple[float, float]:
     """(seconds, peak RSS in MiB) of ``streamdedup dedup`` on ``path`` into a new index at ``state``."""
     command = [sys.executable, "-m", "streamdedup", "dedup", path, "--state", state,
                "--decisions", os.path.join(state, "decisions.jsonl")]
+    for setting in settings:
+        command += ["--set", setting]
+    peak = os.path.join(os.path.dirname(path), "peak-rss-kb")
+    # GNU time forks the command from its own small process: a child forked from this one would inherit this
+    # process's peak (Linux keeps it across exec), and the figure would be the bench's, not the command's.
     began = time.monotonic()
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _, status, usage = os.wait4(child.pid, 0)
+    done = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", peak, *command], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
     seconds = time.monotonic() - began
-    child.returncode = os.waitstatus_to_exitcode(status)
-    if child.returncode != 0:
-        raise SystemExit(f"dedup of {path} exited {child.returncode}")
-    return seconds, usage.ru_maxrss / 1024
+    if done.returncode != 0:
+        raise SystemExit(f"dedup of {path} exited {done.returncode}")
+    with open(peak) as handle:
+        return seconds, int(handle.read().split()[-1]) / 1024
 
 
 def table_bytes(state: str) -> dict[str, int]:
@@ -134,6 +140,8 @@ def main(argv=None) -> int:
     parser.add_argument("--copies", type=int, help="exact copies in the copies stream (default: docs / 5)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", help="comma-separated stream names (default: all)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a setting for every run, e.g. lsh.max_candidates=10 (repeatable)")
     args = parser.parse_args(argv)
     copies = args.copies if args.copies is not None else args.docs // 5
     streams = {
@@ -157,7 +165,7 @@ def main(argv=None) -> int:
         for number in range(args.rounds):
             for name, path in paths.items():
                 state = os.path.join(work, f"state-{number}-{name.replace(' ', '-')}")
-                seconds, peak = run(path, state)
+                seconds, peak = run(path, state, args.set)
                 rates[name].append(args.docs / seconds)
                 peaks[name].append(peak)
                 if name not in sizes:
@@ -167,7 +175,8 @@ def main(argv=None) -> int:
                 print(f"  round {number + 1} {name}: {args.docs / seconds:,.0f} docs/s, peak RSS {peak:,.0f} MiB",
                       flush=True)
         base = statistics.median(rates["plain crawl"])
-        print(f"\n{args.docs:,} documents a stream; {args.rounds} rounds, each run a fresh process\n")
+        settings = f"; settings: {', '.join(args.set)}" if args.set else ""
+        print(f"\n{args.docs:,} documents a stream; {args.rounds} rounds, each run a fresh process{settings}\n")
         print(f"  {'stream':<16} {'median docs/s':>14} {'vs plain':>9} {'peak RSS MiB':>13} {'bytes/doc':>10}"
               f" {'kept':>9} {'duplicate':>10} {'largest cluster':>16}")
         for name in streams:
