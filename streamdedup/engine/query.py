@@ -108,7 +108,7 @@ def _match(record: DocRecord, similarity: float, exact: bool, share: Optional[fl
                  None if share is None else round(share, 6))
 
 
-def cluster_of(engine: Engine, doc_id: str, limit: Optional[int] = 100) -> ClusterView:
+def cluster_of(engine: Engine, doc_id: str, limit: Optional[int] = None) -> ClusterView:
     """The cluster named by ``doc_id`` (its representative), or the cluster ``doc_id`` belongs to, with its
     earliest ``limit`` members (None: all) and how many it has (counted by LMDB, none read)."""
     with engine.index.read() as txn:
