@@ -339,13 +339,17 @@ def report(args, samples, minutes, happened, feeder, records, final, check, seen
           f"{starts} worker starts")
     print(f"\n  {'minute':>6} {'docs/s':>8} {'anon MiB':>9} {'file MiB':>9} {'index MiB':>10} {'map MiB':>8} "
           f"{'B/doc':>7}  event")
-    for row, rate in rates:
+    events_at: dict[int, list[str]] = {}  # each event under the first minute row at or after it
+    for at, what in happened:
+        first = next((n for n, (row, _) in enumerate(rates) if row["t"] >= at), len(rates) - 1)
+        events_at.setdefault(first, []).append(what)
+    for number, (row, rate) in enumerate(rates):
         t, stats = row["t"], row["stats"]
         window = [s["rss"] for s in samples if t - 60 < s["t"] <= t and s["rss"]]
         anon, mapped = max((a for a, _ in window), default=0), max((f for _, f in window), default=0)
         size = f"{stats['index_bytes'] / 2**20:10.0f} {stats['map_size_bytes'] / 2**20:8.0f}" if stats else " " * 19
         per_doc = f"{stats['map_used_bytes'] / stats['documents']:7.0f}" if stats and stats["documents"] else " " * 7
-        what = "; ".join(w for at, w in happened if t - 60 < at <= t)
+        what = "; ".join(events_at.get(number, ()))
         shown = f"{rate:8.0f}" if rate is not None else f"{'-':>8}"
         print(f"  {round(t / 60):>6} {shown} {anon:>9.0f} {mapped:>9.0f} {size} {per_doc}  {what}")
     steady = [r for _, r in rates if r is not None]
