@@ -37,7 +37,8 @@ __all__ = ["open", "Index", "Decision", "Match", "ClusterView", "Explanation", "
            "Record"]
 
 PathLike = Union[str, "os.PathLike[str]"]
-Record = Union[tuple, Mapping[str, Any]]  # (id, text), (id, text, url), or a dict read by input.id_field / text_field
+# (id, text), (id, text, url), a dict read by input.id_field / text_field / url_field, or a JSON line (bytes)
+Record = Union[tuple, Mapping[str, Any], bytes]
 
 
 def open(path: Optional[PathLike] = None, config: Union[config_module.Config, PathLike, None] = None, *,
@@ -114,12 +115,16 @@ class Index:
                    source: str = "python") -> Iterator[Decision]:
         """``add_many`` lazily: reads ``records`` a batch at a time and yields each batch's decisions once committed.
 
-        Nothing is decided until the iterator is consumed.
+        Nothing is decided until the iterator is consumed; a read-only index
+        or a wrong ``batch_size`` is refused at once.
         """
         self._writable("add documents")
-        size = batch_size or self.config.worker.batch_size
-        if size < 1:
-            raise ConfigError(f"batch_size must be at least 1, got {size}")
+        size = self.config.worker.batch_size if batch_size is None else batch_size
+        if not isinstance(size, int) or size < 1:
+            raise ConfigError(f"batch_size must be an integer of at least 1, got {size!r}")
+        return self._batches(records, size, source)
+
+    def _batches(self, records: Iterable[Record], size: int, source: str) -> Iterator[Decision]:
         batch: list[Item] = []
         for number, record in enumerate(records, 1):
             batch.append(self._item(record, Source(source, -1, number)))

@@ -155,10 +155,11 @@ def _other_record(txn: IndexTxn, mirror: RecentMirror, record: DocRecord,
     if record.kept:
         return None, ["kept: no earlier kept document was at or above the threshold when it was decided; name "
                       "another id to compare it with"]
-    raw = None if record.matched is None else txn.get("docs", u64(record.matched))
-    if raw is None:
+    matched = record.matched
+    raw = None if matched is None else txn.get("docs", u64(matched))
+    if matched is None or raw is None:
         return None, [f"its match {record.matched_id!r} was forgotten since: only the recorded decision is left"]
-    return DocRecord.unpack(record.matched, raw), []
+    return DocRecord.unpack(matched, raw), []
 
 
 def _side(record: DocRecord) -> Side:

@@ -28,7 +28,7 @@ def explanation_lines(explained: Explanation, width: int = 100) -> list[str]:
         if explained.decided_containment is not None:
             decided += f", containment {explained.decided_containment:.6f}"
         lines.append(f"  decided      {decided}")
-    if explained.similarity is not None:
+    if explained.similarity is not None and b is not None:
         lines.append(f"  now          similarity {explained.similarity:.6f}: {explained.shared_shingles:,} content "
                      f"shingles shared, A {a.shingles:,} ({a.shingles_from}), B {b.shingles:,} ({b.shingles_from}); "
                      f"A inside B {explained.containment:.6f}")
