@@ -211,3 +211,20 @@ def test_import_is_cheap_and_the_api_is_typed():
     assert streamdedup.Decision.__module__ == "streamdedup.core.records"
     with pytest.raises(AttributeError):
         streamdedup.no_such_name
+
+
+def test_wrong_uses_are_refused_at_the_call(tmp_path):
+    with streamdedup.open(tmp_path / "s") as index:
+        index.add("x", "one two three four five six seven")
+        with pytest.raises(StreamdedupError, match="batch_size must be an integer of at least 1"):
+            index.add_stream([("y", "text")], batch_size=0)
+    with streamdedup.open(tmp_path / "s", readonly=True) as reader:
+        with pytest.raises(StreamdedupError, match="opened read-only"):
+            reader.add_stream([("y", "text")])  # refused before any record is read
+        with pytest.raises(StreamdedupError, match="opened read-only"):
+            reader.forget("x")
+        assert reader.stats()["documents"] == 1
+    with pytest.raises(StreamdedupError, match="config is a config.toml path or a streamdedup Config"):
+        streamdedup.open(tmp_path / "s", config=42)
+    with pytest.raises(StreamdedupError, match="no index at"):
+        streamdedup.open(tmp_path / "none", readonly=True)
