@@ -112,6 +112,15 @@ def _parser() -> argparse.ArgumentParser:
     cluster.add_argument("--json", action="store_true")
     cluster.set_defaults(handler=_cmd_cluster)
 
+    report = sub.add_parser("report", parents=[common], help="an HTML page of the index's figures: duplicate rate "
+                            "over time, cluster sizes, similarities, S-curve, largest clusters (read-only; needs "
+                            "streamdedup[report])")
+    report.add_argument("--out", metavar="FILE.html", default="report.html", help="where to write the page "
+                        "(default: report.html)")
+    report.add_argument("--top", type=int, default=10, help="largest clusters to list (default 10)")
+    report.add_argument("--members", type=int, default=20, help="members to list of each (default 20)")
+    report.set_defaults(handler=_cmd_report)
+
     forget = sub.add_parser("forget", parents=[common], help="remove documents from the index (takedown, privacy)")
     forget.add_argument("ids", nargs="*", metavar="ID")
     forget.add_argument("--file", help="a file of ids, one per line")
@@ -355,6 +364,25 @@ def _cmd_cluster(args) -> int:
         part = f"  (excerpt: {m['containment']:.3f} contained)" if m["relation"] == "excerpt" else ""
         print(f"  member {similarity}  {m['id']}{'  (exact copy)' if m['exact'] else ''}{part}  matched={m['matched']}"
               f"  source={'/'.join(map(str, m['source']))}")
+    return EXIT_OK
+
+
+def _cmd_report(args) -> int:
+    import time
+
+    from .engine.census import take_census
+    from .ops.report import figure_class, write_report
+
+    if args.top < 0 or args.members < 0:
+        raise ConfigError("--top and --members must be 0 or more")
+    figure_class()  # says how to install matplotlib before the index is read
+    started = time.monotonic()
+    with _open_readonly(args) as engine:
+        census = take_census(engine, args.top, args.members)
+        options = ["--state", engine.index.path] + (["--config", os.path.abspath(args.config)] if args.config else [])
+    size = write_report(census, args.out, options)
+    print(f"wrote {args.out} ({size:,} bytes): {census.documents:,} documents, {census.clusters:,} clusters, "
+          f"{census.duplicate_rate:.2%} duplicates, in {time.monotonic() - started:.1f} s")
     return EXIT_OK
 
 

@@ -12,6 +12,7 @@ Bad *input* is never an exception: it is a ``Rejected`` value with a reason
     │   ├── IndexFullError           the index has numbered all the documents it can
     │   └── DiskFullError            the disk holding the index is full
     ├── ResumeError                  a checkpoint does not fit the inputs given
+    ├── MissingExtraError            a command needs an optional extra that is not installed
     └── BrokerError                  Kafka cannot be used as configured
         └── BrokerUnavailableError   the broker does not answer (retriable)
 
@@ -63,6 +64,10 @@ class DiskFullError(IndexUnusableError):
 
 class ResumeError(StreamdedupError):
     """An interrupted run's checkpoint does not fit the inputs given now."""
+
+
+class MissingExtraError(StreamdedupError):
+    """A command needs an optional extra (``pip install 'streamdedup[EXTRA]'``) that is not installed."""
 
 
 class BrokerError(StreamdedupError):
