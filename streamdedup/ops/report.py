@@ -241,7 +241,7 @@ def _rate_axes(axes, starts: list, buckets: list, width, label: str) -> None:
     rate.plot(centres, [100.0 * bucket.duplicate_rate for bucket in buckets], color=_DUPLICATE, marker="o",
               markersize=3, label="duplicate rate")
     rate.set_ylabel("duplicates (%)")
-    rate.set_ylim(0, 100)
+    rate.set_ylim(0, 102)  # a line at 100 % stays in view
 
 
 def _sizes_plot(Figure, census: Census) -> str:
