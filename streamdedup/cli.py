@@ -380,7 +380,11 @@ def _cmd_report(args) -> int:
     with _open_readonly(args) as engine:
         census = take_census(engine, args.top, args.members)
         options = ["--state", engine.index.path] + (["--config", os.path.abspath(args.config)] if args.config else [])
-    size = write_report(census, args.out, options)
+    try:
+        size = write_report(census, args.out, options)
+    except OSError as exc:
+        raise StreamdedupError(f"cannot write the report to {args.out!r}: {exc.strerror or exc}; "
+                               "give --out a path in a folder you can write to") from None
     print(f"wrote {args.out} ({size:,} bytes): {census.documents:,} documents, {census.clusters:,} clusters, "
           f"{census.duplicate_rate:.2%} duplicates, in {time.monotonic() - started:.1f} s")
     return EXIT_OK

@@ -128,6 +128,13 @@ def test_report_without_matplotlib_says_how_to_install_it(sample_index, tmp_path
     assert not (tmp_path / "r.html").exists()
 
 
+def test_report_into_a_missing_folder_says_so(sample_index, tmp_path):
+    state, _ = sample_index
+    result = run_cli("report", "--state", str(state), "--out", str(tmp_path / "no" / "r.html"), check=False)
+    assert result.returncode == 1
+    assert "cannot write the report to" in result.stderr.decode() and "Traceback" not in result.stderr.decode()
+
+
 def test_report_renders_in_headless_chromium(sample_index, tmp_path):
     """The page loads with no network, logs no error, and its screenshot is a picture, not a blank page."""
     if chromium_binary() is None:

@@ -201,7 +201,7 @@ def _member_row(row: dict, options: Sequence[str]) -> str:
 def _svg_uri(figure: "Figure") -> str:
     """The figure as an SVG ``data:`` URI (no date in it, so the same figures give the same bytes)."""
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="svg", metadata={"Date": None}, bbox_inches="tight")
+    figure.savefig(buffer, format="svg", metadata={"Date": None})
     return "data:image/svg+xml;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
