@@ -31,7 +31,7 @@ __all__ = ["render_report", "write_report", "explain_command", "figure_class"]
 INSTALL_HINT = "pip install 'streamdedup[report]'"
 _KEPT, _DUPLICATE, _EXCERPT, _THRESHOLD = "#4c72b0", "#dd8452", "#55a868", "#c44e52"
 MIN_TIME_BUCKETS = 3  # fewer (a quick offline run): the time panel says so and points to the decision order
-_FIGURE_SIZE = (9.0, 3.6)  # inches; 100 dpi in the browser: 900 x 360 CSS pixels
+_FIGURE_SIZE = (9.0, 3.6)  # inches; the page shows each plot at most 900 CSS pixels wide (img.plot)
 _STYLE = """
 body { font-family: "DejaVu Sans", Helvetica, Arial, sans-serif; margin: 2em auto; max-width: 960px;
        color: #222; background: #fff; line-height: 1.4; }
