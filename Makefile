@@ -33,12 +33,13 @@ test-deps:
 test: $(STAMP) test-deps
 	$(BIN)/python -m pytest
 
-# All benchmarks (not part of the tests): offline engine, live worker on a local broker, growth to 1M documents.
+# All benchmarks (not part of the tests): offline engine, live worker on a local broker, growth to 1M documents, the report.
 bench: $(STAMP)
 	$(BIN)/python bench/offline.py
 	$(BIN)/python bench/live.py
 	$(BIN)/python bench/growth.py
 	$(BIN)/python bench/realtext.py --compare
+	$(BIN)/python bench/report.py
 
 clean:
 	rm -rf build .pytest_cache
