@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import io
+import json
 import os
 import re
 import shlex
@@ -114,6 +116,20 @@ def test_report_runs_while_the_index_has_a_writer(sample_index, tmp_path):
     assert f"{len(decisions):,} documents" in result.stdout.decode()
     page = out.read_text(encoding="utf-8")
     assert page.count("<h3>") == 3
+
+
+def test_the_explain_commands_in_the_report_run(sample_index, tmp_path):
+    state, _ = sample_index
+    out = tmp_path / "report.html"
+    run_cli("report", "--state", str(state), "--out", str(out), "--top", "1", "--members", "1")
+    commands = re.findall(r"<code>(streamdedup explain [^<]*)</code>", out.read_text(encoding="utf-8"))
+    assert len(commands) == 2  # the representative and its one member listed
+    census = census_of(state, top=1, members=1)
+    member = shlex.split(html.unescape(commands[1]))
+    assert member[2] == census.largest[0].members[0]["id"]
+    explained = json.loads(run_cli(*member[1:], "--json").stdout)
+    assert explained["a"]["id"] == member[2] and explained["a"]["status"] == "duplicate"
+    assert explained["matched"] == census.largest[0].representative["id"]
 
 
 def test_report_without_matplotlib_says_how_to_install_it(sample_index, tmp_path):

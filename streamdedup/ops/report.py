@@ -166,7 +166,8 @@ def _largest(census: Census, options: Sequence[str]) -> str:
     if not census.largest or census.largest[0].size < 2:
         return "<p>No cluster has a duplicate yet.</p>"
     intro = ("<p class=\"note\">Each cluster's representative (the kept document) and its members in decision "
-             "order. Every row ends with the command that explains that decision; "
+             "order. Every row ends with the command that explains that decision (add <code>--texts</code> "
+             "with the input files to see the passages side by side); "
              f"<code>{html.escape(explain_command('ID', options, 'cluster'))}</code> lists a whole cluster.</p>")
     return intro + "".join(_cluster_table(rank, cluster, options)
                            for rank, cluster in enumerate(census.largest, 1) if cluster.size > 1)
