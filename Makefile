@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO := build/demo
 
-.PHONY: install demo demo-offline test bench clean
+.PHONY: install prometheus demo demo-offline test bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,11 @@ demo-offline: $(STAMP)
 	$(BIN)/streamdedup dedup $(DEMO)-offline/crawl.jsonl --config config.toml --state $(DEMO)-offline/state \
 		--out $(DEMO)-offline/clean.jsonl --decisions $(DEMO)-offline/decisions.jsonl
 
-test: $(STAMP)
+# Prometheus and promtool for tests/test_prometheus.py: Debian's package, skipped when both are on PATH.
+prometheus:
+	deploy/prometheus/install.sh
+
+test: $(STAMP) prometheus
 	$(BIN)/python -m pytest
 
 # All benchmarks (not part of the tests): offline engine, live worker on a local broker, growth to 1M documents.
