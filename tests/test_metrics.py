@@ -1,98 +1,38 @@
 """streamdedup.ops.metrics: our registry (prometheus_client, standard collectors), the probes, the HTTP server.
 
-The library renders the exposition; a small parser of the text format checks that
-what the worker serves is well formed (also used by the worker's tests).
+The library renders the exposition and its parser reads it back here (also in the
+worker's tests); a real Prometheus reads it in test_prometheus.
 """
 
 from __future__ import annotations
 
-import re
 import socket
-import threading
 import urllib.error
 import urllib.request
 
 import pytest
 
 from prometheus_client import Counter, Gauge, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from streamdedup import config as config_module
 from streamdedup.engine.engine import Engine
 from streamdedup.ops.metrics import MetricsServer, new_registry, parse_address
 from streamdedup.ops.telemetry import METRIC_NAMES, WorkerTelemetry
 
-# --- a minimal parser of the text exposition format 0.0.4 -------------------------------------------
-
-_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-_LABEL = re.compile(r"([a-zA-Z_][a-zA-Z0-9_]*)=\"")
-_ESCAPES = {"\\": "\\", '"': '"', "n": "\n"}
-
-
-def _unescape(text: str, start: int, stop_at: str | None) -> tuple[str, int]:
-    """Read an escaped string from ``start`` up to ``stop_at`` (or the end); return it and the end index."""
-    out, i = [], start
-    while i < len(text) and text[i] != stop_at:
-        if text[i] == "\\":
-            out.append(_ESCAPES[text[i + 1]])  # KeyError on an escape the format does not allow
-            i += 2
-        else:
-            assert text[i] != "\n"
-            out.append(text[i])
-            i += 1
-    if stop_at is not None:
-        assert i < len(text), f"unterminated label value in {text!r}"
-    return "".join(out), i
-
-
-def parse_sample(line: str) -> tuple[str, dict[str, str], float]:
-    name = _NAME.match(line).group(0)
-    i, labels = len(name), {}
-    if line[i] == "{":
-        i += 1
-        while line[i] != "}":
-            match = _LABEL.match(line, i)
-            assert match, f"bad label at {line[i:]!r}"
-            assert match.group(1) not in labels, f"label repeated in {line!r}"
-            labels[match.group(1)], i = _unescape(line, match.end(), '"')
-            i += 1
-            if line[i] == ",":
-                i += 1
-        i += 1
-    assert line[i] == " ", f"expected a space before the value in {line!r}"
-    value = line[i + 1:]
-    assert re.fullmatch(r"[+-]?Inf|NaN|[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", value), value
-    return name, labels, float(value)
-
+# --- reading an exposition -----------------------------------------------------------------------------
 
 def parse_exposition(text: str) -> dict[str, dict]:
-    """Families by name: ``{"help", "type", "samples": [(name, labels, value)]}``; asserts well-formedness."""
-    assert text == "" or text.endswith("\n")
+    """Families by the name a query uses (counters with ``_total``): ``{"help", "type", "samples"}``.
+
+    Read with the library's own parser, which raises on text that is not well formed.
+    """
     families: dict[str, dict] = {}
-    current = None
-    for line in text.split("\n")[:-1]:
-        if line.startswith("# HELP "):
-            name, _, doc = line[len("# HELP "):].partition(" ")
-            assert name not in families, f"HELP for {name} twice"
-            families[name] = {"help": _unescape(doc, 0, None)[0], "type": None, "samples": []}
-            current = name
-        elif line.startswith("# TYPE "):
-            name, kind = line[len("# TYPE "):].split(" ")
-            assert name == current and families[name]["type"] is None, f"TYPE for {name} misplaced"
-            assert kind in ("counter", "gauge", "histogram")
-            families[name]["type"] = kind
-        else:
-            name, labels, value = parse_sample(line)
-            family = families[current]
-            allowed = {current}
-            if family["type"] == "histogram":
-                allowed = {current + "_bucket", current + "_sum", current + "_count"}
-            assert name in allowed, f"sample {name} inside family {current}"
-            if family["type"] == "counter":
-                assert name.endswith("_total")
-            key = (name, tuple(sorted(labels.items())))
-            assert key not in {(n, tuple(sorted(l.items()))) for n, l, _ in family["samples"]}, key
-            family["samples"].append((name, labels, value))
-    assert all(f["type"] for f in families.values())
+    for family in text_string_to_metric_families(text):
+        name = family.name + "_total" if family.type == "counter" else family.name
+        assert name not in families, f"family {name} twice"
+        families[name] = {"help": family.documentation, "type": family.type,
+                          "samples": [(s.name, s.labels, s.value) for s in family.samples]}
     return families
 
 
