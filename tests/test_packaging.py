@@ -53,7 +53,7 @@ def test_the_sdist_carries_the_build_inputs_and_the_license(dist):
     with tarfile.open(sdist) as archive:
         names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
     assert {"setup.py", "pyproject.toml", "LICENSE", "README.md", "config.toml",
-            "streamdedup/core/_kernel.c", "streamdedup/cli.py"} <= names
+            "streamdedup/core/_kernel.c", "streamdedup/cli.py", "streamdedup/py.typed"} <= names
     assert not any(name.endswith((".so", ".pyc")) for name in names)
 
 
@@ -64,6 +64,7 @@ def test_the_wheel_has_the_kernel_and_complete_metadata(dist):
         metadata = Parser().parsestr(archive.read(f"streamdedup-{__version__}.dist-info/METADATA").decode())
     assert any(re.fullmatch(r"streamdedup/core/_kernel\..*\.so", n) for n in names)
     assert f"streamdedup-{__version__}.dist-info/licenses/LICENSE" in names
+    assert "streamdedup/py.typed" in names
     assert metadata["Version"] == __version__ and metadata["License-Expression"] == "Apache-2.0"
     urls = dict(value.split(", ", 1) for value in metadata.get_all("Project-URL"))
     assert {"Homepage", "Source", "Issues", "Documentation"} <= set(urls)
