@@ -26,9 +26,11 @@ demo-offline: $(STAMP)
 	$(BIN)/streamdedup dedup $(DEMO)-offline/crawl.jsonl --config config.toml --state $(DEMO)-offline/state \
 		--out $(DEMO)-offline/clean.jsonl --decisions $(DEMO)-offline/decisions.jsonl
 
-# System packages the tests drive (Debian's chromium renders the report); nothing happens once installed.
+# System packages the tests drive, from Debian: chromium renders the report, prometheus and promtool
+# scrape a worker and check the alert rules. Nothing happens once they are installed.
 test-deps:
 	deploy/report/install-chromium.sh
+	deploy/prometheus/install.sh
 
 test: $(STAMP) test-deps
 	$(BIN)/python -m pytest
