@@ -2,7 +2,8 @@
 
 1. start a local Apache Kafka broker (deploy/kafka/start.sh), unless
    KAFKA_BOOTSTRAP names one already running;
-2. create the input and output topics (names unique to this run);
+2. create the input topic (names unique to this run); the worker creates its output
+   topics (``output.create_topics``, one replica on the one local broker);
 3. feed the generated sample crawl into the input topic;
 4. run the worker (``streamdedup run --until-caught-up``) against a fresh index;
 5. print a summary, read back from the output topics;
@@ -59,8 +60,7 @@ def demo(bootstrap: str) -> int:
     topics = {"raw": f"raw-{tag}", "clean": f"clean-{tag}", "duplicates": f"duplicates-{tag}",
               "dead_letter": f"dead-letter-{tag}"}
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    admin.create_topics([NewTopic(topics["raw"], PARTITIONS, 1)] +
-                        [NewTopic(topics[k], 1, 1) for k in ("clean", "duplicates", "dead_letter")])
+    admin.create_topics([NewTopic(topics["raw"], PARTITIONS, 1)])  # the worker creates its output topics
     admin.close()
 
     documents = corpus.generate(650, seed=42)
@@ -77,7 +77,8 @@ def demo(bootstrap: str) -> int:
                "--state", str(WORK / "state"), "--set", f"kafka.bootstrap_servers={bootstrap}",
                "--set", f"input.topics={topics['raw']}", "--set", f"output.clean_topic={topics['clean']}",
                "--set", f"output.duplicates_topic={topics['duplicates']}",
-               "--set", f"output.dead_letter_topic={topics['dead_letter']}", "--set", f"kafka.group_id=demo-{tag}"]
+               "--set", f"output.dead_letter_topic={topics['dead_letter']}", "--set", f"kafka.group_id=demo-{tag}",
+               "--set", "output.create_topics=true", "--set", "output.replication_factor=1"]
     began = time.monotonic()
     worker = subprocess.run(command)
     seconds = time.monotonic() - began

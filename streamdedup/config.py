@@ -25,7 +25,7 @@ from typing import Any, Mapping, Optional
 
 from .errors import ConfigError
 
-__all__ = ["Config", "load", "SECTIONS", "redacted", "kafka_client_settings"]
+__all__ = ["Config", "load", "with_values", "SECTIONS", "redacted", "kafka_client_settings"]
 
 
 def _key(default: Any, doc: str, *, choices: tuple = (), low: Optional[float] = None,
@@ -75,6 +75,10 @@ class OutputSection:
     dead_letter_topic: str = _key("dead-letter", "rejected records, original bytes, reason in headers")
     dead_letter_max_bytes: int = _key(1000000, "longer rejected values are cut to this (header original-bytes)",
                                       low=1024)
+    create_topics: bool = _key(False, "create missing output topics at start, with the input's partition count "
+                                      "(needs CreateTopics; off: a missing topic stops the start)")
+    replication_factor: int = _key(-1, "replicas of the topics create_topics makes (-1: the broker's "
+                                       "default.replication.factor)", low=-1)
 
 
 @dataclass(frozen=True)
@@ -218,6 +222,28 @@ def load(path: Optional[str] = None, overrides: tuple[str, ...] = (), environ: O
     return config
 
 
+def with_values(config: Config, values: Mapping[str, Mapping[str, Any]]) -> Config:
+    """``config`` with ``values`` ({section: {key: value}}, Python values) over it, checked as a file's are."""
+    unknown = set(values) - set(SECTIONS)
+    if unknown:
+        name = sorted(unknown)[0]
+        raise ConfigError(f"unknown section {name!r}{_nearest(name, SECTIONS)}; sections are {', '.join(SECTIONS)}")
+    built = {}
+    for name in SECTIONS:
+        section, given = getattr(config, name), values.get(name)
+        if not given:
+            built[name] = section
+            continue
+        if not isinstance(given, Mapping):
+            raise ConfigError(f"section {name!r} takes a dict of its keys, e.g. {name}={{...}}, "
+                              f"not a {type(given).__name__}")
+        current = {f.name: getattr(section, f.name) for f in dataclasses.fields(section)}
+        built[name] = _build(name, {**current, **given})
+    merged = Config(**built)
+    _check_across_sections(merged)
+    return merged
+
+
 def _read_toml(path: str) -> dict:
     try:
         with open(path, "rb") as handle:
@@ -307,6 +333,9 @@ def _check_rules(section: str, built: Any) -> None:
             raise ConfigError("lsh.bands and lsh.rows are set together (both 0 lets streamdedup choose)")
         if built.fp_weight + built.fn_weight <= 0:
             raise ConfigError("lsh.fp_weight and lsh.fn_weight cannot both be 0")
+    if section == "output" and built.replication_factor == 0:
+        raise ConfigError("output.replication_factor must be -1 (the broker's default.replication.factor) or at "
+                          "least 1, got 0")
 
 
 def _check_across_sections(config: Config) -> None:
@@ -353,7 +382,8 @@ def redacted(config: Config) -> dict:
 
 
 def kafka_client_settings(kafka: KafkaSection, role: str) -> dict:
-    """kafka-python keyword arguments for a ``consumer`` or ``producer``: common settings, then the role's table."""
+    """kafka-python keyword arguments for a ``consumer``, ``producer`` or ``admin``: common settings, then the role's
+    table (the admin client has none)."""
     settings: dict[str, Any] = {
         "bootstrap_servers": [s.strip() for s in kafka.bootstrap_servers.split(",") if s.strip()],
         "security_protocol": kafka.security_protocol,
@@ -368,7 +398,7 @@ def kafka_client_settings(kafka: KafkaSection, role: str) -> dict:
     password = _password(kafka)
     if password:
         settings["sasl_plain_password"] = password
-    settings.update(kafka.consumer if role == "consumer" else kafka.producer)
+    settings.update({"consumer": kafka.consumer, "producer": kafka.producer}.get(role, {}))
     return settings
 
 

@@ -12,6 +12,8 @@ Bad *input* is never an exception: it is a ``Rejected`` value with a reason
     │   ├── IndexFullError           the index has numbered all the documents it can
     │   └── DiskFullError            the disk holding the index is full
     ├── ResumeError                  a checkpoint does not fit the inputs given
+    ├── UnknownDocumentError         no document with the id asked about (also a LookupError)
+    ├── MissingExtraError            a command needs an optional extra that is not installed
     └── BrokerError                  Kafka cannot be used as configured
         └── BrokerUnavailableError   the broker does not answer (retriable)
 
@@ -35,6 +37,10 @@ class StreamdedupError(Exception):
 
 class ConfigError(StreamdedupError):
     """A configuration key is unknown, of the wrong type or out of range: fix the named key."""
+
+
+class UnknownDocumentError(StreamdedupError, LookupError):
+    """The index holds no document with the id asked about (never added, or forgotten)."""
 
 
 class IndexUnusableError(StreamdedupError):
@@ -63,6 +69,10 @@ class DiskFullError(IndexUnusableError):
 
 class ResumeError(StreamdedupError):
     """An interrupted run's checkpoint does not fit the inputs given now."""
+
+
+class MissingExtraError(StreamdedupError):
+    """A command needs an optional extra (``pip install 'streamdedup[EXTRA]'``) that is not installed."""
 
 
 class BrokerError(StreamdedupError):

@@ -63,3 +63,16 @@ def test_damaged_codings_raise_instead_of_returning_wrong_values(decode):
     for bad in _damaged(coded):
         with pytest.raises(ValueError):
             decode(bad)
+
+
+def test_many_documents_coded_in_one_call_equal_one_by_one():
+    documents = [_sorted_unique(n, n + 7) for n in (0, 1, 175, 3, 0, 1000)]
+    offsets = np.cumsum([0] + [len(d) for d in documents]).astype(np.int64)
+    values = np.concatenate(documents)
+    one_by_one = [eliasfano.encode_numpy(d) for d in documents]
+    assert eliasfano.encode_many(values, offsets) == one_by_one
+    if eliasfano._kernel is not None:
+        with pytest.raises(ValueError):
+            eliasfano._kernel.ef_encode_many(values, np.array([0, 5, 2], dtype=np.int64))
+        with pytest.raises(ValueError):
+            eliasfano._kernel.ef_encode_many(values, np.array([0, len(values) + 1], dtype=np.int64))

@@ -15,10 +15,13 @@
  *     lowercased, digits kept, anything else a space, runs of spaces collapsed, ends trimmed;
  *     documents written one after another into out, separated by a 0 byte.
  *
- * ef_encode(values) -> bytes, ef_decode(data) -> bytes
+ * ef_encode(values) -> bytes, ef_encode_many(values, offsets) -> list of bytes, ef_decode(data) -> bytes
  *     Elias-Fano coding of sorted unique uint32 values, exactly as eliasfano.py (its module
  *     docstring gives the layout); ef_decode returns the values as little-endian uint32 bytes and
  *     raises ValueError on data that is not such a coding.
+ *
+ * shared_count(a, b) -> int
+ *     How many values two sorted unique uint32 arrays share (verify.jaccard's intersection).
  *
  * Arrays are passed through the buffer protocol (C-contiguous, types checked by itemsize here and
  * by dtype in Python), so the module needs only Python.h to build.
@@ -360,16 +363,10 @@ static int low_bits_for(Py_ssize_t n) {
     return ratio ? 63 - __builtin_clzll(ratio) : 0;
 }
 
-static PyObject *ef_encode(PyObject *self, PyObject *args) {
-    PyObject *o_values;
-    if (!PyArg_ParseTuple(args, "O", &o_values)) return NULL;
-    Py_buffer values;
-    if (get_buffer(o_values, &values, 4, 0, "values") < 0) return NULL;
-    const uint32_t *v = values.buf;
-    Py_ssize_t n = values.len / 4;
+/* The coding of n sorted unique values as a new bytes object (NULL with ValueError if they are not). */
+static PyObject *ef_encoded(const uint32_t *v, Py_ssize_t n) {
     for (Py_ssize_t i = 1; i < n; i++) {
         if (v[i] <= v[i - 1]) {
-            PyBuffer_Release(&values);
             PyErr_SetString(PyExc_ValueError, "Elias-Fano codes sorted unique values only");
             return NULL;
         }
@@ -381,7 +378,7 @@ static PyObject *ef_encode(PyObject *self, PyObject *args) {
     header++;
     Py_ssize_t size = header + low_bytes + (upper_bits + 7) / 8;
     PyObject *result = PyBytes_FromStringAndSize(NULL, size);
-    if (!result) { PyBuffer_Release(&values); return NULL; }
+    if (!result) return NULL;
     uint8_t *out = (uint8_t *)PyBytes_AS_STRING(result);
     memset(out, 0, size);
     Py_ssize_t at = 0;
@@ -403,6 +400,42 @@ static PyObject *ef_encode(PyObject *self, PyObject *args) {
         uint64_t position = ((uint64_t)v[i] >> low) + (uint64_t)i;
         upper[position >> 3] |= (uint8_t)(1u << (position & 7));
     }
+    return result;
+}
+
+static PyObject *ef_encode(PyObject *self, PyObject *args) {
+    PyObject *o_values;
+    if (!PyArg_ParseTuple(args, "O", &o_values)) return NULL;
+    Py_buffer values;
+    if (get_buffer(o_values, &values, 4, 0, "values") < 0) return NULL;
+    PyObject *result = ef_encoded(values.buf, values.len / 4);
+    PyBuffer_Release(&values);
+    return result;
+}
+
+static PyObject *ef_encode_many(PyObject *self, PyObject *args) {
+    PyObject *o_values, *o_offsets;
+    if (!PyArg_ParseTuple(args, "OO", &o_values, &o_offsets)) return NULL;
+    Py_buffer values, offsets;
+    if (get_buffer(o_values, &values, 4, 0, "values") < 0) return NULL;
+    if (get_buffer(o_offsets, &offsets, 8, 0, "offsets") < 0) { PyBuffer_Release(&values); return NULL; }
+    const int64_t *off = offsets.buf;
+    Py_ssize_t n_docs = offsets.len / 8 - 1, n_values = values.len / 4;
+    PyObject *result = NULL;
+    for (Py_ssize_t d = 0; d < n_docs; d++) {
+        if (off[d] < 0 || off[d] > off[d + 1] || off[d + 1] > n_values) {
+            PyErr_SetString(PyExc_ValueError, "offsets must rise within the values");
+            goto done;
+        }
+    }
+    result = PyList_New(n_docs > 0 ? n_docs : 0);
+    for (Py_ssize_t d = 0; result && d < n_docs; d++) {
+        PyObject *coded = ef_encoded((const uint32_t *)values.buf + off[d], off[d + 1] - off[d]);
+        if (!coded) { Py_CLEAR(result); break; }
+        PyList_SET_ITEM(result, d, coded);
+    }
+done:
+    PyBuffer_Release(&offsets);
     PyBuffer_Release(&values);
     return result;
 }
@@ -456,11 +489,33 @@ bad:
     return NULL;
 }
 
+/* How many values two sorted unique uint32 arrays share (a merge walk; both are a page's few hundred). */
+static PyObject *shared_count(PyObject *self, PyObject *args) {
+    PyObject *o_a, *o_b;
+    if (!PyArg_ParseTuple(args, "OO", &o_a, &o_b)) return NULL;
+    Py_buffer a, b;
+    if (get_buffer(o_a, &a, 4, 0, "a") < 0) return NULL;
+    if (get_buffer(o_b, &b, 4, 0, "b") < 0) { PyBuffer_Release(&a); return NULL; }
+    const uint32_t *x = a.buf, *y = b.buf;
+    Py_ssize_t n = a.len / 4, m = b.len / 4, i = 0, j = 0, shared = 0;
+    while (i < n && j < m) {
+        uint32_t u = x[i], v = y[j];
+        shared += u == v;
+        i += u <= v;
+        j += v <= u;
+    }
+    PyBuffer_Release(&b);
+    PyBuffer_Release(&a);
+    return PyLong_FromSsize_t(shared);
+}
+
 static PyMethodDef methods[] = {
     {"shingles", shingles, METH_VARARGS, "Sorted unique shingle hashes of every document (see the module)."},
     {"minhash", minhash, METH_VARARGS, "MinHash signatures of every document (see the module)."},
     {"ascii_normalize", ascii_normalize, METH_VARARGS, "The ASCII fast path of normalization (see the module)."},
     {"ef_encode", ef_encode, METH_VARARGS, "Elias-Fano coding of sorted unique uint32 values (see eliasfano.py)."},
+    {"ef_encode_many", ef_encode_many, METH_VARARGS, "ef_encode of each document of (values, offsets)."},
+    {"shared_count", shared_count, METH_VARARGS, "Values two sorted unique uint32 arrays share."},
     {"ef_decode", ef_decode, METH_VARARGS, "The sorted uint32 values of an Elias-Fano coding (see eliasfano.py)."},
     {NULL, NULL, 0, NULL},
 };

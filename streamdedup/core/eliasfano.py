@@ -23,7 +23,7 @@ try:
 except ImportError:  # built by ``pip install`` when a C compiler is there
     _kernel = None
 
-__all__ = ["encode", "decode", "low_bits"]
+__all__ = ["encode", "encode_many", "decode", "low_bits"]
 
 _UNIVERSE = 1 << 32
 
@@ -39,6 +39,15 @@ def encode(values: np.ndarray) -> bytes:
     if _kernel is not None:
         return _kernel.ef_encode(values)
     return encode_numpy(values)
+
+
+def encode_many(values: np.ndarray, offsets: np.ndarray) -> list[bytes]:
+    """The coding of each document's values, ``values[offsets[i]:offsets[i + 1]]``, in one call."""
+    values = np.ascontiguousarray(values, dtype=np.uint32)
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    if _kernel is not None:
+        return _kernel.ef_encode_many(values, offsets)
+    return [encode_numpy(values[offsets[i]:offsets[i + 1]]) for i in range(len(offsets) - 1)]
 
 
 def decode(data: bytes) -> np.ndarray:

@@ -258,6 +258,9 @@ class Index:
                 max_readers=256,
             )
         except lmdb.Error as exc:
+            if "already open in this process" in str(exc):
+                raise IndexUnusableError(f"the index at {self.path!r} is already open in this process: use the "
+                                         "object that opened it (it answers queries too), or close it first") from exc
             raise IndexUnusableError(f"cannot open the index at {self.path!r}: {exc}") from exc
 
     def _open_databases(self) -> dict[str, Any]:

@@ -201,6 +201,15 @@ def _rows_with_keys(keys: np.ndarray, serials: np.ndarray, asked: np.ndarray) ->
     return keys[index], serials[index]
 
 
+def _coded(shingles: list[np.ndarray]) -> list[bytes]:
+    """The stored form of each kept document's shingles (``eliasfano``), coded in one call."""
+    if not shingles:
+        return []
+    offsets = np.zeros(len(shingles) + 1, dtype=np.int64)
+    np.cumsum([len(s) for s in shingles], out=offsets[1:])
+    return eliasfano.encode_many(np.concatenate(shingles), offsets)
+
+
 def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """``starts[i], starts[i] + 1, ..., starts[i] + counts[i] - 1`` for every i, concatenated."""
     return np.repeat(starts, counts) + (np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts))
@@ -413,7 +422,7 @@ class BatchView:
             "docs": [(key, record.pack(packer)) for key, (record, _) in zip(keys, inserted)],
             "recent": [(key, pack_recent(ident, record.content, kept_keys.get(record.serial, b"")))
                        for key, (record, ident) in zip(keys, inserted)],
-            "shingles": [(u64(serial), eliasfano.encode(shingles)) for serial, shingles in self._shingles.items()],
+            "shingles": list(zip(map(u64, self._shingles), _coded(list(self._shingles.values())))),
             "members": sorted((u64(record.cluster), key) for key, (record, _) in zip(keys, inserted)
                               if not record.kept),
         }
