@@ -100,11 +100,11 @@ _RESOURCES = {"--topic": ResourceType.TOPIC, "--group": ResourceType.GROUP,
               "--transactional-id": ResourceType.TRANSACTIONAL_ID}
 
 
-def documented_acl_commands(readme: Path) -> list[str]:
-    """The kafka-acls.sh commands of the block between the ``worker-acls`` markers in ``readme``."""
+def documented_acl_commands(readme: Path, marker: str = "worker-acls") -> list[str]:
+    """The kafka-acls.sh commands of the bash block after ``<!-- marker -->`` in ``readme``."""
     text = readme.read_text(encoding="utf-8")
-    block = re.search(r"<!-- worker-acls -->\s*```bash\n(.*?)```", text, re.S)
-    assert block, f"{readme}: no ```bash block after <!-- worker-acls -->"
+    block = re.search(rf"<!-- {marker} -->\s*```bash\n(.*?)```", text, re.S)
+    assert block, f"{readme}: no ```bash block after <!-- {marker} -->"
     return [line for line in block.group(1).replace("\\\n", " ").splitlines() if line.startswith("kafka-acls.sh")]
 
 
@@ -121,7 +121,7 @@ def acls_of_command(command: str, values: dict) -> list[ACL]:
         if arg == "--allow-principal":
             principal, at = args[at + 1], at + 2
         elif arg == "--operation":
-            operations.append(ACLOperation[args[at + 1].upper().replace("-", "_")])
+            operations.append(ACLOperation[re.sub(r"(?<=[a-z])(?=[A-Z])", "_", args[at + 1]).upper()])
             at += 2
         elif arg in _RESOURCES:
             resources.append((_RESOURCES[arg], args[at + 1]))
