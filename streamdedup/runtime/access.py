@@ -81,17 +81,22 @@ def _check_server(conn: socket.socket, host: str, port: int, protocol: str, sett
     where = f"{host}:{port}"
     if protocol in TLS_PROTOCOLS:
         conn = _tls(conn, host, port, settings, timeout_s)
-    elif not _answers_plaintext(socket.create_connection((host, port), timeout=timeout_s)):
-        if _speaks_tls(host, port, timeout_s):
+    else:
+        answer = _plaintext_answer(socket.create_connection((host, port), timeout=timeout_s))
+        if answer == "silent":
+            raise BrokerUnavailableError(f"{where} accepts connections but does not answer (within {timeout_s:g} s)")
+        if answer == "closed" and _speaks_tls(host, port, timeout_s):
             raise BrokerError(f"the broker at {where} speaks TLS on this port, but kafka.security_protocol is "
                               f"{protocol}: set it to SASL_SSL (or SSL if the broker asks for no login) and "
                               "kafka.ssl_cafile to the CA that signed the broker's certificate, or point "
                               "kafka.bootstrap_servers at the broker's plaintext port")
-        raise BrokerUnavailableError(f"{where} accepts connections but does not answer as a Kafka broker")
-    if protocol in SASL_PROTOCOLS:
-        _log_in(conn, where, settings)
-    else:
-        _refuse_if_login_wanted(conn, where, protocol)
+        if answer == "closed":
+            raise BrokerUnavailableError(f"{where} closed the connection without answering as a Kafka broker")
+    with conn:
+        if protocol in SASL_PROTOCOLS:
+            _log_in(conn, where, settings)
+        else:
+            _refuse_if_login_wanted(conn, where, protocol)
 
 
 def _refuse_if_login_wanted(conn: socket.socket, where: str, protocol: str) -> None:
@@ -116,24 +121,27 @@ def _tls(conn: socket.socket, host: str, port: int, settings: dict, timeout_s: f
     where = f"{host}:{port}"
     context = _ssl_context(settings)
     trusted = settings.get("ssl_cafile") or "the system's trusted CAs (kafka.ssl_cafile is empty)"
+    secured = context.wrap_socket(conn, server_hostname=host.rstrip("."), do_handshake_on_connect=False)
     try:
-        secured = context.wrap_socket(conn, server_hostname=host.rstrip("."), do_handshake_on_connect=False)
         secured.settimeout(timeout_s)
         secured.do_handshake()
         return secured
     except ssl.SSLCertVerificationError as exc:
+        secured.close()
         raise BrokerError(f"the broker at {where} presented a certificate that is not trusted "
                           f"({exc.verify_message}); kafka.ssl_cafile must be the CA that signed the broker's "
                           f"certificate (now: {trusted}), and the address in kafka.bootstrap_servers must be "
                           "one the certificate names (or set ssl_check_hostname = false in [kafka])") from None
     except ssl.SSLError as exc:
-        if _answers_plaintext(socket.create_connection((host, port), timeout=timeout_s)):
+        secured.close()
+        if _plaintext_answer(socket.create_connection((host, port), timeout=timeout_s)) == "answers":
             raise BrokerError(f"the broker at {where} does not speak TLS on this port (it answered in plaintext) "
                               f"but kafka.security_protocol is {settings.get('security_protocol')}: point "
                               "kafka.bootstrap_servers at the broker's TLS port, or set kafka.security_protocol "
                               "to PLAINTEXT or SASL_PLAINTEXT") from None
         raise BrokerUnavailableError(f"the TLS handshake with {where} failed ({exc.reason or exc})") from None
     except OSError as exc:
+        secured.close()
         raise BrokerUnavailableError(f"the TLS handshake with {where} failed ({exc})") from None
 
 
@@ -167,22 +175,31 @@ def _speaks_tls(host: str, port: int, timeout_s: float) -> bool:
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
     try:
-        with socket.create_connection((host, port), timeout=timeout_s) as raw:
-            with context.wrap_socket(raw, server_hostname=host) as secured:
-                secured.settimeout(timeout_s)
-                return secured.version() is not None
-    except (OSError, ssl.SSLError):
+        raw = socket.create_connection((host, port), timeout=timeout_s)
+    except OSError:
         return False
+    with context.wrap_socket(raw, server_hostname=host, do_handshake_on_connect=False) as secured:
+        try:
+            secured.do_handshake()
+            return True
+        except (OSError, ssl.SSLError):
+            return False
 
 
-def _answers_plaintext(conn: socket.socket) -> bool:
-    """Whether a Kafka broker answers an ApiVersions request in plaintext on this connection (closed after)."""
+def _plaintext_answer(conn: socket.socket) -> str:
+    """How the other end takes a plaintext ApiVersions request: "answers", "closed" (a TLS port does) or "silent".
+
+    The connection is closed after. "silent": nothing came back within the
+    socket's timeout (a broker that hangs), which says nothing of TLS.
+    """
     with conn:
         try:
             _request(conn, API_VERSIONS, 0, b"")
-            return True
+            return "answers"
+        except socket.timeout:
+            return "silent"
         except (_Closed, OSError):
-            return False
+            return "closed"
 
 
 def _log_in(conn: socket.socket, where: str, settings: dict) -> None:

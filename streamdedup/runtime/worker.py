@@ -137,7 +137,6 @@ class Session:
         self.engine = engine
         self.config = config
         self.log = log
-        step("connecting and logging in")
         settings = kafka_client_settings(config.kafka, "consumer")
         check_access(settings, ACCESS_CHECK_S)
         check_topics(settings, session_rights(config, topics, group_id, transactional_id))
