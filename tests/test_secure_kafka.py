@@ -281,3 +281,14 @@ def test_a_missing_acl_is_named_and_once_granted_nothing_is_lost_or_doubled(secu
     assert again.returncode == 0, again.stderr.decode()
     kinds = assert_exactly_once(secure, topics, count)
     assert kinds["dead_letter"] == 1 and kinds["clean"] + kinds["duplicates"] == count - 1
+
+
+def test_a_tls_client_on_a_plaintext_port_stops_the_start(kafka, secure, tmp_path):
+    """The reverse mismatch, on the plaintext test broker: told to use the TLS port or a plaintext protocol."""
+    topics = Topics.fresh(kafka)
+    result = run_worker(tmp_path / "state", topics, kafka, *secure.worker_flags(), env=secure.worker_env(),
+                        timeout=120)
+    stderr = result.stderr.decode()
+    assert result.returncode == 1, stderr
+    assert f"the broker at {kafka} does not speak TLS on this port (it answered in plaintext)" in stderr
+    assert_secret_absent(secure, result.stdout, result.stderr)
