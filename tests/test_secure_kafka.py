@@ -292,3 +292,15 @@ def test_a_tls_client_on_a_plaintext_port_stops_the_start(kafka, secure, tmp_pat
     assert result.returncode == 1, stderr
     assert f"the broker at {kafka} does not speak TLS on this port (it answered in plaintext)" in stderr
     assert_secret_absent(secure, result.stdout, result.stderr)
+
+
+def test_the_broker_logs_hold_no_password(secure, granted_topics, tmp_path):
+    """After a wrong and a right login, neither the broker's logs nor its start-up output hold a password."""
+    topics, _ = granted_topics
+    worker(secure, tmp_path / "wrong", topics, password="wrong-password", timeout=120)
+    assert worker(secure, tmp_path / "right", topics).returncode == 0
+    logs = secure.secrets.parent / "logs"
+    written = b"".join(path.read_bytes() for path in logs.iterdir() if path.is_file())
+    assert b"Kafka Server started" in written
+    assert_secret_absent(secure, written)
+    assert b"wrong-password" not in written

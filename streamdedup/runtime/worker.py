@@ -28,8 +28,8 @@ from ..ops.summary import Summary
 from ..ops.telemetry import WorkerTelemetry
 from .access import check_access
 from .checkpoint import KafkaCommit, start_plan
-from .rights import Rights, check_topics
 from .feed import InlineFeed, KafkaReader, ProcessFeed, kafka_reading, spawn_feed
+from .rights import Rights, check_topics
 from .sink import KafkaSink, Pending, kept_record_bytes
 
 __all__ = ["Stopper", "run_worker", "run_backfill", "WorkerStats"]
