@@ -4,7 +4,7 @@ Feeds the synthetic crawl into one on-disk index (default configuration,
 durable commits, preparation in a second process) and, when the index holds
 10k, 100k and 1M documents, measures a window of new documents: docs/s,
 median and p99 batch latency, the process's resident memory (its own, and the index pages LMDB maps in), and the index's
-bytes per document with the tables that take the most space.
+bytes per document with every table of 2 bytes a document or more.
 
 The window is ``index.merge_every`` documents (100,000), so each holds
 exactly one merge of the recent lookup keys into the tables: the figures
@@ -132,7 +132,8 @@ def measure_row(engine: Engine, size: int, window: int, seconds: float, latencie
         "anon_mb": memory().get("RssAnon", 0) / 1e6,
         "file_mb": memory().get("RssFile", 0) / 1e6,
         "bytes_per_doc": file_bytes / documents,
-        "top_tables": sorted(tables.items(), key=lambda item: -item[1])[:3],
+        "top_tables": [(name, used) for name, used in sorted(tables.items(), key=lambda item: -item[1])
+                       if used >= 2 * documents],  # every table of 2 bytes a document or more
         "documents": documents,
     }
 

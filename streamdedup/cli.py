@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 from typing import Optional, Sequence
 
@@ -111,6 +112,19 @@ def _parser() -> argparse.ArgumentParser:
     cluster.add_argument("id", help="a document id: the representative, or any member")
     cluster.add_argument("--json", action="store_true")
     cluster.set_defaults(handler=_cmd_cluster)
+
+    explain = sub.add_parser("explain", parents=[common], help="why a document was decided as it was: its match, "
+                             "the similarity, shared bands and passages (read-only)")
+    explain.add_argument("id", help="a document id")
+    explain.add_argument("other", nargs="?", metavar="OTHER_ID", help="compare with this document instead of "
+                         "the one it was matched to")
+    explain.add_argument("--texts", metavar="FILE.jsonl", action="append", default=[],
+                         help="input file(s) to find both texts in, for the passages (repeatable)")
+    explain.add_argument("--text-a", metavar="TEXT", help="the text of ID (instead of --texts)")
+    explain.add_argument("--text-b", metavar="TEXT", help="the text of the other document")
+    explain.add_argument("--width", type=int, help="columns of the side-by-side passages (default: the terminal's)")
+    explain.add_argument("--json", action="store_true")
+    explain.set_defaults(handler=_cmd_explain)
 
     forget = sub.add_parser("forget", parents=[common], help="remove documents from the index (takedown, privacy)")
     forget.add_argument("ids", nargs="*", metavar="ID")
@@ -220,38 +234,19 @@ def _cmd_params(args) -> int:
     return EXIT_OK
 
 
-def _open_readonly(args):
-    from .engine.engine import Engine
+def _open(args, readonly: bool = True, cfg: Optional[config_module.Config] = None):
+    """The index the command names, through the Python API (read-only unless it writes)."""
+    from . import api
 
-    return Engine(_config(args), args.state, readonly=True)
+    return api.open(args.state, cfg or _config(args), readonly=readonly)
 
 
 def _cmd_stats(args) -> int:
-    from .engine.query import templates_learned
-
-    with _open_readonly(args) as engine:
-        index = engine.index
-        with index.read() as txn:
-            counters = dict(txn.counters)
-            positions = txn.positions()
-        used, map_size = index.map_use()
-        stats = {
-            "path": index.path,
-            "documents": counters["documents"],
-            "clusters": counters["kept"],
-            "kept": counters["kept"],
-            "duplicates": counters["duplicates"],
-            "exact_duplicates": counters["exact"],
-            "duplicate_rate": counters["duplicates"] / counters["documents"] if counters["documents"] else 0.0,
-            "index_bytes": os.path.getsize(os.path.join(index.path, "data.mdb")),
-            "map_used_bytes": used,
-            "map_size_bytes": map_size,
-            "positions": positions,
-            "fingerprint": index.signing.fingerprint(),
-            "config": index.signing.as_dict(),
-            "index_id": index.meta["index_id"],
-            "templates": templates_learned(engine),
-        }
+    with _open(args) as index:
+        stats = index.stats()
+        min_sites = index.engine.template_settings.min_sites
+    used, map_size = stats["map_used_bytes"], stats["map_size_bytes"]
+    positions = stats["positions"]
     if args.json:
         print(json.dumps(stats, indent=2, sort_keys=True))
         return EXIT_OK
@@ -265,7 +260,7 @@ def _cmd_stats(args) -> int:
     if learned["enabled"]:
         print(f"{'templates':<18} {learned['sites']:,} sites ({learned['settled']:,} settled), "
               f"{learned['template_shingles']:,} template shingles, {learned['shared_template_shingles']:,} "
-              f"shared by {engine.template_settings.min_sites}+ sites")
+              f"shared by {min_sites}+ sites")
         for site in learned["largest"]:
             print(f"{'  site':<18} {site['host'] or '(no URL)'}: {site['pages']:,} pages, "
                   f"{site['template_shingles']:,} template shingles{'' if site['settled'] else ', learning'}")
@@ -275,20 +270,17 @@ def _cmd_stats(args) -> int:
 
 
 def _cmd_check(args) -> int:
-    from .engine.engine import Engine
-    from .store.check import check_index
-
     if args.fix:
-        with Engine(_config(args), args.state) as engine:
-            before = check_index(engine.index)
-            result = engine.rebuild()
+        with _open(args, readonly=False) as index:
+            before = index.check()
+            result = index.engine.rebuild()
             print(f"rebuilt the lookup tables from {result['documents']:,} records "
                   f"({len(before.problems) + before.more} problems before); counters changed: "
                   f"{result['counters_changed'] or 'none'}")
-            report = check_index(engine.index)
+            report = index.check()
     else:
-        with _open_readonly(args) as engine:
-            report = check_index(engine.index)
+        with _open(args) as index:
+            report = index.check()
     for problem in report.problems:
         print(f"problem: {problem}")
     if report.more:
@@ -299,8 +291,6 @@ def _cmd_check(args) -> int:
 
 
 def _cmd_query(args) -> int:
-    from .engine.query import near_duplicates
-
     if args.site:
         return _print_site(args)
     if args.file:
@@ -308,8 +298,8 @@ def _cmd_query(args) -> int:
             text = handle.read()
     else:
         text = args.text
-    with _open_readonly(args) as engine:
-        matches = near_duplicates(engine, text, args.min_similarity, args.limit)
+    with _open(args) as index:
+        matches = index.query(text, min_similarity=args.min_similarity, limit=args.limit)
     if args.json:
         print(json.dumps([{**m.as_dict(), "relation": m.relation} for m in matches], indent=2))
         return EXIT_OK
@@ -324,10 +314,8 @@ def _cmd_query(args) -> int:
 
 
 def _print_site(args) -> int:
-    from .engine.query import templates_learned
-
-    with _open_readonly(args) as engine:
-        site = templates_learned(engine, args.site)
+    with _open(args) as index:
+        site = index.sites(args.site)
     if args.json:
         print(json.dumps(site, indent=2))
         return EXIT_OK
@@ -338,10 +326,8 @@ def _print_site(args) -> int:
 
 
 def _cmd_cluster(args) -> int:
-    from .engine.query import cluster_of
-
-    with _open_readonly(args) as engine:
-        view = cluster_of(engine, args.id)
+    with _open(args) as index:
+        view = index.cluster(args.id)
     if args.json:
         print(json.dumps(view.as_dict(), indent=2))
         return EXIT_OK
@@ -358,8 +344,33 @@ def _cmd_cluster(args) -> int:
     return EXIT_OK
 
 
+def _cmd_explain(args) -> int:
+    from .ops.explained import explanation_lines
+
+    with _open(args) as index:
+        if args.text_a is not None or args.text_b is not None:
+            if args.texts:
+                raise ConfigError("explain: give --texts, or --text-a/--text-b, not both")
+            pair = index.explain(args.id, args.other)
+            texts = {}
+            if args.text_a is not None:
+                texts[pair.a.id] = args.text_a
+            if args.text_b is not None:
+                if pair.b is None:
+                    raise ConfigError(f"explain: {args.id!r} was kept, it has no match: name OTHER_ID with --text-b")
+                texts[pair.b.id] = args.text_b
+            explained = index.explain(args.id, args.other, texts=texts)
+        else:
+            explained = index.explain(args.id, args.other, texts=args.texts or None)
+    if args.json:
+        print(json.dumps(explained.as_dict(), indent=2))
+        return EXIT_OK
+    width = args.width or shutil.get_terminal_size((100, 24)).columns
+    print("\n".join(explanation_lines(explained, width)))
+    return EXIT_OK
+
+
 def _cmd_forget(args) -> int:
-    from .engine.engine import Engine
     from .errors import IndexLockedError
     from .store.housekeeping import ForgetRequests
 
@@ -371,8 +382,8 @@ def _cmd_forget(args) -> int:
         raise ConfigError("forget: name at least one id, or --file with one id per line")
     cfg = _config(args)
     try:
-        with Engine(cfg, args.state) as engine:
-            result = engine.forget(ids).as_dict()
+        with _open(args, readonly=False, cfg=cfg) as index:
+            result = index.forget(ids).as_dict()
             how = "applied directly (no worker was running)"
     except IndexLockedError:
         from .engine.engine import index_settings
@@ -397,9 +408,9 @@ def _cmd_backup(args) -> int:
     if os.path.exists(os.path.join(dest, "data.mdb")):
         raise ConfigError(f"{dest} already holds an index (data.mdb): choose an empty or new folder")
     os.makedirs(dest, exist_ok=True)
-    with _open_readonly(args) as engine:
-        engine.index.backup(dest)
-        with engine.index.read() as txn:
+    with _open(args) as index:
+        index.engine.index.backup(dest)
+        with index.engine.index.read() as txn:
             documents = txn.counters["documents"]
     size = os.path.getsize(os.path.join(dest, "data.mdb"))
     print(f"copied {documents:,} documents to {dest}/data.mdb ({size:,} bytes, compacted)")

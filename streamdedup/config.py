@@ -25,7 +25,7 @@ from typing import Any, Mapping, Optional
 
 from .errors import ConfigError
 
-__all__ = ["Config", "load", "SECTIONS", "redacted", "kafka_client_settings"]
+__all__ = ["Config", "load", "with_values", "SECTIONS", "redacted", "kafka_client_settings"]
 
 
 def _key(default: Any, doc: str, *, choices: tuple = (), low: Optional[float] = None,
@@ -215,6 +215,28 @@ def load(path: Optional[str] = None, overrides: tuple[str, ...] = (), environ: O
     config = Config(**{name: _build(name, raw.get(name, {})) for name in SECTIONS})
     _check_across_sections(config)
     return config
+
+
+def with_values(config: Config, values: Mapping[str, Mapping[str, Any]]) -> Config:
+    """``config`` with ``values`` ({section: {key: value}}, Python values) over it, checked as a file's are."""
+    unknown = set(values) - set(SECTIONS)
+    if unknown:
+        name = sorted(unknown)[0]
+        raise ConfigError(f"unknown section {name!r}{_nearest(name, SECTIONS)}; sections are {', '.join(SECTIONS)}")
+    built = {}
+    for name in SECTIONS:
+        section, given = getattr(config, name), values.get(name)
+        if not given:
+            built[name] = section
+            continue
+        if not isinstance(given, Mapping):
+            raise ConfigError(f"section {name!r} takes a dict of its keys, e.g. {name}={{...}}, "
+                              f"not a {type(given).__name__}")
+        current = {f.name: getattr(section, f.name) for f in dataclasses.fields(section)}
+        built[name] = _build(name, {**current, **given})
+    merged = Config(**built)
+    _check_across_sections(merged)
+    return merged
 
 
 def _read_toml(path: str) -> dict:

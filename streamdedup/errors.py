@@ -9,8 +9,10 @@ Bad *input* is never an exception: it is a ``Rejected`` value with a reason
     │   ├── IncompatibleIndexError   opened with another signing configuration
     │   ├── IndexLockedError         another process already writes this index
     │   ├── IndexCorruptError        the index is missing data it must have
+    │   ├── IndexFullError           the index has numbered all the documents it can
     │   └── DiskFullError            the disk holding the index is full
     ├── ResumeError                  a checkpoint does not fit the inputs given
+    ├── UnknownDocumentError         no document with the id asked about (also a LookupError)
     └── BrokerError                  Kafka cannot be used as configured
         └── BrokerUnavailableError   the broker does not answer (retriable)
 
@@ -36,6 +38,10 @@ class ConfigError(StreamdedupError):
     """A configuration key is unknown, of the wrong type or out of range: fix the named key."""
 
 
+class UnknownDocumentError(StreamdedupError, LookupError):
+    """The index holds no document with the id asked about (never added, or forgotten)."""
+
+
 class IndexUnusableError(StreamdedupError):
     """The on-disk index cannot be used as it is."""
 
@@ -50,6 +56,10 @@ class IndexLockedError(IndexUnusableError):
 
 class IndexCorruptError(IndexUnusableError):
     """The index lacks data it must have: run `streamdedup check`, restore a backup or rebuild."""
+
+
+class IndexFullError(IndexUnusableError):
+    """The index has numbered 2^32 documents: start a new index (or shard the input)."""
 
 
 class DiskFullError(IndexUnusableError):

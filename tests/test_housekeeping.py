@@ -18,6 +18,7 @@ from streamdedup import config as config_module
 from streamdedup.core import corpus
 from streamdedup.core.records import Document, Source
 from streamdedup.engine.engine import Engine
+from streamdedup.errors import IndexCorruptError
 from streamdedup.store.bands import band_entries
 from streamdedup.store.check import check_index
 
@@ -140,6 +141,33 @@ def test_check_fix_rebuilds_damaged_lookup_tables(decided, tmp_path):
     assert b"consistent:" in fixed.stdout and b"rebuilt the lookup tables" in fixed.stdout
     assert run_cli("check", "--state", str(state)).returncode == 0
     assert index_snapshot(state)["records"] == snapshot["records"]
+
+
+def test_check_names_damaged_stored_shingles_and_the_engine_refuses_them(decided, tmp_path):
+    state = copy_index(decided, tmp_path)
+    cfg = config_module.load(None, environ={})
+    with Engine(cfg, str(state)) as engine:
+        def damage(txn):
+            key, coded = next(iter(txn.table_entries("shingles")))
+            txn.txn.put(key, coded[:-3], db=txn.dbs["shingles"])
+            return int.from_bytes(key, "big")
+
+        serial = engine.index.write(damage)
+        with engine.index.read() as txn:
+            with pytest.raises(IndexCorruptError, match=f"shingles of #{serial} are damaged"):
+                txn.shingles(serial)
+    broken = run_cli("check", "--state", str(state), check=False)
+    assert broken.returncode == 3 and f"#{serial}".encode() in broken.stdout and b"damaged" in broken.stdout
+
+
+def test_kept_documents_are_looked_up_by_the_band_keys_of_their_stored_shingles(decided):
+    """Records of plain kept documents store no band keys: signed again from the stored shingles, they are
+    the ones the band table holds (``check`` compares every entry), and forgetting removes exactly those."""
+    with Engine(config_module.load(None, environ={}), str(decided[0]), readonly=True) as engine:
+        with engine.index.read() as txn:
+            kept = [r for r in txn.records() if r.kept]
+            assert kept and all(r.band_keys == b"" for r in kept)
+            assert check_index(engine.index).ok
 
 
 def test_retention_stops_matching_then_the_sweep_clears_band_tables(tmp_path):

@@ -38,8 +38,12 @@ def test_each_kind_of_record_names_its_fields_and_survives_packing():
                                                    ["t", 1, 8], b"", 101.0, False]
     assert [getattr(near, f) for f in fields] == [5, "e", False, 3, "a", 3, "a", 0.75, False, b"d" * 16,
                                                   ["u", 2, 9], b"", 102.0, False]
-    for record in (kept, exact, near):
+    echoed = DocRecord.near_duplicate_of(kept, 0.8, 6, Document("a", "", Source("t", 0, 10)), b"e" * 16, 103.0,
+                                         site=9, containment=0.5)
+    dissolved = dataclasses.replace(near, serial=7, cluster=0, cluster_id="", matched_id="x", expired=True)
+    for record in (kept, exact, near, echoed, dissolved):
         assert DocRecord.unpack(record.serial, record.pack()) == record
+    assert len(near.pack()) < len(dataclasses.replace(near, matched_id="other").pack())  # a name said once
 
 
 def test_reopening_with_other_signing_settings_names_each_difference(tmp_path):

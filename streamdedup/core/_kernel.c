@@ -15,6 +15,11 @@
  *     lowercased, digits kept, anything else a space, runs of spaces collapsed, ends trimmed;
  *     documents written one after another into out, separated by a 0 byte.
  *
+ * ef_encode(values) -> bytes, ef_encode_many(values, offsets) -> list of bytes, ef_decode(data) -> bytes
+ *     Elias-Fano coding of sorted unique uint32 values, exactly as eliasfano.py (its module
+ *     docstring gives the layout); ef_decode returns the values as little-endian uint32 bytes and
+ *     raises ValueError on data that is not such a coding.
+ *
  * Arrays are passed through the buffer protocol (C-contiguous, types checked by itemsize here and
  * by dtype in Python), so the module needs only Python.h to build.
  */
@@ -348,10 +353,146 @@ fail0: PyBuffer_Release(&text);
     return NULL;
 }
 
+/* Elias-Fano (see eliasfano.py): [L][n as LEB128][n x L low bits, LSB first][upper bits, LSB first] */
+static int low_bits_for(Py_ssize_t n) {
+    if (n <= 0) return 0;
+    uint64_t ratio = (1ULL << 32) / (uint64_t)n;
+    return ratio ? 63 - __builtin_clzll(ratio) : 0;
+}
+
+/* The coding of n sorted unique values as a new bytes object (NULL with ValueError if they are not). */
+static PyObject *ef_encoded(const uint32_t *v, Py_ssize_t n) {
+    for (Py_ssize_t i = 1; i < n; i++) {
+        if (v[i] <= v[i - 1]) {
+            PyErr_SetString(PyExc_ValueError, "Elias-Fano codes sorted unique values only");
+            return NULL;
+        }
+    }
+    int low = low_bits_for(n);
+    uint64_t top = n ? ((uint64_t)v[n - 1] >> low) : 0;
+    Py_ssize_t header = 1, low_bytes = (n * low + 7) / 8, upper_bits = n ? (Py_ssize_t)top + n : 0;
+    for (uint64_t rest = (uint64_t)n; rest >= 0x80; rest >>= 7) header++;
+    header++;
+    Py_ssize_t size = header + low_bytes + (upper_bits + 7) / 8;
+    PyObject *result = PyBytes_FromStringAndSize(NULL, size);
+    if (!result) return NULL;
+    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(result);
+    memset(out, 0, size);
+    Py_ssize_t at = 0;
+    out[at++] = (uint8_t)low;
+    uint64_t rest = (uint64_t)n;
+    while (rest >= 0x80) { out[at++] = (uint8_t)(rest | 0x80); rest >>= 7; }
+    out[at++] = (uint8_t)rest;
+    uint8_t *lows = out + at, *upper = lows + low_bytes;
+    uint64_t mask = low ? ((1ULL << low) - 1) : 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t bits = v[i] & mask, bit = (uint64_t)i * low;
+        for (int done = 0; done < low;) {
+            int shift = (int)(bit & 7), take = 8 - shift;
+            if (take > low - done) take = low - done;
+            lows[bit >> 3] |= (uint8_t)(((bits >> done) & ((1u << take) - 1)) << shift);
+            done += take;
+            bit += take;
+        }
+        uint64_t position = ((uint64_t)v[i] >> low) + (uint64_t)i;
+        upper[position >> 3] |= (uint8_t)(1u << (position & 7));
+    }
+    return result;
+}
+
+static PyObject *ef_encode(PyObject *self, PyObject *args) {
+    PyObject *o_values;
+    if (!PyArg_ParseTuple(args, "O", &o_values)) return NULL;
+    Py_buffer values;
+    if (get_buffer(o_values, &values, 4, 0, "values") < 0) return NULL;
+    PyObject *result = ef_encoded(values.buf, values.len / 4);
+    PyBuffer_Release(&values);
+    return result;
+}
+
+static PyObject *ef_encode_many(PyObject *self, PyObject *args) {
+    PyObject *o_values, *o_offsets;
+    if (!PyArg_ParseTuple(args, "OO", &o_values, &o_offsets)) return NULL;
+    Py_buffer values, offsets;
+    if (get_buffer(o_values, &values, 4, 0, "values") < 0) return NULL;
+    if (get_buffer(o_offsets, &offsets, 8, 0, "offsets") < 0) { PyBuffer_Release(&values); return NULL; }
+    const int64_t *off = offsets.buf;
+    Py_ssize_t n_docs = offsets.len / 8 - 1, n_values = values.len / 4;
+    PyObject *result = NULL;
+    for (Py_ssize_t d = 0; d < n_docs; d++) {
+        if (off[d] < 0 || off[d] > off[d + 1] || off[d + 1] > n_values) {
+            PyErr_SetString(PyExc_ValueError, "offsets must rise within the values");
+            goto done;
+        }
+    }
+    result = PyList_New(n_docs > 0 ? n_docs : 0);
+    for (Py_ssize_t d = 0; result && d < n_docs; d++) {
+        PyObject *coded = ef_encoded((const uint32_t *)values.buf + off[d], off[d + 1] - off[d]);
+        if (!coded) { Py_CLEAR(result); break; }
+        PyList_SET_ITEM(result, d, coded);
+    }
+done:
+    PyBuffer_Release(&offsets);
+    PyBuffer_Release(&values);
+    return result;
+}
+
+static PyObject *ef_decode(PyObject *self, PyObject *args) {
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "y*", &data)) return NULL;
+    const uint8_t *in = data.buf;
+    Py_ssize_t size = data.len, at = 1;
+    if (size < 2 || in[0] > 32) goto bad;
+    int low = in[0];
+    uint64_t n = 0;
+    for (int shift = 0;; shift += 7) {
+        if (at >= size || shift > 35) goto bad;
+        uint8_t byte = in[at++];
+        n |= (uint64_t)(byte & 0x7F) << shift;
+        if (!(byte & 0x80)) break;
+    }
+    Py_ssize_t low_bytes = (Py_ssize_t)((n * low + 7) / 8);
+    if (n > (uint64_t)size * 8 || at + low_bytes > size || low != low_bits_for((Py_ssize_t)n)) goto bad;
+    const uint8_t *lows = in + at, *upper = lows + low_bytes;
+    Py_ssize_t upper_bytes = size - at - low_bytes;
+    PyObject *result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n * 4);
+    if (!result) { PyBuffer_Release(&data); return NULL; }
+    uint32_t *out = (uint32_t *)PyBytes_AS_STRING(result);
+    uint64_t i = 0;
+    for (Py_ssize_t byte = 0; byte < upper_bytes && i < n; byte++) {
+        unsigned bits = upper[byte];
+        while (bits && i < n) {
+            uint64_t position = (uint64_t)byte * 8 + __builtin_ctz(bits);
+            uint64_t high = position - i, bit = i * low, value = 0;
+            for (int done = 0; done < low;) {
+                int shift = (int)(bit & 7), take = 8 - shift;
+                if (take > low - done) take = low - done;
+                value |= (uint64_t)((lows[bit >> 3] >> shift) & ((1u << take) - 1)) << done;
+                done += take;
+                bit += take;
+            }
+            value |= high << low;
+            if (value > 0xFFFFFFFFULL || (i && value <= out[i - 1])) { Py_DECREF(result); goto bad; }
+            out[i++] = (uint32_t)value;
+            bits &= bits - 1;
+        }
+    }
+    if (i != n) { Py_DECREF(result); goto bad; }
+    PyBuffer_Release(&data);
+    return result;
+bad:
+    PyBuffer_Release(&data);
+    PyErr_SetString(PyExc_ValueError, "not an Elias-Fano coding of sorted unique uint32 values");
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"shingles", shingles, METH_VARARGS, "Sorted unique shingle hashes of every document (see the module)."},
     {"minhash", minhash, METH_VARARGS, "MinHash signatures of every document (see the module)."},
     {"ascii_normalize", ascii_normalize, METH_VARARGS, "The ASCII fast path of normalization (see the module)."},
+    {"ef_encode", ef_encode, METH_VARARGS, "Elias-Fano coding of sorted unique uint32 values (see eliasfano.py)."},
+    {"ef_encode_many", ef_encode_many, METH_VARARGS, "ef_encode of each document of (values, offsets)."},
+    {"ef_decode", ef_decode, METH_VARARGS, "The sorted uint32 values of an Elias-Fano coding (see eliasfano.py)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -46,7 +46,7 @@ import orjson
 from .html import html_text, main_text
 from .records import Document, Item, Rejected, Source
 
-__all__ = ["InputSpec", "decode", "decode_warc_line", "REASONS"]
+__all__ = ["InputSpec", "decode", "decode_object", "decode_pair", "decode_warc_line", "REASONS"]
 
 REASONS = (
     "tombstone", "too_large", "invalid_utf8", "invalid_json", "invalid_msgpack", "not_an_object",
@@ -91,6 +91,42 @@ def decode(value: Optional[bytes], source: Source, spec: InputSpec, key: Optiona
     item = _decoded(value, source, spec, key)
     if spec.max_output_bytes and isinstance(item, Document):
         return _fits_output(item, value, key, headers, spec)
+    return item
+
+
+def decode_object(fields: Any, source: Source, spec: InputSpec) -> Item:
+    """The document in an already parsed record (a dict, as the Python API receives it), or why there is none.
+
+    The same rules as a JSON line (``spec.id_field``, ``text_field`` and
+    ``url_field`` are dotted paths), but the id is required: a position in
+    one call names nothing the next call could recognize.
+    """
+    if not isinstance(fields, dict):
+        return Rejected("not_an_object", f"a record is a dict or an (id, text) pair, not a {type(fields).__name__}",
+                        source)
+    doc_id, id_problem = _document_id(fields, spec, None)
+    if id_problem:
+        return problem_at(id_problem, source)
+    if doc_id is None:
+        return Rejected("bad_id", f"no id at {spec.id_field!r}: give every document a string or integer id", source)
+    item = _checked_text(_field(fields, spec.text_field), doc_id, source, spec)
+    if spec.url_field and isinstance(item, Document):
+        url = _field(fields, spec.url_field)
+        if isinstance(url, str) and url:
+            item.url = url
+    return item
+
+
+def decode_pair(doc_id: Any, text: Any, source: Source, spec: InputSpec, url: Optional[str] = None) -> Item:
+    """The document of an id and a text given separately (the Python API's ``add``), or why there is none."""
+    if doc_id is None or doc_id == "":
+        return Rejected("bad_id", "the id is missing: give every document a string or integer id", source)
+    checked, id_problem = _document_id({"id": doc_id}, _ID_ONLY, None)
+    if id_problem:
+        return problem_at(id_problem, source)
+    item = _checked_text(text, checked, source, spec)
+    if url and isinstance(item, Document):
+        item.url = url
     return item
 
 
@@ -190,6 +226,7 @@ def _utf8(value: bytes) -> Optional[str]:
         return None
 
 
+_ID_ONLY = InputSpec(id_field="id")  # ``decode_pair`` checks a bare id with the id field's rules
 _NOWHERE = Source("", -1, 0)  # parsing problems get their real source in ``decode``
 
 

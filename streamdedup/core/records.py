@@ -114,17 +114,19 @@ Item = Union[Document, Rejected]
 
 @dataclass(slots=True)
 class Decision:
-    """The outcome of one document.
+    """The outcome of one document (``streamdedup.Decision`` in the Python API).
 
-    ``cluster`` is the document id of the cluster's representative (for a kept
-    document, its own id). ``matched`` is the document it was found to
-    duplicate; ``exact`` says the normalized texts are identical. ``replayed``
-    says the index had already decided this very document (same id, same
-    content) and this is that earlier decision.
+    ``status`` is "kept" (a new cluster), "duplicate" or "rejected" (with a
+    ``reason``: "code: detail", the codes of ``decode``). ``cluster`` is the
+    document id of the cluster's representative (for a kept document, its own
+    id). ``matched`` is the document it was found to duplicate, ``similarity``
+    the exact Jaccard of their content; ``exact`` says the normalized texts
+    are identical. ``replayed`` says the index had already decided this very
+    document (same id, same content) and this is that earlier decision.
     """
 
     id: str
-    status: str
+    status: str  # KEPT, DUPLICATE or REJECTED
     cluster: Optional[str] = None
     matched: Optional[str] = None
     similarity: Optional[float] = None

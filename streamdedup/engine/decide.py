@@ -183,7 +183,7 @@ def _decide_one(state: _Batch, doc: Document, row: int) -> Decision:
         record = DocRecord.near_duplicate_of(view.record(source), similarity, serial, doc, content, now, site, share)
         view.insert(record, ident, row)
         return _as_decision(record, candidates=len(shared), verified=compared + checked)
-    record = DocRecord.new_cluster(serial, doc, content, view.band_key_bytes(row), now, site)
+    record = DocRecord.new_cluster(serial, doc, content, view.record_band_keys(row), now, site)
     view.insert(record, ident, row, batch.shingles.of(row))
     if state.content is not None and row in state.content.provisional:
         state.first.kept(site, serial)

@@ -13,7 +13,7 @@ from ..core.excerpts import anchors_of, containment, likely_sources
 from ..core.prepare import prepare
 from ..core.records import Document, Rejected, Source, id_key
 from ..core.verify import jaccard
-from ..errors import StreamdedupError
+from ..errors import StreamdedupError, UnknownDocumentError
 from ..store.anchors import BatchAnchors
 from ..store.bands import BandTables
 from ..store.housekeeping import serials_with_id
@@ -111,7 +111,7 @@ def cluster_of(engine: Engine, doc_id: str) -> ClusterView:
     with engine.index.read() as txn:
         serials = serials_with_id(txn, RecentMirror.load(txn), doc_id)
         if not serials:
-            raise StreamdedupError(f"no document with id {doc_id!r} in the index")
+            raise UnknownDocumentError(f"no document with id {doc_id!r} in the index")
         record = txn.record(serials[-1])  # the latest version
         if not record.cluster:
             raise StreamdedupError(f"{doc_id!r} belongs to no cluster: its representative was forgotten")
@@ -120,9 +120,7 @@ def cluster_of(engine: Engine, doc_id: str) -> ClusterView:
         members = []
         if cursor.set_key(record.cluster.to_bytes(8, "big")):
             for value in cursor.iternext_dup():
-                member = txn.record(int.from_bytes(value, "big"))
-                if member.serial != representative.serial:
-                    members.append(_member(member))
+                members.append(_member(txn.record(int.from_bytes(value, "big"))))
     return ClusterView(_member(representative), members, None if record.kept else doc_id)
 
 

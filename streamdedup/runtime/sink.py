@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 from typing import BinaryIO, Optional
 
@@ -40,12 +41,21 @@ def _json_string(text, encode=_STRING) -> str:
 
 
 class _Output:
-    """One output file that can be cut back to a recorded size; ``-`` is stdout (never cut)."""
+    """One output file that can be cut back to a recorded size.
+
+    ``-`` (stdout) and other files that are not regular (``/dev/null``, a named pipe) are written
+    as they come and never cut: a resumed run appends to them.
+    """
 
     def __init__(self, path: str, keep_bytes: int):
         self.path = path
+        self.cuttable = path != "-" and not _is_stream(path)
         if path == "-":
             self.handle: BinaryIO = sys.stdout.buffer
+            self.size = 0
+            return
+        if not self.cuttable:
+            self.handle = open(path, "wb")
             self.size = 0
             return
         mode = "r+b" if os.path.exists(path) else "w+b"
@@ -62,7 +72,7 @@ class _Output:
 
     def rewind(self, size: int) -> None:
         """Forget everything after ``size`` bytes (what a batch wrote before its commit failed)."""
-        if self.path == "-":
+        if not self.cuttable:
             return
         self.handle.seek(size)
         self.handle.truncate(size)
@@ -74,7 +84,7 @@ class _Output:
 
     def sync(self, durable: bool) -> None:
         self.handle.flush()
-        if durable and self.path != "-":
+        if durable and self.cuttable:
             os.fsync(self.handle.fileno())
 
     def close(self) -> None:
@@ -82,6 +92,14 @@ class _Output:
             self.handle.close()
         else:
             self.handle.flush()
+
+
+def _is_stream(path: str) -> bool:
+    """Whether ``path`` is an existing file that is not a regular one (a device, a pipe)."""
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return False
 
 
 class FileOutputs:

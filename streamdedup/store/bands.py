@@ -1,12 +1,13 @@
 """The band tables: where kept documents are found by their band keys, and every path that touches them.
 
 One dupsort table, ``bands``, of buckets: the key is a band number (2 bytes)
-and the high 16 bits of a 32-bit band key (2 bytes); each value (8 bytes,
+and the high 16 bits of a 32-bit band key (2 bytes); each value (6 bytes,
 packed by LMDB with the others of its bucket) holds the key's low 16 bits
-and a kept document's serial (48 bits), all big-endian so that buckets sort
-by band, then key. A bucket holds about documents / 65,536 entries, so an
-entry costs its 8 bytes (a table keyed by whole band keys paid ~28 bytes
-an entry for LMDB's node of each). A lookup reads the buckets of its keys
+and a kept document's serial (32 bits: an index numbers at most 2^32
+documents), all big-endian so that buckets sort by band, then key. A bucket
+holds about documents / 65,536 entries, so an entry costs its 6 bytes (a
+table keyed by whole band keys paid ~28 bytes an entry for LMDB's node of
+each). A lookup reads the buckets of its keys
 and keeps the entries whose key is one it asked for. Only kept documents
 are in it, so documents are compared with kept documents only.
 
@@ -29,34 +30,35 @@ import numpy as np
 
 from . import bandfilter
 from .bandfilter import BandFilter
-from .index import Index, IndexTxn
+from ..core.lsh import band_keys
+from ..core.shingle import ShingleBatch
+from ..core.signing import sign_batch
+from .index import DocRecord, Index, IndexTxn
 
-__all__ = ["BandTables", "band_entries", "stored_keys", "KEY_ROW", "BAND_ROW", "BAND_KEY_BYTES"]
+__all__ = ["BandTables", "band_entries", "stored_keys", "record_band_keys", "KEY_ROW", "BAND_ROW", "BAND_KEY_BYTES"]
 
 BAND_KEY_BYTES = 4  # a band key is 32 bits (``lsh.band_keys``): in records, the recent log and the table
 KEY_ROW = np.dtype([("band", ">u2"), ("key", ">u8")])  # a key of the ``rekeyed`` table
 BAND_ROW = np.dtype([("band", ">u2"), ("key", ">u8"), ("serial", ">u8")])  # a ``rekeyed`` key and one value
 _BUCKET = np.dtype([("band", ">u2"), ("high", ">u2")])  # a ``bands`` key
-_ENTRY = np.dtype([("band", ">u2"), ("high", ">u2"), ("value", ">u8")])  # a ``bands`` key and one value
-_ENTRY_PAIR = np.dtype([("key", "V4"), ("value", "V8")])  # the same row as LMDB key and value bytes
-_SERIAL_BITS = 48
-_SERIAL_MASK = (1 << _SERIAL_BITS) - 1
+_ENTRY = np.dtype([("band", ">u2"), ("high", ">u2"), ("low", ">u2"), ("serial", ">u4")])  # key, one value
+_ENTRY_PAIR = np.dtype([("key", "V4"), ("value", "V6")])  # the same row as LMDB key and value bytes
+_VALUE_BYTES = 6  # serials fit 32 bits: ``index.MAX_SERIAL``
 
 
 def _entries(bands: np.ndarray, keys: np.ndarray, serials: np.ndarray) -> np.ndarray:
     """Table rows (``_ENTRY``) of these (band, 32-bit band key, serial), in the table's order."""
     rows = np.empty(len(keys), dtype=_ENTRY)
     keys = keys.astype(np.uint64)
-    rows["band"], rows["high"] = bands, keys >> np.uint64(16)
-    rows["value"] = ((keys & np.uint64(0xFFFF)) << np.uint64(_SERIAL_BITS)) | serials.astype(np.uint64)
-    return rows[np.lexsort((rows["value"], rows["high"], rows["band"]))]
+    rows["band"], rows["high"], rows["low"] = bands, keys >> np.uint64(16), keys & np.uint64(0xFFFF)
+    rows["serial"] = serials
+    return rows[np.lexsort((rows["serial"], rows["low"], rows["high"], rows["band"]))]
 
 
 def _decoded(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(band, band key, serial) of table rows."""
-    value = rows["value"].astype(np.uint64)
-    keys = (rows["high"].astype(np.uint64) << np.uint64(16)) | (value >> np.uint64(_SERIAL_BITS))
-    return rows["band"].astype(np.int64), keys, (value & np.uint64(_SERIAL_MASK)).astype(np.int64)
+    keys = (rows["high"].astype(np.uint64) << np.uint64(16)) | rows["low"].astype(np.uint64)
+    return rows["band"].astype(np.int64), keys, rows["serial"].astype(np.int64)
 
 
 def band_entries(txn: IndexTxn) -> Iterator[tuple[int, bytes, int]]:
@@ -72,6 +74,23 @@ def stored_keys(txn: IndexTxn, chunk: int) -> Iterator[np.ndarray]:
     pairs = txn.txn.cursor(db=txn.dbs["bands"]).iternext(keys=True, values=True)
     while rows := list(itertools.islice(pairs, chunk)):
         yield _decoded(np.frombuffer(b"".join(k + v for k, v in rows), dtype=_ENTRY))[1]
+
+
+def record_band_keys(txn: IndexTxn, record: DocRecord) -> np.ndarray:
+    """A live kept document's band keys (uint64, one per band).
+
+    Its record stores them only when they are not those of its stored
+    shingles (a page whose content leaves its site's template out is looked
+    up by its content's signature); otherwise they are signed again from the
+    shingles, which is how they were made.
+    """
+    if record.band_keys:
+        return np.frombuffer(record.band_keys, dtype=">u4").astype(np.uint64)
+    signing = txn.index.signing
+    shingles = txn.shingles(record.serial)
+    signature = sign_batch(ShingleBatch(shingles, np.array([0, len(shingles)], dtype=np.int64)),
+                           signing.num_perm, signing.seed)
+    return band_keys(signature, signing.bands, signing.rows)[0]
 
 
 class BandTables:
@@ -118,7 +137,8 @@ class BandTables:
         buckets["band"], buckets["high"] = wanted_band, wanted_key >> np.uint64(16)
         buckets = np.unique(buckets)  # in table order
         cursor = txn.txn.cursor(db=txn.dbs["bands"])
-        found = cursor.getmulti(_as_bytes_list(buckets), dupdata=True, dupfixed_bytes=8, keyfixed=True)
+        found = cursor.getmulti(_as_bytes_list(buckets), dupdata=True, dupfixed_bytes=_VALUE_BYTES,
+                                keyfixed=True)
         _, stored_keys_, stored_serials = _decoded(np.frombuffer(found, dtype=_ENTRY))
         rekeyed = np.zeros(0, dtype=BAND_ROW)  # sites' first pages by their settled content
         if txn.txn.stat(txn.dbs["rekeyed"])["entries"]:
@@ -149,9 +169,8 @@ class BandTables:
             band_filter.add(keys)
             bandfilter.save(self.index, band_filter)
 
-    def remove(self, txn: IndexTxn, serial: int, band_keys: bytes) -> None:
-        """Delete a kept document's entries (``band_keys``: its record's band keys)."""
-        keys = np.frombuffer(band_keys, dtype=">u4")
+    def remove(self, txn: IndexTxn, serial: int, keys: np.ndarray) -> None:
+        """Delete a kept document's entries (``keys``: its band keys, ``record_band_keys``)."""
         rows = _entries(np.arange(len(keys)), keys, np.full(len(keys), serial)).view(_ENTRY_PAIR)
         for key, value in zip(rows["key"].tolist(), rows["value"].tolist()):
             txn.delete("bands", key, value)

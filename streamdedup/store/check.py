@@ -16,11 +16,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..core.records import id_key
-from .bands import band_entries
+from ..errors import IndexCorruptError
+from .bands import band_entries, record_band_keys
 from .index import Index, IndexTxn, from_u64
 from .lookup import unpack_recent
 
 __all__ = ["CheckReport", "check_index"]
+
+_NO_KEYS = np.zeros(0, dtype=np.uint64)
 
 MAX_PROBLEMS = 200  # listed; the rest are counted
 
@@ -71,18 +74,18 @@ def _check_records(txn: IndexTxn, report: CheckReport, recent: dict, merged: int
     for record in txn.records():
         report.documents += 1
         name = f"document #{record.serial} ({record.id})"
-        keys = np.frombuffer(record.band_keys, dtype=">u4").astype(np.uint64)
         live = record.kept and not record.expired  # in the band tables
+        keys = _NO_KEYS
         if record.kept:
             report.kept += 1
             kept_serials.add(record.serial)
-            if len(keys) != bands:
-                report.problem(f"kept {name} has {len(keys)} band keys, not {bands}")
-            if live and txn.txn.get(record.serial.to_bytes(8, "big"), db=txn.dbs["shingles"]) is None:
-                report.problem(f"kept {name} has no stored shingles")
+            if live and _check_shingles(txn, record.serial, name, report):
+                keys = record_band_keys(txn, record)
+                if len(keys) != bands:
+                    report.problem(f"kept {name} has {len(keys)} band keys, not {bands}")
             if record.cluster != record.serial:
                 report.problem(f"kept {name} names cluster #{record.cluster}, not itself")
-        if record.cluster and (record.cluster, record.serial) not in members:
+        if record.cluster and not record.kept and (record.cluster, record.serial) not in members:
             report.problem(f"{name} is missing from the members of cluster #{record.cluster}")
         if record.serial > merged:
             _check_recent_entry(record, name, keys if live else keys[:0], recent.get(record.serial), report)
@@ -145,9 +148,21 @@ def _check_tables(txn: IndexTxn, report: CheckReport) -> None:
             report.problem(f"content entry points at #{serial}, which has other content or no record")
     for key, value in txn.table_entries("members"):
         cluster, serial = from_u64(key), from_u64(value)
-        if txn.txn.get(value, db=txn.dbs["docs"]) is None or txn.record(serial).cluster != cluster:
-            report.problem(f"member #{serial} of cluster #{cluster} has no record or another cluster")
+        member = None if txn.txn.get(value, db=txn.dbs["docs"]) is None else txn.record(serial)
+        if member is None or member.cluster != cluster or member.kept:
+            report.problem(f"member #{serial} of cluster #{cluster} has no record, another cluster or is kept")
     _check_anchors(txn, report)
+
+
+def _check_shingles(txn: IndexTxn, serial: int, name: str, report: CheckReport) -> bool:
+    """Whether a live kept document's shingles are stored and decode (a problem is reported if not)."""
+    try:
+        if txn.stored_shingles(serial) is not None:
+            return True
+        report.problem(f"kept {name} has no stored shingles")
+    except IndexCorruptError as damaged:
+        report.problem(f"kept {name}: {damaged}")
+    return False
 
 
 def _check_anchors(txn: IndexTxn, report: CheckReport) -> None:
@@ -155,11 +170,11 @@ def _check_anchors(txn: IndexTxn, report: CheckReport) -> None:
     for key, value in txn.table_entries("anchors"):
         serial = from_u64(value)
         raw = txn.txn.get(value, db=txn.dbs["docs"])
-        stored = txn.txn.get(value, db=txn.dbs["shingles"])
+        stored = txn.stored_shingles(serial)
         record = None if raw is None else txn.record(serial)
         if record is None or not record.kept or record.expired or stored is None:
             report.problem(f"excerpt anchor points at #{serial}, which is not a kept, unexpired document")
-        elif not _holds(np.frombuffer(stored, dtype="<u4"), int.from_bytes(key, "big")):
+        elif not _holds(stored, int.from_bytes(key, "big")):
             report.problem(f"excerpt anchor of #{serial} is not among its shingles")
 
 

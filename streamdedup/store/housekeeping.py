@@ -32,7 +32,7 @@ import numpy as np
 from ..core.excerpts import anchors_of
 from ..core.records import id_key
 from .anchors import remove_anchors
-from .bands import BandTables
+from .bands import BandTables, record_band_keys
 from .index import DocRecord, IndexTxn, from_u64, u64
 from .lookup import RecentMirror, merge_recent, pack_recent, unpack_recent
 from .sites import remove_rekeyed
@@ -82,7 +82,9 @@ def forget(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, ids: list[str
 
 def _forget_one(txn: IndexTxn, bands: BandTables, record: DocRecord, report: ForgetReport) -> None:
     key = u64(record.serial)
-    if record.kept and not record.expired:
+    live = record.kept and not record.expired
+    if live:
+        bands.remove(txn, record.serial, record_band_keys(txn, record))  # signed from its shingles: first
         _remove_anchors(txn, record.serial)
         remove_rekeyed(txn, record.serial)
     txn.delete("docs", key)
@@ -91,10 +93,9 @@ def _forget_one(txn: IndexTxn, bands: BandTables, record: DocRecord, report: For
     txn.delete("ids", id_key(record.id), key)
     if txn.get("content", record.content) == key:
         txn.delete("content", record.content)
-    if record.cluster:
+    if record.cluster and not record.kept:
         txn.delete("members", u64(record.cluster), key)
     if record.kept:
-        bands.remove(txn, record.serial, record.band_keys)
         report.released += _dissolve(txn, record.serial)
         report.dissolved += 1
     txn.count(documents=-1, kept=-int(record.kept), duplicates=-int(not record.kept), exact=-int(record.exact))
@@ -148,7 +149,7 @@ def _expire(txn: IndexTxn, bands: BandTables, record: DocRecord) -> None:
         ident, content, _ = unpack_recent(recent)
         txn.txn.put(key, pack_recent(ident, content), db=txn.dbs["recent"])
     else:
-        bands.remove(txn, record.serial, record.band_keys)
+        bands.remove(txn, record.serial, record_band_keys(txn, record))
     _remove_anchors(txn, record.serial)
     remove_rekeyed(txn, record.serial)
     txn.delete("shingles", key)
@@ -169,11 +170,11 @@ def rebuild_tables(txn: IndexTxn, bands: BandTables) -> dict:
         counters["kept" if record.kept else "duplicates"] += 1
         counters["exact"] += record.exact
         entries.append((record.serial, id_key(record.id), record.content))
-        if record.cluster:
+        if record.cluster and not record.kept:
             txn.txn.put(u64(record.cluster), u64(record.serial), db=txn.dbs["members"], dupdata=True)
         if record.kept and not record.expired:
             kept_serials.append(record.serial)
-            kept_keys.append(np.frombuffer(record.band_keys, dtype=">u4").astype(np.uint64))
+            kept_keys.append(record_band_keys(txn, record))
     mirror.add(entries, np.array(kept_serials, dtype=np.int64),
                np.array(kept_keys, dtype=np.uint64).reshape(len(kept_keys), txn.index.signing.bands))
     merge_recent(txn, mirror, bands)
@@ -243,6 +244,6 @@ class ForgetRequests:
 def _remove_anchors(txn: IndexTxn, serial: int) -> None:
     """Take a kept document out of the excerpt anchors (its anchors are among its stored shingles)."""
     sampling = txn.index.signing.excerpt_sampling
-    raw = txn.get("shingles", u64(serial))
-    if sampling and raw is not None:
-        remove_anchors(txn, serial, anchors_of(np.frombuffer(raw, dtype="<u4"), sampling))
+    stored = txn.stored_shingles(serial) if sampling else None
+    if stored is not None:
+        remove_anchors(txn, serial, anchors_of(stored, sampling))

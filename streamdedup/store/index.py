@@ -9,10 +9,12 @@ meta          name                                   JSON (config, counters, ids
 bands         band (2 B) + band key's high 16 bits   its low 16 bits + a kept document's
                                                      serial (dupsort, 8 B each; bands.py)
 docs          serial                                 msgpack record of the decision
-shingles      serial                                 sorted unique uint32 shingles (kept)
+shingles      serial                                 sorted unique uint32 shingles of a kept
+                                                     document, Elias-Fano coded (``eliasfano``)
 ids           BLAKE2b-128 of the document id         serials with that id (dupsort)
 content       BLAKE2b-128 of the normalized text     serial of its first document
-members       cluster serial                         member serials (dupsort)
+members       cluster serial                         its duplicates' serials (dupsort; the
+                                                     representative is the cluster serial)
 positions     source name                            JSON input position
 recent        serial                                 id, content and band keys of a
                                                      document not yet merged into
@@ -45,6 +47,7 @@ import lmdb
 import msgpack
 import numpy as np
 
+from ..core import eliasfano
 from ..core.records import id_key
 from ..core.signing import SigningConfig
 from ..errors import (
@@ -59,10 +62,11 @@ from ..faults import failing
 if TYPE_CHECKING:
     from ..core.records import Document
 
-__all__ = ["Index", "IndexSettings", "IndexTxn", "MapFull", "TxnState", "DocRecord", "FORMAT_VERSION", "id_key",
+__all__ = ["Index", "IndexSettings", "IndexTxn", "MapFull", "TxnState", "DocRecord", "FORMAT_VERSION", "MAX_SERIAL", "id_key",
            "u64", "from_u64"]
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
+MAX_SERIAL = (1 << 32) - 1  # the band table stores serials in 32 bits (``bands``)
 LOW_DISK_BYTES = 16 << 20  # 16 MiB: below this, a failed write is taken for a full disk
 _DATABASES = {
     "meta": {},
@@ -145,16 +149,33 @@ class DocRecord:
                    containment)
 
     def pack(self, packer: Optional[msgpack.Packer] = None) -> bytes:
-        """The stored form; a batch passes one ``packer`` for all its records (one is not thread-safe)."""
-        return (packer or msgpack.Packer()).pack(
-            [self.id, self.kept, self.cluster, self.cluster_id, self.matched, self.matched_id,
-             self.similarity, self.exact, self.content, self.source, self.band_keys, self.time, self.expired,
-             self.site, self.containment]
-        )
+        """The stored form; a batch passes one ``packer`` for all its records (one is not thread-safe).
+
+        Names said twice are stored once: a kept document's cluster id is its
+        own id and a duplicate's match is mostly its cluster's representative
+        (None stands for either); the last fields are left out while they
+        hold their defaults.
+        """
+        fields = [self.id, self.kept, self.cluster, None if self.cluster_id == self.id else self.cluster_id,
+                  self.matched, None if self.matched_id == self.cluster_id else self.matched_id,
+                  self.similarity, self.exact, self.content, self.source, self.band_keys, self.time, self.expired,
+                  self.site, self.containment]
+        while len(fields) > _REQUIRED_FIELDS and fields[-1] == _DEFAULTS[len(fields) - 1 - _REQUIRED_FIELDS]:
+            fields.pop()
+        return (packer or msgpack.Packer()).pack(fields)
 
     @classmethod
     def unpack(cls, serial: int, data: bytes) -> "DocRecord":
-        return cls(serial, *msgpack.unpackb(data, use_list=True))
+        record = cls(serial, *msgpack.unpackb(data, use_list=True))
+        if record.cluster_id is None:
+            record.cluster_id = record.id
+        if record.matched_id is None and record.matched is not None:
+            record.matched_id = record.cluster_id
+        return record
+
+
+_REQUIRED_FIELDS = 12  # id .. time; then expired, site and containment, stored only when not their defaults
+_DEFAULTS = (False, 0, None)
 
 
 def u64(n: int) -> bytes:
@@ -229,6 +250,9 @@ class Index:
                 max_readers=256,
             )
         except lmdb.Error as exc:
+            if "already open in this process" in str(exc):
+                raise IndexUnusableError(f"the index at {self.path!r} is already open in this process: use the "
+                                         "object that opened it (it answers queries too), or close it first") from exc
             raise IndexUnusableError(f"cannot open the index at {self.path!r}: {exc}") from exc
 
     def _open_databases(self) -> dict[str, Any]:
@@ -508,10 +532,21 @@ class IndexTxn:
     # -- lookups -------------------------------------------------------
 
     def shingles(self, serial: int) -> np.ndarray:
+        found = self.stored_shingles(serial)
+        if found is None:
+            raise IndexCorruptError(f"kept document #{serial} has no stored shingles; run `streamdedup check`")
+        return found
+
+    def stored_shingles(self, serial: int) -> Optional[np.ndarray]:
+        """A kept document's stored shingles (sorted uint32), or None if it has none."""
         raw = self.txn.get(u64(serial), db=self.dbs["shingles"])
         if raw is None:
-            raise IndexCorruptError(f"kept document #{serial} has no stored shingles; run `streamdedup check`")
-        return np.frombuffer(raw, dtype="<u4")
+            return None
+        try:
+            return eliasfano.decode(raw)
+        except ValueError:
+            raise IndexCorruptError(f"the stored shingles of #{serial} are damaged; run `streamdedup check`, "
+                                    "then restore a backup or rebuild the index") from None
 
     def record(self, serial: int) -> DocRecord:
         raw = self.txn.get(u64(serial), db=self.dbs["docs"])
@@ -534,12 +569,6 @@ class IndexTxn:
     def table_entries(self, name: str) -> Iterator[tuple[bytes, bytes]]:
         """Every (key, value) of a named table, in key order."""
         return iter(self.txn.cursor(db=self.dbs[name]))
-
-    def members(self, cluster: int) -> list[int]:
-        cursor = self.txn.cursor(db=self.dbs["members"])
-        if not cursor.set_key(u64(cluster)):
-            return []
-        return [from_u64(v) for v in cursor.iternext_dup()]
 
     def records(self) -> Iterator[DocRecord]:
         for key, raw in self.txn.cursor(db=self.dbs["docs"]):

@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 import msgpack
 import numpy as np
 
-from .index import DocRecord, IndexTxn, from_u64, u64
+from ..core import eliasfano
+from ..errors import IndexFullError
+from .index import MAX_SERIAL, DocRecord, IndexTxn, from_u64, u64
 
 if TYPE_CHECKING:
     from .bands import BandTables
@@ -199,6 +201,15 @@ def _rows_with_keys(keys: np.ndarray, serials: np.ndarray, asked: np.ndarray) ->
     return keys[index], serials[index]
 
 
+def _coded(shingles: list[np.ndarray]) -> list[bytes]:
+    """The stored form of each kept document's shingles (``eliasfano``), coded in one call."""
+    if not shingles:
+        return []
+    offsets = np.zeros(len(shingles) + 1, dtype=np.int64)
+    np.cumsum([len(s) for s in shingles], out=offsets[1:])
+    return eliasfano.encode_many(np.concatenate(shingles), offsets)
+
+
 def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """``starts[i], starts[i] + 1, ..., starts[i] + counts[i] - 1`` for every i, concatenated."""
     return np.repeat(starts, counts) + (np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts))
@@ -268,7 +279,7 @@ class BatchView:
         self.bands = bands
         self._raw = txn.txn
         self.dbs = txn.dbs
-        self._band_keys = band_keys
+        self._band_keys = self._signed_keys = band_keys
         self._ids = self._fetch_ids(id_keys)
         self._content = self._fetch_content(contents)
         self._hits: Optional[tuple["_Hits", dict[int, list[int]]]] = None  # fetched at the first ``candidates``
@@ -352,9 +363,12 @@ class BatchView:
         """The band keys row ``row`` is looked up by."""
         return self._band_keys[row]
 
-    def band_key_bytes(self, row: int) -> bytes:
-        """The band keys of batch row ``row`` as a kept document's record stores them."""
+    def record_band_keys(self, row: int) -> bytes:
+        """The band keys of batch row ``row`` as a kept document's record stores them: none when they are
+        those of its shingles (``bands.record_band_keys`` signs them again)."""
         self._band_hits()
+        if self._band_keys is self._signed_keys or np.array_equal(self._band_keys[row], self._signed_keys[row]):
+            return b""
         return self._band_key_bytes[row].tobytes()
 
     def record(self, serial: int) -> DocRecord:
@@ -387,14 +401,18 @@ class BatchView:
     def flush(self) -> Callable[[], None]:
         """Write the batch into the transaction; returns what to do to the mirror once it commits."""
         inserted, packer = self._inserted, msgpack.Packer()
+        if inserted and inserted[-1][0].serial > MAX_SERIAL:
+            raise IndexFullError(f"the index has numbered {MAX_SERIAL:,} documents, as many as it can; start a new "
+                                 "index (or shard the input) and keep this one for lookups")
         keys = [u64(record.serial) for record, _ in inserted]
+        kept_keys = {serial: self._band_key_bytes[row].tobytes() for row, serial in self._kept_rows.items()}
         writes = {  # every table but members gets serials in increasing order: appended
             "docs": [(key, record.pack(packer)) for key, (record, _) in zip(keys, inserted)],
-            "recent": [(key, pack_recent(ident, record.content, record.band_keys))
+            "recent": [(key, pack_recent(ident, record.content, kept_keys.get(record.serial, b"")))
                        for key, (record, ident) in zip(keys, inserted)],
-            "shingles": [(u64(serial), shingles.astype("<u4", copy=False).tobytes())
-                         for serial, shingles in self._shingles.items()],
-            "members": sorted((u64(record.cluster), key) for key, (record, _) in zip(keys, inserted)),
+            "shingles": list(zip(map(u64, self._shingles), _coded(list(self._shingles.values())))),
+            "members": sorted((u64(record.cluster), key) for key, (record, _) in zip(keys, inserted)
+                              if not record.kept),
         }
         for name, items in writes.items():
             if items:

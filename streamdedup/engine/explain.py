@@ -1,0 +1,253 @@
+"""Why a document was decided as it was: its match, the exact similarity, the bands they share, the passages.
+
+The index keeps no text (a kept document's shingle hashes, a duplicate's
+decision record), so an explanation is built from what it has and from the
+texts the caller hands in:
+
+- always: the decision record (status, relation, cluster, match, the
+  similarity and containment recorded when it was decided);
+- with both documents' shingles, the exact similarity of their *content*
+  (shingles without their sites' templates as the index knows them now) and
+  the bands of the signatures they share. A kept document's shingles are
+  stored; a duplicate's are not (the index stays small), so for a duplicate
+  they come from its text;
+- with both texts, the shared and differing passages: the normalized texts'
+  words aligned with ``difflib``.
+
+A text that is not the one the index decided (its normalized content hash
+differs from the record's) is not used; the explanation says so.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import asdict, dataclass, field
+from typing import Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+from ..core.excerpts import containment
+from ..core.lsh import band_keys
+from ..core.prepare import prepare
+from ..core.records import Document, Rejected, Source
+from ..core.shingle import ShingleBatch, normalize
+from ..core.signing import sign_batch
+from ..core.templates import EMPTY, content_of
+from ..core.verify import jaccard
+from ..errors import UnknownDocumentError
+from ..store.bands import record_band_keys
+from ..store.housekeeping import serials_with_id
+from ..store.index import DocRecord, IndexTxn, u64
+from ..store.lookup import RecentMirror
+from ..store.sites import load_site, shared_template
+from .engine import Engine
+
+__all__ = ["Explanation", "Passage", "Side", "explain"]
+
+
+@dataclass
+class Side:
+    """One document of an explanation, as the index recorded it."""
+
+    id: str
+    status: str  # "kept" or "duplicate"
+    cluster: Optional[str]  # None once its cluster's representative was forgotten
+    source: list  # [name, partition, offset] it was read from
+    time: float  # when it was decided (seconds since the epoch)
+    shingles: Optional[int] = None  # its content shingles, when known (stored, or from its text)
+    shingles_from: Optional[str] = None  # "index" (stored for kept documents) or "text"
+    text_given: bool = False  # a text was handed in and is the one the index decided
+
+
+@dataclass
+class Passage:
+    """A run of the two normalized texts: the same in both, changed, or only in one of them."""
+
+    kind: str  # "same", "changed", "only_a" or "only_b"
+    a: str  # the words of document A ("" for only_b)
+    b: str  # the words of document B ("" for only_a)
+
+
+@dataclass
+class Explanation:
+    """Why document ``a`` was decided as it was, against document ``b`` (its match, or the one asked about)."""
+
+    a: Side
+    b: Optional[Side]  # None: a kept document asked about alone
+    relation: Optional[str]  # a duplicate's "exact", "near" or "excerpt"; None for a kept document
+    matched: Optional[str]  # the kept document ``a`` was found to duplicate
+    b_is_match: bool  # ``b`` is the document ``a`` was decided against (not one the caller chose)
+    threshold: float  # lsh.threshold: the Jaccard at or above which a document is a duplicate
+    decided_similarity: Optional[float]  # the similarity recorded with ``a``'s decision (against ``matched``)
+    decided_containment: Optional[float]  # an excerpt's recorded share of its content inside ``matched``
+    similarity: Optional[float] = None  # exact Jaccard of the two contents, computed now
+    containment: Optional[float] = None  # the share of ``a``'s content inside ``b``'s, computed now
+    shared_shingles: Optional[int] = None
+    bands: int = 0  # bands of a signature
+    min_shared: int = 0  # bands a kept document must share with a document to be verified against it
+    shared_bands: Optional[list[int]] = None  # the band numbers (from 0) whose keys ``a`` and ``b`` share
+    members: Optional[int] = None  # a kept document asked about alone: the duplicates in its cluster
+    passages: Optional[list[Passage]] = None  # the aligned texts, when both were given
+    notes: list[str] = field(default_factory=list)  # what could not be said, and how to get it
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def explain(engine: Engine, doc_id: str, other: Optional[str] = None,
+            texts: Optional[Mapping[str, Union[str, Sequence[str]]]] = None) -> Explanation:
+    """Explain the latest version of ``doc_id`` against ``other`` (default: the document it was matched to).
+
+    ``texts`` maps ids to their texts (both, for the passages; a duplicate's,
+    for the similarity and bands), or to several candidates: the one the
+    index decided is used.
+    Raises ``UnknownDocumentError`` for an id the index does not hold.
+    """
+    texts = texts or {}
+    with engine.index.read() as txn:
+        mirror = RecentMirror.load(txn)
+        record_a = _latest(txn, mirror, doc_id)
+        record_b, notes = _other_record(txn, mirror, record_a, other)
+        result = Explanation(
+            a=_side(record_a), b=None if record_b is None else _side(record_b),
+            relation=_relation(record_a), matched=record_a.matched_id,
+            b_is_match=record_b is not None and record_b.serial == record_a.matched,
+            threshold=engine.settings.threshold, decided_similarity=record_a.similarity,
+            decided_containment=record_a.containment, bands=engine.signing.bands,
+            min_shared=engine.signing.min_shared, notes=notes)
+        if record_b is None:
+            if record_a.kept:
+                result.members = _members(txn, record_a.serial)
+            return result
+        words = {}
+        contents = {}
+        for side, record in (("a", record_a), ("b", record_b)):
+            shingles, origin, words[side] = _shingles_of(engine, txn, record, texts.get(record.id), result.notes)
+            described = getattr(result, side)
+            described.text_given = words[side] is not None
+            if shingles is not None:
+                contents[side] = _content(engine, txn, record, shingles)
+                described.shingles, described.shingles_from = len(contents[side]), origin
+        if len(contents) == 2:
+            _compare(engine, txn, result, record_a, record_b, contents["a"], contents["b"])
+        if words["a"] is not None and words["b"] is not None:
+            result.passages = passages(words["a"], words["b"])
+        else:
+            missing = [r.id for side, r in (("a", record_a), ("b", record_b)) if words[side] is None]
+            result.notes.append(f"no text for {', '.join(map(repr, missing))}: the index keeps no text; give the "
+                                "input file (--texts FILE.jsonl, or texts= in Python) to see the passages")
+    return result
+
+
+def _latest(txn: IndexTxn, mirror: RecentMirror, doc_id: str) -> DocRecord:
+    serials = serials_with_id(txn, mirror, doc_id)
+    if not serials:
+        raise UnknownDocumentError(f"no document with id {doc_id!r} in the index (never decided, or forgotten); "
+                                   "`streamdedup query` finds documents by their text")
+    return txn.record(serials[-1])
+
+
+def _other_record(txn: IndexTxn, mirror: RecentMirror, record: DocRecord,
+                  other: Optional[str]) -> tuple[Optional[DocRecord], list[str]]:
+    """The document to compare with, and notes on why there is none."""
+    if other is not None:
+        return _latest(txn, mirror, other), []
+    if record.kept:
+        return None, ["kept: no earlier kept document was at or above the threshold when it was decided; name "
+                      "another id to compare it with"]
+    matched = record.matched
+    raw = None if matched is None else txn.get("docs", u64(matched))
+    if matched is None or raw is None:
+        return None, [f"its match {record.matched_id!r} was forgotten since: only the recorded decision is left"]
+    return DocRecord.unpack(matched, raw), []
+
+
+def _side(record: DocRecord) -> Side:
+    return Side(record.id, "kept" if record.kept else "duplicate", record.cluster_id if record.cluster else None,
+                record.source, record.time)
+
+
+def _relation(record: DocRecord) -> Optional[str]:
+    if record.kept:
+        return None
+    return "exact" if record.exact else "near" if record.containment is None else "excerpt"
+
+
+def _members(txn: IndexTxn, serial: int) -> int:
+    cursor = txn.txn.cursor(db=txn.dbs["members"])
+    return cursor.count() if cursor.set_key(u64(serial)) else 0
+
+
+def _shingles_of(engine: Engine, txn: IndexTxn, record: DocRecord, text: Union[str, Sequence[str], None],
+                 notes: list[str]) -> tuple[Optional[np.ndarray], Optional[str], Optional[list[str]]]:
+    """A document's whole shingles, where they came from ("index" or "text"), and its normalized words.
+
+    ``text`` may be several candidates (an id found on several lines: its
+    versions); the one whose normalized content the index decided is used.
+    None for what is not known: a duplicate's shingles without its text, the
+    words without a text.
+    """
+    stored = txn.stored_shingles(record.serial) if record.kept else None
+    origin = None if stored is None else "index"
+    if text is None:
+        if stored is None:
+            notes.append(f"{record.id!r} is a duplicate, whose shingles the index does not keep: give its text for "
+                         "the exact similarity and the shared bands")
+        return stored, origin, None
+    given = [text] if isinstance(text, str) else list(text)
+    batch = prepare([Document(record.id, t, Source("explain", -1, n)) for n, t in enumerate(given)], engine.signing)
+    for n, item in enumerate(batch.items):
+        row = batch.row[n]
+        if row >= 0 and batch.contents[row] == record.content:
+            if stored is None:
+                return batch.shingles.of(row), "text", normalize(given[n]).split()
+            return stored, origin, normalize(given[n]).split()
+    problems = [item.message() if isinstance(item, Rejected) else "not the text the index decided (its normalized "
+                "content differs)" for item in batch.items]
+    notes.append(f"the text given for {record.id!r} was not used: {'; '.join(sorted(set(problems)))}")
+    return stored, origin, None
+
+
+def _content(engine: Engine, txn: IndexTxn, record: DocRecord, shingles: np.ndarray) -> np.ndarray:
+    """A document's shingles without its site's template as the index knows it now (what is compared)."""
+    settings = engine.template_settings
+    if not settings.enabled:
+        return shingles
+    template = load_site(txn, record.site).template if settings.learns(record.site) else EMPTY
+    return content_of(shingles, template, shared_template(txn, settings.min_sites), settings.min_content_share)
+
+
+def _compare(engine: Engine, txn: IndexTxn, result: Explanation, record_a: DocRecord, record_b: DocRecord,
+             content_a: np.ndarray, content_b: np.ndarray) -> None:
+    at = np.searchsorted(content_b, content_a)
+    at[at == len(content_b)] = 0
+    result.shared_shingles = int(np.count_nonzero(content_b[at] == content_a)) if len(content_b) else 0
+    similarity = jaccard(content_a, content_b)
+    result.similarity = round(similarity, 6)
+    result.containment = round(containment(content_a, content_b), 6)
+    keys_a = _keys(engine, txn, record_a, content_a)
+    keys_b = _keys(engine, txn, record_b, content_b)
+    result.shared_bands = np.flatnonzero(keys_a == keys_b).tolist()
+    decided = result.decided_similarity
+    if result.b_is_match and decided is not None and abs(similarity - decided) > 1e-9:
+        result.notes.append("the similarity computed now differs from the decision's: a site template learned since "
+                            "changed what counts as content (the decision stands)")
+
+
+def _keys(engine: Engine, txn: IndexTxn, record: DocRecord, content: np.ndarray) -> np.ndarray:
+    """The band keys a document is looked up by: a live kept one's as indexed, else its content's signature's."""
+    if record.kept and not record.expired:
+        return record_band_keys(txn, record)
+    signing = engine.signing
+    signature = sign_batch(ShingleBatch(content, np.array([0, len(content)], dtype=np.int64)),
+                           signing.num_perm, signing.seed)
+    return band_keys(signature, signing.bands, signing.rows)[0]
+
+
+def passages(a: list[str], b: list[str]) -> list[Passage]:
+    """The two word sequences aligned: runs the same in both, changed, or only in one (``difflib``, no junk)."""
+    found = []
+    for op, a0, a1, b0, b1 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        kind = {"equal": "same", "replace": "changed", "delete": "only_a", "insert": "only_b"}[op]
+        found.append(Passage(kind, " ".join(a[a0:a1]), " ".join(b[b0:b1])))
+    return found
