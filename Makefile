@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO := build/demo
 
-.PHONY: install demo demo-secure demo-offline test bench clean
+.PHONY: install test-deps demo demo-secure demo-offline test bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,15 +30,22 @@ demo-offline: $(STAMP)
 	$(BIN)/streamdedup dedup $(DEMO)-offline/crawl.jsonl --config config.toml --state $(DEMO)-offline/state \
 		--out $(DEMO)-offline/clean.jsonl --decisions $(DEMO)-offline/decisions.jsonl
 
-test: $(STAMP)
+# System packages the tests drive, from Debian: chromium renders the report, prometheus and promtool
+# scrape a worker and check the alert rules. Nothing happens once they are installed.
+test-deps:
+	deploy/report/install-chromium.sh
+	deploy/prometheus/install.sh
+
+test: $(STAMP) test-deps
 	$(BIN)/python -m pytest
 
-# All benchmarks (not part of the tests): offline engine, live worker on a local broker, growth to 1M documents.
+# All benchmarks (not part of the tests): offline engine, live worker on a local broker, growth to 1M documents, the report.
 bench: $(STAMP)
 	$(BIN)/python bench/offline.py
 	$(BIN)/python bench/live.py
 	$(BIN)/python bench/growth.py
 	$(BIN)/python bench/realtext.py --compare
+	$(BIN)/python bench/report.py
 
 clean:
 	rm -rf build .pytest_cache

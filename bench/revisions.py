@@ -47,6 +47,7 @@ def main(argv=None) -> int:
     old = os.path.join(work, "tree")
     subprocess.run(["git", "-C", HERE, "worktree", "add", "--detach", old, args.against], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _build_kernel(old)
     try:
         from streamdedup.core import corpus
 
@@ -75,6 +76,14 @@ def main(argv=None) -> int:
                        stderr=subprocess.DEVNULL)
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def _build_kernel(tree: str) -> None:
+    """Build a revision's compiled kernel in place, as ``pip install`` would have (a revision without one
+    or a machine without a compiler runs its numpy path, as it would for its users)."""
+    if os.path.exists(os.path.join(tree, "setup.py")):
+        subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=tree,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 if __name__ == "__main__":

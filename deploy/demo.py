@@ -2,7 +2,8 @@
 
 1. start a local Apache Kafka broker (deploy/kafka/start.sh), unless
    KAFKA_BOOTSTRAP names one already running;
-2. create the input and output topics (names unique to this run);
+2. create the input topic (names unique to this run); the worker creates its output
+   topics (``output.create_topics``, one replica on the one local broker);
 3. feed the generated sample crawl into the input topic;
 4. run the worker (``streamdedup run --until-caught-up``) against a fresh index;
 5. print a summary, read back from the output topics;
@@ -118,8 +119,10 @@ def demo(bootstrap: str, login: SecureLogin | None = None) -> int:
               "dead_letter": f"dead-letter-{tag}"}
     client = login.admin() if login else {}
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, **client)
-    admin.create_topics([NewTopic(topics["raw"], PARTITIONS, 1)] +
-                        [NewTopic(topics[k], 1, 1) for k in ("clean", "duplicates", "dead_letter")])
+    made = [NewTopic(topics["raw"], PARTITIONS, 1)]
+    if login:  # least privilege: the worker's user may not create topics, the admin makes its outputs
+        made += [NewTopic(topics[k], 1, 1) for k in ("clean", "duplicates", "dead_letter")]
+    admin.create_topics(made)  # else the worker creates its output topics
     admin.close()
     group, transactional_id = f"demo-{tag}", f"demo-{tag}"
     if login:
@@ -141,7 +144,9 @@ def demo(bootstrap: str, login: SecureLogin | None = None) -> int:
                "--set", f"input.topics={topics['raw']}", "--set", f"output.clean_topic={topics['clean']}",
                "--set", f"output.duplicates_topic={topics['duplicates']}",
                "--set", f"output.dead_letter_topic={topics['dead_letter']}", "--set", f"kafka.group_id={group}",
-               "--set", f"worker.transactional_id={transactional_id}", *(login.worker_flags() if login else [])]
+               "--set", f"worker.transactional_id={transactional_id}",
+               *(login.worker_flags() if login else
+                 ["--set", "output.create_topics=true", "--set", "output.replication_factor=1"])]
     began = time.monotonic()
     worker = subprocess.run(command)
     seconds = time.monotonic() - began

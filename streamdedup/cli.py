@@ -126,6 +126,15 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("--json", action="store_true")
     explain.set_defaults(handler=_cmd_explain)
 
+    report = sub.add_parser("report", parents=[common], help="an HTML page of the index's figures: duplicate rate "
+                            "over time, cluster sizes, similarities, S-curve, largest clusters (read-only; needs "
+                            "streamdedup[report])")
+    report.add_argument("--out", metavar="FILE.html", default="report.html", help="where to write the page "
+                        "(default: report.html)")
+    report.add_argument("--top", type=int, default=10, help="largest clusters to list (default 10)")
+    report.add_argument("--members", type=int, default=20, help="members to list of each (default 20)")
+    report.set_defaults(handler=_cmd_report)
+
     forget = sub.add_parser("forget", parents=[common], help="remove documents from the index (takedown, privacy)")
     forget.add_argument("ids", nargs="*", metavar="ID")
     forget.add_argument("--file", help="a file of ids, one per line")
@@ -367,6 +376,29 @@ def _cmd_explain(args) -> int:
         return EXIT_OK
     width = args.width or shutil.get_terminal_size((100, 24)).columns
     print("\n".join(explanation_lines(explained, width)))
+    return EXIT_OK
+
+
+def _cmd_report(args) -> int:
+    import time
+
+    from .engine.census import take_census
+    from .ops.report import figure_class, write_report
+
+    if args.top < 0 or args.members < 0:
+        raise ConfigError("--top and --members must be 0 or more")
+    figure_class()  # says how to install matplotlib before the index is read
+    started = time.monotonic()
+    with _open(args) as index:
+        census = take_census(index.engine, args.top, args.members)
+        options = ["--state", index.path] + (["--config", os.path.abspath(args.config)] if args.config else [])
+    try:
+        size = write_report(census, args.out, options)
+    except OSError as exc:
+        raise StreamdedupError(f"cannot write the report to {args.out!r}: {exc.strerror or exc}; "
+                               "give --out a path in a folder you can write to") from None
+    print(f"wrote {args.out} ({size:,} bytes): {census.documents:,} documents, {census.clusters:,} clusters, "
+          f"{census.duplicate_rate:.2%} duplicates, in {time.monotonic() - started:.1f} s")
     return EXIT_OK
 
 

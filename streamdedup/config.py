@@ -75,6 +75,10 @@ class OutputSection:
     dead_letter_topic: str = _key("dead-letter", "rejected records, original bytes, reason in headers")
     dead_letter_max_bytes: int = _key(1000000, "longer rejected values are cut to this (header original-bytes)",
                                       low=1024)
+    create_topics: bool = _key(False, "create missing output topics at start, with the input's partition count "
+                                      "(needs CreateTopics; off: a missing topic stops the start)")
+    replication_factor: int = _key(-1, "replicas of the topics create_topics makes (-1: the broker's "
+                                       "default.replication.factor)", low=-1)
 
 
 @dataclass(frozen=True)
@@ -328,6 +332,9 @@ def _check_rules(section: str, built: Any) -> None:
             raise ConfigError("lsh.bands and lsh.rows are set together (both 0 lets streamdedup choose)")
         if built.fp_weight + built.fn_weight <= 0:
             raise ConfigError("lsh.fp_weight and lsh.fn_weight cannot both be 0")
+    if section == "output" and built.replication_factor == 0:
+        raise ConfigError("output.replication_factor must be -1 (the broker's default.replication.factor) or at "
+                          "least 1, got 0")
 
 
 def _check_across_sections(config: Config) -> None:
@@ -374,7 +381,8 @@ def redacted(config: Config) -> dict:
 
 
 def kafka_client_settings(kafka: KafkaSection, role: str) -> dict:
-    """kafka-python keyword arguments for a ``consumer`` or ``producer``: common settings, then the role's table."""
+    """kafka-python keyword arguments for a ``consumer``, ``producer`` or ``admin``: common settings, then the role's
+    table (the admin client has none)."""
     settings: dict[str, Any] = {
         "bootstrap_servers": [s.strip() for s in kafka.bootstrap_servers.split(",") if s.strip()],
         "security_protocol": kafka.security_protocol,
@@ -389,7 +397,7 @@ def kafka_client_settings(kafka: KafkaSection, role: str) -> dict:
     password = _password(kafka)
     if password:
         settings["sasl_plain_password"] = password
-    settings.update(kafka.consumer if role == "consumer" else kafka.producer)
+    settings.update({"consumer": kafka.consumer, "producer": kafka.producer}.get(role, {}))
     return settings
 
 

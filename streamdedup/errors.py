@@ -13,6 +13,7 @@ Bad *input* is never an exception: it is a ``Rejected`` value with a reason
     │   └── DiskFullError            the disk holding the index is full
     ├── ResumeError                  a checkpoint does not fit the inputs given
     ├── UnknownDocumentError         no document with the id asked about (also a LookupError)
+    ├── MissingExtraError            a command needs an optional extra that is not installed
     └── BrokerError                  Kafka cannot be used as configured
         └── BrokerUnavailableError   the broker does not answer (retriable)
 
@@ -68,6 +69,10 @@ class DiskFullError(IndexUnusableError):
 
 class ResumeError(StreamdedupError):
     """An interrupted run's checkpoint does not fit the inputs given now."""
+
+
+class MissingExtraError(StreamdedupError):
+    """A command needs an optional extra (``pip install 'streamdedup[EXTRA]'``) that is not installed."""
 
 
 class BrokerError(StreamdedupError):

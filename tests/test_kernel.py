@@ -122,3 +122,21 @@ def test_kernel_signs_narrowed_shingles_like_the_whole_hashes(monkeypatch):
     assert np.array_equal(compiled, sign_batch(shingles, 128, 1))
     _numpy_path(monkeypatch)
     assert np.array_equal(compiled, sign_batch(narrowed, 128, 1))
+
+
+def test_kernel_counts_shared_shingles_as_numpy_and_python_do():
+    from streamdedup.core import verify
+
+    rng = np.random.default_rng(3)
+    cases = [(np.zeros(0, np.uint32), np.arange(5, dtype=np.uint32)),
+             (np.array([0, 0xFFFFFFFF], np.uint32), np.array([0xFFFFFFFF], np.uint32)),
+             (np.arange(0, 100, 2, dtype=np.uint32), np.arange(0, 100, 3, dtype=np.uint32))]
+    for n, m in [(175, 180), (3, 900), (1000, 10)]:
+        a = np.unique(rng.integers(0, 1 << 32, n, dtype=np.uint64)).astype(np.uint32)
+        b = np.unique(np.concatenate((a[: n // 2], rng.integers(0, 1 << 32, m, dtype=np.uint64).astype(np.uint32))))
+        cases.append((a, b))
+    for a, b in cases:
+        expected = len(set(a.tolist()) & set(b.tolist()))
+        assert verify._kernel.shared_count(a, b) == verify.shared_count_numpy(a, b) == expected
+        union = len(set(a.tolist()) | set(b.tolist()))
+        assert verify.jaccard(a, b) == (expected / union if union else 1.0)

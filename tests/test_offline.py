@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -47,6 +48,22 @@ def test_stdin_and_stdout(tmp_path, crawl_file):
     decisions = [json.loads(line) for line in result.stdout.splitlines()]
     assert len(decisions) == data.count(b"\n")
     assert b"kept" in result.stderr  # the summary goes to stderr when decisions use stdout
+
+
+def test_outputs_may_be_dev_null_or_a_named_pipe(tmp_path, crawl_file):
+    """Files that cannot be cut back (a device, a pipe) are written as they come, also on a second run."""
+    pipe = tmp_path / "clean.fifo"
+    os.mkfifo(pipe)
+    with open(tmp_path / "read", "wb") as sink:
+        reader = subprocess.Popen(["cat", str(pipe)], stdout=sink)
+        result = run_cli("dedup", str(crawl_file), "--state", str(tmp_path / "s"), "--out", str(pipe),
+                         "--decisions", os.devnull)
+        reader.wait(timeout=60)
+    clean = (tmp_path / "read").read_bytes()
+    kept = int(re.search(rb"kept\s+([\d,]+)", result.stdout + result.stderr).group(1).replace(b",", b""))
+    assert kept > 0 and clean.count(b"\n") == kept
+    again = run_cli("dedup", str(crawl_file), "--state", str(tmp_path / "s"), "--out", os.devnull)
+    assert again.returncode == 0
 
 
 def test_a_second_run_deduplicates_against_everything_seen_before(tmp_path):

@@ -7,6 +7,8 @@ import urllib.request
 
 import pytest
 
+from prometheus_client import generate_latest
+
 from streamdedup import config as config_module
 from streamdedup.core.records import Decision
 from streamdedup.engine.engine import Engine
@@ -73,11 +75,11 @@ def test_batch_counts(telemetry):
                           Decision("b", "duplicate", "a", "a", 1.0, exact=True),
                           Decision("c", "rejected", reason="invalid_json: bad"),
                           Decision("a", "kept", "a", replayed=True)], 0.2)
-    text = telemetry.registry.exposition()
-    assert 'streamdedup_documents_total{outcome="kept"} 1' in text
-    assert 'streamdedup_documents_total{outcome="exact_duplicate"} 1' in text
-    assert 'streamdedup_rejected_total{reason="invalid_json"} 1' in text
-    assert "streamdedup_replayed_total 1" in text
+    text = generate_latest(telemetry.registry).decode()
+    assert 'streamdedup_documents_total{outcome="kept"} 1.0' in text
+    assert 'streamdedup_documents_total{outcome="exact_duplicate"} 1.0' in text
+    assert 'streamdedup_rejected_total{reason="invalid_json"} 1.0' in text
+    assert "streamdedup_replayed_total 1.0" in text
 
 
 def test_unhealthy_once_one_step_waited_past_the_stall_timeout(telemetry):

@@ -20,6 +20,9 @@
  *     docstring gives the layout); ef_decode returns the values as little-endian uint32 bytes and
  *     raises ValueError on data that is not such a coding.
  *
+ * shared_count(a, b) -> int
+ *     How many values two sorted unique uint32 arrays share (verify.jaccard's intersection).
+ *
  * Arrays are passed through the buffer protocol (C-contiguous, types checked by itemsize here and
  * by dtype in Python), so the module needs only Python.h to build.
  */
@@ -486,12 +489,33 @@ bad:
     return NULL;
 }
 
+/* How many values two sorted unique uint32 arrays share (a merge walk; both are a page's few hundred). */
+static PyObject *shared_count(PyObject *self, PyObject *args) {
+    PyObject *o_a, *o_b;
+    if (!PyArg_ParseTuple(args, "OO", &o_a, &o_b)) return NULL;
+    Py_buffer a, b;
+    if (get_buffer(o_a, &a, 4, 0, "a") < 0) return NULL;
+    if (get_buffer(o_b, &b, 4, 0, "b") < 0) { PyBuffer_Release(&a); return NULL; }
+    const uint32_t *x = a.buf, *y = b.buf;
+    Py_ssize_t n = a.len / 4, m = b.len / 4, i = 0, j = 0, shared = 0;
+    while (i < n && j < m) {
+        uint32_t u = x[i], v = y[j];
+        shared += u == v;
+        i += u <= v;
+        j += v <= u;
+    }
+    PyBuffer_Release(&b);
+    PyBuffer_Release(&a);
+    return PyLong_FromSsize_t(shared);
+}
+
 static PyMethodDef methods[] = {
     {"shingles", shingles, METH_VARARGS, "Sorted unique shingle hashes of every document (see the module)."},
     {"minhash", minhash, METH_VARARGS, "MinHash signatures of every document (see the module)."},
     {"ascii_normalize", ascii_normalize, METH_VARARGS, "The ASCII fast path of normalization (see the module)."},
     {"ef_encode", ef_encode, METH_VARARGS, "Elias-Fano coding of sorted unique uint32 values (see eliasfano.py)."},
     {"ef_encode_many", ef_encode_many, METH_VARARGS, "ef_encode of each document of (values, offsets)."},
+    {"shared_count", shared_count, METH_VARARGS, "Values two sorted unique uint32 arrays share."},
     {"ef_decode", ef_decode, METH_VARARGS, "The sorted uint32 values of an Elias-Fano coding (see eliasfano.py)."},
     {NULL, NULL, 0, NULL},
 };

@@ -6,7 +6,14 @@ from typing import Iterable, Optional
 
 import numpy as np
 
+try:
+    from . import _kernel
+except ImportError:  # built by ``pip install`` when a C compiler is there
+    _kernel = None
+
 __all__ = ["jaccard", "best_match"]
+
+_UINT32 = np.dtype(np.uint32)
 
 
 def jaccard(a: np.ndarray, b: np.ndarray) -> float:
@@ -15,10 +22,18 @@ def jaccard(a: np.ndarray, b: np.ndarray) -> float:
         a, b = b, a
     if len(a) == 0:
         return 1.0 if len(b) == 0 else 0.0
+    if _kernel is not None and a.dtype is _UINT32 and b.dtype is _UINT32:
+        shared = _kernel.shared_count(a, b)
+    else:
+        shared = shared_count_numpy(a, b)
+    return shared / (len(a) + len(b) - shared)
+
+
+def shared_count_numpy(a: np.ndarray, b: np.ndarray) -> int:
+    """How many values sorted unique ``a`` and ``b`` share (the kernel's ``shared_count`` without it)."""
     positions = np.searchsorted(b, a)
     positions[positions == len(b)] = 0
-    shared = int(np.count_nonzero(b[positions] == a))
-    return shared / (len(a) + len(b) - shared)
+    return int(np.count_nonzero(b[positions] == a))
 
 
 def best_match(

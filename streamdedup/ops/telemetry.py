@@ -13,7 +13,9 @@ import time
 from typing import Callable, Optional
 
 from ..core.records import REJECTED, Decision
-from .metrics import MetricsServer, Registry
+from prometheus_client import Counter, Gauge, Histogram
+
+from .metrics import MetricsServer, new_registry
 
 __all__ = ["WorkerTelemetry", "METRIC_NAMES"]
 
@@ -28,33 +30,40 @@ class WorkerTelemetry:
     def __init__(self, index, address: Optional[str], clock: Callable[[], float] = time.time):
         self.index = index
         self.clock = clock
-        self.registry = r = Registry()
-        self.documents = r.counter("streamdedup_documents_total",
-                                   "Documents decided, by outcome (kept, duplicate, exact_duplicate, rejected).",
-                                   labels=("outcome",))
-        self.rejected = r.counter("streamdedup_rejected_total", "Rejected records, by reason.", labels=("reason",))
-        self.replayed = r.counter("streamdedup_replayed_total",
-                                  "Records the index had already decided (their earlier decision was repeated).")
-        self.batch_seconds = r.histogram("streamdedup_batch_duration_seconds",
-                                         "Time to decide and commit one batch.", buckets=_BATCH_BUCKETS)
-        self.candidates = r.histogram("streamdedup_candidates_per_document",
-                                      "Kept documents proposed by the band tables, per document.",
-                                      buckets=_PER_DOCUMENT_BUCKETS)
-        self.verifications = r.histogram("streamdedup_verifications_per_document",
-                                         "Exact Jaccard computations, per document.", buckets=_PER_DOCUMENT_BUCKETS)
-        self.lag = r.gauge("streamdedup_consumer_lag_records",
-                           "Records between the worker's position and the end of each input partition.",
-                           labels=("topic", "partition"))
+        self.registry = r = new_registry()
+        self.documents = Counter("streamdedup_documents_total",
+                                 "Documents decided, by outcome (kept, duplicate, exact_duplicate, rejected).",
+                                 ("outcome",), registry=r)
+        self.rejected = Counter("streamdedup_rejected_total", "Rejected records, by reason.", ("reason",), registry=r)
+        self.replayed = Counter("streamdedup_replayed_total",
+                                "Records the index had already decided (their earlier decision was repeated).",
+                                registry=r)
+        self.batch_seconds = Histogram("streamdedup_batch_duration_seconds", "Time to decide and commit one batch.",
+                                       buckets=_BATCH_BUCKETS, registry=r)
+        self.candidates = Histogram("streamdedup_candidates_per_document",
+                                    "Kept documents proposed by the band tables, per document.",
+                                    buckets=_PER_DOCUMENT_BUCKETS, registry=r)
+        self.verifications = Histogram("streamdedup_verifications_per_document",
+                                       "Exact Jaccard computations, per document.", buckets=_PER_DOCUMENT_BUCKETS,
+                                       registry=r)
+        self.lag = Gauge("streamdedup_consumer_lag_records",
+                         "Records between the worker's position and the end of each input partition.",
+                         ("topic", "partition"), registry=r)
         self.last_commit = 0.0
-        r.gauge("streamdedup_last_commit_age_seconds", "Seconds since the last batch committed "
-                "(since start, before the first).").set_function(self._commit_age)
-        self.index_documents = r.gauge("streamdedup_index_documents", "Documents in the index.")
-        self.index_clusters = r.gauge("streamdedup_index_clusters", "Clusters (kept documents) in the index.")
-        self.index_bytes = r.gauge("streamdedup_index_bytes", "Size of the index file on disk.")
-        self.map_used = r.gauge("streamdedup_index_map_used_bytes", "Bytes of the LMDB map in use.")
-        self.map_size = r.gauge("streamdedup_index_map_size_bytes", "Current LMDB map size (it grows by itself).")
+        Gauge("streamdedup_last_commit_age_seconds", "Seconds since the last batch committed "
+              "(since start, before the first).", registry=r).set_function(self._commit_age)
+        self.index_documents = Gauge("streamdedup_index_documents", "Documents in the index.", registry=r)
+        self.index_clusters = Gauge("streamdedup_index_clusters", "Clusters (kept documents) in the index.",
+                                    registry=r)
+        self.index_bytes = Gauge("streamdedup_index_bytes", "Size of the index file on disk.", registry=r)
+        self.map_used = Gauge("streamdedup_index_map_used_bytes", "Bytes of the LMDB map in use.", registry=r)
+        self.map_size = Gauge("streamdedup_index_map_size_bytes", "Current LMDB map size (it grows by itself).",
+                              registry=r)
+        self.map_limit = Gauge("streamdedup_index_map_limit_bytes",
+                               "The largest size the LMDB map may grow to (index.max_map_size).", registry=r)
+        self.map_limit.set(index.settings.max_map_size)
         self._map = (0, 1)
-        r.gauge("streamdedup_ready", "1 while the worker consumes, else 0.").set_function(
+        Gauge("streamdedup_ready", "1 while the worker consumes, else 0.", registry=r).set_function(
             lambda: 1.0 if self.readiness()[0] else 0.0)
         self.started = clock()
         self.assigned = False
@@ -126,16 +135,16 @@ class WorkerTelemetry:
             outcome = "exact_duplicate" if d.exact else d.status
             counts[outcome] = counts.get(outcome, 0) + 1
             if d.status == REJECTED:
-                self.rejected.inc(reason=(d.reason or "").split(":")[0])
+                self.rejected.labels(reason=(d.reason or "").split(":")[0]).inc()
             else:
                 self.candidates.observe(d.candidates)
                 self.verifications.observe(d.verified)
         for outcome, count in counts.items():
-            self.documents.inc(count, outcome=outcome)
+            self.documents.labels(outcome=outcome).inc(count)
 
     def set_lag(self, lag: dict) -> None:
         for partition, records in lag.items():
-            self.lag.set(records, topic=partition.topic, partition=str(partition.partition))
+            self.lag.labels(topic=partition.topic, partition=str(partition.partition)).set(records)
 
 
 METRIC_NAMES = (
@@ -144,5 +153,5 @@ METRIC_NAMES = (
     "streamdedup_verifications_per_document", "streamdedup_consumer_lag_records",
     "streamdedup_last_commit_age_seconds", "streamdedup_index_documents", "streamdedup_index_clusters",
     "streamdedup_index_bytes", "streamdedup_index_map_used_bytes", "streamdedup_index_map_size_bytes",
-    "streamdedup_ready",
+    "streamdedup_index_map_limit_bytes", "streamdedup_ready",
 )

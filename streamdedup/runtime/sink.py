@@ -393,6 +393,46 @@ def topic_limits(client_settings: dict, topics: list[str]) -> dict:
             for t in topics}
 
 
+def create_output_topics(client_settings: dict, input_topics: list[str], output_topics: list[str],
+                         replication_factor: int) -> tuple[list[str], int]:
+    """Create the missing ``output_topics`` (``output.create_topics``): (the topics created, their partitions).
+
+    They get the most partitions of any input topic; ``replication_factor`` -1
+    takes the broker's ``default.replication.factor``. Nothing is created while no
+    input topic exists (the start then stops on that, more clearly). Waits until
+    every new partition has a leader. Needs Describe and CreateTopics: a topic
+    the broker refuses is a ``BrokerError`` that says what to do; an unreachable
+    broker raises kafka-python's own error (the worker waits and tries again).
+    """
+    from kafka import KafkaAdminClient
+    from kafka.errors import TopicAlreadyExistsError, for_code
+
+    from ..errors import BrokerError
+
+    admin = KafkaAdminClient(**{k: v for k, v in client_settings.items() if k in KafkaAdminClient.DEFAULT_CONFIG})
+    try:
+        existing = set(admin.list_topics())
+        missing = [t for t in dict.fromkeys(output_topics) if t and t not in existing]
+        inputs = [t for t in input_topics if t in existing]
+        if not missing or not inputs:
+            return [], 0
+        partitions = max(len(t.get("partitions") or ()) for t in admin.describe_topics(inputs)) or 1
+        answer = admin.create_topics({t: {"num_partitions": partitions, "replication_factor": replication_factor}
+                                      for t in missing}, raise_errors=False)
+        failed = [(t["name"], for_code(t["error_code"]), t.get("error_message")) for t in answer["topics"]
+                  if t["error_code"] and for_code(t["error_code"]) is not TopicAlreadyExistsError]
+        if failed:
+            reasons = "; ".join(f"{name}: {error.__name__}" + (f" ({message})" if message else "")
+                                for name, error, message in failed)
+            raise BrokerError(f"cannot create the output topics ({reasons}); create them yourself, grant the "
+                              "worker's user CreateTopics, or check output.replication_factor against the "
+                              "number of brokers")
+        admin.wait_for_topics(missing, timeout_ms=30000)
+        return missing, partitions
+    finally:
+        admin.close()
+
+
 def _describe_configs_refused(client_settings: dict, topics: list[str]):
     """The broker described no setting of these topics: the user lacks DescribeConfigs on them."""
     from .rights import Right, Rights

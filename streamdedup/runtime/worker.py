@@ -30,7 +30,7 @@ from .access import check_access
 from .checkpoint import KafkaCommit, start_plan
 from .feed import InlineFeed, KafkaReader, ProcessFeed, kafka_reading, spawn_feed
 from .rights import Rights, check_topics
-from .sink import KafkaSink, Pending, kept_record_bytes
+from .sink import KafkaSink, Pending, create_output_topics, kept_record_bytes
 
 __all__ = ["Stopper", "run_worker", "run_backfill", "WorkerStats"]
 
@@ -139,7 +139,6 @@ class Session:
         self.log = log
         settings = kafka_client_settings(config.kafka, "consumer")
         check_access(settings, ACCESS_CHECK_S)
-        check_topics(settings, session_rights(config, topics, group_id, transactional_id))
         reading = kafka_reading(config, topics, group_id)
         spec = InputSpec.from_section(config.input)
         self._process_feed = None
@@ -147,8 +146,13 @@ class Session:
             self._process_feed = spawned or spawn_feed(config, topics, group_id, engine.signing)
         self.feed = None
         self.source = self.sink = None
-        making_sink = None if transactional_id is None else self._start_sink(transactional_id)
+        making_sink = None
         try:
+            if transactional_id is not None and config.output.create_topics:
+                self._create_output_topics(topics)
+            check_topics(settings, session_rights(config, topics, group_id, transactional_id))
+            if transactional_id is not None:
+                making_sink = self._start_sink(transactional_id)
             self.source = reading.source()
             if making_sink is not None:
                 self._check_output_topics()
@@ -176,8 +180,19 @@ class Session:
         existing = self.source.consumer.topics()
         for topic in (out.clean_topic, out.duplicates_topic, out.dead_letter_topic):
             if topic and topic not in existing:
-                raise BrokerError(f"output topic {topic!r} does not exist; create it (see deploy/) "
-                                  "or fix the [output] section")
+                raise BrokerError(f"output topic {topic!r} does not exist; create it (see deploy/), fix the "
+                                  "[output] section, or set output.create_topics = true to have the worker "
+                                  "create it")
+
+    def _create_output_topics(self, topics: list[str]) -> None:
+        """``output.create_topics``: make the missing output topics before the producer looks them up."""
+        out = self.config.output
+        created, partitions = create_output_topics(
+            kafka_client_settings(self.config.kafka, "admin"), topics,
+            [out.clean_topic, out.duplicates_topic, out.dead_letter_topic], out.replication_factor)
+        if created:
+            self.log.info("created_topics", topics=",".join(created), partitions=partitions,
+                          replication_factor=out.replication_factor)
 
     def recover(self, start: Optional[dict] = None) -> dict:
         """Assign every partition, replay a batch emitted but not indexed, seek; returns the start offsets."""
