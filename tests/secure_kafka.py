@@ -1,6 +1,6 @@
 """A broker that demands TLS and SASL and grants nothing without an ACL: deploy/kafka/start.sh --secure.
 
-``SecureBroker`` starts one on ``$STREAMDEDUP_TEST_SECURE_PORT`` (29292; its
+``SecureBroker`` starts one on ``$STREAMDEDUP_TEST_SECURE_PORT`` (29392; its
 controller on the next port), or uses one already running: set
 ``KAFKA_SECURE_BOOTSTRAP=host:port`` and ``KAFKA_SECURE_DIR`` to the folder
 start.sh --secure made (``DATA_DIR/secure``: ca.pem, admin.password,
@@ -35,7 +35,7 @@ class SecureBroker:
     def start(cls, data_dir: Path) -> "SecureBroker":
         from conftest import start_broker
 
-        port = int(os.environ.get("STREAMDEDUP_TEST_SECURE_PORT", "29292"))
+        port = int(os.environ.get("STREAMDEDUP_TEST_SECURE_PORT", "29392"))
         env = dict(os.environ, KAFKA_PORT=str(port), KAFKA_CONTROLLER_PORT=str(port + 1), KAFKA_SECURE="1",
                    KAFKA_DATA_DIR=str(data_dir / f"secure-broker-{port}"))
         bootstrap = start_broker(env)

@@ -3,7 +3,7 @@
 The broker is deploy/kafka/start.sh --secure (a SASL_SSL listener taking
 SCRAM-SHA-512 and PLAIN, certificates made by keytool, KRaft's
 StandardAuthorizer with only "admin" as super user), started here on
-``$STREAMDEDUP_TEST_SECURE_PORT`` (29292), or the one at
+``$STREAMDEDUP_TEST_SECURE_PORT`` (29392), or the one at
 ``$KAFKA_SECURE_BOOTSTRAP`` (see ``secure_kafka``).
 
 - a wrong password, an untrusted certificate, a plaintext client on the TLS
