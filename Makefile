@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO := build/demo
 
-.PHONY: install test-deps demo demo-offline test bench clean
+.PHONY: install test-deps demo demo-secure demo-offline test bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,10 @@ install: $(STAMP)
 # The main job on the embedded default: the sample crawl through the live worker on a local Apache Kafka broker.
 demo: $(STAMP)
 	$(BIN)/python deploy/demo.py
+
+# The same, on a broker with TLS, SASL/SCRAM-SHA-512 and ACLs (deploy/kafka/start.sh --secure); the worker has only its ACLs.
+demo-secure: $(STAMP)
+	$(BIN)/python deploy/demo.py --secure
 
 # The same crawl, offline: JSONL in, JSONL out, no broker.
 demo-offline: $(STAMP)

@@ -10,10 +10,18 @@
 6. stop the broker it started.
 
 Run: ``make demo`` (or ``python deploy/demo.py`` inside the virtualenv).
+
+``--secure``: the same on a broker that demands TLS and SASL and grants nothing
+without an ACL (``deploy/kafka/start.sh --secure``, on ``KAFKA_PORT`` or 19192;
+or the one at KAFKA_SECURE_BOOTSTRAP, with its secrets folder in
+KAFKA_SECURE_DIR). The admin creates the topics and grants the worker's user
+exactly the ACLs deploy/README.md lists; the worker logs in as that user with
+SASL/SCRAM-SHA-512 over TLS, its password read from a file.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -29,18 +37,26 @@ from kafka.admin import NewTopic
 from streamdedup.core import corpus
 
 ROOT = Path(__file__).resolve().parent.parent
-WORK = ROOT / "build" / "demo"
+WORK = Path(os.environ.get("DEMO_DIR", ROOT / "build" / "demo"))  # emptied at start
 PARTITIONS = 3
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="the sample crawl through the live worker on a local broker")
+    parser.add_argument("--secure", action="store_true",
+                        help="a broker with TLS, SASL/SCRAM-SHA-512 and ACLs (deploy/kafka/start.sh --secure)")
+    secure = parser.parse_args(argv).secure
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)
     broker_env = dict(os.environ, KAFKA_DATA_DIR=str(WORK / "kafka"))
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
+    if secure:
+        broker_env.update(KAFKA_SECURE="1", KAFKA_PORT=os.environ.get("KAFKA_PORT", "19192"))
+    bootstrap = os.environ.get("KAFKA_SECURE_BOOTSTRAP" if secure else "KAFKA_BOOTSTRAP")
+    secrets = Path(os.environ["KAFKA_SECURE_DIR"]) if secure and bootstrap else WORK / "kafka" / "secure"
     started_here = bootstrap is None
     if started_here:
-        print("starting a local Apache Kafka broker (deploy/kafka/start.sh) ...", flush=True)
+        print(f"starting a local Apache Kafka broker (deploy/kafka/start.sh{' --secure' if secure else ''}) ...",
+              flush=True)
         started = subprocess.run([str(ROOT / "deploy/kafka/start.sh")], env=broker_env, capture_output=True,
                                  text=True)
         if started.returncode != 0:
@@ -48,23 +64,73 @@ def main() -> int:
             return 1
         bootstrap = started.stdout.strip().splitlines()[-1]
     try:
-        return demo(bootstrap)
+        return demo(bootstrap, SecureLogin(secrets) if secure else None)
     finally:
         if started_here:
             subprocess.run([str(ROOT / "deploy/kafka/stop.sh"), "--wipe"], env=broker_env, capture_output=True)
             print("broker stopped")
 
 
-def demo(bootstrap: str) -> int:
+class SecureLogin:
+    """The users of a broker started by deploy/kafka/start.sh --secure: "admin" (super user) and "streamdedup"."""
+
+    USER = "streamdedup"
+
+    def __init__(self, secrets: Path):
+        self.secrets = secrets
+
+    def admin(self) -> dict:
+        """kafka-python settings of the admin."""
+        return {"security_protocol": "SASL_SSL", "ssl_cafile": str(self.secrets / "ca.pem"),
+                "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "admin",
+                "sasl_plain_password": (self.secrets / "admin.password").read_text().strip()}
+
+    def worker_flags(self) -> list[str]:
+        """The worker's --set flags: the user, its password file, the CA to trust."""
+        return ["--set", "kafka.security_protocol=SASL_SSL", "--set", "kafka.sasl_mechanism=SCRAM-SHA-512",
+                "--set", f"kafka.sasl_plain_username={self.USER}",
+                "--set", f"kafka.sasl_plain_password_file={self.secrets / (self.USER + '.password')}",
+                "--set", f"kafka.ssl_cafile={self.secrets / 'ca.pem'}"]
+
+    def grant_worker(self, bootstrap: str, topics: dict, group: str, transactional_id: str) -> None:
+        """The ACLs deploy/README.md lists for the worker, and no others."""
+        from kafka.admin import ACL, ACLOperation, ACLPermissionType, ResourcePattern, ResourceType
+
+        def allow(operation, kind, name):
+            return ACL(f"User:{self.USER}", "*", operation, ACLPermissionType.ALLOW, ResourcePattern(kind, name))
+
+        acls = [allow(ACLOperation.READ, ResourceType.TOPIC, topics["raw"]),
+                allow(ACLOperation.READ, ResourceType.GROUP, group),
+                allow(ACLOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)]
+        acls += [allow(operation, ResourceType.TOPIC, topics[k]) for k in ("clean", "duplicates", "dead_letter")
+                 for operation in (ACLOperation.WRITE, ACLOperation.DESCRIBE_CONFIGS)]
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, **self.admin())
+        try:
+            failed = admin.create_acls(acls)["failed"]
+            if failed:
+                raise RuntimeError(f"granting the worker's ACLs failed: {failed}")
+        finally:
+            admin.close()
+
+
+def demo(bootstrap: str, login: SecureLogin | None = None) -> int:
     tag = uuid.uuid4().hex[:8]
     topics = {"raw": f"raw-{tag}", "clean": f"clean-{tag}", "duplicates": f"duplicates-{tag}",
               "dead_letter": f"dead-letter-{tag}"}
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    admin.create_topics([NewTopic(topics["raw"], PARTITIONS, 1)])  # the worker creates its output topics
+    client = login.admin() if login else {}
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, **client)
+    made = [NewTopic(topics["raw"], PARTITIONS, 1)]
+    if login:  # least privilege: the worker's user may not create topics, the admin makes its outputs
+        made += [NewTopic(topics[k], 1, 1) for k in ("clean", "duplicates", "dead_letter")]
+    admin.create_topics(made)  # else the worker creates its output topics
     admin.close()
+    group, transactional_id = f"demo-{tag}", f"demo-{tag}"
+    if login:
+        login.grant_worker(bootstrap, topics, group, transactional_id)
+        print(f"granted the worker's user {login.USER!r} the ACLs of deploy/README.md (and nothing else)")
 
     documents = corpus.generate(650, seed=42)
-    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, acks="all")
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, acks="all", **client)
     for doc in documents:
         producer.send(topics["raw"], key=doc.id.encode(), value=json.dumps({"id": doc.id, "text": doc.text}).encode())
     producer.send(topics["raw"], key=b"broken", value=b"{this is not json")  # one bad record, to show the dead letters
@@ -77,17 +143,20 @@ def demo(bootstrap: str) -> int:
                "--state", str(WORK / "state"), "--set", f"kafka.bootstrap_servers={bootstrap}",
                "--set", f"input.topics={topics['raw']}", "--set", f"output.clean_topic={topics['clean']}",
                "--set", f"output.duplicates_topic={topics['duplicates']}",
-               "--set", f"output.dead_letter_topic={topics['dead_letter']}", "--set", f"kafka.group_id=demo-{tag}",
-               "--set", "output.create_topics=true", "--set", "output.replication_factor=1"]
+               "--set", f"output.dead_letter_topic={topics['dead_letter']}", "--set", f"kafka.group_id={group}",
+               "--set", f"worker.transactional_id={transactional_id}",
+               *(login.worker_flags() if login else
+                 ["--set", "output.create_topics=true", "--set", "output.replication_factor=1"])]
     began = time.monotonic()
     worker = subprocess.run(command)
     seconds = time.monotonic() - began
     if worker.returncode != 0:
         return worker.returncode
-    counts = {k: count_records(bootstrap, topics[k]) for k in ("clean", "duplicates", "dead_letter")}
+    counts = {k: count_records(bootstrap, topics[k], client) for k in ("clean", "duplicates", "dead_letter")}
     total = sum(counts.values())
     print()
-    print(f"summary (read back from the output topics, read_committed)")
+    print(f"summary (read back from the output topics, read_committed"
+          f"{'; the worker logged in as ' + repr(login.USER) + ' with SCRAM-SHA-512 over TLS' if login else ''})")
     print(f"  records     {total:>7,}   ({total / seconds:,.0f} records/s, worker start to caught up: {seconds:.1f} s)")
     print(f"  kept        {counts['clean']:>7,}   -> {topics['clean']}")
     print(f"  duplicates  {counts['duplicates']:>7,}   -> {topics['duplicates']}")
@@ -96,8 +165,9 @@ def demo(bootstrap: str) -> int:
     return 0
 
 
-def count_records(bootstrap: str, topic: str) -> int:
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False)
+def count_records(bootstrap: str, topic: str, client: dict) -> int:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False,
+                             **client)
     try:
         partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
         consumer.assign(partitions)

@@ -91,8 +91,8 @@ _FATAL_FOR_WORKER = {
     "ProducerFencedError": "another worker with the same transactional id took over; run one worker per index",
     "TransactionCoordinatorFencedError": "another worker with the same transactional id took over; "
                                          "run one worker per index",
-    "AuthorizationError": "the credentials lack a right the worker needs; see the ACLs in README "
-                          "(Pointing the worker at an existing cluster)",
+    "AuthorizationError": "the credentials lack a right the worker needs; see the ACLs in deploy/README.md "
+                          "(Least privilege)",
     "SaslAuthenticationFailedError": "the broker refused the SASL credentials; fix kafka.sasl_*",
     "UnsupportedSaslMechanismError": "the broker does not offer this SASL mechanism; fix kafka.sasl_mechanism",
     "UnsupportedVersionError": "the broker is too old for what the worker asks (transactions need Kafka 0.11 "

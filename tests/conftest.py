@@ -117,9 +117,10 @@ def start_broker(env: dict) -> str:
     started = subprocess.run([str(ROOT / "deploy/kafka/start.sh")], env=env, capture_output=True, text=True)
     if started.returncode == 0:
         return started.stdout.strip().splitlines()[-1]
-    missing = [f"{tool} is not on PATH ({why})" for tool, why in
-               (("java", "Java 17+ runs the broker"), ("mvn", "Maven fetches the broker's jars on first use"))
-               if shutil.which(tool) is None]
+    tools = [("java", "Java 17+ runs the broker"), ("mvn", "Maven fetches the broker's jars on first use")]
+    if env.get("KAFKA_SECURE") == "1":
+        tools.append(("keytool", "it comes with Java and makes the --secure broker's certificates"))
+    missing = [f"{tool} is not on PATH ({why})" for tool, why in tools if shutil.which(tool) is None]
     pytest.fail(
         "the test broker did not start" + (": " + "; ".join(missing) if missing else "") + ".\n"
         "Install what is missing, or set KAFKA_BOOTSTRAP=host:port to use a running broker, or leave out "

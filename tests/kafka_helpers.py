@@ -27,12 +27,19 @@ class Topics:
     dead_letter: str
 
     @classmethod
-    def fresh(cls, bootstrap: str, partitions: int = 1, output_partitions: int = 1) -> "Topics":
+    def fresh(cls, bootstrap: str, partitions: int = 1, output_partitions: int = 1,
+              client: dict | None = None) -> "Topics":
+        """``client``: kafka-python settings for a broker that wants more than an address (TLS, SASL)."""
         tag = uuid.uuid4().hex[:10]
         topics = cls(f"raw-{tag}", f"clean-{tag}", f"dups-{tag}", f"dead-{tag}")
-        create_topics(bootstrap, [topics.raw], partitions)
-        create_topics(bootstrap, [topics.clean, topics.duplicates, topics.dead_letter], output_partitions)
+        create_topics(bootstrap, [topics.raw], partitions, client=client)
+        create_topics(bootstrap, [topics.clean, topics.duplicates, topics.dead_letter], output_partitions,
+                      client=client)
         return topics
+
+    @property
+    def outputs(self) -> list[str]:
+        return [self.clean, self.duplicates, self.dead_letter]
 
     def settings(self, bootstrap: str) -> list[str]:
         """--set flags pointing the worker at these topics and this broker."""
@@ -47,8 +54,9 @@ class Topics:
         ]
 
 
-def create_topics(bootstrap: str, names: list[str], partitions: int, max_message_bytes: int = BIG) -> None:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+def create_topics(bootstrap: str, names: list[str], partitions: int, max_message_bytes: int = BIG,
+                  client: dict | None = None) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, **(client or {}))
     try:
         admin.create_topics([NewTopic(n, partitions, 1, topic_configs={"max.message.bytes": str(max_message_bytes)})
                              for n in names])
@@ -56,10 +64,10 @@ def create_topics(bootstrap: str, names: list[str], partitions: int, max_message
         admin.close()
 
 
-def produce(bootstrap: str, topic: str, records: list[tuple], partition_of=None) -> None:
+def produce(bootstrap: str, topic: str, records: list[tuple], partition_of=None, client: dict | None = None) -> None:
     """Send (key, value[, headers]) records in order and wait for all of them."""
     producer = KafkaProducer(bootstrap_servers=bootstrap, max_request_size=BIG, linger_ms=20,
-                             batch_size=1 << 20, acks="all")
+                             batch_size=1 << 20, acks="all", **(client or {}))
     try:
         for n, record in enumerate(records):
             key, value = record[0], record[1]
@@ -71,11 +79,11 @@ def produce(bootstrap: str, topic: str, records: list[tuple], partition_of=None)
         producer.close()
 
 
-def read_all(bootstrap: str, topic: str, committed_only: bool = True) -> list:
+def read_all(bootstrap: str, topic: str, committed_only: bool = True, client: dict | None = None) -> list:
     """Every record of a topic, partition by partition, in offset order."""
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                              isolation_level="read_committed" if committed_only else "read_uncommitted",
-                             max_partition_fetch_bytes=BIG, fetch_max_bytes=BIG * 2)
+                             max_partition_fetch_bytes=BIG, fetch_max_bytes=BIG * 2, **(client or {}))
     try:
         partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
         consumer.assign(partitions)
@@ -114,12 +122,12 @@ def header(message, name: str):
     return None
 
 
-def outcomes(bootstrap: str, topics: Topics) -> dict:
+def outcomes(bootstrap: str, topics: Topics, client: dict | None = None) -> dict:
     """Every input (partition, offset) -> list of (topic kind, output record) that names it."""
     found: dict = {}
     for kind, topic in (("clean", topics.clean), ("duplicates", topics.duplicates),
                         ("dead_letter", topics.dead_letter)):
-        for message in read_all(bootstrap, topic):
+        for message in read_all(bootstrap, topic, client=client):
             source = header(message, "streamdedup.source").decode()
             name, partition, offset = source.rsplit("/", 2)
             assert name == topics.raw

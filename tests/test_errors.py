@@ -33,8 +33,8 @@ def test_transient_errors_are_retried(error):
 
 @pytest.mark.parametrize("error,advice", [
     (kafka_errors.ProducerFencedError(), "one worker per index"),
-    (kafka_errors.TopicAuthorizationFailedError(), "ACLs in README"),
-    (kafka_errors.TransactionalIdAuthorizationFailedError(), "ACLs in README"),
+    (kafka_errors.TopicAuthorizationFailedError(), "ACLs in deploy/README.md"),
+    (kafka_errors.TransactionalIdAuthorizationFailedError(), "ACLs in deploy/README.md"),
     (kafka_errors.MessageSizeTooLargeError(), "reads the limits at start"),
     (kafka_errors.SaslAuthenticationFailedError(), "kafka.sasl_"),
     (kafka_errors.KafkaConfigurationError("bad"), "[kafka] section"),

@@ -285,7 +285,8 @@ def test_json_logs_and_secrets_stay_out_of_logs_and_stats(kafka, tmp_path):
                         env={"STREAMDEDUP_KAFKA_SASL_PLAIN_PASSWORD": "hunter2-secret"})
     assert result.returncode == 0, result.stderr.decode()
     events = [json.loads(line) for line in result.stderr.decode().splitlines()]
-    assert [e["event"] for e in events][:2] == ["started", "assigned"]
+    ours = [e["event"] for e in events if e["event"] != "kafka_client"]  # the client's own warnings come any time
+    assert ours[:2] == ["started", "assigned"]
     assert {"batch", "caught_up", "stopped"} <= {e["event"] for e in events}
     assert all({"time", "level", "event"} <= set(e) for e in events)
     assert b"hunter2" not in result.stderr

@@ -10,6 +10,14 @@
 #   KAFKA_START_TIMEOUT    seconds to wait for the broker (default 90)
 #   KAFKA_HEAP_OPTS        JVM heap (default "-Xms128m -Xmx512m")
 #   KAFKA_CACHE_DIR        jar cache, see fetch.sh
+#   KAFKA_SECURE=1         --secure             the client port speaks TLS and asks for SASL
+#                                               (SCRAM-SHA-512 or PLAIN), and the authorizer is on
+#
+# --secure (decided when the data dir is first used; it cannot be switched
+# later): certificates are made with keytool, and users and passwords once,
+# in DATA_DIR/secure/ (see the README.md there): ca.pem (the CA clients trust),
+# admin.password (the super user "admin"), streamdedup.password (the user
+# "streamdedup", who has no rights until ACLs grant them).
 #
 # Storage is formatted only once, so stop.sh + start.sh keeps topics and data.
 # On success prints the bootstrap address (127.0.0.1:PORT) on stdout.
@@ -22,7 +30,8 @@ while [[ $# -gt 0 ]]; do
     --port) KAFKA_PORT="$2"; shift 2 ;;
     --controller-port) KAFKA_CONTROLLER_PORT="$2"; shift 2 ;;
     --data-dir) KAFKA_DATA_DIR="$2"; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    --secure) KAFKA_SECURE=1; shift ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "start.sh: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -32,6 +41,7 @@ cport="${KAFKA_CONTROLLER_PORT:-$((port + 1))}"
 data="${KAFKA_DATA_DIR:-${TMPDIR:-/tmp}/streamdedup-kafka-$port}"
 wait_s="${KAFKA_START_TIMEOUT:-90}"
 heap="${KAFKA_HEAP_OPTS:--Xms128m -Xmx512m}"
+secure="${KAFKA_SECURE:-0}"
 
 log() { echo "start.sh: $*" >&2; }
 
@@ -41,6 +51,7 @@ props="$data/server.properties"
 pidfile="$data/broker.pid"
 logdir="$data/logs"        # broker's own log4j output
 kafkalogs="$data/kraft"    # log.dirs: topic partitions + metadata log
+secrets="$data/secure"     # --secure: certificates, key stores, passwords
 
 # True if PID exists and is not a zombie (an unreaped dead process).
 alive() {
@@ -74,6 +85,12 @@ kafka_answers() {
   [[ "$reply" == *"00 00 5d 5d"* ]]
 }
 
+# Ready: a plaintext broker answers ApiVersions; a --secure one (TLS, which bash
+# cannot speak) accepts connections once its log says it started.
+listener_ready() {
+  if [[ "$secure" == 1 ]]; then port_open "$port"; else kafka_answers "$port"; fi
+}
+
 if [[ -f "$pidfile" ]]; then
   oldpid="$(cat "$pidfile")"
   if is_our_broker "$oldpid"; then
@@ -91,20 +108,133 @@ for p in "$port" "$cport"; do
   fi
 done
 
+# A data dir formatted in one mode stays in it: the users and ACLs live in its metadata.
+if [[ -f "$kafkalogs/meta.properties" ]]; then
+  if [[ -d "$secrets" && "$secure" != 1 ]]; then
+    log "$data holds a --secure broker; start it with --secure (or KAFKA_SECURE=1), or wipe it (stop.sh --wipe)"
+    exit 1
+  elif [[ ! -d "$secrets" && "$secure" == 1 ]]; then
+    log "$data holds a plaintext broker; start it without --secure, or wipe it first (stop.sh --wipe)"
+    exit 1
+  fi
+fi
+
 lib="$("$here/fetch.sh")"
 cp="$lib/*"
 
-# Config is rewritten on every start; data in $kafkalogs is kept.
-cat >"$props" <<EOF
-# Written by streamdedup deploy/kafka/start.sh; rewritten on every start.
-process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@127.0.0.1:$cport
+# A random secret: 24 hex digits (no quoting trouble in properties, JAAS or the CLI).
+new_secret() {
+  head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n'
+}
+
+# --secure, first start: a CA, the broker's certificate signed by it (for
+# 127.0.0.1 and localhost), and the passwords. keytool ships with the JDK
+# that runs the broker; nothing is fetched.
+make_secrets() {
+  command -v keytool >/dev/null || { log "keytool not found on PATH (it comes with the JDK)"; exit 1; }
+  local tmp store_pass
+  tmp="$(mktemp -d "$data/secure.tmp.XXXXXX")"
+  chmod 700 "$tmp"
+  store_pass="$(new_secret)"
+  local kt=(keytool -noprompt -storetype PKCS12 -storepass "$store_pass")
+  local days=3650 san="SAN=IP:127.0.0.1,DNS:localhost"
+  {
+    "${kt[@]}" -genkeypair -alias ca -keyalg RSA -keysize 2048 -validity "$days" \
+      -dname "CN=streamdedup local test CA" -ext bc:c -ext KU=keyCertSign,cRLSign -keystore "$tmp/ca.p12"
+    "${kt[@]}" -exportcert -rfc -alias ca -keystore "$tmp/ca.p12" -file "$tmp/ca.pem"
+    "${kt[@]}" -genkeypair -alias broker -keyalg RSA -keysize 2048 -validity "$days" \
+      -dname "CN=127.0.0.1" -ext "$san" -keystore "$tmp/broker.p12"
+    "${kt[@]}" -certreq -alias broker -keystore "$tmp/broker.p12" -file "$tmp/broker.csr"
+    "${kt[@]}" -gencert -rfc -alias ca -keystore "$tmp/ca.p12" -validity "$days" -infile "$tmp/broker.csr" \
+      -outfile "$tmp/broker.pem" -ext "$san" -ext KU=digitalSignature,keyEncipherment -ext EKU=serverAuth,clientAuth
+    "${kt[@]}" -importcert -alias ca -file "$tmp/ca.pem" -keystore "$tmp/broker.p12"
+    "${kt[@]}" -importcert -alias broker -file "$tmp/broker.pem" -keystore "$tmp/broker.p12"
+    "${kt[@]}" -importcert -alias ca -file "$tmp/ca.pem" -keystore "$tmp/truststore.p12"
+  } >"$tmp/keytool.out" 2>&1 || { cat "$tmp/keytool.out" >&2; log "keytool failed"; rm -rf "$tmp"; exit 1; }
+  rm -f "$tmp/broker.csr" "$tmp/keytool.out"
+  (umask 077
+   echo "$store_pass" >"$tmp/store.password"
+   new_secret >"$tmp/admin.password"
+   new_secret >"$tmp/streamdedup.password")
+  cat >"$tmp/README.md" <<'EOT'
+Made by deploy/kafka/start.sh --secure on first start (a test broker's secrets):
+
+- ca.pem: the CA that signed the broker's certificate; clients trust it (kafka.ssl_cafile).
+- broker.p12, truststore.p12, ca.p12: the broker's key store, its trust store, and the CA's
+  key (PKCS12; their password is in store.password).
+- admin.password: the super user "admin" (SASL/SCRAM-SHA-512 and SASL/PLAIN).
+- streamdedup.password: the user "streamdedup" (SCRAM-SHA-512 and PLAIN); no rights until
+  ACLs grant them.
+EOT
+  mv -T "$tmp" "$secrets"
+}
+
+listener_config() {
+  if [[ "$secure" != 1 ]]; then
+    cat <<EOT
 listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
 advertised.listeners=PLAINTEXT://127.0.0.1:$port
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+EOT
+    return
+  fi
+  local admin_pw user_pw store_pass
+  admin_pw="$(cat "$secrets/admin.password")"
+  user_pw="$(cat "$secrets/streamdedup.password")"
+  store_pass="$(cat "$secrets/store.password")"
+  cat <<EOT
+# --secure: clients speak TLS and SASL (SCRAM-SHA-512 or PLAIN) on the client port;
+# the controller port takes SASL/PLAIN from the admin only (this node talks to itself there).
+listeners=SASL_SSL://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=SASL_SSL://127.0.0.1:$port
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=SASL_SSL
+listener.security.protocol.map=SASL_SSL:SASL_SSL,CONTROLLER:SASL_PLAINTEXT
+sasl.enabled.mechanisms=SCRAM-SHA-512,PLAIN
+sasl.mechanism.inter.broker.protocol=PLAIN
+sasl.mechanism.controller.protocol=PLAIN
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="$admin_pw" user_admin="$admin_pw" user_streamdedup="$user_pw";
+listener.name.controller.sasl.enabled.mechanisms=PLAIN
+listener.name.controller.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="$admin_pw" user_admin="$admin_pw";
+ssl.keystore.type=PKCS12
+ssl.keystore.location=$secrets/broker.p12
+ssl.keystore.password=$store_pass
+ssl.key.password=$store_pass
+ssl.truststore.type=PKCS12
+ssl.truststore.location=$secrets/truststore.p12
+ssl.truststore.password=$store_pass
+ssl.client.auth=none
+
+# Least privilege: nothing is allowed that an ACL does not grant, except to the admin.
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+allow.everyone.if.no.acl.found=false
+super.users=User:admin
+EOT
+}
+
+# The SCRAM users, as StorageTool arguments: written into the metadata log when the storage is formatted.
+scram_users() {
+  local name
+  for name in admin streamdedup; do
+    printf -- '--add-scram\nSCRAM-SHA-512=[name=%s,password=%s]\n' "$name" "$(cat "$secrets/$name.password")"
+  done
+}
+
+if [[ "$secure" == 1 && ! -d "$secrets" ]]; then
+  make_secrets
+fi
+
+# Config is rewritten on every start; data in $kafkalogs is kept. A --secure one holds passwords.
+(umask 077; : >"$props")
+cat >"$props" <<EOF
+# Written by streamdedup deploy/kafka/start.sh; rewritten on every start.
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$cport
+$(listener_config)
 log.dirs=$kafkalogs
 
 # Single node: every internal topic has one replica.
@@ -185,9 +315,11 @@ if [[ ! -f "$kafkalogs/meta.properties" ]]; then
     cluster_id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
   done
   log "formatting storage in $kafkalogs (cluster id $cluster_id)"
+  scram=()
+  if [[ "$secure" == 1 ]]; then mapfile -t scram < <(scram_users); fi
   java -Xmx256m "-Dlog4j2.configurationFile=$data/log4j2-tools.properties" \
     -cp "$cp" kafka.tools.StorageTool \
-    format --ignore-formatted -t "$cluster_id" -c "$props" >"$logdir/format.out" 2>&1 || {
+    format --ignore-formatted -t "$cluster_id" -c "$props" "${scram[@]}" >"$logdir/format.out" 2>&1 || {
       cat "$logdir/format.out" >&2
       log "storage format failed"
       exit 1
@@ -199,7 +331,7 @@ fi
 [[ -f "$logdir/server.log" ]] && mv -f "$logdir/server.log" "$logdir/previous-server.log"
 rm -f "$logdir"/server-*.log
 
-log "starting Kafka broker on 127.0.0.1:$port (controller $cport, data dir $data)"
+log "starting Kafka broker on 127.0.0.1:$port ($([[ "$secure" == 1 ]] && echo "TLS + SASL, ACLs on" || echo plaintext); controller $cport, data dir $data)"
 # setsid + nohup: the broker outlives this shell and its terminal.
 setsid nohup java "${heap_opts[@]}" "${java_opts[@]}" -cp "$cp" \
   kafka.Kafka "$props" >"$logdir/broker.out" 2>&1 </dev/null &
@@ -214,7 +346,7 @@ while :; do
     rm -f "$pidfile"
     exit 1
   fi
-  if grep -qF "Kafka Server started" "$logdir/server.log" 2>/dev/null && kafka_answers "$port"; then
+  if grep -qF "Kafka Server started" "$logdir/server.log" 2>/dev/null && listener_ready; then
     break
   fi
   if ((SECONDS >= deadline)); then

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional, Union
 from ..config import Config, kafka_client_settings
 from ..core.records import FileBatch, RawRecord, Source, canonical_order
 from ..errors import BrokerUnavailableError, StreamdedupError, kafka_trouble
+from .rights import Rights
 from .source import FilePosition, FileSource, KafkaSource
 
 if TYPE_CHECKING:
@@ -456,7 +457,7 @@ def _feed_main(reading, spec, warm_up, orders, batches, stop, parent: int) -> No
         _feed_batches(reader, given_spec or spec, signing, batches, stop)
         stop.wait()  # the input ended: stay until told, or the queue's last messages may never leave
     except Exception as exc:  # handed to the parent (the worker then starts a new session)
-        _hand_over(batches, ("error", _as_ours(exc)), stop)
+        _hand_over(batches, ("error", _as_ours(exc, reading)), stop)
     finally:
         if reader is not None:
             try:
@@ -465,10 +466,14 @@ def _feed_main(reading, spec, warm_up, orders, batches, stop, parent: int) -> No
                 pass
 
 
-def _as_ours(exc: Exception) -> StreamdedupError:
-    """An error of the feed process as one of ours (picklable, and sorted: retriable or not)."""
+def _as_ours(exc: Exception, reading=None) -> StreamdedupError:
+    """An error of the feed process as one of ours (picklable, and sorted: retriable or not; a missing right named)."""
     if isinstance(exc, StreamdedupError):
         return exc
+    if isinstance(reading, KafkaReading):
+        refused = Rights.of(reading.client_settings, list(reading.topics), [], reading.group_id, None).explain(exc)
+        if refused is not None:
+            return refused
     trouble = kafka_trouble(exc)
     if trouble is not None:
         return trouble

@@ -386,6 +386,9 @@ def topic_limits(client_settings: dict, topics: list[str]) -> dict:
     finally:
         admin.close()
     described = found.get("topic", {})
+    hidden = [t for t in topics if t in described and not described[t]]
+    if hidden:
+        raise _describe_configs_refused(client_settings, hidden)
     return {t: int(described.get(t, {}).get("max.message.bytes", {}).get("value", KAFKA_DEFAULT_MAX_MESSAGE_BYTES))
             for t in topics}
 
@@ -428,6 +431,15 @@ def create_output_topics(client_settings: dict, input_topics: list[str], output_
         return missing, partitions
     finally:
         admin.close()
+
+
+def _describe_configs_refused(client_settings: dict, topics: list[str]):
+    """The broker described no setting of these topics: the user lacks DescribeConfigs on them."""
+    from .rights import Right, Rights
+
+    rights = Rights.of(client_settings, [], topics, "", None)
+    return rights.refused("DescribeConfigs", [Right("DescribeConfigs", "topic", t) for t in topics],
+                          hint=" (the worker reads the output topics' max.message.bytes at start)")
 
 
 def _partitions(producer, messages: list[tuple[str, dict]]) -> list[Optional[int]]:

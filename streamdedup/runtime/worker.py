@@ -26,8 +26,10 @@ from ..ops.logs import Log
 from ..ops.progress import Progress
 from ..ops.summary import Summary
 from ..ops.telemetry import WorkerTelemetry
+from .access import check_access
 from .checkpoint import WORKER_POSITIONS, KafkaCommit, start_plan
 from .feed import InlineFeed, KafkaReader, ProcessFeed, kafka_reading, spawn_feed
+from .rights import Rights, check_topics
 from .sink import KafkaSink, Pending, create_output_topics, kept_record_bytes
 
 __all__ = ["Stopper", "run_worker", "run_backfill", "WorkerStats"]
@@ -35,6 +37,7 @@ __all__ = ["Stopper", "run_worker", "run_backfill", "WorkerStats"]
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 30.0
 LAG_CHECK_S = 5.0  # how often a busy worker asks the broker for end offsets (an idle one: at every empty poll)
+ACCESS_CHECK_S = 10.0  # longest wait for each step of the connection and login check at the start of a session
 
 
 class Stopper:
@@ -134,6 +137,8 @@ class Session:
         self.engine = engine
         self.config = config
         self.log = log
+        settings = kafka_client_settings(config.kafka, "consumer")
+        check_access(settings, ACCESS_CHECK_S)
         reading = kafka_reading(config, topics, group_id)
         spec = InputSpec.from_section(config.input)
         self._process_feed = None
@@ -143,9 +148,10 @@ class Session:
         self.source = self.sink = None
         making_sink = None
         try:
+            if transactional_id is not None and config.output.create_topics:
+                self._create_output_topics(topics)
+            check_topics(settings, session_rights(config, topics, group_id, transactional_id))
             if transactional_id is not None:
-                if config.output.create_topics:
-                    self._create_output_topics(topics)
                 making_sink = self._start_sink(transactional_id)
             self.source = reading.source()
             if making_sink is not None:
@@ -270,6 +276,13 @@ class Session:
                     pass
 
 
+def session_rights(config: Config, topics: list[str], group_id: str, transactional_id: Optional[str]) -> Rights:
+    """What a session reads, writes and commits under (outputs only when it emits)."""
+    out = config.output
+    outputs = [out.clean_topic, out.duplicates_topic, out.dead_letter_topic] if transactional_id else []
+    return Rights.of(kafka_client_settings(config.kafka, "consumer"), topics, outputs, group_id, transactional_id)
+
+
 def output_spec(spec: InputSpec, sink: Optional[KafkaSink]) -> InputSpec:
     """``spec`` with the clean topic's size limit, so a record too large to keep there is rejected, not decided."""
     if sink is None:
@@ -300,6 +313,10 @@ class WorkerLoop:
     def transactional_id(self) -> str:
         return self.config.worker.transactional_id or f"streamdedup-{self.engine.index.meta['index_id'][:16]}"
 
+    def rights(self) -> Rights:
+        return session_rights(self.config, self.config.input.topics, self.config.kafka.group_id,
+                              self.transactional_id())
+
     def run(self, until_caught_up: bool = False) -> WorkerStats:
         try:
             return self._sessions(until_caught_up)
@@ -329,7 +346,7 @@ class WorkerLoop:
                 self._batches(session, starts, until_caught_up)
                 return self.stats
             except Exception as exc:
-                trouble = kafka_trouble(exc)
+                trouble = self.rights().explain(exc) or kafka_trouble(exc)
                 if trouble is None or not trouble.retriable:
                     raise trouble or exc
                 lost_since = lost_since or attempt_began or time.monotonic()
@@ -444,7 +461,12 @@ def run_backfill(config: Config, state: Optional[str], topic: str, from_timestam
         index_id = engine.index.meta["index_id"][:16]
         group = f"{config.kafka.group_id}.backfill.{index_id}"
         txid = None if index_only else f"streamdedup-{index_id}.backfill"
-        session = Session(engine, config, log, [topic], group, txid, f"backfill:{group}")
+        rights = session_rights(config, [topic], group, txid)
+        try:
+            session = Session(engine, config, log, [topic], group, txid, f"backfill:{group}")
+        except Exception as exc:
+            _raise_if_refused(rights, exc)
+            raise
         try:
             partitions = session.source.partitions()
             session.source.assign(partitions)
@@ -455,8 +477,21 @@ def run_backfill(config: Config, state: Optional[str], topic: str, from_timestam
             ends = session.source.end_offsets(partitions)
             starts = session.recover(start=first)
             return _backfill_batches(session, starts, first, ends, index_only, log, stopper, progress_enabled)
+        except Exception as exc:
+            _raise_if_refused(rights, exc)
+            raise
         finally:
             session.close()
+
+
+def _raise_if_refused(rights: Rights, exc: Exception) -> None:
+    """Raise what to do if ``exc`` is a missing right or another error that waiting cannot cure."""
+    explained = rights.explain(exc)
+    if explained is None:
+        trouble = kafka_trouble(exc)
+        explained = trouble if trouble is not None and not trouble.retriable and trouble is not exc else None
+    if explained is not None:
+        raise explained from None
 
 
 def _backfill_batches(session: Session, starts: dict, first: dict, ends: dict, index_only: bool, log: Log,
