@@ -169,9 +169,12 @@ class Index:
         """
         return near_duplicates(self._engine, text, min_similarity, limit)
 
-    def cluster(self, id: str) -> ClusterView:
-        """The cluster ``id`` names (its representative) or belongs to; ``UnknownDocumentError`` if unknown."""
-        return cluster_of(self._engine, id)
+    def cluster(self, id: str, *, limit: Optional[int] = None) -> ClusterView:
+        """The cluster ``id`` names (its representative) or belongs to; ``UnknownDocumentError`` if unknown.
+
+        ``limit``: only the earliest so many members (None: all); ``members_total`` counts them all.
+        """
+        return cluster_of(self._engine, id, limit)
 
     def explain(self, id: str, other: Optional[str] = None, *,
                 texts: Union[Mapping[str, Union[str, Sequence[str]]], PathLike, Sequence[PathLike], None] = None

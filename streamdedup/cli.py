@@ -111,6 +111,8 @@ def _parser() -> argparse.ArgumentParser:
     cluster = sub.add_parser("cluster", parents=[common], help="a cluster's representative and members (read-only)")
     cluster.add_argument("id", help="a document id: the representative, or any member")
     cluster.add_argument("--json", action="store_true")
+    cluster.add_argument("--limit", type=int, default=100,
+                         help="show the earliest N members (default 100; 0: all); the total is always given")
     cluster.set_defaults(handler=_cmd_cluster)
 
     explain = sub.add_parser("explain", parents=[common], help="why a document was decided as it was: its match, "
@@ -146,6 +148,15 @@ def _parser() -> argparse.ArgumentParser:
                             "safe while the worker runs")
     backup.add_argument("dest", help="an empty or new folder; receives data.mdb")
     backup.set_defaults(handler=_cmd_backup)
+
+    restore = sub.add_parser("restore", parents=[common], help="bring a lost index folder back, from a backup "
+                             "or from what the input topics still hold; the worker then replays, without "
+                             "emitting, what was emitted after it")
+    restore.add_argument("backup", nargs="?", help="the folder `streamdedup backup` wrote (holding data.mdb)")
+    restore.add_argument("--from-topics", action="store_true", help="no backup: a new index that the worker fills "
+                         "from the input topics' first offsets up to the group's committed offsets, emitting nothing")
+    restore.add_argument("--replace", action="store_true", help="overwrite an index the folder still holds")
+    restore.set_defaults(handler=_cmd_restore)
 
     run = sub.add_parser("run", parents=[common], help="the live worker: input topics -> clean / duplicates / "
                          "dead-letter topics, exactly one outcome per record")
@@ -336,12 +347,12 @@ def _print_site(args) -> int:
 
 def _cmd_cluster(args) -> int:
     with _open(args) as index:
-        view = index.cluster(args.id)
+        view = index.cluster(args.id, limit=args.limit or None)
     if args.json:
         print(json.dumps(view.as_dict(), indent=2))
         return EXIT_OK
     rep = view.representative
-    print(f"cluster {rep['id']}: {len(view.members) + 1} documents"
+    print(f"cluster {rep['id']}: {view.members_total + 1} documents"
           + (f" (asked about member {view.asked})" if view.asked else ""))
     print(f"  representative  {rep['id']}  source={'/'.join(map(str, rep['source']))}"
           + ("  EXPIRED" if rep["expired"] else ""))
@@ -350,6 +361,8 @@ def _cmd_cluster(args) -> int:
         part = f"  (excerpt: {m['containment']:.3f} contained)" if m["relation"] == "excerpt" else ""
         print(f"  member {similarity}  {m['id']}{'  (exact copy)' if m['exact'] else ''}{part}  matched={m['matched']}"
               f"  source={'/'.join(map(str, m['source']))}")
+    if view.members_total > len(view.members):
+        print(f"  ... and {view.members_total - len(view.members):,} later members (--limit N, 0 for all)")
     return EXIT_OK
 
 
@@ -446,6 +459,20 @@ def _cmd_backup(args) -> int:
             documents = txn.counters["documents"]
     size = os.path.getsize(os.path.join(dest, "data.mdb"))
     print(f"copied {documents:,} documents to {dest}/data.mdb ({size:,} bytes, compacted)")
+    return EXIT_OK
+
+
+def _cmd_restore(args) -> int:
+    from .runtime.restore import restore_backup, restore_from_topics
+
+    if (args.backup is None) == (not args.from_topics):
+        raise ConfigError("give either a BACKUP folder or --from-topics (when there is no backup), not both")
+    cfg = _config(args)
+    if args.from_topics:
+        restored = restore_from_topics(cfg, args.state, args.replace)
+    else:
+        restored = restore_backup(cfg, args.state, args.backup, args.replace)
+    print("\n".join(restored.lines()))
     return EXIT_OK
 
 

@@ -102,7 +102,8 @@ class LshSection:
     rows: int = _key(0, "rows per band (0: chosen with bands)", low=0)
     min_shared_bands: int = _key(0, "bands a kept document must share with a document to be verified against it "
                                  "(0: chosen with bands)", low=0)
-    max_candidates: int = _key(100, "verify at most this many candidates per document", low=1)
+    max_candidates: int = _key(100, "verify at most this many candidates per document; a band key proposes at most "
+                                    "this many (its earliest)", low=1)
 
 
 @dataclass(frozen=True)

@@ -119,6 +119,9 @@ def test_query_cluster_forget_and_check(tmp_path, crawl_file):
         view = index.cluster(duplicate.id)
         assert view.representative["id"] == duplicate.cluster
         assert duplicate.id in [m["id"] for m in view.members]
+        assert view.members_total == len(view.members)
+        first = index.cluster(duplicate.id, limit=1)
+        assert first.members == view.members[:1] and first.members_total == view.members_total
         with pytest.raises(UnknownDocumentError):
             index.cluster("no-such-id")
         report = index.forget([duplicate.matched, "no-such-id"])

@@ -115,3 +115,36 @@ def test_merging_recent_keys_into_the_tables_changes_no_decision(tmp_path, crawl
             report = check_index(engine.index)
             assert report.ok, report.problems
     assert results[0] == results[1] == results[2]
+
+
+def _trap_pages(count, start=0):
+    """Pages of one 60-word template with 8 words changed per page: pairs near Jaccard 0.45, most bands shared."""
+    import random
+
+    rng = random.Random(5)
+    template = BASE.split()[:60]
+    slots = sorted(rng.sample(range(60), 8))
+    pages = []
+    for n in range(start + count):
+        words = list(template)
+        for slot in slots:
+            words[slot] = f"w{rng.randrange(10**9)}"
+        pages.append((f"trap-{n}", " ".join(words)))
+    return pages[start:]
+
+
+@pytest.mark.parametrize("merge_every", [100000, 1], ids=["recent-log", "merged-every-batch"])
+def test_a_band_key_held_by_many_kept_documents_gives_each_document_at_most_max_candidates_of_them(
+        tmp_path, merge_every):
+    """A hot key (a crawler trap's template) proposes its earliest ``lsh.max_candidates`` holders, not all:
+    what a document reads and counts stays bounded however large the trap grows, in the batch and after it."""
+    cfg = config_module.load(None, (f"index.merge_every={merge_every}", "lsh.max_candidates=2"), environ={})
+    with Engine(cfg, str(tmp_path)) as engine:
+        first = _run(engine, _trap_pages(150))
+        later = _run(engine, _trap_pages(150, start=150))
+        bands = engine.signing.bands
+    decided = first + later
+    assert sum(d.status == "kept" for d in decided) > 150, "the trap's pages are mostly below the threshold"
+    assert max(d.candidates for d in decided) <= 2 * bands
+    assert max(d.candidates for d in later) > 2, "committed holders are proposed too"
+    assert all(d.verified <= 2 for d in decided)

@@ -219,6 +219,60 @@ def test_restoring_an_older_backup_replays_what_kafka_has_without_emitting_it(ka
     assert run_cli("check", "--state", str(state)).returncode == 0
 
 
+def _lose_the_disk_between_runs(kafka, tmp_path, records, restore_args):
+    """Feed, back up, feed more, delete the whole index folder, restore (``restore_args``), run, feed more.
+
+    Returns (topics, state, the restored worker's log) once the last records are decided.
+    """
+    topics = Topics.fresh(kafka)
+    state = tmp_path / "state"
+    small = ("--set", "worker.batch_size=100")
+    produce(kafka, topics.raw, records[:500])
+    assert run_worker(state, topics, kafka, *small).returncode == 0
+    run_cli("backup", str(tmp_path / "backup"), "--state", str(state))
+    produce(kafka, topics.raw, records[500:700])
+    assert run_worker(state, topics, kafka, *small).returncode == 0
+    shutil.rmtree(state)  # the disk is gone
+    refused = run_worker(state, topics, kafka, *small)
+    assert refused.returncode != 0 and b"streamdedup restore" in refused.stderr, refused.stderr.decode()
+    shutil.rmtree(state)
+    restored = run_cli("restore", *restore_args(tmp_path), "--state", str(state), *topics.settings(kafka))
+    assert b"start the worker" in restored.stdout
+    resumed = run_worker(state, topics, kafka, *small)
+    assert resumed.returncode == 0, resumed.stderr.decode()
+    produce(kafka, topics.raw, records[700:])
+    assert run_worker(state, topics, kafka, *small).returncode == 0
+    return topics, state, resumed.stderr
+
+
+@pytest.fixture(scope="module")
+def lost_disk_records():
+    return crawl_records(corpus.generate(520, seed=29))[:900]
+
+
+@pytest.fixture(scope="module")
+def lost_disk_reference(kafka, tmp_path_factory, lost_disk_records):
+    return reference_run(kafka, tmp_path_factory.mktemp("ref"), lost_disk_records, "--set", "worker.batch_size=100")
+
+
+def test_a_lost_index_folder_restored_from_its_backup_emits_nothing_twice(kafka, tmp_path, lost_disk_records,
+                                                                          lost_disk_reference):
+    """The folder is deleted after 700 records; the backup holds 500: the other 200 are replayed unemitted."""
+    topics, state, log = _lose_the_disk_between_runs(kafka, tmp_path, lost_disk_records,
+                                                     lambda base: [str(base / "backup")])
+    assert b"replayed_unindexed_batch records=200" in log
+    assert_same_as_reference(kafka, topics, state, lost_disk_reference, len(lost_disk_records))
+
+
+def test_a_lost_index_folder_without_backup_is_rebuilt_from_the_topics_emitting_nothing_twice(
+        kafka, tmp_path, lost_disk_records, lost_disk_reference):
+    """With every record still in the topic (no retention yet), the rebuilt index is the one that was lost."""
+    topics, state, log = _lose_the_disk_between_runs(kafka, tmp_path, lost_disk_records,
+                                                     lambda base: ["--from-topics"])
+    assert b"replayed_unindexed_batch records=700" in log
+    assert_same_as_reference(kafka, topics, state, lost_disk_reference, len(lost_disk_records))
+
+
 def test_a_commit_that_fills_the_map_after_kafka_committed_emits_nothing_twice(kafka, tmp_path, crash_corpus,
                                                                                crash_reference):
     """The index's commit fails with the map full right after the Kafka transaction of batches 2 and 4 committed."""

@@ -63,6 +63,11 @@ def test_cluster_shows_the_representative_and_its_members(decided):
     view = json.loads(run_cli("cluster", "--json", cluster_id, "--state", str(state)).stdout)
     assert view["representative"]["id"] == cluster_id
     assert sorted(m["id"] for m in view["members"]) == sorted(d["id"] for d in members if d["id"] != cluster_id)
+    assert view["members_total"] == len(view["members"]) >= 2
+    first = json.loads(run_cli("cluster", "--json", "--limit", "1", cluster_id, "--state", str(state)).stdout)
+    assert first["members"] == view["members"][:1] and first["members_total"] == view["members_total"]
+    shown = run_cli("cluster", "--limit", "1", cluster_id, "--state", str(state)).stdout.decode()
+    assert f"{view['members_total'] + 1} documents" in shown and f"and {view['members_total'] - 1:,} later" in shown
     via_member = json.loads(run_cli("cluster", "--json", view["members"][0]["id"], "--state", str(state)).stdout)
     assert via_member["representative"]["id"] == cluster_id and via_member["asked"] == view["members"][0]["id"]
     missing = run_cli("cluster", "no-such-id", "--state", str(state), check=False)

@@ -103,7 +103,7 @@ class _Batch:
 def decide(txn: IndexTxn, batch: PreparedBatch, settings: DedupSettings, now: float,
            mirror: RecentMirror, bands: BandTables, templates: Optional[SiteTemplates] = None) -> list[Decision]:
     """Decide every item of the batch, in order, recording documents in the index."""
-    view = BatchView(txn, mirror, batch.id_keys, batch.contents, batch.keys, bands)
+    view = BatchView(txn, mirror, batch.id_keys, batch.contents, batch.keys, bands, settings.max_candidates)
     content = templates.content(txn, view, batch) if templates is not None else None
     anchors = _batch_anchors(txn, batch, settings.excerpts, content) if settings.excerpts.sampling else None
     state = _Batch(view, batch, settings, now, now - settings.retention_s if settings.retention_s > 0 else None,

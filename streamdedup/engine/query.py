@@ -6,6 +6,7 @@ writes, and see the index as of its last commit.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
@@ -47,8 +48,9 @@ class Match:
 @dataclass
 class ClusterView:
     representative: dict
-    members: list[dict] = field(default_factory=list)
+    members: list[dict] = field(default_factory=list)  # the earliest ``limit`` of them
     asked: Optional[str] = None  # the id asked about, when it is a member
+    members_total: int = 0  # all of them (a crawler trap's cluster may hold millions)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -106,8 +108,9 @@ def _match(record: DocRecord, similarity: float, exact: bool, share: Optional[fl
                  None if share is None else round(share, 6))
 
 
-def cluster_of(engine: Engine, doc_id: str) -> ClusterView:
-    """The cluster named by ``doc_id`` (its representative), or the cluster ``doc_id`` belongs to."""
+def cluster_of(engine: Engine, doc_id: str, limit: Optional[int] = None) -> ClusterView:
+    """The cluster named by ``doc_id`` (its representative), or the cluster ``doc_id`` belongs to, with its
+    earliest ``limit`` members (None: all) and how many it has (counted by LMDB, none read)."""
     with engine.index.read() as txn:
         serials = serials_with_id(txn, RecentMirror.load(txn), doc_id)
         if not serials:
@@ -117,11 +120,12 @@ def cluster_of(engine: Engine, doc_id: str) -> ClusterView:
             raise StreamdedupError(f"{doc_id!r} belongs to no cluster: its representative was forgotten")
         representative = txn.record(record.cluster)
         cursor = txn.txn.cursor(db=txn.dbs["members"])
-        members = []
+        members, total = [], 0
         if cursor.set_key(record.cluster.to_bytes(8, "big")):
-            for value in cursor.iternext_dup():
+            total = cursor.count()
+            for value in itertools.islice(cursor.iternext_dup(), limit):
                 members.append(_member(txn.record(int.from_bytes(value, "big"))))
-    return ClusterView(_member(representative), members, None if record.kept else doc_id)
+    return ClusterView(_member(representative), members, None if record.kept else doc_id, total)
 
 
 def _member(record: DocRecord) -> dict:

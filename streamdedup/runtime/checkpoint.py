@@ -96,7 +96,9 @@ from ..store.index import Index, IndexTxn
 from .sink import FileOutputs
 from .source import FilePosition
 
-__all__ = ["FileRun", "Resume", "KafkaCommit", "StartPlan", "start_plan"]
+__all__ = ["FileRun", "Resume", "KafkaCommit", "StartPlan", "start_plan", "WORKER_POSITIONS"]
+
+WORKER_POSITIONS = "kafka"  # the prefix of the live worker's input positions in the index (``KafkaCommit``)
 
 
 def _nothing() -> None:
@@ -285,7 +287,9 @@ def start_plan(stored: dict, committed: dict, beginnings: dict, has_sink: bool, 
                 raise IndexUnusableError(
                     f"consumer group {group_id!r} has committed offset {c} on {name} "
                     "but this index never read that partition: another index was used with this group. "
-                    "Use the original index, or set kafka.group_id to a new group"
+                    "Use the original index; if its folder was lost, restore it (`streamdedup restore BACKUP`, "
+                    "or `streamdedup restore --from-topics` without a backup; see deploy/README.md); "
+                    "or set kafka.group_id to a new group"
                 )
             fresh[p] = starts[p] = beginnings[p]
         elif c is not None and c > s:

@@ -27,7 +27,7 @@ from ..ops.progress import Progress
 from ..ops.summary import Summary
 from ..ops.telemetry import WorkerTelemetry
 from .access import check_access
-from .checkpoint import KafkaCommit, start_plan
+from .checkpoint import WORKER_POSITIONS, KafkaCommit, start_plan
 from .feed import InlineFeed, KafkaReader, ProcessFeed, kafka_reading, spawn_feed
 from .rights import Rights, check_topics
 from .sink import KafkaSink, Pending, create_output_topics, kept_record_bytes
@@ -334,7 +334,7 @@ class WorkerLoop:
                 self.watchdog.phase("connecting and recovering")
                 spawned, self._spawned = self._spawned, None
                 session = Session(self.engine, self.config, self.log, self.config.input.topics,
-                                  self.config.kafka.group_id, self.transactional_id(), "kafka", spawned,
+                                  self.config.kafka.group_id, self.transactional_id(), WORKER_POSITIONS, spawned,
                                   self.watchdog.phase)
                 starts = session.recover()
                 self.watchdog.phase(None)

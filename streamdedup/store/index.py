@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from ..core.records import Document
 
 __all__ = ["Index", "IndexSettings", "IndexTxn", "MapFull", "TxnState", "DocRecord", "FORMAT_VERSION", "MAX_SERIAL", "id_key",
-           "u64", "from_u64"]
+           "u64", "from_u64", "take_writer_lock"]
 
 FORMAT_VERSION = 4
 MAX_SERIAL = (1 << 32) - 1  # the band table stores serials in 32 bits (``bands``)
@@ -186,6 +186,30 @@ def from_u64(b: bytes) -> int:
     return int.from_bytes(b, "big")
 
 
+def take_writer_lock(path: str):
+    """The exclusive lock of the index folder ``path`` (made if need be), as an open file; closing it releases it.
+
+    Every process that writes the folder holds it: a worker, ``dedup``, ``backfill``, ``restore``.
+    """
+    os.makedirs(path, exist_ok=True)
+    handle = open(os.path.join(path, "writer.lock"), "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise IndexLockedError(
+            f"the index at {path!r} is already open for writing by process {holder}; "
+            "one index has exactly one writer: stop that process or use another state folder"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(str(os.getpid()))
+    handle.flush()
+    return handle
+
+
 class Index:
     """An LMDB environment holding one deduplication index."""
 
@@ -213,23 +237,7 @@ class Index:
     # -- opening -------------------------------------------------------
 
     def _take_writer_lock(self):
-        os.makedirs(self.path, exist_ok=True)
-        handle = open(os.path.join(self.path, "writer.lock"), "a+")
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            handle.seek(0)
-            holder = handle.read().strip() or "unknown"
-            handle.close()
-            raise IndexLockedError(
-                f"the index at {self.path!r} is already open for writing by process {holder}; "
-                "one index has exactly one writer: stop that process or use another state folder"
-            ) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(str(os.getpid()))
-        handle.flush()
-        return handle
+        return take_writer_lock(self.path)
 
     def _open_env(self) -> lmdb.Environment:
         data_file = os.path.join(self.path, "data.mdb")

@@ -273,7 +273,9 @@ class BatchView:
     """
 
     def __init__(self, txn: IndexTxn, mirror: RecentMirror, id_keys: list[bytes], contents: list[bytes],
-                 band_keys: np.ndarray, bands: "BandTables"):
+                 band_keys: np.ndarray, bands: "BandTables", per_key: Optional[int] = None):
+        """``per_key``: at most this many committed kept documents (the earliest) are taken from one band key."""
+        self.per_key = per_key
         self.txn = txn
         self.mirror = mirror
         self.bands = bands
@@ -282,7 +284,8 @@ class BatchView:
         self._band_keys = self._signed_keys = band_keys
         self._ids = self._fetch_ids(id_keys)
         self._content = self._fetch_content(contents)
-        self._hits: Optional[tuple["_Hits", dict[int, list[int]]]] = None  # fetched at the first ``candidates``
+        self._hits: Optional["_Hits"] = None  # fetched at the first ``candidates``
+        self._kept_by_key: dict[int, list[int]] = {}  # band key -> serials of the batch's kept documents
         self._shingles: dict[int, np.ndarray] = {}
         self._kept_rows: dict[int, int] = {}  # batch row -> serial, for the batch's kept documents
         self._inserted: list[tuple[DocRecord, bytes]] = []  # (record, id hash) in decision order = serial order
@@ -315,14 +318,13 @@ class BatchView:
             raise ValueError("band keys are fixed once candidates were asked for")
         self._band_keys = band_keys
 
-    def _band_hits(self) -> tuple["_Hits", dict[int, list[int]]]:
-        """Candidates of the whole batch, fetched once: committed ones per row, and earlier rows of the batch."""
+    def _band_hits(self) -> "_Hits":
+        """Committed candidates of the whole batch, fetched once, per row."""
         if self._hits is None:
             band_keys = self._band_keys
             by_key = np.argsort(band_keys.ravel())  # the batch's keys sorted, once for every lookup
             asked, rows = band_keys.ravel()[by_key], by_key // band_keys.shape[1]  # sorted keys, row of each
-            committed = self._fetch_candidates(asked, rows, (by_key % band_keys.shape[1]).astype(np.uint16))
-            self._hits = committed, _collisions_within(asked, rows)
+            self._hits = self._fetch_candidates(asked, rows, (by_key % band_keys.shape[1]).astype(np.uint16))
             self._band_key_bytes = band_keys.astype(">u4")
         return self._hits
 
@@ -334,7 +336,7 @@ class BatchView:
         ``band`` the row and band of each.
         """
         found_keys, found_serials = self.bands.lookup(self.txn, self.mirror, band, asked)
-        return _Hits.found(asked, rows, len(self._band_keys), found_keys, found_serials)
+        return _Hits.found(asked, rows, len(self._band_keys), found_keys, found_serials, self.per_key)
 
     # -- what the batch sees -------------------------------------------
 
@@ -345,19 +347,24 @@ class BatchView:
         return self._content.get(content)
 
     def candidates(self, row: int) -> tuple[np.ndarray, np.ndarray]:
-        """Kept documents (committed, or earlier in this batch) sharing a band with row ``row``, and how many."""
-        committed, within = self._band_hits()
-        serials, shared = committed.of(row)
-        earlier = within.get(row)
-        if earlier:
-            extra = [self._kept_rows[r] for r in earlier if r in self._kept_rows]
-            if extra:
-                counts = dict(zip(serials.tolist(), shared.tolist()))
-                for serial in extra:
-                    counts[serial] = counts.get(serial, 0) + 1
-                ordered = sorted(counts)
-                return np.array(ordered, dtype=np.int64), np.array([counts[s] for s in ordered], dtype=np.int64)
-        return serials, shared
+        """Kept documents (committed, or earlier in this batch) sharing a band with row ``row``, and how many.
+
+        The batch's own kept documents are found through their band keys
+        (``_kept_by_key``), filled as they are decided: a row's cost is one
+        look-up per band and the kept documents it shares keys with, however
+        many earlier rows of the batch share them (a crawler trap's pages
+        share nearly every key); a key gives at most ``per_key`` of them.
+        """
+        serials, shared = self._band_hits().of(row)
+        kept_by_key = self._kept_by_key
+        extra = [serial for key in self._band_keys[row].tolist() for serial in kept_by_key.get(key, ())]
+        if not extra:
+            return serials, shared
+        counts = dict(zip(serials.tolist(), shared.tolist()))
+        for serial in extra:
+            counts[serial] = counts.get(serial, 0) + 1
+        ordered = sorted(counts)
+        return np.array(ordered, dtype=np.int64), np.array([counts[s] for s in ordered], dtype=np.int64)
 
     def band_keys_of(self, row: int) -> np.ndarray:
         """The band keys row ``row`` is looked up by."""
@@ -397,6 +404,11 @@ class BatchView:
         if record.kept:
             self._kept_rows[row] = serial
             self._shingles[serial] = shingles
+            limit = self.per_key
+            for key in self._band_keys[row].tolist():
+                holders = self._kept_by_key.setdefault(key, [])
+                if limit is None or len(holders) < limit:  # the earliest, as for committed documents
+                    holders.append(serial)
 
     def flush(self) -> Callable[[], None]:
         """Write the batch into the transaction; returns what to do to the mirror once it commits."""
@@ -445,12 +457,21 @@ class _Hits:
         return self.serials[begin:end], self.shared[begin:end]
 
     @classmethod
-    def found(cls, asked: np.ndarray, rows: np.ndarray, n: int, found_keys: np.ndarray, found_serials: np.ndarray):
-        """From the batch's sorted keys ``asked`` (each of document ``rows[i]``) and the (key, serial) rows found."""
+    def found(cls, asked: np.ndarray, rows: np.ndarray, n: int, found_keys: np.ndarray, found_serials: np.ndarray,
+              per_key: Optional[int] = None):
+        """From the batch's sorted keys ``asked`` (each of document ``rows[i]``) and the (key, serial) rows found.
+
+        ``per_key`` keeps only the earliest so many serials of each key (None: all). A key that many kept
+        documents hold (a crawler trap's template, a hot bucket) would otherwise hand each document of
+        the batch all of them, and the work per document would grow with the trap.
+        """
         if len(found_keys) == 0:
             return cls(cls._NONE, cls._NONE, [0] * (n + 1))
-        order = np.argsort(found_keys)  # equal keys in any order: pairs are made unique below
-        found_keys, found_serials = found_keys[order], found_serials[order]
+        if per_key is None:
+            order = np.argsort(found_keys)  # equal keys in any order: pairs are made unique below
+            found_keys, found_serials = found_keys[order], found_serials[order]
+        else:
+            found_keys, found_serials = _earliest_of_each_key(found_keys, found_serials, per_key)
         lo = np.searchsorted(found_keys, asked, "left")
         counts = np.searchsorted(found_keys, asked, "right") - lo
         hit = counts > 0
@@ -462,18 +483,11 @@ class _Hits:
         return cls(pairs & ((1 << 40) - 1), shared, bounds)
 
 
-def _collisions_within(asked: np.ndarray, rows: np.ndarray) -> dict[int, list[int]]:
-    """For each row, the earlier rows of the same batch sharing a band key (once per shared band).
-
-    ``asked`` is the batch's band keys sorted, ``rows[i]`` the row of ``asked[i]``.
-    """
-    same = asked[1:] == asked[:-1]
-    earlier: dict[int, list[int]] = {}
-    if not same.any():
-        return earlier
-    edges = np.flatnonzero(np.diff(np.concatenate(([False], same, [False])).astype(np.int8)))
-    for first, last in zip(edges[::2].tolist(), edges[1::2].tolist()):  # a run of one key: asked[first:last + 1]
-        run = sorted(rows[first : last + 1].tolist())
-        for j in range(1, len(run)):
-            earlier.setdefault(run[j], []).extend(r for r in run[:j] if r < run[j])
-    return earlier
+def _earliest_of_each_key(keys: np.ndarray, serials: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
+    """(key, serial) pairs sorted by key, then serial, each key keeping its first ``limit`` (the smallest serials)."""
+    order = np.lexsort((serials, keys))
+    keys, serials = keys[order], serials[order]
+    starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
+    rank = np.arange(len(keys)) - np.repeat(starts, np.diff(np.append(starts, len(keys))))
+    kept = rank < limit
+    return keys[kept], serials[kept]
