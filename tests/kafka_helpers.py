@@ -170,3 +170,15 @@ def produce_raw(bootstrap: str, topic: str, records: list[tuple], partition: int
         producer.flush()
     finally:
         producer.close()
+
+
+def wait_for_line(process: subprocess.Popen, needle: bytes, timeout: float = 60) -> bytes:
+    """The first line of the process's stderr holding ``needle`` (it logs one event a line)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = process.stderr.readline()
+        if needle in line:
+            return line
+        if not line and process.poll() is not None:
+            break
+    raise AssertionError(f"the worker never logged {needle!r}")

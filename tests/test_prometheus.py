@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import spawned
-from kafka_helpers import Topics, produce, worker_command
+from kafka_helpers import Topics, produce, wait_for_line, worker_command
 from prometheus_client import generate_latest
 from test_metrics import parse_exposition
 
@@ -130,17 +130,6 @@ def scalar(base: str, promql: str) -> float | None:
     return float(result[0]["value"][1]) if len(result) == 1 else None
 
 
-def _wait_for_line(process: subprocess.Popen, needle: bytes, timeout: float = 60) -> bytes:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = process.stderr.readline()
-        if needle in line:
-            return line
-        if not line and process.poll() is not None:
-            break
-    raise AssertionError(f"the worker never logged {needle!r}")
-
-
 def start_prometheus(tmp_path: Path, target: str) -> tuple[list[str], str]:
     """The command of a Prometheus that scrapes ``target`` every second, and its address."""
     tmp_path.mkdir()
@@ -165,7 +154,7 @@ def test_prometheus_scrapes_the_documented_series_from_a_running_worker(kafka, t
     produce(kafka, topics.raw, records, partition_of=lambda n: n % 2)
     with spawned(worker_command(tmp_path / "state", topics, kafka), stderr=subprocess.PIPE) as worker:
         try:
-            started = _wait_for_line(worker, b"started")
+            started = wait_for_line(worker, b"started")
             target = re.search(rb'metrics="http://([^"/]+)/metrics"', started).group(1).decode()
             command, base = start_prometheus(tmp_path / "prometheus", target)
             with spawned(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as prometheus:

@@ -17,6 +17,7 @@ from kafka_helpers import (
     produce,
     read_all,
     run_worker,
+    wait_for_line,
     worker_command,
 )
 
@@ -119,7 +120,7 @@ def test_a_second_worker_on_the_same_index_is_refused_at_once(kafka, tmp_path):
     topics = Topics.fresh(kafka)
     with spawned(worker_command(tmp_path / "state", topics, kafka), stderr=subprocess.PIPE) as first:
         try:
-            _wait_for_line(first, b"assigned")
+            wait_for_line(first, b"assigned")
             began = time.monotonic()
             second = run_worker(tmp_path / "state", topics, kafka, until_caught_up=False, timeout=30)
             assert time.monotonic() - began < 10
@@ -138,7 +139,7 @@ def test_graceful_stop_commits_and_exits_zero_quickly(kafka, tmp_path, sig):
     state = tmp_path / "state"
     command = worker_command(state, topics, kafka, "--set", "worker.batch_size=200")
     with spawned(command, stderr=subprocess.PIPE) as process:
-        _wait_for_line(process, b"info batch")
+        wait_for_line(process, b"info batch")
         process.send_signal(sig)
         began = time.monotonic()
         assert process.wait(timeout=30) == 0
@@ -190,17 +191,6 @@ def test_backfill_from_a_timestamp_starts_there(kafka, tmp_path):
     assert f"documents  {len(docs) - 50:>10,}".encode() in result.stdout
 
 
-def _wait_for_line(process: subprocess.Popen, needle: bytes, timeout: float = 60) -> bytes:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = process.stderr.readline()
-        if needle in line:
-            return line
-        if not line and process.poll() is not None:
-            break
-    raise AssertionError(f"the worker never logged {needle!r}")
-
-
 def test_kafka_python_uses_the_native_crc32c_checksum():
     from kafka.record import util
 
@@ -240,7 +230,7 @@ def test_metrics_and_health_of_a_running_worker(kafka, tmp_path):
     produce(kafka, topics.raw, records, partition_of=lambda n: n % 2)
     with spawned(worker_command(tmp_path / "state", topics, kafka), stderr=subprocess.PIPE) as worker:
         try:
-            started = _wait_for_line(worker, b"started")
+            started = wait_for_line(worker, b"started")
             url = re.search(rb'metrics="(http://[^"]+)"', started).group(1).decode()
             deadline = time.monotonic() + 60
             while True:

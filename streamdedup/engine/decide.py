@@ -47,7 +47,7 @@ from ..core.verify import best_match, jaccard
 from ..store.anchors import BatchAnchors
 from ..store.bands import BandTables
 from ..store.index import DocRecord, IndexTxn
-from ..store.lookup import BatchView, RecentMirror
+from ..store.lookup import BatchView, RecentMirror, with_extra_candidates
 from .sitelearning import BatchContent, FirstPages, SiteTemplates
 
 __all__ = ["DedupSettings", "ExcerptSettings", "decide"]
@@ -159,7 +159,7 @@ def _decide_one(state: _Batch, doc: Document, row: int) -> Decision:
     own = state.content_of(row)
     serials, shared = view.candidates(row)
     if state.first is not None:
-        serials, shared = _with_rekeyed(serials, shared, state.first.candidates(view.band_keys_of(row)))
+        serials, shared = with_extra_candidates(serials, shared, state.first.candidates(view.band_keys_of(row)).tolist())
     if settings.signing.min_shared > 1:
         enough = shared >= settings.signing.min_shared
         serials, shared = serials[enough], shared[enough]
@@ -190,17 +190,6 @@ def _decide_one(state: _Batch, doc: Document, row: int) -> Decision:
     if state.anchors is not None:
         state.anchors.kept(row, serial)
     return _as_decision(record, candidates=len(shared), verified=compared)
-
-
-def _with_rekeyed(serials: np.ndarray, shared: np.ndarray, extra: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Candidates with the first pages rekeyed in this batch added (each counted once more)."""
-    if len(extra) == 0:
-        return serials, shared
-    counts = dict(zip(serials.tolist(), shared.tolist()))
-    for serial in extra.tolist():
-        counts[serial] = counts.get(serial, 0) + 1
-    ordered = sorted(counts)
-    return np.array(ordered, dtype=np.int64), np.array([counts[s] for s in ordered], dtype=np.int64)
 
 
 def _anchored_match(state: _Batch, own: np.ndarray, row: int) -> Optional[tuple[int, float, Optional[float], int]]:

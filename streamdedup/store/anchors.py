@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from .index import IndexTxn, u64
-from .lookup import _Hits
+from .lookup import _Hits, with_extra_candidates
 
 __all__ = ["BatchAnchors", "remove_anchors", "anchor_entries"]
 
@@ -96,13 +96,7 @@ class BatchAnchors:
         extra = []
         for run, place, room in runs:
             extra.extend([kept[r] for r in run[:place] if r in kept][:room])
-        if not extra:
-            return serials, shared
-        counts = dict(zip(serials.tolist(), shared.tolist()))
-        for serial in extra:
-            counts[serial] = counts.get(serial, 0) + 1
-        ordered = sorted(counts)
-        return np.array(ordered, dtype=np.int64), np.array([counts[s] for s in ordered], dtype=np.int64)
+        return with_extra_candidates(serials, shared, extra)
 
     def anchors(self, row: int) -> np.ndarray:
         return self._anchors[row]

@@ -358,13 +358,7 @@ class BatchView:
         serials, shared = self._band_hits().of(row)
         kept_by_key = self._kept_by_key
         extra = [serial for key in self._band_keys[row].tolist() for serial in kept_by_key.get(key, ())]
-        if not extra:
-            return serials, shared
-        counts = dict(zip(serials.tolist(), shared.tolist()))
-        for serial in extra:
-            counts[serial] = counts.get(serial, 0) + 1
-        ordered = sorted(counts)
-        return np.array(ordered, dtype=np.int64), np.array([counts[s] for s in ordered], dtype=np.int64)
+        return with_extra_candidates(serials, shared, extra)
 
     def band_keys_of(self, row: int) -> np.ndarray:
         """The band keys row ``row`` is looked up by."""
@@ -439,6 +433,17 @@ class BatchView:
         kept_serials = np.fromiter(self._kept_rows.values(), dtype=np.int64, count=kept)
         kept_keys, mirror = self._band_keys[kept_rows], self.mirror
         return lambda: mirror.add(entries, kept_serials, kept_keys)
+
+
+def with_extra_candidates(serials: np.ndarray, shared: np.ndarray, extra: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Candidates (ascending serials, shared bands of each) with ``extra`` serials added, each one band more."""
+    if not len(extra):
+        return serials, shared
+    counts = dict(zip(serials.tolist(), shared.tolist()))
+    for serial in extra:
+        counts[serial] = counts.get(serial, 0) + 1
+    ordered = sorted(counts)
+    return np.array(ordered, dtype=np.int64), np.array([counts[s] for s in ordered], dtype=np.int64)
 
 
 class _Hits:
