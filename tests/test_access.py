@@ -40,7 +40,13 @@ class FakeServer:
                 self.held.append(conn)
 
     def close(self) -> None:
+        """Stop accepting (shutdown wakes the blocked accept), wait for the thread, then close what it holds."""
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.listener.close()
+        self.thread.join(timeout=10)
         for conn in self.held:
             conn.close()
 

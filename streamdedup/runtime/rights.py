@@ -136,4 +136,5 @@ def check_topics(admin_settings: dict, rights: Rights) -> None:
                                  f" (the broker hides topics a user may not describe: if it does not exist, "
                                  f"create it or fix {fix}; else)")
         if codes.get(topic) == UNKNOWN_TOPIC:
-            raise BrokerError(f"{role} topic {topic!r} does not exist; create it (see deploy/), or fix {fix}")
+            create = ", or set output.create_topics = true to have the worker create it" if role == "output" else ""
+            raise BrokerError(f"{role} topic {topic!r} does not exist; create it (see deploy/), or fix {fix}{create}")
