@@ -286,6 +286,7 @@ class BatchView:
         self._content = self._fetch_content(contents)
         self._hits: Optional["_Hits"] = None  # fetched at the first ``candidates``
         self._kept_by_key: dict[int, list[int]] = {}  # band key -> serials of the batch's kept documents
+        self._shared_keys: dict[int, list[int]] = {}  # row -> its band keys another row of the batch has too
         self._shingles: dict[int, np.ndarray] = {}
         self._kept_rows: dict[int, int] = {}  # batch row -> serial, for the batch's kept documents
         self._inserted: list[tuple[DocRecord, bytes]] = []  # (record, id hash) in decision order = serial order
@@ -325,6 +326,7 @@ class BatchView:
             by_key = np.argsort(band_keys.ravel())  # the batch's keys sorted, once for every lookup
             asked, rows = band_keys.ravel()[by_key], by_key // band_keys.shape[1]  # sorted keys, row of each
             self._hits = self._fetch_candidates(asked, rows, (by_key % band_keys.shape[1]).astype(np.uint16))
+            self._shared_keys = _keys_shared_within(asked, rows)
             self._band_key_bytes = band_keys.astype(">u4")
         return self._hits
 
@@ -349,15 +351,17 @@ class BatchView:
     def candidates(self, row: int) -> tuple[np.ndarray, np.ndarray]:
         """Kept documents (committed, or earlier in this batch) sharing a band with row ``row``, and how many.
 
-        The batch's own kept documents are found through their band keys
-        (``_kept_by_key``), filled as they are decided: a row's cost is one
-        look-up per band and the kept documents it shares keys with, however
-        many earlier rows of the batch share them (a crawler trap's pages
-        share nearly every key); a key gives at most ``per_key`` of them.
+        The batch's own kept documents are found through the band keys they
+        share with other rows (``_shared_keys``, found once for the batch;
+        most rows share none), filed as they are decided (``_kept_by_key``):
+        a row's cost is one look-up per shared key and the kept documents
+        found there, however many earlier rows of the batch share them (a
+        crawler trap's pages share nearly every key); a key gives at most
+        ``per_key`` of them.
         """
         serials, shared = self._band_hits().of(row)
         kept_by_key = self._kept_by_key
-        extra = [serial for key in self._band_keys[row].tolist() for serial in kept_by_key.get(key, ())]
+        extra = [serial for key in self._shared_keys.get(row, ()) for serial in kept_by_key.get(key, ())]
         return with_extra_candidates(serials, shared, extra)
 
     def band_keys_of(self, row: int) -> np.ndarray:
@@ -399,7 +403,8 @@ class BatchView:
             self._kept_rows[row] = serial
             self._shingles[serial] = shingles
             limit = self.per_key
-            for key in self._band_keys[row].tolist():
+            self._band_hits()
+            for key in self._shared_keys.get(row, ()):  # only keys a later row may ask for
                 holders = self._kept_by_key.setdefault(key, [])
                 if limit is None or len(holders) < limit:  # the earliest, as for committed documents
                     holders.append(serial)
@@ -486,6 +491,19 @@ class _Hits:
         pairs, shared = np.unique((doc << 40) | serial, return_counts=True)
         bounds = np.searchsorted(pairs >> 40, np.arange(n + 1)).tolist()
         return cls(pairs & ((1 << 40) - 1), shared, bounds)
+
+
+def _keys_shared_within(asked: np.ndarray, rows: np.ndarray) -> dict[int, list[int]]:
+    """For each row, its band keys that another row of the batch has too (``asked``: the batch's keys
+    sorted, ``rows[i]`` the row of ``asked[i]``); most rows of a batch have none."""
+    same = asked[1:] == asked[:-1]
+    in_run = np.zeros(len(asked), dtype=bool)
+    in_run[1:] |= same
+    in_run[:-1] |= same
+    shared: dict[int, list[int]] = {}
+    for row, key in zip(rows[in_run].tolist(), asked[in_run].tolist()):
+        shared.setdefault(row, []).append(key)
+    return shared
 
 
 def _earliest_of_each_key(keys: np.ndarray, serials: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
