@@ -116,7 +116,7 @@ class DocRecord:
     exact: bool
     content: bytes  # content hash
     source: list  # [name, partition, offset]
-    band_keys: bytes  # kept documents: their band keys (bands x 4 B)
+    band_keys: bytes  # a kept page whose lookup keys are not its shingles' (templates): them, bands x 4 B; else b""
     time: float  # when it was decided (seconds since the epoch)
     expired: bool = False  # kept, but past index.retention_days: out of the band tables, matches nothing
     site: int = 0  # key of the page's site (``core.sites``), whose template its content leaves out
