@@ -155,7 +155,6 @@ class Session:
                 making_sink = self._start_sink(transactional_id)
             self.source = reading.source()
             if making_sink is not None:
-                self._check_output_topics()
                 self.sink, making_sink = making_sink.wait(), None
                 Pending(self.sink.learn_topics, "streamdedup-metadata")  # meanwhile; the first send waits if need be
         except BaseException:
@@ -174,15 +173,6 @@ class Session:
         topics = {"clean": out.clean_topic, "duplicates": out.duplicates_topic, "dead_letter": out.dead_letter_topic}
         return Pending(lambda: KafkaSink(settings, transactional_id, topics, out.dead_letter_max_bytes),
                        "streamdedup-producer-start")
-
-    def _check_output_topics(self) -> None:
-        out = self.config.output
-        existing = self.source.consumer.topics()
-        for topic in (out.clean_topic, out.duplicates_topic, out.dead_letter_topic):
-            if topic and topic not in existing:
-                raise BrokerError(f"output topic {topic!r} does not exist; create it (see deploy/), fix the "
-                                  "[output] section, or set output.create_topics = true to have the worker "
-                                  "create it")
 
     def _create_output_topics(self, topics: list[str]) -> None:
         """``output.create_topics``: make the missing output topics before the producer looks them up."""

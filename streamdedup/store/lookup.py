@@ -416,10 +416,10 @@ class BatchView:
             raise IndexFullError(f"the index has numbered {MAX_SERIAL:,} documents, as many as it can; start a new "
                                  "index (or shard the input) and keep this one for lookups")
         keys = [u64(record.serial) for record, _ in inserted]
-        kept_keys = {serial: self._band_key_bytes[row].tobytes() for row, serial in self._kept_rows.items()}
+        recent_keys = {serial: self._band_key_bytes[row].tobytes() for row, serial in self._kept_rows.items()}
         writes = {  # every table but members gets serials in increasing order: appended
             "docs": [(key, record.pack(packer)) for key, (record, _) in zip(keys, inserted)],
-            "recent": [(key, pack_recent(ident, record.content, kept_keys.get(record.serial, b"")))
+            "recent": [(key, pack_recent(ident, record.content, recent_keys.get(record.serial, b"")))
                        for key, (record, ident) in zip(keys, inserted)],
             "shingles": list(zip(map(u64, self._shingles), _coded(list(self._shingles.values())))),
             "members": sorted((u64(record.cluster), key) for key, (record, _) in zip(keys, inserted)
