@@ -22,6 +22,7 @@ from kafka_helpers import (
     outcomes,
     produce_raw,
     run_worker,
+    wait_for_line,
 )
 
 KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1048588  # Kafka's default max.message.bytes
@@ -154,6 +155,42 @@ def test_with_until_caught_up_an_unreachable_broker_stops_the_worker_after_the_t
     assert time.monotonic() - began < 60
     assert b"broker_lost" in result.stderr
     assert b"no broker answered" in result.stderr and b"worker.unreachable_timeout_s" in result.stderr
+
+
+def test_an_open_transaction_holding_the_groups_offsets_is_waited_out_with_backoff(kafka, tmp_path):
+    """Another producer's transaction holds offsets of the worker's group: the broker answers UNSTABLE_OFFSET_COMMIT.
+
+    The worker's start-up read of the committed offsets gives up after
+    ``worker.kafka_timeout_s`` and the session starts again with backoff,
+    logging what it waits for (it once retried forever, ten times a second,
+    silently); once that transaction ends, the worker decides everything.
+    """
+    from kafka import KafkaProducer, TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    topics = Topics.fresh(kafka)
+    produce_raw(kafka, topics.raw, [good(n) for n in range(20)])
+    foreign = KafkaProducer(bootstrap_servers=kafka, transactional_id=f"foreign-{uuid.uuid4().hex[:8]}")
+    worker = None
+    try:
+        foreign.init_transactions()
+        foreign.begin_transaction()
+        foreign.send_offsets_to_transaction({TopicPartition(topics.raw, 0): OffsetAndMetadata(5, "", -1)},
+                                            f"group-{topics.raw}")
+        worker = subprocess.Popen([*_command(tmp_path, topics, kafka), "--set", "worker.kafka_timeout_s=2",
+                                   "--set", "worker.unreachable_timeout_s=0", "--until-caught-up"],
+                                  stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+        lost = wait_for_line(worker, b"broker_lost", timeout=60)
+        assert b"KafkaTimeoutError" in lost, lost
+        assert worker.poll() is None
+        foreign.abort_transaction()
+        _, errors = worker.communicate(timeout=180)
+        assert worker.returncode == 0, errors.decode()
+    finally:
+        if worker is not None and worker.poll() is None:
+            worker.kill()
+        foreign.close()
+    assert [kind for _, (kind, _) in sorted(one_outcome_each(kafka, topics, 20).items())] == ["clean"] * 20
 
 
 def _command(tmp_path, topics: Topics, bootstrap: str) -> list[str]:

@@ -195,9 +195,15 @@ class KafkaSource:
     def assign(self, partitions: list) -> None:
         self.consumer.assign(partitions)
 
-    def committed(self, partition) -> Optional[int]:
-        """The group's committed offset of a partition (None if it has none)."""
-        return self.consumer.committed(partition)
+    def committed(self, partition, timeout_s: float) -> Optional[int]:
+        """The group's committed offset of a partition (None if it has none).
+
+        Raises ``KafkaTimeoutError`` after ``timeout_s``. Without a bound
+        kafka-python asks again every ``retry_backoff_ms``, forever, while the
+        broker answers ``UNSTABLE_OFFSET_COMMIT`` (a transaction holding
+        offsets of the group is still open); the session would hang silently.
+        """
+        return self.consumer.committed(partition, timeout_ms=int(timeout_s * 1000))
 
     def seek(self, partition, offset: Optional[int]) -> None:
         if offset is None:

@@ -189,7 +189,8 @@ class Session:
         self.partitions = self.source.partitions()
         self.source.assign(self.partitions)
         stored = self.commit.stored_positions(self.partitions)
-        committed = {p: self.source.committed(p) for p in self.partitions} if self.sink else {}
+        timeout_s = self.config.worker.kafka_timeout_s
+        committed = {p: self.source.committed(p, timeout_s) for p in self.partitions} if self.sink else {}
         beginnings = self.source.consumer.beginning_offsets(self.partitions)
         plan = start_plan(stored, committed, beginnings, self.sink is not None, self.commit.group_id)
         for event, fields in plan.warnings:
