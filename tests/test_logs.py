@@ -35,6 +35,20 @@ def test_kafka_python_warnings_become_key_value_lines(kafka_logger):
         r'error 111"\n', stream.getvalue())
 
 
+def test_a_coordinator_that_moved_is_routine_and_logged_as_info(kafka_logger):
+    stream = io.StringIO()
+    route_library_logs(Log("text", "info", stream))
+    coordinator = logging.getLogger("kafka.coordinator")
+    coordinator.warning("Marking the coordinator dead (node %s) for group %s: %s.", "coordinator-1", "g",
+                        "[Error 16] NotCoordinatorError")
+    coordinator.warning("Heartbeat failed: %s", "[Error 25] UnknownMemberIdError")
+    lines = stream.getvalue().splitlines()
+    assert [line.split()[1] for line in lines] == ["info", "warning"], lines
+    route_library_logs(Log("text", "warning", quiet := io.StringIO()))
+    coordinator.warning("Marking the coordinator dead (node 1) for group g: [Error 15] CoordinatorNotAvailableError.")
+    assert quiet.getvalue() == ""
+
+
 def test_kafka_python_errors_become_json_lines_with_the_exception(kafka_logger):
     stream = io.StringIO()
     route_library_logs(Log("json", "info", stream))

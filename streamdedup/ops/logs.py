@@ -58,12 +58,25 @@ class LibraryLogs(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            fields = {"logger": record.name, "message": record.getMessage()}
+            message = record.getMessage()
+            fields = {"logger": record.name, "message": message}
             if record.exc_info and record.exc_info[1] is not None:
                 fields["error"] = f"{type(record.exc_info[1]).__name__}: {record.exc_info[1]}"
-            self.log.event("error" if record.levelno >= logging.ERROR else "warning", self.event_name, **fields)
+            self.log.event(_level_of(record.levelno, message), self.event_name, **fields)
         except Exception:
             self.handleError(record)
+
+
+# kafka-python's warnings of a group coordinator that moved or is not up yet (a new group on a fresh broker
+# meets them at every start): the client finds the new one by itself, and a wait that lasts is reported by
+# the worker's own ``broker_lost`` lines. They are logged as info.
+_ROUTINE = ("NotCoordinatorError", "CoordinatorNotAvailableError", "CoordinatorLoadInProgressError")
+
+
+def _level_of(levelno: int, message: str) -> str:
+    if levelno >= logging.ERROR:
+        return "error"
+    return "info" if any(name in message for name in _ROUTINE) else "warning"
 
 
 def route_library_logs(log: Log, library: str = "kafka", event: str = "kafka_client") -> LibraryLogs:
