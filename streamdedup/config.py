@@ -132,7 +132,8 @@ class ExcerptsSection:
 @dataclass(frozen=True)
 class IndexSection:
     path: str = _key("state", "folder of the LMDB index (relative to the working directory)")
-    map_size_mb: int = _key(1024, "initial LMDB map size in MiB; grows by itself when full", low=1)
+    map_size_mb: int = _key(1024, "initial LMDB map size in MiB; grows by itself when full (and when a writer "
+                            "opens it less than a quarter free)", low=1)
     sync: bool = _key(True, "fsync every commit (false loses the last commits at power loss)")
     merge_every: int = _key(100000, "documents between merges of recent lookup keys into the tables", low=1)
     band_filter_mb: int = _key(32, "MiB of the writer's filter of stored band keys (0: none); does not grow", low=0)

@@ -132,6 +132,18 @@ def test_map_grows_by_itself_and_loses_nothing(tmp_path):
         assert report.ok, report.problems
 
 
+def test_a_writer_reopening_an_index_that_outgrew_the_configured_map_starts_with_room(tmp_path):
+    cfg = config_module.load(None, ("index.map_size_mb=1",), environ={})
+    texts = [d.text for d in corpus.generate(1100, seed=3)][:2000]
+    with Engine(cfg, str(tmp_path)) as engine:
+        engine.decide_batch(engine.prepare(_docs(texts)))
+        used, _ = engine.index.map_use()
+    assert used > 1 << 20  # the file outgrew the configured map
+    with Engine(cfg, str(tmp_path)) as engine:
+        used, size = engine.index.map_use()
+        assert size - used >= size // 4
+
+
 def test_a_failed_transaction_leaves_nothing_behind(tmp_path):
     cfg = config_module.load(None, environ={})
     with Engine(cfg, str(tmp_path)) as engine:

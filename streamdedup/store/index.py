@@ -229,6 +229,8 @@ class Index:
             self.env = self._open_env()
             self.dbs = self._open_databases()
             self.meta = self._load_or_create_meta(signing, adopt_bands)
+            if not readonly:
+                self._make_headroom()
         except BaseException:
             self.close()
             raise
@@ -377,6 +379,17 @@ class Index:
             yield IndexTxn(self, txn, TxnState.READ)
         finally:
             txn.abort()
+
+    def _make_headroom(self) -> None:
+        """Grow the map at once if less than a quarter of it is free.
+
+        LMDB opens an index whose file outgrew ``index.map_size`` with a map of
+        exactly the file's size, so without this the first batch after every
+        restart of a large index fills the map, is thrown away and written again.
+        """
+        used, size = self.map_use()
+        if size - used < size // 4:
+            self.grow_map()
 
     def grow_map(self) -> None:
         """Double the map (no transaction of this process may be open)."""
