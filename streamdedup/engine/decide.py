@@ -86,6 +86,7 @@ class _Batch:
     content: Optional[BatchContent]
     anchors: Optional[BatchAnchors]
     first: Optional[FirstPages] = None
+    sites: Optional[list] = None  # site key of each row, as Python ints (a numpy scalar costs more each time)
 
     def content_of(self, row: int) -> np.ndarray:
         if self.content is None:
@@ -107,7 +108,8 @@ def decide(txn: IndexTxn, batch: PreparedBatch, settings: DedupSettings, now: fl
     content = templates.content(txn, view, batch) if templates is not None else None
     anchors = _batch_anchors(txn, batch, settings.excerpts, content) if settings.excerpts.sampling else None
     state = _Batch(view, batch, settings, now, now - settings.retention_s if settings.retention_s > 0 else None,
-                   content, anchors, FirstPages(txn, settings.signing) if content is not None else None)
+                   content, anchors, FirstPages(txn, settings.signing) if content is not None else None,
+                   batch.sites.tolist())
     decisions = []
     for i, item in enumerate(batch.items):
         if isinstance(item, Rejected):
@@ -151,19 +153,20 @@ def _decide_one(state: _Batch, doc: Document, row: int) -> Decision:
     serial = view.next_serial()
     identical = view.serial_of_content(content)
     twin = None if identical is None else view.record(identical)
+    site = state.sites[row]
     if twin is not None and twin.cluster and _matchable(view, twin, cutoff):  # cluster 0: dissolved by forget
-        record = DocRecord.exact_copy_of(twin, serial, doc, content, now, int(batch.sites[row]))
+        record = DocRecord.exact_copy_of(twin, serial, doc, content, now, site)
         view.insert(record, ident, row)
         return _as_decision(record)
-    site = int(batch.sites[row])
     own = state.content_of(row)
-    serials, shared = view.candidates(row)
-    if state.first is not None:
+    # most documents share no band key with anything: their candidates are not gathered at all
+    serials, shared = view.candidates(row) if view.may_have_candidates(row) else (_NONE, _NONE)
+    if state.first is not None and state.first.rekeyed:
         serials, shared = with_extra_candidates(serials, shared, state.first.candidates(view.band_keys_of(row)).tolist())
-    if settings.signing.min_shared > 1:
+    if settings.signing.min_shared > 1 and len(serials):  # most documents have no candidate at all
         enough = shared >= settings.signing.min_shared
         serials, shared = serials[enough], shared[enough]
-    if cutoff is not None:
+    if cutoff is not None and len(serials):
         live = np.array([_matchable(view, view.record(s), cutoff) for s in serials.tolist()], dtype=bool)
         serials, shared = serials[live], shared[live]
     if len(serials) > settings.max_candidates:
@@ -190,6 +193,9 @@ def _decide_one(state: _Batch, doc: Document, row: int) -> Decision:
     if state.anchors is not None:
         state.anchors.kept(row, serial)
     return _as_decision(record, candidates=len(shared), verified=compared)
+
+
+_NONE = np.zeros(0, dtype=np.int64)
 
 
 def _anchored_match(state: _Batch, own: np.ndarray, row: int) -> Optional[tuple[int, float, Optional[float], int]]:

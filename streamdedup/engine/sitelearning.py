@@ -264,6 +264,11 @@ class FirstPages:
         """Not forgotten nor expired since (then it has no stored shingles)."""
         return self.txn.get("shingles", serial.to_bytes(8, "big")) is not None or serial in self._batch_kept
 
+    @property
+    def rekeyed(self) -> bool:
+        """Whether any page was rekeyed in this batch so far (else ``candidates`` finds none)."""
+        return len(self._key) > 0
+
     def candidates(self, keys: np.ndarray) -> np.ndarray:
         """Pages rekeyed in this batch sharing a band key with ``keys`` (``keys``: one per band), once per band."""
         if len(self._key) == 0:

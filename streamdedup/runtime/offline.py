@@ -42,6 +42,7 @@ def dedup_files(engine: Engine, inputs: list[str], spec: InputSpec, clean: Optio
     feed = open_feed(inputs, spec, engine.signing, batch_size, prepare_processes, start.position, spawned)
     try:
         for batch in feed.batches():
+            feed.fetch_ahead()  # the next batch comes off the pipe on the feed's thread, mostly while this one syncs
             engine.between_batches()
             summary.add(run.commit(engine, outputs, batch.records, batch.position, batch.prepared))
             progress.update(len(batch.records), _bytes_done(sizes, batch.position))

@@ -50,7 +50,9 @@ class RecentMirror:
         self._more_of_id: dict[bytes, list[int]] = {}  # later serials of the few ids seen more than once
         self.content: dict[bytes, int] = {}
         self._settled = _band_entries()  # (keys sorted, serial of each, band of each)
-        self._fresh = _band_entries()  # the same for the latest batches, folded in now and then
+        self._fresh: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # the same, one per latest batch
+        self._fresh_entries = 0
+        self._present = _KeyBits()  # which keys the mirror may hold: most asked keys are answered by it
         self.documents = 0
         self.last_serial = 0
         self._sorted: Optional[tuple[list, list]] = None  # (ids, content) as table pairs, for merges
@@ -115,36 +117,40 @@ class RecentMirror:
         return self._folded()[2]
 
     def _insert_sorted(self, keys: np.ndarray, serials: np.ndarray, bands: np.ndarray) -> None:
-        """Merge new entries into the small sorted arrays, and those into the large ones now and then.
+        """File a batch's entries as one more small sorted run, and fold the runs in now and then.
 
         Inserting into one array as large as the mirror would move all of it
-        for every batch; two levels move the large one once per
-        ``FRESH_ENTRIES`` entries.
+        for every batch; the large one moves once per ``FRESH_ENTRIES``
+        entries, and a batch's own run is not moved until then.
         """
         order = np.argsort(keys)  # equal keys may come in any order: lookups and merges order them
-        self._fresh = _inserted(self._fresh, (keys[order], serials[order], bands[order]))
-        if len(self._fresh[0]) >= FRESH_ENTRIES:
+        self._fresh.append((keys[order], serials[order], bands[order]))
+        self._fresh_entries += len(keys)
+        self._present.add(self._fresh[-1][0])
+        if self._fresh_entries >= FRESH_ENTRIES:
             self._folded()
 
     def _folded(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Both levels as one (the fresh entries moved into the settled ones)."""
-        if len(self._fresh[0]):
-            self._settled = _inserted(self._settled, self._fresh)
-            self._fresh = _band_entries()
+        """The fresh runs merged into the settled entries (which are returned)."""
+        if self._fresh:
+            self._settled = _inserted(self._settled, _merged_runs(self._fresh))
+            self._fresh, self._fresh_entries = [], 0
         return self._settled
 
     def band_rows(self, asked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(key, serial) of every mirrored band entry whose key is in ``asked`` (sorted, repeats allowed).
 
-        Each key is searched once, in sorted order, which keeps the binary
-        searches in cache; most keys are not found (new documents).
+        Keys the mirror surely lacks (``_KeyBits``: most of them, the keys
+        of new documents) are dropped first; each other key is searched
+        once, in sorted order, which keeps the binary searches in cache.
         """
-        if len(self._settled[0]) + len(self._fresh[0]) == 0:
+        if len(self._settled[0]) + self._fresh_entries == 0:
             return self._settled[0], self._settled[1]
         first = np.ones(len(asked), dtype=bool)
         first[1:] = asked[1:] != asked[:-1]
+        first &= self._present.may_hold(asked)
         asked = asked[first]  # each key once (np.unique, which hashes, is slower here)
-        found = [_rows_with_keys(keys, serials, asked) for keys, serials, _ in (self._settled, self._fresh)]
+        found = [_rows_with_keys(keys, serials, asked) for keys, serials, _ in (self._settled, *self._fresh)]
         return np.concatenate([k for k, _ in found]), np.concatenate([s for _, s in found])
 
     def remove(self, serials: set[int]) -> None:
@@ -176,6 +182,7 @@ class RecentMirror:
 
 
 FRESH_ENTRIES = 1 << 17  # band entries the small level of the mirror holds before it is folded in
+KEY_BITS_LOG2 = 26  # the mirror's key presence map: 2^26 bits (8 MiB)
 
 
 def _band_entries() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -183,9 +190,61 @@ def _band_entries() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _inserted(into: tuple, new: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sorted (keys, serials, bands) ``into`` with the sorted ``new`` ones merged in (a memmove, not a sort)."""
+    """Sorted (keys, serials, bands) ``into`` with the sorted ``new`` ones merged in, after equal keys.
+
+    ``np.insert`` with the same positions, for the three arrays at once: the
+    positions are worked out once, not once per array.
+    """
     at = np.searchsorted(into[0], new[0], "right")
-    return tuple(np.insert(old, at, added) for old, added in zip(into, new))
+    size = len(into[0]) + len(new[0])
+    where = at + np.arange(len(at))  # where each new entry lands
+    old = np.ones(size, dtype=bool)
+    old[where] = False
+    merged = []
+    for before, added in zip(into, new):
+        out = np.empty(size, dtype=before.dtype)
+        out[where] = added
+        out[old] = before
+        merged.append(out)
+    return tuple(merged)
+
+
+def _merged_runs(runs: list[tuple]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sorted runs of (keys, serials, bands) as one, equal keys in run order (a stable sort merges the runs)."""
+    if len(runs) == 1:
+        return runs[0]
+    order = np.argsort(np.concatenate([run[0] for run in runs]), kind="stable")
+    return tuple(np.concatenate([run[field] for run in runs])[order] for field in range(3))
+
+
+class _KeyBits:
+    """Whether the mirror may hold a band key: one bit for each run of 64 of the 2^32 keys (8 MiB).
+
+    A key whose bit is clear is surely not mirrored; bits stay set when
+    entries leave (``remove``, retention), which only costs a search. At
+    ``index.merge_every`` = 100,000 documents about 5% of the bits are set.
+    """
+
+    SHIFT = np.uint64(32 - KEY_BITS_LOG2)
+    MASK = np.uint64((1 << KEY_BITS_LOG2) - 1)
+
+    def __init__(self) -> None:
+        self._bits = np.zeros(1 << (KEY_BITS_LOG2 - 3), dtype=np.uint8)
+
+    def add(self, keys: np.ndarray) -> None:
+        """Set the bits of sorted ``keys`` (a byte's bits are OR-ed together first: ``ufunc.at`` is slow)."""
+        slots = self._slots(keys)
+        places = slots >> 3
+        starts = np.flatnonzero(np.concatenate(([True], places[1:] != places[:-1]))) if len(places) else places
+        bits = np.left_shift(np.uint8(1), (slots & 7).astype(np.uint8))
+        self._bits[places[starts]] |= np.bitwise_or.reduceat(bits, starts) if len(starts) else bits
+
+    def may_hold(self, keys: np.ndarray) -> np.ndarray:
+        slots = self._slots(keys)
+        return ((self._bits[slots >> 3] >> (slots & 7).astype(np.uint8)) & 1).astype(bool)
+
+    def _slots(self, keys: np.ndarray) -> np.ndarray:
+        return ((keys.astype(np.uint64, copy=False) >> self.SHIFT) & self.MASK).astype(np.int64)
 
 
 def _rows_with_keys(keys: np.ndarray, serials: np.ndarray, asked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -285,6 +344,7 @@ class BatchView:
         self._ids = self._fetch_ids(id_keys)
         self._content = self._fetch_content(contents)
         self._hits: Optional["_Hits"] = None  # fetched at the first ``candidates``
+        self._rekeyed_rows: frozenset = frozenset()  # rows looked up by other keys than their signed ones
         self._kept_by_key: dict[int, list[int]] = {}  # band key -> serials of the batch's kept documents
         self._shared_keys: dict[int, list[int]] = {}  # row -> its band keys another row of the batch has too
         self._shingles: dict[int, np.ndarray] = {}
@@ -328,6 +388,7 @@ class BatchView:
             self._hits = self._fetch_candidates(asked, rows, (by_key % band_keys.shape[1]).astype(np.uint16))
             self._shared_keys = _keys_shared_within(asked, rows)
             self._band_key_bytes = band_keys.astype(">u4")
+            self._rekeyed_rows = _rows_differing(band_keys, self._signed_keys)
         return self._hits
 
     def _fetch_candidates(self, asked: np.ndarray, rows: np.ndarray, band: np.ndarray) -> "_Hits":
@@ -364,6 +425,12 @@ class BatchView:
         extra = [serial for key in self._shared_keys.get(row, ()) for serial in kept_by_key.get(key, ())]
         return with_extra_candidates(serials, shared, extra)
 
+    def may_have_candidates(self, row: int) -> bool:
+        """False when row ``row`` surely has no candidate: no committed kept document shares a band key with
+        it and no other row of the batch has one of its keys (most rows); ``candidates`` is then empty."""
+        bounds = self._band_hits().bounds
+        return bounds[row] != bounds[row + 1] or row in self._shared_keys
+
     def band_keys_of(self, row: int) -> np.ndarray:
         """The band keys row ``row`` is looked up by."""
         return self._band_keys[row]
@@ -372,7 +439,7 @@ class BatchView:
         """The band keys of batch row ``row`` as a kept document's record stores them: none when they are
         those of its shingles (``bands.record_band_keys`` signs them again)."""
         self._band_hits()
-        if self._band_keys is self._signed_keys or np.array_equal(self._band_keys[row], self._signed_keys[row]):
+        if row not in self._rekeyed_rows:
             return b""
         return self._band_key_bytes[row].tobytes()
 
@@ -491,6 +558,13 @@ class _Hits:
         pairs, shared = np.unique((doc << 40) | serial, return_counts=True)
         bounds = np.searchsorted(pairs >> 40, np.arange(n + 1)).tolist()
         return cls(pairs & ((1 << 40) - 1), shared, bounds)
+
+
+def _rows_differing(keys: np.ndarray, signed: np.ndarray) -> frozenset:
+    """The rows whose lookup keys are not their signed ones (content keys of pages with a template left out)."""
+    if keys is signed:
+        return frozenset()
+    return frozenset(np.flatnonzero((keys != signed).any(axis=1)).tolist())
 
 
 def _keys_shared_within(asked: np.ndarray, rows: np.ndarray) -> dict[int, list[int]]:
