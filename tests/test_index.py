@@ -224,6 +224,48 @@ def test_mirror_lookups_span_both_levels(monkeypatch):
     assert mirror.keys.tolist() == sorted(mirror.keys.tolist())
 
 
+def test_the_mirror_presence_bits_never_miss_a_key_and_drop_most_others():
+    """A key the mirror holds is always searched (a clear bit would hide a kept document); most others are not."""
+    import numpy as np
+
+    from streamdedup.store.lookup import _KeyBits
+
+    rng = np.random.default_rng(5)
+    held = np.sort(np.concatenate((rng.integers(0, 1 << 32, 30000, dtype=np.uint64),
+                                   np.array([0, 63, 64, (1 << 32) - 1, 1 << 40], dtype=np.uint64))))
+    bits = _KeyBits()
+    bits.add(held[:10])
+    bits.add(held[10:])  # set in two calls, as batches do
+    bits.add(held[:0])
+    assert bits.may_hold(held).all()
+    others = rng.integers(0, 1 << 32, 100000, dtype=np.uint64)
+    assert bits.may_hold(others).mean() < 0.05
+
+
+def test_rows_said_to_have_no_candidates_have_none(tmp_path):
+    """``may_have_candidates`` False (the rows whose candidates are not gathered) implies ``candidates`` is empty,
+    and rows sharing keys with committed documents or with each other are not skipped."""
+    from streamdedup.store.lookup import BatchView
+
+    docs = _docs([d.text for d in corpus.generate(300, seed=11)])
+    copies = _docs([d.text + " again" for d in docs[100:130]], start=1000)  # near copies of committed pages
+    with Engine(config_module.load(None, environ={}), str(tmp_path)) as engine:
+        engine.decide_batch(engine.prepare(docs[:150]))
+        batch = engine.prepare(docs[150:] + copies)
+
+        def check(txn):
+            view = BatchView(txn, engine.mirror, batch.id_keys, batch.contents, batch.keys, engine.bands, 100)
+            flags = [view.may_have_candidates(row) for row in range(len(batch.contents))]
+            for row, flag in enumerate(flags):
+                if not flag:
+                    assert len(view.candidates(row)[0]) == 0
+            assert all(flags[-30:])  # each copy shares most keys with a committed page
+            assert not all(flags)  # most new pages share none
+            return flags
+
+        engine.index.write(check)
+
+
 def test_a_batch_transaction_is_checked_at_each_step(tmp_path):
     from streamdedup.store.index import TxnState
 

@@ -22,12 +22,13 @@ class Summary:
     resumed: bool = False
 
     def add(self, decisions: list[Decision]) -> None:
-        for d in decisions:
-            self.outcomes[d.status] += 1
-            self.exact += d.exact
-            self.replayed += d.replayed
-            if d.status == REJECTED:
-                self.reasons[(d.reason or "").split(":")[0]] += 1
+        """Count a batch's decisions (a column at a time: one pass in C each, not five Python steps a decision)."""
+        statuses = [d.status for d in decisions]
+        self.outcomes.update(statuses)
+        self.exact += sum([d.exact for d in decisions])
+        self.replayed += sum([d.replayed for d in decisions])
+        if REJECTED in statuses:
+            self.reasons.update((d.reason or "").split(":")[0] for d in decisions if d.status == REJECTED)
 
     @property
     def total(self) -> int:
