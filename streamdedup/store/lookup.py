@@ -347,7 +347,9 @@ class BatchView:
         self._rekeyed_rows: frozenset = frozenset()  # rows looked up by other keys than their signed ones
         self._kept_by_key: dict[int, list[int]] = {}  # band key -> serials of the batch's kept documents
         self._shared_keys: dict[int, list[int]] = {}  # row -> its band keys another row of the batch has too
-        self._shingles: dict[int, np.ndarray] = {}
+        self._shingles: dict[int, np.ndarray] = {}  # serial -> shingles: the batch's kept documents
+        self._committed_shingles: dict[int, np.ndarray] = {}  # and those of committed ones read by this batch
+        self._committed_records: dict[int, DocRecord] = {}  # records of committed documents read by this batch
         self._kept_rows: dict[int, int] = {}  # batch row -> serial, for the batch's kept documents
         self._inserted: list[tuple[DocRecord, bytes]] = []  # (record, id hash) in decision order = serial order
         self._first_serial = txn.counters["next_serial"] + 1
@@ -444,12 +446,23 @@ class BatchView:
         return self._band_key_bytes[row].tobytes()
 
     def record(self, serial: int) -> DocRecord:
+        """A decided document's record; a committed one is read once per batch (a match is read again to name it)."""
         position = serial - self._first_serial  # the batch's documents have consecutive serials
-        return self._inserted[position][0] if 0 <= position < len(self._inserted) else self.txn.record(serial)
+        if 0 <= position < len(self._inserted):
+            return self._inserted[position][0]
+        found = self._committed_records.get(serial)
+        if found is None:
+            found = self._committed_records[serial] = self.txn.record(serial)
+        return found
 
     def shingles(self, serial: int) -> np.ndarray:
+        """A kept document's stored shingles (decoded once per batch)."""
         found = self._shingles.get(serial)
-        return found if found is not None else self.txn.shingles(serial)
+        if found is None:
+            found = self._committed_shingles.get(serial)
+        if found is None:
+            found = self._committed_shingles[serial] = self.txn.shingles(serial)
+        return found
 
     # -- the batch's writes --------------------------------------------
 
