@@ -147,6 +147,8 @@ def _templates_at(state: _Batch, row: int) -> None:
 def _decide_one(state: _Batch, doc: Document, row: int) -> Decision:
     view, batch, settings, now, cutoff = state.view, state.batch, state.settings, state.now, state.cutoff
     content, ident = batch.contents[row], batch.id_keys[row]
+    if _alone(state, view, ident, content, row):  # most documents: new, and nothing to compare them with
+        return _kept(state, doc, row, content, ident, 0, 0)
     earlier = _same_document(view, ident, content)
     if earlier is not None:
         return _as_decision(earlier, replayed=True)
@@ -186,16 +188,31 @@ def _decide_one(state: _Batch, doc: Document, row: int) -> Decision:
         record = DocRecord.near_duplicate_of(view.record(source), similarity, serial, doc, content, now, site, share)
         view.insert(record, ident, row)
         return _as_decision(record, candidates=len(shared), verified=compared + checked)
-    record = DocRecord.new_cluster(serial, doc, content, view.record_band_keys(row), now, site)
-    view.insert(record, ident, row, batch.shingles.of(row))
+    return _kept(state, doc, row, content, ident, len(shared), compared)
+
+
+_NONE = np.zeros(0, dtype=np.int64)
+
+
+def _alone(state: _Batch, view: BatchView, ident: bytes, content: bytes, row: int) -> bool:
+    """Whether row ``row`` is surely kept without a look at anything: an id and a text the index has not
+    decided, no band key shared with a kept document or another row, and no excerpt or rekeyed-page lookup."""
+    return (state.anchors is None and view.unseen(ident, content) and not view.may_have_candidates(row)
+            and (state.first is None or not state.first.rekeyed))
+
+
+def _kept(state: _Batch, doc: Document, row: int, content: bytes, ident: bytes, candidates: int,
+          verified: int) -> Decision:
+    """Row ``row`` kept: a new cluster, in the band tables (and the anchor table)."""
+    view, site = state.view, state.sites[row]
+    serial = view.next_serial()
+    record = DocRecord.new_cluster(serial, doc, content, view.record_band_keys(row), state.now, site)
+    view.insert(record, ident, row, state.batch.shingles.of(row))
     if state.content is not None and row in state.content.provisional:
         state.first.kept(site, serial)
     if state.anchors is not None:
         state.anchors.kept(row, serial)
-    return _as_decision(record, candidates=len(shared), verified=compared)
-
-
-_NONE = np.zeros(0, dtype=np.int64)
+    return Decision(doc.id, KEPT, doc.id, None, None, None, False, False, candidates, verified, None)
 
 
 def _anchored_match(state: _Batch, own: np.ndarray, row: int) -> Optional[tuple[int, float, Optional[float], int]]:

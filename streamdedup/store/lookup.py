@@ -408,6 +408,10 @@ class BatchView:
     def serials_of_id(self, key: bytes) -> Sequence[int]:
         return self._ids.get(key, ())
 
+    def unseen(self, ident: bytes, content: bytes) -> bool:
+        """Neither this id hash nor this content hash was decided before (in the index or this batch)."""
+        return ident not in self._ids and content not in self._content
+
     def serial_of_content(self, content: bytes) -> Optional[int]:
         return self._content.get(content)
 
