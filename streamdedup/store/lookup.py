@@ -6,7 +6,8 @@ million documents a batch of 2,000 would rewrite ~100 MB of band table.
 So a batch appends each new document's lookup keys (id hash, content hash,
 band keys) to the ``recent`` table, keyed by serial: a sequential write.
 The writer keeps the same entries in memory (``RecentMirror``, bounded by
-``index.merge_every`` documents) and every so many documents merges them,
+``index.merge_every`` documents, with a bitmap of the keys it may hold that
+answers most lookups) and every so many documents merges them,
 sorted, into the ``ids``, ``content`` and ``bands`` tables in one
 transaction, then drops them from ``recent``. A lookup asks the tables, the
 mirror, and the documents of its own batch.
@@ -222,7 +223,7 @@ class _KeyBits:
 
     A key whose bit is clear is surely not mirrored; bits stay set when
     entries leave (``remove``, retention), which only costs a search. At
-    ``index.merge_every`` = 100,000 documents about 5% of the bits are set.
+    ``index.merge_every`` = 100,000 documents about 3% of the bits are set.
     """
 
     SHIFT = np.uint64(32 - KEY_BITS_LOG2)
