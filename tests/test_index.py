@@ -41,9 +41,38 @@ def test_each_kind_of_record_names_its_fields_and_survives_packing():
     echoed = DocRecord.near_duplicate_of(kept, 0.8, 6, Document("a", "", Source("t", 0, 10)), b"e" * 16, 103.0,
                                          site=9, containment=0.5)
     dissolved = dataclasses.replace(near, serial=7, cluster=0, cluster_id="", matched_id="x", expired=True)
-    for record in (kept, exact, near, echoed, dissolved):
-        assert DocRecord.unpack(record.serial, record.pack()) == record
-    assert len(near.pack()) < len(dataclasses.replace(near, matched_id="other").pack())  # a name said once
+    names = {7: "t", 8: "u"}
+    numbers = {name: number for number, name in names.items()}
+    unmatched = dataclasses.replace(near, serial=8, matched=4, matched_id="b")  # matched another than its cluster
+    for record in (kept, exact, near, echoed, dissolved, unmatched):
+        packed = record.pack(numbers[record.source[0]])
+        assert DocRecord.unpack(record.serial, packed, names.__getitem__) == record
+        assert record.source[0].encode() not in packed  # the source is stored as its number
+    assert len(near.pack(8)) < len(dataclasses.replace(near, matched_id="other").pack(8))  # a name said once
+    far = dataclasses.replace(near, serial=900_005, cluster=900_003, matched=900_003)
+    assert len(far.pack(8)) < len(dataclasses.replace(far, matched=900_004).pack(8))  # a serial said once
+    far_kept = dataclasses.replace(kept, serial=900_003, cluster=900_003)
+    assert len(far_kept.pack(7)) < len(dataclasses.replace(far_kept, cluster=900_002).pack(7))  # its own cluster
+
+
+def test_records_store_each_source_name_once_and_read_it_back(tmp_path):
+    """Records name their source by number; a number given in a transaction that aborts is given again."""
+    index = Index(IndexSettings(path=str(tmp_path)), SIGNING)
+    record = DocRecord.new_cluster(1, Document("a", "", Source("topic-a", 0, 7)), b"c" * 16, b"", 100.0)
+    other = DocRecord.new_cluster(2, Document("b", "", Source("topic-b", 1, 8)), b"d" * 16, b"", 101.0)
+
+    def abandoned(txn):
+        txn.put_record(other)
+        raise RuntimeError("abandoned")
+
+    with pytest.raises(RuntimeError):
+        index.write(abandoned)
+    index.write(lambda txn: (txn.put_record(record), txn.put_record(other)))
+    with index.read() as txn:
+        assert txn.record(1) == record and txn.record(2) == other
+        assert [txn.source_number("topic-a"), txn.source_number("topic-b")] == [0, 1]
+        assert txn.counters["source_names"] == 2
+    index.close()
 
 
 def test_reopening_with_other_signing_settings_names_each_difference(tmp_path):

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..core import eliasfano
 from ..errors import IndexFullError
-from .index import MAX_SERIAL, DocRecord, IndexTxn, from_u64, u64
+from .index import MAX_SERIAL, DocRecord, IndexTxn, content_key, from_u64, serial_key, u64
 
 if TYPE_CHECKING:
     from .bands import BandTables
@@ -34,12 +34,12 @@ __all__ = ["RecentMirror", "BatchView", "merge_recent", "merge_slice", "merge_sl
            "pack_recent", "unpack_recent"]
 
 def pack_recent(ident: bytes, content: bytes, band_keys: bytes = b"") -> bytes:
-    """A ``recent`` value: id hash (16 B), content hash (16 B), band keys (4 B each big-endian, kept documents only)."""
+    """A ``recent`` value: id hash (8 B), content hash (16 B), band keys (4 B each big-endian, kept documents only)."""
     return ident + content + band_keys
 
 
 def unpack_recent(value: bytes) -> tuple[bytes, bytes, np.ndarray]:
-    return value[:16], value[16:32], np.frombuffer(value[32:], dtype=">u4").astype(np.uint64)
+    return value[:8], value[8:24], np.frombuffer(value[24:], dtype=">u4").astype(np.uint64)
 
 
 class RecentMirror:
@@ -53,7 +53,7 @@ class RecentMirror:
         self._fresh = _band_entries()  # the same for the latest batches, folded in now and then
         self.documents = 0
         self.last_serial = 0
-        self._sorted: Optional[tuple[list, list]] = None  # (ids, content) as table pairs, for merges
+        self._sorted: Optional[tuple[list, list]] = None  # (ids, content) as table entries, for merges
 
     @classmethod
     def load(cls, txn: IndexTxn) -> "RecentMirror":
@@ -166,11 +166,12 @@ class RecentMirror:
     def clear(self) -> None:
         self.__init__()
 
-    def table_pairs(self) -> tuple[list[tuple[bytes, bytes]], list[tuple[bytes, bytes]]]:
-        """The ids and content entries as sorted (key, value) pairs of their tables, made once per merge."""
+    def table_pairs(self) -> tuple[list[tuple[bytes, bytes]], list[tuple[bytes, bytes, bytes]]]:
+        """The ids entries as sorted (key, value) pairs of their table, and the content entries as sorted
+        (key, value, whole content hash) triples, made once per merge."""
         if self._sorted is None:
-            ids = sorted((ident, u64(serial)) for ident, serials in self.id_serials() for serial in serials)
-            contents = sorted((c, u64(serial)) for c, serial in self.content.items())
+            ids = sorted((ident, serial_key(serial)) for ident, serials in self.id_serials() for serial in serials)
+            contents = sorted((content_key(c), serial_key(serial), c) for c, serial in self.content.items())
             self._sorted = ids, contents
         return self._sorted
 
@@ -239,8 +240,24 @@ def merge_slice(txn: IndexTxn, mirror: RecentMirror, bands: "BandTables", number
     raw, dbs = txn.txn, txn.dbs
     ids, contents = mirror.table_pairs()
     raw.cursor(db=dbs["ids"]).putmulti(_prefix_range(ids, low, high), dupdata=True)
-    raw.cursor(db=dbs["content"]).putmulti(_prefix_range(contents, low, high), overwrite=False)
+    raw.cursor(db=dbs["content"]).putmulti(_new_contents(txn, _prefix_range(contents, low, high)), dupdata=True)
     bands.insert_slice(txn, mirror, number, slices)
+
+
+def _new_contents(txn: IndexTxn, entries: list[tuple[bytes, bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The (key, serial) pairs of ``entries`` whose whole content hash the content table does not hold yet.
+
+    The table keeps the first document of each content (as it did when keyed
+    by the whole hash): a later one, or the same one merged again, is left out.
+    """
+    held: dict[bytes, list[bytes]] = {}
+    for key, value in txn.txn.cursor(db=txn.dbs["content"]).getmulti([e[0] for e in entries], dupdata=True):
+        held.setdefault(key, []).append(value)
+    new = []
+    for key, value, content in entries:
+        if not any(txn.record(from_u64(v)).content == content for v in held.get(key, ())):
+            new.append((key, value))
+    return new
 
 
 def finish_merge(txn: IndexTxn, mirror: RecentMirror) -> None:
@@ -306,11 +323,18 @@ class BatchView:
         return found
 
     def _fetch_content(self, contents: list[bytes]) -> dict[bytes, int]:
+        """The first document of each content hash: the content table's (checked against its record), else the mirror's."""
         cursor = self._raw.cursor(db=self.dbs["content"])
-        found = {k: from_u64(v) for k, v in cursor.getmulti(sorted(set(contents)))}
+        held: dict[bytes, list[int]] = {}
+        for k, v in cursor.getmulti(sorted({content_key(c) for c in contents}), dupdata=True):
+            held.setdefault(k, []).append(from_u64(v))
+        found = {}
         for c in contents:
-            if c not in found and c in self.mirror.content:
-                found[c] = self.mirror.content[c]
+            serial = next((s for s in held.get(content_key(c), ()) if self.txn.record(s).content == c), None)
+            if serial is None:
+                serial = self.mirror.content.get(c)
+            if serial is not None:
+                found[c] = serial
         return found
 
     def use_band_keys(self, band_keys: np.ndarray) -> None:
@@ -415,14 +439,15 @@ class BatchView:
         if inserted and inserted[-1][0].serial > MAX_SERIAL:
             raise IndexFullError(f"the index has numbered {MAX_SERIAL:,} documents, as many as it can; start a new "
                                  "index (or shard the input) and keep this one for lookups")
-        keys = [u64(record.serial) for record, _ in inserted]
+        keys = [serial_key(record.serial) for record, _ in inserted]
         recent_keys = {serial: self._band_key_bytes[row].tobytes() for row, serial in self._kept_rows.items()}
+        pack = self.txn.pack_record
         writes = {  # every table but members gets serials in increasing order: appended
-            "docs": [(key, record.pack(packer)) for key, (record, _) in zip(keys, inserted)],
-            "recent": [(key, pack_recent(ident, record.content, recent_keys.get(record.serial, b"")))
-                       for key, (record, ident) in zip(keys, inserted)],
+            "docs": [(key, pack(record, packer)) for key, (record, _) in zip(keys, inserted)],
+            "recent": [(u64(record.serial), pack_recent(ident, record.content, recent_keys.get(record.serial, b"")))
+                       for record, ident in inserted],
             "shingles": list(zip(map(u64, self._shingles), _coded(list(self._shingles.values())))),
-            "members": sorted((u64(record.cluster), key) for key, (record, _) in zip(keys, inserted)
+            "members": sorted((serial_key(record.cluster), key) for key, (record, _) in zip(keys, inserted)
                               if not record.kept),
         }
         for name, items in writes.items():
