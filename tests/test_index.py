@@ -296,3 +296,18 @@ def test_a_commit_that_fills_the_map_decides_the_batch_again_the_same(tmp_path, 
         assert report.ok, report.problems
     assert [[(d.id, d.status, d.cluster, d.similarity) for d in b] for b in decided] == \
         [[(d.id, d.status, d.cluster, d.similarity) for d in b] for b in reference]
+
+
+def test_hash_tables_find_exactly_the_serials_of_a_hash_among_its_bucket(tmp_path):
+    """ids and content entries share 2-byte buckets: a lookup gets its own hash's serials, ascending, no neighbour's."""
+    from streamdedup.store.hashed import entries, entry, serials_of_many
+
+    index = Index(IndexSettings(path=str(tmp_path)), SIGNING)
+    a, b, c, other = b"\x01\x02aaaaaa", b"\x01\x02aaaaab", b"\x01\x02aaaaa`", b"\x01\x03aaaaaa"
+    pairs = sorted([entry(a, 70_000), entry(a, 5), entry(b, 6), entry(c, 7), entry(other, 8)])
+    index.write(lambda txn: txn.txn.cursor(db=txn.dbs["ids"]).putmulti(pairs, dupdata=True))
+    with index.read() as txn:
+        assert serials_of_many(txn, "ids", [b, a, a, b"\x01\x02aaaaac", other]) == {a: [5, 70_000], b: [6],
+                                                                                     other: [8]}
+        assert list(entries(txn, "ids")) == [(c, 7), (a, 5), (a, 70_000), (b, 6), (other, 8)]
+    index.close()

@@ -18,6 +18,7 @@ import numpy as np
 from ..core.records import id_key
 from ..errors import IndexCorruptError
 from .bands import band_entries, record_band_keys
+from .hashed import entries
 from .index import Index, IndexTxn, content_key, from_u64
 from .lookup import unpack_recent
 
@@ -66,8 +67,8 @@ def check_index(index: Index) -> CheckReport:
 def _check_records(txn: IndexTxn, report: CheckReport, recent: dict, merged: int) -> dict[int, set[tuple[int, int]]]:
     """Each record against its cluster, its lookup keys and its shingles; returns merged kept documents' band keys."""
     bands = txn.index.signing.bands
-    ids = {(k, from_u64(v)) for k, v in txn.table_entries("ids")}
-    contents = {txn.record(from_u64(v)).content for _, v in txn.table_entries("content") if txn.has_record(from_u64(v))}
+    ids = set(entries(txn, "ids"))
+    contents = {txn.record(serial).content for _, serial in entries(txn, "content") if txn.has_record(serial)}
     members = {(from_u64(k), from_u64(v)) for k, v in txn.table_entries("members")}
     kept_serials = set()
     merged_keys: dict[int, set[tuple[int, int]]] = {}
@@ -138,13 +139,11 @@ def _check_bands(txn: IndexTxn, merged_keys: dict[int, set[tuple[int, int]]], me
 
 def _check_tables(txn: IndexTxn, report: CheckReport) -> None:
     """Every lookup entry points at a record that has that id, content or cluster."""
-    for key, value in txn.table_entries("ids"):
-        serial = from_u64(value)
+    for key, serial in entries(txn, "ids"):
         if not txn.has_record(serial) or id_key(txn.record(serial).id) != key:
             report.problem(f"id entry points at #{serial}, which has another id or no record")
     first_of_content: dict[bytes, int] = {}
-    for key, value in txn.table_entries("content"):
-        serial = from_u64(value)
+    for key, serial in entries(txn, "content"):
         if not txn.has_record(serial) or content_key(txn.record(serial).content) != key:
             report.problem(f"content entry points at #{serial}, which has other content or no record")
         elif first_of_content.setdefault(txn.record(serial).content, serial) != serial:

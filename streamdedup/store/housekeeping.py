@@ -33,6 +33,7 @@ from ..core.excerpts import anchors_of
 from ..core.records import id_key
 from .anchors import remove_anchors
 from .bands import BandTables, record_band_keys
+from .hashed import entry, serials_of
 from .index import DocRecord, IndexTxn, content_key, from_u64, serial_key, u64
 from .lookup import RecentMirror, merge_recent, pack_recent, unpack_recent
 from .sites import remove_rekeyed
@@ -57,8 +58,7 @@ class ForgetReport:
 def serials_with_id(txn: IndexTxn, mirror: RecentMirror, doc_id: str) -> list[int]:
     """Every serial (every version) recorded under a document id (not those of another id of the same hash)."""
     key = id_key(doc_id)
-    cursor = txn.txn.cursor(db=txn.dbs["ids"])
-    found = [from_u64(v) for v in cursor.iternext_dup()] if cursor.set_key(key) else []
+    found = serials_of(txn.txn.cursor(db=txn.dbs["ids"]), key)
     return sorted(s for s in set(found) | set(mirror.serials_of_id(key)) if txn.has_record(s) and txn.record(s).id == doc_id)
 
 
@@ -90,8 +90,8 @@ def _forget_one(txn: IndexTxn, bands: BandTables, record: DocRecord, report: For
     txn.delete("docs", serial)
     txn.delete("shingles", key)
     txn.delete("recent", key)
-    txn.delete("ids", id_key(record.id), serial)
-    txn.delete("content", content_key(record.content), serial)  # there if it is its content's first document
+    txn.delete("ids", *entry(id_key(record.id), record.serial))
+    txn.delete("content", *entry(content_key(record.content), record.serial))  # if its content's first document
     if record.cluster and not record.kept:
         txn.delete("members", serial_key(record.cluster), serial)
     if record.kept:

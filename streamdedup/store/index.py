@@ -11,11 +11,12 @@ bands         band (2 B) + band key's high 16 bits   its low 16 bits + a kept do
 docs          serial (4 B)                           msgpack record of the decision
 shingles      serial                                 sorted unique uint32 shingles of a kept
                                                      document, Elias-Fano coded (``eliasfano``)
-ids           BLAKE2b-64 of the document id          serials (4 B) with that id hash (dupsort;
-                                                     a hit is compared with the record's id)
-content       first 8 B of the content hash          serial (4 B) of the first document of each
-              (BLAKE2b-128 of the normalized text)   content with that prefix (dupsort; a hit
-                                                     is compared with the record's full hash)
+ids           first 2 B of the id's BLAKE2b-64       its other 6 B + a serial (4 B) with that id
+                                                     hash (dupsort, 10 B each; ``hashed``; a hit
+                                                     is compared with the record's id)
+content       first 2 B of the content hash          its next 6 B + the serial (4 B) of the first
+              (BLAKE2b-128 of the normalized text)   document of each content (dupsort, 10 B each;
+                                                     a hit is compared with the record's hash)
 members       cluster serial (4 B)                   its duplicates' serials (4 B; dupsort; the
                                                      representative is the cluster serial)
 positions     source name                            JSON input position

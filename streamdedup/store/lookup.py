@@ -25,6 +25,7 @@ import numpy as np
 
 from ..core import eliasfano
 from ..errors import IndexFullError
+from .hashed import entry, serials_of_many
 from .index import MAX_SERIAL, DocRecord, IndexTxn, content_key, from_u64, serial_key, u64
 
 if TYPE_CHECKING:
@@ -167,11 +168,11 @@ class RecentMirror:
         self.__init__()
 
     def table_pairs(self) -> tuple[list[tuple[bytes, bytes]], list[tuple[bytes, bytes, bytes]]]:
-        """The ids entries as sorted (key, value) pairs of their table, and the content entries as sorted
-        (key, value, whole content hash) triples, made once per merge."""
+        """The ids entries as sorted (key, value) pairs of their table (``hashed``), and the content entries
+        as sorted (key, value, whole content hash) triples, made once per merge."""
         if self._sorted is None:
-            ids = sorted((ident, serial_key(serial)) for ident, serials in self.id_serials() for serial in serials)
-            contents = sorted((content_key(c), serial_key(serial), c) for c, serial in self.content.items())
+            ids = sorted(entry(ident, serial) for ident, serials in self.id_serials() for serial in serials)
+            contents = sorted((*entry(content_key(c), serial), c) for c, serial in self.content.items())
             self._sorted = ids, contents
         return self._sorted
 
@@ -250,12 +251,10 @@ def _new_contents(txn: IndexTxn, entries: list[tuple[bytes, bytes, bytes]]) -> l
     The table keeps the first document of each content (as it did when keyed
     by the whole hash): a later one, or the same one merged again, is left out.
     """
-    held: dict[bytes, list[bytes]] = {}
-    for key, value in txn.txn.cursor(db=txn.dbs["content"]).getmulti([e[0] for e in entries], dupdata=True):
-        held.setdefault(key, []).append(value)
+    held = serials_of_many(txn, "content", [content_key(content) for _, _, content in entries])
     new = []
     for key, value, content in entries:
-        if not any(txn.record(from_u64(v)).content == content for v in held.get(key, ())):
+        if not any(txn.record(serial).content == content for serial in held.get(content_key(content), ())):
             new.append((key, value))
     return new
 
@@ -312,10 +311,7 @@ class BatchView:
     # -- bulk reads ----------------------------------------------------
 
     def _fetch_ids(self, keys: list[bytes]) -> dict[bytes, list[int]]:
-        found: dict[bytes, list[int]] = {}
-        cursor = self._raw.cursor(db=self.dbs["ids"])
-        for k, v in cursor.getmulti(sorted(set(keys)), dupdata=True):
-            found.setdefault(k, []).append(from_u64(v))
+        found = serials_of_many(self.txn, "ids", keys)
         for k in keys:
             recent = self.mirror.serials_of_id(k)
             if recent:
@@ -324,10 +320,7 @@ class BatchView:
 
     def _fetch_content(self, contents: list[bytes]) -> dict[bytes, int]:
         """The first document of each content hash: the content table's (checked against its record), else the mirror's."""
-        cursor = self._raw.cursor(db=self.dbs["content"])
-        held: dict[bytes, list[int]] = {}
-        for k, v in cursor.getmulti(sorted({content_key(c) for c in contents}), dupdata=True):
-            held.setdefault(k, []).append(from_u64(v))
+        held = serials_of_many(self.txn, "content", [content_key(c) for c in contents])
         found = {}
         for c in contents:
             serial = next((s for s in held.get(content_key(c), ()) if self.txn.record(s).content == c), None)
