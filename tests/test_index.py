@@ -126,6 +126,13 @@ def test_an_index_of_an_earlier_format_is_refused_with_how_to_rebuild_it(tmp_pat
     env.close()
     with pytest.raises(IncompatibleIndexError, match="has format 2.*32 bits.*backfill --from-beginning"):
         Index(IndexSettings(path=str(tmp_path)), SIGNING)
+    env = lmdb.open(str(tmp_path), max_dbs=32)
+    with env.begin(write=True, db=env.open_db(b"meta")) as txn:
+        txn.put(b"index", json.dumps({**meta, "format": 4}).encode())
+    env.close()
+    with pytest.raises(IncompatibleIndexError, match="has format 4.*reads format 5.*numbered source names.*"
+                                                     "8-byte hashes since format 5.*backfill --from-beginning"):
+        Index(IndexSettings(path=str(tmp_path)), SIGNING)
 
 
 def test_a_second_writer_is_refused_at_once_and_readers_are_not(tmp_path):
