@@ -226,7 +226,7 @@ def test_backup_while_the_index_is_being_written(tmp_path, crawl_file):
 def test_a_full_disk_is_a_clear_error_and_the_index_survives(tmp_path, crawl_file):
     small = tmp_path / "small"
     small.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)], capture_output=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(small)], capture_output=True)
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here (needs root): {mounted.stderr.decode().strip()}")
     try:

@@ -41,9 +41,38 @@ def test_each_kind_of_record_names_its_fields_and_survives_packing():
     echoed = DocRecord.near_duplicate_of(kept, 0.8, 6, Document("a", "", Source("t", 0, 10)), b"e" * 16, 103.0,
                                          site=9, containment=0.5)
     dissolved = dataclasses.replace(near, serial=7, cluster=0, cluster_id="", matched_id="x", expired=True)
-    for record in (kept, exact, near, echoed, dissolved):
-        assert DocRecord.unpack(record.serial, record.pack()) == record
-    assert len(near.pack()) < len(dataclasses.replace(near, matched_id="other").pack())  # a name said once
+    names = {7: "t", 8: "u"}
+    numbers = {name: number for number, name in names.items()}
+    unmatched = dataclasses.replace(near, serial=8, matched=4, matched_id="b")  # matched another than its cluster
+    for record in (kept, exact, near, echoed, dissolved, unmatched):
+        packed = record.pack(numbers[record.source[0]])
+        assert DocRecord.unpack(record.serial, packed, names.__getitem__) == record
+        assert record.source[0].encode() not in packed  # the source is stored as its number
+    assert len(near.pack(8)) < len(dataclasses.replace(near, matched_id="other").pack(8))  # a name said once
+    far = dataclasses.replace(near, serial=900_005, cluster=900_003, matched=900_003)
+    assert len(far.pack(8)) < len(dataclasses.replace(far, matched=900_004).pack(8))  # a serial said once
+    far_kept = dataclasses.replace(kept, serial=900_003, cluster=900_003)
+    assert len(far_kept.pack(7)) < len(dataclasses.replace(far_kept, cluster=900_002).pack(7))  # its own cluster
+
+
+def test_records_store_each_source_name_once_and_read_it_back(tmp_path):
+    """Records name their source by number; a number given in a transaction that aborts is given again."""
+    index = Index(IndexSettings(path=str(tmp_path)), SIGNING)
+    record = DocRecord.new_cluster(1, Document("a", "", Source("topic-a", 0, 7)), b"c" * 16, b"", 100.0)
+    other = DocRecord.new_cluster(2, Document("b", "", Source("topic-b", 1, 8)), b"d" * 16, b"", 101.0)
+
+    def abandoned(txn):
+        txn.put_record(other)
+        raise RuntimeError("abandoned")
+
+    with pytest.raises(RuntimeError):
+        index.write(abandoned)
+    index.write(lambda txn: (txn.put_record(record), txn.put_record(other)))
+    with index.read() as txn:
+        assert txn.record(1) == record and txn.record(2) == other
+        assert [txn.source_number("topic-a"), txn.source_number("topic-b")] == [0, 1]
+        assert txn.counters["source_names"] == 2
+    index.close()
 
 
 def test_reopening_with_other_signing_settings_names_each_difference(tmp_path):
@@ -96,6 +125,13 @@ def test_an_index_of_an_earlier_format_is_refused_with_how_to_rebuild_it(tmp_pat
         txn.put(b"index", json.dumps(meta).encode())
     env.close()
     with pytest.raises(IncompatibleIndexError, match="has format 2.*32 bits.*backfill --from-beginning"):
+        Index(IndexSettings(path=str(tmp_path)), SIGNING)
+    env = lmdb.open(str(tmp_path), max_dbs=32)
+    with env.begin(write=True, db=env.open_db(b"meta")) as txn:
+        txn.put(b"index", json.dumps({**meta, "format": 4}).encode())
+    env.close()
+    with pytest.raises(IncompatibleIndexError, match="has format 4.*reads format 5.*numbered source names.*"
+                                                     "8-byte hashes since format 5.*backfill --from-beginning"):
         Index(IndexSettings(path=str(tmp_path)), SIGNING)
 
 
@@ -309,3 +345,18 @@ def test_a_commit_that_fills_the_map_decides_the_batch_again_the_same(tmp_path, 
         assert report.ok, report.problems
     assert [[(d.id, d.status, d.cluster, d.similarity) for d in b] for b in decided] == \
         [[(d.id, d.status, d.cluster, d.similarity) for d in b] for b in reference]
+
+
+def test_hash_tables_find_exactly_the_serials_of_a_hash_among_its_bucket(tmp_path):
+    """ids and content entries share 2-byte buckets: a lookup gets its own hash's serials, ascending, no neighbour's."""
+    from streamdedup.store.hashed import entries, entry, serials_of_many
+
+    index = Index(IndexSettings(path=str(tmp_path)), SIGNING)
+    a, b, c, other = b"\x01\x02aaaaaa", b"\x01\x02aaaaab", b"\x01\x02aaaaa`", b"\x01\x03aaaaaa"
+    pairs = sorted([entry(a, 70_000), entry(a, 5), entry(b, 6), entry(c, 7), entry(other, 8)])
+    index.write(lambda txn: txn.txn.cursor(db=txn.dbs["ids"]).putmulti(pairs, dupdata=True))
+    with index.read() as txn:
+        assert serials_of_many(txn, "ids", [b, a, a, b"\x01\x02aaaaac", other]) == {a: [5, 70_000], b: [6],
+                                                                                     other: [8]}
+        assert list(entries(txn, "ids")) == [(c, 7), (a, 5), (a, 70_000), (b, 6), (other, 8)]
+    index.close()

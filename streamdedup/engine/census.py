@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..store.index import DocRecord, IndexTxn, from_u64, u64
+from ..store.index import DocRecord, IndexTxn, from_u64, serial_key
 from .engine import Engine
 
 __all__ = ["Census", "ClusterSummary", "Bucket", "take_census", "bucket_width", "BUCKET_LADDER", "ORDER_BUCKETS",
@@ -128,10 +128,10 @@ def _span(engine: Engine) -> Optional[tuple[float, float, int]]:
         cursor = txn.txn.cursor(db=txn.dbs["docs"])
         if not cursor.first():
             return None
-        first = DocRecord.unpack(from_u64(cursor.key()), cursor.value()).time
+        first = txn.unpack_record(from_u64(cursor.key()), cursor.value()).time
         cursor.last()
         last_serial = from_u64(cursor.key())
-        last = DocRecord.unpack(last_serial, cursor.value()).time
+        last = txn.unpack_record(last_serial, cursor.value()).time
     return min(first, last), max(first, last), last_serial
 
 
@@ -166,10 +166,10 @@ def _bucket(buckets: dict[int, Bucket], number: int, origin: float, width: float
 def _slice(txn: IndexTxn, start: int) -> list[DocRecord]:
     cursor = txn.txn.cursor(db=txn.dbs["docs"])
     records: list[DocRecord] = []
-    if not cursor.set_range(u64(start)):
+    if not cursor.set_range(serial_key(start)):
         return records
     for key, raw in cursor:
-        records.append(DocRecord.unpack(from_u64(key), raw))
+        records.append(txn.unpack_record(from_u64(key), raw))
         if len(records) == SLICE:
             break
     return records
@@ -227,7 +227,7 @@ def _count_clusters(engine: Engine, census: Census, top: int, members: int) -> N
 def _summary(txn: IndexTxn, serial: int, size: int, limit: int) -> ClusterSummary:
     cursor = txn.txn.cursor(db=txn.dbs["members"])
     listed = []
-    if cursor.set_key(u64(serial)):
+    if cursor.set_key(serial_key(serial)):
         for value in cursor.iternext_dup():
             listed.append(_row(txn.record(from_u64(value))))
             if len(listed) == limit:

@@ -149,7 +149,7 @@ def _decide_one(state: _Batch, doc: Document, row: int) -> Decision:
     content, ident = batch.contents[row], batch.id_keys[row]
     if _alone(state, view, ident, content, row):  # most documents: new, and nothing to compare them with
         return _kept(state, doc, row, content, ident, 0, 0)
-    earlier = _same_document(view, ident, content)
+    earlier = _same_document(view, ident, doc.id, content)
     if earlier is not None:
         return _as_decision(earlier, replayed=True)
     serial = view.next_serial()
@@ -262,14 +262,15 @@ def _matchable(view: BatchView, record: DocRecord, cutoff: Optional[float]) -> b
     return representative is not None and not representative.expired and representative.time >= cutoff
 
 
-def _same_document(view: BatchView, ident: bytes, content: bytes) -> Optional[DocRecord]:
-    """The decided document with this id and this content, if any."""
+def _same_document(view: BatchView, ident: bytes, doc_id: str, content: bytes) -> Optional[DocRecord]:
+    """The decided document with this id (``ident`` its hash, shared by another id once in a great while)
+    and this content, if any."""
     serials = view.serials_of_id(ident)
     if not serials:  # most documents: a new id
         return None
     for serial in serials:
         record = view.record(serial)
-        if record.content == content:
+        if record.content == content and record.id == doc_id:
             return record
     return None
 

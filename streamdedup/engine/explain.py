@@ -37,7 +37,7 @@ from ..core.verify import jaccard
 from ..errors import UnknownDocumentError
 from ..store.bands import record_band_keys
 from ..store.housekeeping import serials_with_id
-from ..store.index import DocRecord, IndexTxn, u64
+from ..store.index import DocRecord, IndexTxn, serial_key
 from ..store.lookup import RecentMirror
 from ..store.sites import load_site, shared_template
 from .engine import Engine
@@ -156,10 +156,9 @@ def _other_record(txn: IndexTxn, mirror: RecentMirror, record: DocRecord,
         return None, ["kept: no earlier kept document was at or above the threshold when it was decided; name "
                       "another id to compare it with"]
     matched = record.matched
-    raw = None if matched is None else txn.get("docs", u64(matched))
-    if matched is None or raw is None:
+    if matched is None or not txn.has_record(matched):
         return None, [f"its match {record.matched_id!r} was forgotten since: only the recorded decision is left"]
-    return DocRecord.unpack(matched, raw), []
+    return txn.record(matched), []
 
 
 def _side(record: DocRecord) -> Side:
@@ -175,7 +174,7 @@ def _relation(record: DocRecord) -> Optional[str]:
 
 def _members(txn: IndexTxn, serial: int) -> int:
     cursor = txn.txn.cursor(db=txn.dbs["members"])
-    return cursor.count() if cursor.set_key(u64(serial)) else 0
+    return cursor.count() if cursor.set_key(serial_key(serial)) else 0
 
 
 def _shingles_of(engine: Engine, txn: IndexTxn, record: DocRecord, text: Union[str, Sequence[str], None],

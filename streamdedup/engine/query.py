@@ -18,7 +18,7 @@ from ..errors import StreamdedupError, UnknownDocumentError
 from ..store.anchors import BatchAnchors
 from ..store.bands import BandTables
 from ..store.housekeeping import serials_with_id
-from ..store.index import DocRecord
+from ..store.index import DocRecord, serial_key
 from ..store.lookup import BatchView, RecentMirror
 from ..store.sites import shared_template, site_summaries
 from ..core.sites import site_host, site_key
@@ -121,7 +121,7 @@ def cluster_of(engine: Engine, doc_id: str, limit: Optional[int] = None) -> Clus
         representative = txn.record(record.cluster)
         cursor = txn.txn.cursor(db=txn.dbs["members"])
         members, total = [], 0
-        if cursor.set_key(record.cluster.to_bytes(8, "big")):
+        if cursor.set_key(serial_key(record.cluster)):
             total = cursor.count()
             for value in itertools.islice(cursor.iternext_dup(), limit):
                 members.append(_member(txn.record(int.from_bytes(value, "big"))))

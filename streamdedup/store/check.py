@@ -18,7 +18,8 @@ import numpy as np
 from ..core.records import id_key
 from ..errors import IndexCorruptError
 from .bands import band_entries, record_band_keys
-from .index import Index, IndexTxn, from_u64
+from .hashed import entries
+from .index import Index, IndexTxn, content_key, from_u64
 from .lookup import unpack_recent
 
 __all__ = ["CheckReport", "check_index"]
@@ -66,8 +67,8 @@ def check_index(index: Index) -> CheckReport:
 def _check_records(txn: IndexTxn, report: CheckReport, recent: dict, merged: int) -> dict[int, set[tuple[int, int]]]:
     """Each record against its cluster, its lookup keys and its shingles; returns merged kept documents' band keys."""
     bands = txn.index.signing.bands
-    ids = {(k, from_u64(v)) for k, v in txn.table_entries("ids")}
-    contents = {k for k, _ in txn.table_entries("content")}
+    ids = set(entries(txn, "ids"))
+    contents = {txn.record(serial).content for _, serial in entries(txn, "content") if txn.has_record(serial)}
     members = {(from_u64(k), from_u64(v)) for k, v in txn.table_entries("members")}
     kept_serials = set()
     merged_keys: dict[int, set[tuple[int, int]]] = {}
@@ -138,17 +139,19 @@ def _check_bands(txn: IndexTxn, merged_keys: dict[int, set[tuple[int, int]]], me
 
 def _check_tables(txn: IndexTxn, report: CheckReport) -> None:
     """Every lookup entry points at a record that has that id, content or cluster."""
-    for key, value in txn.table_entries("ids"):
-        serial = from_u64(value)
-        if txn.txn.get(value, db=txn.dbs["docs"]) is None or id_key(txn.record(serial).id) != key:
+    for key, serial in entries(txn, "ids"):
+        if not txn.has_record(serial) or id_key(txn.record(serial).id) != key:
             report.problem(f"id entry points at #{serial}, which has another id or no record")
-    for key, value in txn.table_entries("content"):
-        serial = from_u64(value)
-        if txn.txn.get(value, db=txn.dbs["docs"]) is None or txn.record(serial).content != key:
+    first_of_content: dict[bytes, int] = {}
+    for key, serial in entries(txn, "content"):
+        if not txn.has_record(serial) or content_key(txn.record(serial).content) != key:
             report.problem(f"content entry points at #{serial}, which has other content or no record")
+        elif first_of_content.setdefault(txn.record(serial).content, serial) != serial:
+            report.problem(f"content entries point at #{first_of_content[txn.record(serial).content]} and "
+                           f"#{serial}, of the same content")
     for key, value in txn.table_entries("members"):
         cluster, serial = from_u64(key), from_u64(value)
-        member = None if txn.txn.get(value, db=txn.dbs["docs"]) is None else txn.record(serial)
+        member = txn.record(serial) if txn.has_record(serial) else None
         if member is None or member.cluster != cluster or member.kept:
             report.problem(f"member #{serial} of cluster #{cluster} has no record, another cluster or is kept")
     _check_anchors(txn, report)
@@ -169,9 +172,8 @@ def _check_anchors(txn: IndexTxn, report: CheckReport) -> None:
     """Every excerpt anchor belongs to a kept, unexpired document whose stored shingles hold it."""
     for key, value in txn.table_entries("anchors"):
         serial = from_u64(value)
-        raw = txn.txn.get(value, db=txn.dbs["docs"])
         stored = txn.stored_shingles(serial)
-        record = None if raw is None else txn.record(serial)
+        record = txn.record(serial) if txn.has_record(serial) else None
         if record is None or not record.kept or record.expired or stored is None:
             report.problem(f"excerpt anchor points at #{serial}, which is not a kept, unexpired document")
         elif not _holds(stored, int.from_bytes(key, "big")):

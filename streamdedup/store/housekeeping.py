@@ -33,7 +33,8 @@ from ..core.excerpts import anchors_of
 from ..core.records import id_key
 from .anchors import remove_anchors
 from .bands import BandTables, record_band_keys
-from .index import DocRecord, IndexTxn, from_u64, u64
+from .hashed import entry, serials_of
+from .index import DocRecord, IndexTxn, content_key, from_u64, serial_key, u64
 from .lookup import RecentMirror, merge_recent, pack_recent, unpack_recent
 from .sites import remove_rekeyed
 
@@ -55,11 +56,10 @@ class ForgetReport:
 
 
 def serials_with_id(txn: IndexTxn, mirror: RecentMirror, doc_id: str) -> list[int]:
-    """Every serial (every version) recorded under a document id."""
+    """Every serial (every version) recorded under a document id (not those of another id of the same hash)."""
     key = id_key(doc_id)
-    cursor = txn.txn.cursor(db=txn.dbs["ids"])
-    found = [from_u64(v) for v in cursor.iternext_dup()] if cursor.set_key(key) else []
-    return sorted(set(found) | set(mirror.serials_of_id(key)))
+    found = serials_of(txn.txn.cursor(db=txn.dbs["ids"]), key)
+    return sorted(s for s in set(found) | set(mirror.serials_of_id(key)) if txn.has_record(s) and txn.record(s).id == doc_id)
 
 
 def forget(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, ids: list[str]) -> ForgetReport:
@@ -81,20 +81,19 @@ def forget(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, ids: list[str
 
 
 def _forget_one(txn: IndexTxn, bands: BandTables, record: DocRecord, report: ForgetReport) -> None:
-    key = u64(record.serial)
+    key, serial = u64(record.serial), serial_key(record.serial)
     live = record.kept and not record.expired
     if live:
         bands.remove(txn, record.serial, record_band_keys(txn, record))  # signed from its shingles: first
         _remove_anchors(txn, record.serial)
         remove_rekeyed(txn, record.serial)
-    txn.delete("docs", key)
+    txn.delete("docs", serial)
     txn.delete("shingles", key)
     txn.delete("recent", key)
-    txn.delete("ids", id_key(record.id), key)
-    if txn.get("content", record.content) == key:
-        txn.delete("content", record.content)
+    txn.delete("ids", *entry(id_key(record.id), record.serial))
+    txn.delete("content", *entry(content_key(record.content), record.serial))  # if its content's first document
     if record.cluster and not record.kept:
-        txn.delete("members", u64(record.cluster), key)
+        txn.delete("members", serial_key(record.cluster), serial)
     if record.kept:
         report.released += _dissolve(txn, record.serial)
         report.dissolved += 1
@@ -104,12 +103,12 @@ def _forget_one(txn: IndexTxn, bands: BandTables, record: DocRecord, report: For
 def _dissolve(txn: IndexTxn, cluster: int) -> int:
     """Release every remaining member of a cluster whose representative is gone."""
     cursor = txn.txn.cursor(db=txn.dbs["members"])
-    members = [from_u64(v) for v in cursor.iternext_dup()] if cursor.set_key(u64(cluster)) else []
+    members = [from_u64(v) for v in cursor.iternext_dup()] if cursor.set_key(serial_key(cluster)) else []
     for serial in members:
         record = txn.record(serial)
         record.cluster, record.cluster_id = 0, ""
         txn.put_record(record)
-    txn.txn.delete(u64(cluster), db=txn.dbs["members"])
+    txn.txn.delete(serial_key(cluster), db=txn.dbs["members"])
     return len(members)
 
 
@@ -123,9 +122,9 @@ def sweep_expired(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, cutoff
     cursor = txn.txn.cursor(db=txn.dbs["docs"])
     expired: set[int] = set()
     looked, done, next_serial = 0, True, start
-    if cursor.set_range(u64(start)):
+    if cursor.set_range(serial_key(start)):
         for key, raw in cursor:
-            record = DocRecord.unpack(from_u64(key), raw)
+            record = txn.unpack_record(from_u64(key), raw)
             if record.time >= cutoff:
                 break
             if looked >= budget:
@@ -171,7 +170,7 @@ def rebuild_tables(txn: IndexTxn, bands: BandTables) -> dict:
         counters["exact"] += record.exact
         entries.append((record.serial, id_key(record.id), record.content))
         if record.cluster and not record.kept:
-            txn.txn.put(u64(record.cluster), u64(record.serial), db=txn.dbs["members"], dupdata=True)
+            txn.txn.put(serial_key(record.cluster), serial_key(record.serial), db=txn.dbs["members"], dupdata=True)
         if record.kept and not record.expired:
             kept_serials.append(record.serial)
             kept_keys.append(record_band_keys(txn, record))

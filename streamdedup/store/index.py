@@ -1,6 +1,6 @@
 """The on-disk index: one LMDB environment, its named tables and transactions (only the store imports lmdb).
 
-Named databases (integers are 8-byte big-endian, so keys sort numerically):
+Named databases (integers are big-endian, so keys sort numerically):
 
 ============  =====================================  ================================
 database      key                                    value
@@ -8,18 +8,26 @@ database      key                                    value
 meta          name                                   JSON (config, counters, ids)
 bands         band (2 B) + band key's high 16 bits   its low 16 bits + a kept document's
                                                      serial (dupsort, 8 B each; bands.py)
-docs          serial                                 msgpack record of the decision
+docs          serial (4 B)                           msgpack record of the decision
 shingles      serial                                 sorted unique uint32 shingles of a kept
                                                      document, Elias-Fano coded (``eliasfano``)
-ids           BLAKE2b-128 of the document id         serials with that id (dupsort)
-content       BLAKE2b-128 of the normalized text     serial of its first document
-members       cluster serial                         its duplicates' serials (dupsort; the
+ids           first 2 B of the id's BLAKE2b-64       its other 6 B + a serial (4 B) with that id
+                                                     hash (dupsort, 10 B each; ``hashed``; a hit
+                                                     is compared with the record's id)
+content       first 2 B of the content hash          its next 6 B + the serial (4 B) of the first
+              (BLAKE2b-128 of the normalized text)   document of each content (dupsort, 10 B each;
+                                                     a hit is compared with the record's hash)
+members       cluster serial (4 B)                   its duplicates' serials (4 B; dupsort; the
                                                      representative is the cluster serial)
 positions     source name                            JSON input position
+source_names  b"n" + number (4 B) / b"s" + name      a record's source name / its number: a
+                                                     record stores the number (``IndexTxn``)
 recent        serial                                 id, content and band keys of a
                                                      document not yet merged into
                                                      ids / content / bands (lookup.py)
 ============  =====================================  ================================
+
+Unless said otherwise integers are 8 bytes; serials fit 32 bits (``MAX_SERIAL``).
 
 A *serial* numbers documents in the order the index decided them. Every
 change happens in an ``IndexTxn`` made by ``Index.write(fn)`` (written,
@@ -63,9 +71,9 @@ if TYPE_CHECKING:
     from ..core.records import Document
 
 __all__ = ["Index", "IndexSettings", "IndexTxn", "MapFull", "TxnState", "DocRecord", "FORMAT_VERSION", "MAX_SERIAL", "id_key",
-           "u64", "from_u64", "take_writer_lock"]
+           "u64", "from_u64", "serial_key", "content_key", "take_writer_lock"]
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 MAX_SERIAL = (1 << 32) - 1  # the band table stores serials in 32 bits (``bands``)
 LOW_DISK_BYTES = 16 << 20  # 16 MiB: below this, a failed write is taken for a full disk
 _DATABASES = {
@@ -74,9 +82,10 @@ _DATABASES = {
     "docs": {},
     "shingles": {},
     "ids": {"dupsort": True, "dupfixed": True},
-    "content": {},
+    "content": {"dupsort": True, "dupfixed": True},
     "members": {"dupsort": True, "dupfixed": True},
     "positions": {},
+    "source_names": {},
     "recent": {},
     "anchors": {"dupsort": True, "dupfixed": True},
     "sites": {},
@@ -87,7 +96,7 @@ _DATABASES = {
     "rekeyed_of": {},
     "site_provisional": {},
 }
-_COUNTERS = ("next_serial", "documents", "kept", "duplicates", "exact", "merged_upto")
+_COUNTERS = ("next_serial", "documents", "kept", "duplicates", "exact", "merged_upto", "source_names")
 T = TypeVar("T")
 
 
@@ -148,34 +157,56 @@ class DocRecord:
                    representative.id, similarity, False, content, doc.source.as_list(), b"", now, False, site,
                    containment)
 
-    def pack(self, packer: Optional[msgpack.Packer] = None) -> bytes:
-        """The stored form; a batch passes one ``packer`` for all its records (one is not thread-safe).
+    def pack(self, source_number: int, packer: Optional[msgpack.Packer] = None) -> bytes:
+        """The stored form, with ``source_number`` standing for the source's name (``IndexTxn.source_number``);
+        a batch passes one ``packer`` for all its records (one is not thread-safe).
 
-        Names said twice are stored once: a kept document's cluster id is its
-        own id and a duplicate's match is mostly its cluster's representative
-        (None stands for either); the last fields are left out while they
-        hold their defaults.
+        Values said twice are stored once: a kept document's cluster is
+        itself (None) and its cluster id its own id, a duplicate's match is
+        mostly its cluster's representative (-1 for the serial, None for the
+        id); the last fields are left out while they hold their defaults.
         """
-        fields = [self.id, self.kept, self.cluster, None if self.cluster_id == self.id else self.cluster_id,
-                  self.matched, None if self.matched_id == self.cluster_id else self.matched_id,
-                  self.similarity, self.exact, self.content, self.source, self.band_keys, self.time, self.expired,
-                  self.site, self.containment]
+        cluster, matched = self.cluster, self.matched
+        fields = [self.id, self.kept, None if cluster == self.serial else cluster,
+                  None if self.cluster_id == self.id else self.cluster_id,
+                  -1 if matched is not None and matched == cluster else matched,
+                  None if self.matched_id == self.cluster_id else self.matched_id,
+                  self.similarity, self.exact, self.content, [source_number, *self.source[1:]], self.band_keys,
+                  self.time, self.expired, self.site, self.containment]
         while len(fields) > _REQUIRED_FIELDS and fields[-1] == _DEFAULTS[len(fields) - 1 - _REQUIRED_FIELDS]:
             fields.pop()
         return (packer or msgpack.Packer()).pack(fields)
 
     @classmethod
-    def unpack(cls, serial: int, data: bytes) -> "DocRecord":
+    def unpack(cls, serial: int, data: bytes, source_name: Callable[[int], str]) -> "DocRecord":
+        """The record stored as ``data``; ``source_name`` gives the name of a source number."""
         record = cls(serial, *msgpack.unpackb(data, use_list=True))
+        if record.cluster is None:
+            record.cluster = serial
         if record.cluster_id is None:
             record.cluster_id = record.id
+        if record.matched == -1:
+            record.matched = record.cluster
         if record.matched_id is None and record.matched is not None:
             record.matched_id = record.cluster_id
+        record.source[0] = source_name(record.source[0])
         return record
 
 
 _REQUIRED_FIELDS = 12  # id .. time; then expired, site and containment, stored only when not their defaults
 _DEFAULTS = (False, 0, None)
+SERIAL_BYTES = 4  # serials in the docs, ids, content and members tables (``MAX_SERIAL``)
+CONTENT_KEY_BYTES = 8  # of the content hash, keying the content table
+
+
+def serial_key(n: int) -> bytes:
+    """A serial as the docs, ids, content and members tables store it (4 bytes, big-endian)."""
+    return n.to_bytes(SERIAL_BYTES, "big")
+
+
+def content_key(content: bytes) -> bytes:
+    """The content table's key of a content hash: its first 8 bytes (a hit is checked against the whole)."""
+    return content[:CONTENT_KEY_BYTES]
 
 
 def u64(n: int) -> bytes:
@@ -183,6 +214,7 @@ def u64(n: int) -> bytes:
 
 
 def from_u64(b: bytes) -> int:
+    """A big-endian integer of any width (8-byte keys, 4-byte serials)."""
     return int.from_bytes(b, "big")
 
 
@@ -280,7 +312,8 @@ class Index:
                 raise IncompatibleIndexError(
                     f"the index at {self.path!r} has format {meta.get('format', 1)}, this streamdedup reads format "
                     f"{FORMAT_VERSION} (site templates and excerpts since format 2, shingles stored in 32 bits since "
-                    "format 3); rebuild it: "
+                    "format 3, records with numbered source names and 4-byte serials and id and content tables "
+                    "keyed by 8-byte hashes since format 5); rebuild it: "
                     "replay the input into a new index (`streamdedup backfill --from-beginning` or `streamdedup "
                     "dedup` with --state pointing at a new folder), then use that folder"
                 )
@@ -486,6 +519,8 @@ class IndexTxn:
         self.dbs = index.dbs
         self._counters: Optional[dict[str, int]] = None
         self.after_commit: list[Callable[[], None]] = []  # run once the transaction has committed
+        self._source_names: dict[int, str] = {}
+        self._source_numbers: dict[str, int] = {}
 
     @property
     def txn(self) -> lmdb.Transaction:
@@ -570,13 +605,57 @@ class IndexTxn:
                                     "then restore a backup or rebuild the index") from None
 
     def record(self, serial: int) -> DocRecord:
-        raw = self.txn.get(u64(serial), db=self.dbs["docs"])
+        raw = self.txn.get(serial_key(serial), db=self.dbs["docs"])
         if raw is None:
             raise IndexCorruptError(f"document #{serial} is referenced but has no record; run `streamdedup check`")
-        return DocRecord.unpack(serial, raw)
+        return self.unpack_record(serial, raw)
+
+    def has_record(self, serial: int) -> bool:
+        return self.txn.get(serial_key(serial), db=self.dbs["docs"]) is not None
+
+    def unpack_record(self, serial: int, raw: bytes) -> DocRecord:
+        """A record as the docs table stores it (``DocRecord.unpack``), its source name looked up."""
+        return DocRecord.unpack(serial, raw, self.source_name)
+
+    def pack_record(self, record: DocRecord, packer: Optional[msgpack.Packer] = None) -> bytes:
+        """A record as the docs table stores it, its source name numbered (a new name is numbered now)."""
+        return record.pack(self.source_number(record.source[0]), packer)
 
     def put_record(self, record: DocRecord) -> None:
-        self.txn.put(u64(record.serial), record.pack(), db=self.dbs["docs"])
+        self.txn.put(serial_key(record.serial), self.pack_record(record), db=self.dbs["docs"])
+
+    def source_name(self, number: int) -> str:
+        """The source name a record stores as ``number``."""
+        name = self._source_names.get(number)
+        if name is None:
+            raw = self.txn.get(b"n" + serial_key(number), db=self.dbs["source_names"])
+            if raw is None:
+                raise IndexCorruptError(f"a record names source #{number}, which the index does not hold; "
+                                        "run `streamdedup check`, then restore a backup or rebuild the index")
+            name = self._source_names[number] = raw.decode("utf-8")
+        return name
+
+    def source_number(self, name: str) -> int:
+        """The number records store for the source ``name`` (a file path or a topic), given one if it has none.
+
+        A name is stored once, not in every record; numbers are cached per
+        transaction only, so one given by a transaction that aborts is never
+        reused by mistake.
+        """
+        number = self._source_numbers.get(name)
+        if number is None:
+            encoded = name.encode("utf-8")
+            raw = self.txn.get(b"s" + encoded, db=self.dbs["source_names"])
+            if raw is None:
+                number = self.counters["source_names"]
+                self.txn.put(b"s" + encoded, serial_key(number), db=self.dbs["source_names"])
+                self.txn.put(b"n" + serial_key(number), encoded, db=self.dbs["source_names"])
+                self.count(source_names=1)
+            else:
+                number = from_u64(raw)
+            self._source_numbers[name] = number
+            self._source_names[number] = name
+        return number
 
     def delete(self, name: str, key: bytes, value: Optional[bytes] = None) -> bool:
         """Remove a key (or one value of a dupsort key) from a table; False if it was not there."""
@@ -593,7 +672,7 @@ class IndexTxn:
 
     def records(self) -> Iterator[DocRecord]:
         for key, raw in self.txn.cursor(db=self.dbs["docs"]):
-            yield DocRecord.unpack(from_u64(key), raw)
+            yield self.unpack_record(from_u64(key), raw)
 
     def position(self, name: str) -> Optional[Any]:
         raw = self.txn.get(name.encode(), db=self.dbs["positions"])

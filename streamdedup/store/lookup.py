@@ -26,7 +26,8 @@ import numpy as np
 
 from ..core import eliasfano
 from ..errors import IndexFullError
-from .index import MAX_SERIAL, DocRecord, IndexTxn, from_u64, u64
+from .hashed import entry, serials_of_many
+from .index import MAX_SERIAL, DocRecord, IndexTxn, content_key, from_u64, serial_key, u64
 
 if TYPE_CHECKING:
     from .bands import BandTables
@@ -35,12 +36,12 @@ __all__ = ["RecentMirror", "BatchView", "merge_recent", "merge_slice", "merge_sl
            "pack_recent", "unpack_recent"]
 
 def pack_recent(ident: bytes, content: bytes, band_keys: bytes = b"") -> bytes:
-    """A ``recent`` value: id hash (16 B), content hash (16 B), band keys (4 B each big-endian, kept documents only)."""
+    """A ``recent`` value: id hash (8 B), content hash (16 B), band keys (4 B each big-endian, kept documents only)."""
     return ident + content + band_keys
 
 
 def unpack_recent(value: bytes) -> tuple[bytes, bytes, np.ndarray]:
-    return value[:16], value[16:32], np.frombuffer(value[32:], dtype=">u4").astype(np.uint64)
+    return value[:8], value[8:24], np.frombuffer(value[24:], dtype=">u4").astype(np.uint64)
 
 
 class RecentMirror:
@@ -56,7 +57,7 @@ class RecentMirror:
         self._present = _KeyBits()  # which keys the mirror may hold: most asked keys are answered by it
         self.documents = 0
         self.last_serial = 0
-        self._sorted: Optional[tuple[list, list]] = None  # (ids, content) as table pairs, for merges
+        self._sorted: Optional[tuple[list, list]] = None  # (ids, content) as table entries, for merges
 
     @classmethod
     def load(cls, txn: IndexTxn) -> "RecentMirror":
@@ -173,11 +174,12 @@ class RecentMirror:
     def clear(self) -> None:
         self.__init__()
 
-    def table_pairs(self) -> tuple[list[tuple[bytes, bytes]], list[tuple[bytes, bytes]]]:
-        """The ids and content entries as sorted (key, value) pairs of their tables, made once per merge."""
+    def table_pairs(self) -> tuple[list[tuple[bytes, bytes]], list[tuple[bytes, bytes, bytes]]]:
+        """The ids entries as sorted (key, value) pairs of their table (``hashed``), and the content entries
+        as sorted (key, value, whole content hash) triples, made once per merge."""
         if self._sorted is None:
-            ids = sorted((ident, u64(serial)) for ident, serials in self.id_serials() for serial in serials)
-            contents = sorted((c, u64(serial)) for c, serial in self.content.items())
+            ids = sorted(entry(ident, serial) for ident, serials in self.id_serials() for serial in serials)
+            contents = sorted((*entry(content_key(c), serial), c) for c, serial in self.content.items())
             self._sorted = ids, contents
         return self._sorted
 
@@ -299,8 +301,22 @@ def merge_slice(txn: IndexTxn, mirror: RecentMirror, bands: "BandTables", number
     raw, dbs = txn.txn, txn.dbs
     ids, contents = mirror.table_pairs()
     raw.cursor(db=dbs["ids"]).putmulti(_prefix_range(ids, low, high), dupdata=True)
-    raw.cursor(db=dbs["content"]).putmulti(_prefix_range(contents, low, high), overwrite=False)
+    raw.cursor(db=dbs["content"]).putmulti(_new_contents(txn, _prefix_range(contents, low, high)), dupdata=True)
     bands.insert_slice(txn, mirror, number, slices)
+
+
+def _new_contents(txn: IndexTxn, entries: list[tuple[bytes, bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The (key, serial) pairs of ``entries`` whose whole content hash the content table does not hold yet.
+
+    The table keeps the first document of each content (as it did when keyed
+    by the whole hash): a later one, or the same one merged again, is left out.
+    """
+    held = serials_of_many(txn, "content", [content_key(content) for _, _, content in entries])
+    new = []
+    for key, value, content in entries:
+        if not any(txn.record(serial).content == content for serial in held.get(content_key(content), ())):
+            new.append((key, value))
+    return new
 
 
 def finish_merge(txn: IndexTxn, mirror: RecentMirror) -> None:
@@ -358,10 +374,7 @@ class BatchView:
     # -- bulk reads ----------------------------------------------------
 
     def _fetch_ids(self, keys: list[bytes]) -> dict[bytes, list[int]]:
-        found: dict[bytes, list[int]] = {}
-        cursor = self._raw.cursor(db=self.dbs["ids"])
-        for k, v in cursor.getmulti(sorted(set(keys)), dupdata=True):
-            found.setdefault(k, []).append(from_u64(v))
+        found = serials_of_many(self.txn, "ids", keys)
         for k in keys:
             recent = self.mirror.serials_of_id(k)
             if recent:
@@ -369,11 +382,15 @@ class BatchView:
         return found
 
     def _fetch_content(self, contents: list[bytes]) -> dict[bytes, int]:
-        cursor = self._raw.cursor(db=self.dbs["content"])
-        found = {k: from_u64(v) for k, v in cursor.getmulti(sorted(set(contents)))}
+        """The first document of each content hash: the content table's (checked against its record), else the mirror's."""
+        held = serials_of_many(self.txn, "content", [content_key(c) for c in contents])
+        found = {}
         for c in contents:
-            if c not in found and c in self.mirror.content:
-                found[c] = self.mirror.content[c]
+            serial = next((s for s in held.get(content_key(c), ()) if self.txn.record(s).content == c), None)
+            if serial is None:
+                serial = self.mirror.content.get(c)
+            if serial is not None:
+                found[c] = serial
         return found
 
     def use_band_keys(self, band_keys: np.ndarray) -> None:
@@ -500,14 +517,15 @@ class BatchView:
         if inserted and inserted[-1][0].serial > MAX_SERIAL:
             raise IndexFullError(f"the index has numbered {MAX_SERIAL:,} documents, as many as it can; start a new "
                                  "index (or shard the input) and keep this one for lookups")
-        keys = [u64(record.serial) for record, _ in inserted]
+        keys = [serial_key(record.serial) for record, _ in inserted]
         recent_keys = {serial: self._band_key_bytes[row].tobytes() for row, serial in self._kept_rows.items()}
+        pack = self.txn.pack_record
         writes = {  # every table but members gets serials in increasing order: appended
-            "docs": [(key, record.pack(packer)) for key, (record, _) in zip(keys, inserted)],
-            "recent": [(key, pack_recent(ident, record.content, recent_keys.get(record.serial, b"")))
-                       for key, (record, ident) in zip(keys, inserted)],
+            "docs": [(key, pack(record, packer)) for key, (record, _) in zip(keys, inserted)],
+            "recent": [(u64(record.serial), pack_recent(ident, record.content, recent_keys.get(record.serial, b"")))
+                       for record, ident in inserted],
             "shingles": list(zip(map(u64, self._shingles), _coded(list(self._shingles.values())))),
-            "members": sorted((u64(record.cluster), key) for key, (record, _) in zip(keys, inserted)
+            "members": sorted((serial_key(record.cluster), key) for key, (record, _) in zip(keys, inserted)
                               if not record.kept),
         }
         for name, items in writes.items():
