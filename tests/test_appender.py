@@ -1,4 +1,4 @@
-"""The sink's RecordAppender against a real broker: the records ``KafkaProducer.send`` would write, in one transaction."""
+"""The sink's RecordAppender on a real broker: the records ``KafkaProducer.send`` would write, in one transaction."""
 
 from __future__ import annotations
 

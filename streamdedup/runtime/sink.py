@@ -211,7 +211,7 @@ def duplicate_message(record: RawRecord, decision: Decision) -> dict:
 
 def without_key_if_too_large(message: dict, limit: int) -> dict:
     """A duplicate's announcement without the record's key when the key makes it too large for its topic."""
-    if not limit or message["key"] is None or record_bytes(**message) <= limit:
+    if not limit or message["key"] is None or _upper_bytes(**message) <= limit or record_bytes(**message) <= limit:
         return message
     return {**message, "key": None, "headers": message["headers"] + [(HEADER_PREFIX + "dropped", b"key")]}
 
