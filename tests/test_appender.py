@@ -116,3 +116,15 @@ def test_no_appender_for_a_producer_with_serializers_or_without_transactions(kaf
 ])
 def test_the_cheap_size_bound_is_never_below_the_clients_estimate(key, value, headers):
     assert _upper_bytes(key, value, headers) >= record_bytes(key, value, headers)
+
+
+def test_no_appender_for_a_kafka_python_release_it_was_not_checked_against(kafka, monkeypatch):
+    import kafka as client
+
+    producer = transactional(kafka)
+    try:
+        assert RecordAppender.of(producer) is not None
+        monkeypatch.setattr(client, "__version__", "3.1.0")
+        assert RecordAppender.of(producer) is None
+    finally:
+        producer.close()

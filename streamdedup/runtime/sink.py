@@ -505,6 +505,9 @@ def key_partitions(keys: list[bytes], partitions: int) -> np.ndarray:
     return (h & np.uint32(0x7FFFFFFF)).astype(np.int64) % partitions
 
 
+APPENDER_KAFKA_PYTHON = "3.0."  # the kafka-python releases whose accumulator ``RecordAppender`` was checked against
+
+
 class RecordAppender:
     """Appends records of a transaction straight to kafka-python's record accumulator, as ``send`` ends up doing.
 
@@ -525,8 +528,9 @@ class RecordAppender:
     timestamps and transaction are what ``send`` gives: only who does the
     bookkeeping changes.
 
-    Built only where the client has the parts this uses (``of``); otherwise
-    the sink uses ``send`` for everything.
+    Built only for the kafka-python releases it was checked against
+    (``APPENDER_KAFKA_PYTHON``), for a transactional producer without
+    serializers (``of``); otherwise the sink uses ``send`` for everything.
     """
 
     def __init__(self, producer) -> None:
@@ -540,6 +544,10 @@ class RecordAppender:
     @classmethod
     def of(cls, producer) -> Optional["RecordAppender"]:
         """An appender for ``producer``, or None where its client is not the kafka-python this was written for."""
+        import kafka
+
+        if not kafka.__version__.startswith(APPENDER_KAFKA_PYTHON):  # the internals below may have moved
+            return None
         config = producer.config
         parts = ("_accumulator", "_transaction_manager", "_sender")
         if not all(hasattr(producer, part) for part in parts) or not _transactional(producer):
