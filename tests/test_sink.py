@@ -7,7 +7,7 @@ import random
 import pytest
 from kafka.partitioner.default import murmur2
 
-from streamdedup.runtime.sink import key_partitions
+from streamdedup.runtime.sink import key_partitions, record_bytes, without_key_if_too_large
 
 
 @pytest.mark.parametrize("partitions", [1, 2, 3, 7, 64])
@@ -100,3 +100,27 @@ def test_a_dead_letter_fits_its_topic_whatever_its_key_and_value(limit):
             assert value.startswith(message["value"]) and limit - 100 < record_bytes(**message)
             assert dict(message["headers"])["streamdedup.original-bytes"] == str(len(value)).encode()
         assert message["value"] is not None  # kafka-python sends no record without key and value
+
+
+@pytest.mark.parametrize("key_bytes", [1, 100, 900, 1000, 5000])
+def test_a_duplicates_key_is_dropped_exactly_when_the_announcement_would_not_fit(key_bytes):
+    limit = 1200
+    message = {"key": b"k" * key_bytes, "value": b"v" * 300, "headers": [("streamdedup.source", b"raw/0/1")]}
+    kept = without_key_if_too_large(message, limit)
+    if record_bytes(**message) <= limit:
+        assert kept is message
+    else:
+        assert kept["key"] is None and ("streamdedup.dropped", b"key") in kept["headers"]
+        assert record_bytes(**kept) <= limit
+
+
+def test_offsets_after_a_batch_are_the_next_offset_of_each_partition():
+    from kafka import TopicPartition
+
+    from streamdedup.core.records import RawRecord, Source
+    from streamdedup.runtime.checkpoint import _offsets_after
+
+    records = [RawRecord(b"{}", Source(topic, partition, offset))
+               for topic, partition, offset in [("a", 0, 5), ("a", 1, 9), ("a", 0, 7), ("b", 0, 2), ("a", 0, 6)]]
+    assert _offsets_after(records) == {TopicPartition("a", 0): 8, TopicPartition("a", 1): 10,
+                                       TopicPartition("b", 0): 3}

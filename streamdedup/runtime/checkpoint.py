@@ -256,9 +256,9 @@ def _offsets_after(records: list) -> dict:
 
     after: dict = {}
     for r in records:
-        tp = TopicPartition(r.source.name, r.source.partition)
-        after[tp] = max(after.get(tp, 0), r.source.offset + 1)
-    return after
+        where = (r.source.name, r.source.partition)
+        after[where] = max(after.get(where, 0), r.source.offset + 1)
+    return {TopicPartition(*where): offset for where, offset in after.items()}
 
 
 @dataclass(frozen=True)
