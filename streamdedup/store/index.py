@@ -6,8 +6,9 @@ Named databases (integers are 8-byte big-endian, so keys sort numerically):
 database      key                                    value
 ============  =====================================  ================================
 meta          name                                   JSON (config, counters, ids)
-bands         band (2 B) + band key's high 16 bits   its low 16 bits + a kept document's
-                                                     serial (dupsort, 8 B each; bands.py)
+bands         band (2 B) + band key's high byte +    its low 24 bits + the low 24 bits of
+              the serial's high byte (epoch)         a kept document's serial (dupsort,
+                                                     6 B each; bands.py)
 docs          serial                                 msgpack record of the decision
 shingles      serial                                 sorted unique uint32 shingles of a kept
                                                      document, Elias-Fano coded (``eliasfano``)
@@ -65,7 +66,7 @@ if TYPE_CHECKING:
 __all__ = ["Index", "IndexSettings", "IndexTxn", "MapFull", "TxnState", "DocRecord", "FORMAT_VERSION", "MAX_SERIAL", "id_key",
            "u64", "from_u64", "take_writer_lock"]
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 MAX_SERIAL = (1 << 32) - 1  # the band table stores serials in 32 bits (``bands``)
 LOW_DISK_BYTES = 16 << 20  # 16 MiB: below this, a failed write is taken for a full disk
 _DATABASES = {
@@ -280,7 +281,8 @@ class Index:
                 raise IncompatibleIndexError(
                     f"the index at {self.path!r} has format {meta.get('format', 1)}, this streamdedup reads format "
                     f"{FORMAT_VERSION} (site templates and excerpts since format 2, shingles stored in 32 bits since "
-                    "format 3); rebuild it: "
+                    "format 3, the band table in large buckets keyed by a band key's high byte since format 5); "
+                    "rebuild it: "
                     "replay the input into a new index (`streamdedup backfill --from-beginning` or `streamdedup "
                     "dedup` with --state pointing at a new folder), then use that folder"
                 )
