@@ -267,3 +267,45 @@ def test_a_commit_that_fills_the_map_decides_the_batch_again_the_same(tmp_path, 
         assert report.ok, report.problems
     assert [[(d.id, d.status, d.cluster, d.similarity) for d in b] for b in decided] == \
         [[(d.id, d.status, d.cluster, d.similarity) for d in b] for b in reference]
+
+
+def test_band_table_finds_exactly_the_asked_band_and_key_in_every_epoch_of_serials(tmp_path):
+    """Keys that share a bucket (high byte) or low 24 bits, the same key in other bands, and serials in three
+    epochs (2^24 documents each, up to the last serial an index numbers): a lookup returns exactly the
+    entries of the asked (band, key), and removing one document removes its entries only."""
+    import numpy as np
+
+    from streamdedup.store.bands import BandTables, band_entries, stored_keys
+    from streamdedup.store.index import MAX_SERIAL
+    from streamdedup.store.lookup import RecentMirror
+
+    near = [0xAB000001, 0xAB000002, 0xAC000001, 0xAB000001 + 0x100, 0x00000001]  # one bucket, other buckets
+    serials = [3, 4, (1 << 24) + 3, (5 << 24) + 9, MAX_SERIAL]
+    rng = np.random.default_rng(5)
+    keys = rng.choice(near, size=(len(serials), 3)).astype(np.uint64)
+    mirror = RecentMirror()
+    mirror.add([(s, s.to_bytes(16, "big"), s.to_bytes(16, "little")) for s in serials],
+               np.array(serials, dtype=np.int64), keys)
+    index = Index(IndexSettings(path=str(tmp_path)), SIGNING)
+    tables = BandTables(index)
+
+    def merged(txn):
+        tables.insert_slice(txn, mirror, 0, 1)
+        txn.count(next_serial=MAX_SERIAL)
+
+    index.write(merged)
+    every = {(band, int(keys[row, band]), serial) for row, serial in enumerate(serials) for band in range(3)}
+    with index.read() as txn:
+        assert {(band, int.from_bytes(key, "big"), serial) for band, key, serial in band_entries(txn)} == every
+        assert sorted(np.concatenate(list(stored_keys(txn, 4))).tolist()) == sorted(k for _, k, _ in every)
+        for band in range(3):
+            for key in near:
+                found, owners = tables.lookup(txn, RecentMirror(), np.array([band], dtype=np.uint16),
+                                              np.array([key], dtype=np.uint64))
+                expected = sorted(s for b, k, s in every if (b, k) == (band, key))
+                assert sorted(owners.tolist()) == expected and set(found.tolist()) <= {key}
+    index.write(lambda txn: tables.remove(txn, (1 << 24) + 3, keys[2]))
+    with index.read() as txn:
+        assert set((b, int.from_bytes(k, "big"), s) for b, k, s in band_entries(txn)) == {
+            entry for entry in every if entry[2] != (1 << 24) + 3}
+    index.close()
