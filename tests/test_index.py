@@ -270,8 +270,8 @@ def test_a_commit_that_fills_the_map_decides_the_batch_again_the_same(tmp_path, 
 
 
 def test_band_table_finds_exactly_the_asked_band_and_key_in_every_epoch_of_serials(tmp_path):
-    """Keys that share a bucket (high byte) or low 24 bits, the same key in other bands, and serials in three
-    epochs (2^24 documents each, up to the last serial an index numbers): a lookup returns exactly the
+    """Keys that share a bucket (high byte) or low 24 bits, the same key in other bands, and serials in five
+    epochs (2^23 documents each, up to the last serial an index numbers): a lookup returns exactly the
     entries of the asked (band, key), and removing one document removes its entries only."""
     import numpy as np
 
@@ -279,8 +279,9 @@ def test_band_table_finds_exactly_the_asked_band_and_key_in_every_epoch_of_seria
     from streamdedup.store.index import MAX_SERIAL
     from streamdedup.store.lookup import RecentMirror
 
-    near = [0xAB000001, 0xAB000002, 0xAC000001, 0xAB000001 + 0x100, 0x00000001]  # one bucket, other buckets
-    serials = [3, 4, (1 << 24) + 3, (5 << 24) + 9, MAX_SERIAL]
+    near = [0xAB000001, 0xAB000002, 0xAA000001, 0xAB000101,  # one bucket (the high 7 bits)
+            0xA9000001, 0xAC000001, 0x00000001]  # others (the first with the same low 25 bits)
+    serials = [3, 4, (1 << 23) + 3, (1 << 24) + 3, (5 << 24) + 9, MAX_SERIAL]
     rng = np.random.default_rng(5)
     keys = rng.choice(near, size=(len(serials), 3)).astype(np.uint64)
     mirror = RecentMirror()
@@ -304,8 +305,9 @@ def test_band_table_finds_exactly_the_asked_band_and_key_in_every_epoch_of_seria
                                               np.array([key], dtype=np.uint64))
                 expected = sorted(s for b, k, s in every if (b, k) == (band, key))
                 assert sorted(owners.tolist()) == expected and set(found.tolist()) <= {key}
-    index.write(lambda txn: tables.remove(txn, (1 << 24) + 3, keys[2]))
+    gone = 3
+    index.write(lambda txn: tables.remove(txn, serials[gone], keys[gone]))
     with index.read() as txn:
         assert set((b, int.from_bytes(k, "big"), s) for b, k, s in band_entries(txn)) == {
-            entry for entry in every if entry[2] != (1 << 24) + 3}
+            entry for entry in every if entry[2] != serials[gone]}
     index.close()

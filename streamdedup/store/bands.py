@@ -44,18 +44,21 @@ __all__ = ["BandTables", "band_entries", "stored_keys", "record_band_keys", "KEY
 BAND_KEY_BYTES = 4  # a band key is 32 bits (``lsh.band_keys``): in records, the recent log and the table
 KEY_ROW = np.dtype([("band", ">u2"), ("key", ">u8")])  # a key of the ``rekeyed`` table
 BAND_ROW = np.dtype([("band", ">u2"), ("key", ">u8"), ("serial", ">u8")])  # a ``rekeyed`` key and one value
-_KEY_BYTES, _VALUE_BYTES = 4, 6  # a ``bands`` key: band, high byte of the band key, epoch; value: low 24 bits, serial's 24
+_KEY_BYTES, _VALUE_BYTES = 4, 6  # a ``bands`` row: key (band, bucket), value (band key's low bits, serial's)
 _ROW_BYTES = _KEY_BYTES + _VALUE_BYTES
-_EPOCH_BITS = 24  # a serial is (epoch, its low 24 bits): an epoch numbers 2^24 documents (``index.MAX_SERIAL``: 2^32)
-_LOW_MASK = np.uint64((1 << 24) - 1)
+_HIGH_BITS = 7  # a bucket holds band keys of the same high 7 bits...
+_EPOCH_BITS = 23  # ...and serials of the same epoch: serial >> 23 (an epoch numbers 2^23 documents)
+_LOW_BITS = 32 - _HIGH_BITS  # the band key's bits in a value, before the serial's 23
+_U64 = np.uint64
 
 
 def _entry_words(bands: np.ndarray, keys: np.ndarray, serials: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(key, value) of table rows as integers: (band, key's high byte, serial's epoch), (key's low 24 bits, serial's)."""
+    """(key, value) of table rows as integers: (band, key's high bits, serial's epoch), (key's low bits, serial's)."""
     keys, serials = keys.astype(np.uint64), serials.astype(np.uint64)
-    bucket = ((bands.astype(np.uint64) << np.uint64(16)) | ((keys >> np.uint64(24)) << np.uint64(8))
-              | (serials >> np.uint64(_EPOCH_BITS)))
-    return bucket, ((keys & _LOW_MASK) << np.uint64(24)) | (serials & _LOW_MASK)
+    bucket = ((bands.astype(np.uint64) << _U64(16)) | ((keys >> _U64(_LOW_BITS)) << _U64(16 - _HIGH_BITS))
+              | (serials >> _U64(_EPOCH_BITS)))
+    low_key, low_serial = keys & _U64((1 << _LOW_BITS) - 1), serials & _U64((1 << _EPOCH_BITS) - 1)
+    return bucket, (low_key << _U64(_EPOCH_BITS)) | low_serial
 
 
 def _entries(bands: np.ndarray, keys: np.ndarray, serials: np.ndarray) -> tuple[list[bytes], list[bytes]]:
@@ -74,9 +77,12 @@ def _big_endian(words: np.ndarray, width: int) -> list[bytes]:
 def _decoded(rows: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(band, band key, serial) of table rows (key and value bytes, one after the other)."""
     raw = np.frombuffer(rows, dtype=np.uint8).reshape(-1, _ROW_BYTES).astype(np.uint64)
-    keys = (raw[:, 2] << np.uint64(24)) | _big_endian_int(raw, 4, 3)
-    serials = (raw[:, 3] << np.uint64(24)) | _big_endian_int(raw, 7, 3)
-    return _big_endian_int(raw, 0, 2).astype(np.int64), keys, serials.astype(np.int64)
+    bucket, value = _big_endian_int(raw, 0, _KEY_BYTES), _big_endian_int(raw, _KEY_BYTES, _VALUE_BYTES)
+    high = (bucket >> _U64(16 - _HIGH_BITS)) & _U64((1 << _HIGH_BITS) - 1)
+    epoch = bucket & _U64((1 << (16 - _HIGH_BITS)) - 1)
+    keys = (high << _U64(_LOW_BITS)) | (value >> _U64(_EPOCH_BITS))
+    serials = (epoch << _U64(_EPOCH_BITS)) | (value & _U64((1 << _EPOCH_BITS) - 1))
+    return (bucket >> _U64(16)).astype(np.int64), keys, serials.astype(np.int64)
 
 
 def _big_endian_int(raw: np.ndarray, first: int, width: int) -> np.ndarray:
@@ -175,8 +181,9 @@ class BandTables:
         """Write slice ``number`` of ``slices`` of the mirror's band entries (split by band, then by key)."""
         if not len(mirror.keys):
             return
-        span = txn.index.signing.bands << 8  # (band, key's high byte), in table order
-        where = (mirror.bands.astype(np.int64) << 8) | (mirror.keys >> np.uint64(24)).astype(np.int64)
+        span = txn.index.signing.bands << _HIGH_BITS  # (band, key's high bits), in table order
+        where = ((mirror.bands.astype(np.int64) << _HIGH_BITS)
+                 | (mirror.keys >> _U64(_LOW_BITS)).astype(np.int64))
         chosen = (where >= number * span // slices) & (where < (number + 1) * span // slices)
         keys, values = _entries(mirror.bands[chosen], mirror.keys[chosen], mirror.serials[chosen])
         txn.txn.cursor(db=txn.dbs["bands"]).putmulti(list(zip(keys, values)), dupdata=True)
@@ -204,21 +211,23 @@ def _stored_rows(txn: IndexTxn, bands: np.ndarray, keys: np.ndarray) -> bytes:
     """The table rows (key and value bytes) of these (band, band key) pairs, asked in table order.
 
     A bucket holds thousands of entries, so each key is found by positioning
-    the cursor at its first value (``set_range_dup``: MDB_GET_BOTH_RANGE),
-    once in every epoch of serials the index has reached.
+    the cursor at its first possible value (``set_range_dup``:
+    MDB_GET_BOTH_RANGE) and reading on up to its last possible one, once in
+    every epoch of serials the index has reached.
     """
     epochs = (txn.counters.get("next_serial", 0) >> _EPOCH_BITS) + 1
-    count = len(keys)
-    serial_floor = np.repeat(np.arange(epochs, dtype=np.uint64) << np.uint64(_EPOCH_BITS), count)
-    buckets, firsts = _entries(np.tile(bands, epochs), np.tile(keys, epochs), serial_floor)
+    floors = np.repeat(np.arange(epochs, dtype=np.uint64) << _U64(_EPOCH_BITS), len(keys))
+    bands, keys = np.tile(bands, epochs), np.tile(keys, epochs)
+    buckets, firsts = _entries(bands, keys, floors)
+    _, lasts = _entries(bands, keys, floors | _U64((1 << _EPOCH_BITS) - 1))  # the same order: same buckets
     cursor = txn.txn.cursor(db=txn.dbs["bands"])
     seek, value, next_value = cursor.set_range_dup, cursor.value, cursor.next_dup
     found = []
-    for bucket, first in zip(buckets, firsts):
+    for bucket, first, last in zip(buckets, firsts, lasts):
         if not seek(bucket, first):
             continue
-        low, stored = first[:3], value()
-        while stored[:3] == low:
+        stored = value()
+        while stored <= last:  # big-endian bytes of one width compare as their numbers
             found.append(bucket + stored)
             if not next_value():
                 break
