@@ -95,7 +95,7 @@ def test_an_index_of_an_earlier_format_is_refused_with_how_to_rebuild_it(tmp_pat
         meta["format"] = 2
         txn.put(b"index", json.dumps(meta).encode())
     env.close()
-    with pytest.raises(IncompatibleIndexError, match="has format 2.*32 bits.*backfill --from-beginning"):
+    with pytest.raises(IncompatibleIndexError, match="has format 2.*32 bits.*band table.*backfill --from-beginning"):
         Index(IndexSettings(path=str(tmp_path)), SIGNING)
 
 

@@ -1,19 +1,19 @@
 """The band tables: where kept documents are found by their band keys, and every path that touches them.
 
-One dupsort table, ``bands``, of large buckets: the key is a band number
-(2 bytes), the band key's high byte and the serial's *epoch* (its high 8
-bits: an epoch numbers 2^24 documents, and an index at most 2^32); each
-value (6 bytes, packed by LMDB with the others of its bucket in pages of
-their own) holds the band key's low 24 bits and the serial's low 24 bits,
-all big-endian so that buckets sort by band, then key. At a million
-documents a bucket holds ~2,800 entries, so an entry costs its 6 bytes over
-LMDB's page fill (format 4's buckets of ~11 entries, keyed by the high 16
-bits, paid LMDB's node and sub-page header for every ~11 entries and filled
-their pages less: 360 bytes a document against ~260). A lookup positions a
-cursor at each asked key's first value in each epoch (MDB_GET_BOTH_RANGE)
-and reads on while the values are that key's; the filter below answers
-most keys that are not stored without reading the table. Only kept
-documents are in it, so documents are compared with kept documents only.
+One dupsort table, ``bands``, of large buckets: the key (4 bytes) is a
+band number, the band key's high 7 bits and the serial's *epoch* (serial >>
+23: an epoch numbers 2^23 documents, and an index at most 2^32); each value
+(6 bytes, packed by LMDB with the others of its bucket in pages of their
+own) holds the band key's low 25 bits and the serial's low 23 bits, all
+big-endian so that buckets sort by band, then key, and values by key, then
+serial. At a million documents a bucket holds ~5,500 entries, so an entry
+costs its 6 bytes over LMDB's page fill (format 4's buckets of ~11 entries,
+keyed by the high 16 bits, paid LMDB's node and sub-page header for every
+~11 entries and filled their pages less). A lookup positions a cursor at
+each asked key's first possible value in each epoch (MDB_GET_BOTH_RANGE)
+and reads on to its last possible one; the filter below answers most keys
+that are not stored without reading the table. Only kept documents are in
+it, so documents are compared with kept documents only.
 
 ``BandTables`` is the one way in. A lookup asks the table through the
 writer's filter of stored keys (``bandfilter``) and the recent-keys mirror

@@ -6,8 +6,8 @@ Named databases (integers are 8-byte big-endian, so keys sort numerically):
 database      key                                    value
 ============  =====================================  ================================
 meta          name                                   JSON (config, counters, ids)
-bands         band (2 B) + band key's high byte +    its low 24 bits + the low 24 bits of
-              the serial's high byte (epoch)         a kept document's serial (dupsort,
+bands         band (2 B) + band key's high 7 bits +  its low 25 bits + the low 23 bits of
+              serial >> 23 (epoch; 2 B together)     a kept document's serial (dupsort,
                                                      6 B each; bands.py)
 docs          serial                                 msgpack record of the decision
 shingles      serial                                 sorted unique uint32 shingles of a kept
@@ -281,7 +281,7 @@ class Index:
                 raise IncompatibleIndexError(
                     f"the index at {self.path!r} has format {meta.get('format', 1)}, this streamdedup reads format "
                     f"{FORMAT_VERSION} (site templates and excerpts since format 2, shingles stored in 32 bits since "
-                    "format 3, the band table in large buckets keyed by a band key's high byte since format 5); "
+                    "format 3, the band table in large buckets keyed by a band key's high 7 bits since format 5); "
                     "rebuild it: "
                     "replay the input into a new index (`streamdedup backfill --from-beginning` or `streamdedup "
                     "dedup` with --state pointing at a new folder), then use that folder"
