@@ -124,7 +124,7 @@ def test_an_index_of_an_earlier_format_is_refused_with_how_to_rebuild_it(tmp_pat
         meta["format"] = 2
         txn.put(b"index", json.dumps(meta).encode())
     env.close()
-    with pytest.raises(IncompatibleIndexError, match="has format 2.*32 bits.*backfill --from-beginning"):
+    with pytest.raises(IncompatibleIndexError, match="has format 2.*32 bits.*band table.*backfill --from-beginning"):
         Index(IndexSettings(path=str(tmp_path)), SIGNING)
     env = lmdb.open(str(tmp_path), max_dbs=32)
     with env.begin(write=True, db=env.open_db(b"meta")) as txn:
@@ -359,4 +359,48 @@ def test_hash_tables_find_exactly_the_serials_of_a_hash_among_its_bucket(tmp_pat
         assert serials_of_many(txn, "ids", [b, a, a, b"\x01\x02aaaaac", other]) == {a: [5, 70_000], b: [6],
                                                                                      other: [8]}
         assert list(entries(txn, "ids")) == [(c, 7), (a, 5), (a, 70_000), (b, 6), (other, 8)]
+    index.close()
+
+
+def test_band_table_finds_exactly_the_asked_band_and_key_in_every_epoch_of_serials(tmp_path):
+    """Keys that share a bucket (high byte) or low 24 bits, the same key in other bands, and serials in five
+    epochs (2^23 documents each, up to the last serial an index numbers): a lookup returns exactly the
+    entries of the asked (band, key), and removing one document removes its entries only."""
+    import numpy as np
+
+    from streamdedup.store.bands import BandTables, band_entries, stored_keys
+    from streamdedup.store.index import MAX_SERIAL
+    from streamdedup.store.lookup import RecentMirror
+
+    near = [0xAB000001, 0xAB000002, 0xAA000001, 0xAB000101,  # one bucket (the high 7 bits)
+            0xA9000001, 0xAC000001, 0x00000001]  # others (the first with the same low 25 bits)
+    serials = [3, 4, (1 << 23) + 3, (1 << 24) + 3, (5 << 24) + 9, MAX_SERIAL]
+    rng = np.random.default_rng(5)
+    keys = rng.choice(near, size=(len(serials), 3)).astype(np.uint64)
+    mirror = RecentMirror()
+    mirror.add([(s, s.to_bytes(16, "big"), s.to_bytes(16, "little")) for s in serials],
+               np.array(serials, dtype=np.int64), keys)
+    index = Index(IndexSettings(path=str(tmp_path)), SIGNING)
+    tables = BandTables(index)
+
+    def merged(txn):
+        tables.insert_slice(txn, mirror, 0, 1)
+        txn.count(next_serial=MAX_SERIAL)
+
+    index.write(merged)
+    every = {(band, int(keys[row, band]), serial) for row, serial in enumerate(serials) for band in range(3)}
+    with index.read() as txn:
+        assert {(band, int.from_bytes(key, "big"), serial) for band, key, serial in band_entries(txn)} == every
+        assert sorted(np.concatenate(list(stored_keys(txn, 4))).tolist()) == sorted(k for _, k, _ in every)
+        for band in range(3):
+            for key in near:
+                found, owners = tables.lookup(txn, RecentMirror(), np.array([band], dtype=np.uint16),
+                                              np.array([key], dtype=np.uint64))
+                expected = sorted(s for b, k, s in every if (b, k) == (band, key))
+                assert sorted(owners.tolist()) == expected and set(found.tolist()) <= {key}
+    gone = 3
+    index.write(lambda txn: tables.remove(txn, serials[gone], keys[gone]))
+    with index.read() as txn:
+        assert set((b, int.from_bytes(k, "big"), s) for b, k, s in band_entries(txn)) == {
+            entry for entry in every if entry[2] != serials[gone]}
     index.close()

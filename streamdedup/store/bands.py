@@ -1,15 +1,19 @@
 """The band tables: where kept documents are found by their band keys, and every path that touches them.
 
-One dupsort table, ``bands``, of buckets: the key is a band number (2 bytes)
-and the high 16 bits of a 32-bit band key (2 bytes); each value (6 bytes,
-packed by LMDB with the others of its bucket) holds the key's low 16 bits
-and a kept document's serial (32 bits: an index numbers at most 2^32
-documents), all big-endian so that buckets sort by band, then key. A bucket
-holds about documents / 65,536 entries, so an entry costs its 6 bytes (a
-table keyed by whole band keys paid ~28 bytes an entry for LMDB's node of
-each). A lookup reads the buckets of its keys
-and keeps the entries whose key is one it asked for. Only kept documents
-are in it, so documents are compared with kept documents only.
+One dupsort table, ``bands``, of large buckets: the key (4 bytes) is a
+band number, the band key's high 7 bits and the serial's *epoch* (serial >>
+23: an epoch numbers 2^23 documents, and an index at most 2^32); each value
+(6 bytes, packed by LMDB with the others of its bucket in pages of their
+own) holds the band key's low 25 bits and the serial's low 23 bits, all
+big-endian so that buckets sort by band, then key, and values by key, then
+serial. At a million documents a bucket holds ~5,500 entries, so an entry
+costs its 6 bytes over LMDB's page fill (format 4's buckets of ~11 entries,
+keyed by the high 16 bits, paid LMDB's node and sub-page header for every
+~11 entries and filled their pages less). A lookup positions a cursor at
+each asked key's first possible value in each epoch (MDB_GET_BOTH_RANGE)
+and reads on to its last possible one; the filter below answers most keys
+that are not stored without reading the table. Only kept documents are in
+it, so documents are compared with kept documents only.
 
 ``BandTables`` is the one way in. A lookup asks the table through the
 writer's filter of stored keys (``bandfilter``) and the recent-keys mirror
@@ -40,32 +44,59 @@ __all__ = ["BandTables", "band_entries", "stored_keys", "record_band_keys", "KEY
 BAND_KEY_BYTES = 4  # a band key is 32 bits (``lsh.band_keys``): in records, the recent log and the table
 KEY_ROW = np.dtype([("band", ">u2"), ("key", ">u8")])  # a key of the ``rekeyed`` table
 BAND_ROW = np.dtype([("band", ">u2"), ("key", ">u8"), ("serial", ">u8")])  # a ``rekeyed`` key and one value
-_BUCKET = np.dtype([("band", ">u2"), ("high", ">u2")])  # a ``bands`` key
-_ENTRY = np.dtype([("band", ">u2"), ("high", ">u2"), ("low", ">u2"), ("serial", ">u4")])  # key, one value
-_ENTRY_PAIR = np.dtype([("key", "V4"), ("value", "V6")])  # the same row as LMDB key and value bytes
-_VALUE_BYTES = 6  # serials fit 32 bits: ``index.MAX_SERIAL``
+_KEY_BYTES, _VALUE_BYTES = 4, 6  # a ``bands`` row: key (band, bucket), value (band key's low bits, serial's)
+_ROW_BYTES = _KEY_BYTES + _VALUE_BYTES
+_HIGH_BITS = 7  # a bucket holds band keys of the same high 7 bits...
+_EPOCH_BITS = 23  # ...and serials of the same epoch: serial >> 23 (an epoch numbers 2^23 documents)
+_LOW_BITS = 32 - _HIGH_BITS  # the band key's bits in a value, before the serial's 23
+_U64 = np.uint64
 
 
-def _entries(bands: np.ndarray, keys: np.ndarray, serials: np.ndarray) -> np.ndarray:
-    """Table rows (``_ENTRY``) of these (band, 32-bit band key, serial), in the table's order."""
-    rows = np.empty(len(keys), dtype=_ENTRY)
-    keys = keys.astype(np.uint64)
-    rows["band"], rows["high"], rows["low"] = bands, keys >> np.uint64(16), keys & np.uint64(0xFFFF)
-    rows["serial"] = serials
-    return rows[np.lexsort((rows["serial"], rows["low"], rows["high"], rows["band"]))]
+def _entry_words(bands: np.ndarray, keys: np.ndarray, serials: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(key, value) of table rows as integers: (band, key's high bits, serial's epoch), (key's low bits, serial's)."""
+    keys, serials = keys.astype(np.uint64), serials.astype(np.uint64)
+    bucket = ((bands.astype(np.uint64) << _U64(16)) | ((keys >> _U64(_LOW_BITS)) << _U64(16 - _HIGH_BITS))
+              | (serials >> _U64(_EPOCH_BITS)))
+    low_key, low_serial = keys & _U64((1 << _LOW_BITS) - 1), serials & _U64((1 << _EPOCH_BITS) - 1)
+    return bucket, (low_key << _U64(_EPOCH_BITS)) | low_serial
 
 
-def _decoded(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(band, band key, serial) of table rows."""
-    keys = (rows["high"].astype(np.uint64) << np.uint64(16)) | rows["low"].astype(np.uint64)
-    return rows["band"].astype(np.int64), keys, rows["serial"].astype(np.int64)
+def _entries(bands: np.ndarray, keys: np.ndarray, serials: np.ndarray) -> tuple[list[bytes], list[bytes]]:
+    """Table rows (key bytes, value bytes) of these (band, 32-bit band key, serial), in the table's order."""
+    bucket, value = _entry_words(bands, keys, serials)
+    order = np.lexsort((value, bucket))
+    return _big_endian(bucket[order], _KEY_BYTES), _big_endian(value[order], _VALUE_BYTES)
+
+
+def _big_endian(words: np.ndarray, width: int) -> list[bytes]:
+    """Each integer as its ``width`` low bytes, big-endian."""
+    raw = words.astype(">u8").view(np.uint8).reshape(-1, 8)[:, 8 - width:]
+    return np.ascontiguousarray(raw).view(np.dtype((np.void, width))).ravel().tolist()
+
+
+def _decoded(rows: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(band, band key, serial) of table rows (key and value bytes, one after the other)."""
+    raw = np.frombuffer(rows, dtype=np.uint8).reshape(-1, _ROW_BYTES).astype(np.uint64)
+    bucket, value = _big_endian_int(raw, 0, _KEY_BYTES), _big_endian_int(raw, _KEY_BYTES, _VALUE_BYTES)
+    high = (bucket >> _U64(16 - _HIGH_BITS)) & _U64((1 << _HIGH_BITS) - 1)
+    epoch = bucket & _U64((1 << (16 - _HIGH_BITS)) - 1)
+    keys = (high << _U64(_LOW_BITS)) | (value >> _U64(_EPOCH_BITS))
+    serials = (epoch << _U64(_EPOCH_BITS)) | (value & _U64((1 << _EPOCH_BITS) - 1))
+    return (bucket >> _U64(16)).astype(np.int64), keys, serials.astype(np.int64)
+
+
+def _big_endian_int(raw: np.ndarray, first: int, width: int) -> np.ndarray:
+    """The integers that columns ``first`` .. ``first + width - 1`` of a bytes matrix spell, big-endian."""
+    value = np.zeros(len(raw), dtype=np.uint64)
+    for column in range(first, first + width):
+        value = (value << np.uint64(8)) | raw[:, column]
+    return value
 
 
 def band_entries(txn: IndexTxn) -> Iterator[tuple[int, bytes, int]]:
     """Every (band, band key bytes, serial) of the table, in table order."""
     for key, value in txn.txn.cursor(db=txn.dbs["bands"]):
-        row = np.frombuffer(key + value, dtype=_ENTRY)
-        band, keys, serials = _decoded(row)
+        band, keys, serials = _decoded(key + value)
         yield int(band[0]), int(keys[0]).to_bytes(BAND_KEY_BYTES, "big"), int(serials[0])
 
 
@@ -73,7 +104,7 @@ def stored_keys(txn: IndexTxn, chunk: int) -> Iterator[np.ndarray]:
     """Every band key stored in the table (once per entry), as uint64 arrays of at most ``chunk`` keys."""
     pairs = txn.txn.cursor(db=txn.dbs["bands"]).iternext(keys=True, values=True)
     while rows := list(itertools.islice(pairs, chunk)):
-        yield _decoded(np.frombuffer(b"".join(k + v for k, v in rows), dtype=_ENTRY))[1]
+        yield _decoded(b"".join(k + v for k, v in rows))[1]
 
 
 def record_band_keys(txn: IndexTxn, record: DocRecord) -> np.ndarray:
@@ -118,8 +149,9 @@ class BandTables:
         """(band key, serial) of every entry, stored or mirrored, under these (band, key) pairs.
 
         ``key`` is sorted (each key once per band is enough), ``band`` the
-        band of each. Stored entries are read in the table's order with one
-        ``getmulti``; keys the filter surely lacks are not asked.
+        band of each. Stored entries are read in the table's order, one
+        cursor positioning per key and epoch (``_stored_rows``); keys the
+        filter surely lacks are not asked.
         """
         order = np.argsort(band, kind="stable")  # (band, key): the B-tree's order, walked front to back
         in_order_band, in_order_key = band[order], key[order]
@@ -133,13 +165,7 @@ class BandTables:
         if band_filter is not None:
             maybe = band_filter.may_hold(in_order_key[first])
             wanted_band, wanted_key = wanted_band[maybe], wanted_key[maybe]
-        buckets = np.empty(len(wanted_key), dtype=_BUCKET)
-        buckets["band"], buckets["high"] = wanted_band, wanted_key >> np.uint64(16)
-        buckets = np.unique(buckets)  # in table order
-        cursor = txn.txn.cursor(db=txn.dbs["bands"])
-        found = cursor.getmulti(_as_bytes_list(buckets), dupdata=True, dupfixed_bytes=_VALUE_BYTES,
-                                keyfixed=True)
-        _, stored_keys_, stored_serials = _decoded(np.frombuffer(found, dtype=_ENTRY))
+        _, stored_keys_, stored_serials = _decoded(_stored_rows(txn, wanted_band, wanted_key))
         rekeyed = np.zeros(0, dtype=BAND_ROW)  # sites' first pages by their settled content
         if txn.txn.stat(txn.dbs["rekeyed"])["entries"]:
             found = txn.txn.cursor(db=txn.dbs["rekeyed"]).getmulti(_as_bytes_list(everything), dupdata=True,
@@ -155,12 +181,12 @@ class BandTables:
         """Write slice ``number`` of ``slices`` of the mirror's band entries (split by band, then by key)."""
         if not len(mirror.keys):
             return
-        span = txn.index.signing.bands << 16  # (band, bucket), in table order
-        where = (mirror.bands.astype(np.int64) << 16) | (mirror.keys >> np.uint64(16)).astype(np.int64)
+        span = txn.index.signing.bands << _HIGH_BITS  # (band, key's high bits), in table order
+        where = ((mirror.bands.astype(np.int64) << _HIGH_BITS)
+                 | (mirror.keys >> _U64(_LOW_BITS)).astype(np.int64))
         chosen = (where >= number * span // slices) & (where < (number + 1) * span // slices)
-        pairs = _entries(mirror.bands[chosen], mirror.keys[chosen], mirror.serials[chosen]).view(_ENTRY_PAIR)
-        txn.txn.cursor(db=txn.dbs["bands"]).putmulti(list(zip(pairs["key"].tolist(), pairs["value"].tolist())),
-                                                      dupdata=True)
+        keys, values = _entries(mirror.bands[chosen], mirror.keys[chosen], mirror.serials[chosen])
+        txn.txn.cursor(db=txn.dbs["bands"]).putmulti(list(zip(keys, values)), dupdata=True)
 
     def inserted(self, keys: np.ndarray) -> None:
         """After a merge committed: its keys are in the table, so the filter must hold them (and is saved)."""
@@ -171,14 +197,42 @@ class BandTables:
 
     def remove(self, txn: IndexTxn, serial: int, keys: np.ndarray) -> None:
         """Delete a kept document's entries (``keys``: its band keys, ``record_band_keys``)."""
-        rows = _entries(np.arange(len(keys)), keys, np.full(len(keys), serial)).view(_ENTRY_PAIR)
-        for key, value in zip(rows["key"].tolist(), rows["value"].tolist()):
+        table_keys, values = _entries(np.arange(len(keys)), keys, np.full(len(keys), serial))
+        for key, value in zip(table_keys, values):
             txn.delete("bands", key, value)
 
     def rebuilding(self) -> None:
         """Before the table is rebuilt from the records: no filter is trusted until one is built from it."""
         bandfilter.forget_saved(self.index)
         self._filter = None
+
+
+def _stored_rows(txn: IndexTxn, bands: np.ndarray, keys: np.ndarray) -> bytes:
+    """The table rows (key and value bytes) of these (band, band key) pairs, asked in table order.
+
+    A bucket holds thousands of entries, so each key is found by positioning
+    the cursor at its first possible value (``set_range_dup``:
+    MDB_GET_BOTH_RANGE) and reading on up to its last possible one, once in
+    every epoch of serials the index has reached.
+    """
+    epochs = (txn.counters.get("next_serial", 0) >> _EPOCH_BITS) + 1
+    floors = np.repeat(np.arange(epochs, dtype=np.uint64) << _U64(_EPOCH_BITS), len(keys))
+    bands, keys = np.tile(bands, epochs), np.tile(keys, epochs)
+    buckets, firsts = _entries(bands, keys, floors)
+    _, lasts = _entries(bands, keys, floors | _U64((1 << _EPOCH_BITS) - 1))  # the same order: same buckets
+    cursor = txn.txn.cursor(db=txn.dbs["bands"])
+    seek, value, next_value = cursor.set_range_dup, cursor.value, cursor.next_dup
+    found = []
+    for bucket, first, last in zip(buckets, firsts, lasts):
+        if not seek(bucket, first):
+            continue
+        stored = value()
+        while stored <= last:  # big-endian bytes of one width compare as their numbers
+            found.append(bucket + stored)
+            if not next_value():
+                break
+            stored = value()
+    return b"".join(found)
 
 
 def _as_bytes_list(rows: np.ndarray) -> list[bytes]:

@@ -6,8 +6,9 @@ Named databases (integers are big-endian, so keys sort numerically):
 database      key                                    value
 ============  =====================================  ================================
 meta          name                                   JSON (config, counters, ids)
-bands         band (2 B) + band key's high 16 bits   its low 16 bits + a kept document's
-                                                     serial (dupsort, 8 B each; bands.py)
+bands         band (2 B) + band key's high 7 bits +  its low 25 bits + the low 23 bits of
+              serial >> 23 (epoch; 2 B together)     a kept document's serial (dupsort,
+                                                     6 B each; bands.py)
 docs          serial (4 B)                           msgpack record of the decision
 shingles      serial                                 sorted unique uint32 shingles of a kept
                                                      document, Elias-Fano coded (``eliasfano``)
@@ -312,8 +313,9 @@ class Index:
                 raise IncompatibleIndexError(
                     f"the index at {self.path!r} has format {meta.get('format', 1)}, this streamdedup reads format "
                     f"{FORMAT_VERSION} (site templates and excerpts since format 2, shingles stored in 32 bits since "
-                    "format 3, records with numbered source names and 4-byte serials and id and content tables "
-                    "keyed by 8-byte hashes since format 5); rebuild it: "
+                    "format 3, the band table in large buckets keyed by a band key's high 7 bits, records with "
+                    "numbered source names and 4-byte serials and id and content tables keyed by 8-byte hashes "
+                    "since format 5); rebuild it: "
                     "replay the input into a new index (`streamdedup backfill --from-beginning` or `streamdedup "
                     "dedup` with --state pointing at a new folder), then use that folder"
                 )
