@@ -30,7 +30,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -39,7 +38,6 @@ import live  # noqa: E402
 import realtext  # noqa: E402
 from growth import Crawl  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 NUMPY_PATH = "default, numpy path (no kernel)"
 CONFIGS = {**realtext.COMPARED, NUMPY_PATH: []}
 WITHOUT_KERNEL = ["-c", "import sys; from streamdedup.core import eliasfano, shingle, signing, verify; "
@@ -96,15 +94,9 @@ def big_run(path: str, docs: int, settings: list[str], numpy_path: bool) -> dict
 
 def live_rates(docs: int, rounds: int) -> dict[str, float]:
     """Median docs/s of each configuration's worker and of the pass-through, rounds interleaved."""
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
-    env = dict(os.environ, KAFKA_PORT="29492", KAFKA_DATA_DIR=tempfile.mkdtemp(prefix="frontier-kafka-"))
-    if bootstrap is None:
-        started = subprocess.run([str(ROOT / "deploy/kafka/start.sh")], env=env, capture_output=True, text=True,
-                                 check=True)
-        bootstrap = started.stdout.strip().splitlines()[-1]
-    try:
-        from streamdedup.core import corpus
+    from streamdedup.core import corpus
 
+    with live.local_broker("29492") as bootstrap:
         topic = live.preload(bootstrap, corpus.generate(int(docs / 1.83) + 1, seed=42)[:docs])
         live.timed_round("pass-through (a)", bootstrap, topic)  # warm-up: the broker's JIT and page cache
         rates: dict[str, list[float]] = {name: [] for name in [*CONFIGS, "pass-through"]}
@@ -112,26 +104,18 @@ def live_rates(docs: int, rounds: int) -> dict[str, float]:
             rates["pass-through"].append(docs / live.timed_round("pass-through (a)", bootstrap, topic))
             for name, settings in CONFIGS.items():
                 rates[name].append(docs / _timed_worker(bootstrap, topic, settings, name == NUMPY_PATH))
-        return {name: statistics.median(values) for name, values in rates.items()}
-    finally:
-        if "KAFKA_BOOTSTRAP" not in os.environ:
-            subprocess.run([str(ROOT / "deploy/kafka/stop.sh"), "--wipe"], env=env, capture_output=True)
+    return {name: statistics.median(values) for name, values in rates.items()}
 
 
 def _timed_worker(bootstrap: str, topic: str, settings: list[str], numpy_path: bool) -> float:
-    tag = uuid.uuid4().hex[:8]
-    outs = [live.create(bootstrap, f"frontier-{kind}-{tag}") for kind in ("out", "dups", "dead")]
-    state = tempfile.mkdtemp(prefix="frontier-live-")
-    command = live.streamdedup_command(bootstrap, topic, outs, state) + [f for s in settings for f in ("--set", s)]
-    if numpy_path:
-        command[1:3] = WITHOUT_KERNEL
-        command += ONE_PROCESS
-    try:
-        began = time.monotonic()
-        subprocess.run(command, check=True, stderr=subprocess.DEVNULL)
-        return time.monotonic() - began
-    finally:
-        shutil.rmtree(state, ignore_errors=True)
+    def command(outs: list[str], state: str) -> list[str]:
+        made = live.streamdedup_command(bootstrap, topic, outs, state) + [f for s in settings for f in ("--set", s)]
+        if numpy_path:
+            made[1:3] = WITHOUT_KERNEL
+            made += ONE_PROCESS
+        return made
+
+    return live.timed_program(bootstrap, command)
 
 
 def main(argv=None) -> int:

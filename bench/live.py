@@ -29,7 +29,9 @@ import sys
 import tempfile
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
@@ -127,17 +129,37 @@ VARIANTS = {"streamdedup": [], "streamdedup, pages off": OFF}  # the defaults; n
 CONTENDERS = [*VARIANTS, *PEERS]
 
 
+@contextmanager
+def local_broker(port: str) -> Iterator[str]:
+    """The address of ``$KAFKA_BOOTSTRAP``, or of a broker started on ``port`` by deploy/kafka and wiped after."""
+    if "KAFKA_BOOTSTRAP" in os.environ:
+        yield os.environ["KAFKA_BOOTSTRAP"]
+        return
+    env = dict(os.environ, KAFKA_PORT=port, KAFKA_DATA_DIR=tempfile.mkdtemp(prefix="bench-kafka-"))
+    started = subprocess.run([str(ROOT / "deploy/kafka/start.sh")], env=env, capture_output=True, text=True,
+                             check=True)
+    try:
+        yield started.stdout.strip().splitlines()[-1]
+    finally:
+        subprocess.run([str(ROOT / "deploy/kafka/stop.sh"), "--wipe"], env=env, capture_output=True)
+
+
 def timed_round(name: str, bootstrap: str, topic: str) -> float:
     """Seconds one contender takes, as its own program, from start to caught up (output topics made before)."""
+    if name in VARIANTS:
+        return timed_program(bootstrap, lambda outs, state: streamdedup_command(bootstrap, topic, outs, state)
+                             + VARIANTS[name])
+    return timed_program(bootstrap, lambda outs, state: [sys.executable, __file__, "--peer", name, "--bootstrap",
+                                                         bootstrap, "--topic", topic, "--outs", ",".join(outs)])
+
+
+def timed_program(bootstrap: str, command_for) -> float:
+    """Seconds ``command_for(output topics, state folder)`` runs; both are made fresh before the clock starts."""
     tag = uuid.uuid4().hex[:8]
     outs = [create(bootstrap, f"bench-{kind}-{tag}") for kind in ("out", "dups", "dead")]
     state = tempfile.mkdtemp(prefix="bench-live-")
-    if name in VARIANTS:
-        command = streamdedup_command(bootstrap, topic, outs, state) + VARIANTS[name]
-    else:
-        command = [sys.executable, __file__, "--peer", name, "--bootstrap", bootstrap, "--topic", topic,
-                   "--outs", ",".join(outs)]
     try:
+        command = command_for(outs, state)
         began = time.monotonic()
         subprocess.run(command, check=True, stderr=subprocess.DEVNULL)
         return time.monotonic() - began
@@ -157,13 +179,7 @@ def main(argv=None) -> int:
     if args.peer:
         PEERS[args.peer](args.bootstrap, args.topic, args.outs.split(","))
         return 0
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
-    env = dict(os.environ, KAFKA_PORT="29292", KAFKA_DATA_DIR=tempfile.mkdtemp(prefix="bench-kafka-"))
-    if bootstrap is None:
-        started = subprocess.run([str(ROOT / "deploy/kafka/start.sh")], env=env, capture_output=True, text=True,
-                                 check=True)
-        bootstrap = started.stdout.strip().splitlines()[-1]
-    try:
+    with local_broker("29292") as bootstrap:
         docs = corpus.generate(int(args.docs / 1.83) + 1, seed=42)[: args.docs]
         topic = preload(bootstrap, docs)
         print(f"{len(docs):,} documents in {topic} ({PARTITIONS} partitions) on {bootstrap}; {args.rounds} rounds")
@@ -181,9 +197,6 @@ def main(argv=None) -> int:
                 ratio += "  (cost of templates + excerpts)"
             print(f"  {name:<20} {median:>14,.0f} {min(values):>10,.0f}-{max(values):<10,.0f} {ratio:>17}")
         print(f"\n  streamdedup reaches {ours / statistics.median(rates['pass-through (a)']):.0%} of the pass-through")
-    finally:
-        if "KAFKA_BOOTSTRAP" not in os.environ:
-            subprocess.run([str(ROOT / "deploy/kafka/stop.sh"), "--wipe"], env=env, capture_output=True)
     return 0
 
 
