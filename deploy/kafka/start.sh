@@ -170,14 +170,18 @@ EOT
 }
 
 listener_config() {
-  if [[ "$secure" != 1 ]]; then
-    cat <<EOT
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
-advertised.listeners=PLAINTEXT://127.0.0.1:$port
+  local client=PLAINTEXT controller=PLAINTEXT
+  if [[ "$secure" == 1 ]]; then
+    client=SASL_SSL controller=SASL_PLAINTEXT
+  fi
+  cat <<EOT
+listeners=$client://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=$client://127.0.0.1:$port
 controller.listener.names=CONTROLLER
-inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=$client
+listener.security.protocol.map=$client:$client,CONTROLLER:$controller
 EOT
+  if [[ "$secure" != 1 ]]; then
     return
   fi
   local admin_pw user_pw store_pass
@@ -187,11 +191,6 @@ EOT
   cat <<EOT
 # --secure: clients speak TLS and SASL (SCRAM-SHA-512 or PLAIN) on the client port;
 # the controller port takes SASL/PLAIN from the admin only (this node talks to itself there).
-listeners=SASL_SSL://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
-advertised.listeners=SASL_SSL://127.0.0.1:$port
-controller.listener.names=CONTROLLER
-inter.broker.listener.name=SASL_SSL
-listener.security.protocol.map=SASL_SSL:SASL_SSL,CONTROLLER:SASL_PLAINTEXT
 sasl.enabled.mechanisms=SCRAM-SHA-512,PLAIN
 sasl.mechanism.inter.broker.protocol=PLAIN
 sasl.mechanism.controller.protocol=PLAIN

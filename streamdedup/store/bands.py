@@ -63,9 +63,15 @@ def _entry_words(bands: np.ndarray, keys: np.ndarray, serials: np.ndarray) -> tu
 
 def _entries(bands: np.ndarray, keys: np.ndarray, serials: np.ndarray) -> tuple[list[bytes], list[bytes]]:
     """Table rows (key bytes, value bytes) of these (band, 32-bit band key, serial), in the table's order."""
+    bucket, value = _sorted_entry_words(bands, keys, serials)
+    return _big_endian(bucket, _KEY_BYTES), _big_endian(value, _VALUE_BYTES)
+
+
+def _sorted_entry_words(bands: np.ndarray, keys: np.ndarray, serials: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``_entry_words`` in the table's order."""
     bucket, value = _entry_words(bands, keys, serials)
     order = np.lexsort((value, bucket))
-    return _big_endian(bucket[order], _KEY_BYTES), _big_endian(value[order], _VALUE_BYTES)
+    return bucket[order], value[order]
 
 
 def _big_endian(words: np.ndarray, width: int) -> list[bytes]:
@@ -218,8 +224,9 @@ def _stored_rows(txn: IndexTxn, bands: np.ndarray, keys: np.ndarray) -> bytes:
     epochs = (txn.counters.get("next_serial", 0) >> _EPOCH_BITS) + 1
     floors = np.repeat(np.arange(epochs, dtype=np.uint64) << _U64(_EPOCH_BITS), len(keys))
     bands, keys = np.tile(bands, epochs), np.tile(keys, epochs)
-    buckets, firsts = _entries(bands, keys, floors)
-    _, lasts = _entries(bands, keys, floors | _U64((1 << _EPOCH_BITS) - 1))  # the same order: same buckets
+    bucket, first = _sorted_entry_words(bands, keys, floors)
+    buckets, firsts = _big_endian(bucket, _KEY_BYTES), _big_endian(first, _VALUE_BYTES)
+    lasts = _big_endian(first | _U64((1 << _EPOCH_BITS) - 1), _VALUE_BYTES)  # the epoch's last serial
     cursor = txn.txn.cursor(db=txn.dbs["bands"])
     seek, value, next_value = cursor.set_range_dup, cursor.value, cursor.next_dup
     found = []

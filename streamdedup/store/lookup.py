@@ -311,12 +311,24 @@ def _new_contents(txn: IndexTxn, entries: list[tuple[bytes, bytes, bytes]]) -> l
     The table keeps the first document of each content (as it did when keyed
     by the whole hash): a later one, or the same one merged again, is left out.
     """
-    held = serials_of_many(txn, "content", [content_key(content) for _, _, content in entries])
-    new = []
-    for key, value, content in entries:
-        if not any(txn.record(serial).content == content for serial in held.get(content_key(content), ())):
-            new.append((key, value))
-    return new
+    held = _stored_first_documents(txn, [content for _, _, content in entries], txn.record)
+    return [(key, value) for key, value, content in entries if content not in held]
+
+
+def _stored_first_documents(txn: IndexTxn, contents: list[bytes],
+                           record: Callable[[int], DocRecord]) -> dict[bytes, int]:
+    """The content table's document of each of these whole content hashes it holds.
+
+    The table is keyed by 8 bytes of the hash, which two contents may share:
+    each hit's record (read by ``record``) must have the whole hash.
+    """
+    held = serials_of_many(txn, "content", [content_key(c) for c in contents])
+    found = {}
+    for c in contents:
+        serial = next((s for s in held.get(content_key(c), ()) if record(s).content == c), None)
+        if serial is not None:
+            found[c] = serial
+    return found
 
 
 def finish_merge(txn: IndexTxn, mirror: RecentMirror) -> None:
@@ -358,6 +370,7 @@ class BatchView:
         self._raw = txn.txn
         self.dbs = txn.dbs
         self._band_keys = self._signed_keys = band_keys
+        self._committed_records: dict[int, DocRecord] = {}  # records of committed documents read by this batch
         self._ids = self._fetch_ids(id_keys)
         self._content = self._fetch_content(contents)
         self._hits: Optional["_Hits"] = None  # fetched at the first ``candidates``
@@ -366,7 +379,6 @@ class BatchView:
         self._shared_keys: dict[int, list[int]] = {}  # row -> its band keys another row of the batch has too
         self._shingles: dict[int, np.ndarray] = {}  # serial -> shingles: the batch's kept documents
         self._committed_shingles: dict[int, np.ndarray] = {}  # and those of committed ones read by this batch
-        self._committed_records: dict[int, DocRecord] = {}  # records of committed documents read by this batch
         self._kept_rows: dict[int, int] = {}  # batch row -> serial, for the batch's kept documents
         self._inserted: list[tuple[DocRecord, bytes]] = []  # (record, id hash) in decision order = serial order
         self._first_serial = txn.counters["next_serial"] + 1
@@ -382,15 +394,11 @@ class BatchView:
         return found
 
     def _fetch_content(self, contents: list[bytes]) -> dict[bytes, int]:
-        """The first document of each content hash: the content table's (checked against its record), else the mirror's."""
-        held = serials_of_many(self.txn, "content", [content_key(c) for c in contents])
-        found = {}
+        """The first document of each content hash: the content table's, else the mirror's."""
+        found = _stored_first_documents(self.txn, contents, self._committed_record)
         for c in contents:
-            serial = next((s for s in held.get(content_key(c), ()) if self.txn.record(s).content == c), None)
-            if serial is None:
-                serial = self.mirror.content.get(c)
-            if serial is not None:
-                found[c] = serial
+            if c not in found and c in self.mirror.content:
+                found[c] = self.mirror.content[c]
         return found
 
     def use_band_keys(self, band_keys: np.ndarray) -> None:
@@ -472,6 +480,9 @@ class BatchView:
         position = serial - self._first_serial  # the batch's documents have consecutive serials
         if 0 <= position < len(self._inserted):
             return self._inserted[position][0]
+        return self._committed_record(serial)
+
+    def _committed_record(self, serial: int) -> DocRecord:
         found = self._committed_records.get(serial)
         if found is None:
             found = self._committed_records[serial] = self.txn.record(serial)
