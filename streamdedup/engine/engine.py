@@ -44,7 +44,7 @@ class DecidedBatch:
     decisions: list[Decision]
     txn: IndexTxn
     now: float  # the decision time, the same if the batch has to be decided again
-    bookkeeping: Optional[Bookkeeping]
+    work: Callable[[IndexTxn], list[Decision]]  # what the transaction does: run again after the map grew
 
     def abort(self) -> None:
         """Throw the batch's transaction away: the index stays as before the batch."""
@@ -100,7 +100,7 @@ class Engine:
             return decisions
 
         txn, decisions = self.index.prepare(work)
-        return DecidedBatch(batch, decisions, txn, now, bookkeeping)
+        return DecidedBatch(batch, decisions, txn, now, work)
 
     def commit(self, decided: DecidedBatch) -> list[Decision]:
         """Commit a decided batch durably; returns its decisions.
@@ -123,7 +123,9 @@ class Engine:
         return decided.decisions
 
     def _decided_again(self, decided: DecidedBatch) -> DecidedBatch:
-        again = self._decided(decided.batch, decided.now, decided.bookkeeping)
+        self.bands.loaded_filter()
+        txn, decisions = self.index.prepare(decided.work)
+        again = DecidedBatch(decided.batch, decisions, txn, decided.now, decided.work)
         if again.decisions != decided.decisions:
             again.abort()
             raise IndexCorruptError("a batch decided again after the map grew came out differently; the index "

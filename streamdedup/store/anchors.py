@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from .index import IndexTxn, u64
-from .lookup import _Hits, with_extra_candidates
+from .lookup import Hits, with_extra_candidates
 
 __all__ = ["BatchAnchors", "remove_anchors", "anchor_entries"]
 
@@ -41,7 +41,7 @@ class BatchAnchors:
         by_key = np.argsort(flat, kind="stable")
         asked, rows = flat[by_key], np.repeat(np.arange(len(anchors)), lengths)[by_key]
         self._keys, serials = self._fetched(asked)
-        self._committed = _Hits.found(asked, rows, len(anchors), self._keys, serials)
+        self._committed = Hits.found(asked, rows, len(anchors), self._keys, serials)
         self._earlier = self._earlier_holders(asked, rows)
         self._kept: dict[int, int] = {}  # batch row -> serial, for the batch's kept documents
 

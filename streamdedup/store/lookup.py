@@ -32,7 +32,7 @@ from .index import MAX_SERIAL, DocRecord, IndexTxn, content_key, from_u64, seria
 if TYPE_CHECKING:
     from .bands import BandTables
 
-__all__ = ["RecentMirror", "BatchView", "merge_recent", "merge_slice", "merge_slices", "finish_merge",
+__all__ = ["RecentMirror", "BatchView", "Hits", "write_documents", "first_documents", "keys_shared_within", "earliest_of_each_key", "merge_recent", "merge_slice", "merge_slices", "finish_merge",
            "pack_recent", "unpack_recent"]
 
 def pack_recent(ident: bytes, content: bytes, band_keys: bytes = b"") -> bytes:
@@ -331,6 +331,16 @@ def _stored_first_documents(txn: IndexTxn, contents: list[bytes],
     return found
 
 
+def first_documents(txn: IndexTxn, mirror: RecentMirror, contents: list[bytes],
+                    record: Callable[[int], DocRecord]) -> dict[bytes, int]:
+    """The first document of each content hash: the content table's, else the mirror's."""
+    found = _stored_first_documents(txn, contents, record)
+    for c in contents:
+        if c not in found and c in mirror.content:
+            found[c] = mirror.content[c]
+    return found
+
+
 def finish_merge(txn: IndexTxn, mirror: RecentMirror) -> None:
     """After every slice: empty ``recent`` up to the mirror's last document and record how far merges went."""
     cursor = txn.txn.cursor(db=txn.dbs["recent"])
@@ -373,7 +383,7 @@ class BatchView:
         self._committed_records: dict[int, DocRecord] = {}  # records of committed documents read by this batch
         self._ids = self._fetch_ids(id_keys)
         self._content = self._fetch_content(contents)
-        self._hits: Optional["_Hits"] = None  # fetched at the first ``candidates``
+        self._hits: Optional["Hits"] = None  # fetched at the first ``candidates``
         self._rekeyed_rows: frozenset = frozenset()  # rows looked up by other keys than their signed ones
         self._kept_by_key: dict[int, list[int]] = {}  # band key -> serials of the batch's kept documents
         self._shared_keys: dict[int, list[int]] = {}  # row -> its band keys another row of the batch has too
@@ -394,12 +404,7 @@ class BatchView:
         return found
 
     def _fetch_content(self, contents: list[bytes]) -> dict[bytes, int]:
-        """The first document of each content hash: the content table's, else the mirror's."""
-        found = _stored_first_documents(self.txn, contents, self._committed_record)
-        for c in contents:
-            if c not in found and c in self.mirror.content:
-                found[c] = self.mirror.content[c]
-        return found
+        return first_documents(self.txn, self.mirror, contents, self._committed_record)
 
     def use_band_keys(self, band_keys: np.ndarray) -> None:
         """Look documents up by these band keys instead (before the first ``candidates``): content keys."""
@@ -407,19 +412,19 @@ class BatchView:
             raise ValueError("band keys are fixed once candidates were asked for")
         self._band_keys = band_keys
 
-    def _band_hits(self) -> "_Hits":
+    def _band_hits(self) -> "Hits":
         """Committed candidates of the whole batch, fetched once, per row."""
         if self._hits is None:
             band_keys = self._band_keys
             by_key = np.argsort(band_keys.ravel())  # the batch's keys sorted, once for every lookup
             asked, rows = band_keys.ravel()[by_key], by_key // band_keys.shape[1]  # sorted keys, row of each
             self._hits = self._fetch_candidates(asked, rows, (by_key % band_keys.shape[1]).astype(np.uint16))
-            self._shared_keys = _keys_shared_within(asked, rows)
+            self._shared_keys = keys_shared_within(asked, rows)
             self._band_key_bytes = band_keys.astype(">u4")
             self._rekeyed_rows = _rows_differing(band_keys, self._signed_keys)
         return self._hits
 
-    def _fetch_candidates(self, asked: np.ndarray, rows: np.ndarray, band: np.ndarray) -> "_Hits":
+    def _fetch_candidates(self, asked: np.ndarray, rows: np.ndarray, band: np.ndarray) -> "Hits":
         """Per document: serials of committed kept documents sharing a band, and how many bands each.
 
         ``asked`` is the batch's band keys sorted (searching sorted keys is
@@ -427,7 +432,7 @@ class BatchView:
         ``band`` the row and band of each.
         """
         found_keys, found_serials = self.bands.lookup(self.txn, self.mirror, band, asked)
-        return _Hits.found(asked, rows, len(self._band_keys), found_keys, found_serials, self.per_key)
+        return Hits.found(asked, rows, len(self._band_keys), found_keys, found_serials, self.per_key)
 
     # -- what the batch sees -------------------------------------------
 
@@ -524,34 +529,50 @@ class BatchView:
 
     def flush(self) -> Callable[[], None]:
         """Write the batch into the transaction; returns what to do to the mirror once it commits."""
-        inserted, packer = self._inserted, msgpack.Packer()
-        if inserted and inserted[-1][0].serial > MAX_SERIAL:
-            raise IndexFullError(f"the index has numbered {MAX_SERIAL:,} documents, as many as it can; start a new "
-                                 "index (or shard the input) and keep this one for lookups")
-        keys = [serial_key(record.serial) for record, _ in inserted]
-        recent_keys = {serial: self._band_key_bytes[row].tobytes() for row, serial in self._kept_rows.items()}
-        pack = self.txn.pack_record
-        writes = {  # every table but members gets serials in increasing order: appended
-            "docs": [(key, pack(record, packer)) for key, (record, _) in zip(keys, inserted)],
-            "recent": [(u64(record.serial), pack_recent(ident, record.content, recent_keys.get(record.serial, b"")))
-                       for record, ident in inserted],
-            "shingles": list(zip(map(u64, self._shingles), _coded(list(self._shingles.values())))),
-            "members": sorted((serial_key(record.cluster), key) for key, (record, _) in zip(keys, inserted)
-                              if not record.kept),
-        }
-        for name, items in writes.items():
-            if items:
-                cursor = self._raw.cursor(db=self.dbs[name])
-                cursor.putmulti(items, dupdata=True, append=name != "members")
-        kept = len(self._kept_rows)
-        exact = sum(record.exact for record, _ in inserted)
-        self.txn.count(next_serial=len(inserted), documents=len(inserted), kept=kept,
-                       duplicates=len(inserted) - kept, exact=exact)
-        entries = [(record.serial, ident, record.content) for record, ident in inserted]
-        kept_rows = np.fromiter(self._kept_rows.keys(), dtype=np.int64, count=kept)
-        kept_serials = np.fromiter(self._kept_rows.values(), dtype=np.int64, count=kept)
-        kept_keys, mirror = self._band_keys[kept_rows], self.mirror
-        return lambda: mirror.add(entries, kept_serials, kept_keys)
+        self._band_hits()
+        return write_documents(self.txn, self.mirror, self._inserted, self._kept_rows, self._shingles,
+                               self._band_keys)
+
+
+def write_documents(txn: IndexTxn, mirror: RecentMirror, inserted: list[tuple[DocRecord, bytes]],
+                    kept_rows: dict[int, int], shingles: dict[int, np.ndarray], band_keys: np.ndarray,
+                    numbered: Optional[int] = None) -> Callable[[], None]:
+    """Write decided documents into the transaction; returns what to do to the mirror once it commits.
+
+    ``inserted``: (record, id hash) in serial order; ``kept_rows``: batch row -> serial of the kept ones,
+    ``shingles`` theirs by serial, ``band_keys`` the batch's lookup keys (rows x bands). ``numbered``: how
+    many serials the batch used (default: one per document; a shard stores only its own documents of a
+    batch numbered for the whole deployment).
+    """
+    packer = msgpack.Packer()
+    if inserted and inserted[-1][0].serial > MAX_SERIAL:
+        raise IndexFullError(f"the index has numbered {MAX_SERIAL:,} documents, as many as it can; start a new "
+                             "index (or shard the input) and keep this one for lookups")
+    keys = [serial_key(record.serial) for record, _ in inserted]
+    kept = len(kept_rows)
+    kept_row_array = np.fromiter(kept_rows.keys(), dtype=np.int64, count=kept)
+    kept_serials = np.fromiter(kept_rows.values(), dtype=np.int64, count=kept)
+    kept_keys = band_keys[kept_row_array]
+    recent_keys = dict(zip(kept_serials.tolist(), (row.tobytes() for row in kept_keys.astype(">u4"))))
+    pack = txn.pack_record
+    writes = {  # every table but members gets serials in increasing order: appended
+        "docs": [(key, pack(record, packer)) for key, (record, _) in zip(keys, inserted)],
+        "recent": [(u64(record.serial), pack_recent(ident, record.content, recent_keys.get(record.serial, b"")))
+                   for record, ident in inserted],
+        "shingles": list(zip(map(u64, shingles), _coded(list(shingles.values())))),
+        "members": sorted((serial_key(record.cluster), key) for key, (record, _) in zip(keys, inserted)
+                          if not record.kept),
+    }
+    raw, dbs = txn.txn, txn.dbs
+    for name, items in writes.items():
+        if items:
+            cursor = raw.cursor(db=dbs[name])
+            cursor.putmulti(items, dupdata=True, append=name != "members")
+    exact = sum(record.exact for record, _ in inserted)
+    txn.count(next_serial=len(inserted) if numbered is None else numbered, documents=len(inserted), kept=kept,
+              duplicates=len(inserted) - kept, exact=exact)
+    entries = [(record.serial, ident, record.content) for record, ident in inserted]
+    return lambda: mirror.add(entries, kept_serials, kept_keys)
 
 
 def with_extra_candidates(serials: np.ndarray, shared: np.ndarray, extra: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -565,7 +586,7 @@ def with_extra_candidates(serials: np.ndarray, shared: np.ndarray, extra: Sequen
     return np.array(ordered, dtype=np.int64), np.array([counts[s] for s in ordered], dtype=np.int64)
 
 
-class _Hits:
+class Hits:
     """The committed kept documents sharing band keys with each document of a batch."""
 
     _NONE = np.zeros(0, np.int64)
@@ -595,7 +616,7 @@ class _Hits:
             order = np.argsort(found_keys)  # equal keys in any order: pairs are made unique below
             found_keys, found_serials = found_keys[order], found_serials[order]
         else:
-            found_keys, found_serials = _earliest_of_each_key(found_keys, found_serials, per_key)
+            found_keys, found_serials = earliest_of_each_key(found_keys, found_serials, per_key)
         lo = np.searchsorted(found_keys, asked, "left")
         counts = np.searchsorted(found_keys, asked, "right") - lo
         hit = counts > 0
@@ -614,7 +635,7 @@ def _rows_differing(keys: np.ndarray, signed: np.ndarray) -> frozenset:
     return frozenset(np.flatnonzero((keys != signed).any(axis=1)).tolist())
 
 
-def _keys_shared_within(asked: np.ndarray, rows: np.ndarray) -> dict[int, list[int]]:
+def keys_shared_within(asked: np.ndarray, rows: np.ndarray) -> dict[int, list[int]]:
     """For each row, its band keys that another row of the batch has too (``asked``: the batch's keys
     sorted, ``rows[i]`` the row of ``asked[i]``); most rows of a batch have none."""
     same = asked[1:] == asked[:-1]
@@ -627,7 +648,7 @@ def _keys_shared_within(asked: np.ndarray, rows: np.ndarray) -> dict[int, list[i
     return shared
 
 
-def _earliest_of_each_key(keys: np.ndarray, serials: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
+def earliest_of_each_key(keys: np.ndarray, serials: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
     """(key, serial) pairs sorted by key, then serial, each key keeping its first ``limit`` (the smallest serials)."""
     order = np.lexsort((serials, keys))
     keys, serials = keys[order], serials[order]

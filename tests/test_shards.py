@@ -1,0 +1,132 @@
+"""A sharded index decides as one index does: shards' evidence, decisions together, each shard's own documents.
+
+These run the shards in one process over real LMDB folders, the evidence
+packed and unpacked as it travels between shards; the Kafka roles around
+them are tested in ``test_sharded_kafka.py``.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from streamdedup import config as config_module
+from streamdedup.core.corpus import generate
+from streamdedup.core.records import Document, Source
+from streamdedup.engine.engine import Engine
+from streamdedup.engine.shards.evidence import Evidence, ShardPlace, owner_of
+from streamdedup.engine.shards.shard import ShardEngine
+from streamdedup.errors import ConfigError, IndexUnusableError
+
+OFF = ("templates.enabled=false",)
+NOW = 1_700_000_000.0
+
+
+def _config(*overrides):
+    return config_module.load(None, OFF + overrides, environ={})
+
+
+def _crawl_batches(articles=260, seed=7, batch=97):
+    """The synthetic crawl with replays, exact copies under new ids, new versions of an id, and rejections."""
+    rng = random.Random(seed)
+    docs = [(d.id, d.text) for d in generate(articles, seed)]
+    extra = []
+    for doc_id, text in rng.sample(docs, min(40, len(docs) // 2)):
+        extra.append((doc_id, text))  # a replay
+        extra.append((doc_id + "-copy", text))  # an exact copy
+        extra.append((doc_id, text + " and a new closing sentence of the article"))  # a new version
+    extra.append(("punct", "!!! ... ???"))  # rejected: nothing left after normalization
+    stream = docs + extra
+    rng.shuffle(stream)
+    items = [Document(doc_id, text, Source("raw", 0, n)) for n, (doc_id, text) in enumerate(stream)]
+    return [items[i:i + batch] for i in range(0, len(items), batch)]
+
+
+def _fields(decision):
+    return (decision.id, decision.status, decision.cluster, decision.matched, decision.similarity,
+            decision.exact, decision.replayed, decision.reason)
+
+
+def _single(cfg, path, batches):
+    with Engine(cfg, str(path)) as engine:
+        return [_fields(d) for items in batches for d in engine.decide_batch(engine.prepare(items))]
+
+
+def _sharded(cfg, path, batches, count):
+    shards = [ShardEngine(cfg, ShardPlace(i, count), str(path / f"shard-{i}"), clock=lambda: NOW)
+              for i in range(count)]
+    decided = []
+    try:
+        for items in batches:
+            prepared = shards[0].prepare(items)
+            evidences = [Evidence.unpack(shard.evidence(prepared).pack()) for shard in shards]
+            each = [shard.commit(shard.decide_together(prepared, evidences, NOW)) for shard in shards]
+            assert all(d == each[0] for d in each), "shards disagree on a batch"
+            decided.extend(_fields(d) for d in each[0])
+    finally:
+        for shard in shards:
+            shard.close()
+    return decided, shards
+
+
+@pytest.mark.parametrize("count", [1, 3, 4])
+def test_shards_decide_as_one_index(tmp_path, count):
+    cfg = _config()
+    batches = _crawl_batches()
+    single = _single(cfg, tmp_path / "single", batches)
+    sharded, _ = _sharded(cfg, tmp_path / "sharded", batches, count)
+    assert sharded == single
+    statuses = {f[1] for f in single}
+    assert {"kept", "duplicate", "rejected"} <= statuses and any(f[6] for f in single)  # the cases are there
+
+
+def test_merged_tables_and_tight_candidate_caps_decide_as_one_index(tmp_path):
+    """Lookups from merged tables, and one candidate per key and per document: caps that change decisions."""
+    batches = _crawl_batches(articles=300, batch=60)
+    capped = _config("index.merge_every=150", "lsh.max_candidates=1", "lsh.min_shared_bands=1")
+    single = _single(capped, tmp_path / "single", batches)
+    assert single != _single(_config("index.merge_every=150", "lsh.min_shared_bands=1"), tmp_path / "free", batches)
+    assert _sharded(capped, tmp_path / "sharded", batches, 3)[0] == single
+
+
+def test_each_document_is_stored_in_its_shard_only(tmp_path):
+    cfg = _config()
+    batches = _crawl_batches(articles=80)
+    decided, shards = _sharded(cfg, tmp_path, batches, 3)
+    stored = {}
+    for number in range(3):
+        with ShardEngine(cfg, ShardPlace(number, 3), str(tmp_path / f"shard-{number}")) as shard:
+            with shard.index.read() as txn:
+                for record in txn.records():
+                    assert owner_of(_ident(record.id), 3) == number
+                    stored.setdefault(record.id, []).append(number)
+                counters = txn.counters
+                assert counters["next_serial"] == sum(1 for f in decided if f[1] != "rejected" and not f[6])
+    decided_ids = {f[0] for f in decided if f[1] != "rejected"}
+    assert set(stored) == decided_ids
+
+
+def _ident(doc_id):
+    from streamdedup.core.records import id_key
+
+    return id_key(doc_id)
+
+
+def test_a_shard_index_is_refused_as_another_shard_and_a_single_index_as_a_shard(tmp_path):
+    cfg = _config()
+    ShardEngine(cfg, ShardPlace(1, 3), str(tmp_path / "s")).close()
+    with pytest.raises(IndexUnusableError, match="holds shard 1 of 3"):
+        ShardEngine(cfg, ShardPlace(2, 3), str(tmp_path / "s"))
+    with pytest.raises(IndexUnusableError, match="holds shard 1 of 3"):
+        ShardEngine(cfg, ShardPlace(1, 4), str(tmp_path / "s"))
+    _single(cfg, tmp_path / "one", _crawl_batches(articles=5))
+    with pytest.raises(IndexUnusableError, match="single worker's index"):
+        ShardEngine(cfg, ShardPlace(0, 3), str(tmp_path / "one"))
+
+
+def test_settings_shards_do_not_support_yet_are_refused_with_what_to_change(tmp_path):
+    with pytest.raises(ConfigError, match="templates.enabled"):
+        ShardEngine(config_module.load(None, (), environ={}), ShardPlace(0, 2), str(tmp_path / "t"))
+    with pytest.raises(ConfigError, match="excerpts.enabled"):
+        ShardEngine(_config("excerpts.enabled=true"), ShardPlace(0, 2), str(tmp_path / "e"))
