@@ -161,6 +161,13 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", parents=[common], help="the live worker: input topics -> clean / duplicates / "
                          "dead-letter topics, exactly one outcome per record")
     run.add_argument("--until-caught-up", action="store_true", help="stop (exit 0) once no input is left")
+    run.add_argument("--role", choices=("worker", "sign", "shard"), default="worker",
+                     help="worker: the single worker (default); sign and shard: the roles of a sharded deployment "
+                     "(shards.count shards, see deploy/README.md)")
+    run.add_argument("--shard", type=int, metavar="N", help="with --role shard: this process's shard, 0 to "
+                     "shards.count - 1 (its index is --state)")
+    run.add_argument("--until-idle", type=float, metavar="SECONDS", help="with --role sign: stop (exit 0) once "
+                     "no input record came for this long")
     run.set_defaults(handler=_cmd_run)
 
     backfill = sub.add_parser("backfill", parents=[common], help="replay a topic into the index up to its "
@@ -487,6 +494,10 @@ def _log(cfg: config_module.Config):
 
 def _cmd_run(args) -> int:
     cfg = _config(args)
+    if args.role != "worker":
+        return _run_role(args, cfg)
+    if args.shard is not None or args.until_idle is not None:
+        raise ConfigError("--shard goes with --role shard, --until-idle with --role sign")
     spawned = _spawn_feed(cfg)
     try:
         from .runtime.worker import Stopper, run_worker
@@ -502,6 +513,33 @@ def _cmd_run(args) -> int:
     rate = s.total / s.seconds if s.seconds else 0.0
     log.info("stopped", documents=s.total, kept=s.outcomes["kept"], duplicate=s.outcomes["duplicate"],
              rejected=s.outcomes["rejected"], replayed=s.replayed, docs_per_s=round(rate, 1))
+    return EXIT_OK
+
+
+def _run_role(args, cfg) -> int:
+    """``run --role sign`` or ``run --role shard``: one process of a sharded deployment."""
+    from .runtime.worker import Stopper
+
+    if cfg.shards.count < 1:
+        raise ConfigError(f"--role {args.role} needs shards.count, the deployment's number of shards (1 or more)")
+    log = _log(cfg)
+    stopper = Stopper()
+    stopper.install()
+    if args.role == "sign":
+        if args.shard is not None or args.until_caught_up:
+            raise ConfigError("--role sign takes neither --shard nor --until-caught-up (see --until-idle)")
+        from .runtime.shards.sign import run_signer
+
+        run_signer(cfg, log, stopper, args.until_idle)
+        return EXIT_OK
+    if args.shard is None or not 0 <= args.shard < cfg.shards.count:
+        raise ConfigError(f"--role shard needs --shard N, 0 to {cfg.shards.count - 1} (shards.count - 1)")
+    from .runtime.shards.shard import run_shard
+
+    stats = run_shard(cfg, args.state, args.shard, args.until_caught_up, log, stopper)
+    s = stats.summary
+    log.info("stopped", role="shard", shard=args.shard, documents=s.total, kept=s.outcomes["kept"],
+             duplicate=s.outcomes["duplicate"], rejected=s.outcomes["rejected"], replayed=s.replayed)
     return EXIT_OK
 
 

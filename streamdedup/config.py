@@ -157,6 +157,16 @@ class WorkerSection:
 
 
 @dataclass(frozen=True)
+class ShardsSection:
+    count: int = _key(0, "shards of a sharded deployment (run --role sign / shard), fixed when its indexes are made "
+                         "(0: the single worker)", low=0, high=256)
+    signed_topic: str = _key("streamdedup-signed", "internal topic of signed batches (1 partition: the decision order)")
+    evidence_topic: str = _key("streamdedup-evidence", "internal topic of the shards' evidence (one partition per shard)")
+    batch_bytes: int = _key(4 << 20, "record bytes in one signed batch at most (a larger record travels alone)",
+                            low=1 << 16)
+
+
+@dataclass(frozen=True)
 class MetricsSection:
     enabled: bool = _key(True, "serve /metrics, /healthz and /readyz while the worker runs")
     address: str = _key("127.0.0.1:9464", "host:port of that server (0.0.0.0:9464 to reach it from outside)")
@@ -179,6 +189,7 @@ SECTIONS: dict[str, type] = {
     "excerpts": ExcerptsSection,
     "index": IndexSection,
     "worker": WorkerSection,
+    "shards": ShardsSection,
     "metrics": MetricsSection,
     "log": LogSection,
 }
@@ -199,6 +210,7 @@ class Config:
     excerpts: ExcerptsSection = field(default_factory=ExcerptsSection)
     index: IndexSection = field(default_factory=IndexSection)
     worker: WorkerSection = field(default_factory=WorkerSection)
+    shards: ShardsSection = field(default_factory=ShardsSection)
     metrics: MetricsSection = field(default_factory=MetricsSection)
     log: LogSection = field(default_factory=LogSection)
 

@@ -61,7 +61,8 @@ class WorkerTelemetry:
                               registry=r)
         self.map_limit = Gauge("streamdedup_index_map_limit_bytes",
                                "The largest size the LMDB map may grow to (index.max_map_size).", registry=r)
-        self.map_limit.set(index.settings.max_map_size)
+        if index is not None:  # a signing process has none
+            self.map_limit.set(index.settings.max_map_size)
         self._map = (0, 1)
         Gauge("streamdedup_ready", "1 while the worker consumes, else 0.", registry=r).set_function(
             lambda: 1.0 if self.readiness()[0] else 0.0)
@@ -111,7 +112,7 @@ class WorkerTelemetry:
         if self.waiting_for:
             return False, f"waiting for the broker: {self.waiting_for}"
         used, size = self._map
-        if size >= self.index.settings.max_map_size and used >= 0.95 * size:
+        if self.index is not None and size >= self.index.settings.max_map_size and used >= 0.95 * size:
             return False, MAP_FULL
         return True, "consuming"
 
@@ -122,6 +123,11 @@ class WorkerTelemetry:
             return False, (f"stalled: waiting {waited:.0f} s for {step}, over worker.stall_timeout_s "
                            f"({self.stall_timeout_s:g} s)")
         return True, "stopping" if self.stopping else "ok"
+
+    def batch_sent(self, seconds: float) -> None:
+        """Count a batch a signing process sent on (its offsets committed)."""
+        self.last_commit = self.clock()
+        self.batch_seconds.observe(seconds)
 
     def batch_done(self, decisions: list[Decision], seconds: float) -> None:
         """Count a committed batch."""

@@ -77,6 +77,39 @@ the index is ahead (group offsets expired or were reset), the index wins. A
 group with committed offsets and an index that never consumed those
 partitions means another index was used with this group: that is refused.
 What to do at start, partition by partition, is decided by ``start_plan``.
+
+A shard of a sharded deployment
+===============================
+
+A shard reads the signed topic (``runtime.shards``) as the worker reads
+its input, with one step more: before deciding, it must hear every
+shard. Each signed batch (``ShardCommit.commit``):
+
+1. keep the batch's records the shards have not taken yet (a signing
+   process may send a record twice): each input partition's next offset
+   is in the index, the same in every shard;
+2. look the batch up in this shard's index and publish the evidence to
+   this shard's partition of the evidence topic, in a Kafka transaction
+   of its own;
+3. read every shard's evidence for the batch from the evidence topic
+   (waiting for the slowest shard);
+4. decide the batch from the evidence, write this shard's documents and
+   the positions after the batch (signed offset, evidence offsets, input
+   offsets) in an index write transaction, and leave it prepared;
+5. in one Kafka transaction: produce the outcomes of this shard's
+   documents and send the signed topic's offset after the batch for the
+   shard's group, commit;
+6. commit the index transaction.
+
+Why a crash anywhere is safe: steps 1-3 change nothing but the evidence
+topic, whose messages are keyed by the batch's signed offset and
+deterministic (the shard's index as of the batch before), so a repeated
+one is the same and readers keep the first. Steps 4-6 are the worker's
+3-5, with the same recovery: where the group's committed offset is ahead
+of the index's, the batches in between are decided again without
+emitting, from the evidence still in the topic. A batch waits in step 3
+for every shard; a shard that is down stops the deployment's decisions
+(not its signing) until it is back.
 """
 
 from __future__ import annotations
@@ -96,7 +129,7 @@ from ..store.index import Index, IndexTxn
 from .sink import FileOutputs
 from .source import FilePosition
 
-__all__ = ["FileRun", "Resume", "KafkaCommit", "StartPlan", "start_plan", "WORKER_POSITIONS"]
+__all__ = ["FileRun", "Resume", "KafkaCommit", "ShardCommit", "StartPlan", "start_plan", "WORKER_POSITIONS"]
 
 WORKER_POSITIONS = "kafka"  # the prefix of the live worker's input positions in the index (``KafkaCommit``)
 
@@ -302,3 +335,119 @@ def start_plan(stored: dict, committed: dict, beginnings: dict, has_sink: bool, 
                 warnings.append(("group_offset_behind", {"partition": name, "group": c, "index": s}))
             starts[p] = s
     return StartPlan(fresh, gaps, starts, warnings)
+
+
+SHARD_SIGNED = "shards:signed"  # a shard's next signed offset to decide (``ShardCommit``)
+SHARD_EVIDENCE = "shards:evidence:"  # + shard number: where to read that shard's evidence from
+SHARD_INPUT = "shards:input:"  # + topic:partition: the next input offset the shards take
+
+
+class ShardCommit:
+    """Steps 1-6 of a shard's protocol for one signed batch (see the module's docstring).
+
+    ``board`` reads the evidence topic: ``gather(offset)`` returns every
+    shard's evidence on the batch at that signed offset, in shard order, and
+    the evidence offsets to read from after it.
+    """
+
+    def __init__(self, engine, sink, board, group_id: str, evidence_topic: str, kafka_timeout_s: float = 60.0):
+        self.engine = engine
+        self.sink = sink
+        self.board = board
+        self.group_id = group_id
+        self.evidence_topic = evidence_topic
+        self.kafka_timeout_s = kafka_timeout_s
+
+    def stored_position(self) -> Optional[int]:
+        with self.engine.index.read() as txn:
+            return txn.position(SHARD_SIGNED)
+
+    def evidence_positions(self) -> dict:
+        """Shard number -> evidence offset to read from (None: the beginning)."""
+        with self.engine.index.read() as txn:
+            return {n: txn.position(f"{SHARD_EVIDENCE}{n}") for n in range(self.engine.place.count)}
+
+    def commit(self, offset: int, signed, emit: bool = True) -> list[Decision]:
+        """The signed batch at ``offset`` through steps 1-6; returns the decisions of this shard's items."""
+        engine = self.engine
+        batch = self._fresh(signed)  # Step 1. Only records not taken before.
+        if not batch.records:
+            engine.index.write(lambda txn: txn.set_position(SHARD_SIGNED, offset + 1))
+            return []
+        with collector_paused():
+            # Step 2. This shard's evidence, published in a Kafka transaction of its own.
+            self._publish(offset, engine.evidence(batch.prepared))
+            reached("shard-evidence-sent")
+            # Step 3. Every shard's evidence on the batch.
+            evidences, evidence_after = self.board.gather(offset)
+            # Step 4. Decide together; this shard's documents and the positions after, in a prepared transaction.
+            inputs_after = _input_positions_after(batch.records)
+
+            def positions(txn: IndexTxn, _) -> None:
+                txn.set_position(SHARD_SIGNED, offset + 1)
+                for number, next_offset in evidence_after.items():
+                    txn.set_position(f"{SHARD_EVIDENCE}{number}", next_offset)
+                for where, next_offset in inputs_after.items():
+                    txn.set_position(f"{SHARD_INPUT}{where}", next_offset)
+
+            decided = engine.decide_together(batch.prepared, evidences, batch.signed_at, positions)
+            reached("shard-decided")
+            owned = engine.owned(batch.prepared)
+            records = [r for r, mine in zip(batch.records, owned) if mine]
+            decisions = [d for d, mine in zip(decided.decisions, owned) if mine]
+            # Step 5. This shard's outcomes and the group's signed offset in one Kafka transaction.
+            try:
+                if emit:
+                    self._kafka_transaction(records, decisions, offset + 1)
+            except BaseException:
+                decided.abort()
+                raise
+            # Step 6. Commit the index transaction.
+            engine.commit(decided)
+        reached("shard-index-committed")
+        return decisions
+
+    def _fresh(self, signed):
+        """Step 1: the batch without the records the shards took before; refuses other signing settings."""
+        if signed.fingerprint != self.engine.signing.fingerprint():
+            raise IndexUnusableError(
+                f"a signed batch was signed with {signed.fingerprint}, this shard's index with "
+                f"{self.engine.signing.fingerprint()}: give the sign and shard roles the same [signing], [lsh] "
+                "and [templates] settings")
+        with self.engine.index.read() as txn:
+            expected: dict = {}
+            keep = []
+            for record in signed.records:
+                where = f"{record.source.name}:{record.source.partition}"
+                if where not in expected:
+                    expected[where] = txn.position(f"{SHARD_INPUT}{where}") or 0
+                keep.append(record.source.offset >= expected[where])
+        return signed if all(keep) else signed.taken(keep)
+
+    def _publish(self, offset: int, evidence) -> None:
+        sink = self.sink
+        sink.begin()
+        sink.producer.send(self.evidence_topic, partition=self.engine.place.number, key=str(offset).encode(),
+                           value=evidence.pack())
+        sink.commit(self.kafka_timeout_s)
+
+    def _kafka_transaction(self, records: list, decisions: list[Decision], after: int) -> None:
+        from kafka import TopicPartition
+
+        sink = self.sink
+        sink.begin()
+        reached("shard-kafka-begun")
+        offsets = sink.send_offsets({TopicPartition(self.board.signed_topic, 0): after}, self.group_id)
+        sink.send(sink.messages(records, decisions))
+        offsets.wait(self.kafka_timeout_s, "the signed offset to join the Kafka transaction")
+        sink.commit(self.kafka_timeout_s)
+        reached("shard-kafka-committed")
+
+
+def _input_positions_after(records: list) -> dict:
+    """``topic:partition`` -> the offset after the batch's last record there."""
+    after: dict = {}
+    for r in records:
+        where = f"{r.source.name}:{r.source.partition}"
+        after[where] = max(after.get(where, 0), r.source.offset + 1)
+    return after

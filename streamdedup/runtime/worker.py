@@ -323,10 +323,7 @@ class WorkerLoop:
             attempt_began: Optional[float] = time.monotonic()
             try:
                 self.watchdog.phase("connecting and recovering")
-                spawned, self._spawned = self._spawned, None
-                session = Session(self.engine, self.config, self.log, self.config.input.topics,
-                                  self.config.kafka.group_id, self.transactional_id(), WORKER_POSITIONS, spawned,
-                                  self.watchdog.phase)
+                session = self._new_session()
                 starts = session.recover()
                 self.watchdog.phase(None)
                 self.telemetry.assigned, self.telemetry.waiting_for = True, None
@@ -356,6 +353,11 @@ class WorkerLoop:
                 if session is not None:
                     session.close()
         return self.stats
+
+    def _new_session(self) -> "Session":
+        spawned, self._spawned = self._spawned, None
+        return Session(self.engine, self.config, self.log, self.config.input.topics, self.config.kafka.group_id,
+                       self.transactional_id(), WORKER_POSITIONS, spawned, self.watchdog.phase)
 
     def _give_up_if_unreachable(self, trouble: BaseException, lost_since: float, until_caught_up: bool) -> None:
         """With ``--until-caught-up``, stop once the broker has not answered for ``worker.unreachable_timeout_s``.

@@ -1,0 +1,228 @@
+"""The ``shard`` role: one shard's process, reading every signed batch and deciding it with every other shard.
+
+The loop, reconnection and telemetry are the worker's (``worker.WorkerLoop``);
+a session here reads the signed topic (this shard's group stores its
+offsets), reads the evidence topic (no group: its positions are in the
+index), and writes outcomes and evidence with one transactional producer.
+The commit protocol of a batch is ``checkpoint.ShardCommit``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+from ...config import Config, kafka_client_settings
+from ...core.signed import unpack_signed
+from ...engine.shards.evidence import Evidence, ShardPlace
+from ...engine.shards.shard import ShardEngine
+from ...errors import BrokerUnavailableError, IndexUnusableError
+from ...ops.logs import Log
+from ...ops.telemetry import WorkerTelemetry
+from ..checkpoint import ShardCommit
+from ..sink import KafkaSink
+from ..source import KafkaSource
+from ..worker import LAG_CHECK_S, Stopper, WorkerLoop, WorkerStats, session_rights
+from .topics import ensure_internal_topics
+
+__all__ = ["run_shard", "EvidenceBoard"]
+
+GATHER_PATIENCE_S = 5.0  # a batch waiting longer than this for other shards' evidence says so in the log
+
+
+class EvidenceBoard:
+    """Every shard's evidence on the signed batches, as read from the evidence topic (one partition per shard).
+
+    A shard may publish its evidence on a batch twice (after a crash); the
+    two are the same, and the first is kept. Evidence on later batches read
+    early waits here for its batch.
+    """
+
+    def __init__(self, source: KafkaSource, signed_topic: str, evidence_topic: str, count: int, log: Log,
+                 step, stopper: Stopper):
+        from kafka import TopicPartition
+
+        self.source = source
+        self.signed_topic = signed_topic
+        self.count = count
+        self.log = log
+        self.step = step
+        self.stopper = stopper
+        self.partitions = [TopicPartition(evidence_topic, n) for n in range(count)]
+        self._found: dict[int, dict[int, tuple[bytes, int]]] = {}  # signed offset -> shard -> (evidence, offset)
+
+    def start(self, positions: dict) -> None:
+        """Read each shard's partition from ``positions[n]`` (None: its beginning)."""
+        self.source.assign(self.partitions)
+        for n, partition in enumerate(self.partitions):
+            self.source.seek(partition, positions.get(n))
+        self._found.clear()
+
+    def gather(self, offset: int) -> tuple[list[Evidence], dict]:
+        """Every shard's evidence on the batch at signed ``offset``, and each partition's offset after it."""
+        for earlier in [k for k in self._found if k < offset]:
+            del self._found[earlier]
+        began = time.monotonic()
+        told = 0.0
+        while len(self._found.get(offset, ())) < self.count:
+            if self.stopper.stopped:
+                raise BrokerUnavailableError("stopping while waiting for the other shards' evidence")
+            self.step(f"evidence on signed batch {offset} from every shard")
+            for record in self.source.poll_batch(200, max_records=1000):
+                batch = int(record.key)
+                if batch >= offset:
+                    self._found.setdefault(batch, {}).setdefault(record.source.partition,
+                                                                (record.value, record.source.offset))
+            waited = time.monotonic() - began
+            if waited - told >= GATHER_PATIENCE_S:
+                told = waited
+                missing = sorted(set(range(self.count)) - set(self._found.get(offset, {})))
+                self.log.warning("waiting_for_shards", batch=offset, missing=",".join(map(str, missing)),
+                                 waited_s=round(waited, 1))
+        here = self._found.pop(offset)
+        return ([Evidence.unpack(here[n][0]) for n in range(self.count)],
+                {n: here[n][1] + 1 for n in range(self.count)})
+
+    def close(self) -> None:
+        self.source.close()
+
+
+class ShardSession:
+    """One connection to the broker for a shard: the signed and evidence readers, the transactional producer."""
+
+    def __init__(self, engine: ShardEngine, config: Config, log: Log, transactional_id: str, group_id: str,
+                 stopper: Stopper, step):
+        ensure_internal_topics(config)
+        self.engine = engine
+        self.config = config
+        self.log = log
+        shards = config.shards
+        settings = kafka_client_settings(config.kafka, "consumer")
+        self.signed = self.board = self.sink = None
+        try:
+            self.signed = KafkaSource([shards.signed_topic], settings, group_id, 1)
+            self.board = EvidenceBoard(KafkaSource([shards.evidence_topic], settings, None, 1000),
+                                       shards.signed_topic, shards.evidence_topic, shards.count, log, step, stopper)
+            out = config.output
+            self.sink = KafkaSink(kafka_client_settings(config.kafka, "producer"), transactional_id,
+                                  {"clean": out.clean_topic, "duplicates": out.duplicates_topic,
+                                   "dead_letter": out.dead_letter_topic}, out.dead_letter_max_bytes)
+        except BaseException:
+            self.close()
+            raise
+        self.commit = ShardCommit(engine, self.sink, self.board, group_id, shards.evidence_topic,
+                                  config.worker.kafka_timeout_s)
+        self.partitions: list = []
+
+    def recover(self) -> dict:
+        """Decide again, without emitting, the batches Kafka committed and the index did not; seek; returns
+        the signed offset to read from."""
+        from kafka import TopicPartition
+
+        signed = TopicPartition(self.config.shards.signed_topic, 0)
+        self.partitions = [signed]
+        self.signed.assign(self.partitions)
+        stored = self.commit.stored_position()
+        committed = self.signed.committed(signed, self.config.worker.kafka_timeout_s)
+        if stored is None and committed is not None:
+            raise IndexUnusableError(
+                f"shard group {self.commit.group_id!r} has committed signed offset {committed} but this shard's "
+                "index never read the signed topic: another index was used for this shard. Restore the shard's "
+                "index (see deploy/README.md), or start a new deployment with new topics and group")
+        start = stored if stored is not None else self.signed.consumer.beginning_offsets(self.partitions)[signed]
+        self.board.start(self.commit.evidence_positions())
+        self.signed.seek(signed, start)
+        if committed is not None and committed > start:
+            while self.signed.position(signed) < committed:
+                for offset, batch in self._signed_batches(500, committed):
+                    self.commit.commit(offset, batch, emit=False)
+            self.log.info("replayed_unindexed_batch", role="shard", signed=f"{start}-{committed}")
+            start = committed
+            self.signed.seek(signed, start)  # the replay's last poll may have read past it
+        return {signed: start}
+
+    def next_batches(self, timeout_ms: int) -> list:
+        """The next signed batches: (offset, SignedBatch) each."""
+        return self._signed_batches(timeout_ms)
+
+    def _signed_batches(self, timeout_ms: int, limit: Optional[int] = None) -> list:
+        records = self.signed.poll_batch(timeout_ms, limit=None if limit is None else {self.partitions[0]: limit})
+        return [(r.source.offset, unpack_signed(r.value)) for r in records]
+
+    def lag(self) -> dict:
+        ends = self.signed.end_offsets(self.partitions)
+        return {p: max(ends[p] - self.signed.position(p), 0) for p in self.partitions}
+
+    def close(self) -> None:
+        for part in (self.sink, self.signed, self.board):
+            if part is not None:
+                try:
+                    part.close()
+                except Exception:  # closing after the broker vanished may fail; nothing is pending
+                    pass
+
+
+class ShardLoop(WorkerLoop):
+    """The worker's loop of sessions, with a shard's session and batches."""
+
+    def transactional_id(self) -> str:
+        return f"{super().transactional_id()}-shard-{self.engine.place.number}"
+
+    def group_id(self) -> str:
+        return f"{self.config.kafka.group_id}-shard-{self.engine.place.number}"
+
+    def rights(self):
+        shards = self.config.shards
+        return session_rights(self.config, [shards.signed_topic, shards.evidence_topic], self.group_id(),
+                              self.transactional_id())
+
+    def _new_session(self) -> ShardSession:
+        return ShardSession(self.engine, self.config, self.log, self.transactional_id(), self.group_id(),
+                            self.stopper, self.watchdog.phase)
+
+    def _batches(self, session: ShardSession, starts: dict, until_caught_up: bool) -> None:
+        last_lag_check = 0.0
+        watchdog = self.watchdog
+        while not self.stopper.stopped:
+            watchdog.phase("signed batches")
+            batches = session.next_batches(self.config.worker.poll_timeout_ms)
+            for offset, batch in batches:
+                began = time.monotonic()
+                decisions = session.commit.commit(offset, batch)
+                self._after_batch(decisions, time.monotonic() - began)
+            now = time.monotonic()
+            if not batches or now - last_lag_check > LAG_CHECK_S:
+                last_lag_check = now
+                watchdog.phase("end offset of the signed topic")
+                self.stats.lag = session.lag()
+                self.telemetry.set_lag(self.stats.lag)
+                self.telemetry.refresh_index()
+                self.stats.caught_up = not batches and not any(self.stats.lag.values())
+                if until_caught_up and self.stats.caught_up:
+                    watchdog.phase(None)
+                    self.log.info("caught_up", role="shard", documents=self.stats.summary.total)
+                    return
+            watchdog.phase(None)
+        self.telemetry.stopping = True
+        self.log.info("stopping", reason="signal")
+
+
+def run_shard(config: Config, state: Optional[str], number: int, until_caught_up: bool, log: Log,
+              stopper: Optional[Stopper] = None) -> WorkerStats:
+    """The ``run --role shard`` command: shard ``number`` of ``shards.count`` until stopped (or caught up)."""
+    stopper = stopper or Stopper()
+    place = ShardPlace(number, config.shards.count)
+    with ShardEngine(config, place, state) as engine:
+        telemetry = WorkerTelemetry(engine.index, config.metrics.address if config.metrics.enabled else None)
+        telemetry.refresh_index()
+        telemetry.start()
+        log.info("started", role="shard", shard=f"{number}/{place.count}", index=engine.index.path,
+                 signed_topic=config.shards.signed_topic, bootstrap=config.kafka.bootstrap_servers,
+                 metrics=telemetry.url() or "off")
+        began = time.monotonic()
+        try:
+            stats = ShardLoop(engine, config, log, stopper, telemetry).run(until_caught_up)
+        finally:
+            telemetry.stop()
+        stats.summary.seconds = time.monotonic() - began
+        return stats

@@ -1,0 +1,153 @@
+"""The ``sign`` role: input records in, signed batches out, in a consumer group of any size.
+
+Each poll's records are decoded and prepared (``core.prepare``) and sent as
+one message, or several of at most ``shards.batch_bytes`` of record bytes,
+to the signed topic; once the broker has them all, the group's offsets
+after them are committed. A process that dies between the two, or loses
+its partitions in a rebalance, leaves records that the next owner signs
+again: the shards take each input record once, by its partition and offset
+(``shard.fresh_records``), so signing needs no transaction. Nothing here
+depends on earlier batches: processes come and go freely.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Optional
+
+from ...config import Config, kafka_client_settings
+from ...core.decode import InputSpec
+from ...core.prepare import prepare_raw, raw_payload
+from ...core.records import RawRecord
+from ...core.signed import pack_signed
+from ...core.signing import signing_config
+from ...errors import kafka_trouble
+from ...ops.logs import Log
+from ...ops.telemetry import WorkerTelemetry
+from ..sink import kept_record_bytes, topic_limits
+from ..source import KafkaSource
+from .topics import SIGNED_MESSAGE_BYTES, ensure_internal_topics
+
+__all__ = ["run_signer", "signed_chunks"]
+
+BACKOFF_S = (1.0, 30.0)
+
+
+def signed_chunks(records: list[RawRecord], limit: int) -> list[list[RawRecord]]:
+    """``records`` cut into runs of at most ``limit`` value bytes (a larger record alone), in order."""
+    chunks: list[list[RawRecord]] = [[]]
+    size = 0
+    for record in records:
+        length = len(record.value or b"")
+        if chunks[-1] and size + length > limit:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(record)
+        size += length
+    return [c for c in chunks if c]
+
+
+class _Signer:
+    """One connection: a group member reading the input topics, a producer to the signed topic."""
+
+    def __init__(self, config: Config):
+        from kafka import KafkaProducer
+
+        ensure_internal_topics(config)
+        self.config = config
+        self.signing = signing_config(config)
+        self.fingerprint = self.signing.fingerprint()
+        consumer_settings = kafka_client_settings(config.kafka, "consumer")
+        producer_settings = kafka_client_settings(config.kafka, "producer")
+        self.spec = self._input_spec(consumer_settings)
+        self.source = KafkaSource(config.input.topics, consumer_settings, f"{config.kafka.group_id}-sign",
+                                  config.worker.batch_size)
+        self.source.consumer.subscribe(config.input.topics)
+        self.producer = KafkaProducer(**{"acks": "all", "linger_ms": 5, "max_request_size": SIGNED_MESSAGE_BYTES,
+                                         "batch_size": 1 << 20, **producer_settings})
+
+    def _input_spec(self, settings: dict) -> InputSpec:
+        """The worker's input spec: records too large for the clean topic are rejected as they are decoded."""
+        spec = InputSpec.from_section(self.config.input)
+        clean = self.config.output.clean_topic
+        limit = topic_limits(settings, [clean]).get(clean, 0)
+        return dataclasses.replace(spec, max_output_bytes=limit, kept_bytes=kept_record_bytes) if limit else spec
+
+    def sign_once(self, timeout_ms: int) -> int:
+        """Read, sign and send one poll's records, then commit the group's offsets; returns how many."""
+        from kafka import TopicPartition
+        from kafka.structs import OffsetAndMetadata
+
+        records = self.source.poll_batch(timeout_ms)
+        if not records:
+            return 0
+        topic = self.config.shards.signed_topic
+        for chunk in signed_chunks(records, self.config.shards.batch_bytes):
+            prepared = prepare_raw(raw_payload(chunk), self.spec, self.signing)
+            self.producer.send(topic, partition=0, value=pack_signed(chunk, prepared, time.time(), self.fingerprint))
+        self.producer.flush(timeout=self.config.worker.kafka_timeout_s)
+        after: dict = {}
+        for r in records:
+            tp = TopicPartition(r.source.name, r.source.partition)
+            after[tp] = max(after.get(tp, 0), r.source.offset + 1)
+        self._commit({tp: OffsetAndMetadata(offset, "", -1) for tp, offset in after.items()})
+        return len(records)
+
+    def _commit(self, offsets: dict) -> None:
+        """Commit the group's offsets; a rebalance that took the partitions away is no loss (they are signed
+        again by their new owner, and the shards take each record once)."""
+        from kafka.errors import CommitFailedError
+
+        try:
+            self.source.consumer.commit(offsets)
+        except CommitFailedError:
+            pass
+
+    def close(self) -> None:
+        for close in (lambda: self.producer.close(timeout=5), self.source.close):
+            try:
+                close()
+            except Exception:  # closing after the broker vanished may fail; what was sent is settled
+                pass
+
+
+def run_signer(config: Config, log: Log, stopper, until_idle_s: Optional[float] = None) -> int:
+    """The ``run --role sign`` command: sign until stopped (or idle for ``until_idle_s``); returns records signed."""
+    telemetry = WorkerTelemetry(None, config.metrics.address if config.metrics.enabled else None)
+    telemetry.start()
+    log.info("started", role="sign", topics=",".join(config.input.topics), signed_topic=config.shards.signed_topic,
+             bootstrap=config.kafka.bootstrap_servers, metrics=telemetry.url() or "off")
+    signed, delay, idle_since = 0, BACKOFF_S[0], time.monotonic()
+    try:
+        while not stopper.stopped:
+            signer = None
+            try:
+                signer = _Signer(config)
+                telemetry.assigned, telemetry.waiting_for = True, None
+                delay = BACKOFF_S[0]
+                while not stopper.stopped:
+                    began = time.monotonic()
+                    count = signer.sign_once(config.worker.poll_timeout_ms)
+                    if count:
+                        signed += count
+                        idle_since = time.monotonic()
+                        telemetry.batch_sent(time.monotonic() - began)
+                    elif until_idle_s is not None and time.monotonic() - idle_since >= until_idle_s:
+                        return signed
+            except Exception as exc:
+                trouble = kafka_trouble(exc)
+                if trouble is None or not trouble.retriable:
+                    raise trouble or exc
+                telemetry.assigned, telemetry.waiting_for = False, "the broker to answer"
+                log.warning("broker_lost", role="sign", error=str(trouble)[:300], retry_in_s=delay)
+                stopper.wait(delay)
+                delay = min(delay * 2, BACKOFF_S[1])
+            finally:
+                if signer is not None:
+                    signer.close()
+        return signed
+    finally:
+        telemetry.stopping = True
+        telemetry.stop()
+        log.info("stopped", role="sign", records=signed)

@@ -1,0 +1,50 @@
+"""The internal topics of a sharded deployment: signed batches (one partition) and evidence (one per shard)."""
+
+from __future__ import annotations
+
+from ...config import Config, kafka_client_settings
+from ...errors import BrokerError
+
+__all__ = ["ensure_internal_topics", "SIGNED_MESSAGE_BYTES"]
+
+SIGNED_MESSAGE_BYTES = 64 << 20  # the internal topics' max.message.bytes: a batch, or one large record, fits
+
+
+def ensure_internal_topics(config: Config) -> list[str]:
+    """Create the signed and evidence topics if they are missing; returns the ones made.
+
+    An existing evidence topic must have one partition per shard (``shards.count``), and the signed topic
+    one partition: otherwise the deployment was made with another count, which is refused.
+    """
+    from kafka import KafkaAdminClient
+    from kafka.errors import TopicAlreadyExistsError, for_code
+
+    shards = config.shards
+    wanted = {shards.signed_topic: 1, shards.evidence_topic: shards.count}
+    settings = kafka_client_settings(config.kafka, "admin")
+    admin = KafkaAdminClient(**{k: v for k, v in settings.items() if k in KafkaAdminClient.DEFAULT_CONFIG})
+    try:
+        existing = set(admin.list_topics())
+        missing = [t for t in wanted if t not in existing]
+        if missing:
+            answer = admin.create_topics(
+                {t: {"num_partitions": wanted[t], "replication_factor": config.output.replication_factor,
+                     "configs": {"max.message.bytes": str(SIGNED_MESSAGE_BYTES)}} for t in missing},
+                raise_errors=False)
+            failed = [(t["name"], for_code(t["error_code"]).__name__) for t in answer["topics"]
+                      if t["error_code"] and for_code(t["error_code"]) is not TopicAlreadyExistsError]
+            if failed:
+                raise BrokerError(f"cannot create the internal topics {failed}; create them yourself "
+                                  f"({shards.signed_topic}: 1 partition, {shards.evidence_topic}: "
+                                  f"{shards.count} partitions, max.message.bytes {SIGNED_MESSAGE_BYTES}) or grant "
+                                  "CreateTopics")
+            admin.wait_for_topics(missing, timeout_ms=30000)
+        for described in admin.describe_topics(list(wanted)):
+            name, partitions = described["name"], len(described.get("partitions") or ())
+            if partitions != wanted[name]:
+                raise BrokerError(f"topic {name} has {partitions} partitions, a deployment of {shards.count} "
+                                  f"shards needs {wanted[name]}: shards.count must stay what the deployment was "
+                                  "made with (or use new internal topics and indexes)")
+        return missing
+    finally:
+        admin.close()
