@@ -21,16 +21,23 @@ pytestmark = pytest.mark.kafka
 OFF = ["--set", "templates.enabled=false"]
 
 
-def _records(articles=220, seed=11):
-    """The synthetic crawl, with replays of some records, exact copies under new ids and a rejected record."""
+def _records(web: bool, articles=220, seed=11):
+    """The synthetic crawl (or pages of sites with their templates), with replays of some records, exact
+    copies under new ids and a rejected record."""
+    from streamdedup.core.webcrawl import generate_web
+
     rng = random.Random(seed)
-    docs = [(d.id, d.text) for d in corpus.generate(articles, seed=seed)]
+    if web:
+        docs = [(p.id, p.text, p.url) for p in generate_web(450, 12, seed)]
+    else:
+        docs = [(d.id, d.text, None) for d in corpus.generate(articles, seed=seed)]
     extra = []
-    for doc_id, text in rng.sample(docs, 30):
-        extra += [(doc_id, text), (doc_id + "-copy", text)]
+    for doc_id, text, url in rng.sample(docs, 30):
+        extra += [(doc_id, text, url), (doc_id + "-copy", text, url)]
     stream = docs + extra
     rng.shuffle(stream)
-    records = [(doc_id.encode(), json.dumps({"id": doc_id, "text": text}).encode()) for doc_id, text in stream]
+    records = [(doc_id.encode(), json.dumps({"id": doc_id, "text": text, "url": url}).encode())
+               for doc_id, text, url in stream]
     return records + [(b"bad", b"{not json")]
 
 
@@ -42,7 +49,7 @@ def _sharded_topics(kafka, raw: str) -> Topics:
 
 
 def _role_command(topics: Topics, kafka: str, count: int, tag: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "streamdedup", "run", *topics.settings(kafka), *OFF,
+    return [sys.executable, "-m", "streamdedup", "run", *topics.settings(kafka),
             "--set", f"kafka.group_id=sharded-{tag}", "--set", f"shards.count={count}",
             "--set", f"shards.signed_topic=signed-{tag}", "--set", f"shards.evidence_topic=evidence-{tag}",
             "--set", "log.summary_interval_s=0", *extra]
@@ -92,11 +99,12 @@ def _stop(processes) -> None:
             process.stderr.close()
 
 
-def test_three_shards_and_two_signers_decide_as_one_worker(kafka, tmp_path):
-    records = _records()
+@pytest.mark.parametrize("settings", [[], OFF], ids=["defaults", "templates-off"])
+def test_three_shards_and_two_signers_decide_as_one_worker(kafka, tmp_path, settings):
+    records = _records(web=not settings)
     single = Topics.fresh(kafka)
     produce(kafka, single.raw, records)
-    result = run_worker(tmp_path / "single", single, kafka, *OFF)
+    result = run_worker(tmp_path / "single", single, kafka, *settings)
     assert result.returncode == 0, result.stderr.decode()
     expected = _summary(outcomes(kafka, single))
     assert len(expected) == len(records) - 30  # a replayed record emits nothing
@@ -104,10 +112,10 @@ def test_three_shards_and_two_signers_decide_as_one_worker(kafka, tmp_path):
     topics = _sharded_topics(kafka, single.raw)
     tag = uuid.uuid4().hex[:8]
     shards = [subprocess.Popen(_role_command(topics, kafka, 3, tag, "--role", "shard", "--shard", str(n),
-                                             "--state", str(tmp_path / f"shard-{n}")),
+                                             "--state", str(tmp_path / f"shard-{n}"), *settings),
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for n in range(3)]
     signers = [subprocess.Popen(_role_command(topics, kafka, 3, tag, "--role", "sign", "--until-idle", "8",
-                                              "--set", "worker.batch_size=97"),
+                                              "--set", "worker.batch_size=97", *settings),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for _ in range(2)]
     try:
         found = _wait_for_outcomes(kafka, topics, len(expected), shards + signers)

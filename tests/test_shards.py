@@ -8,6 +8,7 @@ them are tested in ``test_sharded_kafka.py``.
 from __future__ import annotations
 
 import random
+import threading
 
 import pytest
 
@@ -54,14 +55,36 @@ def _single(cfg, path, batches):
 
 
 def _sharded(cfg, path, batches, count):
+    """Decide ``batches`` with ``count`` shards, each in a thread of its own (a shard waits for the others'
+    evidence in the middle of its batch), evidence packed and unpacked as it travels."""
     shards = [ShardEngine(cfg, ShardPlace(i, count), str(path / f"shard-{i}"), clock=lambda: NOW)
               for i in range(count)]
     decided = []
     try:
         for items in batches:
             prepared = shards[0].prepare(items)
-            evidences = [Evidence.unpack(shard.evidence(prepared).pack()) for shard in shards]
-            each = [shard.commit(shard.decide_together(prepared, evidences, NOW)) for shard in shards]
+            first = [Evidence.unpack(shard.evidence(prepared).pack()) for shard in shards]
+            board, barrier, each, errors = [None] * count, threading.Barrier(count, timeout=60), [None] * count, []
+
+            def run(n):
+                def exchange(evidence):
+                    board[n] = evidence.pack()
+                    barrier.wait()
+                    return [Evidence.unpack(packed) for packed in board]
+
+                try:
+                    each[n] = shards[n].commit(shards[n].decide_together(prepared, first, NOW, exchange))
+                except BaseException as exc:
+                    errors.append(exc)
+                    barrier.abort()
+
+            threads = [threading.Thread(target=run, args=(n,)) for n in range(count)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            if errors:
+                raise errors[0]
             assert all(d == each[0] for d in each), "shards disagree on a batch"
             decided.extend(_fields(d) for d in each[0])
     finally:
@@ -125,8 +148,41 @@ def test_a_shard_index_is_refused_as_another_shard_and_a_single_index_as_a_shard
         ShardEngine(cfg, ShardPlace(0, 3), str(tmp_path / "one"))
 
 
+def _web_batches(pages=900, sites=12, seed=5, batch=83, relearn=0):
+    """Pages of a few sites with their templates (and republished articles), with replays mixed in."""
+    from streamdedup.core.webcrawl import generate_web
+
+    rng = random.Random(seed)
+    made = generate_web(pages, sites, seed)
+    stream = [(p.id, p.text, p.url) for p in made]
+    stream += [rng.choice(stream) for _ in range(25)]
+    items = [Document(doc_id, text, Source("raw", 0, n), url) for n, (doc_id, text, url) in enumerate(stream)]
+    return [items[i:i + batch] for i in range(0, len(items), batch)]
+
+
+@pytest.mark.parametrize("count", [1, 3])
+@pytest.mark.parametrize("overrides", [(), ("templates.relearn_every=40", "templates.sample_pages=4")],
+                         ids=["defaults", "relearning"])
+def test_shards_with_site_templates_decide_as_one_index(tmp_path, count, overrides):
+    cfg = config_module.load(None, overrides, environ={})
+    batches = _web_batches()
+    single = _single(cfg, tmp_path / "single", batches)
+    assert _sharded(cfg, tmp_path / "sharded", batches, count)[0] == single
+    assert sum(f[1] == "duplicate" and not f[5] for f in single) > 20  # near duplicates found through content
+
+
+def test_first_pages_rekeyed_across_shards_decide_as_one_index(tmp_path):
+    """Sites that settle in the middle of batches, their first pages kept while learning and republished later."""
+    cfg = config_module.load(None, ("templates.sample_pages=6",), environ={})
+    batches = _web_batches(pages=700, sites=30, seed=9, batch=41)
+    single = _single(cfg, tmp_path / "single", batches)
+    assert _sharded(cfg, tmp_path / "sharded", batches, 3)[0] == single
+    with Engine(cfg, str(tmp_path / "single")) as engine, engine.index.read() as txn:
+        assert txn.txn.stat(txn.dbs["rekeyed"])["entries"] > 0  # the case is there
+
+
 def test_settings_shards_do_not_support_yet_are_refused_with_what_to_change(tmp_path):
-    with pytest.raises(ConfigError, match="templates.enabled"):
-        ShardEngine(config_module.load(None, (), environ={}), ShardPlace(0, 2), str(tmp_path / "t"))
     with pytest.raises(ConfigError, match="excerpts.enabled"):
         ShardEngine(_config("excerpts.enabled=true"), ShardPlace(0, 2), str(tmp_path / "e"))
+    with pytest.raises(ConfigError, match="index.retention_days"):
+        ShardEngine(_config("index.retention_days=3"), ShardPlace(0, 2), str(tmp_path / "r"))

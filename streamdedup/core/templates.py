@@ -186,7 +186,7 @@ class SiteTimeline:
     def __init__(self, committed, shared: np.ndarray):
         self._committed = committed  # site -> template (sorted uint32) as committed
         self._now: dict[int, np.ndarray] = {}
-        self.shared = shared
+        self.shared = self._shared_before = shared
         self._changes: list[tuple[int, Optional[int], np.ndarray]] = []  # (row, site or None for shared, template)
         self._next = 0
 
@@ -202,6 +202,12 @@ class SiteTimeline:
             else:
                 self._now[site] = template
             self._next += 1
+
+    def rewound(self) -> "SiteTimeline":
+        """The same changes, seen again from the batch's start."""
+        again = SiteTimeline(self._committed, self._shared_before)
+        again._changes = self._changes
+        return again
 
     def template(self, site: int) -> np.ndarray:
         found = self._now.get(site)

@@ -89,13 +89,15 @@ shard. Each signed batch (``ShardCommit.commit``):
    process may send a record twice): each input partition's next offset
    is in the index, the same in every shard;
 2. look the batch up in this shard's index and publish the evidence to
-   this shard's partition of the evidence topic, in a Kafka transaction
-   of its own;
+   this shard's partition of the evidence topic (keyed ``offset/a``), in a
+   Kafka transaction of its own;
 3. read every shard's evidence for the batch from the evidence topic
    (waiting for the slowest shard);
-4. decide the batch from the evidence, write this shard's documents and
-   the positions after the batch (signed offset, evidence offsets, input
-   offsets) in an index write transaction, and leave it prepared;
+4. in an index write transaction: with site templates, learn the batch's
+   sites, look its pages up by their content and exchange that evidence
+   as in steps 2-3 (``offset/b``); decide the batch from the evidence,
+   write this shard's documents and the positions after the batch (signed
+   offset, evidence offsets, input offsets), and leave it prepared;
 5. in one Kafka transaction: produce the outcomes of this shard's
    documents and send the signed topic's offset after the batch for the
    shard's group, commit;
@@ -376,12 +378,19 @@ class ShardCommit:
             return []
         with collector_paused():
             # Step 2. This shard's evidence, published in a Kafka transaction of its own.
-            self._publish(offset, engine.evidence(batch.prepared))
+            self._publish(offset, "a", engine.evidence(batch.prepared))
             reached("shard-evidence-sent")
             # Step 3. Every shard's evidence on the batch.
-            evidences, evidence_after = self.board.gather(offset)
-            # Step 4. Decide together; this shard's documents and the positions after, in a prepared transaction.
+            evidences, evidence_after = self.board.gather(offset, "a")
+            # Step 4. Decide together (with site templates, after a second round of evidence looked up by
+            # content); this shard's documents and the positions after, in a prepared transaction.
             inputs_after = _input_positions_after(batch.records)
+
+            def second_round(evidence) -> list:
+                self._publish(offset, "b", evidence)
+                found, after = self.board.gather(offset, "b")
+                evidence_after.update(after)
+                return found
 
             def positions(txn: IndexTxn, _) -> None:
                 txn.set_position(SHARD_SIGNED, offset + 1)
@@ -390,7 +399,7 @@ class ShardCommit:
                 for where, next_offset in inputs_after.items():
                     txn.set_position(f"{SHARD_INPUT}{where}", next_offset)
 
-            decided = engine.decide_together(batch.prepared, evidences, batch.signed_at, positions)
+            decided = engine.decide_together(batch.prepared, evidences, batch.signed_at, second_round, positions)
             reached("shard-decided")
             owned = engine.owned(batch.prepared)
             records = [r for r, mine in zip(batch.records, owned) if mine]
@@ -424,11 +433,11 @@ class ShardCommit:
                 keep.append(record.source.offset >= expected[where])
         return signed if all(keep) else signed.taken(keep)
 
-    def _publish(self, offset: int, evidence) -> None:
+    def _publish(self, offset: int, round_: str, evidence) -> None:
         sink = self.sink
         sink.begin()
-        sink.producer.send(self.evidence_topic, partition=self.engine.place.number, key=str(offset).encode(),
-                           value=evidence.pack())
+        sink.producer.send(self.evidence_topic, partition=self.engine.place.number,
+                           key=f"{offset}/{round_}".encode(), value=evidence.pack())
         sink.commit(self.kafka_timeout_s)
 
     def _kafka_transaction(self, records: list, decisions: list[Decision], after: int) -> None:

@@ -8,18 +8,27 @@ this batch up, so every shard answers against the same point of the order.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 import msgpack
 import numpy as np
 
+from ...core.lsh import band_keys
 from ...core.prepare import PreparedBatch
+from ...core.records import Rejected
+from ...core.shingle import ShingleBatch
+from ...core.signing import sign_batch
+from ...core.templates import content_of
 from ...core.verify import jaccard
 from ...store.bands import BandTables
 from ...store.hashed import serials_of_many
 from ...store.index import DocRecord, IndexTxn
-from ...store.lookup import Hits, RecentMirror, earliest_of_each_key, first_documents
+from ...store.lookup import Hits, RecentMirror, earliest_of_each_key, first_documents, with_extra_candidates
+from ...store.sites import provisional_pages, remove_rekeyed, write_rekeyed
+from ..sitelearning import BatchContent
 
-__all__ = ["ShardPlace", "Evidence", "evidence_of", "batch_band_keys", "row_ids"]
+__all__ = ["ShardPlace", "Evidence", "content_evidence", "band_evidence", "OwnFirstPages", "batch_band_keys",
+           "row_ids", "owner_of"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +60,9 @@ class Evidence:
     serial) entries under the batch's band keys, the earliest
     ``max_candidates`` of each key. ``matches``: (row, serial, Jaccard) of
     every candidate at or above the threshold, and ``names`` their ids.
+    ``rekeys``: (row, serial, band keys) of the shard's first pages rekeyed at
+    that row (site templates). Round one fills the first two, round two the
+    rest.
     """
 
     replays: dict = field(default_factory=dict)
@@ -59,17 +71,19 @@ class Evidence:
     found_serials: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     matches: list = field(default_factory=list)
     names: dict = field(default_factory=dict)
+    rekeys: list = field(default_factory=list)
 
     def pack(self) -> bytes:
         return msgpack.packb([self.replays, self.twins, self.found_keys.astype("<u8").tobytes(),
-                              self.found_serials.astype("<i8").tobytes(), self.matches, self.names],
+                              self.found_serials.astype("<i8").tobytes(), self.matches, self.names, self.rekeys],
                              use_bin_type=True)
 
     @classmethod
     def unpack(cls, data: bytes) -> "Evidence":
-        replays, twins, keys, serials, matches, names = msgpack.unpackb(data, strict_map_key=False)
+        replays, twins, keys, serials, matches, names, rekeys = msgpack.unpackb(data, strict_map_key=False)
         return cls(replays, twins, np.frombuffer(keys, "<u8").astype(np.uint64),
-                   np.frombuffer(serials, "<i8").astype(np.int64), [tuple(m) for m in matches], names)
+                   np.frombuffer(serials, "<i8").astype(np.int64), [tuple(m) for m in matches], names,
+                   [tuple(r) for r in rekeys])
 
 
 def row_ids(batch: PreparedBatch) -> list[str]:
@@ -81,36 +95,138 @@ def row_ids(batch: PreparedBatch) -> list[str]:
     return ids
 
 
-def batch_band_keys(batch: PreparedBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The batch's band keys sorted, the row of each and its band (as ``lookup.BatchView`` asks them)."""
-    keys = batch.keys
+def batch_band_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A batch's lookup keys (rows x bands) sorted, the row of each and its band (as ``lookup.BatchView``
+    asks them)."""
     by_key = np.argsort(keys.ravel())
     return keys.ravel()[by_key], by_key // keys.shape[1], (by_key % keys.shape[1]).astype(np.uint16)
 
 
-def evidence_of(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch: PreparedBatch, place: ShardPlace,
-                threshold: float, max_candidates: int, min_shared: int) -> Evidence:
-    """This shard's evidence on ``batch`` (see ``Evidence``)."""
-    records: dict[int, DocRecord] = {}
+def content_evidence(txn: IndexTxn, mirror: RecentMirror, batch: PreparedBatch, place: ShardPlace) -> Evidence:
+    """Round one: replays and twins (what site templates must know before any band key is looked up)."""
+    records = _RecordCache(txn)
+    return Evidence(replays=_replays(txn, mirror, batch, row_ids(batch), place, records.get),
+                    twins=_twins(txn, mirror, batch.contents, records.get))
 
-    def record(serial: int) -> DocRecord:
-        found = records.get(serial)
-        if found is None:
-            found = records[serial] = txn.record(serial)
-        return found
 
-    ids = row_ids(batch)
-    evidence = Evidence(replays=_replays(txn, mirror, batch, ids, place, record),
-                        twins=_twins(txn, mirror, batch.contents, record))
-    asked, rows, band = batch_band_keys(batch)
+def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch: PreparedBatch,
+                  lookup_keys: np.ndarray, content: Optional[BatchContent], first: Optional["OwnFirstPages"],
+                  threshold: float, max_candidates: int, min_shared: int) -> Evidence:
+    """Round two: the stored band entries under the batch's lookup keys and this shard's matches.
+
+    With site templates (``content``), a row's content and each candidate's
+    are as the templates stand at that row, and ``first`` rekeys this
+    shard's first pages of sites that settle in the batch (as
+    ``sitelearning.FirstPages`` does), which makes them candidates of later rows.
+    """
+    records = _RecordCache(txn)
+    evidence = Evidence()
+    asked, rows, band = batch_band_keys(lookup_keys)
     found_keys, found_serials = bands.lookup(txn, mirror, band, asked)
     if len(found_keys):
         found_keys, found_serials = earliest_of_each_key(found_keys, found_serials, max_candidates)
         evidence.found_keys, evidence.found_serials = found_keys, found_serials
-        hits = Hits.found(asked, rows, len(batch.contents), found_keys, found_serials, max_candidates)
-        evidence.matches = _verified(txn, batch, hits, threshold, min_shared)
-        evidence.names = {serial: record(serial).id for _, serial, _ in evidence.matches}
+    hits = Hits.found(asked, rows, len(batch.contents), found_keys, found_serials, max_candidates)
+    matches = _Matches(txn, records, batch, content, threshold)
+    timeline = content.timeline.rewound() if content is not None else None
+    for item, row in zip(batch.items, batch.row):
+        if row < 0 or isinstance(item, Rejected):
+            continue
+        if timeline is not None:
+            timeline.at(row)
+            for site in content.settles.get(row, ()):
+                evidence.rekeys += first.rekey(site, row, lambda serial: matches.stored_content(serial, timeline),
+                                               row not in content.provisional)
+        serials, shared = hits.of(row)
+        if first is not None and first.rekeyed:
+            serials, shared = with_extra_candidates(serials, shared, first.candidates(lookup_keys[row]))
+        for serial, count in zip(serials.tolist(), shared.tolist()):
+            if count >= min_shared:
+                matches.verify(row, serial, timeline)
+    evidence.matches = matches.found
+    evidence.names = {serial: records.get(serial).id for _, serial, _ in matches.found}
     return evidence
+
+
+class _RecordCache:
+    def __init__(self, txn: IndexTxn):
+        self.txn = txn
+        self._records: dict[int, DocRecord] = {}
+
+    def get(self, serial: int) -> DocRecord:
+        found = self._records.get(serial)
+        if found is None:
+            found = self._records[serial] = self.txn.record(serial)
+        return found
+
+
+class _Matches:
+    """This shard's candidates verified: (row, serial, Jaccard) at or above the threshold."""
+
+    def __init__(self, txn: IndexTxn, records: _RecordCache, batch: PreparedBatch, content: Optional[BatchContent],
+                 threshold: float):
+        self.txn, self.records, self.batch, self.content, self.threshold = txn, records, batch, content, threshold
+        self._shingles: dict[int, np.ndarray] = {}
+        self.found: list = []
+
+    def stored_content(self, serial: int, timeline) -> np.ndarray:
+        """A stored document's content as the templates stand now (its whole shingles without templates)."""
+        shingles = self._shingles.get(serial)
+        if shingles is None:
+            shingles = self._shingles[serial] = self.txn.shingles(serial)
+        if timeline is None:
+            return shingles
+        return content_of(shingles, timeline.template(self.records.get(serial).site), timeline.shared,
+                          self.content.settings.min_content_share)
+
+    def verify(self, row: int, serial: int, timeline) -> None:
+        own = self.batch.shingles.of(row) if self.content is None else self.content.shingles[row]
+        similarity = jaccard(own, self.stored_content(serial, timeline))
+        if similarity >= self.threshold:
+            self.found.append((row, serial, similarity))
+
+
+class OwnFirstPages:
+    """This shard's part of ``sitelearning.FirstPages``: its stored first pages of learning sites, rekeyed
+    when their site's template changes, written into its ``rekeyed`` table and kept for the batch's later rows."""
+
+    def __init__(self, txn: IndexTxn, signing):
+        self.txn = txn
+        self.signing = signing
+        self._pages: dict[int, list[int]] = {}
+        self._keys: dict[int, np.ndarray] = {}  # serial -> its keys rekeyed in this batch
+
+    def _of(self, site: int) -> list[int]:
+        pages = self._pages.get(site)
+        if pages is None:
+            pages = self._pages[site] = [s for s in provisional_pages(self.txn, site) if self.txn.has_record(s)]
+        return pages
+
+    def rekey(self, site: int, row: int, content_now, settled: bool) -> list:
+        """The site's template changed at ``row``: (row, serial, band keys) of each own page rekeyed."""
+        pages = [serial for serial in self._of(site) if self.txn.stored_shingles(serial) is not None]
+        self._pages[site] = [] if settled else list(pages)
+        if not pages:
+            return []
+        contents = [content_now(serial) for serial in pages]
+        offsets = np.zeros(len(contents) + 1, dtype=np.int64)
+        np.cumsum([len(c) for c in contents], out=offsets[1:])
+        signing = self.signing
+        signatures = sign_batch(ShingleBatch(np.concatenate(contents), offsets), signing.num_perm, signing.seed)
+        keys = band_keys(signatures, signing.bands, signing.rows)
+        for serial, serial_keys in zip(pages, keys):
+            remove_rekeyed(self.txn, serial)
+            write_rekeyed(self.txn, serial, serial_keys)
+            self._keys[serial] = serial_keys
+        return [(row, serial, serial_keys.tolist()) for serial, serial_keys in zip(pages, keys)]
+
+    @property
+    def rekeyed(self) -> bool:
+        return bool(self._keys)
+
+    def candidates(self, keys: np.ndarray) -> list[int]:
+        """Own pages rekeyed in this batch, once per band whose key they share with ``keys``."""
+        return [serial for serial, own in self._keys.items() for _ in range(int(np.count_nonzero(own == keys)))]
 
 
 def _replays(txn: IndexTxn, mirror: RecentMirror, batch: PreparedBatch, ids: list[str], place: ShardPlace,
@@ -141,29 +257,3 @@ def _twins(txn: IndexTxn, mirror: RecentMirror, contents: list[bytes], record) -
             twin = record(serial)
             twins[row] = [serial, twin.cluster, twin.cluster_id, twin.id]
     return twins
-
-
-def _verified(txn: IndexTxn, batch: PreparedBatch, hits: Hits, threshold: float, min_shared: int) -> list:
-    """(row, serial, Jaccard) of the candidates at or above the threshold.
-
-    Every candidate sharing ``min_shared`` bands here is verified: the
-    deployment keeps at most ``max_candidates`` of a key (and of a document)
-    over all shards, a subset of each shard's own, so this covers them.
-    """
-    matches = []
-    shingles: dict[int, np.ndarray] = {}
-    for row in range(len(batch.contents)):
-        serials, shared = hits.of(row)
-        if not len(serials):
-            continue
-        own = batch.shingles.of(row)
-        for serial, count in zip(serials.tolist(), shared.tolist()):
-            if count < min_shared:
-                continue
-            stored = shingles.get(serial)
-            if stored is None:
-                stored = shingles[serial] = txn.shingles(serial)
-            similarity = jaccard(own, stored)
-            if similarity >= threshold:
-                matches.append((row, serial, similarity))
-    return matches

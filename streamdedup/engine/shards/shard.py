@@ -11,9 +11,10 @@ from ...core.records import Document
 from ...errors import ConfigError, IndexUnusableError
 from ...store.index import IndexTxn
 from ...store.lookup import write_documents
+from ...store.sites import provisional_pages, remove_rekeyed, set_provisional_pages, write_rekeyed
 from ..engine import Bookkeeping, DecidedBatch, Engine
-from .evidence import Evidence, ShardPlace, evidence_of
-from .together import Together, decide_together
+from .evidence import Evidence, OwnFirstPages, ShardPlace, band_evidence, content_evidence
+from .together import Rules, Together, decide_together
 
 __all__ = ["ShardEngine", "unsupported_in_shards"]
 
@@ -23,13 +24,14 @@ PLACE = "shard"  # the index's position entry naming its shard: [number, count]
 def unsupported_in_shards(config: Config) -> list[str]:
     """The settings a sharded deployment does not decide as one worker yet, as ``section.key = value``."""
     found = []
-    if config.templates.enabled:
-        found.append("templates.enabled = true")
     if config.excerpts.enabled:
         found.append("excerpts.enabled = true")
     if config.index.retention_days > 0:
         found.append(f"index.retention_days = {config.index.retention_days}")
     return found
+
+
+Exchange = Callable[[Evidence], list[Evidence]]  # publish this shard's evidence, return every shard's
 
 
 class ShardEngine(Engine):
@@ -44,6 +46,7 @@ class ShardEngine(Engine):
                               "in the configuration of every role, or run the single worker")
         super().__init__(config, state, clock=clock)
         self.place = place
+        self.rules = Rules(self.signing, self.settings.threshold, self.settings.max_candidates)
         try:
             self.index.write(self._claim)
         except BaseException:
@@ -64,13 +67,28 @@ class ShardEngine(Engine):
         if held is None:
             txn.set_position(PLACE, wanted)
 
+    @property
+    def two_rounds(self) -> bool:
+        """Whether a batch needs a second round of evidence: with site templates, pages are looked up by their
+        content, which depends on which contents every shard has seen (round one)."""
+        return self.templates is not None
+
     def evidence(self, batch: PreparedBatch) -> Evidence:
-        """This shard's evidence on ``batch``, against its last committed state."""
+        """This shard's first-round evidence on ``batch``, against its last committed state (with the band
+        lookups too when there is no second round)."""
         self.bands.loaded_filter()
-        settings = self.settings
         with self.index.read() as txn:
-            return evidence_of(txn, self.mirror, self.bands, batch, self.place, settings.threshold,
-                               settings.max_candidates, self.signing.min_shared)
+            evidence = content_evidence(txn, self.mirror, batch, self.place)
+            if self.two_rounds:
+                return evidence
+            found = self._band_evidence(txn, batch, batch.keys, None, None)
+        found.replays, found.twins = evidence.replays, evidence.twins
+        return found
+
+    def _band_evidence(self, txn: IndexTxn, batch: PreparedBatch, lookup_keys, content, first) -> Evidence:
+        settings = self.settings
+        return band_evidence(txn, self.mirror, self.bands, batch, lookup_keys, content, first, settings.threshold,
+                             settings.max_candidates, self.signing.min_shared)
 
     def owned(self, batch: PreparedBatch) -> list[bool]:
         """Which of the batch's items this shard stores and sends out: documents by their id hash, the
@@ -80,16 +98,26 @@ class ShardEngine(Engine):
                 for i, (item, row) in enumerate(zip(batch.items, batch.row))]
 
     def decide_together(self, batch: PreparedBatch, evidences: list[Evidence], now: float,
-                        bookkeeping: Optional[Bookkeeping] = None) -> DecidedBatch:
+                        exchange: Optional[Exchange] = None, bookkeeping: Optional[Bookkeeping] = None) -> DecidedBatch:
         """Decide ``batch`` from every shard's evidence and write this shard's documents, in a prepared
-        transaction (``Engine.commit`` commits it)."""
+        transaction (``Engine.commit`` commits it). With two rounds, ``exchange`` publishes this shard's
+        second-round evidence and returns every shard's (it may be called again for the same batch)."""
         self.bands.loaded_filter()
-        settings = self.settings
 
         def work(txn: IndexTxn):
-            together = decide_together(batch, evidences, settings.threshold, settings.max_candidates,
-                                       self.signing.min_shared, txn.counters.get("next_serial", 0) + 1, now)
-            txn.after_commit.append(self._write_own(txn, batch, together))
+            lookup_keys, content, every = batch.keys, None, evidences
+            if self.two_rounds:
+                seen = _SeenContents(evidences).for_batch(batch)
+                content = self.templates.content(txn, seen, batch)
+                lookup_keys = seen.keys if seen.keys is not None else batch.keys
+                first = OwnFirstPages(txn, self.signing)
+                every = evidences + exchange(self._band_evidence(txn, batch, lookup_keys, content, first))
+            together = decide_together(batch, every, self.rules, txn.counters.get("next_serial", 0) + 1, now,
+                                       lookup_keys, content, lambda site: provisional_pages(txn, site))
+            for site, pages in together.provisional.items():
+                set_provisional_pages(txn, site, pages)
+            self._write_rekeyed(txn, batch, together)
+            txn.after_commit.append(self._write_own(txn, batch, together, lookup_keys))
             if bookkeeping is not None:
                 bookkeeping(txn, together.decisions)
             return together.decisions
@@ -97,7 +125,15 @@ class ShardEngine(Engine):
         txn, decisions = self.index.prepare(work)
         return DecidedBatch(batch, decisions, txn, now, work)
 
-    def _write_own(self, txn: IndexTxn, batch: PreparedBatch, together: Together):
+    def _write_rekeyed(self, txn: IndexTxn, batch: PreparedBatch, together: Together) -> None:
+        """The band keys of this shard's own first pages of the batch, rekeyed in it."""
+        first = together.records[0][0].serial if together.records else 0
+        for serial, keys in together.rekeyed.items():
+            if self.place.owns(batch.id_keys[together.records[serial - first][1]]):
+                remove_rekeyed(txn, serial)
+                write_rekeyed(txn, serial, keys)
+
+    def _write_own(self, txn: IndexTxn, batch: PreparedBatch, together: Together, lookup_keys):
         inserted, kept_rows, shingles = [], {}, {}
         for record, row in together.records:
             ident = batch.id_keys[row]
@@ -107,4 +143,28 @@ class ShardEngine(Engine):
             if record.kept:
                 kept_rows[row] = record.serial
                 shingles[record.serial] = batch.shingles.of(row)
-        return write_documents(txn, self.mirror, inserted, kept_rows, shingles, batch.keys, together.serials)
+        return write_documents(txn, self.mirror, inserted, kept_rows, shingles, lookup_keys, together.serials)
+
+
+class _SeenContents:
+    """What ``SiteTemplates.content`` asks of a batch view: whether a content was decided before (in any
+    shard, from the first round's twins), and the lookup keys it settles on."""
+
+    def __init__(self, evidences: list[Evidence]):
+        self._first: dict[int, int] = {}
+        for evidence in evidences:
+            for row, twin in evidence.twins.items():
+                self._first[row] = min(self._first.get(row, twin[0]), twin[0])
+        self._rows: dict[bytes, int] = {}
+        self.keys = None
+
+    def for_batch(self, batch: PreparedBatch) -> "_SeenContents":
+        self._rows = {content: row for row, content in enumerate(batch.contents) if row in self._first}
+        return self
+
+    def serial_of_content(self, content: bytes) -> Optional[int]:
+        row = self._rows.get(content)
+        return None if row is None else self._first[row]
+
+    def use_band_keys(self, keys) -> None:
+        self.keys = keys

@@ -2,64 +2,99 @@
 
 A pure function: every shard runs it on the same input and reaches the same
 decisions. It follows ``engine.decide`` step for step (replay, exact copy,
-near duplicate, kept), with the shards' evidence where the single index
-would be read, and the batch's own earlier documents as the single index
-holds them: so a sharded deployment decides as one worker does.
+near duplicate, kept; site templates as they stand at each row, first pages
+rekeyed when their site settles), with the shards' evidence where the
+single index would be read, and the batch's own earlier documents as the
+single index holds them: so a sharded deployment decides as one worker does.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable, Optional
 
 import numpy as np
 
+from ...core.lsh import band_keys
 from ...core.prepare import PreparedBatch
 from ...core.records import DUPLICATE, KEPT, Decision, Rejected
+from ...core.shingle import ShingleBatch
+from ...core.signing import SigningConfig, sign_batch
 from ...core.verify import jaccard
 from ...store.index import DocRecord
 from ...store.lookup import Hits, keys_shared_within, with_extra_candidates
+from ..sitelearning import BatchContent
 from .evidence import Evidence, batch_band_keys, row_ids
 
-__all__ = ["Together", "decide_together"]
+__all__ = ["Together", "Rules", "decide_together"]
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What the decisions depend on besides the batch and the evidence."""
+
+    signing: SigningConfig
+    threshold: float
+    max_candidates: int
 
 
 @dataclass
 class Together:
-    """A batch's decisions (one per item) and the records of its documents, in serial order: (record, row)."""
+    """A batch's decisions (one per item), the records of its documents in serial order (record, row), and
+    the first pages each learning site it touched has now (to write into every shard's index)."""
 
     decisions: list[Decision]
     records: list[tuple[DocRecord, int]]
     serials: int  # serials the batch used
+    provisional: dict = field(default_factory=dict)
+    rekeyed: dict = field(default_factory=dict)  # serial -> band keys: the batch's own first pages rekeyed
 
 
-def decide_together(batch: PreparedBatch, evidences: list[Evidence], threshold: float, max_candidates: int,
-                    min_shared: int, first_serial: int, now: float) -> Together:
-    """Decide ``batch`` from every shard's evidence; its documents are numbered from ``first_serial``."""
-    asked, rows, _ = batch_band_keys(batch)
+def decide_together(batch: PreparedBatch, evidences: list[Evidence], rules: Rules, first_serial: int, now: float,
+                    lookup_keys: Optional[np.ndarray] = None, content: Optional[BatchContent] = None,
+                    provisional_pages: Callable[[int], list[int]] = lambda site: []) -> Together:
+    """Decide ``batch`` from every shard's evidence; its documents are numbered from ``first_serial``.
+
+    ``lookup_keys``: the band keys rows are looked up by (default: their
+    signed keys); with site templates, ``content`` (``SiteTemplates.content``)
+    and the committed first pages of a site (``provisional_pages``).
+    """
+    lookup_keys = batch.keys if lookup_keys is None else lookup_keys
+    asked, rows, _ = batch_band_keys(lookup_keys)
     hits = Hits.found(asked, rows, len(batch.contents),
                       np.concatenate([e.found_keys for e in evidences]),
-                      np.concatenate([e.found_serials for e in evidences]), max_candidates)
-    state = _State(batch, evidences, hits, keys_shared_within(asked, rows), threshold, max_candidates,
-                   min_shared, first_serial, now)
-    decisions = [Decision.rejected(item) if isinstance(item, Rejected) else state.decide(item, row)
-                 for item, row in zip(batch.items, batch.row)]
-    return Together(decisions, state.records, len(state.records))
+                      np.concatenate([e.found_serials for e in evidences]), rules.max_candidates)
+    state = _State(batch, evidences, hits, keys_shared_within(asked, rows), rules, first_serial, now, lookup_keys,
+                   content, provisional_pages)
+    decisions = []
+    for item, row in zip(batch.items, batch.row):
+        if isinstance(item, Rejected):
+            decisions.append(Decision.rejected(item))
+            continue
+        if content is not None:
+            state.templates_at(row)
+        decisions.append(state.decide(item, row))
+    if state.first is None:
+        return Together(decisions, state.records, len(state.records))
+    return Together(decisions, state.records, len(state.records), state.first.pages, state.first.rekeyed_here)
 
 
 class _State:
     """What deciding one batch carries from document to document."""
 
     def __init__(self, batch: PreparedBatch, evidences: list[Evidence], hits: Hits, shared_within: dict,
-                 threshold: float, max_candidates: int, min_shared: int, first_serial: int, now: float):
-        self.batch, self.hits, self.shared_within = batch, hits, shared_within
-        self.threshold, self.max_candidates, self.min_shared = threshold, max_candidates, min_shared
-        self.first_serial, self.now = first_serial, now
+                 rules: Rules, first_serial: int, now: float, lookup_keys: np.ndarray,
+                 content: Optional[BatchContent], provisional_pages: Callable[[int], list[int]]):
+        self.batch, self.hits, self.shared_within, self.rules = batch, hits, shared_within, rules
+        self.first_serial, self.now, self.lookup_keys, self.content = first_serial, now, lookup_keys, content
+        self.rekeyed_rows = frozenset(np.flatnonzero((lookup_keys != batch.keys).any(axis=1)).tolist())
         self.ids = row_ids(batch)
         self.sites = batch.sites.tolist()
         self.replays: dict = {}
         self.twins: dict = {}
         self.similarity: dict = {}
         self.names: dict = {}
+        rekeys: dict = {}
         for evidence in evidences:
             self.replays.update(evidence.replays)
             for row, twin in evidence.twins.items():  # the first document of a content, over every shard
@@ -67,14 +102,33 @@ class _State:
                     self.twins[row] = twin
             self.similarity.update(((row, serial), sim) for row, serial, sim in evidence.matches)
             self.names.update(evidence.names)
+            rekeys.update(((row, serial), keys) for row, serial, keys in evidence.rekeys)
         self.records: list[tuple[DocRecord, int]] = []
         self.by_id: dict[bytes, list[int]] = {}  # the batch's documents, as the index files them
         self.by_content: dict[bytes, int] = {}
         self.kept_by_key: dict[int, list[int]] = {}
         self.shingles: dict[int, np.ndarray] = {}
+        self.first = _FirstPages(self, rekeys, provisional_pages) if content is not None else None
 
     def record(self, serial: int) -> DocRecord:
         return self.records[serial - self.first_serial][0]
+
+    def own_content(self, row: int) -> np.ndarray:
+        return self.batch.shingles.of(row) if self.content is None else self.content.shingles[row]
+
+    def batch_content(self, serial: int) -> np.ndarray:
+        """A kept document of this batch's content as the templates stand now."""
+        shingles = self.shingles[serial]
+        if self.content is None:
+            return shingles
+        return self.content.content_of_stored(shingles, self.record(serial).site)
+
+    def templates_at(self, row: int) -> None:
+        """The templates as they stand at ``row``; learning sites changing there have their first pages rekeyed."""
+        content = self.content
+        content.timeline.at(row)
+        for site in content.settles.get(row, ()):
+            self.first.rekey(site, row, row not in content.provisional)
 
     def decide(self, doc, row: int) -> Decision:
         batch = self.batch
@@ -87,19 +141,25 @@ class _State:
         twin = self._twin(row, content)
         if twin is not None and twin.cluster:  # cluster 0: dissolved by forget
             return self._insert(DocRecord.exact_copy_of(twin, serial, doc, content, self.now, site), ident, row)
-        own = batch.shingles.of(row)
-        match, similarity = self._best_match(row, own)
+        match, similarity = self._best_match(row, self.own_content(row))
         if match is not None:
             record = DocRecord.near_duplicate_of(self._representative(match), similarity, serial, doc, content,
                                                  self.now, site)
             return self._insert(record, ident, row)
-        record = DocRecord.new_cluster(serial, doc, content, b"", self.now, site)
-        self.shingles[serial] = own
+        return self._kept(doc, row, serial, ident, content, site)
+
+    def _kept(self, doc, row: int, serial: int, ident: bytes, content: bytes, site: int) -> Decision:
+        keys = self.lookup_keys[row].astype(">u4").tobytes() if row in self.rekeyed_rows else b""
+        record = DocRecord.new_cluster(serial, doc, content, keys, self.now, site)
+        self.shingles[serial] = self.batch.shingles.of(row)
         for key in self.shared_within.get(row, ()):  # only keys a later row may ask for
             holders = self.kept_by_key.setdefault(key, [])
-            if len(holders) < self.max_candidates:  # the earliest, as for stored documents
+            if len(holders) < self.rules.max_candidates:  # the earliest, as for stored documents
                 holders.append(serial)
-        return self._insert(record, ident, row)
+        decision = self._insert(record, ident, row)
+        if self.content is not None and row in self.content.provisional:
+            self.first.kept(site, serial)
+        return decision
 
     def _replayed(self, row: int, ident: bytes, content: bytes, doc_id: str):
         earlier = self.replays.get(row)
@@ -132,21 +192,24 @@ class _State:
     def _best_match(self, row: int, own: np.ndarray):
         """The most similar candidate at or above the threshold (ties: the earliest), as ``engine.decide``
         chooses and verifies them; stored ones by their shard's Jaccard."""
+        rules = self.rules
         serials, shared = self.hits.of(row)
         extra = [serial for key in self.shared_within.get(row, ()) for serial in self.kept_by_key.get(key, ())]
         serials, shared = with_extra_candidates(serials, shared, extra)
-        if self.min_shared > 1 and len(serials):
-            enough = shared >= self.min_shared
+        if self.first is not None and self.first.rekeyed:
+            serials, shared = with_extra_candidates(serials, shared, self.first.candidates(self.lookup_keys[row]))
+        if rules.signing.min_shared > 1 and len(serials):
+            enough = shared >= rules.signing.min_shared
             serials, shared = serials[enough], shared[enough]
-        if len(serials) > self.max_candidates:
-            serials = serials[np.lexsort((serials, -shared))[: self.max_candidates]]
+        if len(serials) > rules.max_candidates:
+            serials = serials[np.lexsort((serials, -shared))[: rules.max_candidates]]
         best, best_similarity = None, -1.0
         for serial in serials.tolist():
             if serial >= self.first_serial:
-                similarity = jaccard(own, self.shingles[serial])
+                similarity = jaccard(own, self.batch_content(serial))
             else:
                 similarity = self.similarity.get((row, serial), -1.0)
-            if similarity >= self.threshold and (
+            if similarity >= rules.threshold and (
                     similarity > best_similarity or (similarity == best_similarity and serial < best)):
                 best, best_similarity = serial, similarity
         return best, (best_similarity if best is not None else None)
@@ -156,6 +219,53 @@ class _State:
         self.by_id.setdefault(ident, []).append(record.serial)
         self.by_content.setdefault(record.content, record.serial)
         return _as_decision(record)
+
+
+class _FirstPages:
+    """``sitelearning.FirstPages`` over every shard: stored first pages are rekeyed by their shards (evidence
+    ``rekeys``), the batch's own here."""
+
+    def __init__(self, state: _State, rekeys: dict, provisional_pages: Callable[[int], list[int]]):
+        self.state = state
+        self.rekeys = rekeys
+        self.provisional_pages = provisional_pages
+        self.pages: dict[int, list[int]] = {}  # site -> first pages (as this batch left them)
+        self._keys: dict[int, np.ndarray] = {}  # serial -> its keys rekeyed in this batch
+        self.rekeyed_here: dict[int, np.ndarray] = {}  # the same, of the batch's own pages (their shards write them)
+
+    def _of(self, site: int) -> list[int]:
+        pages = self.pages.get(site)
+        if pages is None:
+            pages = self.pages[site] = list(self.provisional_pages(site))
+        return pages
+
+    def kept(self, site: int, serial: int) -> None:
+        self._of(site).append(serial)
+
+    def rekey(self, site: int, row: int, settled: bool) -> None:
+        first_serial = self.state.first_serial
+        pages = [serial for serial in self._of(site) if serial >= first_serial or (row, serial) in self.rekeys]
+        self.pages[site] = [] if settled else list(pages)
+        here = [serial for serial in pages if serial >= first_serial]
+        for serial in pages:
+            if serial < first_serial:
+                self._keys[serial] = np.array(self.rekeys[(row, serial)], dtype=np.uint64)
+        if here:
+            contents = [self.state.batch_content(serial) for serial in here]
+            offsets = np.zeros(len(contents) + 1, dtype=np.int64)
+            np.cumsum([len(c) for c in contents], out=offsets[1:])
+            signing = self.state.rules.signing
+            signatures = sign_batch(ShingleBatch(np.concatenate(contents), offsets), signing.num_perm, signing.seed)
+            for serial, keys in zip(here, band_keys(signatures, signing.bands, signing.rows)):
+                self._keys[serial] = self.rekeyed_here[serial] = keys
+
+    @property
+    def rekeyed(self) -> bool:
+        return bool(self._keys)
+
+    def candidates(self, keys: np.ndarray) -> list[int]:
+        """Pages rekeyed in this batch, once per band whose key they share with ``keys``."""
+        return [serial for serial, own in self._keys.items() for _ in range(int(np.count_nonzero(own == keys)))]
 
 
 def _as_decision(record: DocRecord, replayed: bool = False) -> Decision:

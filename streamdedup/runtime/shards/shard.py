@@ -49,7 +49,8 @@ class EvidenceBoard:
         self.step = step
         self.stopper = stopper
         self.partitions = [TopicPartition(evidence_topic, n) for n in range(count)]
-        self._found: dict[int, dict[int, tuple[bytes, int]]] = {}  # signed offset -> shard -> (evidence, offset)
+        self._found: dict[tuple, dict[int, tuple[bytes, int]]] = {}  # (signed offset, round) -> shard -> (evidence, offset)
+        self._last: Optional[tuple] = None  # the last answer of ``gather``
 
     def start(self, positions: dict) -> None:
         """Read each shard's partition from ``positions[n]`` (None: its beginning)."""
@@ -57,31 +58,39 @@ class EvidenceBoard:
         for n, partition in enumerate(self.partitions):
             self.source.seek(partition, positions.get(n))
         self._found.clear()
+        self._last = None
 
-    def gather(self, offset: int) -> tuple[list[Evidence], dict]:
-        """Every shard's evidence on the batch at signed ``offset``, and each partition's offset after it."""
-        for earlier in [k for k in self._found if k < offset]:
+    def gather(self, offset: int, round_: str) -> tuple[list[Evidence], dict]:
+        """Every shard's evidence of round ``round_`` ("a" or "b") on the batch at signed ``offset``, and each
+        partition's offset after it. Asked again for the same, it answers the same (a batch decided again)."""
+        wanted = (offset, round_)
+        if self._last is not None and self._last[0] == wanted:
+            return self._last[1]
+        for earlier in [k for k in self._found if k[0] < offset]:
             del self._found[earlier]
         began = time.monotonic()
         told = 0.0
-        while len(self._found.get(offset, ())) < self.count:
+        while len(self._found.get(wanted, ())) < self.count:
             if self.stopper.stopped:
                 raise BrokerUnavailableError("stopping while waiting for the other shards' evidence")
-            self.step(f"evidence on signed batch {offset} from every shard")
+            self.step(f"round {round_} evidence on signed batch {offset} from every shard")
             for record in self.source.poll_batch(200, max_records=1000):
-                batch = int(record.key)
-                if batch >= offset:
-                    self._found.setdefault(batch, {}).setdefault(record.source.partition,
-                                                                (record.value, record.source.offset))
+                batch, _, its_round = record.key.decode().partition("/")
+                key = (int(batch), its_round)
+                if key[0] >= offset:
+                    self._found.setdefault(key, {}).setdefault(record.source.partition,
+                                                              (record.value, record.source.offset))
             waited = time.monotonic() - began
             if waited - told >= GATHER_PATIENCE_S:
                 told = waited
-                missing = sorted(set(range(self.count)) - set(self._found.get(offset, {})))
-                self.log.warning("waiting_for_shards", batch=offset, missing=",".join(map(str, missing)),
-                                 waited_s=round(waited, 1))
-        here = self._found.pop(offset)
-        return ([Evidence.unpack(here[n][0]) for n in range(self.count)],
-                {n: here[n][1] + 1 for n in range(self.count)})
+                missing = sorted(set(range(self.count)) - set(self._found.get(wanted, {})))
+                self.log.warning("waiting_for_shards", batch=offset, round=round_,
+                                 missing=",".join(map(str, missing)), waited_s=round(waited, 1))
+        here = self._found.pop(wanted)
+        result = ([Evidence.unpack(here[n][0]) for n in range(self.count)],
+                  {n: here[n][1] + 1 for n in range(self.count)})
+        self._last = (wanted, result)
+        return result
 
     def close(self) -> None:
         self.source.close()
