@@ -433,6 +433,13 @@ def _cmd_forget(args) -> int:
     if not ids:
         raise ConfigError("forget: name at least one id, or --file with one id per line")
     cfg = _config(args)
+    if cfg.shards.count:
+        from .runtime.shards.sign import queue_forget
+
+        offset = queue_forget(cfg, ids)
+        print(f"queued the forgetting of {len(ids)} id(s) at offset {offset} of {cfg.shards.signed_topic}; every "
+              "shard applies it there, in order with the documents (its log says `forgotten`)")
+        return EXIT_OK
     try:
         with _open(args, readonly=False, cfg=cfg) as index:
             result = index.forget(ids).as_dict()

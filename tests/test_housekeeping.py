@@ -104,6 +104,25 @@ def test_forgetting_a_duplicate_and_a_file_of_ids(decided, tmp_path):
     assert run_cli("check", "--state", str(state)).returncode == 0
 
 
+@pytest.mark.parametrize("merge_every", [100000, 1], ids=["recent-log", "merged"])
+def test_forgetting_the_first_copy_of_a_text_leaves_its_later_copies_findable(tmp_path, merge_every):
+    """Every document is filed by its content: when the first one with a text is forgotten, the next copy of
+    that text is an exact match of the copy that remains (not a near duplicate of the cluster's kept one)."""
+    words = [f"word{i} other{i % 5} more{i % 11}" for i in range(80)]
+    original, edited = " ".join(words), " ".join(words[:-3] + ["changed words here"])
+    cfg = config_module.load(None, (f"index.merge_every={merge_every}",), environ={})
+    with Engine(cfg, str(tmp_path)) as engine:
+        def decide(doc_id, text, n):
+            return engine.decide_batch(engine.prepare([Document(doc_id, text, Source("t", -1, n))]))[0]
+
+        assert decide("kept", original, 1).status == "kept"
+        assert (decide("edit", edited, 2).exact, decide("copy", edited, 3).matched) == (False, "edit")
+        engine.forget(["edit"])
+        again = decide("again", edited, 4)
+        assert (again.status, again.cluster, again.matched, again.exact) == ("duplicate", "kept", "copy", True)
+        assert check_index(engine.index).ok
+
+
 def test_forget_goes_through_a_running_worker(kafka, tmp_path):
     docs = corpus.generate(100, seed=12)
     topics = Topics.fresh(kafka)

@@ -48,8 +48,8 @@ def _sharded_topics(kafka, raw: str) -> Topics:
     return topics
 
 
-def _role_command(topics: Topics, kafka: str, count: int, tag: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "streamdedup", "run", *topics.settings(kafka),
+def _role_command(topics: Topics, kafka: str, count: int, tag: str, *extra: str, command: str = "run") -> list[str]:
+    return [sys.executable, "-m", "streamdedup", command, *topics.settings(kafka),
             "--set", f"kafka.group_id=sharded-{tag}", "--set", f"shards.count={count}",
             "--set", f"shards.signed_topic=signed-{tag}", "--set", f"shards.evidence_topic=evidence-{tag}",
             "--set", "log.summary_interval_s=0", *extra]
@@ -136,3 +136,45 @@ def test_a_shard_refuses_the_wrong_shard_number_with_what_to_do(kafka, tmp_path)
     result = subprocess.run(command, capture_output=True, timeout=120, env=dict(os.environ))
     assert result.returncode != 0
     assert b"--shard N, 0 to 2" in result.stderr
+
+
+def test_forgetting_in_the_middle_of_the_stream_decides_as_one_worker(kafka, tmp_path):
+    """The forget order goes through the signed topic; later copies of forgotten texts are decided alike."""
+    records = _records(web=False, articles=150, seed=3)
+    half = len(records) // 2
+    ids = sorted({json.loads(v)["id"] for _, v in records[:half] if v.startswith(b"{")})[:25] + ["nobody"]
+    single = Topics.fresh(kafka)
+    produce(kafka, single.raw, records[:half])
+    assert run_worker(tmp_path / "single", single, kafka).returncode == 0
+    subprocess.run([sys.executable, "-m", "streamdedup", "forget", *ids, "--state", str(tmp_path / "single")],
+                   check=True, capture_output=True)
+    produce(kafka, single.raw, records[half:])
+    assert run_worker(tmp_path / "single", single, kafka).returncode == 0
+    expected = _summary(outcomes(kafka, single))
+
+    sharded = _sharded_topics(kafka, Topics.fresh(kafka).raw)
+    tag = uuid.uuid4().hex[:8]
+    shards = [subprocess.Popen(_role_command(sharded, kafka, 3, tag, "--role", "shard", "--shard", str(n),
+                                             "--state", str(tmp_path / f"shard-{n}")),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for n in range(3)]
+    signer = [_role_command(sharded, kafka, 3, tag, "--role", "sign", "--until-idle", "4")]
+    try:
+        produce(kafka, sharded.raw, records[:half])
+        signing = subprocess.Popen(signer[0], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        first = _wait_for_outcomes(kafka, sharded, sum(1 for where in expected if where[1] < half), shards + [signing])
+        assert signing.wait(timeout=60) == 0
+        signing.stderr.close()
+        queued = subprocess.run(_role_command(sharded, kafka, 3, tag, *ids, command="forget"), capture_output=True,
+                                timeout=60)
+        assert queued.returncode == 0 and b"queued" in queued.stdout, queued.stderr.decode()
+        produce(kafka, sharded.raw, records[half:])
+        signing = subprocess.Popen(signer[0], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        _wait_for_outcomes(kafka, sharded, len(expected), shards + [signing])
+        signing.wait(timeout=60)
+        signing.stderr.close()
+        time.sleep(2)
+        got = _summary(outcomes(kafka, sharded))
+    finally:
+        _stop(shards)
+    assert len(first) > 0
+    assert got == expected

@@ -21,6 +21,7 @@ from streamdedup.engine.shards.shard import ShardEngine
 from streamdedup.errors import ConfigError, IndexUnusableError
 
 OFF = ("templates.enabled=false",)
+
 NOW = 1_700_000_000.0
 
 
@@ -49,19 +50,30 @@ def _fields(decision):
             decision.exact, decision.replayed, decision.reason)
 
 
-def _single(cfg, path, batches):
-    with Engine(cfg, str(path)) as engine:
-        return [_fields(d) for items in batches for d in engine.decide_batch(engine.prepare(items))]
+def _single(cfg, path, batches, times=None, forgets=None):
+    """One index deciding ``batches`` (the n-th at ``times[n]``, default: all at NOW), sweeping between them
+    (and forgetting ``forgets[n]`` after the n-th)."""
+    times = times or [NOW] * len(batches)
+    clock = [times[0]]
+    decided = []
+    with Engine(cfg, str(path), clock=lambda: clock[0]) as engine:
+        for n, (items, now) in enumerate(zip(batches, times)):
+            clock[0] = now
+            decided += [_fields(d) for d in engine.decide_batch(engine.prepare(items))]
+            engine.sweep()
+            if forgets and n in forgets:
+                engine.forget(forgets[n])
+    return decided
 
 
-def _sharded(cfg, path, batches, count):
+def _sharded(cfg, path, batches, count, times=None, forgets=None):
     """Decide ``batches`` with ``count`` shards, each in a thread of its own (a shard waits for the others'
     evidence in the middle of its batch), evidence packed and unpacked as it travels."""
-    shards = [ShardEngine(cfg, ShardPlace(i, count), str(path / f"shard-{i}"), clock=lambda: NOW)
-              for i in range(count)]
+    shards = [ShardEngine(cfg, ShardPlace(i, count), str(path / f"shard-{i}")) for i in range(count)]
     decided = []
+    times = times or [NOW] * len(batches)
     try:
-        for items in batches:
+        for items, now in zip(batches, times):
             prepared = shards[0].prepare(items)
             first = [Evidence.unpack(shard.evidence(prepared).pack()) for shard in shards]
             board, barrier, each, errors = [None] * count, threading.Barrier(count, timeout=60), [None] * count, []
@@ -73,7 +85,8 @@ def _sharded(cfg, path, batches, count):
                     return [Evidence.unpack(packed) for packed in board]
 
                 try:
-                    each[n] = shards[n].commit(shards[n].decide_together(prepared, first, NOW, exchange))
+                    each[n] = shards[n].commit(shards[n].decide_together(prepared, first, now, exchange))
+                    shards[n].sweep()
                 except BaseException as exc:
                     errors.append(exc)
                     barrier.abort()
@@ -87,6 +100,11 @@ def _sharded(cfg, path, batches, count):
                 raise errors[0]
             assert all(d == each[0] for d in each), "shards disagree on a batch"
             decided.extend(_fields(d) for d in each[0])
+            if forgets and len(decided) and batches.index(items) in forgets:
+                ids = forgets[batches.index(items)]
+                found = [pair for shard in shards for pair in shard.forget_evidence(ids)]
+                for shard in shards:
+                    shard.forget_together(ids, found)
     finally:
         for shard in shards:
             shard.close()
@@ -181,8 +199,32 @@ def test_first_pages_rekeyed_across_shards_decide_as_one_index(tmp_path):
         assert txn.txn.stat(txn.dbs["rekeyed"])["entries"] > 0  # the case is there
 
 
+@pytest.mark.parametrize("templates", ["true", "false"])
+def test_retention_across_shards_decides_as_one_index(tmp_path, templates):
+    """A day of retention while batches arrive a third of a day apart: old documents stop matching."""
+    cfg = config_module.load(None, ("index.retention_days=1", "index.sweep_interval_s=1",
+                                    f"templates.enabled={templates}"), environ={})
+    batches = _crawl_batches(articles=300, batch=60)
+    times = [NOW + n * 28800.0 for n in range(len(batches))]
+    single = _single(cfg, tmp_path / "single", batches, times)
+    assert single != _single(_config(f"templates.enabled={templates}"), tmp_path / "forever", batches, times)
+    assert _sharded(cfg, tmp_path / "sharded", batches, 3, times)[0] == single
+
+
+def test_forgetting_across_shards_decides_later_documents_as_one_index(tmp_path):
+    """Representatives (their clusters dissolve, members in other shards), duplicates and unknown ids forgotten
+    in the middle of the stream; their look-alikes and exact copies come later."""
+    cfg = _config()
+    batches = _crawl_batches(articles=300, batch=60)
+    early = _single(cfg, tmp_path / "probe", batches[:3])
+    representatives = sorted({f[2] for f in early if f[1] == "duplicate"})[:15]
+    duplicates = [f[0] for f in early if f[1] == "duplicate"][:10]
+    forgets = {2: representatives + duplicates + ["no-such-document"]}
+    single = _single(cfg, tmp_path / "single", batches, forgets=forgets)
+    assert single != _single(cfg, tmp_path / "kept", batches)
+    assert _sharded(cfg, tmp_path / "sharded", batches, 3, forgets=forgets)[0] == single
+
+
 def test_settings_shards_do_not_support_yet_are_refused_with_what_to_change(tmp_path):
     with pytest.raises(ConfigError, match="excerpts.enabled"):
         ShardEngine(_config("excerpts.enabled=true"), ShardPlace(0, 2), str(tmp_path / "e"))
-    with pytest.raises(ConfigError, match="index.retention_days"):
-        ShardEngine(_config("index.retention_days=3"), ShardPlace(0, 2), str(tmp_path / "r"))

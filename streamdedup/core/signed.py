@@ -10,6 +10,7 @@ on every shard.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Union
 
 import msgpack
 import numpy as np
@@ -18,7 +19,7 @@ from .prepare import PreparedBatch, raw_payload, raw_records, restore_items
 from .records import Document, RawRecord
 from .shingle import ShingleBatch
 
-__all__ = ["SignedBatch", "pack_signed", "unpack_signed", "SIGNED_FORMAT"]
+__all__ = ["SignedBatch", "ForgetOrder", "pack_signed", "pack_forget", "unpack_signed", "SIGNED_FORMAT"]
 
 SIGNED_FORMAT = 1  # bumped when the message changes; a shard refuses other formats
 
@@ -37,22 +38,35 @@ class SignedBatch:
                            self.signed_at, self.fingerprint)
 
 
+@dataclass
+class ForgetOrder:
+    """Ids to forget, at their place in the decision order (``streamdedup forget`` on a sharded deployment)."""
+
+    ids: list[str]
+
+
+def pack_forget(ids: list[str]) -> bytes:
+    return msgpack.packb([SIGNED_FORMAT, "forget", list(ids)], use_bin_type=True)
+
+
 def pack_signed(records: list[RawRecord], prepared: PreparedBatch, signed_at: float, fingerprint: str) -> bytes:
     items = [["d", i.id] if isinstance(i, Document) else ["r", i.reason, i.detail, i.id] for i in prepared.items]
     shingles = prepared.shingles
     return msgpack.packb([
-        SIGNED_FORMAT, signed_at, fingerprint, list(raw_payload(records)), items, prepared.row, prepared.contents,
+        SIGNED_FORMAT, "batch", signed_at, fingerprint, list(raw_payload(records)), items, prepared.row, prepared.contents,
         prepared.id_keys, _array(shingles.hashes), _array(shingles.offsets), _array(prepared.keys),
         _array(prepared.sites), list(prepared.hosts.items()),
     ], use_bin_type=True)
 
 
-def unpack_signed(data: bytes) -> SignedBatch:
-    """The batch ``pack_signed`` packed; ValueError for another format."""
+def unpack_signed(data: bytes) -> Union[SignedBatch, ForgetOrder]:
+    """The batch ``pack_signed`` packed (or the order ``pack_forget`` did); ValueError for another format."""
     fields = msgpack.unpackb(data, use_list=True)
     if fields[0] != SIGNED_FORMAT:
         raise ValueError(f"signed batch format {fields[0]}, this version reads {SIGNED_FORMAT}")
-    _, signed_at, fingerprint, payload, items, row, contents, id_keys, hashes, offsets, keys, sites, hosts = fields
+    if fields[1] == "forget":
+        return ForgetOrder(fields[2])
+    _, _, signed_at, fingerprint, payload, items, row, contents, id_keys, hashes, offsets, keys, sites, hosts = fields
     payload[2] = [tuple(tuple(h) for h in headers) for headers in payload[2]]
     records = raw_records(tuple(payload))
     prepared = PreparedBatch([tuple(i) for i in items], row, contents, id_keys,

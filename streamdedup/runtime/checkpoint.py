@@ -124,6 +124,7 @@ from typing import Callable, Optional
 
 from ..core.prepare import PreparedBatch
 from ..core.records import Decision, FileBatch
+from ..engine.shards.evidence import Evidence
 from ..engine.engine import Engine, collector_paused
 from ..errors import IndexUnusableError
 from ..faults import reached
@@ -371,6 +372,11 @@ class ShardCommit:
 
     def commit(self, offset: int, signed, emit: bool = True) -> list[Decision]:
         """The signed batch at ``offset`` through steps 1-6; returns the decisions of this shard's items."""
+        from ..core.signed import ForgetOrder
+
+        if isinstance(signed, ForgetOrder):
+            self.forget(offset, signed.ids)
+            return []
         engine = self.engine
         batch = self._fresh(signed)  # Step 1. Only records not taken before.
         if not batch.records:
@@ -378,19 +384,20 @@ class ShardCommit:
             return []
         with collector_paused():
             # Step 2. This shard's evidence, published in a Kafka transaction of its own.
-            self._publish(offset, "a", engine.evidence(batch.prepared))
+            self._publish(offset, "a", engine.evidence(batch.prepared).pack())
             reached("shard-evidence-sent")
             # Step 3. Every shard's evidence on the batch.
-            evidences, evidence_after = self.board.gather(offset, "a")
+            packed, evidence_after = self.board.gather(offset, "a")
+            evidences = [Evidence.unpack(p) for p in packed]
             # Step 4. Decide together (with site templates, after a second round of evidence looked up by
             # content); this shard's documents and the positions after, in a prepared transaction.
             inputs_after = _input_positions_after(batch.records)
 
             def second_round(evidence) -> list:
-                self._publish(offset, "b", evidence)
+                self._publish(offset, "b", evidence.pack())
                 found, after = self.board.gather(offset, "b")
                 evidence_after.update(after)
-                return found
+                return [Evidence.unpack(p) for p in found]
 
             def positions(txn: IndexTxn, _) -> None:
                 txn.set_position(SHARD_SIGNED, offset + 1)
@@ -416,6 +423,23 @@ class ShardCommit:
         reached("shard-index-committed")
         return decisions
 
+    def forget(self, offset: int, ids: list[str]):
+        """A forget order at ``offset``: every shard names the versions of the ids it holds (a round of
+        evidence, ``offset/f``), then each forgets its own and releases its members of their clusters; the
+        index commits with the positions after it (nothing goes out)."""
+        import msgpack
+
+        engine = self.engine
+        self._publish(offset, "f", msgpack.packb(engine.forget_evidence(ids)))
+        packed, evidence_after = self.board.gather(offset, "f")
+
+        def positions(txn: IndexTxn) -> None:
+            txn.set_position(SHARD_SIGNED, offset + 1)
+            for number, next_offset in evidence_after.items():
+                txn.set_position(f"{SHARD_EVIDENCE}{number}", next_offset)
+
+        return engine.forget_together(ids, [pair for p in packed for pair in msgpack.unpackb(p)], positions)
+
     def _fresh(self, signed):
         """Step 1: the batch without the records the shards took before; refuses other signing settings."""
         if signed.fingerprint != self.engine.signing.fingerprint():
@@ -433,11 +457,11 @@ class ShardCommit:
                 keep.append(record.source.offset >= expected[where])
         return signed if all(keep) else signed.taken(keep)
 
-    def _publish(self, offset: int, round_: str, evidence) -> None:
+    def _publish(self, offset: int, round_: str, value: bytes) -> None:
         sink = self.sink
         sink.begin()
         sink.producer.send(self.evidence_topic, partition=self.engine.place.number,
-                           key=f"{offset}/{round_}".encode(), value=evidence.pack())
+                           key=f"{offset}/{round_}".encode(), value=value)
         sink.commit(self.kafka_timeout_s)
 
     def _kafka_transaction(self, records: list, decisions: list[Decision], after: int) -> None:

@@ -142,13 +142,9 @@ def _check_tables(txn: IndexTxn, report: CheckReport) -> None:
     for key, serial in entries(txn, "ids"):
         if not txn.has_record(serial) or id_key(txn.record(serial).id) != key:
             report.problem(f"id entry points at #{serial}, which has another id or no record")
-    first_of_content: dict[bytes, int] = {}
     for key, serial in entries(txn, "content"):
         if not txn.has_record(serial) or content_key(txn.record(serial).content) != key:
             report.problem(f"content entry points at #{serial}, which has other content or no record")
-        elif first_of_content.setdefault(txn.record(serial).content, serial) != serial:
-            report.problem(f"content entries point at #{first_of_content[txn.record(serial).content]} and "
-                           f"#{serial}, of the same content")
     for key, value in txn.table_entries("members"):
         cluster, serial = from_u64(key), from_u64(value)
         member = txn.record(serial) if txn.has_record(serial) else None

@@ -38,7 +38,7 @@ from .index import DocRecord, IndexTxn, content_key, from_u64, serial_key, u64
 from .lookup import RecentMirror, merge_recent, pack_recent, unpack_recent
 from .sites import remove_rekeyed
 
-__all__ = ["ForgetReport", "ForgetRequests", "forget", "sweep_expired", "rebuild_tables", "RETENTION_POSITION"]
+__all__ = ["ForgetReport", "ForgetRequests", "forget", "dissolve", "serials_with_id", "sweep_expired", "rebuild_tables", "RETENTION_POSITION"]
 
 RETENTION_POSITION = "retention:next-serial"
 
@@ -95,12 +95,12 @@ def _forget_one(txn: IndexTxn, bands: BandTables, record: DocRecord, report: For
     if record.cluster and not record.kept:
         txn.delete("members", serial_key(record.cluster), serial)
     if record.kept:
-        report.released += _dissolve(txn, record.serial)
+        report.released += dissolve(txn, record.serial)
         report.dissolved += 1
     txn.count(documents=-1, kept=-int(record.kept), duplicates=-int(not record.kept), exact=-int(record.exact))
 
 
-def _dissolve(txn: IndexTxn, cluster: int) -> int:
+def dissolve(txn: IndexTxn, cluster: int) -> int:
     """Release every remaining member of a cluster whose representative is gone."""
     cursor = txn.txn.cursor(db=txn.dbs["members"])
     members = [from_u64(v) for v in cursor.iternext_dup()] if cursor.set_key(serial_key(cluster)) else []

@@ -15,9 +15,10 @@ shingles      serial                                 sorted unique uint32 shingl
 ids           first 2 B of the id's BLAKE2b-64       its other 6 B + a serial (4 B) with that id
                                                      hash (dupsort, 10 B each; ``hashed``; a hit
                                                      is compared with the record's id)
-content       first 2 B of the content hash          its next 6 B + the serial (4 B) of the first
-              (BLAKE2b-128 of the normalized text)   document of each content (dupsort, 10 B each;
-                                                     a hit is compared with the record's hash)
+content       first 2 B of the content hash          its next 6 B + the serial (4 B) of each
+              (BLAKE2b-128 of the normalized text)   document with that content, the first first
+                                                     (dupsort, 10 B each; a hit is compared with
+                                                     the record's hash)
 members       cluster serial (4 B)                   its duplicates' serials (4 B; dupsort; the
                                                      representative is the cluster serial)
 positions     source name                            JSON input position

@@ -50,7 +50,8 @@ class RecentMirror:
     def __init__(self) -> None:
         self._first_of_id: dict[bytes, int] = {}  # ints, not lists: the garbage collector skips such a dict
         self._more_of_id: dict[bytes, list[int]] = {}  # later serials of the few ids seen more than once
-        self.content: dict[bytes, int] = {}
+        self.content: dict[bytes, int] = {}  # content hash -> its first mirrored document
+        self._more_of_content: dict[bytes, list[int]] = {}  # later documents of the few contents seen again
         self._settled = _band_entries()  # (keys sorted, serial of each, band of each)
         self._fresh: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # the same, one per latest batch
         self._fresh_entries = 0
@@ -83,7 +84,8 @@ class RecentMirror:
         for serial, ident, digest in entries:
             if first.setdefault(ident, serial) != serial:
                 self._more_of_id.setdefault(ident, []).append(serial)
-            content.setdefault(digest, serial)
+            if content.setdefault(digest, serial) != serial:
+                self._more_of_content.setdefault(digest, []).append(serial)
         if entries:
             self.last_serial = max(self.last_serial, entries[-1][0])
         self.documents += len(entries)
@@ -162,7 +164,15 @@ class RecentMirror:
         self._first_of_id = {ident: found[0] for ident, found in remaining.items() if found}
         self._more_of_id = {ident: found[1:] for ident, found in remaining.items() if len(found) > 1}
         for digest in [d for d, s in self.content.items() if s in serials]:
-            del self.content[digest]
+            later = [s for s in self._more_of_content.pop(digest, ()) if s not in serials]
+            if later:  # the next document of that content becomes its first
+                self.content[digest] = later[0]
+                if later[1:]:
+                    self._more_of_content[digest] = later[1:]
+            else:
+                del self.content[digest]
+        for digest, later in list(self._more_of_content.items()):
+            self._more_of_content[digest] = [s for s in later if s not in serials]
         self.drop_band_entries(serials)
 
     def drop_band_entries(self, serials: set[int]) -> None:
@@ -179,7 +189,8 @@ class RecentMirror:
         as sorted (key, value, whole content hash) triples, made once per merge."""
         if self._sorted is None:
             ids = sorted(entry(ident, serial) for ident, serials in self.id_serials() for serial in serials)
-            contents = sorted((*entry(content_key(c), serial), c) for c, serial in self.content.items())
+            contents = sorted((*entry(content_key(c), serial), c) for c, first in self.content.items()
+                              for serial in (first, *self._more_of_content.get(c, ())))
             self._sorted = ids, contents
         return self._sorted
 
@@ -301,18 +312,9 @@ def merge_slice(txn: IndexTxn, mirror: RecentMirror, bands: "BandTables", number
     raw, dbs = txn.txn, txn.dbs
     ids, contents = mirror.table_pairs()
     raw.cursor(db=dbs["ids"]).putmulti(_prefix_range(ids, low, high), dupdata=True)
-    raw.cursor(db=dbs["content"]).putmulti(_new_contents(txn, _prefix_range(contents, low, high)), dupdata=True)
+    raw.cursor(db=dbs["content"]).putmulti([(key, value) for key, value, _ in _prefix_range(contents, low, high)],
+                                           dupdata=True)
     bands.insert_slice(txn, mirror, number, slices)
-
-
-def _new_contents(txn: IndexTxn, entries: list[tuple[bytes, bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """The (key, serial) pairs of ``entries`` whose whole content hash the content table does not hold yet.
-
-    The table keeps the first document of each content (as it did when keyed
-    by the whole hash): a later one, or the same one merged again, is left out.
-    """
-    held = _stored_first_documents(txn, [content for _, _, content in entries], txn.record)
-    return [(key, value) for key, value, content in entries if content not in held]
 
 
 def _stored_first_documents(txn: IndexTxn, contents: list[bytes],

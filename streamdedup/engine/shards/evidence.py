@@ -61,8 +61,9 @@ class Evidence:
     ``max_candidates`` of each key. ``matches``: (row, serial, Jaccard) of
     every candidate at or above the threshold, and ``names`` their ids.
     ``rekeys``: (row, serial, band keys) of the shard's first pages rekeyed at
-    that row (site templates). Round one fills the first two, round two the
-    rest.
+    that row (site templates). ``unmatchable``: the kept documents among
+    them, and among the first round's twins' representatives, past
+    retention. Round one fills the first two, round two the rest.
     """
 
     replays: dict = field(default_factory=dict)
@@ -72,18 +73,20 @@ class Evidence:
     matches: list = field(default_factory=list)
     names: dict = field(default_factory=dict)
     rekeys: list = field(default_factory=list)
+    unmatchable: list = field(default_factory=list)
 
     def pack(self) -> bytes:
         return msgpack.packb([self.replays, self.twins, self.found_keys.astype("<u8").tobytes(),
-                              self.found_serials.astype("<i8").tobytes(), self.matches, self.names, self.rekeys],
-                             use_bin_type=True)
+                              self.found_serials.astype("<i8").tobytes(), self.matches, self.names, self.rekeys,
+                              self.unmatchable], use_bin_type=True)
 
     @classmethod
     def unpack(cls, data: bytes) -> "Evidence":
-        replays, twins, keys, serials, matches, names, rekeys = msgpack.unpackb(data, strict_map_key=False)
+        replays, twins, keys, serials, matches, names, rekeys, unmatchable = msgpack.unpackb(data,
+                                                                                             strict_map_key=False)
         return cls(replays, twins, np.frombuffer(keys, "<u8").astype(np.uint64),
                    np.frombuffer(serials, "<i8").astype(np.int64), [tuple(m) for m in matches], names,
-                   [tuple(r) for r in rekeys])
+                   [tuple(r) for r in rekeys], unmatchable)
 
 
 def row_ids(batch: PreparedBatch) -> list[str]:
@@ -111,13 +114,17 @@ def content_evidence(txn: IndexTxn, mirror: RecentMirror, batch: PreparedBatch, 
 
 def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch: PreparedBatch,
                   lookup_keys: np.ndarray, content: Optional[BatchContent], first: Optional["OwnFirstPages"],
-                  threshold: float, max_candidates: int, min_shared: int) -> Evidence:
+                  threshold: float, max_candidates: int, min_shared: int, cutoff: Optional[float] = None,
+                  representatives: frozenset = frozenset()) -> Evidence:
     """Round two: the stored band entries under the batch's lookup keys and this shard's matches.
 
     With site templates (``content``), a row's content and each candidate's
     are as the templates stand at that row, and ``first`` rekeys this
     shard's first pages of sites that settle in the batch (as
     ``sitelearning.FirstPages`` does), which makes them candidates of later rows.
+    With retention (``cutoff``), the shard's kept documents among the
+    candidates and ``representatives`` (of the first round's twins) decided
+    before it are named unmatchable.
     """
     records = _RecordCache(txn)
     evidence = Evidence()
@@ -145,6 +152,10 @@ def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch:
                 matches.verify(row, serial, timeline)
     evidence.matches = matches.found
     evidence.names = {serial: records.get(serial).id for _, serial, _ in matches.found}
+    if cutoff is not None:
+        held = set(found_serials.tolist()) | {serial for _, serial, _ in evidence.rekeys}
+        held |= {serial for serial in representatives if txn.has_record(serial)}
+        evidence.unmatchable = sorted(s for s in held if records.get(s).expired or records.get(s).time < cutoff)
     return evidence
 
 

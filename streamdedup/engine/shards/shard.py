@@ -7,8 +7,9 @@ from typing import Callable, Optional
 
 from ...config import Config
 from ...core.prepare import PreparedBatch
-from ...core.records import Document
+from ...core.records import Document, id_key
 from ...errors import ConfigError, IndexUnusableError
+from ...store.housekeeping import ForgetReport, dissolve, forget, serials_with_id
 from ...store.index import IndexTxn
 from ...store.lookup import write_documents
 from ...store.sites import provisional_pages, remove_rekeyed, set_provisional_pages, write_rekeyed
@@ -23,12 +24,7 @@ PLACE = "shard"  # the index's position entry naming its shard: [number, count]
 
 def unsupported_in_shards(config: Config) -> list[str]:
     """The settings a sharded deployment does not decide as one worker yet, as ``section.key = value``."""
-    found = []
-    if config.excerpts.enabled:
-        found.append("excerpts.enabled = true")
-    if config.index.retention_days > 0:
-        found.append(f"index.retention_days = {config.index.retention_days}")
-    return found
+    return ["excerpts.enabled = true"] if config.excerpts.enabled else []
 
 
 Exchange = Callable[[Evidence], list[Evidence]]  # publish this shard's evidence, return every shard's
@@ -47,6 +43,8 @@ class ShardEngine(Engine):
         super().__init__(config, state, clock=clock)
         self.place = place
         self.rules = Rules(self.signing, self.settings.threshold, self.settings.max_candidates)
+        self._batch_time = 0.0
+        self.clock = lambda: self._batch_time or clock()  # the retention sweep follows the batches' time
         try:
             self.index.write(self._claim)
         except BaseException:
@@ -70,8 +68,9 @@ class ShardEngine(Engine):
     @property
     def two_rounds(self) -> bool:
         """Whether a batch needs a second round of evidence: with site templates, pages are looked up by their
-        content, which depends on which contents every shard has seen (round one)."""
-        return self.templates is not None
+        content, which depends on which contents every shard has seen (round one); with retention, whether
+        the first round's twins still match is asked of their representatives' shards."""
+        return self.templates is not None or self.settings.retention_s > 0
 
     def evidence(self, batch: PreparedBatch) -> Evidence:
         """This shard's first-round evidence on ``batch``, against its last committed state (with the band
@@ -85,10 +84,42 @@ class ShardEngine(Engine):
         found.replays, found.twins = evidence.replays, evidence.twins
         return found
 
-    def _band_evidence(self, txn: IndexTxn, batch: PreparedBatch, lookup_keys, content, first) -> Evidence:
+    def _band_evidence(self, txn: IndexTxn, batch: PreparedBatch, lookup_keys, content, first,
+                       now: Optional[float] = None, first_round: list = ()) -> Evidence:
         settings = self.settings
+        cutoff = now - settings.retention_s if settings.retention_s > 0 and now is not None else None
+        representatives = frozenset(twin[1] for e in first_round for twin in e.twins.values())
         return band_evidence(txn, self.mirror, self.bands, batch, lookup_keys, content, first, settings.threshold,
-                             settings.max_candidates, self.signing.min_shared)
+                             settings.max_candidates, self.signing.min_shared, cutoff, representatives)
+
+    def forget_evidence(self, ids: list[str]) -> list:
+        """Forgetting across shards, round one: [serial, kept] of every version of the ids this shard holds."""
+        with self.index.read() as txn:
+            own = [doc_id for doc_id in ids if self.place.owns(id_key(doc_id))]
+            return [[serial, txn.record(serial).kept] for doc_id in own
+                    for serial in serials_with_id(txn, self.mirror, doc_id)]
+
+    def forget_together(self, ids: list[str], found: list, bookkeeping: Optional[Callable[[IndexTxn], None]] = None
+                        ) -> ForgetReport:
+        """Forget ``ids`` everywhere: this shard's versions of them, and its members of the clusters whose
+        representative another shard forgets (``found``: every shard's ``forget_evidence``)."""
+        mine = [doc_id for doc_id in ids if self.place.owns(id_key(doc_id))]
+        elsewhere = sorted(serial for serial, kept in found if kept and not self._holds(serial))
+
+        def work(txn: IndexTxn) -> ForgetReport:
+            report = forget(txn, self.mirror, self.bands, mine)
+            for serial in elsewhere:
+                report.released += dissolve(txn, serial)
+                report.dissolved += 1
+            if bookkeeping is not None:
+                bookkeeping(txn)
+            return report
+
+        return self.index.write(work)
+
+    def _holds(self, serial: int) -> bool:
+        with self.index.read() as txn:
+            return txn.has_record(serial)
 
     def owned(self, batch: PreparedBatch) -> list[bool]:
         """Which of the batch's items this shard stores and sends out: documents by their id hash, the
@@ -103,15 +134,18 @@ class ShardEngine(Engine):
         transaction (``Engine.commit`` commits it). With two rounds, ``exchange`` publishes this shard's
         second-round evidence and returns every shard's (it may be called again for the same batch)."""
         self.bands.loaded_filter()
+        self._batch_time = max(self._batch_time, now)
 
         def work(txn: IndexTxn):
-            lookup_keys, content, every = batch.keys, None, evidences
-            if self.two_rounds:
+            lookup_keys, content, first, every = batch.keys, None, None, evidences
+            if self.templates is not None:
                 seen = _SeenContents(evidences).for_batch(batch)
                 content = self.templates.content(txn, seen, batch)
                 lookup_keys = seen.keys if seen.keys is not None else batch.keys
                 first = OwnFirstPages(txn, self.signing)
-                every = evidences + exchange(self._band_evidence(txn, batch, lookup_keys, content, first))
+            if self.two_rounds:
+                every = evidences + exchange(self._band_evidence(txn, batch, lookup_keys, content, first, now,
+                                                                 evidences))
             together = decide_together(batch, every, self.rules, txn.counters.get("next_serial", 0) + 1, now,
                                        lookup_keys, content, lambda site: provisional_pages(txn, site))
             for site, pages in together.provisional.items():

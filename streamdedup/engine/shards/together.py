@@ -95,7 +95,9 @@ class _State:
         self.similarity: dict = {}
         self.names: dict = {}
         rekeys: dict = {}
+        self.unmatchable: set = set()  # stored kept documents past retention
         for evidence in evidences:
+            self.unmatchable.update(evidence.unmatchable)
             self.replays.update(evidence.replays)
             for row, twin in evidence.twins.items():  # the first document of a content, over every shard
                 if row not in self.twins or twin[0] < self.twins[row][0]:
@@ -139,7 +141,7 @@ class _State:
         serial = self.first_serial + len(self.records)
         site = self.sites[row]
         twin = self._twin(row, content)
-        if twin is not None and twin.cluster:  # cluster 0: dissolved by forget
+        if twin is not None and twin.cluster and self._matchable(twin.cluster):  # cluster 0: dissolved by forget
             return self._insert(DocRecord.exact_copy_of(twin, serial, doc, content, self.now, site), ident, row)
         match, similarity = self._best_match(row, self.own_content(row))
         if match is not None:
@@ -201,6 +203,9 @@ class _State:
         if rules.signing.min_shared > 1 and len(serials):
             enough = shared >= rules.signing.min_shared
             serials, shared = serials[enough], shared[enough]
+        if self.unmatchable and len(serials):
+            live = np.array([self._matchable(s) for s in serials.tolist()], dtype=bool)
+            serials, shared = serials[live], shared[live]
         if len(serials) > rules.max_candidates:
             serials = serials[np.lexsort((serials, -shared))[: rules.max_candidates]]
         best, best_similarity = None, -1.0
@@ -213,6 +218,10 @@ class _State:
                     similarity > best_similarity or (similarity == best_similarity and serial < best)):
                 best, best_similarity = serial, similarity
         return best, (best_similarity if best is not None else None)
+
+    def _matchable(self, representative: int) -> bool:
+        """Whether the kept document ``representative`` may still be matched (retention: see ``decide``)."""
+        return representative not in self.unmatchable
 
     def _insert(self, record: DocRecord, ident: bytes, row: int) -> Decision:
         self.records.append((record, row))

@@ -13,8 +13,8 @@ import time
 from typing import Optional
 
 from ...config import Config, kafka_client_settings
-from ...core.signed import unpack_signed
-from ...engine.shards.evidence import Evidence, ShardPlace
+from ...core.signed import ForgetOrder, unpack_signed
+from ...engine.shards.evidence import ShardPlace
 from ...engine.shards.shard import ShardEngine
 from ...errors import BrokerUnavailableError, IndexUnusableError
 from ...ops.logs import Log
@@ -60,9 +60,10 @@ class EvidenceBoard:
         self._found.clear()
         self._last = None
 
-    def gather(self, offset: int, round_: str) -> tuple[list[Evidence], dict]:
-        """Every shard's evidence of round ``round_`` ("a" or "b") on the batch at signed ``offset``, and each
-        partition's offset after it. Asked again for the same, it answers the same (a batch decided again)."""
+    def gather(self, offset: int, round_: str) -> tuple[list[bytes], dict]:
+        """Every shard's evidence of round ``round_`` ("a", "b"; "f" for a forget order) on the signed message at
+        ``offset``, in shard order, and each partition's offset after it. Asked again for the same, it
+        answers the same (a batch decided again)."""
         wanted = (offset, round_)
         if self._last is not None and self._last[0] == wanted:
             return self._last[1]
@@ -87,8 +88,7 @@ class EvidenceBoard:
                 self.log.warning("waiting_for_shards", batch=offset, round=round_,
                                  missing=",".join(map(str, missing)), waited_s=round(waited, 1))
         here = self._found.pop(wanted)
-        result = ([Evidence.unpack(here[n][0]) for n in range(self.count)],
-                  {n: here[n][1] + 1 for n in range(self.count)})
+        result = [here[n][0] for n in range(self.count)], {n: here[n][1] + 1 for n in range(self.count)}
         self._last = (wanted, result)
         return result
 
@@ -197,8 +197,14 @@ class ShardLoop(WorkerLoop):
             batches = session.next_batches(self.config.worker.poll_timeout_ms)
             for offset, batch in batches:
                 began = time.monotonic()
+                if isinstance(batch, ForgetOrder):
+                    report = session.commit.forget(offset, batch.ids)
+                    self.log.info("forgotten", role="shard", signed=offset, ids=len(report.forgotten),
+                                  dissolved=report.dissolved, released=report.released)
+                    continue
                 decisions = session.commit.commit(offset, batch)
                 self._after_batch(decisions, time.monotonic() - began)
+                self.engine.sweep()
             now = time.monotonic()
             if not batches or now - last_lag_check > LAG_CHECK_S:
                 last_lag_check = now

@@ -29,7 +29,7 @@ from ..sink import kept_record_bytes, topic_limits
 from ..source import KafkaSource
 from .topics import SIGNED_MESSAGE_BYTES, ensure_internal_topics
 
-__all__ = ["run_signer", "signed_chunks"]
+__all__ = ["run_signer", "signed_chunks", "queue_forget"]
 
 BACKOFF_S = (1.0, 30.0)
 
@@ -151,3 +151,20 @@ def run_signer(config: Config, log: Log, stopper, until_idle_s: Optional[float] 
         telemetry.stopping = True
         telemetry.stop()
         log.info("stopped", role="sign", records=signed)
+
+
+def queue_forget(config: Config, ids: list[str]) -> int:
+    """``streamdedup forget`` on a sharded deployment: the order goes into the signed topic, where every shard
+    meets it at the same place in the decision order; returns its offset there."""
+    from kafka import KafkaProducer
+
+    from ...core.signed import pack_forget
+
+    ensure_internal_topics(config)
+    producer = KafkaProducer(**{"acks": "all", "max_request_size": SIGNED_MESSAGE_BYTES,
+                                **kafka_client_settings(config.kafka, "producer")})
+    try:
+        sent = producer.send(config.shards.signed_topic, partition=0, value=pack_forget(ids))
+        return sent.get(timeout=config.worker.kafka_timeout_s).offset
+    finally:
+        producer.close(timeout=5)
