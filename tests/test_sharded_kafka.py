@@ -127,6 +127,11 @@ def test_three_shards_and_two_signers_decide_as_one_worker(kafka, tmp_path, sett
     assert got == expected
     kinds = {v[0] for v in got.values()}
     assert kinds == {"clean", "duplicates", "dead_letter"}
+    places = {where: tuple(map(int, header(outs[0][1], "streamdedup.order").split(b"/")))
+              for where, outs in found.items()}
+    assert len(set(places.values())) == len(places)  # each outcome's own place in the decision order
+    in_order = sorted(places, key=places.get)
+    assert in_order == sorted(places)  # one input partition: the decision order is the input's
 
 
 def test_a_shard_refuses_the_wrong_shard_number_with_what_to_do(kafka, tmp_path):
@@ -178,3 +183,51 @@ def test_forgetting_in_the_middle_of_the_stream_decides_as_one_worker(kafka, tmp
         _stop(shards)
     assert len(first) > 0
     assert got == expected
+
+
+def _agreement(texts_in_order: list[str], statuses: list[str]) -> float:
+    """The share of documents whose status is the exact greedy reference's, taken in this order."""
+    from test_accuracy import exact_reference
+
+    reference = exact_reference(texts_in_order)
+    return sum(r[0] == s for r, s in zip(reference, statuses)) / len(statuses)
+
+
+def test_three_input_partitions_decisions_record_their_order_and_agree_with_the_exact_greedy(kafka, tmp_path):
+    """Several partitions: the order is the signed topic's; decisions match the exact greedy reference in it
+    at least as well as the single worker's match it in the worker's own order."""
+    from streamdedup.engine.engine import Engine
+    from streamdedup import config as config_module
+
+    docs = corpus.generate(300, seed=21)
+    text_of = {(n % 3, n // 3): d.text for n, d in enumerate(docs)}
+    records = [(d.id.encode(), json.dumps({"id": d.id, "text": d.text}).encode()) for d in docs]
+    single = Topics.fresh(kafka, partitions=3)
+    produce(kafka, single.raw, records, partition_of=lambda n: n % 3)
+    assert run_worker(tmp_path / "single", single, kafka, *OFF).returncode == 0
+    cfg = config_module.load(None, ("templates.enabled=false",), environ={})
+    with Engine(cfg, str(tmp_path / "single"), readonly=True) as engine, engine.index.read() as txn:
+        decided = sorted(txn.records(), key=lambda r: r.serial)
+    single_order = [(r.source[1], r.source[2]) for r in decided]
+    single_status = ["kept" if r.kept else "duplicate" for r in decided]
+
+    topics = _sharded_topics(kafka, single.raw)
+    tag = uuid.uuid4().hex[:8]
+    processes = [subprocess.Popen(_role_command(topics, kafka, 3, tag, "--role", "shard", "--shard", str(n),
+                                                "--state", str(tmp_path / f"shard-{n}"), *OFF),
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for n in range(3)]
+    processes += [subprocess.Popen(_role_command(topics, kafka, 3, tag, "--role", "sign", "--until-idle", "6",
+                                                 "--set", "worker.batch_size=50", *OFF),
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for _ in range(2)]
+    try:
+        found = _wait_for_outcomes(kafka, topics, len(records), processes)
+    finally:
+        _stop(processes)
+    place = {where: tuple(map(int, header(outs[0][1], "streamdedup.order").split(b"/")))
+             for where, outs in found.items()}
+    order = sorted(place, key=place.get)
+    status = ["kept" if found[where][0][0] == "clean" else "duplicate" for where in order]
+    sharded = _agreement([text_of[w] for w in order], status)
+    alone = _agreement([text_of[w] for w in single_order], single_status)
+    assert len(order) == len(records) and len(set(place.values())) == len(records)
+    assert sharded >= alone - 1 / len(records) and sharded > 0.99, (sharded, alone)

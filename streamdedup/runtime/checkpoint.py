@@ -129,7 +129,7 @@ from ..engine.engine import Engine, collector_paused
 from ..errors import IndexUnusableError
 from ..faults import reached
 from ..store.index import Index, IndexTxn
-from .sink import FileOutputs
+from .sink import HEADER_PREFIX, FileOutputs
 from .source import FilePosition
 
 __all__ = ["FileRun", "Resume", "KafkaCommit", "ShardCommit", "StartPlan", "start_plan", "WORKER_POSITIONS"]
@@ -340,6 +340,7 @@ def start_plan(stored: dict, committed: dict, beginnings: dict, has_sink: bool, 
     return StartPlan(fresh, gaps, starts, warnings)
 
 
+ORDER_HEADER = HEADER_PREFIX + "order"  # an outcome's place in a sharded deployment's decision order
 SHARD_SIGNED = "shards:signed"  # a shard's next signed offset to decide (``ShardCommit``)
 SHARD_EVIDENCE = "shards:evidence:"  # + shard number: where to read that shard's evidence from
 SHARD_INPUT = "shards:input:"  # + topic:partition: the next input offset the shards take
@@ -411,10 +412,11 @@ class ShardCommit:
             owned = engine.owned(batch.prepared)
             records = [r for r, mine in zip(batch.records, owned) if mine]
             decisions = [d for d, mine in zip(decided.decisions, owned) if mine]
+            places = [f"{offset}/{i}".encode() for i, mine in enumerate(owned) if mine]
             # Step 5. This shard's outcomes and the group's signed offset in one Kafka transaction.
             try:
                 if emit:
-                    self._kafka_transaction(records, decisions, offset + 1)
+                    self._kafka_transaction(records, decisions, places, offset + 1)
             except BaseException:
                 decided.abort()
                 raise
@@ -464,14 +466,19 @@ class ShardCommit:
                            key=f"{offset}/{round_}".encode(), value=value)
         sink.commit(self.kafka_timeout_s)
 
-    def _kafka_transaction(self, records: list, decisions: list[Decision], after: int) -> None:
+    def _kafka_transaction(self, records: list, decisions: list[Decision], places: list[bytes], after: int) -> None:
+        """Step 5; each outcome says its place in the deployment's decision order (``streamdedup.order``:
+        signed offset / item of the batch)."""
         from kafka import TopicPartition
 
         sink = self.sink
         sink.begin()
         reached("shard-kafka-begun")
         offsets = sink.send_offsets({TopicPartition(self.board.signed_topic, 0): after}, self.group_id)
-        sink.send(sink.messages(records, decisions))
+        messages = sink.messages(records, decisions)
+        for (_, message), place in zip(messages, [p for p, d in zip(places, decisions) if not d.replayed]):
+            message["headers"] = message["headers"] + [(ORDER_HEADER, place)]
+        sink.send(messages)
         offsets.wait(self.kafka_timeout_s, "the signed offset to join the Kafka transaction")
         sink.commit(self.kafka_timeout_s)
         reached("shard-kafka-committed")

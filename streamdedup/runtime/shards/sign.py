@@ -32,6 +32,7 @@ from .topics import SIGNED_MESSAGE_BYTES, ensure_internal_topics
 __all__ = ["run_signer", "signed_chunks", "queue_forget"]
 
 BACKOFF_S = (1.0, 30.0)
+ORDER_HEADER_BYTES = 64  # room for the ``streamdedup.order`` header a shard adds to a kept record
 
 
 def signed_chunks(records: list[RawRecord], limit: int) -> list[list[RawRecord]]:
@@ -72,7 +73,10 @@ class _Signer:
         spec = InputSpec.from_section(self.config.input)
         clean = self.config.output.clean_topic
         limit = topic_limits(settings, [clean]).get(clean, 0)
-        return dataclasses.replace(spec, max_output_bytes=limit, kept_bytes=kept_record_bytes) if limit else spec
+        if not limit:
+            return spec
+        return dataclasses.replace(spec, max_output_bytes=limit,
+                                   kept_bytes=lambda *record: kept_record_bytes(*record) + ORDER_HEADER_BYTES)
 
     def sign_once(self, timeout_ms: int) -> int:
         """Read, sign and send one poll's records, then commit the group's offsets; returns how many."""
