@@ -98,8 +98,10 @@ def _sharded(cfg, path, batches, count, times=None, forgets=None):
                 thread.join()
             if errors:
                 raise errors[0]
-            assert all(d == each[0] for d in each), "shards disagree on a batch"
-            decided.extend(_fields(d) for d in each[0])
+            for position in range(len(items)):  # a shard leaves out the decisions of others' kept documents
+                found = [d[position] for d in each if d[position] is not None]
+                assert found and all(f == found[0] for f in found), "shards disagree on a batch"
+                decided.append(_fields(found[0]))
             if forgets and len(decided) and batches.index(items) in forgets:
                 ids = forgets[batches.index(items)]
                 found = [pair for shard in shards for pair in shard.forget_evidence(ids)]

@@ -131,10 +131,12 @@ class ShardEngine(Engine):
     def decide_together(self, batch: PreparedBatch, evidences: list[Evidence], now: float,
                         exchange: Optional[Exchange] = None, bookkeeping: Optional[Bookkeeping] = None) -> DecidedBatch:
         """Decide ``batch`` from every shard's evidence and write this shard's documents, in a prepared
-        transaction (``Engine.commit`` commits it). With two rounds, ``exchange`` publishes this shard's
-        second-round evidence and returns every shard's (it may be called again for the same batch)."""
+        transaction (``Engine.commit`` commits it); the decisions of the items it does not own may be None
+        (``decide_together``). With two rounds, ``exchange`` publishes this shard's second-round evidence
+        and returns every shard's (it may be called again for the same batch)."""
         self.bands.loaded_filter()
         self._batch_time = max(self._batch_time, now)
+        owned = self.owned(batch)
 
         def work(txn: IndexTxn):
             lookup_keys, content, first, every = batch.keys, None, None, evidences
@@ -147,7 +149,7 @@ class ShardEngine(Engine):
                 every = evidences + exchange(self._band_evidence(txn, batch, lookup_keys, content, first, now,
                                                                  evidences))
             together = decide_together(batch, every, self.rules, txn.counters.get("next_serial", 0) + 1, now,
-                                       lookup_keys, content, lambda site: provisional_pages(txn, site))
+                                       lookup_keys, content, lambda site: provisional_pages(txn, site), owned)
             for site, pages in together.provisional.items():
                 set_provisional_pages(txn, site, pages)
             self._write_rekeyed(txn, batch, together)
@@ -161,9 +163,8 @@ class ShardEngine(Engine):
 
     def _write_rekeyed(self, txn: IndexTxn, batch: PreparedBatch, together: Together) -> None:
         """The band keys of this shard's own first pages of the batch, rekeyed in it."""
-        first = together.records[0][0].serial if together.records else 0
         for serial, keys in together.rekeyed.items():
-            if self.place.owns(batch.id_keys[together.records[serial - first][1]]):
+            if self.place.owns(batch.id_keys[together.records[serial - together.first_serial][1]]):
                 remove_rekeyed(txn, serial)
                 write_rekeyed(txn, serial, keys)
 

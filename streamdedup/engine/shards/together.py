@@ -40,11 +40,13 @@ class Rules:
 
 @dataclass
 class Together:
-    """A batch's decisions (one per item), the records of its documents in serial order (record, row), and
-    the first pages each learning site it touched has now (to write into every shard's index)."""
+    """A batch's decisions (one per item; None: kept, not asked for), the records of its documents in serial
+    order (record, row; None: not made, see ``decide_together``), and the first pages each learning site it
+    touched has now (to write into every shard's index)."""
 
-    decisions: list[Decision]
-    records: list[tuple[DocRecord, int]]
+    decisions: list[Optional[Decision]]
+    records: list[tuple[Optional[DocRecord], int]]
+    first_serial: int
     serials: int  # serials the batch used
     provisional: dict = field(default_factory=dict)
     rekeyed: dict = field(default_factory=dict)  # serial -> band keys: the batch's own first pages rekeyed
@@ -52,12 +54,17 @@ class Together:
 
 def decide_together(batch: PreparedBatch, evidences: list[Evidence], rules: Rules, first_serial: int, now: float,
                     lookup_keys: Optional[np.ndarray] = None, content: Optional[BatchContent] = None,
-                    provisional_pages: Callable[[int], list[int]] = lambda site: []) -> Together:
+                    provisional_pages: Callable[[int], list[int]] = lambda site: [],
+                    mine: Optional[list[bool]] = None) -> Together:
     """Decide ``batch`` from every shard's evidence; its documents are numbered from ``first_serial``.
 
     ``lookup_keys``: the band keys rows are looked up by (default: their
     signed keys); with site templates, ``content`` (``SiteTemplates.content``)
     and the committed first pages of a site (``provisional_pages``).
+    ``mine``: the items whose decisions and records the caller wants (default:
+    all); the others are decided all the same, but a document kept at once
+    gets no decision (None) and its record is made only if a later document
+    names it, which is most of the work of a batch for a shard of many.
     """
     lookup_keys = batch.keys if lookup_keys is None else lookup_keys
     asked, rows, _ = batch_band_keys(lookup_keys)
@@ -67,16 +74,17 @@ def decide_together(batch: PreparedBatch, evidences: list[Evidence], rules: Rule
     state = _State(batch, evidences, hits, keys_shared_within(asked, rows), rules, first_serial, now, lookup_keys,
                    content, provisional_pages)
     decisions = []
-    for item, row in zip(batch.items, batch.row):
+    for i, (item, row) in enumerate(zip(batch.items, batch.row)):
         if isinstance(item, Rejected):
             decisions.append(Decision.rejected(item))
             continue
         if content is not None:
             state.templates_at(row)
-        decisions.append(state.decide(item, row))
+        decisions.append(state.decide(item, row, mine is None or mine[i]))
     if state.first is None:
-        return Together(decisions, state.records, len(state.records))
-    return Together(decisions, state.records, len(state.records), state.first.pages, state.first.rekeyed_here)
+        return Together(decisions, state.records, first_serial, len(state.records))
+    return Together(decisions, state.records, first_serial, len(state.records), state.first.pages,
+                    state.first.rekeyed_here)
 
 
 class _State:
@@ -110,10 +118,16 @@ class _State:
         self.by_content: dict[bytes, int] = {}
         self.kept_by_key: dict[int, list[int]] = {}
         self.shingles: dict[int, np.ndarray] = {}
+        self._unwanted: dict[int, object] = {}  # serial -> document: kept at once, record not made yet
         self.first = _FirstPages(self, rekeys, provisional_pages) if content is not None else None
 
     def record(self, serial: int) -> DocRecord:
-        return self.records[serial - self.first_serial][0]
+        position = serial - self.first_serial
+        record, row = self.records[position]
+        if record is None:  # kept at once, and not the caller's: made now that a later document names it
+            record = self._new_cluster(self._unwanted.pop(serial), row, serial)
+            self.records[position] = (record, row)
+        return record
 
     def own_content(self, row: int) -> np.ndarray:
         return self.batch.shingles.of(row) if self.content is None else self.content.shingles[row]
@@ -132,9 +146,12 @@ class _State:
         for site in content.settles.get(row, ()):
             self.first.rekey(site, row, row not in content.provisional)
 
-    def decide(self, doc, row: int) -> Decision:
+    def decide(self, doc, row: int, wanted: bool = True) -> Optional[Decision]:
         batch = self.batch
         ident, content = batch.id_keys[row], batch.contents[row]
+        if self._alone(row, ident, content):  # most documents: new, and nothing to compare them with
+            return self._kept(doc, row, self.first_serial + len(self.records), ident, content, self.sites[row],
+                              wanted)
         replayed = self._replayed(row, ident, content, doc.id)
         if replayed is not None:
             return replayed
@@ -150,18 +167,34 @@ class _State:
             return self._insert(record, ident, row)
         return self._kept(doc, row, serial, ident, content, site)
 
-    def _kept(self, doc, row: int, serial: int, ident: bytes, content: bytes, site: int) -> Decision:
-        keys = self.lookup_keys[row].astype(">u4").tobytes() if row in self.rekeyed_rows else b""
-        record = DocRecord.new_cluster(serial, doc, content, keys, self.now, site)
+    def _alone(self, row: int, ident: bytes, content: bytes) -> bool:
+        """Whether row ``row`` is surely kept without a look at anything (``decide._alone``): no shard knows
+        its id or content, nor holds a document sharing a band key, no earlier row shares one either."""
+        bounds = self.hits.bounds
+        return (bounds[row] == bounds[row + 1] and row not in self.shared_within and row not in self.replays
+                and row not in self.twins and ident not in self.by_id and content not in self.by_content
+                and (self.first is None or not self.first.rekeyed))
+
+    def _kept(self, doc, row: int, serial: int, ident: bytes, content: bytes, site: int,
+              wanted: bool = True) -> Optional[Decision]:
         self.shingles[serial] = self.batch.shingles.of(row)
         for key in self.shared_within.get(row, ()):  # only keys a later row may ask for
             holders = self.kept_by_key.setdefault(key, [])
             if len(holders) < self.rules.max_candidates:  # the earliest, as for stored documents
                 holders.append(serial)
-        decision = self._insert(record, ident, row)
         if self.content is not None and row in self.content.provisional:
             self.first.kept(site, serial)
-        return decision
+        if wanted:
+            return self._insert(self._new_cluster(doc, row, serial), ident, row)
+        self._unwanted[serial] = doc
+        self.records.append((None, row))
+        self.by_id.setdefault(ident, []).append(serial)
+        self.by_content.setdefault(content, serial)
+        return None
+
+    def _new_cluster(self, doc, row: int, serial: int) -> DocRecord:
+        keys = self.lookup_keys[row].astype(">u4").tobytes() if row in self.rekeyed_rows else b""
+        return DocRecord.new_cluster(serial, doc, self.batch.contents[row], keys, self.now, self.sites[row])
 
     def _replayed(self, row: int, ident: bytes, content: bytes, doc_id: str):
         earlier = self.replays.get(row)
