@@ -99,9 +99,10 @@ def _stop(processes) -> None:
             process.stderr.close()
 
 
-@pytest.mark.parametrize("settings", [[], OFF], ids=["defaults", "templates-off"])
+@pytest.mark.parametrize("settings", [[], OFF, ["--set", "excerpts.enabled=true"]],
+                         ids=["defaults", "templates-off", "excerpts"])
 def test_three_shards_and_two_signers_decide_as_one_worker(kafka, tmp_path, settings):
-    records = _records(web=not settings)
+    records = _records(web=settings != OFF)
     single = Topics.fresh(kafka)
     produce(kafka, single.raw, records)
     result = run_worker(tmp_path / "single", single, kafka, *settings)

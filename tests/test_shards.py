@@ -18,7 +18,7 @@ from streamdedup.core.records import Document, Source
 from streamdedup.engine.engine import Engine
 from streamdedup.engine.shards.evidence import Evidence, ShardPlace, owner_of
 from streamdedup.engine.shards.shard import ShardEngine
-from streamdedup.errors import ConfigError, IndexUnusableError
+from streamdedup.errors import IndexUnusableError
 
 OFF = ("templates.enabled=false",)
 
@@ -227,6 +227,12 @@ def test_forgetting_across_shards_decides_later_documents_as_one_index(tmp_path)
     assert _sharded(cfg, tmp_path / "sharded", batches, 3, forgets=forgets)[0] == single
 
 
-def test_settings_shards_do_not_support_yet_are_refused_with_what_to_change(tmp_path):
-    with pytest.raises(ConfigError, match="excerpts.enabled"):
-        ShardEngine(_config("excerpts.enabled=true"), ShardPlace(0, 2), str(tmp_path / "e"))
+@pytest.mark.parametrize("templates", ["true", "false"])
+def test_excerpts_across_shards_decide_as_one_index(tmp_path, templates):
+    """Excerpts of republished articles found through anchors every shard holds a part of."""
+    cfg = config_module.load(None, ("excerpts.enabled=true", f"templates.enabled={templates}"), environ={})
+    batches = _web_batches(pages=900, sites=12, seed=13)
+    single = _single(cfg, tmp_path / "single", batches)
+    assert sum(f[1] == "duplicate" for f in single) > sum(f[1] == "duplicate" for f in _single(
+        config_module.load(None, (f"templates.enabled={templates}",), environ={}), tmp_path / "none", batches))
+    assert _sharded(cfg, tmp_path / "sharded", batches, 3)[0] == single

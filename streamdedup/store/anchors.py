@@ -40,8 +40,8 @@ class BatchAnchors:
         flat = np.concatenate(anchors) if anchors else np.zeros(0, np.uint64)
         by_key = np.argsort(flat, kind="stable")
         asked, rows = flat[by_key], np.repeat(np.arange(len(anchors)), lengths)[by_key]
-        self._keys, serials = self._fetched(asked)
-        self._committed = Hits.found(asked, rows, len(anchors), self._keys, serials)
+        self._keys, self._serials = self._fetched(asked)
+        self._committed = Hits.found(asked, rows, len(anchors), self._keys, self._serials)
         self._earlier = self._earlier_holders(asked, rows)
         self._kept: dict[int, int] = {}  # batch row -> serial, for the batch's kept documents
 
@@ -80,6 +80,10 @@ class BatchAnchors:
             for place in range(1, len(run)):
                 earlier.setdefault(run[place], []).append((run, place, room))
         return earlier
+
+    def postings(self) -> tuple[np.ndarray, np.ndarray]:
+        """The stored (anchor, serial) postings under the batch's anchors."""
+        return self._keys, self._serials
 
     def holders(self, row: int, need: int = 1) -> tuple[np.ndarray, np.ndarray]:
         """Kept documents (stored, or earlier in this batch) holding anchors of row ``row``, and how many.

@@ -13,6 +13,7 @@ from typing import Optional
 import msgpack
 import numpy as np
 
+from ...core.excerpts import anchors_of, containment, need_of
 from ...core.lsh import band_keys
 from ...core.prepare import PreparedBatch
 from ...core.records import Rejected
@@ -20,15 +21,19 @@ from ...core.shingle import ShingleBatch
 from ...core.signing import sign_batch
 from ...core.templates import content_of
 from ...core.verify import jaccard
+from ...store.anchors import BatchAnchors
 from ...store.bands import BandTables
 from ...store.hashed import serials_of_many
 from ...store.index import DocRecord, IndexTxn
 from ...store.lookup import Hits, RecentMirror, earliest_of_each_key, first_documents, with_extra_candidates
 from ...store.sites import provisional_pages, remove_rekeyed, write_rekeyed
+from ..decide import ExcerptSettings
 from ..sitelearning import BatchContent
 
-__all__ = ["ShardPlace", "Evidence", "content_evidence", "band_evidence", "OwnFirstPages", "batch_band_keys",
-           "row_ids", "owner_of"]
+__all__ = ["ShardPlace", "Evidence", "Asking", "content_evidence", "band_evidence", "OwnFirstPages",
+           "batch_band_keys", "row_anchors", "row_ids", "owner_of"]
+
+_NO_ANCHORS = np.zeros(0, dtype=np.uint64)
 
 
 @dataclass(frozen=True)
@@ -63,7 +68,10 @@ class Evidence:
     ``rekeys``: (row, serial, band keys) of the shard's first pages rekeyed at
     that row (site templates). ``unmatchable``: the kept documents among
     them, and among the first round's twins' representatives, past
-    retention. Round one fills the first two, round two the rest.
+    retention. Excerpts: ``anchor_keys``/``anchor_serials``, the stored
+    (anchor, serial) postings under the batch's anchors, and ``sources``,
+    (row, serial, Jaccard, containment) of every document holding enough of
+    a row's anchors. Round one fills the first two, round two the rest.
     """
 
     replays: dict = field(default_factory=dict)
@@ -74,19 +82,32 @@ class Evidence:
     names: dict = field(default_factory=dict)
     rekeys: list = field(default_factory=list)
     unmatchable: list = field(default_factory=list)
+    anchor_keys: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
+    anchor_serials: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    sources: list = field(default_factory=list)
 
     def pack(self) -> bytes:
-        return msgpack.packb([self.replays, self.twins, self.found_keys.astype("<u8").tobytes(),
-                              self.found_serials.astype("<i8").tobytes(), self.matches, self.names, self.rekeys,
-                              self.unmatchable], use_bin_type=True)
+        return msgpack.packb([self.replays, self.twins, _packed(self.found_keys, "<u8"),
+                              _packed(self.found_serials, "<i8"), self.matches, self.names, self.rekeys,
+                              self.unmatchable, _packed(self.anchor_keys, "<u8"), _packed(self.anchor_serials, "<i8"),
+                              self.sources], use_bin_type=True)
 
     @classmethod
     def unpack(cls, data: bytes) -> "Evidence":
-        replays, twins, keys, serials, matches, names, rekeys, unmatchable = msgpack.unpackb(data,
-                                                                                             strict_map_key=False)
-        return cls(replays, twins, np.frombuffer(keys, "<u8").astype(np.uint64),
-                   np.frombuffer(serials, "<i8").astype(np.int64), [tuple(m) for m in matches], names,
-                   [tuple(r) for r in rekeys], unmatchable)
+        (replays, twins, keys, serials, matches, names, rekeys, unmatchable, anchor_keys, anchor_serials,
+         sources) = msgpack.unpackb(data, strict_map_key=False)
+        return cls(replays, twins, _unpacked(keys, "<u8", np.uint64), _unpacked(serials, "<i8", np.int64),
+                   [tuple(m) for m in matches], names, [tuple(r) for r in rekeys], unmatchable,
+                   _unpacked(anchor_keys, "<u8", np.uint64), _unpacked(anchor_serials, "<i8", np.int64),
+                   [tuple(x) for x in sources])
+
+
+def _packed(values: np.ndarray, dtype: str) -> bytes:
+    return values.astype(dtype).tobytes()
+
+
+def _unpacked(data: bytes, dtype: str, to) -> np.ndarray:
+    return np.frombuffer(data, dtype).astype(to)
 
 
 def row_ids(batch: PreparedBatch) -> list[str]:
@@ -112,29 +133,49 @@ def content_evidence(txn: IndexTxn, mirror: RecentMirror, batch: PreparedBatch, 
                     twins=_twins(txn, mirror, batch.contents, records.get))
 
 
+@dataclass(frozen=True)
+class Asking:
+    """What a shard's second-round lookups need besides the batch."""
+
+    threshold: float
+    max_candidates: int
+    min_shared: int
+    cutoff: Optional[float] = None  # retention: kept documents decided before it match nothing
+    representatives: frozenset = frozenset()  # of the first round's twins (retention asks after them)
+    excerpts: Optional[ExcerptSettings] = None
+
+
+def row_anchors(batch: PreparedBatch, content: Optional[BatchContent], settings: ExcerptSettings) -> list:
+    """Each row's excerpt anchors (``decide._batch_anchors``): none for a row with too little content."""
+    rows = range(len(batch.contents))
+    shingles = content.shingles if content is not None else [batch.shingles.of(r) for r in rows]
+    return [anchors_of(s, settings.sampling) if len(s) >= settings.min_shingles else _NO_ANCHORS for s in shingles]
+
+
 def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch: PreparedBatch,
                   lookup_keys: np.ndarray, content: Optional[BatchContent], first: Optional["OwnFirstPages"],
-                  threshold: float, max_candidates: int, min_shared: int, cutoff: Optional[float] = None,
-                  representatives: frozenset = frozenset()) -> Evidence:
+                  asking: Asking) -> Evidence:
     """Round two: the stored band entries under the batch's lookup keys and this shard's matches.
 
     With site templates (``content``), a row's content and each candidate's
     are as the templates stand at that row, and ``first`` rekeys this
     shard's first pages of sites that settle in the batch (as
     ``sitelearning.FirstPages`` does), which makes them candidates of later rows.
-    With retention (``cutoff``), the shard's kept documents among the
-    candidates and ``representatives`` (of the first round's twins) decided
-    before it are named unmatchable.
+    With retention (``asking.cutoff``), the shard's kept documents among the
+    candidates and the first round's twins' representatives decided before
+    it are named unmatchable. With excerpts, the anchor postings it holds
+    and the Jaccard and containment of every possible source it holds.
     """
     records = _RecordCache(txn)
     evidence = Evidence()
     asked, rows, band = batch_band_keys(lookup_keys)
     found_keys, found_serials = bands.lookup(txn, mirror, band, asked)
     if len(found_keys):
-        found_keys, found_serials = earliest_of_each_key(found_keys, found_serials, max_candidates)
+        found_keys, found_serials = earliest_of_each_key(found_keys, found_serials, asking.max_candidates)
         evidence.found_keys, evidence.found_serials = found_keys, found_serials
-    hits = Hits.found(asked, rows, len(batch.contents), found_keys, found_serials, max_candidates)
-    matches = _Matches(txn, records, batch, content, threshold)
+    hits = Hits.found(asked, rows, len(batch.contents), found_keys, found_serials, asking.max_candidates)
+    matches = _Matches(txn, records, batch, content, asking.threshold)
+    sources = _Sources(txn, batch, content, asking.excerpts, evidence) if asking.excerpts else None
     timeline = content.timeline.rewound() if content is not None else None
     for item, row in zip(batch.items, batch.row):
         if row < 0 or isinstance(item, Rejected):
@@ -148,15 +189,46 @@ def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch:
         if first is not None and first.rekeyed:
             serials, shared = with_extra_candidates(serials, shared, first.candidates(lookup_keys[row]))
         for serial, count in zip(serials.tolist(), shared.tolist()):
-            if count >= min_shared:
+            if count >= asking.min_shared:
                 matches.verify(row, serial, timeline)
+        if sources is not None:
+            sources.verify(row, matches, timeline)
     evidence.matches = matches.found
-    evidence.names = {serial: records.get(serial).id for _, serial, _ in matches.found}
-    if cutoff is not None:
+    named = [serial for _, serial, _ in matches.found] + [serial for _, serial, _, _ in evidence.sources]
+    evidence.names = {serial: records.get(serial).id for serial in named}
+    if asking.cutoff is not None:
         held = set(found_serials.tolist()) | {serial for _, serial, _ in evidence.rekeys}
-        held |= {serial for serial in representatives if txn.has_record(serial)}
-        evidence.unmatchable = sorted(s for s in held if records.get(s).expired or records.get(s).time < cutoff)
+        held |= {serial for _, serial, _, _ in evidence.sources}
+        held |= {serial for serial in asking.representatives if txn.has_record(serial)}
+        evidence.unmatchable = sorted(s for s in held
+                                      if records.get(s).expired or records.get(s).time < asking.cutoff)
     return evidence
+
+
+class _Sources:
+    """Excerpts: this shard's anchor postings under the batch's anchors, and its possible sources verified."""
+
+    def __init__(self, txn: IndexTxn, batch: PreparedBatch, content: Optional[BatchContent],
+                 settings: ExcerptSettings, evidence: Evidence):
+        self.settings = settings
+        self.evidence = evidence
+        self.anchors = row_anchors(batch, content, settings)
+        stored = BatchAnchors(txn, settings.max_postings, self.anchors)
+        evidence.anchor_keys, evidence.anchor_serials = stored.postings()
+        self.stored = stored
+
+    def verify(self, row: int, matches: "_Matches", timeline) -> None:
+        anchors = len(self.anchors[row])
+        if anchors == 0:
+            return
+        need = need_of(anchors, self.settings.anchor_share)
+        serials, shared = self.stored.holders(row, need)
+        own = matches.own(row)
+        for serial, count in zip(serials.tolist(), shared.tolist()):
+            if count < need:
+                continue
+            whole = matches.stored_content(serial, timeline)
+            self.evidence.sources.append((row, serial, jaccard(own, whole), containment(own, whole)))
 
 
 class _RecordCache:
@@ -190,9 +262,11 @@ class _Matches:
         return content_of(shingles, timeline.template(self.records.get(serial).site), timeline.shared,
                           self.content.settings.min_content_share)
 
+    def own(self, row: int) -> np.ndarray:
+        return self.batch.shingles.of(row) if self.content is None else self.content.shingles[row]
+
     def verify(self, row: int, serial: int, timeline) -> None:
-        own = self.batch.shingles.of(row) if self.content is None else self.content.shingles[row]
-        similarity = jaccard(own, self.stored_content(serial, timeline))
+        similarity = jaccard(self.own(row), self.stored_content(serial, timeline))
         if similarity >= self.threshold:
             self.found.append((row, serial, similarity))
 

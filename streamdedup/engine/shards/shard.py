@@ -8,23 +8,19 @@ from typing import Callable, Optional
 from ...config import Config
 from ...core.prepare import PreparedBatch
 from ...core.records import Document, id_key
-from ...errors import ConfigError, IndexUnusableError
+from ...errors import IndexUnusableError
+from ...store.anchors import BatchAnchors
 from ...store.housekeeping import ForgetReport, dissolve, forget, serials_with_id
 from ...store.index import IndexTxn
 from ...store.lookup import write_documents
 from ...store.sites import provisional_pages, remove_rekeyed, set_provisional_pages, write_rekeyed
 from ..engine import Bookkeeping, DecidedBatch, Engine
-from .evidence import Evidence, OwnFirstPages, ShardPlace, band_evidence, content_evidence
+from .evidence import Asking, Evidence, OwnFirstPages, ShardPlace, band_evidence, content_evidence, row_anchors
 from .together import Rules, Together, decide_together
 
-__all__ = ["ShardEngine", "unsupported_in_shards"]
+__all__ = ["ShardEngine"]
 
 PLACE = "shard"  # the index's position entry naming its shard: [number, count]
-
-
-def unsupported_in_shards(config: Config) -> list[str]:
-    """The settings a sharded deployment does not decide as one worker yet, as ``section.key = value``."""
-    return ["excerpts.enabled = true"] if config.excerpts.enabled else []
 
 
 Exchange = Callable[[Evidence], list[Evidence]]  # publish this shard's evidence, return every shard's
@@ -35,14 +31,10 @@ class ShardEngine(Engine):
 
     def __init__(self, config: Config, place: ShardPlace, state: Optional[str] = None,
                  clock: Callable[[], float] = time.time):
-        unsupported = unsupported_in_shards(config)
-        if unsupported:
-            raise ConfigError(f"a sharded deployment does not support {', '.join(unsupported)} yet: set "
-                              f"{' and '.join(u.split(' =')[0] + ' to its off value' for u in unsupported)} "
-                              "in the configuration of every role, or run the single worker")
         super().__init__(config, state, clock=clock)
         self.place = place
-        self.rules = Rules(self.signing, self.settings.threshold, self.settings.max_candidates)
+        excerpts = self.settings.excerpts if self.settings.excerpts.sampling else None
+        self.rules = Rules(self.signing, self.settings.threshold, self.settings.max_candidates, excerpts)
         self._batch_time = 0.0
         self.clock = lambda: self._batch_time or clock()  # the retention sweep follows the batches' time
         try:
@@ -89,8 +81,9 @@ class ShardEngine(Engine):
         settings = self.settings
         cutoff = now - settings.retention_s if settings.retention_s > 0 and now is not None else None
         representatives = frozenset(twin[1] for e in first_round for twin in e.twins.values())
-        return band_evidence(txn, self.mirror, self.bands, batch, lookup_keys, content, first, settings.threshold,
-                             settings.max_candidates, self.signing.min_shared, cutoff, representatives)
+        asking = Asking(settings.threshold, settings.max_candidates, self.signing.min_shared, cutoff,
+                        representatives, self.rules.excerpts)
+        return band_evidence(txn, self.mirror, self.bands, batch, lookup_keys, content, first, asking)
 
     def forget_evidence(self, ids: list[str]) -> list:
         """Forgetting across shards, round one: [serial, kept] of every version of the ids this shard holds."""
@@ -153,6 +146,7 @@ class ShardEngine(Engine):
             for site, pages in together.provisional.items():
                 set_provisional_pages(txn, site, pages)
             self._write_rekeyed(txn, batch, together)
+            self._write_anchors(txn, batch, together, content)
             txn.after_commit.append(self._write_own(txn, batch, together, lookup_keys))
             if bookkeeping is not None:
                 bookkeeping(txn, together.decisions)
@@ -160,6 +154,16 @@ class ShardEngine(Engine):
 
         txn, decisions = self.index.prepare(work)
         return DecidedBatch(batch, decisions, txn, now, work)
+
+    def _write_anchors(self, txn: IndexTxn, batch: PreparedBatch, together: Together, content) -> None:
+        """Excerpts: the anchors of this shard's kept documents of the batch."""
+        if self.rules.excerpts is None:
+            return
+        anchors = BatchAnchors(txn, self.rules.excerpts.max_postings, row_anchors(batch, content, self.rules.excerpts))
+        for record, row in together.records:
+            if record is not None and record.kept and self.place.owns(batch.id_keys[row]):
+                anchors.kept(row, record.serial)
+        anchors.flush()
 
     def _write_rekeyed(self, txn: IndexTxn, batch: PreparedBatch, together: Together) -> None:
         """The band keys of this shard's own first pages of the batch, rekeyed in it."""

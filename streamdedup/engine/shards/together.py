@@ -15,6 +15,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from ...core.excerpts import containment, likely_sources, need_of
 from ...core.lsh import band_keys
 from ...core.prepare import PreparedBatch
 from ...core.records import DUPLICATE, KEPT, Decision, Rejected
@@ -22,9 +23,11 @@ from ...core.shingle import ShingleBatch
 from ...core.signing import SigningConfig, sign_batch
 from ...core.verify import jaccard
 from ...store.index import DocRecord
-from ...store.lookup import Hits, keys_shared_within, with_extra_candidates
+from ...store.anchors import BatchAnchors
+from ...store.lookup import Hits, earliest_of_each_key, keys_shared_within, with_extra_candidates
+from ..decide import ExcerptSettings
 from ..sitelearning import BatchContent
-from .evidence import Evidence, batch_band_keys, row_ids
+from .evidence import Evidence, batch_band_keys, row_anchors, row_ids
 
 __all__ = ["Together", "Rules", "decide_together"]
 
@@ -36,6 +39,7 @@ class Rules:
     signing: SigningConfig
     threshold: float
     max_candidates: int
+    excerpts: Optional[ExcerptSettings] = None  # on: documents mostly inside one earlier kept document
 
 
 @dataclass
@@ -119,6 +123,11 @@ class _State:
         self.kept_by_key: dict[int, list[int]] = {}
         self.shingles: dict[int, np.ndarray] = {}
         self._unwanted: dict[int, object] = {}  # serial -> document: kept at once, record not made yet
+        self.sources: dict = {}
+        for evidence in evidences:
+            self.sources.update(((row, serial), (jac, share)) for row, serial, jac, share in evidence.sources)
+        self.anchors = _UnionAnchors(rules.excerpts, row_anchors(batch, content, rules.excerpts), evidences) \
+            if rules.excerpts is not None else None
         self.first = _FirstPages(self, rekeys, provisional_pages) if content is not None else None
 
     def record(self, serial: int) -> DocRecord:
@@ -160,18 +169,57 @@ class _State:
         twin = self._twin(row, content)
         if twin is not None and twin.cluster and self._matchable(twin.cluster):  # cluster 0: dissolved by forget
             return self._insert(DocRecord.exact_copy_of(twin, serial, doc, content, self.now, site), ident, row)
-        match, similarity = self._best_match(row, self.own_content(row))
+        own = self.own_content(row)
+        match, similarity = self._best_match(row, own)
         if match is not None:
             record = DocRecord.near_duplicate_of(self._representative(match), similarity, serial, doc, content,
                                                  self.now, site)
             return self._insert(record, ident, row)
+        found = self._anchored_match(own, row) if self.anchors is not None else None
+        if found is not None:
+            source, similarity, share = found
+            record = DocRecord.near_duplicate_of(self._representative(source), similarity, serial, doc, content,
+                                                 self.now, site, share)
+            return self._insert(record, ident, row)
         return self._kept(doc, row, serial, ident, content, site)
+
+    def _anchored_match(self, own: np.ndarray, row: int) -> Optional[tuple[int, float, Optional[float]]]:
+        """The kept document the anchors find for row ``row`` (``decide._anchored_match``): (serial, Jaccard,
+        containment or None); stored ones by their shard's figures."""
+        settings = self.rules.excerpts
+        anchors = len(self.anchors.anchors(row))
+        if len(own) < settings.min_shingles or anchors == 0:
+            return None
+        serials, shared = self.anchors.holders(row, need_of(anchors, settings.anchor_share))
+        if len(serials) == 0:
+            return None
+        near: Optional[tuple[int, float]] = None
+        part: Optional[tuple[int, float, float]] = None
+        for serial in likely_sources(serials, shared, anchors, settings.anchor_share, settings.max_sources):
+            if not self._matchable(serial):
+                continue
+            if serial >= self.first_serial:
+                whole = self.batch_content(serial)
+                similarity, share = jaccard(own, whole), containment(own, whole)
+            else:
+                similarity, share = self.sources[(row, serial)]
+            if similarity >= self.rules.threshold:
+                if near is None or (similarity, -serial) > (near[1], -near[0]):
+                    near = (serial, similarity)
+                continue
+            if share >= settings.containment and (part is None or (share, -serial) > (part[1], -part[0])):
+                part = (serial, share, similarity)
+        if near is not None:
+            return near[0], near[1], None
+        if part is not None:
+            return part[0], part[2], part[1]
+        return None
 
     def _alone(self, row: int, ident: bytes, content: bytes) -> bool:
         """Whether row ``row`` is surely kept without a look at anything (``decide._alone``): no shard knows
         its id or content, nor holds a document sharing a band key, no earlier row shares one either."""
         bounds = self.hits.bounds
-        return (bounds[row] == bounds[row + 1] and row not in self.shared_within and row not in self.replays
+        return (self.anchors is None and bounds[row] == bounds[row + 1] and row not in self.shared_within and row not in self.replays
                 and row not in self.twins and ident not in self.by_id and content not in self.by_content
                 and (self.first is None or not self.first.rekeyed))
 
@@ -184,6 +232,8 @@ class _State:
                 holders.append(serial)
         if self.content is not None and row in self.content.provisional:
             self.first.kept(site, serial)
+        if self.anchors is not None:
+            self.anchors.kept(row, serial)
         if wanted:
             return self._insert(self._new_cluster(doc, row, serial), ident, row)
         self._unwanted[serial] = doc
@@ -261,6 +311,19 @@ class _State:
         self.by_id.setdefault(ident, []).append(record.serial)
         self.by_content.setdefault(record.content, record.serial)
         return _as_decision(record)
+
+
+class _UnionAnchors(BatchAnchors):
+    """``store.anchors.BatchAnchors`` over every shard's postings: the earliest ``max_postings`` of each anchor."""
+
+    def __init__(self, settings: ExcerptSettings, anchors: list, evidences: list[Evidence]):
+        keys = np.concatenate([e.anchor_keys for e in evidences])
+        serials = np.concatenate([e.anchor_serials for e in evidences])
+        self._union = earliest_of_each_key(keys, serials, settings.max_postings) if len(keys) else (keys, serials)
+        super().__init__(None, settings.max_postings, anchors)
+
+    def _fetched(self, asked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self._union
 
 
 class _FirstPages:
