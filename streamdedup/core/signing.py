@@ -28,14 +28,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .lsh import optimal_params, recall_params
+from .lsh import band_keys, optimal_params, recall_params
 from .shingle import ShingleBatch, _kernel
 from .templates import TemplateSettings
 
 if TYPE_CHECKING:
     from ..config import Config
 
-__all__ = ["SigningConfig", "sign_batch", "signing_config", "template_settings", "permutations", "HASH_VERSION"]
+__all__ = ["SigningConfig", "sign_batch", "band_keys_of", "signing_config", "template_settings", "permutations", "HASH_VERSION"]
 
 HASH_VERSION = 2  # bump when normalization, shingle hashing or permutations change
 CHUNK_SHINGLES = 8192  # shingles per vectorized step: num_perm x 8192 x 4 B = 4 MiB at 128
@@ -155,3 +155,11 @@ def template_settings(config: Config) -> TemplateSettings:
     section = config.templates
     return TemplateSettings(section.enabled, section.sample_pages, section.share, section.relearn_every,
                             section.min_sites, section.min_content_share, section.learn_without_url)
+
+
+def band_keys_of(sets: list[np.ndarray], signing: "SigningConfig") -> np.ndarray:
+    """The band keys (rows x bands) of these shingle sets, each signed as a document of its own."""
+    offsets = np.zeros(len(sets) + 1, dtype=np.int64)
+    np.cumsum([len(s) for s in sets], out=offsets[1:])
+    signatures = sign_batch(ShingleBatch(np.concatenate(sets), offsets), signing.num_perm, signing.seed)
+    return band_keys(signatures, signing.bands, signing.rows)

@@ -16,11 +16,9 @@ from typing import Iterable, Optional
 
 import numpy as np
 
-from ..core.lsh import band_keys
 from ..core.prepare import PreparedBatch
 from ..core.records import Document
-from ..core.shingle import ShingleBatch
-from ..core.signing import SigningConfig, sign_batch
+from ..core.signing import SigningConfig, band_keys_of
 from ..core.templates import EMPTY, SiteState, SiteTimeline, TemplateSettings, content_of
 from ..store.index import IndexTxn
 from ..store.lookup import BatchView
@@ -135,13 +133,8 @@ class SiteTemplates:
         """The batch's band keys, those of rows whose content is not their whole shingle set signed again."""
         if not changed:
             return batch.keys
-        parts = [rows[r] for r in changed]
-        offsets = np.zeros(len(parts) + 1, dtype=np.int64)
-        np.cumsum([len(p) for p in parts], out=offsets[1:])
-        signing = self.signing
-        signatures = sign_batch(ShingleBatch(np.concatenate(parts), offsets), signing.num_perm, signing.seed)
         keys = batch.keys.copy()
-        keys[changed] = band_keys(signatures, signing.bands, signing.rows)
+        keys[changed] = band_keys_of([rows[r] for r in changed], self.signing)
         return keys
 
     def seed(self, txn: IndexTxn, templates: dict[int, np.ndarray], hosts: dict) -> int:
@@ -247,12 +240,8 @@ class FirstPages:
             remove_rekeyed(self.txn, serial)
         stale = np.isin(self._serial, pages)
         self._band, self._key, self._serial = self._band[~stale], self._key[~stale], self._serial[~stale]
-        contents = [content_now(serial) for serial in pages]
-        offsets = np.zeros(len(contents) + 1, dtype=np.int64)
-        np.cumsum([len(c) for c in contents], out=offsets[1:])
         signing = self.signing
-        signatures = sign_batch(ShingleBatch(np.concatenate(contents), offsets), signing.num_perm, signing.seed)
-        keys = band_keys(signatures, signing.bands, signing.rows)
+        keys = band_keys_of([content_now(serial) for serial in pages], signing)
         for serial, row in zip(pages, keys):
             write_rekeyed(self.txn, serial, row)
         bands = np.tile(np.arange(signing.bands, dtype=np.int64), len(pages))

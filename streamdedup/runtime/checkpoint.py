@@ -349,9 +349,9 @@ SHARD_INPUT = "shards:input:"  # + topic:partition: the next input offset the sh
 class ShardCommit:
     """Steps 1-6 of a shard's protocol for one signed batch (see the module's docstring).
 
-    ``board`` reads the evidence topic: ``gather(offset)`` returns every
-    shard's evidence on the batch at that signed offset, in shard order, and
-    the evidence offsets to read from after it.
+    ``board`` reads the evidence topic: ``gather(offset, round)`` returns
+    every shard's packed evidence of that round on the signed message at that
+    offset, in shard order, and the evidence offsets to read from after it.
     """
 
     def __init__(self, engine, sink, board, group_id: str, evidence_topic: str, kafka_timeout_s: float = 60.0):
@@ -401,9 +401,7 @@ class ShardCommit:
                 return [Evidence.unpack(p) for p in found]
 
             def positions(txn: IndexTxn, _) -> None:
-                txn.set_position(SHARD_SIGNED, offset + 1)
-                for number, next_offset in evidence_after.items():
-                    txn.set_position(f"{SHARD_EVIDENCE}{number}", next_offset)
+                _save_shard_positions(txn, offset, evidence_after)
                 for where, next_offset in inputs_after.items():
                     txn.set_position(f"{SHARD_INPUT}{where}", next_offset)
 
@@ -435,12 +433,8 @@ class ShardCommit:
         self._publish(offset, "f", msgpack.packb(engine.forget_evidence(ids)))
         packed, evidence_after = self.board.gather(offset, "f")
 
-        def positions(txn: IndexTxn) -> None:
-            txn.set_position(SHARD_SIGNED, offset + 1)
-            for number, next_offset in evidence_after.items():
-                txn.set_position(f"{SHARD_EVIDENCE}{number}", next_offset)
-
-        return engine.forget_together(ids, [pair for p in packed for pair in msgpack.unpackb(p)], positions)
+        found = [pair for p in packed for pair in msgpack.unpackb(p)]
+        return engine.forget_together(ids, found, lambda txn: _save_shard_positions(txn, offset, evidence_after))
 
     def _fresh(self, signed):
         """Step 1: the batch without the records the shards took before; refuses other signing settings."""
@@ -482,6 +476,14 @@ class ShardCommit:
         offsets.wait(self.kafka_timeout_s, "the signed offset to join the Kafka transaction")
         sink.commit(self.kafka_timeout_s)
         reached("shard-kafka-committed")
+
+
+def _save_shard_positions(txn: IndexTxn, offset: int, evidence_after: dict) -> None:
+    """A shard's positions after the signed message at ``offset``: the next one, and where to read each
+    shard's evidence from."""
+    txn.set_position(SHARD_SIGNED, offset + 1)
+    for number, next_offset in evidence_after.items():
+        txn.set_position(f"{SHARD_EVIDENCE}{number}", next_offset)
 
 
 def _input_positions_after(records: list) -> dict:

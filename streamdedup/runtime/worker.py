@@ -259,12 +259,18 @@ class Session:
         return {p: max(ends[p] - self.feed.position.get(p, ends[p]), 0) for p in self.partitions}
 
     def close(self) -> None:
-        for part in (self._process_feed, self.sink, self.source):
-            if part is not None:
-                try:
-                    part.close()
-                except Exception:  # closing after the broker vanished may fail; nothing is pending
-                    pass
+        close_quietly(self._process_feed, self.sink, self.source)
+
+
+def close_quietly(*parts) -> None:
+    """Close a session's parts (None: never made); closing after the broker vanished may fail, and nothing
+    is pending then."""
+    for part in parts:
+        if part is not None:
+            try:
+                part.close()
+            except Exception:
+                pass
 
 
 def session_rights(config: Config, topics: list[str], group_id: str, transactional_id: Optional[str]) -> Rights:

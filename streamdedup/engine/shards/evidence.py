@@ -14,11 +14,9 @@ import msgpack
 import numpy as np
 
 from ...core.excerpts import anchors_of, containment, need_of
-from ...core.lsh import band_keys
 from ...core.prepare import PreparedBatch
 from ...core.records import Rejected
-from ...core.shingle import ShingleBatch
-from ...core.signing import sign_batch
+from ...core.signing import band_keys_of
 from ...core.templates import content_of
 from ...core.verify import jaccard
 from ...store.anchors import BatchAnchors
@@ -293,12 +291,7 @@ class OwnFirstPages:
         self._pages[site] = [] if settled else list(pages)
         if not pages:
             return []
-        contents = [content_now(serial) for serial in pages]
-        offsets = np.zeros(len(contents) + 1, dtype=np.int64)
-        np.cumsum([len(c) for c in contents], out=offsets[1:])
-        signing = self.signing
-        signatures = sign_batch(ShingleBatch(np.concatenate(contents), offsets), signing.num_perm, signing.seed)
-        keys = band_keys(signatures, signing.bands, signing.rows)
+        keys = band_keys_of([content_now(serial) for serial in pages], self.signing)
         for serial, serial_keys in zip(pages, keys):
             remove_rekeyed(self.txn, serial)
             write_rekeyed(self.txn, serial, serial_keys)

@@ -16,11 +16,9 @@ from typing import Callable, Optional
 import numpy as np
 
 from ...core.excerpts import containment, likely_sources, need_of
-from ...core.lsh import band_keys
 from ...core.prepare import PreparedBatch
 from ...core.records import DUPLICATE, KEPT, Decision, Rejected
-from ...core.shingle import ShingleBatch
-from ...core.signing import SigningConfig, sign_batch
+from ...core.signing import SigningConfig, band_keys_of
 from ...core.verify import jaccard
 from ...store.index import DocRecord
 from ...store.anchors import BatchAnchors
@@ -356,13 +354,9 @@ class _FirstPages:
             if serial < first_serial:
                 self._keys[serial] = np.array(self.rekeys[(row, serial)], dtype=np.uint64)
         if here:
-            contents = [self.state.batch_content(serial) for serial in here]
-            offsets = np.zeros(len(contents) + 1, dtype=np.int64)
-            np.cumsum([len(c) for c in contents], out=offsets[1:])
-            signing = self.state.rules.signing
-            signatures = sign_batch(ShingleBatch(np.concatenate(contents), offsets), signing.num_perm, signing.seed)
-            for serial, keys in zip(here, band_keys(signatures, signing.bands, signing.rows)):
-                self._keys[serial] = self.rekeyed_here[serial] = keys
+            keys = band_keys_of([self.state.batch_content(serial) for serial in here], self.state.rules.signing)
+            for serial, serial_keys in zip(here, keys):
+                self._keys[serial] = self.rekeyed_here[serial] = serial_keys
 
     @property
     def rekeyed(self) -> bool:

@@ -22,7 +22,7 @@ from ...ops.telemetry import WorkerTelemetry
 from ..checkpoint import ShardCommit
 from ..sink import KafkaSink
 from ..source import KafkaSource
-from ..worker import LAG_CHECK_S, Stopper, WorkerLoop, WorkerStats, session_rights
+from ..worker import LAG_CHECK_S, Stopper, WorkerLoop, WorkerStats, close_quietly, session_rights
 from .topics import ensure_internal_topics
 
 __all__ = ["run_shard", "EvidenceBoard"]
@@ -163,12 +163,7 @@ class ShardSession:
         return {p: max(ends[p] - self.signed.position(p), 0) for p in self.partitions}
 
     def close(self) -> None:
-        for part in (self.sink, self.signed, self.board):
-            if part is not None:
-                try:
-                    part.close()
-                except Exception:  # closing after the broker vanished may fail; nothing is pending
-                    pass
+        close_quietly(self.sink, self.signed, self.board)
 
 
 class ShardLoop(WorkerLoop):
