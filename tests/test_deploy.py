@@ -1058,8 +1058,14 @@ def test_sharded_manifest_commands_run_lose_a_shard_and_restore_it(sharded, kafk
     config.write_text(_sharded_local_config(sharded, kafka, topics), encoding="utf-8")
     pods = _Pods(sharded, config, tmp_path)
     replicas = pods.statefulset["spec"]["replicas"]
-    emitted = lambda: sum(len(v) for v in outcomes(kafka, topics).values())  # noqa: E731
-    up_to = lambda end: sum(1 for _, offset in expected if offset < end)  # noqa: E731
+
+    def emitted() -> int:
+        return sum(len(v) for v in outcomes(kafka, topics).values())
+
+    def up_to(end: int) -> int:
+        """The outcomes of the input records before offset ``end``."""
+        return sum(1 for _, offset in expected if offset < end)
+
     try:
         for ordinal in range(replicas):
             pods.start_shard(ordinal)
