@@ -722,13 +722,15 @@ def _selects(selector: dict, labels: dict) -> bool:
 
 
 def test_sharded_config_is_what_the_shards_accept(sharded, tmp_path):
-    """The ConfigMap's config, through the loader: as many shards as the StatefulSet has pods, nothing a shard refuses."""
-    from streamdedup.engine.shards.shard import unsupported_in_shards
+    """The ConfigMap's config, through the loader: as many shards as the StatefulSet has pods, and a shard
+    opens an index with it."""
+    from streamdedup.engine.shards.evidence import ShardPlace
+    from streamdedup.engine.shards.shard import ShardEngine
 
     cfg = _sharded_config(sharded, tmp_path)
     statefulset = _one(sharded, "StatefulSet")
     assert cfg.shards.count == statefulset["spec"]["replicas"] == 3
-    assert unsupported_in_shards(cfg) == [], "a shard would refuse to start"
+    ShardEngine(cfg, ShardPlace(2, cfg.shards.count), str(tmp_path / "shard-2")).close()
     assert cfg.shards.signed_topic != cfg.shards.evidence_topic
     assert cfg.index.path == INDEX_PATH
     assert cfg.metrics.address == f"0.0.0.0:{METRICS_PORT}"

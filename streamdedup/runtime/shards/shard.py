@@ -138,7 +138,13 @@ class ShardSession:
                 f"shard group {self.commit.group_id!r} has committed signed offset {committed} but this shard's "
                 "index never read the signed topic: another index was used for this shard. Restore the shard's "
                 "index (see deploy/README.md), or start a new deployment with new topics and group")
-        start = stored if stored is not None else self.signed.consumer.beginning_offsets(self.partitions)[signed]
+        beginning = self.signed.consumer.beginning_offsets(self.partitions)[signed]
+        if stored is not None and stored < beginning:
+            raise IndexUnusableError(
+                f"this shard's index stands at offset {stored} of {signed.topic}, but the topic now begins at "
+                f"{beginning} (retention deleted what the shard has not decided): restore the shard from a newer "
+                "backup, or raise the retention of the signed and evidence topics above the backup interval")
+        start = stored if stored is not None else beginning
         self.board.start(self.commit.evidence_positions())
         self.signed.seek(signed, start)
         if committed is not None and committed > start:

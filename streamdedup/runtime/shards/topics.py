@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ...config import Config, kafka_client_settings
 from ...errors import BrokerError
+from ..sink import create_output_topics
 
 __all__ = ["ensure_internal_topics", "SIGNED_MESSAGE_BYTES"]
 
@@ -11,7 +12,8 @@ SIGNED_MESSAGE_BYTES = 64 << 20  # the internal topics' max.message.bytes: a bat
 
 
 def ensure_internal_topics(config: Config) -> list[str]:
-    """Create the signed and evidence topics if they are missing; returns the ones made.
+    """Create the signed and evidence topics if they are missing (and the output topics, with
+    ``output.create_topics``); returns the ones made.
 
     An existing evidence topic must have one partition per shard (``shards.count``), and the signed topic
     one partition: otherwise the deployment was made with another count, which is refused.
@@ -45,6 +47,12 @@ def ensure_internal_topics(config: Config) -> list[str]:
                 raise BrokerError(f"topic {name} has {partitions} partitions, a deployment of {shards.count} "
                                   f"shards needs {wanted[name]}: shards.count must stay what the deployment was "
                                   "made with (or use new internal topics and indexes)")
-        return missing
     finally:
         admin.close()
+    out = config.output
+    if out.create_topics:
+        made, _ = create_output_topics(settings, config.input.topics,
+                                       [out.clean_topic, out.duplicates_topic, out.dead_letter_topic],
+                                       out.replication_factor)
+        missing += made
+    return missing
