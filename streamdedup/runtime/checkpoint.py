@@ -89,8 +89,8 @@ shard. Each signed batch (``ShardCommit.commit``):
    process may send a record twice): each input partition's next offset
    is in the index, the same in every shard;
 2. look the batch up in this shard's index and publish the evidence to
-   this shard's partition of the evidence topic (keyed ``offset/a``), in a
-   Kafka transaction of its own;
+   this shard's partition of the evidence topic (keyed ``offset/a``; no
+   transaction: the evidence is the same however often it is sent);
 3. read every shard's evidence for the batch from the evidence topic
    (waiting for the slowest shard);
 4. in an index write transaction: with site templates, learn the batch's
@@ -354,10 +354,14 @@ class ShardCommit:
     offset, in shard order, and the evidence offsets to read from after it.
     """
 
-    def __init__(self, engine, sink, board, group_id: str, evidence_topic: str, kafka_timeout_s: float = 60.0):
+    def __init__(self, engine, sink, board, publisher, group_id: str, evidence_topic: str,
+                 kafka_timeout_s: float = 60.0):
+        """``publisher``: a producer (not transactional) for the evidence, which is the same however often it
+        is sent, so it waits for no transaction."""
         self.engine = engine
         self.sink = sink
         self.board = board
+        self.publisher = publisher
         self.group_id = group_id
         self.evidence_topic = evidence_topic
         self.kafka_timeout_s = kafka_timeout_s
@@ -454,11 +458,9 @@ class ShardCommit:
         return signed if all(keep) else signed.taken(keep)
 
     def _publish(self, offset: int, round_: str, value: bytes) -> None:
-        sink = self.sink
-        sink.begin()
-        sink.producer.send(self.evidence_topic, partition=self.engine.place.number,
-                           key=f"{offset}/{round_}".encode(), value=value)
-        sink.commit(self.kafka_timeout_s)
+        sent = self.publisher.send(self.evidence_topic, partition=self.engine.place.number,
+                                   key=f"{offset}/{round_}".encode(), value=value)
+        sent.get(timeout=self.kafka_timeout_s)
 
     def _kafka_transaction(self, records: list, decisions: list[Decision], places: list[bytes], after: int) -> None:
         """Step 5; each outcome says its place in the deployment's decision order (``streamdedup.order``:

@@ -23,7 +23,7 @@ from ..checkpoint import ShardCommit
 from ..sink import KafkaSink
 from ..source import KafkaSource
 from ..worker import LAG_CHECK_S, Stopper, WorkerLoop, WorkerStats, close_quietly, session_rights
-from .topics import ensure_internal_topics
+from .topics import SIGNED_MESSAGE_BYTES, ensure_internal_topics
 
 __all__ = ["run_shard", "EvidenceBoard"]
 
@@ -107,8 +107,12 @@ class ShardSession:
         self.log = log
         shards = config.shards
         settings = kafka_client_settings(config.kafka, "consumer")
-        self.signed = self.board = self.sink = None
+        self.signed = self.board = self.sink = self.publisher = None
         try:
+            from kafka import KafkaProducer
+
+            self.publisher = KafkaProducer(**{"acks": "all", "linger_ms": 0, "max_request_size": SIGNED_MESSAGE_BYTES,
+                                              **kafka_client_settings(config.kafka, "producer")})
             self.signed = KafkaSource([shards.signed_topic], settings, group_id, 1)
             self.board = EvidenceBoard(KafkaSource([shards.evidence_topic], settings, None, 1000),
                                        shards.signed_topic, shards.evidence_topic, shards.count, log, step, stopper)
@@ -119,7 +123,7 @@ class ShardSession:
         except BaseException:
             self.close()
             raise
-        self.commit = ShardCommit(engine, self.sink, self.board, group_id, shards.evidence_topic,
+        self.commit = ShardCommit(engine, self.sink, self.board, self.publisher, group_id, shards.evidence_topic,
                                   config.worker.kafka_timeout_s)
         self.partitions: list = []
 
@@ -169,7 +173,7 @@ class ShardSession:
         return {p: max(ends[p] - self.signed.position(p), 0) for p in self.partitions}
 
     def close(self) -> None:
-        close_quietly(self.sink, self.signed, self.board)
+        close_quietly(self.sink, self.publisher, self.signed, self.board)
 
 
 class ShardLoop(WorkerLoop):
