@@ -75,14 +75,20 @@ def decide_together(batch: PreparedBatch, evidences: list[Evidence], rules: Rule
                       np.concatenate([e.found_serials for e in evidences]), rules.max_candidates)
     state = _State(batch, evidences, hits, keys_shared_within(asked, rows), rules, first_serial, now, lookup_keys,
                    content, provisional_pages)
-    decisions = []
+    decisions: list[Optional[Decision]] = []
+    alone = state.alone_rows()
     for i, (item, row) in enumerate(zip(batch.items, batch.row)):
         if isinstance(item, Rejected):
             decisions.append(Decision.rejected(item))
             continue
         if content is not None:
             state.templates_at(row)
-        decisions.append(state.decide(item, row, mine is None or mine[i]))
+        wanted = mine is None or mine[i]
+        if not wanted and alone[row]:
+            state.kept_unwanted(item, row)
+            decisions.append(None)
+        else:
+            decisions.append(state.decide(item, row, wanted))
     if state.first is None:
         return Together(decisions, state.records, first_serial, len(state.records))
     return Together(decisions, state.records, first_serial, len(state.records), state.first.pages,
@@ -213,6 +219,33 @@ class _State:
             return part[0], part[2], part[1]
         return None
 
+    def alone_rows(self) -> np.ndarray:
+        """Which rows are surely kept, and need nothing of the batch's state but their number (most rows):
+        ``_alone`` for the whole batch at once, without the rows whose keeping touches more (first pages of
+        learning sites, and every row once a site may have rekeyed its pages)."""
+        n = len(self.batch.contents)
+        alone = np.diff(np.asarray(self.hits.bounds)) == 0
+        if self.anchors is not None:
+            alone[:] = False
+        others = set(self.shared_within) | set(self.replays) | set(self.twins)
+        if self.content is not None:
+            others |= self.content.provisional
+            if self.content.settles:
+                alone[min(self.content.settles):] = False
+        if others:
+            alone[np.fromiter(others, dtype=np.int64, count=len(others))] = False
+        alone &= _first_of_each(self.batch.id_keys) & _first_of_each(self.batch.contents)
+        return alone[:n]
+
+    def kept_unwanted(self, doc, row: int) -> None:
+        """Row ``row``, one of ``alone_rows``, kept as the next serial without a decision or record (made if a
+        later document names it)."""
+        serial = self.first_serial + len(self.records)
+        self._unwanted[serial] = doc
+        self.records.append((None, row))
+        self.by_id[self.batch.id_keys[row]] = [serial]
+        self.by_content[self.batch.contents[row]] = serial
+
     def _alone(self, row: int, ident: bytes, content: bytes) -> bool:
         """Whether row ``row`` is surely kept without a look at anything (``decide._alone``): no shard knows
         its id or content, nor holds a document sharing a band key, no earlier row shares one either."""
@@ -309,6 +342,17 @@ class _State:
         self.by_id.setdefault(ident, []).append(record.serial)
         self.by_content.setdefault(record.content, record.serial)
         return _as_decision(record)
+
+
+def _first_of_each(values: list[bytes]) -> np.ndarray:
+    """Whether each value is the first of its kind in the list."""
+    seen: set = set()
+    first = np.zeros(len(values), dtype=bool)
+    for i, value in enumerate(values):
+        if value not in seen:
+            seen.add(value)
+            first[i] = True
+    return first
 
 
 class _UnionAnchors(BatchAnchors):
