@@ -2,136 +2,63 @@
 
 from __future__ import annotations
 
-import json
 import os
-import random
-import signal
 import subprocess
-import sys
 import time
 import uuid
 
 import pytest
-from kafka_helpers import Topics, create_topics, header, outcomes, produce, run_worker
-
-from streamdedup.core import corpus
+from kafka_helpers import (
+    Topics,
+    outcome_summary,
+    outcomes,
+    produce,
+    role_command,
+    run_worker,
+    sharded_records,
+    sharded_topics,
+    stop_processes,
+    wait_for_outcomes,
+)
 
 pytestmark = pytest.mark.kafka
 
 OFF = ["--set", "templates.enabled=false"]
 
 
-def _records(web: bool, articles=220, seed=11):
-    """The synthetic crawl (or pages of sites with their templates), with replays of some records, exact
-    copies under new ids and a rejected record."""
-    from streamdedup.core.webcrawl import generate_web
-
-    rng = random.Random(seed)
-    if web:
-        docs = [(p.id, p.text, p.url) for p in generate_web(450, 12, seed)]
-    else:
-        docs = [(d.id, d.text, None) for d in corpus.generate(articles, seed=seed)]
-    extra = []
-    for doc_id, text, url in rng.sample(docs, 30):
-        extra += [(doc_id, text, url), (doc_id + "-copy", text, url)]
-    stream = docs + extra
-    rng.shuffle(stream)
-    records = [(doc_id.encode(), json.dumps({"id": doc_id, "text": text, "url": url}).encode())
-               for doc_id, text, url in stream]
-    return records + [(b"bad", b"{not json")]
-
-
-def _sharded_topics(kafka, raw: str) -> Topics:
-    tag = uuid.uuid4().hex[:10]
-    topics = Topics(raw, f"clean-{tag}", f"dups-{tag}", f"dead-{tag}")
-    create_topics(kafka, topics.outputs, 1)
-    return topics
-
-
-def _role_command(topics: Topics, kafka: str, count: int, tag: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "streamdedup", "run", *topics.settings(kafka),
-            "--set", f"kafka.group_id=sharded-{tag}", "--set", f"shards.count={count}",
-            "--set", f"shards.signed_topic=signed-{tag}", "--set", f"shards.evidence_topic=evidence-{tag}",
-            "--set", "log.summary_interval_s=0", *extra]
-
-
-def _summary(found: dict) -> dict:
-    """Input (partition, offset) -> what came out for it: kind, cluster, matched, similarity, exact."""
-    summary = {}
-    for where, outs in found.items():
-        assert len(outs) == 1, f"{where}: {len(outs)} outcomes"
-        kind, message = outs[0]
-        if kind == "clean":
-            summary[where] = (kind, header(message, "streamdedup.cluster").decode())
-        elif kind == "duplicates":
-            body = json.loads(message.value)
-            summary[where] = (kind, body["cluster"], body["matched"], body["similarity"], body["exact"])
-        else:
-            summary[where] = (kind,)
-    return summary
-
-
-def _wait_for_outcomes(kafka, topics, expected: int, processes, timeout=240) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = outcomes(kafka, topics)
-        if sum(len(v) for v in found.values()) >= expected:
-            return found
-        for process in processes:
-            if process.poll() not in (None, 0):
-                raise AssertionError(process.stderr.read().decode()[-3000:])
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{sum(len(v) for v in found.values())} of {expected} outcomes after {timeout} s")
-        time.sleep(1)
-
-
-def _stop(processes) -> None:
-    for process in processes:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-    for process in processes:
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        if process.stderr is not None:
-            process.stderr.close()
-
-
 @pytest.mark.parametrize("settings", [[], OFF], ids=["defaults", "templates-off"])
 def test_three_shards_and_two_signers_decide_as_one_worker(kafka, tmp_path, settings):
-    records = _records(web=not settings)
+    records = sharded_records(web=not settings)
     single = Topics.fresh(kafka)
     produce(kafka, single.raw, records)
     result = run_worker(tmp_path / "single", single, kafka, *settings)
     assert result.returncode == 0, result.stderr.decode()
-    expected = _summary(outcomes(kafka, single))
+    expected = outcome_summary(outcomes(kafka, single))
     assert len(expected) == len(records) - 30  # a replayed record emits nothing
 
-    topics = _sharded_topics(kafka, single.raw)
+    topics = sharded_topics(kafka, single.raw)
     tag = uuid.uuid4().hex[:8]
-    shards = [subprocess.Popen(_role_command(topics, kafka, 3, tag, "--role", "shard", "--shard", str(n),
+    shards = [subprocess.Popen(role_command(topics, kafka, 3, tag, "--role", "shard", "--shard", str(n),
                                              "--state", str(tmp_path / f"shard-{n}"), *settings),
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for n in range(3)]
-    signers = [subprocess.Popen(_role_command(topics, kafka, 3, tag, "--role", "sign", "--until-idle", "8",
+    signers = [subprocess.Popen(role_command(topics, kafka, 3, tag, "--role", "sign", "--until-idle", "8",
                                               "--set", "worker.batch_size=97", *settings),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for _ in range(2)]
     try:
-        found = _wait_for_outcomes(kafka, topics, len(expected), shards + signers)
+        found = wait_for_outcomes(kafka, topics, len(expected), shards + signers)
         time.sleep(2)  # anything more (a second outcome) would show now
         found = outcomes(kafka, topics)
     finally:
-        _stop(shards + signers)
-    got = _summary(found)
+        stop_processes(shards + signers)
+    got = outcome_summary(found)
     assert got == expected
     kinds = {v[0] for v in got.values()}
     assert kinds == {"clean", "duplicates", "dead_letter"}
 
 
 def test_a_shard_refuses_the_wrong_shard_number_with_what_to_do(kafka, tmp_path):
-    topics = _sharded_topics(kafka, Topics.fresh(kafka).raw)
-    command = _role_command(topics, kafka, 3, "refuse", "--role", "shard", "--shard", "3",
+    topics = sharded_topics(kafka, Topics.fresh(kafka).raw)
+    command = role_command(topics, kafka, 3, "refuse", "--role", "shard", "--shard", "3",
                             "--state", str(tmp_path / "s"), "--until-caught-up")
     result = subprocess.run(command, capture_output=True, timeout=120, env=dict(os.environ))
     assert result.returncode != 0
