@@ -189,9 +189,9 @@ def wait_for_line(process: subprocess.Popen, needle: bytes, timeout: float = 60)
     raise AssertionError(f"the worker never logged {needle!r}")
 
 
-def sharded_records(web: bool, articles=220, seed=11):
-    """The synthetic crawl (or pages of sites with their templates), with replays of some records, exact
-    copies under new ids and a rejected record."""
+def sharded_records(web: bool, articles=220, seed=11, replays=30):
+    """The synthetic crawl (or pages of sites with their templates), with replays of ``replays`` records, as
+    many exact copies under new ids and a rejected record."""
     from streamdedup.core.webcrawl import generate_web
 
     rng = random.Random(seed)
@@ -200,7 +200,7 @@ def sharded_records(web: bool, articles=220, seed=11):
     else:
         docs = [(d.id, d.text, None) for d in corpus.generate(articles, seed=seed)]
     extra = []
-    for doc_id, text, url in rng.sample(docs, 30):
+    for doc_id, text, url in rng.sample(docs, replays):
         extra += [(doc_id, text, url), (doc_id + "-copy", text, url)]
     stream = docs + extra
     rng.shuffle(stream)
