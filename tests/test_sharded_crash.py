@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import time
 import uuid
 
 import pytest
@@ -60,9 +61,10 @@ def _shard_command(topics: Topics, kafka: str, tag: str, tmp_path, number: int) 
                         "--state", str(tmp_path / f"shard-{number}"), "--until-caught-up")
 
 
-def _run_shards_crashing_one(topics: Topics, kafka: str, tag: str, tmp_path, crash_at: str | None) -> bytes:
+def _run_shards_crashing_one(topics: Topics, kafka: str, tag: str, tmp_path, crash_at: str | None,
+                             down_s: float = 0.0) -> bytes:
     """The shards until caught up; shard ``CRASHED`` crashes at ``crash_at`` (if any) and is started again
-    while the others wait for its evidence. Returns the log of shard ``CRASHED``'s last run."""
+    ``down_s`` later while the others wait for its evidence. Returns the log of shard ``CRASHED``'s last run."""
     logs = {n: tmp_path / f"shard-{n}.log" for n in range(COUNT)}
     crash_env = dict(os.environ, STREAMDEDUP_TEST_CRASH_AT=crash_at) if crash_at else dict(os.environ)
     with contextlib.ExitStack() as stack:
@@ -73,6 +75,7 @@ def _run_shards_crashing_one(topics: Topics, kafka: str, tag: str, tmp_path, cra
                               timeout=240, env=crash_env)
         if crash_at:
             assert last.returncode == 137, last.stderr.decode()
+            time.sleep(down_s)
             last = subprocess.run(_shard_command(topics, kafka, tag, tmp_path, CRASHED), capture_output=True,
                                   timeout=240)
         assert last.returncode == 0, last.stderr.decode()
@@ -89,10 +92,14 @@ def test_a_shard_killed_at_each_commit_step_restarts_into_the_single_workers_out
     tag = uuid.uuid4().hex[:8]
     signed = _sign(topics, kafka, tag, tmp_path)
     assert signed.returncode == 0, signed.stderr.decode()
-    log = _run_shards_crashing_one(topics, kafka, tag, tmp_path, f"{step}:3")
+    down_s = 6.0 if step == "shard-evidence-sent" else 0.0  # longer than the others wait before they say so
+    log = _run_shards_crashing_one(topics, kafka, tag, tmp_path, f"{step}:3", down_s)
     replayed = b"replayed_unindexed_batch" in log
     assert replayed == (step == "shard-kafka-committed"), "only the window after the Kafka commit needs a replay"
     assert outcome_summary(outcomes(kafka, topics)) == expected
+    if down_s:
+        waited = (tmp_path / "shard-0.log").read_text()
+        assert 'waiting_for_shards batch=' in waited and f'missing="{CRASHED}"' in waited, waited
 
 
 def test_records_a_killed_signer_signed_twice_are_decided_once(kafka, tmp_path, single_worker):
