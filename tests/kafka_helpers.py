@@ -270,14 +270,3 @@ def stop_processes(processes) -> None:
         if process.stderr is not None:
             process.stderr.close()
 
-
-def quick_failover(folder: Path) -> list[str]:
-    """``--config`` flags that let a killed signer's partitions move to another signer after 6 s.
-
-    kafka-python waits 45 s (``session_timeout_ms``) before the group drops a
-    member that died without leaving: a signer killed with -9 stops signing
-    for that long.
-    """
-    path = folder / "quick-failover.toml"
-    path.write_text("[kafka.consumer]\nsession_timeout_ms = 6000\nheartbeat_interval_ms = 2000\n")
-    return ["--config", str(path)]

@@ -24,7 +24,6 @@ from kafka_helpers import (
     outcome_summary,
     outcomes,
     produce,
-    quick_failover,
     role_command,
     run_worker,
     sharded_records,
@@ -47,12 +46,11 @@ class Deployment:
         self.folder = folder
         self.chaos_log = chaos_log
         tag = uuid.uuid4().hex[:8]
-        failover = quick_failover(folder)
         self.commands = {f"shard-{n}": role_command(topics, bootstrap, COUNT, tag, "--role", "shard",
                                                     "--shard", str(n), "--state", str(folder / f"shard-{n}"))
                          for n in range(COUNT)}
         self.commands.update({f"sign-{n}": role_command(topics, bootstrap, COUNT, tag, "--role", "sign",
-                                                        "--set", "worker.batch_size=250", *failover)
+                                                        "--set", "worker.batch_size=250")
                               for n in range(SIGNERS)})
         self.processes: dict[str, subprocess.Popen] = {}
         self.began = time.monotonic()

@@ -16,7 +16,6 @@ from kafka_helpers import (
     outcome_summary,
     outcomes,
     produce,
-    quick_failover,
     read_all,
     role_command,
     run_worker,
@@ -49,10 +48,9 @@ def single_worker(kafka, tmp_path_factory):
     return topics.raw, expected
 
 
-def _sign(topics: Topics, kafka: str, tag: str, tmp_path, env: dict | None = None, idle_s: int = 3):
+def _sign(topics: Topics, kafka: str, tag: str, env: dict | None = None, idle_s: int = 3):
     """One signing process over the whole input, until it is idle for ``idle_s`` (or crashes)."""
-    command = role_command(topics, kafka, COUNT, tag, "--role", "sign", "--until-idle", str(idle_s), *SIGNER,
-                           *quick_failover(tmp_path))
+    command = role_command(topics, kafka, COUNT, tag, "--role", "sign", "--until-idle", str(idle_s), *SIGNER)
     return subprocess.run(command, capture_output=True, timeout=240, env=dict(os.environ, **(env or {})))
 
 
@@ -90,7 +88,7 @@ def test_a_shard_killed_at_each_commit_step_restarts_into_the_single_workers_out
     raw, expected = single_worker
     topics = sharded_topics(kafka, raw)
     tag = uuid.uuid4().hex[:8]
-    signed = _sign(topics, kafka, tag, tmp_path)
+    signed = _sign(topics, kafka, tag)
     assert signed.returncode == 0, signed.stderr.decode()
     down_s = 6.0 if step == "shard-evidence-sent" else 0.0  # longer than the others wait before they say so
     log = _run_shards_crashing_one(topics, kafka, tag, tmp_path, f"{step}:3", down_s)
@@ -108,9 +106,9 @@ def test_records_a_killed_signer_signed_twice_are_decided_once(kafka, tmp_path, 
     raw, expected = single_worker
     topics = sharded_topics(kafka, raw)
     tag = uuid.uuid4().hex[:8]
-    crashed = _sign(topics, kafka, tag, tmp_path, {"STREAMDEDUP_TEST_CRASH_AT": "signed-sent:2"})
+    crashed = _sign(topics, kafka, tag, {"STREAMDEDUP_TEST_CRASH_AT": "signed-sent:2"})
     assert crashed.returncode == 137, crashed.stderr.decode()
-    resigned = _sign(topics, kafka, tag, tmp_path, idle_s=12)  # the group first waits out the dead member (6 s)
+    resigned = _sign(topics, kafka, tag, idle_s=15)  # the group first drops the dead member (10 s)
     assert resigned.returncode == 0, resigned.stderr.decode()
     signed_offsets = [r.source.offset for m in read_all(kafka, f"signed-{tag}") for r in unpack_signed(m.value).records]
     assert sorted(set(signed_offsets)) == list(range(len(expected) + 30)), "every input record was signed"

@@ -33,6 +33,10 @@ from .topics import SIGNED_MESSAGE_BYTES, ensure_internal_topics
 __all__ = ["run_signer", "signed_chunks"]
 
 BACKOFF_S = (1.0, 30.0)
+# A signer killed without leaving the group holds its input partitions until the group drops it after
+# ``session_timeout_ms`` (kafka-python: 45 s), and signing stops meanwhile; a signer's heartbeats run on
+# their own thread, so a shorter session costs nothing. [kafka.consumer] settings replace these.
+GROUP_SESSION = {"session_timeout_ms": 10000, "heartbeat_interval_ms": 3000}
 
 
 def signed_chunks(records: list[RawRecord], limit: int) -> list[list[RawRecord]]:
@@ -62,8 +66,8 @@ class _Signer:
         consumer_settings = kafka_client_settings(config.kafka, "consumer")
         producer_settings = kafka_client_settings(config.kafka, "producer")
         self.spec = self._input_spec(consumer_settings)
-        self.source = KafkaSource(config.input.topics, consumer_settings, f"{config.kafka.group_id}-sign",
-                                  config.worker.batch_size)
+        self.source = KafkaSource(config.input.topics, {**GROUP_SESSION, **consumer_settings},
+                                  f"{config.kafka.group_id}-sign", config.worker.batch_size)
         self.source.consumer.subscribe(config.input.topics)
         self.producer = KafkaProducer(**{"acks": "all", "linger_ms": 5, "max_request_size": SIGNED_MESSAGE_BYTES,
                                          "batch_size": 1 << 20, **producer_settings})
