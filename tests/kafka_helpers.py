@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import random
+import signal
 import subprocess
 import sys
 import time
@@ -12,6 +15,8 @@ from pathlib import Path
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
+
+from streamdedup.core import corpus
 
 ROOT = Path(__file__).resolve().parent.parent
 BIG = 16 << 20  # 16 MiB: room for the 10 MB test record
@@ -182,3 +187,87 @@ def wait_for_line(process: subprocess.Popen, needle: bytes, timeout: float = 60)
         if not line and process.poll() is not None:
             break
     raise AssertionError(f"the worker never logged {needle!r}")
+
+
+def sharded_records(web: bool, articles=220, seed=11, replays=30):
+    """The synthetic crawl (or pages of sites with their templates), with replays of ``replays`` records, as
+    many exact copies under new ids and a rejected record."""
+    from streamdedup.core.webcrawl import generate_web
+
+    rng = random.Random(seed)
+    if web:
+        docs = [(p.id, p.text, p.url) for p in generate_web(450, 12, seed)]
+    else:
+        docs = [(d.id, d.text, None) for d in corpus.generate(articles, seed=seed)]
+    extra = []
+    for doc_id, text, url in rng.sample(docs, replays):
+        extra += [(doc_id, text, url), (doc_id + "-copy", text, url)]
+    stream = docs + extra
+    rng.shuffle(stream)
+    records = [(doc_id.encode(), json.dumps({"id": doc_id, "text": text, "url": url}).encode())
+               for doc_id, text, url in stream]
+    return records + [(b"bad", b"{not json")]
+
+
+def sharded_topics(kafka, raw: str) -> Topics:
+    """Fresh output topics for a sharded deployment reading the input topic ``raw``."""
+    tag = uuid.uuid4().hex[:10]
+    topics = Topics(raw, f"clean-{tag}", f"dups-{tag}", f"dead-{tag}")
+    create_topics(kafka, topics.outputs, 1)
+    return topics
+
+
+def role_command(topics: Topics, kafka: str, count: int, tag: str, *extra: str, command: str = "run") -> list[str]:
+    """``streamdedup run`` (or ``command``) of a sharded deployment named ``tag`` (its group and internal topics),
+    ``count`` shards."""
+    return [sys.executable, "-m", "streamdedup", command, *topics.settings(kafka),
+            "--set", f"kafka.group_id=sharded-{tag}", "--set", f"shards.count={count}",
+            "--set", f"shards.signed_topic=signed-{tag}", "--set", f"shards.evidence_topic=evidence-{tag}",
+            "--set", "log.summary_interval_s=0", *extra]
+
+
+def outcome_summary(found: dict) -> dict:
+    """Input (partition, offset) -> what came out for it: kind, cluster, matched, similarity, exact."""
+    summary = {}
+    for where, outs in found.items():
+        assert len(outs) == 1, f"{where}: {len(outs)} outcomes"
+        kind, message = outs[0]
+        if kind == "clean":
+            summary[where] = (kind, header(message, "streamdedup.cluster").decode())
+        elif kind == "duplicates":
+            body = json.loads(message.value)
+            summary[where] = (kind, body["cluster"], body["matched"], body["similarity"], body["exact"])
+        else:
+            summary[where] = (kind,)
+    return summary
+
+
+def wait_for_outcomes(kafka, topics, expected: int, processes, timeout=240) -> dict:
+    """Every outcome once at least ``expected`` are out; fails if a process ended badly or time ran out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = outcomes(kafka, topics)
+        if sum(len(v) for v in found.values()) >= expected:
+            return found
+        for process in processes:
+            if process.poll() not in (None, 0):
+                raise AssertionError(process.stderr.read().decode()[-3000:])
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{sum(len(v) for v in found.values())} of {expected} outcomes after {timeout} s")
+        time.sleep(1)
+
+
+def stop_processes(processes) -> None:
+    """SIGTERM each process still running, wait for all (SIGKILL after a minute)."""
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if process.stderr is not None:
+            process.stderr.close()
+

@@ -4,15 +4,25 @@ from __future__ import annotations
 
 import json
 import os
-import random
-import signal
 import subprocess
 import sys
 import time
 import uuid
 
 import pytest
-from kafka_helpers import Topics, create_topics, header, outcomes, produce, run_worker
+from kafka_helpers import (
+    Topics,
+    header,
+    outcome_summary,
+    outcomes,
+    produce,
+    role_command,
+    run_worker,
+    sharded_records,
+    sharded_topics,
+    stop_processes,
+    wait_for_outcomes,
+)
 
 from streamdedup.core import corpus
 
@@ -21,110 +31,32 @@ pytestmark = pytest.mark.kafka
 OFF = ["--set", "templates.enabled=false"]
 
 
-def _records(web: bool, articles=220, seed=11):
-    """The synthetic crawl (or pages of sites with their templates), with replays of some records, exact
-    copies under new ids and a rejected record."""
-    from streamdedup.core.webcrawl import generate_web
-
-    rng = random.Random(seed)
-    if web:
-        docs = [(p.id, p.text, p.url) for p in generate_web(450, 12, seed)]
-    else:
-        docs = [(d.id, d.text, None) for d in corpus.generate(articles, seed=seed)]
-    extra = []
-    for doc_id, text, url in rng.sample(docs, 30):
-        extra += [(doc_id, text, url), (doc_id + "-copy", text, url)]
-    stream = docs + extra
-    rng.shuffle(stream)
-    records = [(doc_id.encode(), json.dumps({"id": doc_id, "text": text, "url": url}).encode())
-               for doc_id, text, url in stream]
-    return records + [(b"bad", b"{not json")]
-
-
-def _sharded_topics(kafka, raw: str) -> Topics:
-    tag = uuid.uuid4().hex[:10]
-    topics = Topics(raw, f"clean-{tag}", f"dups-{tag}", f"dead-{tag}")
-    create_topics(kafka, topics.outputs, 1)
-    return topics
-
-
-def _role_command(topics: Topics, kafka: str, count: int, tag: str, *extra: str, command: str = "run") -> list[str]:
-    return [sys.executable, "-m", "streamdedup", command, *topics.settings(kafka),
-            "--set", f"kafka.group_id=sharded-{tag}", "--set", f"shards.count={count}",
-            "--set", f"shards.signed_topic=signed-{tag}", "--set", f"shards.evidence_topic=evidence-{tag}",
-            "--set", "log.summary_interval_s=0", *extra]
-
-
-def _summary(found: dict) -> dict:
-    """Input (partition, offset) -> what came out for it: kind, cluster, matched, similarity, exact."""
-    summary = {}
-    for where, outs in found.items():
-        assert len(outs) == 1, f"{where}: {len(outs)} outcomes"
-        kind, message = outs[0]
-        if kind == "clean":
-            summary[where] = (kind, header(message, "streamdedup.cluster").decode())
-        elif kind == "duplicates":
-            body = json.loads(message.value)
-            summary[where] = (kind, body["cluster"], body["matched"], body["similarity"], body["exact"])
-        else:
-            summary[where] = (kind,)
-    return summary
-
-
-def _wait_for_outcomes(kafka, topics, expected: int, processes, timeout=240) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = outcomes(kafka, topics)
-        if sum(len(v) for v in found.values()) >= expected:
-            return found
-        for process in processes:
-            if process.poll() not in (None, 0):
-                raise AssertionError(process.stderr.read().decode()[-3000:])
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{sum(len(v) for v in found.values())} of {expected} outcomes after {timeout} s")
-        time.sleep(1)
-
-
-def _stop(processes) -> None:
-    for process in processes:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-    for process in processes:
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        if process.stderr is not None:
-            process.stderr.close()
-
-
 @pytest.mark.parametrize("settings", [[], OFF, ["--set", "excerpts.enabled=true"]],
                          ids=["defaults", "templates-off", "excerpts"])
 def test_three_shards_and_two_signers_decide_as_one_worker(kafka, tmp_path, settings):
-    records = _records(web=settings != OFF)
+    records = sharded_records(web=settings != OFF)
     single = Topics.fresh(kafka)
     produce(kafka, single.raw, records)
     result = run_worker(tmp_path / "single", single, kafka, *settings)
     assert result.returncode == 0, result.stderr.decode()
-    expected = _summary(outcomes(kafka, single))
+    expected = outcome_summary(outcomes(kafka, single))
     assert len(expected) == len(records) - 30  # a replayed record emits nothing
 
-    topics = _sharded_topics(kafka, single.raw)
+    topics = sharded_topics(kafka, single.raw)
     tag = uuid.uuid4().hex[:8]
-    shards = [subprocess.Popen(_role_command(topics, kafka, 3, tag, "--role", "shard", "--shard", str(n),
+    shards = [subprocess.Popen(role_command(topics, kafka, 3, tag, "--role", "shard", "--shard", str(n),
                                              "--state", str(tmp_path / f"shard-{n}"), *settings),
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for n in range(3)]
-    signers = [subprocess.Popen(_role_command(topics, kafka, 3, tag, "--role", "sign", "--until-idle", "8",
+    signers = [subprocess.Popen(role_command(topics, kafka, 3, tag, "--role", "sign", "--until-idle", "8",
                                               "--set", "worker.batch_size=97", *settings),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for _ in range(2)]
     try:
-        found = _wait_for_outcomes(kafka, topics, len(expected), shards + signers)
+        found = wait_for_outcomes(kafka, topics, len(expected), shards + signers)
         time.sleep(2)  # anything more (a second outcome) would show now
         found = outcomes(kafka, topics)
     finally:
-        _stop(shards + signers)
-    got = _summary(found)
+        stop_processes(shards + signers)
+    got = outcome_summary(found)
     assert got == expected
     kinds = {v[0] for v in got.values()}
     assert kinds == {"clean", "duplicates", "dead_letter"}
@@ -136,8 +68,8 @@ def test_three_shards_and_two_signers_decide_as_one_worker(kafka, tmp_path, sett
 
 
 def test_a_shard_refuses_the_wrong_shard_number_with_what_to_do(kafka, tmp_path):
-    topics = _sharded_topics(kafka, Topics.fresh(kafka).raw)
-    command = _role_command(topics, kafka, 3, "refuse", "--role", "shard", "--shard", "3",
+    topics = sharded_topics(kafka, Topics.fresh(kafka).raw)
+    command = role_command(topics, kafka, 3, "refuse", "--role", "shard", "--shard", "3",
                             "--state", str(tmp_path / "s"), "--until-caught-up")
     result = subprocess.run(command, capture_output=True, timeout=120, env=dict(os.environ))
     assert result.returncode != 0
@@ -146,7 +78,7 @@ def test_a_shard_refuses_the_wrong_shard_number_with_what_to_do(kafka, tmp_path)
 
 def test_forgetting_in_the_middle_of_the_stream_decides_as_one_worker(kafka, tmp_path):
     """The forget order goes through the signed topic; later copies of forgotten texts are decided alike."""
-    records = _records(web=False, articles=150, seed=3)
+    records = sharded_records(web=False, articles=150, seed=3)
     half = len(records) // 2
     ids = sorted({json.loads(v)["id"] for _, v in records[:half] if v.startswith(b"{")})[:25] + ["nobody"]
     single = Topics.fresh(kafka)
@@ -156,32 +88,32 @@ def test_forgetting_in_the_middle_of_the_stream_decides_as_one_worker(kafka, tmp
                    check=True, capture_output=True)
     produce(kafka, single.raw, records[half:])
     assert run_worker(tmp_path / "single", single, kafka).returncode == 0
-    expected = _summary(outcomes(kafka, single))
+    expected = outcome_summary(outcomes(kafka, single))
 
-    sharded = _sharded_topics(kafka, Topics.fresh(kafka).raw)
+    sharded = sharded_topics(kafka, Topics.fresh(kafka).raw)
     tag = uuid.uuid4().hex[:8]
-    shards = [subprocess.Popen(_role_command(sharded, kafka, 3, tag, "--role", "shard", "--shard", str(n),
+    shards = [subprocess.Popen(role_command(sharded, kafka, 3, tag, "--role", "shard", "--shard", str(n),
                                              "--state", str(tmp_path / f"shard-{n}")),
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for n in range(3)]
-    signer = [_role_command(sharded, kafka, 3, tag, "--role", "sign", "--until-idle", "4")]
+    signer = [role_command(sharded, kafka, 3, tag, "--role", "sign", "--until-idle", "4")]
     try:
         produce(kafka, sharded.raw, records[:half])
         signing = subprocess.Popen(signer[0], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        first = _wait_for_outcomes(kafka, sharded, sum(1 for where in expected if where[1] < half), shards + [signing])
+        first = wait_for_outcomes(kafka, sharded, sum(1 for where in expected if where[1] < half), shards + [signing])
         assert signing.wait(timeout=60) == 0
         signing.stderr.close()
-        queued = subprocess.run(_role_command(sharded, kafka, 3, tag, *ids, command="forget"), capture_output=True,
+        queued = subprocess.run(role_command(sharded, kafka, 3, tag, *ids, command="forget"), capture_output=True,
                                 timeout=60)
         assert queued.returncode == 0 and b"queued" in queued.stdout, queued.stderr.decode()
         produce(kafka, sharded.raw, records[half:])
         signing = subprocess.Popen(signer[0], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        _wait_for_outcomes(kafka, sharded, len(expected), shards + [signing])
+        wait_for_outcomes(kafka, sharded, len(expected), shards + [signing])
         signing.wait(timeout=60)
         signing.stderr.close()
         time.sleep(2)
-        got = _summary(outcomes(kafka, sharded))
+        got = outcome_summary(outcomes(kafka, sharded))
     finally:
-        _stop(shards)
+        stop_processes(shards)
     assert len(first) > 0
     assert got == expected
 
@@ -212,18 +144,18 @@ def test_three_input_partitions_decisions_record_their_order_and_agree_with_the_
     single_order = [(r.source[1], r.source[2]) for r in decided]
     single_status = ["kept" if r.kept else "duplicate" for r in decided]
 
-    topics = _sharded_topics(kafka, single.raw)
+    topics = sharded_topics(kafka, single.raw)
     tag = uuid.uuid4().hex[:8]
-    processes = [subprocess.Popen(_role_command(topics, kafka, 3, tag, "--role", "shard", "--shard", str(n),
+    processes = [subprocess.Popen(role_command(topics, kafka, 3, tag, "--role", "shard", "--shard", str(n),
                                                 "--state", str(tmp_path / f"shard-{n}"), *OFF),
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for n in range(3)]
-    processes += [subprocess.Popen(_role_command(topics, kafka, 3, tag, "--role", "sign", "--until-idle", "6",
+    processes += [subprocess.Popen(role_command(topics, kafka, 3, tag, "--role", "sign", "--until-idle", "6",
                                                  "--set", "worker.batch_size=50", *OFF),
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for _ in range(2)]
     try:
-        found = _wait_for_outcomes(kafka, topics, len(records), processes)
+        found = wait_for_outcomes(kafka, topics, len(records), processes)
     finally:
-        _stop(processes)
+        stop_processes(processes)
     place = {where: tuple(map(int, header(outs[0][1], "streamdedup.order").split(b"/")))
              for where, outs in found.items()}
     order = sorted(place, key=place.get)

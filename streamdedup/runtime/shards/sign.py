@@ -23,6 +23,7 @@ from ...core.records import RawRecord
 from ...core.signed import pack_signed
 from ...core.signing import signing_config
 from ...errors import kafka_trouble
+from ...faults import reached
 from ...ops.logs import Log
 from ...ops.telemetry import WorkerTelemetry
 from ..sink import kept_record_bytes, topic_limits
@@ -33,6 +34,10 @@ __all__ = ["run_signer", "signed_chunks", "queue_forget"]
 
 BACKOFF_S = (1.0, 30.0)
 ORDER_HEADER_BYTES = 64  # room for the ``streamdedup.order`` header a shard adds to a kept record
+# A signer killed without leaving the group holds its input partitions until the group drops it after
+# ``session_timeout_ms`` (kafka-python: 45 s), and signing stops meanwhile; a signer's heartbeats run on
+# their own thread, so a shorter session costs nothing. [kafka.consumer] settings replace these.
+GROUP_SESSION = {"session_timeout_ms": 10000, "heartbeat_interval_ms": 3000}
 
 
 def signed_chunks(records: list[RawRecord], limit: int) -> list[list[RawRecord]]:
@@ -62,8 +67,8 @@ class _Signer:
         consumer_settings = kafka_client_settings(config.kafka, "consumer")
         producer_settings = kafka_client_settings(config.kafka, "producer")
         self.spec = self._input_spec(consumer_settings)
-        self.source = KafkaSource(config.input.topics, consumer_settings, f"{config.kafka.group_id}-sign",
-                                  config.worker.batch_size)
+        self.source = KafkaSource(config.input.topics, {**GROUP_SESSION, **consumer_settings},
+                                  f"{config.kafka.group_id}-sign", config.worker.batch_size)
         self.source.consumer.subscribe(config.input.topics)
         self.producer = KafkaProducer(**{"acks": "all", "linger_ms": 5, "max_request_size": SIGNED_MESSAGE_BYTES,
                                          "batch_size": 1 << 20, **producer_settings})
@@ -91,6 +96,7 @@ class _Signer:
             prepared = prepare_raw(raw_payload(chunk), self.spec, self.signing)
             self.producer.send(topic, partition=0, value=pack_signed(chunk, prepared, time.time(), self.fingerprint))
         self.producer.flush(timeout=self.config.worker.kafka_timeout_s)
+        reached("signed-sent")  # a crash here signs these records again: the shards take them once
         after: dict = {}
         for r in records:
             tp = TopicPartition(r.source.name, r.source.partition)
