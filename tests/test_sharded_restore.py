@@ -1,0 +1,91 @@
+"""Backing up and restoring a sharded index on the real broker: a lost shard comes back from its backup.
+
+All shards are backed up while the deployment runs; the deployment carries on;
+then one shard's folder is lost, restored from its (now lagging) backup and
+the shard restarted. It replays, without emitting, the signed batches its
+group committed after the backup, from the other shards' evidence still in
+the evidence topic, and the deployment ends with exactly one outcome per input
+record, the single worker's.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import uuid
+
+import pytest
+from kafka_helpers import Topics, outcomes, produce, run_worker
+from test_sharded_kafka import OFF, _records, _role_command, _sharded_topics, _stop, _summary, _wait_for_outcomes
+
+pytestmark = pytest.mark.kafka
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", "streamdedup", *args], capture_output=True, timeout=300)
+    assert result.returncode == 0, result.stderr.decode()
+    return result
+
+
+@pytest.mark.parametrize("settings", [OFF, []], ids=["templates-off", "defaults"])
+def test_a_lost_shard_restored_from_a_backup_taken_while_running_replays_and_the_deployment_decides_as_one_worker(
+        kafka, tmp_path, settings):
+    records = _records(web=not settings, seed=23)
+    first, second = len(records) // 3, 2 * len(records) // 3
+    single = Topics.fresh(kafka)
+    produce(kafka, single.raw, records)
+    result = run_worker(tmp_path / "single", single, kafka, *settings)
+    assert result.returncode == 0, result.stderr.decode()
+    expected = _summary(outcomes(kafka, single))
+    before = {phase: sum(1 for where in expected if where[1] < end) for phase, end in (("a", first), ("b", second))}
+
+    topics = _sharded_topics(kafka, Topics.fresh(kafka).raw)
+    tag = uuid.uuid4().hex[:8]
+    state = [tmp_path / f"shard-{n}" for n in range(3)]
+
+    def shard(n: int, log=subprocess.PIPE) -> subprocess.Popen:
+        return subprocess.Popen(_role_command(topics, kafka, 3, tag, "--role", "shard", "--shard", str(n),
+                                              "--state", str(state[n]), *settings),
+                                stdout=subprocess.DEVNULL, stderr=log)
+
+    shards = [shard(n) for n in range(3)]
+    signers = [subprocess.Popen(_role_command(topics, kafka, 3, tag, "--role", "sign", "--set",
+                                              "worker.batch_size=41", *settings),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for _ in range(2)]
+    restored_log = tmp_path / "restored-shard.log"
+    try:
+        produce(kafka, topics.raw, records[:first])
+        _wait_for_outcomes(kafka, topics, before["a"], shards + signers)
+        for n in range(3):  # while the shards run: each shard's backup, a consistent copy of its own index
+            _cli("backup", "--state", str(state[n]), str(tmp_path / f"backup-{n}"))
+        produce(kafka, topics.raw, records[first:second])
+        _wait_for_outcomes(kafka, topics, before["b"], shards + signers)
+
+        shards[1].send_signal(signal.SIGKILL)  # shard 1's machine dies, and its disk with it
+        shards[1].wait(timeout=30)
+        shards[1].stderr.close()
+        shutil.rmtree(state[1])
+        produce(kafka, topics.raw, records[second:])  # the other shards wait for shard 1's evidence
+
+        restored = _cli("restore", str(tmp_path / "backup-1"), "--state", str(state[1]),
+                        *settings)
+        assert b"shards:signed" in restored.stdout  # the restore says where the shard takes up again
+        with open(restored_log, "wb") as log:
+            shards[1] = shard(1, log)
+            found = _wait_for_outcomes(kafka, topics, len(expected), shards + signers)
+            _stop([shards[1]])  # its log is complete
+    finally:
+        _stop(shards + signers)
+    got = _summary(found)  # also asserts one outcome per record
+    assert got == expected
+    assert len(got) == len(expected)
+    assert "replayed_unindexed_batch" in restored_log.read_text(), \
+        "the restored shard did not replay the batches committed after its backup"
+
+    stats = json.loads(_cli("stats", "--shards", str(tmp_path), "--json", *settings).stdout)
+    single_stats = json.loads(_cli("stats", "--state", str(tmp_path / "single"), "--json", *settings).stdout)
+    for key in ("documents", "kept", "duplicates", "exact_duplicates"):
+        assert stats[key] == single_stats[key], key
