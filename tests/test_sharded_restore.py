@@ -89,3 +89,49 @@ def test_a_lost_shard_restored_from_a_backup_taken_while_running_replays_and_the
     single_stats = json.loads(_cli("stats", "--state", str(tmp_path / "single"), "--json", *settings).stdout)
     for key in ("documents", "kept", "duplicates", "exact_duplicates"):
         assert stats[key] == single_stats[key], key
+
+
+def test_a_shard_restored_from_a_backup_older_than_the_signed_topic_retention_is_refused(kafka, tmp_path):
+    """The signed batches after the backup are gone (retention): the shard would skip them, so it refuses."""
+    from kafka import KafkaAdminClient, TopicPartition
+
+    records = _records(web=False, articles=90, seed=5)
+    half = len(records) // 2
+    single = Topics.fresh(kafka)
+    produce(kafka, single.raw, records)
+    assert run_worker(tmp_path / "single", single, kafka, *OFF).returncode == 0
+    expected = outcomes(kafka, single)
+    topics = _sharded_topics(kafka, Topics.fresh(kafka).raw)
+    tag = uuid.uuid4().hex[:8]
+    state = [tmp_path / f"shard-{n}" for n in range(2)]
+    shards = [subprocess.Popen(_role_command(topics, kafka, 2, tag, "--role", "shard", "--shard", str(n),
+                                             "--state", str(state[n]), *OFF),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for n in range(2)]
+    signer = subprocess.Popen(_role_command(topics, kafka, 2, tag, "--role", "sign", *OFF),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        produce(kafka, topics.raw, records[:half])
+        _wait_for_outcomes(kafka, topics, sum(1 for where in expected if where[1] < half), shards + [signer])
+        _cli("backup", "--state", str(state[1]), str(tmp_path / "backup-1"))
+        produce(kafka, topics.raw, records[half:])
+        _wait_for_outcomes(kafka, topics, len(expected), shards + [signer])
+    finally:
+        _stop(shards + [signer])
+    signed = TopicPartition(f"signed-{tag}", 0)
+    admin = KafkaAdminClient(bootstrap_servers=kafka)
+    try:
+        from kafka import KafkaConsumer
+
+        consumer = KafkaConsumer(bootstrap_servers=kafka)
+        end = consumer.end_offsets([signed])[signed]
+        consumer.close()
+        admin.delete_records({signed: end})  # as retention would, a while after the backup
+    finally:
+        admin.close()
+    restored = _cli("restore", str(tmp_path / "backup-1"), "--state", str(state[1]), "--replace", *OFF)
+    assert b"shards:signed" in restored.stdout
+    result = subprocess.run(_role_command(topics, kafka, 2, tag, "--role", "shard", "--shard", "1",
+                                          "--state", str(state[1]), "--until-caught-up", *OFF),
+                            capture_output=True, timeout=180)
+    assert result.returncode != 0
+    assert b"no longer hold" in result.stderr and f"signed-{tag}/0".encode() in result.stderr

@@ -21,6 +21,15 @@ put an index with the right positions in place, and the worker does the rest:
   are gone: the index never learns them, so a later copy of one of them is
   kept and emitted to the clean topic a second time.
 
+A shard's index of a sharded deployment is restored from its backup the
+same way: it keeps its place (shard number and count) and its positions in
+the signed and evidence topics, and at its next start the shard decides
+again, without emitting, the signed batches its group committed after them
+(``runtime.shards.shard.ShardSession.recover``), from every shard's evidence
+still in the evidence topic. Shards are restored one by one, each from any
+backup of its own taken since the topics' retention: their backups need not
+be taken at the same moment. A shard cannot be rebuilt from the input topics.
+
 The folder's writer lock is held throughout, so a running worker is never
 swapped out from under.
 """
@@ -95,6 +104,11 @@ def restore_from_topics(config: Config, state: Optional[str], replace: bool = Fa
     """A new index at ``state`` positioned at the first offset Kafka still holds on every input partition."""
     from .feed import kafka_reading
 
+    if config.shards.count:
+        raise ConfigError("a shard's index cannot be rebuilt from the input topics (it needs every signed batch and "
+                          "every shard's evidence since the deployment began): restore it from its backup, or "
+                          "rebuild the whole sharded index (deploy/README.md, \"Backing up and restoring a sharded "
+                          "index\")")
     path = index_settings(config, state).path
     lock = take_writer_lock(path)
     try:
