@@ -328,11 +328,17 @@ def _print_sharded_stats(args) -> int:
     print(f"{'index_bytes':<18} {stats['index_bytes']:,}")
     print(f"{'fingerprint':<18} {stats['fingerprint']}")
     for number, shard in enumerate(stats["shards"]):
-        print(f"{'shard ' + str(number):<18} {shard['path']}: {shard['documents']:,} documents, {shard['kept']:,} "
-              f"kept, {shard['duplicates']:,} duplicates ({shard['exact_duplicates']:,} exact), "
-              f"{shard['index_bytes']:,} bytes, next_serial {shard['next_serial']:,}, signed position "
-              f"{shard['positions'].get('shards:signed')}")
+        print(f"{'shard ' + str(number):<18} {_shard_line(shard)}")
     return EXIT_OK
+
+
+def _shard_line(shard: dict) -> str:
+    """One shard's figures in ``stats --shards``, with its position in the signed topic when it has one."""
+    line = (f"{shard['path']}: {shard['documents']:,} documents, {shard['kept']:,} kept, {shard['duplicates']:,} "
+            f"duplicates ({shard['exact_duplicates']:,} exact), {shard['index_bytes']:,} bytes, "
+            f"next_serial {shard['next_serial']:,}")
+    signed = shard["positions"].get("shards:signed")
+    return line if signed is None else f"{line}, shards:signed {signed}"
 
 
 def _cmd_check(args) -> int:
