@@ -188,12 +188,7 @@ class Index:
         match, the recorded similarity, and for two kept documents the exact
         similarity and shared bands. See ``engine.explain``.
         """
-        if texts is None or isinstance(texts, Mapping):
-            return explain(self._engine, id, other, texts)
-        paths = [texts] if isinstance(texts, (str, os.PathLike)) else list(texts)
-        pair = explain(self._engine, id, other)  # which two documents: the files are read for those
-        wanted = [pair.a.id] + ([] if pair.b is None else [pair.b.id])
-        return explain(self._engine, id, other, self.texts_in(paths, wanted))
+        return _explained(lambda *asked: explain(self._engine, *asked), id, other, texts, self._spec)
 
     def texts_in(self, paths: Sequence[PathLike], ids: Iterable[str]) -> dict[str, list[str]]:
         """Every text of ``ids`` in JSONL files (an id on several lines: each of its versions, in file order)."""
@@ -238,6 +233,16 @@ class Index:
         return f"<streamdedup.Index {self.path!r}{' read-only' if self.readonly else ''}>"
 
 
+def _explained(explain_pair, id: str, other: Optional[str], texts, spec: InputSpec) -> Explanation:
+    """``explain_pair(id, other, texts)`` with ``texts`` a dict, or JSONL files read for the two documents only."""
+    if texts is None or isinstance(texts, Mapping):
+        return explain_pair(id, other, texts)
+    paths = [texts] if isinstance(texts, (str, os.PathLike)) else list(texts)
+    pair = explain_pair(id, other, None)  # which two documents: the files are read for those
+    wanted = [pair.a.id] + ([] if pair.b is None else [pair.b.id])
+    return explain_pair(id, other, texts_in_files([os.fspath(p) for p in paths], set(wanted), spec))
+
+
 def _stats_of(engine: Engine) -> dict[str, Any]:
     """``Index.stats`` of one index (or one shard's)."""
     index = engine.index
@@ -275,14 +280,16 @@ def open_shards(paths: Sequence[PathLike], config: Union[config_module.Config, P
     shard missing, given twice, or of another deployment) is refused with a
     ``ConfigError``. ``config`` and ``sections`` as for ``open``.
     """
-    return ShardedIndex(ShardSet(_config(config, sections), [os.fspath(p) for p in paths]))
+    cfg = _config(config, sections)
+    return ShardedIndex(ShardSet(cfg, [os.fspath(p) for p in paths]), InputSpec.from_section(cfg.input))
 
 
 class ShardedIndex:
     """The shards of a sharded index, read as one (see ``open_shards``). Close it, or use it in a ``with`` block."""
 
-    def __init__(self, shards: ShardSet):
+    def __init__(self, shards: ShardSet, spec: InputSpec):
         self._shards = shards
+        self._spec = spec
 
     @property
     def paths(self) -> list[str]:
@@ -302,6 +309,13 @@ class ShardedIndex:
         """``Index.cluster`` over every shard: the representative from the shard owning its id, the members
         from every shard, in decision order."""
         return self._shards.cluster(id, limit)
+
+    def explain(self, id: str, other: Optional[str] = None, *,
+                texts: Union[Mapping[str, Union[str, Sequence[str]]], PathLike, Sequence[PathLike], None] = None
+                ) -> Explanation:
+        """``Index.explain`` over every shard: each document's record, stored shingles and band keys from the
+        shard owning its id."""
+        return _explained(self._shards.explain, id, other, texts, self._spec)
 
     def sites(self, host: Optional[str] = None, top: int = 10) -> dict[str, Any]:
         """``Index.sites``: every shard learns every site's template alike, so the first shard answers."""

@@ -119,7 +119,7 @@ def _parser() -> argparse.ArgumentParser:
                          help="show the earliest N members (default 100; 0: all); the total is always given")
     cluster.set_defaults(handler=_cmd_cluster)
 
-    explain = sub.add_parser("explain", parents=[common], help="why a document was decided as it was: its match, "
+    explain = sub.add_parser("explain", parents=[common, sharded], help="why a document was decided as it was: its match, "
                              "the similarity, shared bands and passages (read-only)")
     explain.add_argument("id", help="a document id")
     explain.add_argument("other", nargs="?", metavar="OTHER_ID", help="compare with this document instead of "
@@ -421,7 +421,7 @@ def _cmd_cluster(args) -> int:
 def _cmd_explain(args) -> int:
     from .ops.explained import explanation_lines
 
-    with _open(args) as index:
+    with _open_read(args) as index:
         if args.text_a is not None or args.text_b is not None:
             if args.texts:
                 raise ConfigError("explain: give --texts, or --text-a/--text-b, not both")

@@ -1,4 +1,5 @@
-"""Reading a sharded index as one: ``stats``, ``query`` and ``cluster`` over every shard answer as one index does.
+"""Reading a sharded index as one: ``stats``, ``query``, ``cluster`` and ``explain`` over every shard answer as one
+index does.
 
 The sharded index is built in-process (``test_shards._sharded``) next to one
 index fed the same batches; the shards' answers, merged, must be the one
@@ -96,6 +97,25 @@ def test_cluster_over_the_shards_answers_as_one_index_with_members_from_every_sh
     assert sizes.most_common(1)[0][1] >= 2
 
 
+def test_explain_over_the_shards_answers_as_one_index(built):
+    """A duplicate and its match (often in another shard), with and without texts; kept ones and a pair named."""
+    root, cfg, decided, texts = built
+    duplicates = [f for f in decided if f[1] == "duplicate"][:12]
+    kept = [f[0] for f in decided if f[1] == "kept"][:3]
+    with streamdedup.open(root / "single", cfg, readonly=True) as one, \
+            streamdedup.open_shards(_folders(root), cfg) as shards:
+        owner = shards._shards.owner
+        for doc_id, other in [(f[0], None) for f in duplicates] + [(k, None) for k in kept] + [(kept[0], kept[1])]:
+            for given in (None, {doc_id: texts[doc_id]}, {i: texts[i] for i in (doc_id, other or doc_id)}):
+                expected = one.explain(doc_id, other, texts=given).as_dict()
+                assert shards.explain(doc_id, other, texts=given).as_dict() == expected, (doc_id, other)
+        pairs = [(f[0], f[3]) for f in duplicates]
+        assert any(owner(a) != owner(b) for a, b in pairs)  # matches in other shards: the case is there
+        compared = [shards.explain(a, texts={a: texts[a], b: texts[b]}) for a, b in pairs if owner(a) != owner(b)]
+        assert any(c.passages and c.shared_bands and c.similarity is not None for c in compared)
+        assert shards.explain(kept[0]).members == one.explain(kept[0]).members
+
+
 def test_an_incomplete_set_of_shards_is_refused_with_what_is_wrong(built, tmp_path):
     root, cfg, _, _ = built
     folders = _folders(root)
@@ -140,6 +160,10 @@ def test_the_commands_read_every_shard_given_as_folders_or_their_parent(built):
     assert json.loads(run_cli(*cluster, *repeated).stdout) == json.loads(
         run_cli(*cluster, "--state", str(root / "single")).stdout)
     assert f"cluster {near[2]}" in run_cli("cluster", near[0], *as_parent, *OFF).stdout.decode()
+
+    explain = ["explain", near[0], "--json", *OFF]
+    assert json.loads(run_cli(*explain, *as_parent).stdout) == json.loads(
+        run_cli(*explain, "--state", str(root / "single")).stdout)
 
     missing = run_cli("stats", "--shards", ",".join(folders[1:]), *OFF, check=False)
     assert missing.returncode == 2 and b"shard(s) 0 is not given" in missing.stderr

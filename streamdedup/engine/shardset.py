@@ -1,4 +1,5 @@
-"""The shards of a sharded index opened together, to be read as one index (``stats``, ``query``, ``cluster``).
+"""The shards of a sharded index opened together, to be read as one index (``stats``, ``query``, ``cluster``,
+``explain``).
 
 Each shard's index names its place (position ``shard``: [number, count],
 written at its first start by ``ShardEngine``), so the set given is checked
@@ -18,6 +19,7 @@ from ..config import Config
 from ..core.records import id_key
 from ..errors import ConfigError
 from .engine import Engine
+from .explain import Explanation, explain_in
 from .query import ClusterView, Match, cluster_in, near_duplicates_in
 from .shards.evidence import owner_of
 from .shards.shard import PLACE
@@ -85,6 +87,9 @@ class ShardSet:
 
     def cluster(self, doc_id: str, limit: Optional[int] = None) -> ClusterView:
         return cluster_in(self.engines, doc_id, limit, self.owner)
+
+    def explain(self, doc_id: str, other: Optional[str] = None, texts: Optional[dict] = None) -> Explanation:
+        return explain_in(self.engines, doc_id, other, texts, self.owner)
 
     def close(self) -> None:
         for engine in self.engines:
