@@ -11,17 +11,100 @@ record, the single worker's.
 from __future__ import annotations
 
 import json
+import random
 import shutil
 import signal
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
-from kafka_helpers import Topics, outcomes, produce, run_worker
-from test_sharded_kafka import OFF, _records, _role_command, _sharded_topics, _stop, _summary, _wait_for_outcomes
+from kafka_helpers import Topics, create_topics, header, outcomes, produce, run_worker
+
+from streamdedup.core import corpus
 
 pytestmark = pytest.mark.kafka
+
+OFF = ["--set", "templates.enabled=false"]
+
+
+def _records(web: bool, articles=220, seed=11):
+    """The synthetic crawl (or pages of sites with their templates), with replays of some records, exact
+    copies under new ids and a rejected record."""
+    from streamdedup.core.webcrawl import generate_web
+
+    rng = random.Random(seed)
+    if web:
+        docs = [(p.id, p.text, p.url) for p in generate_web(450, 12, seed)]
+    else:
+        docs = [(d.id, d.text, None) for d in corpus.generate(articles, seed=seed)]
+    extra = []
+    for doc_id, text, url in rng.sample(docs, 30):
+        extra += [(doc_id, text, url), (doc_id + "-copy", text, url)]
+    stream = docs + extra
+    rng.shuffle(stream)
+    return [(doc_id.encode(), json.dumps({"id": doc_id, "text": text, "url": url}).encode())
+            for doc_id, text, url in stream] + [(b"bad", b"{not json")]
+
+
+def _sharded_topics(kafka, raw: str) -> Topics:
+    tag = uuid.uuid4().hex[:10]
+    topics = Topics(raw, f"clean-{tag}", f"dups-{tag}", f"dead-{tag}")
+    create_topics(kafka, topics.outputs, 1)
+    return topics
+
+
+def _role_command(topics: Topics, kafka: str, count: int, tag: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "streamdedup", "run", *topics.settings(kafka),
+            "--set", f"kafka.group_id=sharded-{tag}", "--set", f"shards.count={count}",
+            "--set", f"shards.signed_topic=signed-{tag}", "--set", f"shards.evidence_topic=evidence-{tag}",
+            "--set", "log.summary_interval_s=0", *extra]
+
+
+def _summary(found: dict) -> dict:
+    """Input (partition, offset) -> what came out for it: kind, cluster, matched, similarity, exact."""
+    summary = {}
+    for where, outs in found.items():
+        assert len(outs) == 1, f"{where}: {len(outs)} outcomes"
+        kind, message = outs[0]
+        if kind == "clean":
+            summary[where] = (kind, header(message, "streamdedup.cluster").decode())
+        elif kind == "duplicates":
+            body = json.loads(message.value)
+            summary[where] = (kind, body["cluster"], body["matched"], body["similarity"], body["exact"])
+        else:
+            summary[where] = (kind,)
+    return summary
+
+
+def _wait_for_outcomes(kafka, topics, expected: int, processes, timeout=240) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = outcomes(kafka, topics)
+        if sum(len(v) for v in found.values()) >= expected:
+            return found
+        for process in processes:
+            if process.poll() not in (None, 0):
+                raise AssertionError(process.stderr.read().decode()[-3000:] if process.stderr else
+                                     f"{process.args[-8:]} exited {process.returncode} (its log is a file)")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{sum(len(v) for v in found.values())} of {expected} outcomes after {timeout} s")
+        time.sleep(1)
+
+
+def _stop(processes) -> None:
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if process.stderr is not None:
+            process.stderr.close()
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -93,7 +176,7 @@ def test_a_lost_shard_restored_from_a_backup_taken_while_running_replays_and_the
 
 def test_a_shard_restored_from_a_backup_older_than_the_signed_topic_retention_is_refused(kafka, tmp_path):
     """The signed batches after the backup are gone (retention): the shard would skip them, so it refuses."""
-    from kafka import KafkaAdminClient, TopicPartition
+    from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
     records = _records(web=False, articles=90, seed=5)
     half = len(records) // 2
@@ -120,8 +203,6 @@ def test_a_shard_restored_from_a_backup_older_than_the_signed_topic_retention_is
     signed = TopicPartition(f"signed-{tag}", 0)
     admin = KafkaAdminClient(bootstrap_servers=kafka)
     try:
-        from kafka import KafkaConsumer
-
         consumer = KafkaConsumer(bootstrap_servers=kafka)
         end = consumer.end_offsets([signed])[signed]
         consumer.close()
