@@ -17,15 +17,16 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["open", "Index", "Decision", "Match", "ClusterView", "Explanation", "ForgetReport", "CheckReport",
-           "StreamdedupError", "IndexLockedError", "UnknownDocumentError", "__version__"]
+__all__ = ["open", "open_shards", "Index", "ShardedIndex", "Decision", "Match", "ClusterView", "Explanation",
+           "ForgetReport", "CheckReport", "StreamdedupError", "IndexLockedError", "UnknownDocumentError", "__version__"]
 
-_FROM = {name: "api" for name in ("open", "Index", "Decision", "Match", "ClusterView", "Explanation",
-                                  "ForgetReport", "CheckReport")}
+_FROM = {name: "api" for name in ("open", "open_shards", "Index", "ShardedIndex", "Decision", "Match",
+                                  "ClusterView", "Explanation", "ForgetReport", "CheckReport")}
 _FROM.update({name: "errors" for name in ("StreamdedupError", "IndexLockedError", "UnknownDocumentError")})
 
 if TYPE_CHECKING:
-    from .api import CheckReport, ClusterView, Decision, Explanation, ForgetReport, Index, Match, open
+    from .api import (CheckReport, ClusterView, Decision, Explanation, ForgetReport, Index, Match, ShardedIndex,
+                      open, open_shards)
     from .errors import IndexLockedError, StreamdedupError, UnknownDocumentError
 
 

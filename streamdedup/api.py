@@ -29,11 +29,12 @@ from .core.records import Decision, Document, Item, Source
 from .engine.engine import Engine, collector_paused
 from .engine.explain import Explanation, explain
 from .engine.query import ClusterView, Match, cluster_of, near_duplicates, templates_learned
+from .engine.shardset import ShardSet
 from .errors import ConfigError, StreamdedupError
 from .store.check import CheckReport, check_index
 from .store.housekeeping import ForgetReport
 
-__all__ = ["open", "Index", "Decision", "Match", "ClusterView", "Explanation", "ForgetReport", "CheckReport",
+__all__ = ["open", "open_shards", "Index", "ShardedIndex", "Decision", "Match", "ClusterView", "Explanation", "ForgetReport", "CheckReport",
            "Record"]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -187,12 +188,7 @@ class Index:
         match, the recorded similarity, and for two kept documents the exact
         similarity and shared bands. See ``engine.explain``.
         """
-        if texts is None or isinstance(texts, Mapping):
-            return explain(self._engine, id, other, texts)
-        paths = [texts] if isinstance(texts, (str, os.PathLike)) else list(texts)
-        pair = explain(self._engine, id, other)  # which two documents: the files are read for those
-        wanted = [pair.a.id] + ([] if pair.b is None else [pair.b.id])
-        return explain(self._engine, id, other, self.texts_in(paths, wanted))
+        return _explained(lambda *asked: explain(self._engine, *asked), id, other, texts, self._spec)
 
     def texts_in(self, paths: Sequence[PathLike], ids: Iterable[str]) -> dict[str, list[str]]:
         """Every text of ``ids`` in JSONL files (an id on several lines: each of its versions, in file order)."""
@@ -200,30 +196,7 @@ class Index:
 
     def stats(self) -> dict[str, Any]:
         """Counts, sizes, positions and configuration of the index (the ``stats --json`` object)."""
-        engine = self._engine
-        index = engine.index
-        with index.read() as txn:
-            counters = dict(txn.counters)
-            positions = txn.positions()
-        used, map_size = index.map_use()
-        documents = counters["documents"]
-        return {
-            "path": index.path,
-            "documents": documents,
-            "clusters": counters["kept"],
-            "kept": counters["kept"],
-            "duplicates": counters["duplicates"],
-            "exact_duplicates": counters["exact"],
-            "duplicate_rate": counters["duplicates"] / documents if documents else 0.0,
-            "index_bytes": os.path.getsize(os.path.join(index.path, "data.mdb")),
-            "map_used_bytes": used,
-            "map_size_bytes": map_size,
-            "positions": positions,
-            "fingerprint": index.signing.fingerprint(),
-            "config": index.signing.as_dict(),
-            "index_id": index.meta["index_id"],
-            "templates": templates_learned(engine),
-        }
+        return _stats_of(self._engine)
 
     def sites(self, host: Optional[str] = None, top: int = 10) -> dict[str, Any]:
         """What was learned of site templates: totals and the largest sites, or the one site ``host``."""
@@ -258,6 +231,131 @@ class Index:
 
     def __repr__(self) -> str:
         return f"<streamdedup.Index {self.path!r}{' read-only' if self.readonly else ''}>"
+
+
+def _explained(explain_pair, id: str, other: Optional[str], texts, spec: InputSpec) -> Explanation:
+    """``explain_pair(id, other, texts)`` with ``texts`` a dict, or JSONL files read for the two documents only."""
+    if texts is None or isinstance(texts, Mapping):
+        return explain_pair(id, other, texts)
+    paths = [texts] if isinstance(texts, (str, os.PathLike)) else list(texts)
+    pair = explain_pair(id, other, None)  # which two documents: the files are read for those
+    wanted = [pair.a.id] + ([] if pair.b is None else [pair.b.id])
+    return explain_pair(id, other, texts_in_files([os.fspath(p) for p in paths], set(wanted), spec))
+
+
+def _stats_of(engine: Engine) -> dict[str, Any]:
+    """``Index.stats`` of one index (or one shard's)."""
+    index = engine.index
+    with index.read() as txn:
+        counters = dict(txn.counters)
+        positions = txn.positions()
+    used, map_size = index.map_use()
+    documents = counters["documents"]
+    return {
+        "path": index.path,
+        "documents": documents,
+        "clusters": counters["kept"],
+        "kept": counters["kept"],
+        "duplicates": counters["duplicates"],
+        "exact_duplicates": counters["exact"],
+        "duplicate_rate": counters["duplicates"] / documents if documents else 0.0,
+        "next_serial": counters["next_serial"],
+        "index_bytes": os.path.getsize(os.path.join(index.path, "data.mdb")),
+        "map_used_bytes": used,
+        "map_size_bytes": map_size,
+        "positions": positions,
+        "fingerprint": index.signing.fingerprint(),
+        "config": index.signing.as_dict(),
+        "index_id": index.meta["index_id"],
+        "templates": templates_learned(engine),
+    }
+
+
+def open_shards(paths: Sequence[PathLike], config: Union[config_module.Config, PathLike, None] = None,
+                **sections: Mapping[str, Any]) -> "ShardedIndex":
+    """Open the shards of a sharded index read-only, to ask them questions as one index (safe while they run).
+
+    ``paths``: every shard's index folder, or a folder holding ``shard-0`` ...
+    ``shard-N``. Each shard's index names its place, so an incomplete set (a
+    shard missing, given twice, or of another deployment) is refused with a
+    ``ConfigError``. ``config`` and ``sections`` as for ``open``.
+    """
+    cfg = _config(config, sections)
+    return ShardedIndex(ShardSet(cfg, [os.fspath(p) for p in paths]), InputSpec.from_section(cfg.input))
+
+
+class ShardedIndex:
+    """The shards of a sharded index, read as one (see ``open_shards``). Close it, or use it in a ``with`` block."""
+
+    def __init__(self, shards: ShardSet, spec: InputSpec):
+        self._shards = shards
+        self._spec = spec
+
+    @property
+    def paths(self) -> list[str]:
+        """Every shard's index folder (absolute), in shard order."""
+        return [engine.index.path for engine in self._shards.engines]
+
+    @property
+    def engines(self) -> list[Engine]:
+        """The shards' engines, in shard order, for the command line and the tests."""
+        return self._shards.engines
+
+    def query(self, text: str, *, min_similarity: Optional[float] = None, limit: int = 20) -> list[Match]:
+        """``Index.query`` over every shard: each verifies its own kept documents; merged best first."""
+        return self._shards.query(text, min_similarity, limit)
+
+    def cluster(self, id: str, *, limit: Optional[int] = None) -> ClusterView:
+        """``Index.cluster`` over every shard: the representative from the shard owning its id, the members
+        from every shard, in decision order."""
+        return self._shards.cluster(id, limit)
+
+    def explain(self, id: str, other: Optional[str] = None, *,
+                texts: Union[Mapping[str, Union[str, Sequence[str]]], PathLike, Sequence[PathLike], None] = None
+                ) -> Explanation:
+        """``Index.explain`` over every shard: each document's record, stored shingles and band keys from the
+        shard owning its id."""
+        return _explained(self._shards.explain, id, other, texts, self._spec)
+
+    def sites(self, host: Optional[str] = None, top: int = 10) -> dict[str, Any]:
+        """``Index.sites``: every shard learns every site's template alike, so the first shard answers."""
+        return templates_learned(self._shards.engines[0], host, top)
+
+    def stats(self) -> dict[str, Any]:
+        """Counts and sizes summed over the shards, with each shard's own ``Index.stats`` under ``shards``.
+
+        Each shard counts its own documents; ``next_serial`` is the deployment's, as of the last batch each
+        shard committed, so the totals take the highest (a shard behind the others shows a lower one).
+        """
+        each = [_stats_of(engine) for engine in self._shards.engines]
+        total = {key: sum(s[key] for s in each) for key in _SUMMED}
+        documents = total["documents"]
+        return {
+            **total,
+            "shards": each,
+            "count": len(each),
+            "duplicate_rate": total["duplicates"] / documents if documents else 0.0,
+            "next_serial": max(s["next_serial"] for s in each),
+            "fingerprint": each[0]["fingerprint"],
+            "config": each[0]["config"],
+        }
+
+    def close(self) -> None:
+        """Release every shard."""
+        self._shards.close()
+
+    def __enter__(self) -> "ShardedIndex":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<streamdedup.ShardedIndex of {len(self.paths)} shards>"
+
+
+_SUMMED = ("documents", "clusters", "kept", "duplicates", "exact_duplicates", "index_bytes", "map_used_bytes",
+           "map_size_bytes")
 
 
 def texts_in_files(paths: Sequence[str], ids: set[str], spec: InputSpec) -> dict[str, list[str]]:

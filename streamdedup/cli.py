@@ -46,6 +46,10 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--set", metavar="SECTION.KEY=VALUE", action="append", default=[],
                         help="override one configuration key (repeatable)")
     common.add_argument("--state", metavar="DIR", help="index folder (overrides index.path)")
+    sharded = argparse.ArgumentParser(add_help=False)
+    sharded.add_argument("--shards", metavar="DIR[,DIR...]", action="append", default=[],
+                         help="read a sharded index instead of --state: every shard's index folder (comma-separated "
+                         "or repeated), or the folder holding shard-0 ... shard-N; an incomplete set is refused")
 
     parser = argparse.ArgumentParser(prog="streamdedup", description="Streaming near-duplicate deduplication "
                                      "of text with MinHash LSH and an on-disk LMDB index.")
@@ -88,7 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     params.add_argument("--min-shared", type=int, default=1, help="with --bands: bands a candidate must share")
     params.set_defaults(handler=_cmd_params)
 
-    stats = sub.add_parser("stats", parents=[common], help="index size, counts and configuration (read-only)")
+    stats = sub.add_parser("stats", parents=[common, sharded], help="index size, counts and configuration (read-only)")
     stats.add_argument("--json", action="store_true")
     stats.set_defaults(handler=_cmd_stats)
 
@@ -97,7 +101,7 @@ def _parser() -> argparse.ArgumentParser:
                        "(needs the writer lock: stop the worker first)")
     check.set_defaults(handler=_cmd_check)
 
-    query = sub.add_parser("query", parents=[common], help="the near-duplicates of a text in the index, or what "
+    query = sub.add_parser("query", parents=[common, sharded], help="the near-duplicates of a text in the index, or what "
                            "was learned of a site's template (read-only)")
     what = query.add_mutually_exclusive_group(required=True)
     what.add_argument("text", nargs="?", help="the text to look for")
@@ -108,14 +112,14 @@ def _parser() -> argparse.ArgumentParser:
     query.add_argument("--json", action="store_true")
     query.set_defaults(handler=_cmd_query)
 
-    cluster = sub.add_parser("cluster", parents=[common], help="a cluster's representative and members (read-only)")
+    cluster = sub.add_parser("cluster", parents=[common, sharded], help="a cluster's representative and members (read-only)")
     cluster.add_argument("id", help="a document id: the representative, or any member")
     cluster.add_argument("--json", action="store_true")
     cluster.add_argument("--limit", type=int, default=100,
                          help="show the earliest N members (default 100; 0: all); the total is always given")
     cluster.set_defaults(handler=_cmd_cluster)
 
-    explain = sub.add_parser("explain", parents=[common], help="why a document was decided as it was: its match, "
+    explain = sub.add_parser("explain", parents=[common, sharded], help="why a document was decided as it was: its match, "
                              "the similarity, shared bands and passages (read-only)")
     explain.add_argument("id", help="a document id")
     explain.add_argument("other", nargs="?", metavar="OTHER_ID", help="compare with this document instead of "
@@ -268,7 +272,21 @@ def _open(args, readonly: bool = True, cfg: Optional[config_module.Config] = Non
     return api.open(args.state, cfg or _config(args), readonly=readonly)
 
 
+def _open_read(args):
+    """The index to read: ``--shards``' sharded index (``api.ShardedIndex``), else ``_open``'s."""
+    if not args.shards:
+        return _open(args)
+    from . import api
+
+    if args.state:
+        raise ConfigError("give --state (one index) or --shards (every shard of a sharded index), not both")
+    folders = [folder for given in args.shards for folder in given.split(",") if folder]
+    return api.open_shards(folders, _config(args))
+
+
 def _cmd_stats(args) -> int:
+    if args.shards:
+        return _print_sharded_stats(args)
     with _open(args) as index:
         stats = index.stats()
         min_sites = index.engine.template_settings.min_sites
@@ -294,6 +312,33 @@ def _cmd_stats(args) -> int:
     for name, value in sorted(positions.items()):
         print(f"{'position':<18} {name} {json.dumps(value, sort_keys=True)}")
     return EXIT_OK
+
+
+def _print_sharded_stats(args) -> int:
+    with _open_read(args) as shards:
+        stats = shards.stats()
+    if args.json:
+        print(json.dumps(stats, indent=2, sort_keys=True))
+        return EXIT_OK
+    print(f"{'shards':<18} {stats['count']}")
+    for key in ("documents", "clusters", "duplicates", "exact_duplicates"):
+        print(f"{key:<18} {stats[key]:,}")
+    print(f"{'duplicate_rate':<18} {stats['duplicate_rate']:.2%}")
+    print(f"{'next_serial':<18} {stats['next_serial']:,} (the deployment's serials given so far)")
+    print(f"{'index_bytes':<18} {stats['index_bytes']:,}")
+    print(f"{'fingerprint':<18} {stats['fingerprint']}")
+    for number, shard in enumerate(stats["shards"]):
+        print(f"{'shard ' + str(number):<18} {_shard_line(shard)}")
+    return EXIT_OK
+
+
+def _shard_line(shard: dict) -> str:
+    """One shard's figures in ``stats --shards``, with its position in the signed topic when it has one."""
+    line = (f"{shard['path']}: {shard['documents']:,} documents, {shard['kept']:,} kept, {shard['duplicates']:,} "
+            f"duplicates ({shard['exact_duplicates']:,} exact), {shard['index_bytes']:,} bytes, "
+            f"next_serial {shard['next_serial']:,}")
+    signed = shard["positions"].get("shards:signed")
+    return line if signed is None else f"{line}, shards:signed {signed}"
 
 
 def _cmd_check(args) -> int:
@@ -325,7 +370,7 @@ def _cmd_query(args) -> int:
             text = handle.read()
     else:
         text = args.text
-    with _open(args) as index:
+    with _open_read(args) as index:
         matches = index.query(text, min_similarity=args.min_similarity, limit=args.limit)
     if args.json:
         print(json.dumps([{**m.as_dict(), "relation": m.relation} for m in matches], indent=2))
@@ -341,7 +386,7 @@ def _cmd_query(args) -> int:
 
 
 def _print_site(args) -> int:
-    with _open(args) as index:
+    with _open_read(args) as index:
         site = index.sites(args.site)
     if args.json:
         print(json.dumps(site, indent=2))
@@ -353,7 +398,7 @@ def _print_site(args) -> int:
 
 
 def _cmd_cluster(args) -> int:
-    with _open(args) as index:
+    with _open_read(args) as index:
         view = index.cluster(args.id, limit=args.limit or None)
     if args.json:
         print(json.dumps(view.as_dict(), indent=2))
@@ -376,7 +421,7 @@ def _cmd_cluster(args) -> int:
 def _cmd_explain(args) -> int:
     from .ops.explained import explanation_lines
 
-    with _open(args) as index:
+    with _open_read(args) as index:
         if args.text_a is not None or args.text_b is not None:
             if args.texts:
                 raise ConfigError("explain: give --texts, or --text-a/--text-b, not both")

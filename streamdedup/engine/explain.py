@@ -20,9 +20,10 @@ differs from the record's) is not used; the explanation says so.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 from dataclasses import asdict, dataclass, field
-from typing import Mapping, Optional, Sequence, Union
+from typing import Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -42,7 +43,7 @@ from ..store.lookup import RecentMirror
 from ..store.sites import load_site, shared_template
 from .engine import Engine
 
-__all__ = ["Explanation", "Passage", "Side", "explain"]
+__all__ = ["Explanation", "Passage", "Side", "explain", "explain_in"]
 
 
 @dataclass
@@ -103,11 +104,32 @@ def explain(engine: Engine, doc_id: str, other: Optional[str] = None,
     index decided is used.
     Raises ``UnknownDocumentError`` for an id the index does not hold.
     """
+    return explain_in([engine], doc_id, other, texts, lambda _: 0)
+
+
+def explain_in(engines: list[Engine], doc_id: str, other: Optional[str] = None,
+               texts: Optional[Mapping[str, Union[str, Sequence[str]]]] = None,
+               owner: Callable[[str], int] = lambda _: 0) -> Explanation:
+    """``explain`` over the shards of a sharded index: ``engines[owner(id)]`` holds that id's documents, so
+    each record, its stored shingles and band keys are read from its own shard (site templates are the
+    same in every shard); one read transaction per shard, all open together."""
     texts = texts or {}
-    with engine.index.read() as txn:
-        mirror = RecentMirror.load(txn)
-        record_a = _latest(txn, mirror, doc_id)
-        record_b, notes = _other_record(txn, mirror, record_a, other)
+    engine = engines[0]
+    with contextlib.ExitStack() as stack:
+        txns = [stack.enter_context(e.index.read()) for e in engines]
+        mirrors: dict[int, RecentMirror] = {}
+
+        def latest(an_id: str) -> DocRecord:
+            number = owner(an_id)
+            if number not in mirrors:
+                mirrors[number] = RecentMirror.load(txns[number])
+            return _latest(txns[number], mirrors[number], an_id)
+
+        def txn_of(record: DocRecord) -> IndexTxn:
+            return txns[owner(record.id)]
+
+        record_a = latest(doc_id)
+        record_b, notes = _other_record(latest, lambda r: txns[owner(r.matched_id)], record_a, other)
         result = Explanation(
             a=_side(record_a), b=None if record_b is None else _side(record_b),
             relation=_relation(record_a), matched=record_a.matched_id,
@@ -117,19 +139,20 @@ def explain(engine: Engine, doc_id: str, other: Optional[str] = None,
             min_shared=engine.signing.min_shared, notes=notes)
         if record_b is None:
             if record_a.kept:
-                result.members = _members(txn, record_a.serial)
+                result.members = sum(_members(txn, record_a.serial) for txn in txns)
             return result
         words = {}
         contents = {}
         for side, record in (("a", record_a), ("b", record_b)):
-            shingles, origin, words[side] = _shingles_of(engine, txn, record, texts.get(record.id), result.notes)
+            shingles, origin, words[side] = _shingles_of(engine, txn_of(record), record, texts.get(record.id),
+                                                         result.notes)
             described = getattr(result, side)
             described.text_given = words[side] is not None
             if shingles is not None:
-                contents[side] = _content(engine, txn, record, shingles)
+                contents[side] = _content(engine, txn_of(record), record, shingles)
                 described.shingles, described.shingles_from = len(contents[side]), origin
         if len(contents) == 2:
-            _compare(engine, txn, result, record_a, record_b, contents["a"], contents["b"])
+            _compare(engine, txn_of, result, record_a, record_b, contents["a"], contents["b"])
         if words["a"] is not None and words["b"] is not None:
             result.passages = passages(words["a"], words["b"])
         else:
@@ -147,16 +170,18 @@ def _latest(txn: IndexTxn, mirror: RecentMirror, doc_id: str) -> DocRecord:
     return txn.record(serials[-1])
 
 
-def _other_record(txn: IndexTxn, mirror: RecentMirror, record: DocRecord,
+def _other_record(latest: Callable[[str], DocRecord], match_txn: Callable[[DocRecord], IndexTxn], record: DocRecord,
                   other: Optional[str]) -> tuple[Optional[DocRecord], list[str]]:
-    """The document to compare with, and notes on why there is none."""
+    """The document to compare with, and notes on why there is none (``latest(id)``: an id's latest version;
+    ``match_txn(record)``: the transaction of the index holding ``record``'s match)."""
     if other is not None:
-        return _latest(txn, mirror, other), []
+        return latest(other), []
     if record.kept:
         return None, ["kept: no earlier kept document was at or above the threshold when it was decided; name "
                       "another id to compare it with"]
     matched = record.matched
-    if matched is None or not txn.has_record(matched):
+    txn = None if matched is None else match_txn(record)
+    if txn is None or not txn.has_record(matched):
         return None, [f"its match {record.matched_id!r} was forgotten since: only the recorded decision is left"]
     return txn.record(matched), []
 
@@ -216,7 +241,7 @@ def _content(engine: Engine, txn: IndexTxn, record: DocRecord, shingles: np.ndar
     return content_of(shingles, template, shared_template(txn, settings.min_sites), settings.min_content_share)
 
 
-def _compare(engine: Engine, txn: IndexTxn, result: Explanation, record_a: DocRecord, record_b: DocRecord,
+def _compare(engine: Engine, txn_of: Callable[[DocRecord], IndexTxn], result: Explanation, record_a: DocRecord, record_b: DocRecord,
              content_a: np.ndarray, content_b: np.ndarray) -> None:
     at = np.searchsorted(content_b, content_a)
     at[at == len(content_b)] = 0
@@ -224,8 +249,8 @@ def _compare(engine: Engine, txn: IndexTxn, result: Explanation, record_a: DocRe
     similarity = jaccard(content_a, content_b)
     result.similarity = round(similarity, 6)
     result.containment = round(containment(content_a, content_b), 6)
-    keys_a = _keys(engine, txn, record_a, content_a)
-    keys_b = _keys(engine, txn, record_b, content_b)
+    keys_a = _keys(engine, txn_of(record_a), record_a, content_a)
+    keys_b = _keys(engine, txn_of(record_b), record_b, content_b)
     result.shared_bands = np.flatnonzero(keys_a == keys_b).tolist()
     decided = result.decided_similarity
     if result.b_is_match and decided is not None and abs(similarity - decided) > 1e-9:

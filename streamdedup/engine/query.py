@@ -1,14 +1,19 @@
 """Read-only questions to the index: what does this text duplicate, what is in this cluster.
 
 Both run in one short read transaction, so they are safe while the worker
-writes, and see the index as of its last commit.
+writes, and see the index as of its last commit. Over the shards of a
+sharded index (``near_duplicates_in``, ``cluster_in``; ``shardset`` opens
+them) each shard is read in a transaction of its own: each shard as of its
+last commit.
 """
 
 from __future__ import annotations
 
+import contextlib
+import heapq
 import itertools
 from dataclasses import asdict, dataclass, field
-from typing import Optional
+from typing import Callable, Iterator, Optional
 
 from ..core.excerpts import anchors_of, containment, likely_sources
 from ..core.prepare import prepare
@@ -24,7 +29,8 @@ from ..store.sites import shared_template, site_summaries
 from ..core.sites import site_host, site_key
 from .engine import Engine
 
-__all__ = ["Match", "ClusterView", "near_duplicates", "cluster_of", "templates_learned"]
+__all__ = ["Match", "ClusterView", "near_duplicates", "near_duplicates_in", "cluster_of", "cluster_in",
+           "templates_learned"]
 
 
 @dataclass
@@ -60,28 +66,56 @@ def near_duplicates(engine: Engine, text: str, min_similarity: Optional[float] =
     """Kept documents whose exact similarity to ``text`` is at least ``min_similarity`` (default: the
     threshold), plus the first document with the very same normalized text, best first; then the kept
     documents ``text`` is an excerpt of (whole texts: the query has no site, so no template is left out)."""
-    floor = engine.settings.threshold if min_similarity is None else min_similarity
-    batch = prepare([Document("", text, Source("query", -1, 0))], engine.signing)
+    return near_duplicates_in([engine], text, min_similarity, limit)
+
+
+def near_duplicates_in(engines: list[Engine], text: str, min_similarity: Optional[float] = None,
+                       limit: int = 20) -> list[Match]:
+    """``near_duplicates`` over the shards of a sharded index (or one index): each shard verifies its own
+    kept documents; the first document with the same text is the earliest any shard holds."""
+    floor = engines[0].settings.threshold if min_similarity is None else min_similarity
+    batch = prepare([Document("", text, Source("query", -1, 0))], engines[0].signing)
     if isinstance(batch.items[0], Rejected):
         raise StreamdedupError(f"nothing to look for: {batch.items[0].message()}")
+    found = _merged([_looked_up(engine, batch, floor) for engine in engines])
+    ranked = sorted(found.items(), key=lambda item: (item[1].containment is not None, -item[1].similarity, item[0]))
+    return [match for _, match in ranked[:limit]]
+
+
+def _looked_up(engine: Engine, batch, floor: float) -> tuple[dict, Optional[tuple], dict]:
+    """One index's answers for the query ``batch``: serial -> Match of its candidates at or above ``floor``,
+    its first document with the same content as (serial, Match) or None, and the documents the text is an
+    excerpt of."""
     shingles = batch.shingles.of(0)
     with engine.index.read() as txn:
         view = BatchView(txn, RecentMirror.load(txn), [id_key("")], batch.contents, batch.keys,
                          BandTables(engine.index))
-        found: dict[int, Match] = {}
+        near: dict[int, Match] = {}
         for serial in view.candidates(0)[0].tolist():
             record = txn.record(serial)
             if record.expired:
                 continue
             similarity = jaccard(shingles, txn.shingles(serial))
             if similarity >= floor:
-                found[serial] = _match(record, similarity, False)
-        twin = view.serial_of_content(batch.contents[0])
-        if twin is not None:
-            found[twin] = _match(txn.record(twin), 1.0, True)
-        found.update(_sources_containing(engine, txn, shingles, found))
-    ranked = sorted(found.items(), key=lambda item: (item[1].containment is not None, -item[1].similarity, item[0]))
-    return [match for _, match in ranked[:limit]]
+                near[serial] = _match(record, similarity, False)
+        serial = view.serial_of_content(batch.contents[0])
+        twin = None if serial is None else (serial, _match(txn.record(serial), 1.0, True))
+        seen = near if twin is None else {**near, twin[0]: twin[1]}
+        return near, twin, _sources_containing(engine, txn, shingles, seen)
+
+
+def _merged(answers: list[tuple[dict, Optional[tuple], dict]]) -> dict[int, Match]:
+    """Every index's answers as one index's: the candidates, then the earliest twin, then the sources."""
+    found: dict[int, Match] = {}
+    for near, _, _ in answers:
+        found.update(near)
+    twins = [twin for _, twin, _ in answers if twin is not None]
+    if twins:
+        serial, match = min(twins, key=lambda twin: twin[0])
+        found[serial] = match
+    for _, _, sources in answers:
+        found.update({serial: match for serial, match in sources.items() if serial not in found})
+    return found
 
 
 def _sources_containing(engine: Engine, txn, shingles, found: dict) -> dict[int, Match]:
@@ -111,21 +145,37 @@ def _match(record: DocRecord, similarity: float, exact: bool, share: Optional[fl
 def cluster_of(engine: Engine, doc_id: str, limit: Optional[int] = None) -> ClusterView:
     """The cluster named by ``doc_id`` (its representative), or the cluster ``doc_id`` belongs to, with its
     earliest ``limit`` members (None: all) and how many it has (counted by LMDB, none read)."""
-    with engine.index.read() as txn:
+    return cluster_in([engine], doc_id, limit, lambda _: 0)
+
+
+def cluster_in(engines: list[Engine], doc_id: str, limit: Optional[int], owner: Callable[[str], int]
+               ) -> ClusterView:
+    """``cluster_of`` over the shards of a sharded index: ``engines[owner(id)]`` holds that id's documents;
+    the members are every shard's own, listed under the representative's serial, merged in serial order.
+    One read transaction per shard, all open together."""
+    with contextlib.ExitStack() as stack:
+        txns = [stack.enter_context(engine.index.read()) for engine in engines]
+        txn = txns[owner(doc_id)]
         serials = serials_with_id(txn, RecentMirror.load(txn), doc_id)
         if not serials:
             raise UnknownDocumentError(f"no document with id {doc_id!r} in the index")
         record = txn.record(serials[-1])  # the latest version
         if not record.cluster:
             raise StreamdedupError(f"{doc_id!r} belongs to no cluster: its representative was forgotten")
-        representative = txn.record(record.cluster)
-        cursor = txn.txn.cursor(db=txn.dbs["members"])
-        members, total = [], 0
-        if cursor.set_key(serial_key(record.cluster)):
-            total = cursor.count()
-            for value in itertools.islice(cursor.iternext_dup(), limit):
-                members.append(_member(txn.record(int.from_bytes(value, "big"))))
+        representative = txns[owner(record.cluster_id)].record(record.cluster)
+        lists = [_members_of(txn, record.cluster) for txn in txns]
+        total = sum(count for count, _ in lists)
+        merged = heapq.merge(*(serials for _, serials in lists), key=lambda pair: pair[0])
+        members = [_member(txn.record(serial)) for serial, txn in itertools.islice(merged, limit)]
     return ClusterView(_member(representative), members, None if record.kept else doc_id, total)
+
+
+def _members_of(txn, representative: int) -> tuple[int, Iterator[tuple[int, object]]]:
+    """How many members one index lists under ``representative``, and (serial, txn) of each, in serial order."""
+    cursor = txn.txn.cursor(db=txn.dbs["members"])
+    if not cursor.set_key(serial_key(representative)):
+        return 0, iter(())
+    return cursor.count(), ((int.from_bytes(value, "big"), txn) for value in cursor.iternext_dup())
 
 
 def _member(record: DocRecord) -> dict:

@@ -341,6 +341,7 @@ def start_plan(stored: dict, committed: dict, beginnings: dict, has_sink: bool, 
 
 
 ORDER_HEADER = HEADER_PREFIX + "order"  # an outcome's place in a sharded deployment's decision order
+SHARD_POSITIONS = "shards:"  # the prefix of every position a shard keeps
 SHARD_SIGNED = "shards:signed"  # a shard's next signed offset to decide (``ShardCommit``)
 SHARD_EVIDENCE = "shards:evidence:"  # + shard number: where to read that shard's evidence from
 SHARD_INPUT = "shards:input:"  # + topic:partition: the next input offset the shards take

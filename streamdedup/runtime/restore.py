@@ -21,6 +21,15 @@ put an index with the right positions in place, and the worker does the rest:
   are gone: the index never learns them, so a later copy of one of them is
   kept and emitted to the clean topic a second time.
 
+A shard's index of a sharded deployment is restored from its backup the
+same way: it keeps its place (shard number and count) and its positions in
+the signed and evidence topics, and at its next start the shard decides
+again, without emitting, the signed batches its group committed after them
+(``runtime.shards.shard.ShardSession.recover``), from every shard's evidence
+still in the evidence topic. Shards are restored one by one, each from any
+backup of its own taken since the topics' retention: their backups need not
+be taken at the same moment. A shard cannot be rebuilt from the input topics.
+
 The folder's writer lock is held throughout, so a running worker is never
 swapped out from under.
 """
@@ -34,10 +43,11 @@ from typing import Optional
 
 from ..config import Config
 from ..engine.engine import Engine, index_settings
+from ..engine.shards.shard import PLACE as SHARD_PLACE
 from ..errors import ConfigError, IndexUnusableError
 from ..store.bandfilter import FILE_NAME as BAND_FILTER_FILE
 from ..store.index import take_writer_lock
-from .checkpoint import WORKER_POSITIONS, KafkaCommit
+from .checkpoint import SHARD_POSITIONS, WORKER_POSITIONS, KafkaCommit
 
 __all__ = ["Restored", "restore_backup", "restore_from_topics"]
 
@@ -53,13 +63,20 @@ class Restored:
     documents: int
     index_id: str
     positions: dict = field(default_factory=dict)
+    shard: Optional[list] = None  # a shard's index: [number, count]
 
     def lines(self) -> list[str]:
-        found = [f"restored {self.documents:,} documents into {self.path} (index {self.index_id[:16]})"]
+        found = [f"restored {self.documents:,} documents into {self.path} (index {self.index_id[:16]})"
+                 + ("" if self.shard is None else f", shard {self.shard[0]} of {self.shard[1]}")]
         for name, offset in sorted(self.positions.items()):
             found.append(f"position {name} {offset}")
-        found.append("start the worker: it replays what was emitted after these positions (the group's committed "
-                     "offsets) into the index without emitting it again, then carries on")
+        if self.shard is None:
+            found.append("start the worker: it replays what was emitted after these positions (the group's "
+                         "committed offsets) into the index without emitting it again, then carries on")
+        else:
+            found.append(f"start the shard (run --role shard --shard {self.shard[0]}): it decides again, without "
+                         "emitting, the signed batches its group committed after shards:signed, from every shard's "
+                         "evidence still in the evidence topic, then carries on")
         return found
 
 
@@ -87,6 +104,11 @@ def restore_from_topics(config: Config, state: Optional[str], replace: bool = Fa
     """A new index at ``state`` positioned at the first offset Kafka still holds on every input partition."""
     from .feed import kafka_reading
 
+    if config.shards.count:
+        raise ConfigError("a shard's index cannot be rebuilt from the input topics (it needs every signed batch and "
+                          "every shard's evidence since the deployment began): restore it from its backup, or "
+                          "rebuild the whole sharded index (deploy/README.md, \"Backing up and restoring a sharded "
+                          "index\")")
     path = index_settings(config, state).path
     lock = take_writer_lock(path)
     try:
@@ -125,9 +147,11 @@ def _fresh_staging(path: str) -> str:
 def _described(engine: Engine, path: str) -> Restored:
     with engine.index.read() as txn:
         documents = txn.counters["documents"]
-        positions = {name: value for name, value in txn.positions().items()
-                     if name.startswith(WORKER_POSITIONS + ":")}
-    return Restored(path, documents, engine.index.meta["index_id"], positions)
+        every = txn.positions()
+    shard = every.get(SHARD_PLACE)
+    prefix = SHARD_POSITIONS if shard is not None else WORKER_POSITIONS + ":"
+    positions = {name: value for name, value in every.items() if name.startswith(prefix)}
+    return Restored(path, documents, engine.index.meta["index_id"], positions, shard)
 
 
 def _swap_in(path: str, staging: str) -> None:

@@ -142,14 +142,10 @@ class ShardSession:
                 f"shard group {self.commit.group_id!r} has committed signed offset {committed} but this shard's "
                 "index never read the signed topic: another index was used for this shard. Restore the shard's "
                 "index (see deploy/README.md), or start a new deployment with new topics and group")
-        beginning = self.signed.consumer.beginning_offsets(self.partitions)[signed]
-        if stored is not None and stored < beginning:
-            raise IndexUnusableError(
-                f"this shard's index stands at offset {stored} of {signed.topic}, but the topic now begins at "
-                f"{beginning} (retention deleted what the shard has not decided): restore the shard from a newer "
-                "backup, or raise the retention of the signed and evidence topics above the backup interval")
-        start = stored if stored is not None else beginning
-        self.board.start(self.commit.evidence_positions())
+        evidence = self.commit.evidence_positions()
+        self._refuse_lost_offsets(signed, stored, evidence)
+        start = stored if stored is not None else self.signed.consumer.beginning_offsets(self.partitions)[signed]
+        self.board.start(evidence)
         self.signed.seek(signed, start)
         if committed is not None and committed > start:
             while self.signed.position(signed) < committed:
@@ -159,6 +155,24 @@ class ShardSession:
             start = committed
             self.signed.seek(signed, start)  # the replay's last poll may have read past it
         return {signed: start}
+
+    def _refuse_lost_offsets(self, signed, stored: Optional[int], evidence: dict) -> None:
+        """Refuse to read on from offsets the internal topics no longer hold (their retention deleted them, as
+        after restoring a backup older than it): the readers would jump to the earliest offset left, and the
+        shard would skip signed batches or wait forever for evidence it needs."""
+        wanted = {} if stored is None else {signed: stored}
+        wanted.update({self.board.partitions[n]: at for n, at in evidence.items() if at is not None})
+        if not wanted:
+            return
+        firsts = self.signed.consumer.beginning_offsets(list(wanted))
+        lost = sorted(f"{p.topic}/{p.partition} from {wanted[p]} (it now begins at {firsts[p]})"
+                      for p in wanted if firsts[p] > wanted[p])
+        if lost:
+            raise IndexUnusableError(
+                f"shard {self.engine.place.number}'s index must read on from offsets the internal topics no longer "
+                f"hold: {'; '.join(lost)}. Its index is older than the topics' retention (a backup kept too long): "
+                "restore it from a newer backup, or rebuild the whole sharded index (deploy/README.md, "
+                "\"Backing up and restoring a sharded index\")")
 
     def next_batches(self, timeout_ms: int) -> list:
         """The next signed batches: (offset, SignedBatch) each."""
