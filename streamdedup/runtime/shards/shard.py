@@ -143,9 +143,9 @@ class ShardSession:
                 "index never read the signed topic: another index was used for this shard. Restore the shard's "
                 "index (see deploy/README.md), or start a new deployment with new topics and group")
         evidence = self.commit.evidence_positions()
+        self.board.start(evidence)
         self._refuse_lost_offsets(signed, stored, evidence)
         start = stored if stored is not None else self.signed.consumer.beginning_offsets(self.partitions)[signed]
-        self.board.start(evidence)
         self.signed.seek(signed, start)
         if committed is not None and committed > start:
             while self.signed.position(signed) < committed:
@@ -164,7 +164,12 @@ class ShardSession:
         wanted.update({self.board.partitions[n]: at for n, at in evidence.items() if at is not None})
         if not wanted:
             return
-        firsts = self.signed.consumer.beginning_offsets(list(wanted))
+        firsts = {}  # each reader asks of its own partitions: another's may be unknown to it (a KeyError then)
+        if stored is not None:
+            firsts.update(self.signed.consumer.beginning_offsets([signed]))
+        ours = [p for p in wanted if p != signed]
+        if ours:
+            firsts.update(self.board.source.consumer.beginning_offsets(ours))
         lost = sorted(f"{p.topic}/{p.partition} from {wanted[p]} (it now begins at {firsts[p]})"
                       for p in wanted if firsts[p] > wanted[p])
         if lost:
