@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO := build/demo
 
-.PHONY: install test-deps demo demo-secure demo-offline test bench clean
+.PHONY: install test-deps demo demo-sharded demo-secure demo-offline test bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,11 @@ install: $(STAMP)
 # The main job on the embedded default: the sample crawl through the live worker on a local Apache Kafka broker.
 demo: $(STAMP)
 	$(BIN)/python deploy/demo.py
+
+# The same crawl through a sharded deployment (3 shards, 2 signing processes) on a local broker, checked
+# record by record against the single worker on the same input.
+demo-sharded: $(STAMP)
+	$(BIN)/python deploy/demo_sharded.py
 
 # The same, on a broker with TLS, SASL/SCRAM-SHA-512 and ACLs (deploy/kafka/start.sh --secure); the worker has only its ACLs.
 demo-secure: $(STAMP)

@@ -55,20 +55,31 @@ def main(argv=None) -> int:
     secrets = Path(os.environ["KAFKA_SECURE_DIR"]) if secure and bootstrap else WORK / "kafka" / "secure"
     started_here = bootstrap is None
     if started_here:
-        print(f"starting a local Apache Kafka broker (deploy/kafka/start.sh{' --secure' if secure else ''}) ...",
-              flush=True)
-        started = subprocess.run([str(ROOT / "deploy/kafka/start.sh")], env=broker_env, capture_output=True,
-                                 text=True)
-        if started.returncode != 0:
-            print(started.stdout + started.stderr, file=sys.stderr)
+        bootstrap = start_local_broker(broker_env, secure)
+        if bootstrap is None:
             return 1
-        bootstrap = started.stdout.strip().splitlines()[-1]
     try:
         return demo(bootstrap, SecureLogin(secrets) if secure else None)
     finally:
         if started_here:
-            subprocess.run([str(ROOT / "deploy/kafka/stop.sh"), "--wipe"], env=broker_env, capture_output=True)
-            print("broker stopped")
+            stop_local_broker(broker_env)
+
+
+def start_local_broker(broker_env: dict, secure: bool = False):
+    """Start a broker with deploy/kafka/start.sh in ``broker_env``; its bootstrap address, or None (told why)."""
+    print(f"starting a local Apache Kafka broker (deploy/kafka/start.sh{' --secure' if secure else ''}) ...",
+          flush=True)
+    started = subprocess.run([str(ROOT / "deploy/kafka/start.sh")], env=broker_env, capture_output=True, text=True)
+    if started.returncode != 0:
+        print(started.stdout + started.stderr, file=sys.stderr)
+        return None
+    return started.stdout.strip().splitlines()[-1]
+
+
+def stop_local_broker(broker_env: dict) -> None:
+    """Stop the broker start_local_broker started, and wipe its data."""
+    subprocess.run([str(ROOT / "deploy/kafka/stop.sh"), "--wipe"], env=broker_env, capture_output=True)
+    print("broker stopped")
 
 
 class SecureLogin:
@@ -129,14 +140,8 @@ def demo(bootstrap: str, login: SecureLogin | None = None) -> int:
         login.grant_worker(bootstrap, topics, group, transactional_id)
         print(f"granted the worker's user {login.USER!r} the ACLs of deploy/README.md (and nothing else)")
 
-    documents = corpus.generate(650, seed=42)
-    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, acks="all", **client)
-    for doc in documents:
-        producer.send(topics["raw"], key=doc.id.encode(), value=json.dumps({"id": doc.id, "text": doc.text}).encode())
-    producer.send(topics["raw"], key=b"broken", value=b"{this is not json")  # one bad record, to show the dead letters
-    producer.flush()
-    producer.close()
-    print(f"fed {len(documents) + 1:,} records (the sample crawl and one malformed record) into {topics['raw']} "
+    fed = feed_sample(bootstrap, topics["raw"], client)
+    print(f"fed {fed:,} records (the sample crawl and one malformed record) into {topics['raw']} "
           f"({PARTITIONS} partitions) on {bootstrap}", flush=True)
 
     command = [sys.executable, "-m", "streamdedup", "run", "--until-caught-up", "--config", str(ROOT / "config.toml"),
@@ -163,6 +168,18 @@ def demo(bootstrap: str, login: SecureLogin | None = None) -> int:
     print(f"  rejected    {counts['dead_letter']:>7,}   -> {topics['dead_letter']}")
     print(f"  index       {WORK / 'state'}  (try: .venv/bin/streamdedup stats --state {WORK / 'state'})")
     return 0
+
+
+def feed_sample(bootstrap: str, topic: str, client: dict) -> int:
+    """Send the sample crawl (``corpus.generate(650, seed=42)``) and one malformed record; returns how many."""
+    documents = corpus.generate(650, seed=42)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, acks="all", **client)
+    for doc in documents:
+        producer.send(topic, key=doc.id.encode(), value=json.dumps({"id": doc.id, "text": doc.text}).encode())
+    producer.send(topic, key=b"broken", value=b"{this is not json")  # one bad record, to show the dead letters
+    producer.flush()
+    producer.close()
+    return len(documents) + 1
 
 
 def count_records(bootstrap: str, topic: str, client: dict) -> int:
