@@ -17,8 +17,7 @@
 7. print a summary as ``make demo`` does, and stop the broker it started.
 
 The roles use config.toml as it is (its site templates on: the sample crawl
-has no URLs, so no template is learned). A sharded deployment does not
-support excerpts yet (``excerpts.enabled`` must stay false).
+has no URLs, so no template is learned).
 
 Run: ``make demo-sharded`` (or ``python deploy/demo_sharded.py`` inside the virtualenv). Exit status 1 when
 an outcome is missing, doubled, or differs from the single worker's.
@@ -109,7 +108,7 @@ def demo(bootstrap: str) -> int:
     print(f"  duplicates  {counts['duplicates']:>7,}   -> {sharded['duplicates']}")
     print(f"  rejected    {counts['dead_letter']:>7,}   -> {sharded['dead_letter']}")
     print(f"  indexes     {WORK}/shard-0 .. shard-{SHARDS - 1}")
-    print("  settings    config.toml, shards.count=3 (excerpts are not supported by shards yet and stay off)")
+    print("  settings    config.toml, shards.count=3")
     alone = {k: sum(1 for outs in expected.values() for out in outs if out[0] == k) for k in KINDS}
     print(f"  one worker  kept {alone['clean']:,}, duplicates {alone['duplicates']:,}, rejected "
           f"{alone['dead_letter']:,}   (run --until-caught-up on the same input)")
