@@ -19,7 +19,7 @@ from typing import Optional
 from ...config import Config, kafka_client_settings
 from ...core.decode import InputSpec
 from ...core.prepare import prepare_raw, raw_payload
-from ...core.records import RawRecord
+from ...core.records import RawRecord, canonical_order
 from ...core.signed import pack_signed
 from ...core.signing import signing_config
 from ...errors import kafka_trouble
@@ -33,6 +33,7 @@ from .topics import SIGNED_MESSAGE_BYTES, ensure_internal_topics
 __all__ = ["run_signer", "signed_chunks", "queue_forget"]
 
 BACKOFF_S = (1.0, 30.0)
+FILL_WAIT_S = 0.1  # longest wait to fill a batch to worker.batch_size records
 ORDER_HEADER_BYTES = 64  # room for the ``streamdedup.order`` header a shard adds to a kept record
 # A signer killed without leaving the group holds its input partitions until the group drops it after
 # ``session_timeout_ms`` (kafka-python: 45 s), and signing stops meanwhile; a signer's heartbeats run on
@@ -84,11 +85,11 @@ class _Signer:
                                    kept_bytes=lambda *record: kept_record_bytes(*record) + ORDER_HEADER_BYTES)
 
     def sign_once(self, timeout_ms: int) -> int:
-        """Read, sign and send one poll's records, then commit the group's offsets; returns how many."""
+        """Read a batch, sign and send it, then commit the group's offsets; returns how many records."""
         from kafka import TopicPartition
         from kafka.structs import OffsetAndMetadata
 
-        records = self.source.poll_batch(timeout_ms)
+        records = self._batch(timeout_ms)
         if not records:
             return 0
         topic = self.config.shards.signed_topic
@@ -103,6 +104,21 @@ class _Signer:
             after[tp] = max(after.get(tp, 0), r.source.offset + 1)
         self._commit({tp: OffsetAndMetadata(offset, "", -1) for tp, offset in after.items()})
         return len(records)
+
+    def _batch(self, timeout_ms: int) -> list[RawRecord]:
+        """One poll's records, topped up for at most ``FILL_WAIT_S`` to ``worker.batch_size`` records (a fetch
+        brings about a megabyte): every signed batch costs the shards a round of evidence, so fuller ones
+        cost them less a document."""
+        source, limit = self.source, self.config.shards.batch_bytes
+        records = source.poll_batch(timeout_ms)
+        deadline = time.monotonic() + FILL_WAIT_S
+        while (records and len(records) < source.batch_size and time.monotonic() < deadline
+               and sum(len(r.value or b"") for r in records) < limit):
+            more = source.poll_batch(int(FILL_WAIT_S * 1000), max_records=source.batch_size - len(records))
+            if not more:
+                break
+            records = canonical_order(records + more)
+        return records
 
     def _commit(self, offsets: dict) -> None:
         """Commit the group's offsets; a rebalance that took the partitions away is no loss (they are signed
