@@ -27,8 +27,8 @@ from streamdedup.core.signed import unpack_signed
 
 pytestmark = pytest.mark.kafka
 
-SHARD_STEPS = ["shard-evidence-sent", "shard-evidence-b-sent", "shard-decided", "shard-kafka-begun", "shard-kafka-committed",
-               "shard-index-committed"]
+SHARD_STEPS = ["shard-evidence-sent", "shard-evidence-b-sent", "shard-decided", "shard-kafka-begun",
+               "shard-kafka-committed", "shard-index-committed"]
 COUNT = 3
 CRASHED = 1  # the shard that crashes
 SIGNER = ("--set", "worker.batch_size=97")
