@@ -63,14 +63,12 @@ def spawned(command, **kwargs):
     end of the block, so a test that failed or timed out against a process
     that hangs would hang the whole run.
     """
-    process = subprocess.Popen(command, **kwargs)
-    try:
-        with process:
+    with subprocess.Popen(command, **kwargs) as process:  # its exit waits for the process: kill it first
+        try:
             yield process
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=30)
+        finally:
+            if process.poll() is None:
+                process.kill()
 
 
 def read_jsonl(path) -> list[dict]:

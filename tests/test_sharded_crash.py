@@ -27,8 +27,8 @@ from streamdedup.core.signed import unpack_signed
 
 pytestmark = pytest.mark.kafka
 
-SHARD_STEPS = ["shard-evidence-sent", "shard-decided", "shard-kafka-begun", "shard-kafka-committed",
-               "shard-index-committed"]
+SHARD_STEPS = ["shard-evidence-sent", "shard-evidence-b-sent", "shard-decided", "shard-kafka-begun",
+               "shard-kafka-committed", "shard-index-committed"]
 COUNT = 3
 CRASHED = 1  # the shard that crashes
 SIGNER = ("--set", "worker.batch_size=97")
@@ -82,16 +82,17 @@ def _run_shards_crashing_one(topics: Topics, kafka: str, tag: str, tmp_path, cra
     return last.stderr
 
 
+@pytest.mark.parametrize("nth", [1, 3], ids=["first-batch", "third-batch"])
 @pytest.mark.parametrize("step", SHARD_STEPS)
-def test_a_shard_killed_at_each_commit_step_restarts_into_the_single_workers_outcomes(kafka, tmp_path, step,
+def test_a_shard_killed_at_each_commit_step_restarts_into_the_single_workers_outcomes(kafka, tmp_path, step, nth,
                                                                                         single_worker):
     raw, expected = single_worker
     topics = sharded_topics(kafka, raw)
     tag = uuid.uuid4().hex[:8]
     signed = _sign(topics, kafka, tag)
     assert signed.returncode == 0, signed.stderr.decode()
-    down_s = 6.0 if step == "shard-evidence-sent" else 0.0  # longer than the others wait before they say so
-    log = _run_shards_crashing_one(topics, kafka, tag, tmp_path, f"{step}:3", down_s)
+    down_s = 6.0 if step == "shard-evidence-sent" and nth == 3 else 0.0  # the others say they wait after 5 s
+    log = _run_shards_crashing_one(topics, kafka, tag, tmp_path, f"{step}:{nth}", down_s)
     replayed = b"replayed_unindexed_batch" in log
     assert replayed == (step == "shard-kafka-committed"), "only the window after the Kafka commit needs a replay"
     assert outcome_summary(outcomes(kafka, topics)) == expected

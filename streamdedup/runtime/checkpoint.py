@@ -109,9 +109,11 @@ deterministic (the shard's index as of the batch before), so a repeated
 one is the same and readers keep the first. Steps 4-6 are the worker's
 3-5, with the same recovery: where the group's committed offset is ahead
 of the index's, the batches in between are decided again without
-emitting, from the evidence still in the topic. A batch waits in step 3
-for every shard; a shard that is down stops the deployment's decisions
-(not its signing) until it is back.
+emitting, from the evidence still in the topic; as the worker does, a
+shard records where it starts on the signed topic before its first batch,
+so that window has a gap to replay on the first batch too. A batch waits
+in step 3 for every shard; a shard that is down stops the deployment's
+decisions (not its signing) until it is back.
 """
 
 from __future__ import annotations
@@ -371,6 +373,12 @@ class ShardCommit:
         with self.engine.index.read() as txn:
             return txn.position(SHARD_SIGNED)
 
+    def set_start(self, offset: int) -> None:
+        """Record the signed offset a shard that never read the signed topic starts from, before its first
+        batch: a crash between that batch's Kafka commit and its index commit then leaves a gap to replay,
+        not a group offset on a topic the index never read (which is refused as another index)."""
+        self.engine.index.write(lambda txn: txn.set_position(SHARD_SIGNED, offset))
+
     def evidence_positions(self) -> dict:
         """Shard number -> evidence offset to read from (None: the beginning)."""
         with self.engine.index.read() as txn:
@@ -401,6 +409,7 @@ class ShardCommit:
 
             def second_round(evidence) -> list:
                 self._publish(offset, "b", evidence.pack())
+                reached("shard-evidence-b-sent")
                 found, after = self.board.gather(offset, "b")
                 evidence_after.update(after)
                 return [Evidence.unpack(p) for p in found]

@@ -142,10 +142,13 @@ class ShardSession:
                 f"shard group {self.commit.group_id!r} has committed signed offset {committed} but this shard's "
                 "index never read the signed topic: another index was used for this shard. Restore the shard's "
                 "index (see deploy/README.md), or start a new deployment with new topics and group")
+        if stored is None:
+            stored = self.signed.consumer.beginning_offsets(self.partitions)[signed]
+            self.commit.set_start(stored)
         evidence = self.commit.evidence_positions()
         self.board.start(evidence)
         self._refuse_lost_offsets(signed, stored, evidence)
-        start = stored if stored is not None else self.signed.consumer.beginning_offsets(self.partitions)[signed]
+        start = stored
         self.signed.seek(signed, start)
         if committed is not None and committed > start:
             while self.signed.position(signed) < committed:
