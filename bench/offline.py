@@ -16,7 +16,8 @@ pays for them.
 - end to end: a JSONL line -> decision against everything seen before.
   streamdedup: the offline command's loop (decisions file written), on-disk
                LMDB index, durable commits, exact verification; signing in a
-               second process, and (to show its gain) in the same process;
+               second process (spawned before the index is opened, as the
+               command does), and (to show its gain) in the same process;
   datasketch:  MinHash.update_batch + MinHashLSH query-then-insert, in memory;
   rensa:       RMinHash + RMinHashLSH query-then-insert, in memory (if installed).
 
@@ -143,15 +144,22 @@ def ours_end_to_end(lines: JsonlFile, processes: int = 1) -> dict:
     from streamdedup.engine.engine import Engine
     from streamdedup.runtime.offline import dedup_files
 
+    from streamdedup.runtime.feed import spawn_file_feed
+
     work = tempfile.mkdtemp(prefix="bench-index-")
+    spawned = None
     try:
         source = lines.path
         cfg = config_module.load(None, environ={})
+        if processes:  # first thing, before the index is opened, as the command does
+            spawned = spawn_file_feed(cfg, [source])
         with Engine(cfg, os.path.join(work, "state")) as engine:
             summary = dedup_files(engine, [source], InputSpec(), None, os.path.join(work, "decisions.jsonl"),
-                                  cfg.worker.batch_size, prepare_processes=processes)
+                                  cfg.worker.batch_size, prepare_processes=processes, spawned=spawned)
         return {"kept": summary.outcomes["kept"]}
     finally:
+        if spawned is not None:
+            spawned.close()
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -271,3 +271,44 @@ def test_the_feed_process_and_this_one_split_the_input_without_a_gap_or_an_overl
     assert len(outcomes["here"].splitlines()) == len(crawl_file.read_bytes().splitlines())
     assert outcomes["process"] == outcomes["here"]
     assert outcomes["stdin"] == outcomes["here"].replace(str(crawl_file).encode(), b"-")
+
+
+@pytest.mark.parametrize("ready_after", [0, 1, 3, None])  # blocks made here before the process says it is ready
+def test_a_file_feed_hands_over_to_its_process_after_any_block_with_the_same_batches(crawl_file, ready_after):
+    """Batches are made here until the feed process is ready, whenever that is; the batches, their
+    positions and their prepared keys are those of one process reading the input alone."""
+    import threading
+
+    import numpy as np
+
+    from streamdedup.core.decode import InputSpec
+    from streamdedup.core.signing import SigningConfig
+    from streamdedup.runtime.feed import FileReading, InlineFeed, ProcessFeed
+    from streamdedup.runtime.source import FilePosition
+
+    signing, spec, size = SigningConfig(), InputSpec(), 150
+    reading = FileReading((str(crawl_file),), size)
+    inline = InlineFeed(reading.open(), spec, signing)
+    inline.start(FilePosition())
+    alone = list(inline.batches())
+    assert len(alone) > 4
+
+    feed = ProcessFeed(reading, spec, signing)
+    process_ready, feed._ready = feed._ready, threading.Event()  # readiness told here at a chosen block instead
+    try:
+        feed.start_here_first(InlineFeed(reading.open(), spec, signing), FilePosition(), signing)
+        fed = []
+        if ready_after == 0:
+            feed._ready.set()
+        for batch in feed.batches():
+            fed.append(batch)
+            if ready_after is not None and len(fed) >= ready_after:
+                feed._ready.set()
+        process_started = feed._started_at > 0
+    finally:
+        feed.close()
+        del process_ready  # kept until the process has it: it is rebuilt from its name, unlinked once freed
+    assert [(b.records.first_line, b.records.values(), b.position) for b in fed] == \
+        [(b.records.first_line, b.records.values(), b.position) for b in alone]
+    assert all(np.array_equal(f.prepared.keys, a.prepared.keys) for f, a in zip(fed, alone))
+    assert process_started == (ready_after is not None)

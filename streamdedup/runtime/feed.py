@@ -51,7 +51,6 @@ __all__ = ["FedBatch", "InlineFeed", "ProcessFeed", "KafkaReading", "FileReading
 FILL_WAIT_MS = 50  # longest wait for more records to top up a batch (see ``_filled``)
 STOP_GRACE_S = 0.05  # how long a feed process told to stop may take before it is killed
 BOOT_TIMEOUT_S = 120.0  # a feed process that has not said a word by then is reported as stuck
-HERE_FIRST = 3  # a file feed's first batches, prepared in the deciding process while the feed process boots
 
 
 @dataclass
@@ -296,9 +295,10 @@ class ProcessFeed:
         self._orders = context.Queue()
         self._batches = context.Queue(maxsize=1)
         self._stop = context.Event()
+        self._ready = context.Event()  # set by the process once booted and warm, waiting for ``start``
         self._process = context.Process(target=_feed_main, name="streamdedup-feed", daemon=True,
                                         args=(reading, spec, warm_up, self._orders, self._batches, self._stop,
-                                              os.getpid()))
+                                              os.getpid(), self._ready))
         self._process.start()
         self._received: queue.Queue = queue.Queue(maxsize=1)  # messages taken off the pipe, records rebuilt
         self._wanted = threading.Event()
@@ -307,8 +307,7 @@ class ProcessFeed:
         self._closing = threading.Event()
         self.position: Any = None
         self.ended = False
-        self._here: Optional[InlineFeed] = None  # prepares ``_here_first`` in this process
-        self._here_first: list[tuple] = []  # the first batches' messages, read here (``start_here_first``)
+        self._here: Optional[InlineFeed] = None  # prepares here until the process is ready (``start_here_first``)
 
     def start(self, order, signing, spec=None) -> None:
         """Read from ``order`` on: Kafka, (start offsets, limits or None); files, a ``FilePosition``.
@@ -322,19 +321,18 @@ class ProcessFeed:
         threading.Thread(target=self._receive, name="streamdedup-feed-receiver", daemon=True).start()
 
     def start_here_first(self, here: InlineFeed, order, signing, spec=None) -> None:
-        """Like ``start``, but the first ``HERE_FIRST`` batches are read and prepared by ``here``.
+        """Like ``start``, but batches are read and prepared by ``here`` until the feed process is ready.
 
         A spawned process takes about half a second to import and warm up
         (more on a busy machine); the first batches would wait for it. They
-        are made in this process instead, and the feed process starts at once
-        after them (their lines are read now, to know where that is).
+        are made in this process instead, one block of lines after the other
+        (the same blocks the process would read), until the process says it
+        is ready: the batch read then is the last one made here, and the
+        process starts after it, so it prepares the next batch while this one
+        is decided. Where the hand-over falls changes no batch and no decision.
         """
         here.start(order, signing, spec)
-        self._here_first = [here.reader.read() for _ in range(HERE_FIRST)]
-        after = next((m[1] for m in reversed(self._here_first) if m[0] == "batch"), order)
-        self._here_first = [m for m in self._here_first if m[0] == "batch"]
         self._here = here
-        self.start(after, signing, spec)
         self.position = order
 
     def fetch_ahead(self) -> None:
@@ -348,7 +346,7 @@ class ProcessFeed:
 
     def next(self, timeout_ms: int) -> Optional[FedBatch]:
         """The next batch, or None when none came within ``timeout_ms`` (or the input ended: ``ended``)."""
-        if self._here_first:
+        if self._here is not None:
             return self._next_here()
         try:
             message = self._received.get_nowait()
@@ -375,12 +373,23 @@ class ProcessFeed:
         """Every batch to the end of the input (files)."""
         return _batches(self)
 
-    def _next_here(self) -> FedBatch:
+    def _next_here(self) -> Optional[FedBatch]:
+        """The next block, read and prepared here; the process is started after it once it is ready."""
         from ..core.prepare import prepare_raw
 
-        _, position, _, block = self._here_first.pop(0)
+        here = self._here
+        message = here.reader.read()
+        if message[0] == "end":  # no input at all
+            self._here, self.ended = None, True
+            return None
+        _, position, last, block = message
+        if last:  # the whole input was read here: the process is never started (``close`` stops it)
+            self._here, self.ended = None, True
+        elif self._ready.is_set():
+            self._here = None
+            self.start(position, here.signing, here.spec)
         self.position = position
-        return FedBatch(block, prepare_raw(block, self._here.spec, self._here.signing), position, False)
+        return FedBatch(block, prepare_raw(block, here.spec, here.signing), position, last)
 
     def _receive(self) -> None:
         """On a thread: when wanted, take the next message off the pipe and rebuild its records."""
@@ -432,8 +441,11 @@ class ProcessFeed:
             q.close()
 
 
-def _feed_main(reading, spec, warm_up, orders, batches, stop, parent: int) -> None:
-    """In the feed process: read, prepare, hand over, until told to stop, the input ends, or the parent is gone."""
+def _feed_main(reading, spec, warm_up, orders, batches, stop, parent: int, ready=None) -> None:
+    """In the feed process: read, prepare, hand over, until told to stop, the input ends, or the parent is gone.
+
+    ``ready`` is set once the process is connected and warm, about to wait for its orders.
+    """
     import signal
 
     from ..core.prepare import preparing_process
@@ -450,6 +462,8 @@ def _feed_main(reading, spec, warm_up, orders, batches, stop, parent: int) -> No
         reader = reading.open()
         reader.connect()
         warming.join()
+        if ready is not None:
+            ready.set()
         order, signing, given_spec = _wait_for_orders(orders, stop)
         if signing is None:
             return
