@@ -251,7 +251,8 @@ def wait_for_outcomes(kafka, topics, expected: int, processes, timeout=240) -> d
             return found
         for process in processes:
             if process.poll() not in (None, 0):
-                raise AssertionError(process.stderr.read().decode()[-3000:])
+                raise AssertionError(process.stderr.read().decode()[-3000:] if process.stderr else
+                                     f"{process.args[-8:]} exited {process.returncode} (its log is a file)")
         if time.monotonic() > deadline:
             raise AssertionError(f"{sum(len(v) for v in found.values())} of {expected} outcomes after {timeout} s")
         time.sleep(1)
