@@ -302,7 +302,7 @@ def _build(section: str, values: dict) -> Any:
     checked = {}
     for key, value in values.items():
         if section == "kafka" and key in _PASSTHROUGH:
-            checked[key] = _kafka_table(f"kafka.{key}", value)
+            checked[key] = _kafka_table(f"kafka.{key}", value, key)
             continue
         if key not in fields:
             if section == "kafka" and key in _kafka_names():
@@ -312,9 +312,10 @@ def _build(section: str, values: dict) -> Any:
             raise ConfigError(f"unknown key {key!r} in [{section}]{_nearest(key, options)}")
         checked[key] = _checked(section, fields[key], value)
     extra = checked.pop("_extra", None)
-    if extra:
-        checked["consumer"] = {**extra, **checked.get("consumer", {})}
-        checked["producer"] = {**extra, **checked.get("producer", {})}
+    if extra:  # a setting under [kafka] goes to each client that has it (a consumer's alone: to the consumer)
+        for client in _PASSTHROUGH:
+            own = {k: v for k, v in extra.items() if k in _kafka_names(client)}
+            checked[client] = {**own, **checked.get(client, {})}
     built = cls(**checked)
     _check_rules(section, built)
     return built
@@ -360,19 +361,23 @@ def _check_across_sections(config: Config) -> None:
         )
 
 
-def _kafka_table(where: str, value: Any) -> dict:
+def _kafka_table(where: str, value: Any, client: str) -> dict:
     if not isinstance(value, dict):
         raise ConfigError(f"[{where}] must be a table of kafka-python settings")
+    names = _kafka_names(client)
     for key in value:
-        if key not in _kafka_names():
-            raise ConfigError(f"unknown kafka-python setting {key!r} in [{where}]{_nearest(key, _kafka_names())}")
+        if key not in names:
+            raise ConfigError(f"unknown kafka-python Kafka{client.capitalize()} setting {key!r} in "
+                              f"[{where}]{_nearest(key, names)}")
     return dict(value)
 
 
-def _kafka_names() -> set[str]:
+def _kafka_names(client: Optional[str] = None) -> set[str]:
+    """kafka-python's settings of the ``client`` ("consumer" or "producer"; None: either)."""
     from kafka import KafkaConsumer, KafkaProducer
 
-    return set(KafkaConsumer.DEFAULT_CONFIG) | set(KafkaProducer.DEFAULT_CONFIG)
+    consumer, producer = set(KafkaConsumer.DEFAULT_CONFIG), set(KafkaProducer.DEFAULT_CONFIG)
+    return {"consumer": consumer, "producer": producer}.get(client, consumer | producer)
 
 
 def _nearest(name: str, options) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from streamdedup.config import SECTIONS, Config, kafka_client_settings, load, redacted
+from streamdedup.config import SECTIONS, Config, kafka_client_settings, load, redacted, with_values
 from streamdedup.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,7 +71,19 @@ def test_kafka_settings_pass_through_and_secrets_stay_hidden(tmp_path):
                       f"kafka.sasl_plain_password_file={secret}"), {"STREAMDEDUP_KAFKA_SASL_PLAIN_PASSWORD": "x"})
     producer = kafka_client_settings(cfg.kafka, "producer")
     assert producer["linger_ms"] == 7 and producer["sasl_plain_password"] == "hunter2"
-    assert kafka_client_settings(cfg.kafka, "consumer")["linger_ms"] == 7
+    assert "linger_ms" not in kafka_client_settings(cfg.kafka, "consumer")  # the producer's alone
     shown = redacted(cfg)
     assert shown["kafka"]["sasl_plain_password"] == "***"
     assert "hunter2" not in repr(shown)
+
+
+def test_a_kafka_setting_of_one_client_goes_to_that_client_only():
+    """A consumer's setting under [kafka] reaches the consumer, not the producer (which would refuse it)."""
+    cfg = load(None, ("kafka.session_timeout_ms=6000", "kafka.acks=1", "kafka.request_timeout_ms=9000"), environ={})
+    consumer = kafka_client_settings(cfg.kafka, "consumer")
+    producer = kafka_client_settings(cfg.kafka, "producer")
+    assert consumer["session_timeout_ms"] == 6000 and "session_timeout_ms" not in producer
+    assert producer["acks"] == 1 and "acks" not in consumer
+    assert consumer["request_timeout_ms"] == producer["request_timeout_ms"] == 9000  # both have it
+    with pytest.raises(ConfigError, match="KafkaConsumer setting 'acks'"):
+        with_values(cfg, {"kafka": {"consumer": {"acks": 1}}})
