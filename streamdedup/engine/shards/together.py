@@ -64,9 +64,10 @@ def decide_together(batch: PreparedBatch, evidences: list[Evidence], rules: Rule
     signed keys); with site templates, ``content`` (``SiteTemplates.content``)
     and the committed first pages of a site (``provisional_pages``).
     ``mine``: the items whose decisions and records the caller wants (default:
-    all); the others are decided all the same, but a document kept at once
-    gets no decision (None) and its record is made only if a later document
-    names it, which is most of the work of a batch for a shard of many.
+    all); the others are decided all the same but get no decision (None, but
+    for replays), and the record of one kept is made only if a later
+    document names it, which is most of the work of a batch for a shard of
+    many.
     """
     lookup_keys = batch.keys if lookup_keys is None else lookup_keys
     asked, rows, _ = batch_band_keys(lookup_keys)
@@ -172,20 +173,21 @@ class _State:
         site = self.sites[row]
         twin = self._twin(row, content)
         if twin is not None and twin.cluster and self._matchable(twin.cluster):  # cluster 0: dissolved by forget
-            return self._insert(DocRecord.exact_copy_of(twin, serial, doc, content, self.now, site), ident, row)
+            return self._insert(DocRecord.exact_copy_of(twin, serial, doc, content, self.now, site), ident, row,
+                                wanted)
         own = self.own_content(row)
         match, similarity = self._best_match(row, own)
         if match is not None:
             record = DocRecord.near_duplicate_of(self._representative(match), similarity, serial, doc, content,
                                                  self.now, site)
-            return self._insert(record, ident, row)
+            return self._insert(record, ident, row, wanted)
         found = self._anchored_match(own, row) if self.anchors is not None else None
         if found is not None:
             source, similarity, share = found
             record = DocRecord.near_duplicate_of(self._representative(source), similarity, serial, doc, content,
                                                  self.now, site, share)
-            return self._insert(record, ident, row)
-        return self._kept(doc, row, serial, ident, content, site)
+            return self._insert(record, ident, row, wanted)
+        return self._kept(doc, row, serial, ident, content, site, wanted)
 
     def _anchored_match(self, own: np.ndarray, row: int) -> Optional[tuple[int, float, Optional[float]]]:
         """The kept document the anchors find for row ``row`` (``decide._anchored_match``): (serial, Jaccard,
@@ -337,11 +339,11 @@ class _State:
         """Whether the kept document ``representative`` may still be matched (retention: see ``decide``)."""
         return representative not in self.unmatchable
 
-    def _insert(self, record: DocRecord, ident: bytes, row: int) -> Decision:
+    def _insert(self, record: DocRecord, ident: bytes, row: int, wanted: bool = True) -> Optional[Decision]:
         self.records.append((record, row))
         self.by_id.setdefault(ident, []).append(record.serial)
         self.by_content.setdefault(record.content, record.serial)
-        return _as_decision(record)
+        return _as_decision(record) if wanted else None
 
 
 def _first_of_each(values: list[bytes]) -> np.ndarray:
