@@ -6,10 +6,12 @@ import json
 import os
 import subprocess
 import sys
+import unicodedata
 
 import numpy as np
 import pytest
 
+from streamdedup.core import unicode_words
 from streamdedup.core.shingle import (
     normalize,
     normalize_batch,
@@ -50,6 +52,23 @@ def test_ascii_fast_path_equals_exact_path(text):
 def test_ascii_fast_path_on_every_ascii_character():
     text = "".join(chr(c) for c in range(128)) * 2
     assert normalize(text) == normalize_exact(text)
+
+
+def test_stored_non_word_ranges_are_those_unicodedata_gives():
+    """The stored table of the running Python's Unicode version is the computed one; every stored one is sane."""
+    assert unicode_words.stored_non_word_ranges(unicodedata.unidata_version) == \
+        unicode_words.computed_non_word_ranges(), "store this version again: see unicode_words"
+    for version in unicode_words.STORED:
+        ranges = unicode_words.stored_non_word_ranges(version)
+        bounds = [b for r in ranges for b in r]
+        assert bounds == sorted(bounds) and all(a < b - 1 for a, b in zip(bounds[1::2], bounds[2::2])), version
+        assert ranges[0][0] == 0 and ranges[-1][1] == sys.maxunicode and len(ranges) > 700, version
+
+
+def test_a_version_not_stored_is_worked_out(monkeypatch):
+    monkeypatch.setattr(unicode_words, "STORED", {})
+    assert unicode_words.stored_non_word_ranges(unicodedata.unidata_version) is None
+    assert unicode_words.non_word_ranges() == unicode_words.computed_non_word_ranges()
 
 
 def test_marks_stay_inside_words():

@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-import sys
 import unicodedata
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 import numpy as np
+
+from .unicode_words import non_word_ranges
 
 try:
     from . import _kernel
@@ -64,19 +65,9 @@ _ASCII_TABLE = bytes(
 
 @lru_cache(maxsize=1)
 def _non_word_pattern() -> re.Pattern[str]:
-    """Every code point that is not a letter, a mark or a number (built once, ~0.2 s)."""
-    ranges: list[str] = []
-    start = None
-    for cp in range(sys.maxunicode + 2):
-        keep = cp <= sys.maxunicode and unicodedata.category(chr(cp))[0] in "LMN"
-        if not keep and start is None:
-            start = cp
-        elif keep and start is not None:
-            ranges.append(f"{re.escape(chr(start))}-{re.escape(chr(cp - 1))}")
-            start = None
-    if start is not None:
-        ranges.append(f"{re.escape(chr(start))}-{re.escape(chr(sys.maxunicode))}")
-    return re.compile("[" + "".join(ranges) + "]+")
+    """Every code point that is not a letter, a mark or a number (``unicode_words``)."""
+    ranges = "".join(f"{re.escape(chr(first))}-{re.escape(chr(last))}" for first, last in non_word_ranges())
+    return re.compile("[" + ranges + "]+")
 
 
 def normalize(text: str) -> str:
