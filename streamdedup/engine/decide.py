@@ -47,7 +47,7 @@ from ..core.verify import best_match, jaccard
 from ..store.anchors import BatchAnchors
 from ..store.bands import BandTables
 from ..store.index import DocRecord, IndexTxn
-from ..store.lookup import BatchView, RecentMirror, with_extra_candidates
+from ..store.lookup import BatchView, RecentMirror, chosen_candidates
 from .sitelearning import BatchContent, FirstPages, SiteTemplates
 
 __all__ = ["DedupSettings", "ExcerptSettings", "decide"]
@@ -104,7 +104,8 @@ class _Batch:
 def decide(txn: IndexTxn, batch: PreparedBatch, settings: DedupSettings, now: float,
            mirror: RecentMirror, bands: BandTables, templates: Optional[SiteTemplates] = None) -> list[Decision]:
     """Decide every item of the batch, in order, recording documents in the index."""
-    view = BatchView(txn, mirror, batch.id_keys, batch.contents, batch.keys, bands, settings.max_candidates)
+    view = BatchView(txn, mirror, batch.id_keys, batch.contents, batch.keys, bands, settings.max_candidates,
+                     settings.signing.min_shared)
     content = templates.content(txn, view, batch) if templates is not None else None
     anchors = _batch_anchors(txn, batch, settings.excerpts, content) if settings.excerpts.sampling else None
     state = _Batch(view, batch, settings, now, now - settings.retention_s if settings.retention_s > 0 else None,
@@ -162,33 +163,29 @@ def _decide_one(state: _Batch, doc: Document, row: int) -> Decision:
         return _as_decision(record)
     own = state.content_of(row)
     # most documents share no band key with anything: their candidates are not gathered at all
-    serials, shared = view.candidates(row) if view.may_have_candidates(row) else (_NONE, _NONE)
-    if state.first is not None and state.first.rekeyed:
-        serials, shared = with_extra_candidates(serials, shared, state.first.candidates(view.band_keys_of(row)).tolist())
-    if settings.signing.min_shared > 1 and len(serials):  # most documents have no candidate at all
-        enough = shared >= settings.signing.min_shared
-        serials, shared = serials[enough], shared[enough]
-    if cutoff is not None and len(serials):
-        live = np.array([_matchable(view, view.record(s), cutoff) for s in serials.tolist()], dtype=bool)
-        serials, shared = serials[live], shared[live]
-    if len(serials) > settings.max_candidates:
-        serials = serials[np.lexsort((serials, -shared))[: settings.max_candidates]]
+    rekeyed = state.first is not None and state.first.rekeyed  # pages that may add a band to a weak candidate
+    serials, shared, extra = (view.candidate_parts(row, rekeyed) if view.may_have_candidates(row, rekeyed)
+                              else (_NONE, _NONE, []))
+    if rekeyed:
+        extra = [*extra, *state.first.candidates(view.band_keys_of(row)).tolist()]
+    live = None if cutoff is None else (lambda s: _matchable(view, view.record(s), cutoff))
+    chosen, candidates = chosen_candidates(serials, shared, extra, settings.signing.min_shared, live,
+                                           settings.max_candidates)
     match, similarity, compared = None, None, 0
-    if len(serials):
-        match, similarity, compared = best_match(
-            own, ((s, state.stored_content(s)) for s in serials.tolist()), settings.threshold
-        )
+    if chosen:
+        match, similarity, compared = best_match(own, ((s, state.stored_content(s)) for s in chosen),
+                                                 settings.threshold)
     if match is not None:
         record = DocRecord.near_duplicate_of(view.record(match), similarity, serial, doc, content, now, site)
         view.insert(record, ident, row)
-        return _as_decision(record, candidates=len(shared), verified=compared)
+        return _as_decision(record, candidates=candidates, verified=compared)
     found = _anchored_match(state, own, row) if state.anchors is not None else None
     if found is not None:
         source, similarity, share, checked = found
         record = DocRecord.near_duplicate_of(view.record(source), similarity, serial, doc, content, now, site, share)
         view.insert(record, ident, row)
-        return _as_decision(record, candidates=len(shared), verified=compared + checked)
-    return _kept(state, doc, row, content, ident, len(shared), compared)
+        return _as_decision(record, candidates=candidates, verified=compared + checked)
+    return _kept(state, doc, row, content, ident, candidates, compared)
 
 
 _NONE = np.zeros(0, dtype=np.int64)

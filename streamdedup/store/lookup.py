@@ -19,7 +19,7 @@ the mirror is read back from it; readers (``query``) load their own.
 from __future__ import annotations
 
 import bisect
-from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence
 
 import msgpack
 import numpy as np
@@ -373,9 +373,12 @@ class BatchView:
     """
 
     def __init__(self, txn: IndexTxn, mirror: RecentMirror, id_keys: list[bytes], contents: list[bytes],
-                 band_keys: np.ndarray, bands: "BandTables", per_key: Optional[int] = None):
-        """``per_key``: at most this many committed kept documents (the earliest) are taken from one band key."""
+                 band_keys: np.ndarray, bands: "BandTables", per_key: Optional[int] = None, min_shared: int = 1):
+        """``per_key``: at most this many committed kept documents (the earliest) are taken from one band key.
+        ``min_shared``: fewer shared bands make no candidate (``candidate_parts``)."""
         self.per_key = per_key
+        self.min_shared = min_shared
+        self._strong: Optional["Hits"] = None  # the hits sharing at least min_shared bands
         self.txn = txn
         self.mirror = mirror
         self.bands = bands
@@ -421,6 +424,7 @@ class BatchView:
             by_key = np.argsort(band_keys.ravel())  # the batch's keys sorted, once for every lookup
             asked, rows = band_keys.ravel()[by_key], by_key // band_keys.shape[1]  # sorted keys, row of each
             self._hits = self._fetch_candidates(asked, rows, (by_key % band_keys.shape[1]).astype(np.uint16))
+            self._strong = self._hits.at_least(self.min_shared)
             self._shared_keys = keys_shared_within(asked, rows)
             self._band_key_bytes = band_keys.astype(">u4")
             self._rekeyed_rows = _rows_differing(band_keys, self._signed_keys)
@@ -459,16 +463,31 @@ class BatchView:
         crawler trap's pages share nearly every key); a key gives at most
         ``per_key`` of them.
         """
-        serials, shared = self._band_hits().of(row)
+        return with_extra_candidates(*self.candidate_parts(row, weak=True))
+
+    def candidate_parts(self, row: int, weak: bool = False) -> tuple[np.ndarray, np.ndarray, list[int]]:
+        """``candidates`` before they are put together: the committed ones (ascending serials, shared bands of
+        each) and the batch's own, once for each band key they share (``chosen_candidates`` takes these).
+
+        Committed ones sharing fewer than ``min_shared`` bands are left out
+        unless ``weak``: say so when more candidates will be added that may
+        be among them (the batch's own never are).
+        """
+        serials, shared = (self._band_hits() if weak else self._strong_hits()).of(row)
         kept_by_key = self._kept_by_key
         extra = [serial for key in self._shared_keys.get(row, ()) for serial in kept_by_key.get(key, ())]
-        return with_extra_candidates(serials, shared, extra)
+        return serials, shared, extra
 
-    def may_have_candidates(self, row: int) -> bool:
-        """False when row ``row`` surely has no candidate: no committed kept document shares a band key with
-        it and no other row of the batch has one of its keys (most rows); ``candidates`` is then empty."""
-        bounds = self._band_hits().bounds
+    def may_have_candidates(self, row: int, weak: bool = False) -> bool:
+        """False when row ``row`` surely has no candidate: no committed kept document shares ``min_shared``
+        band keys with it (any, if ``weak``) and no other row of the batch has one of its keys (most rows);
+        ``candidate_parts`` then gives none."""
+        bounds = (self._band_hits() if weak else self._strong_hits()).bounds
         return bounds[row] != bounds[row + 1] or row in self._shared_keys
+
+    def _strong_hits(self) -> "Hits":
+        self._band_hits()
+        return self._strong
 
     def band_keys_of(self, row: int) -> np.ndarray:
         """The band keys row ``row`` is looked up by."""
@@ -588,6 +607,30 @@ def with_extra_candidates(serials: np.ndarray, shared: np.ndarray, extra: Sequen
     return np.array(ordered, dtype=np.int64), np.array([counts[s] for s in ordered], dtype=np.int64)
 
 
+def chosen_candidates(serials: np.ndarray, shared: np.ndarray, extra: Iterable[int], min_shared: int,
+                      matchable: Optional[Callable[[int], bool]], limit: int) -> tuple[list[int], int]:
+    """The candidates a document verifies, and how many it has before ``limit``.
+
+    ``serials`` (sharing ``shared`` bands each) and the ``extra`` serials
+    (each one band more every time it comes), those sharing at least
+    ``min_shared`` bands and ``matchable`` (None: all), the ``limit``
+    sharing the most (ties: the earliest), ascending unless cut to
+    ``limit``. In plain Python: a document has a handful, and numpy's cost
+    per call on arrays that small is several times the work.
+    """
+    counts = dict(zip(serials.tolist(), shared.tolist()))
+    for serial in extra:
+        counts[serial] = counts.get(serial, 0) + 1
+    if min_shared > 1:
+        counts = {serial: n for serial, n in counts.items() if n >= min_shared}
+    if matchable is not None:
+        counts = {serial: n for serial, n in counts.items() if matchable(serial)}
+    chosen = sorted(counts)
+    if len(chosen) > limit:
+        chosen = sorted(chosen, key=lambda serial: -counts[serial])[:limit]  # stable: the earliest of a tie first
+    return chosen, len(counts)
+
+
 class Hits:
     """The committed kept documents sharing band keys with each document of a batch."""
 
@@ -602,6 +645,20 @@ class Hits:
         if begin == end:
             return self._NONE, self._NONE
         return self.serials[begin:end], self.shared[begin:end]
+
+    def at_least(self, shared: int) -> "Hits":
+        """These hits without the documents that share fewer than ``shared`` bands with their row.
+
+        Most hits of a row are such chance meetings (one band of many); a
+        row left with none is then surely kept without a look, unless other
+        candidates come and add a band to them (pages rekeyed in the batch).
+        """
+        if shared <= 1 or len(self.shared) == 0:
+            return self
+        keep = self.shared >= shared
+        before = np.zeros(len(keep) + 1, dtype=np.int64)
+        np.cumsum(keep, out=before[1:])
+        return Hits(self.serials[keep], self.shared[keep], before[np.asarray(self.bounds)].tolist())
 
     @classmethod
     def found(cls, asked: np.ndarray, rows: np.ndarray, n: int, found_keys: np.ndarray, found_serials: np.ndarray,

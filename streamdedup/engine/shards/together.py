@@ -22,7 +22,7 @@ from ...core.signing import SigningConfig, band_keys_of
 from ...core.verify import jaccard
 from ...store.index import DocRecord
 from ...store.anchors import BatchAnchors
-from ...store.lookup import Hits, earliest_of_each_key, keys_shared_within, with_extra_candidates
+from ...store.lookup import Hits, chosen_candidates, earliest_of_each_key, keys_shared_within
 from ..decide import ExcerptSettings
 from ..sitelearning import BatchContent
 from .evidence import Evidence, batch_band_keys, row_anchors, row_ids
@@ -103,6 +103,7 @@ class _State:
                  rules: Rules, first_serial: int, now: float, lookup_keys: np.ndarray,
                  content: Optional[BatchContent], provisional_pages: Callable[[int], list[int]]):
         self.batch, self.hits, self.shared_within, self.rules = batch, hits, shared_within, rules
+        self.strong = hits.at_least(rules.signing.min_shared)  # the hits that can be candidates by themselves
         self.first_serial, self.now, self.lookup_keys, self.content = first_serial, now, lookup_keys, content
         self.rekeyed_rows = frozenset(np.flatnonzero((lookup_keys != batch.keys).any(axis=1)).tolist())
         self.ids = row_ids(batch)
@@ -226,7 +227,7 @@ class _State:
         ``_alone`` for the whole batch at once, without the rows whose keeping touches more (first pages of
         learning sites, and every row once a site may have rekeyed its pages)."""
         n = len(self.batch.contents)
-        alone = np.diff(np.asarray(self.hits.bounds)) == 0
+        alone = np.diff(np.asarray(self.strong.bounds)) == 0
         if self.anchors is not None:
             alone[:] = False
         others = set(self.shared_within) | set(self.replays) | set(self.twins)
@@ -251,7 +252,7 @@ class _State:
     def _alone(self, row: int, ident: bytes, content: bytes) -> bool:
         """Whether row ``row`` is surely kept without a look at anything (``decide._alone``): no shard knows
         its id or content, nor holds a document sharing a band key, no earlier row shares one either."""
-        bounds = self.hits.bounds
+        bounds = self.strong.bounds
         return (self.anchors is None and bounds[row] == bounds[row + 1] and row not in self.shared_within and row not in self.replays
                 and row not in self.twins and ident not in self.by_id and content not in self.by_content
                 and (self.first is None or not self.first.rekeyed))
@@ -311,21 +312,15 @@ class _State:
         """The most similar candidate at or above the threshold (ties: the earliest), as ``engine.decide``
         chooses and verifies them; stored ones by their shard's Jaccard."""
         rules = self.rules
-        serials, shared = self.hits.of(row)
+        rekeyed = self.first is not None and self.first.rekeyed  # pages that may add a band to a weak hit
+        serials, shared = (self.hits if rekeyed else self.strong).of(row)
         extra = [serial for key in self.shared_within.get(row, ()) for serial in self.kept_by_key.get(key, ())]
-        serials, shared = with_extra_candidates(serials, shared, extra)
-        if self.first is not None and self.first.rekeyed:
-            serials, shared = with_extra_candidates(serials, shared, self.first.candidates(self.lookup_keys[row]))
-        if rules.signing.min_shared > 1 and len(serials):
-            enough = shared >= rules.signing.min_shared
-            serials, shared = serials[enough], shared[enough]
-        if self.unmatchable and len(serials):
-            live = np.array([self._matchable(s) for s in serials.tolist()], dtype=bool)
-            serials, shared = serials[live], shared[live]
-        if len(serials) > rules.max_candidates:
-            serials = serials[np.lexsort((serials, -shared))[: rules.max_candidates]]
+        if rekeyed:
+            extra += self.first.candidates(self.lookup_keys[row])
+        chosen, _ = chosen_candidates(serials, shared, extra, rules.signing.min_shared,
+                                      self._matchable if self.unmatchable else None, rules.max_candidates)
         best, best_similarity = None, -1.0
-        for serial in serials.tolist():
+        for serial in chosen:
             if serial >= self.first_serial:
                 similarity = jaccard(own, self.batch_content(serial))
             else:
