@@ -38,7 +38,6 @@ import json
 import os
 import resource
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -51,6 +50,8 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "deploy"))
+from demo import read_topic, stop_processes  # noqa: E402
 from live import local_broker  # noqa: E402
 
 from streamdedup.core import corpus  # noqa: E402
@@ -125,18 +126,6 @@ def run_timed(command: list[str], log: Path) -> tuple[float, float]:
     with open(log, "wb") as out:
         subprocess.run(command, check=True, stdout=out, stderr=subprocess.STDOUT)
     return time.monotonic() - began, children_cpu() - cpu
-
-
-def stop(processes) -> None:
-    for p in processes:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in processes:
-        try:
-            p.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 # ---------------------------------------------------------------------------
@@ -219,26 +208,9 @@ class Deployment:
         return {name: cpu_seconds(p.pid) for name, p in zip(self.names, self.processes)}
 
     def close(self) -> None:
-        stop(self.processes)
+        stop_processes(self.processes)
         self.admin.close()
         self.probe.close()
-
-
-def read_topic(bootstrap: str, topic: str) -> list:
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False,
-                             max_partition_fetch_bytes=64 << 20, fetch_max_bytes=128 << 20)
-    try:
-        partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
-        consumer.assign(partitions)
-        consumer.seek_to_beginning(*partitions)
-        ends = consumer.end_offsets(partitions)
-        found = []
-        while any(consumer.position(p) < ends[p] for p in partitions):
-            for messages in consumer.poll(timeout_ms=500).values():
-                found += messages
-        return found
-    finally:
-        consumer.close()
 
 
 def latencies(bootstrap: str, deployment: Deployment, signed: list, first: int, last: int) -> list[float]:
@@ -422,6 +394,9 @@ def project(args, rows: dict, serial: dict, sharded: dict) -> None:
     fixed = max(shard_hi - share / hi, 1e-9)  # the part every shard pays on every document
     sign = med([rows[c][0] for c in counts])
     decide = max(serial[c]["decide_together"] for c in counts)
+    if min(sign, fixed + share, decide) <= 0:
+        print("\nno projection: a role's CPU per document is not above its start-up's (too few documents)")
+        return
     waits = {}  # shard count -> (median paced latency, docs a batch, the part of it not a shard's CPU)
     for count in counts:
         latency = med([x for r in sharded[count] for x in r["paced_latency"]])

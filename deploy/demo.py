@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -157,7 +158,7 @@ def demo(bootstrap: str, login: SecureLogin | None = None) -> int:
     seconds = time.monotonic() - began
     if worker.returncode != 0:
         return worker.returncode
-    counts = {k: count_records(bootstrap, topics[k], client) for k in ("clean", "duplicates", "dead_letter")}
+    counts = {k: len(read_topic(bootstrap, topics[k], client)) for k in ("clean", "duplicates", "dead_letter")}
     total = sum(counts.values())
     print()
     print(f"summary (read back from the output topics, read_committed"
@@ -182,20 +183,44 @@ def feed_sample(bootstrap: str, topic: str, client: dict) -> int:
     return len(documents) + 1
 
 
-def count_records(bootstrap: str, topic: str, client: dict) -> int:
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False,
-                             **client)
+def read_topic(bootstrap: str, topic: str, client: dict | None = None, committed_only: bool = True,
+               timeout: float = 120) -> list:
+    """Every record of a topic (committed ones only, unless not ``committed_only``), partition by partition,
+    in offset order; the demos, the benchmarks and the tests read their topics back with it."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                             isolation_level="read_committed" if committed_only else "read_uncommitted",
+                             max_partition_fetch_bytes=64 << 20, fetch_max_bytes=128 << 20, **(client or {}))
     try:
-        partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+        partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
         consumer.assign(partitions)
         consumer.seek_to_beginning(*partitions)
         ends = consumer.end_offsets(partitions)
-        count = 0
+        records = []
+        deadline = time.monotonic() + timeout
         while any(consumer.position(p) < ends[p] for p in partitions):
-            count += sum(len(v) for v in consumer.poll(timeout_ms=500).values())
-        return count
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"could not read {topic} to its end in {timeout:.0f} s")
+            for messages in consumer.poll(timeout_ms=500).values():
+                records += messages
+        records.sort(key=lambda m: (m.partition, m.offset))
+        return records
     finally:
         consumer.close()
+
+
+def stop_processes(processes) -> None:
+    """SIGTERM each process still running, wait for all (SIGKILL after a minute), close their stderr pipes."""
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if process.stderr is not None:
+            process.stderr.close()
 
 
 if __name__ == "__main__":

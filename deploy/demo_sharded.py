@@ -28,18 +28,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
 
-from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from demo import ROOT, feed_sample, start_local_broker, stop_local_broker  # noqa: E402
+from demo import ROOT, feed_sample, read_topic, start_local_broker, stop_local_broker, stop_processes  # noqa: E402
 
 WORK = Path(os.environ.get("DEMO_DIR", ROOT / "build" / "demo-sharded"))  # emptied at start
 SHARDS = 3
@@ -86,7 +85,7 @@ def demo(bootstrap: str) -> int:
         time.sleep(2)  # a second outcome of any record would show now
         found = outcomes(bootstrap, raw, sharded)
     finally:
-        stop(processes)
+        stop_processes(processes)
     print(f"stopped the {len(processes)} processes of the deployment")
     doubled = sorted(where for where, outs in found.items() if len(outs) != 1)
 
@@ -179,7 +178,7 @@ def outcomes(bootstrap: str, raw: str, outputs: dict) -> dict:
     """Input offset -> the outcomes naming it: (topic kind, cluster, matched, similarity) each."""
     found: dict = {}
     for kind in KINDS:
-        for message in read_committed(bootstrap, outputs[kind]):
+        for message in read_topic(bootstrap, outputs[kind]):
             headers = dict(message.headers or ())
             source = headers["streamdedup.source"].decode()
             assert source.rsplit("/", 2)[0] == raw, source
@@ -194,35 +193,6 @@ def what_was_decided(kind: str, message) -> tuple:
         body = json.loads(message.value)
         return body["cluster"], body["matched"], body["similarity"], body["exact"]
     return ()
-
-
-def read_committed(bootstrap: str, topic: str) -> list:
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False)
-    try:
-        partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
-        consumer.assign(partitions)
-        consumer.seek_to_beginning(*partitions)
-        ends = consumer.end_offsets(partitions)
-        records = []
-        while any(consumer.position(p) < ends[p] for p in partitions):
-            for messages in consumer.poll(timeout_ms=500).values():
-                records += messages
-        return records
-    finally:
-        consumer.close()
-
-
-def stop(processes) -> None:
-    """SIGTERM each process, and wait for it (SIGKILL after a minute)."""
-    for process in processes:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-    for process in processes:
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 if __name__ == "__main__":

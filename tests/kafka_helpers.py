@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -13,10 +12,13 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
 from streamdedup.core import corpus
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "deploy"))
+from demo import read_topic, stop_processes  # noqa: E402,F401 (the tests import stop_processes from here)
 
 ROOT = Path(__file__).resolve().parent.parent
 BIG = 16 << 20  # 16 MiB: room for the 10 MB test record
@@ -86,25 +88,7 @@ def produce(bootstrap: str, topic: str, records: list[tuple], partition_of=None,
 
 def read_all(bootstrap: str, topic: str, committed_only: bool = True, client: dict | None = None) -> list:
     """Every record of a topic, partition by partition, in offset order."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                             isolation_level="read_committed" if committed_only else "read_uncommitted",
-                             max_partition_fetch_bytes=BIG, fetch_max_bytes=BIG * 2, **(client or {}))
-    try:
-        partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
-        consumer.assign(partitions)
-        consumer.seek_to_beginning(*partitions)
-        ends = consumer.end_offsets(partitions)
-        records = []
-        deadline = time.monotonic() + 120
-        while any(consumer.position(p) < ends[p] for p in partitions):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"could not read {topic} to its end")
-            for messages in consumer.poll(timeout_ms=500).values():
-                records += messages
-        records.sort(key=lambda m: (m.partition, m.offset))
-        return records
-    finally:
-        consumer.close()
+    return read_topic(bootstrap, topic, client, committed_only)
 
 
 def worker_command(state: Path, topics: Topics, bootstrap: str, *extra: str) -> list[str]:
@@ -256,19 +240,3 @@ def wait_for_outcomes(kafka, topics, expected: int, processes, timeout=240) -> d
         if time.monotonic() > deadline:
             raise AssertionError(f"{sum(len(v) for v in found.values())} of {expected} outcomes after {timeout} s")
         time.sleep(1)
-
-
-def stop_processes(processes) -> None:
-    """SIGTERM each process still running, wait for all (SIGKILL after a minute)."""
-    for process in processes:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-    for process in processes:
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        if process.stderr is not None:
-            process.stderr.close()
-
