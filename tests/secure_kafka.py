@@ -1,10 +1,12 @@
 """A broker that demands TLS and SASL and grants nothing without an ACL: deploy/kafka/start.sh --secure.
 
 ``SecureBroker`` starts one on ``$STREAMDEDUP_TEST_SECURE_PORT`` (29392; its
-controller on the next port), or uses one already running: set
-``KAFKA_SECURE_BOOTSTRAP=host:port`` and ``KAFKA_SECURE_DIR`` to the folder
-start.sh --secure made (``DATA_DIR/secure``: ca.pem, admin.password,
-streamdedup.password).
+controller on the next port, its mutual-TLS port on the one after), or uses
+one already running: set ``KAFKA_SECURE_BOOTSTRAP=host:port`` and
+``KAFKA_SECURE_DIR`` to the folder start.sh --secure made
+(``DATA_DIR/secure``: ca.pem, admin.password, streamdedup.password,
+streamdedup.pem, streamdedup.key), and ``KAFKA_SECURE_MTLS_BOOTSTRAP`` to its
+mutual-TLS port (without it, the mutual-TLS test says it did not run).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class SecureBroker:
     bootstrap: str
     secrets: Path  # ca.pem, admin.password, streamdedup.password
     env: dict | None = None  # start.sh's environment, when this broker was started here
+    mtls_bootstrap: str | None = None  # the port that asks for a client certificate instead of a password
 
     @classmethod
     def start(cls, data_dir: Path) -> "SecureBroker":
@@ -37,16 +40,17 @@ class SecureBroker:
 
         port = int(os.environ.get("STREAMDEDUP_TEST_SECURE_PORT", "29392"))
         env = dict(os.environ, KAFKA_PORT=str(port), KAFKA_CONTROLLER_PORT=str(port + 1), KAFKA_SECURE="1",
-                   KAFKA_DATA_DIR=str(data_dir / f"secure-broker-{port}"))
+                   KAFKA_MTLS_PORT=str(port + 2), KAFKA_DATA_DIR=str(data_dir / f"secure-broker-{port}"))
         bootstrap = start_broker(env)
-        return cls(bootstrap, data_dir / f"secure-broker-{port}" / "secure", env)
+        return cls(bootstrap, data_dir / f"secure-broker-{port}" / "secure", env, f"127.0.0.1:{port + 2}")
 
     @classmethod
     def existing(cls) -> "SecureBroker | None":
         bootstrap = os.environ.get("KAFKA_SECURE_BOOTSTRAP")
         if not bootstrap:
             return None
-        return cls(bootstrap, Path(os.environ["KAFKA_SECURE_DIR"]))
+        return cls(bootstrap, Path(os.environ["KAFKA_SECURE_DIR"]), None,
+                   os.environ.get("KAFKA_SECURE_MTLS_BOOTSTRAP") or None)
 
     def stop(self) -> None:
         if self.env is not None:
@@ -68,6 +72,15 @@ class SecureBroker:
         """--set flags for the worker's user; the password goes in the environment (``worker_env``)."""
         return ["--set", "kafka.security_protocol=SASL_SSL", "--set", f"kafka.sasl_mechanism={mechanism}",
                 "--set", f"kafka.sasl_plain_username={WORKER_USER}", "--set", f"kafka.ssl_cafile={self.cafile}"]
+
+    def certificate_flags(self, with_certificate: bool = True) -> list[str]:
+        """--set flags for the worker's user on the mutual-TLS port: its client certificate instead of a
+        password (``with_certificate`` False: TLS alone, which that port refuses)."""
+        flags = ["--set", "kafka.security_protocol=SSL", "--set", f"kafka.ssl_cafile={self.cafile}"]
+        if with_certificate:
+            flags += ["--set", f"kafka.ssl_certfile={self.secrets / 'streamdedup.pem'}",
+                      "--set", f"kafka.ssl_keyfile={self.secrets / 'streamdedup.key'}"]
+        return flags
 
     def worker_env(self, password: str | None = None) -> dict:
         return {"STREAMDEDUP_KAFKA_SASL_PLAIN_PASSWORD": password or self.password(WORKER_USER)}

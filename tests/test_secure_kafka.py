@@ -136,6 +136,27 @@ def test_worker_runs_with_exactly_the_documented_acls(secure, tmp_path, mechanis
     assert_secret_absent(secure, result.stdout, result.stderr)
 
 
+def test_worker_runs_over_mutual_tls_and_a_missing_certificate_stops_the_start(secure, tmp_path):
+    """On the port that asks for a client certificate (its CN is the user), the worker runs with the same
+    documented ACLs; without a certificate it stops at once, saying which settings to give."""
+    if secure.mtls_bootstrap is None:
+        pytest.skip("the secure broker given (KAFKA_SECURE_BOOTSTRAP) has no mutual-TLS port: "
+                    "set KAFKA_SECURE_MTLS_BOOTSTRAP")
+    topics, count = fresh_input(secure)
+    secure.grant(documented_acls(topics))
+    refused = run_worker(tmp_path / "refused", topics, secure.mtls_bootstrap,
+                         *secure.certificate_flags(with_certificate=False), timeout=120)
+    stderr = refused.stderr.decode()
+    assert refused.returncode == 1, stderr
+    assert f"the broker at {secure.mtls_bootstrap} refused this client's certificate" in stderr
+    assert "set kafka.ssl_certfile and kafka.ssl_keyfile" in stderr
+    result = run_worker(tmp_path / "state", topics, secure.mtls_bootstrap, *secure.certificate_flags(),
+                        "--set", f"worker.transactional_id=txn-{topics.raw}")
+    assert result.returncode == 0, result.stderr.decode()
+    kinds = assert_exactly_once(secure, topics, count)
+    assert kinds["dead_letter"] == 1 and kinds["clean"] > 0 and kinds["duplicates"] > 0
+
+
 def test_worker_reads_the_password_from_a_file(secure, tmp_path):
     topics, count = fresh_input(secure, docs=20)
     secure.grant(documented_acls(topics))

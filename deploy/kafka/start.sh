@@ -12,12 +12,17 @@
 #   KAFKA_CACHE_DIR        jar cache, see fetch.sh
 #   KAFKA_SECURE=1         --secure             the client port speaks TLS and asks for SASL
 #                                               (SCRAM-SHA-512 or PLAIN), and the authorizer is on
+#   KAFKA_MTLS_PORT        --mtls-port N        --secure: a second client port that speaks TLS and
+#                                               asks for a client certificate instead (mutual TLS;
+#                                               default KAFKA_PORT+2)
 #
 # --secure (decided when the data dir is first used; it cannot be switched
 # later): certificates are made with keytool, and users and passwords once,
 # in DATA_DIR/secure/ (see the README.md there): ca.pem (the CA clients trust),
 # admin.password (the super user "admin"), streamdedup.password (the user
-# "streamdedup", who has no rights until ACLs grant them).
+# "streamdedup", who has no rights until ACLs grant them), and, where openssl
+# is installed, the user "streamdedup"'s client certificate for the mutual-TLS
+# port (streamdedup.pem, streamdedup.key: the same user, the same ACLs).
 #
 # Storage is formatted only once, so stop.sh + start.sh keeps topics and data.
 # On success prints the bootstrap address (127.0.0.1:PORT) on stdout.
@@ -31,7 +36,8 @@ while [[ $# -gt 0 ]]; do
     --controller-port) KAFKA_CONTROLLER_PORT="$2"; shift 2 ;;
     --data-dir) KAFKA_DATA_DIR="$2"; shift 2 ;;
     --secure) KAFKA_SECURE=1; shift ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    --mtls-port) KAFKA_MTLS_PORT="$2"; shift 2 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "start.sh: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -42,6 +48,7 @@ data="${KAFKA_DATA_DIR:-${TMPDIR:-/tmp}/streamdedup-kafka-$port}"
 wait_s="${KAFKA_START_TIMEOUT:-90}"
 heap="${KAFKA_HEAP_OPTS:--Xms128m -Xmx512m}"
 secure="${KAFKA_SECURE:-0}"
+mport="${KAFKA_MTLS_PORT:-$((port + 2))}"
 
 log() { echo "start.sh: $*" >&2; }
 
@@ -101,7 +108,9 @@ if [[ -f "$pidfile" ]]; then
   rm -f "$pidfile"   # stale
 fi
 
-for p in "$port" "$cport"; do
+ports=("$port" "$cport")
+[[ "$secure" == 1 ]] && ports+=("$mport")
+for p in "${ports[@]}"; do
   if port_open "$p"; then
     log "port $p on 127.0.0.1 is already in use by another process"
     exit 1
@@ -165,8 +174,38 @@ Made by deploy/kafka/start.sh --secure on first start (a test broker's secrets):
 - admin.password: the super user "admin" (SASL/SCRAM-SHA-512 and SASL/PLAIN).
 - streamdedup.password: the user "streamdedup" (SCRAM-SHA-512 and PLAIN); no rights until
   ACLs grant them.
+- streamdedup.pem, streamdedup.key: the same user's client certificate and key for the
+  mutual-TLS port (kafka.ssl_certfile, kafka.ssl_keyfile), signed by the CA.
 EOT
   mv -T "$tmp" "$secrets"
+}
+
+# --secure: the user "streamdedup"'s client certificate (CN=streamdedup, the principal
+# User:streamdedup on the mutual-TLS port), as PEM files kafka-python reads. keytool makes and
+# signs it; openssl turns the key store into PEM (keytool cannot write a private key out).
+make_client_cert() {
+  if ! command -v openssl >/dev/null; then
+    log "openssl not found on PATH: no client certificate for the mutual-TLS port"
+    return
+  fi
+  local tmp store_pass
+  tmp="$(mktemp -d "$secrets/client.tmp.XXXXXX")"
+  store_pass="$(cat "$secrets/store.password")"
+  local kt=(keytool -noprompt -storetype PKCS12 -storepass "$store_pass")
+  {
+    "${kt[@]}" -genkeypair -alias client -keyalg RSA -keysize 2048 -validity 3650 -dname "CN=streamdedup" \
+      -keystore "$tmp/client.p12"
+    "${kt[@]}" -certreq -alias client -keystore "$tmp/client.p12" -file "$tmp/client.csr"
+    "${kt[@]}" -gencert -rfc -alias ca -keystore "$secrets/ca.p12" -validity 3650 -infile "$tmp/client.csr" \
+      -outfile "$tmp/client.pem" -ext KU=digitalSignature,keyEncipherment -ext EKU=clientAuth
+    "${kt[@]}" -importcert -alias ca -file "$secrets/ca.pem" -keystore "$tmp/client.p12"
+    "${kt[@]}" -importcert -alias client -file "$tmp/client.pem" -keystore "$tmp/client.p12"
+    (umask 077; openssl pkcs12 -in "$tmp/client.p12" -passin "pass:$store_pass" -nocerts -nodes \
+      | openssl pkey -out "$tmp/streamdedup.key")
+    cp "$tmp/client.pem" "$tmp/streamdedup.pem"
+  } >"$tmp/out" 2>&1 || { cat "$tmp/out" >&2; log "making the client certificate failed"; rm -rf "$tmp"; exit 1; }
+  mv "$tmp/streamdedup.key" "$tmp/streamdedup.pem" "$secrets/"
+  rm -rf "$tmp"
 }
 
 listener_config() {
@@ -174,16 +213,23 @@ listener_config() {
   if [[ "$secure" == 1 ]]; then
     client=SASL_SSL controller=SASL_PLAINTEXT
   fi
-  cat <<EOT
+  if [[ "$secure" != 1 ]]; then
+    cat <<EOT
 listeners=$client://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
 advertised.listeners=$client://127.0.0.1:$port
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=$client
 listener.security.protocol.map=$client:$client,CONTROLLER:$controller
 EOT
-  if [[ "$secure" != 1 ]]; then
     return
   fi
+  cat <<EOT
+listeners=$client://127.0.0.1:$port,MTLS://127.0.0.1:$mport,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=$client://127.0.0.1:$port,MTLS://127.0.0.1:$mport
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=$client
+listener.security.protocol.map=$client:$client,MTLS:SSL,CONTROLLER:$controller
+EOT
   local admin_pw user_pw store_pass
   admin_pw="$(cat "$secrets/admin.password")"
   user_pw="$(cat "$secrets/streamdedup.password")"
@@ -206,6 +252,9 @@ ssl.truststore.type=PKCS12
 ssl.truststore.location=$secrets/truststore.p12
 ssl.truststore.password=$store_pass
 ssl.client.auth=none
+# The mutual-TLS port: a client certificate is required, and its CN is the user (CN=streamdedup: User:streamdedup).
+listener.name.mtls.ssl.client.auth=required
+ssl.principal.mapping.rules=RULE:^CN=([^,]*)\$/\$1/,DEFAULT
 
 # Least privilege: nothing is allowed that an ACL does not grant, except to the admin.
 authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
@@ -224,6 +273,9 @@ scram_users() {
 
 if [[ "$secure" == 1 && ! -d "$secrets" ]]; then
   make_secrets
+fi
+if [[ "$secure" == 1 && ! -f "$secrets/streamdedup.pem" ]]; then
+  make_client_cert  # also for a data dir made before the mutual-TLS port existed
 fi
 
 # Config is rewritten on every start; data in $kafkalogs is kept. A --secure one holds passwords.
@@ -330,7 +382,7 @@ fi
 [[ -f "$logdir/server.log" ]] && mv -f "$logdir/server.log" "$logdir/previous-server.log"
 rm -f "$logdir"/server-*.log
 
-log "starting Kafka broker on 127.0.0.1:$port ($([[ "$secure" == 1 ]] && echo "TLS + SASL, ACLs on" || echo plaintext); controller $cport, data dir $data)"
+log "starting Kafka broker on 127.0.0.1:$port ($([[ "$secure" == 1 ]] && echo "TLS + SASL, ACLs on; mutual TLS on $mport" || echo plaintext); controller $cport, data dir $data)"
 # setsid + nohup: the broker outlives this shell and its terminal.
 setsid nohup java "${heap_opts[@]}" "${java_opts[@]}" -cp "$cp" \
   kafka.Kafka "$props" >"$logdir/broker.out" 2>&1 </dev/null &

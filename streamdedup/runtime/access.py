@@ -11,10 +11,11 @@ each step bounded by ``timeout_s``, and sorts what it meets:
 
 - nothing accepts a connection, or a connection breaks without a definite
   answer: ``BrokerUnavailableError`` (retriable; the worker waits and retries);
-- the broker's certificate is not trusted, the port speaks TLS to a plaintext
-  client or plaintext to a TLS client, the broker does not offer the SASL
-  mechanism, or it refuses the user name and password: ``BrokerError``, with
-  what to check. The password never appears in a message.
+- the broker's certificate is not trusted, the broker refuses the client's
+  certificate (or its lack of one: a mutual-TLS port), the port speaks TLS to
+  a plaintext client or plaintext to a TLS client, the broker does not offer
+  the SASL mechanism, or it refuses the user name and password:
+  ``BrokerError``, with what to check. The password never appears in a message.
 """
 
 from __future__ import annotations
@@ -93,10 +94,40 @@ def _check_server(conn: socket.socket, host: str, port: int, protocol: str, sett
         if answer == "closed":
             raise BrokerUnavailableError(f"{where} closed the connection without answering as a Kafka broker")
     with conn:
+        if protocol == "SSL":
+            _certificate_accepted(conn, where, settings)
         if protocol in SASL_PROTOCOLS:
             _log_in(conn, where, settings)
         else:
             _refuse_if_login_wanted(conn, where, protocol)
+
+
+def _certificate_accepted(conn: ssl.SSLSocket, where: str, settings: dict) -> None:
+    """Stop if the broker refused this client's certificate, or its lack of one.
+
+    With TLS 1.3 the client's side of the handshake ends before the broker
+    has checked the client's certificate: a refusal comes as an alert at the
+    first read, which this request makes (kafka-python would take it for a
+    broker that does not answer yet, and retry for good).
+    """
+    try:
+        _request(conn, API_VERSIONS, 0, b"")
+    except ssl.SSLError as exc:
+        _refuse_if_certificate_refused(exc, where, settings)
+        raise BrokerUnavailableError(f"the TLS connection to {where} failed ({exc.reason or exc})") from None
+    except (_Closed, OSError, struct.error):
+        return  # nothing definite: the clients will tell
+
+
+def _refuse_if_certificate_refused(exc: ssl.SSLError, where: str, settings: dict) -> None:
+    """Raise what to do if ``exc`` is the broker's alert refusing the client's certificate."""
+    reason = str(exc.reason or "")
+    if "ALERT" in reason and ("CERTIFICATE" in reason or "UNKNOWN_CA" in reason):
+        given = settings.get("ssl_certfile") or "none, kafka.ssl_certfile is empty"
+        raise BrokerError(f"the broker at {where} refused this client's certificate ({reason}): the port asks "
+                          "for a client certificate signed by a CA the broker trusts; set kafka.ssl_certfile and "
+                          f"kafka.ssl_keyfile to yours (now: {given}), or point kafka.bootstrap_servers at a port "
+                          "that takes a SASL login") from None
 
 
 def _refuse_if_login_wanted(conn: socket.socket, where: str, protocol: str) -> None:
@@ -134,6 +165,7 @@ def _tls(conn: socket.socket, host: str, port: int, settings: dict, timeout_s: f
                           "one the certificate names (or set ssl_check_hostname = false in [kafka])") from None
     except ssl.SSLError as exc:
         secured.close()
+        _refuse_if_certificate_refused(exc, where, settings)
         if _plaintext_answer(socket.create_connection((host, port), timeout=timeout_s)) == "answers":
             raise BrokerError(f"the broker at {where} does not speak TLS on this port (it answered in plaintext) "
                               f"but kafka.security_protocol is {settings.get('security_protocol')}: point "
