@@ -34,7 +34,7 @@ from multiprocessing import reduction
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Union
 
 from ..config import Config, kafka_client_settings
-from ..core.records import FileBatch, RawRecord, Source, canonical_order
+from ..core.records import FileBatch, RawRecord, Source
 from ..errors import BrokerUnavailableError, StreamdedupError, kafka_trouble
 from .rights import Rights
 from .source import FilePosition, FileSource, KafkaSource
@@ -554,17 +554,9 @@ def _feed_batches(reader, spec, signing, batches, stop) -> None:
 
 
 def _filled(source: KafkaSource, records: list, limit, busy) -> list:
-    """``records`` topped up to a whole batch while the deciding process has not taken the previous one yet.
-
-    A fetch often holds less than a batch. Whole batches share the costs
-    of each commit; a partial one goes at once to a process that waits.
-    """
-    while records and len(records) < source.batch_size and busy():
-        more = source.poll_batch(FILL_WAIT_MS, limit=limit, max_records=source.batch_size - len(records))
-        if not more:
-            break
-        records = canonical_order(records + more)
-    return records
+    """``records`` topped up to a whole batch while the deciding process has not taken the previous one yet
+    (a partial one goes at once to a process that waits)."""
+    return source.topped_up(records, FILL_WAIT_MS, lambda _: busy(), limit)
 
 
 def _first_position(order) -> Any:

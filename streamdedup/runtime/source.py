@@ -14,7 +14,7 @@ import itertools
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import BinaryIO, Iterator, Optional
+from typing import BinaryIO, Callable, Iterator, Optional
 
 from ..core.records import FileBatch, RawRecord, Source, canonical_order
 from ..errors import ResumeError
@@ -252,6 +252,18 @@ class KafkaSource:
                     continue
                 records.append(_raw_record(m))
         return canonical_order(records)
+
+    def topped_up(self, records: list[RawRecord], wait_ms: int, more_wanted: Callable[[list], bool],
+                  limit: Optional[dict] = None) -> list[RawRecord]:
+        """``records`` (a poll's) topped up towards ``batch_size`` while ``more_wanted(records)`` says so, each
+        poll waiting at most ``wait_ms``; stops at the first poll that brings nothing. A fetch often holds
+        less than a batch, and whole batches share the costs of whatever follows each one."""
+        while records and len(records) < self.batch_size and more_wanted(records):
+            more = self.poll_batch(wait_ms, limit=limit, max_records=self.batch_size - len(records))
+            if not more:
+                break
+            records = canonical_order(records + more)
+        return records
 
     def _skip_unreadable(self, exc: Exception, limit: Optional[dict]) -> list[RawRecord]:
         """A record the client cannot read, as a record of its own to reject; the consumer moves past it.

@@ -32,8 +32,9 @@ from .index import MAX_SERIAL, DocRecord, IndexTxn, content_key, from_u64, seria
 if TYPE_CHECKING:
     from .bands import BandTables
 
-__all__ = ["RecentMirror", "BatchView", "Hits", "write_documents", "first_documents", "keys_shared_within", "earliest_of_each_key", "merge_recent", "merge_slice", "merge_slices", "finish_merge",
-           "pack_recent", "unpack_recent"]
+__all__ = ["RecentMirror", "BatchView", "Hits", "write_documents", "first_documents", "keys_shared_within",
+           "batch_band_keys", "chosen_candidates", "with_extra_candidates", "earliest_of_each_key", "merge_recent",
+           "merge_slice", "merge_slices", "finish_merge", "pack_recent", "unpack_recent"]
 
 def pack_recent(ident: bytes, content: bytes, band_keys: bytes = b"") -> bytes:
     """A ``recent`` value: id hash (8 B), content hash (16 B), band keys (4 B each big-endian, kept documents only)."""
@@ -421,9 +422,8 @@ class BatchView:
         """Committed candidates of the whole batch, fetched once, per row."""
         if self._hits is None:
             band_keys = self._band_keys
-            by_key = np.argsort(band_keys.ravel())  # the batch's keys sorted, once for every lookup
-            asked, rows = band_keys.ravel()[by_key], by_key // band_keys.shape[1]  # sorted keys, row of each
-            self._hits = self._fetch_candidates(asked, rows, (by_key % band_keys.shape[1]).astype(np.uint16))
+            asked, rows, band = batch_band_keys(band_keys)  # the batch's keys sorted, once for every lookup
+            self._hits = self._fetch_candidates(asked, rows, band)
             self._strong = self._hits.at_least(self.min_shared)
             self._shared_keys = keys_shared_within(asked, rows)
             self._band_key_bytes = band_keys.astype(">u4")
@@ -692,6 +692,26 @@ def _rows_differing(keys: np.ndarray, signed: np.ndarray) -> frozenset:
     if keys is signed:
         return frozenset()
     return frozenset(np.flatnonzero((keys != signed).any(axis=1)).tolist())
+
+
+def batch_band_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A batch's lookup keys (rows x bands) sorted, the row of each and its band.
+
+    The answer for the last array asked is kept: a shard asks for the same
+    batch's in its evidence and again in its decision (the sort is a tenth
+    of each).
+    """
+    global _last_sorted
+    last = _last_sorted  # one read: threads (shards in one process, in tests) may replace it meanwhile
+    if last is not None and last[0] is keys:
+        return last[1]
+    by_key = np.argsort(keys.ravel())
+    answer = keys.ravel()[by_key], by_key // keys.shape[1], (by_key % keys.shape[1]).astype(np.uint16)
+    _last_sorted = (keys, answer)
+    return answer
+
+
+_last_sorted: Optional[tuple] = None  # (keys, batch_band_keys(keys)) of the last keys asked
 
 
 def keys_shared_within(asked: np.ndarray, rows: np.ndarray) -> dict[int, list[int]]:

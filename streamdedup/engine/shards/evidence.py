@@ -23,13 +23,14 @@ from ...store.anchors import BatchAnchors
 from ...store.bands import BandTables
 from ...store.hashed import serials_of_many
 from ...store.index import DocRecord, IndexTxn
-from ...store.lookup import Hits, RecentMirror, earliest_of_each_key, first_documents, with_extra_candidates
+from ...store.lookup import (Hits, RecentMirror, batch_band_keys, earliest_of_each_key, first_documents,
+                             with_extra_candidates)
 from ...store.sites import provisional_pages, remove_rekeyed, write_rekeyed
 from ..decide import ExcerptSettings
 from ..sitelearning import BatchContent
 
 __all__ = ["ShardPlace", "Evidence", "Asking", "content_evidence", "band_evidence", "OwnFirstPages",
-           "batch_band_keys", "row_anchors", "row_ids", "owner_of"]
+           "row_anchors", "row_ids", "owner_of"]
 
 _NO_ANCHORS = np.zeros(0, dtype=np.uint64)
 
@@ -115,27 +116,6 @@ def row_ids(batch: PreparedBatch) -> list[str]:
         if row >= 0:
             ids[row] = item.id
     return ids
-
-
-def batch_band_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A batch's lookup keys (rows x bands) sorted, the row of each and its band (as ``lookup.BatchView``
-    asks them).
-
-    The answer for the last array asked is kept: a shard asks for the same
-    batch's in its evidence and again in its decision (the sort is a tenth
-    of each).
-    """
-    global _last_sorted
-    last = _last_sorted  # one read: threads (shards in one process, in tests) may replace it meanwhile
-    if last is not None and last[0] is keys:
-        return last[1]
-    by_key = np.argsort(keys.ravel())
-    answer = keys.ravel()[by_key], by_key // keys.shape[1], (by_key % keys.shape[1]).astype(np.uint16)
-    _last_sorted = (keys, answer)
-    return answer
-
-
-_last_sorted: Optional[tuple] = None  # (keys, batch_band_keys(keys)) of the last keys asked
 
 
 def content_evidence(txn: IndexTxn, mirror: RecentMirror, batch: PreparedBatch, place: ShardPlace) -> Evidence:

@@ -22,10 +22,10 @@ from ...core.signing import SigningConfig, band_keys_of
 from ...core.verify import jaccard
 from ...store.index import DocRecord
 from ...store.anchors import BatchAnchors
-from ...store.lookup import Hits, chosen_candidates, earliest_of_each_key, keys_shared_within
+from ...store.lookup import Hits, batch_band_keys, chosen_candidates, earliest_of_each_key, keys_shared_within
 from ..decide import ExcerptSettings
 from ..sitelearning import BatchContent
-from .evidence import Evidence, batch_band_keys, row_anchors, row_ids
+from .evidence import Evidence, row_anchors, row_ids
 
 __all__ = ["Together", "Rules", "decide_together"]
 

@@ -19,7 +19,7 @@ from typing import Optional
 from ...config import Config, kafka_client_settings
 from ...core.decode import InputSpec
 from ...core.prepare import prepare_raw, raw_payload
-from ...core.records import RawRecord, canonical_order
+from ...core.records import RawRecord
 from ...core.signed import pack_signed
 from ...core.signing import signing_config
 from ...errors import kafka_trouble
@@ -109,16 +109,11 @@ class _Signer:
         """One poll's records, topped up for at most ``FILL_WAIT_S`` to ``worker.batch_size`` records (a fetch
         brings about a megabyte): every signed batch costs the shards a round of evidence, so fuller ones
         cost them less a document."""
-        source, limit = self.source, self.config.shards.batch_bytes
-        records = source.poll_batch(timeout_ms)
+        limit = self.config.shards.batch_bytes
         deadline = time.monotonic() + FILL_WAIT_S
-        while (records and len(records) < source.batch_size and time.monotonic() < deadline
-               and sum(len(r.value or b"") for r in records) < limit):
-            more = source.poll_batch(int(FILL_WAIT_S * 1000), max_records=source.batch_size - len(records))
-            if not more:
-                break
-            records = canonical_order(records + more)
-        return records
+        return self.source.topped_up(
+            self.source.poll_batch(timeout_ms), int(FILL_WAIT_S * 1000),
+            lambda records: time.monotonic() < deadline and sum(len(r.value or b"") for r in records) < limit)
 
     def _commit(self, offsets: dict) -> None:
         """Commit the group's offsets; a rebalance that took the partitions away is no loss (they are signed
