@@ -66,6 +66,11 @@ def _single(cfg, path, batches, times=None, forgets=None):
     return decided
 
 
+def _next_serial(engine) -> int:
+    with engine.index.read() as txn:
+        return txn.counters.get("next_serial", 0)
+
+
 def _sharded(cfg, path, batches, count, times=None, forgets=None):
     """Decide ``batches`` with ``count`` shards, each in a thread of its own (a shard waits for the others'
     evidence in the middle of its batch), evidence packed and unpacked as it travels."""
@@ -98,6 +103,7 @@ def _sharded(cfg, path, batches, count, times=None, forgets=None):
                 thread.join()
             if errors:
                 raise errors[0]
+            assert len({_next_serial(shard) for shard in shards}) == 1, "shards disagree on the serials a batch took"
             for position in range(len(items)):  # a shard leaves out the decisions of others' kept documents
                 found = [d[position] for d in each if d[position] is not None]
                 assert found and all(f == found[0] for f in found), "shards disagree on a batch"

@@ -32,7 +32,7 @@ from .index import MAX_SERIAL, DocRecord, IndexTxn, content_key, from_u64, seria
 if TYPE_CHECKING:
     from .bands import BandTables
 
-__all__ = ["RecentMirror", "BatchView", "Hits", "write_documents", "first_documents", "keys_shared_within",
+__all__ = ["RecentMirror", "BatchView", "Hits", "SharedKeys", "write_documents", "first_documents", "keys_shared_within",
            "batch_band_keys", "chosen_candidates", "with_extra_candidates", "earliest_of_each_key", "merge_recent",
            "merge_slice", "merge_slices", "finish_merge", "pack_recent", "unpack_recent"]
 
@@ -671,20 +671,28 @@ class Hits:
         """
         if len(found_keys) == 0:
             return cls(cls._NONE, cls._NONE, [0] * (n + 1))
-        if per_key is None:
-            order = np.argsort(found_keys)  # equal keys in any order: pairs are made unique below
-            found_keys, found_serials = found_keys[order], found_serials[order]
-        else:
+        lo, counts = _places(asked, found_keys)
+        if per_key is not None and _most_of_one_key(lo, counts) > per_key:
             found_keys, found_serials = earliest_of_each_key(found_keys, found_serials, per_key)
-        lo = np.searchsorted(found_keys, asked, "left")
-        counts = np.searchsorted(found_keys, asked, "right") - lo
-        hit = counts > 0
-        lo, counts = lo[hit], counts[hit]
-        doc = np.repeat(rows[hit], counts)
-        serial = found_serials[_ranges(lo, counts)]
+            lo, counts = _places(asked, found_keys)
+        doc = rows[_ranges(lo, counts)]
+        serial = np.repeat(found_serials, counts)
         pairs, shared = np.unique((doc << 40) | serial, return_counts=True)
         bounds = np.searchsorted(pairs >> 40, np.arange(n + 1)).tolist()
         return cls(pairs & ((1 << 40) - 1), shared, bounds)
+
+
+def _places(asked: np.ndarray, found_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each found key is in the sorted ``asked`` keys: its first place and how many places (0: not
+    asked). Searched this way round, as found keys are a few of those asked."""
+    lo = np.searchsorted(asked, found_keys, "left")
+    return lo, np.searchsorted(asked, found_keys, "right") - lo
+
+
+def _most_of_one_key(lo: np.ndarray, counts: np.ndarray) -> int:
+    """The most (key, serial) rows found of any one asked key (``_places``)."""
+    asked = lo[counts > 0]
+    return int(np.bincount(asked).max()) if len(asked) else 0
 
 
 def _rows_differing(keys: np.ndarray, signed: np.ndarray) -> frozenset:
@@ -714,17 +722,39 @@ def batch_band_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarra
 _last_sorted: Optional[tuple] = None  # (keys, batch_band_keys(keys)) of the last keys asked
 
 
-def keys_shared_within(asked: np.ndarray, rows: np.ndarray) -> dict[int, list[int]]:
+def keys_shared_within(asked: np.ndarray, rows: np.ndarray) -> "SharedKeys":
     """For each row, its band keys that another row of the batch has too (``asked``: the batch's keys
     sorted, ``rows[i]`` the row of ``asked[i]``); most rows of a batch have none."""
     same = asked[1:] == asked[:-1]
     in_run = np.zeros(len(asked), dtype=bool)
     in_run[1:] |= same
     in_run[:-1] |= same
-    shared: dict[int, list[int]] = {}
-    for row, key in zip(rows[in_run].tolist(), asked[in_run].tolist()):
-        shared.setdefault(row, []).append(key)
-    return shared
+    return SharedKeys(rows[in_run], asked[in_run])
+
+
+class SharedKeys:
+    """Rows and the band keys each shares with another row of its batch (``keys_shared_within``), read as
+    a dict row -> keys; a row's list is made when asked for, as few rows are looked at one by one."""
+
+    def __init__(self, rows: np.ndarray, keys: np.ndarray):
+        order = np.argsort(rows, kind="stable")
+        rows, self._keys = rows[order], keys[order]
+        starts = np.flatnonzero(np.concatenate(([True], rows[1:] != rows[:-1]))) if len(rows) else order
+        ends = np.append(starts[1:], len(rows))
+        self._at = dict(zip(rows[starts].tolist(), zip(starts.tolist(), ends.tolist())))
+
+    def __contains__(self, row: int) -> bool:
+        return row in self._at
+
+    def __iter__(self):
+        return iter(self._at)
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def get(self, row: int, default=()):
+        at = self._at.get(row)
+        return default if at is None else self._keys[at[0]:at[1]].tolist()
 
 
 def earliest_of_each_key(keys: np.ndarray, serials: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:

@@ -160,7 +160,7 @@ class ShardEngine(Engine):
         if self.rules.excerpts is None:
             return
         anchors = BatchAnchors(txn, self.rules.excerpts.max_postings, row_anchors(batch, content, self.rules.excerpts))
-        for record, row in together.records:
+        for record, row in together.records.values():
             if record is not None and record.kept and self.place.owns(batch.id_keys[row]):
                 anchors.kept(row, record.serial)
         anchors.flush()
@@ -168,13 +168,13 @@ class ShardEngine(Engine):
     def _write_rekeyed(self, txn: IndexTxn, batch: PreparedBatch, together: Together) -> None:
         """The band keys of this shard's own first pages of the batch, rekeyed in it."""
         for serial, keys in together.rekeyed.items():
-            if self.place.owns(batch.id_keys[together.records[serial - together.first_serial][1]]):
+            if self.place.owns(batch.id_keys[together.records[serial][1]]):
                 remove_rekeyed(txn, serial)
                 write_rekeyed(txn, serial, keys)
 
     def _write_own(self, txn: IndexTxn, batch: PreparedBatch, together: Together, lookup_keys):
         inserted, kept_rows, shingles = [], {}, {}
-        for record, row in together.records:
+        for record, row in together.records.values():
             ident = batch.id_keys[row]
             if not self.place.owns(ident):
                 continue

@@ -22,10 +22,11 @@ from ...core.signing import SigningConfig, band_keys_of
 from ...core.verify import jaccard
 from ...store.index import DocRecord
 from ...store.anchors import BatchAnchors
-from ...store.lookup import Hits, batch_band_keys, chosen_candidates, earliest_of_each_key, keys_shared_within
+from ...store.lookup import (Hits, SharedKeys, batch_band_keys, chosen_candidates, earliest_of_each_key,
+                             keys_shared_within)
 from ..decide import ExcerptSettings
 from ..sitelearning import BatchContent
-from .evidence import Evidence, row_anchors, row_ids
+from .evidence import Evidence, row_anchors
 
 __all__ = ["Together", "Rules", "decide_together"]
 
@@ -42,12 +43,13 @@ class Rules:
 
 @dataclass
 class Together:
-    """A batch's decisions (one per item; None: kept, not asked for), the records of its documents in serial
-    order (record, row; None: not made, see ``decide_together``), and the first pages each learning site it
-    touched has now (to write into every shard's index)."""
+    """A batch's decisions (one per item; None: kept, not asked for), the records of the documents it looked
+    at, by serial in order (record, row; record None: not made, see ``decide_together``; the serials of the
+    documents passed over have none), and the first pages each learning site it touched has now (to write
+    into every shard's index)."""
 
     decisions: list[Optional[Decision]]
-    records: list[tuple[Optional[DocRecord], int]]
+    records: dict[int, tuple[Optional[DocRecord], int]]
     first_serial: int
     serials: int  # serials the batch used
     provisional: dict = field(default_factory=dict)
@@ -63,11 +65,12 @@ def decide_together(batch: PreparedBatch, evidences: list[Evidence], rules: Rule
     ``lookup_keys``: the band keys rows are looked up by (default: their
     signed keys); with site templates, ``content`` (``SiteTemplates.content``)
     and the committed first pages of a site (``provisional_pages``).
-    ``mine``: the items whose decisions and records the caller wants (default:
-    all); the others are decided all the same but get no decision (None, but
-    for replays), and the record of one kept is made only if a later
-    document names it, which is most of the work of a batch for a shard of
-    many.
+    ``mine``: the items whose decisions and records the caller wants
+    (default: all). The others get no decision (None, but for replays): those
+    no wanted one depends on (through the batch's shared ids, contents and
+    band keys) only take their serials; the rest are decided as usual, and
+    the record of one kept is made only if a later document names it. A
+    shard of many looks at few documents of a batch one by one.
     """
     lookup_keys = batch.keys if lookup_keys is None else lookup_keys
     asked, rows, _ = batch_band_keys(lookup_keys)
@@ -76,37 +79,40 @@ def decide_together(batch: PreparedBatch, evidences: list[Evidence], rules: Rule
                       np.concatenate([e.found_serials for e in evidences]), rules.max_candidates)
     state = _State(batch, evidences, hits, keys_shared_within(asked, rows), rules, first_serial, now, lookup_keys,
                    content, provisional_pages)
-    decisions: list[Optional[Decision]] = []
+    decisions: list[Optional[Decision]] = [None] * len(batch.items)
     alone = state.alone_rows()
-    for i, (item, row) in enumerate(zip(batch.items, batch.row)):
+    done = 0  # the items before this one are decided or passed over
+    for i in state.items_to_look_at(mine, asked, rows):
+        state.pass_over(done, i)
+        item, row = batch.items[i], batch.row[i]
+        done = i + 1
         if isinstance(item, Rejected):
-            decisions.append(Decision.rejected(item))
+            decisions[i] = Decision.rejected(item)
             continue
         if content is not None:
             state.templates_at(row)
         wanted = mine is None or mine[i]
         if not wanted and alone[row]:
             state.kept_unwanted(item, row)
-            decisions.append(None)
         else:
-            decisions.append(state.decide(item, row, wanted))
+            decisions[i] = state.decide(item, row, wanted)
+    state.pass_over(done, len(batch.items))
+    serials = state.next_serial - first_serial
     if state.first is None:
-        return Together(decisions, state.records, first_serial, len(state.records))
-    return Together(decisions, state.records, first_serial, len(state.records), state.first.pages,
-                    state.first.rekeyed_here)
+        return Together(decisions, state.records, first_serial, serials)
+    return Together(decisions, state.records, first_serial, serials, state.first.pages, state.first.rekeyed_here)
 
 
 class _State:
     """What deciding one batch carries from document to document."""
 
-    def __init__(self, batch: PreparedBatch, evidences: list[Evidence], hits: Hits, shared_within: dict,
+    def __init__(self, batch: PreparedBatch, evidences: list[Evidence], hits: Hits, shared_within: SharedKeys,
                  rules: Rules, first_serial: int, now: float, lookup_keys: np.ndarray,
                  content: Optional[BatchContent], provisional_pages: Callable[[int], list[int]]):
         self.batch, self.hits, self.shared_within, self.rules = batch, hits, shared_within, rules
         self.strong = hits.at_least(rules.signing.min_shared)  # the hits that can be candidates by themselves
         self.first_serial, self.now, self.lookup_keys, self.content = first_serial, now, lookup_keys, content
         self.rekeyed_rows = frozenset(np.flatnonzero((lookup_keys != batch.keys).any(axis=1)).tolist())
-        self.ids = row_ids(batch)
         self.sites = batch.sites.tolist()
         self.replays: dict = {}
         self.twins: dict = {}
@@ -123,7 +129,8 @@ class _State:
             self.similarity.update(((row, serial), sim) for row, serial, sim in evidence.matches)
             self.names.update(evidence.names)
             rekeys.update(((row, serial), keys) for row, serial, keys in evidence.rekeys)
-        self.records: list[tuple[DocRecord, int]] = []
+        self.records: dict[int, tuple[Optional[DocRecord], int]] = {}  # serial -> (record, row), in order
+        self.next_serial = first_serial
         self.by_id: dict[bytes, list[int]] = {}  # the batch's documents, as the index files them
         self.by_content: dict[bytes, int] = {}
         self.kept_by_key: dict[int, list[int]] = {}
@@ -137,12 +144,18 @@ class _State:
         self.first = _FirstPages(self, rekeys, provisional_pages) if content is not None else None
 
     def record(self, serial: int) -> DocRecord:
-        position = serial - self.first_serial
-        record, row = self.records[position]
+        record, row = self.records[serial]
         if record is None:  # kept at once, and not the caller's: made now that a later document names it
             record = self._new_cluster(self._unwanted.pop(serial), row, serial)
-            self.records[position] = (record, row)
+            self.records[serial] = (record, row)
         return record
+
+    def _take(self, record: Optional[DocRecord], row: int) -> int:
+        """The next serial, for ``record`` of row ``row`` (None: not made, yet)."""
+        serial = self.next_serial
+        self.records[serial] = (record, row)
+        self.next_serial += 1
+        return serial
 
     def own_content(self, row: int) -> np.ndarray:
         return self.batch.shingles.of(row) if self.content is None else self.content.shingles[row]
@@ -165,12 +178,12 @@ class _State:
         batch = self.batch
         ident, content = batch.id_keys[row], batch.contents[row]
         if self._alone(row, ident, content):  # most documents: new, and nothing to compare them with
-            return self._kept(doc, row, self.first_serial + len(self.records), ident, content, self.sites[row],
+            return self._kept(doc, row, self.next_serial, ident, content, self.sites[row],
                               wanted)
         replayed = self._replayed(row, ident, content, doc.id)
         if replayed is not None:
             return replayed
-        serial = self.first_serial + len(self.records)
+        serial = self.next_serial
         site = self.sites[row]
         twin = self._twin(row, content)
         if twin is not None and twin.cluster and self._matchable(twin.cluster):  # cluster 0: dissolved by forget
@@ -237,15 +250,59 @@ class _State:
                 alone[min(self.content.settles):] = False
         if others:
             alone[np.fromiter(others, dtype=np.int64, count=len(others))] = False
-        alone &= _first_of_each(self.batch.id_keys) & _first_of_each(self.batch.contents)
+        alone &= _first_of_each(self.batch.id_keys, 8) & _first_of_each(self.batch.contents, 16)
         return alone[:n]
+
+    def items_to_look_at(self, mine: Optional[list[bool]], asked: np.ndarray, rows: np.ndarray) -> list[int]:
+        """The items ``decide_together`` takes one by one, in order: all of them, or with ``mine``, those
+        rejected, and the documents linked to one wanted (or that must be seen in order) through the
+        batch's shared ids, contents and band keys (``_linked_groups``; ``asked``, ``rows``: the batch's
+        sorted lookup keys). Each of the others (most, for a shard of many) is a document whose decision
+        nobody here asks for, kept or matched within its group or to a stored one: it only takes the next
+        serial (``pass_over``)."""
+        items = self.batch.items
+        if mine is None or self.anchors is not None:  # excerpts: every kept row's anchors serve later rows
+            return list(range(len(items)))
+        wanted = np.asarray(mine, dtype=bool)
+        if wanted.all():
+            return list(range(len(items)))
+        item_rows = np.asarray(self.batch.row, dtype=np.int64)
+        documents = item_rows >= 0
+        seeds = self._rows_seen_in_order()
+        seeds[item_rows[wanted & documents]] = True
+        group = _linked_groups(len(seeds), asked, rows, self.batch.id_keys, self.batch.contents)
+        reached = np.zeros(len(seeds), dtype=bool)
+        reached[group[seeds]] = True
+        look = wanted | ~documents
+        look[documents] |= reached[group[item_rows[documents]]]
+        return np.flatnonzero(look).tolist()
+
+    def _rows_seen_in_order(self) -> np.ndarray:
+        """The rows taken one by one whoever wants them: those sharing an id with another row (a replay in
+        the batch takes no serial), replays of stored documents, and with site templates, learning sites'
+        first pages and every row from where a site settles."""
+        batch = self.batch
+        n = len(batch.contents)
+        seen = ~_unique(batch.id_keys, 8)
+        if self.replays:
+            seen[list(self.replays)] = True
+        if self.content is not None:
+            if self.content.provisional:
+                seen[list(self.content.provisional)] = True
+            if self.content.settles:
+                seen[min(self.content.settles):] = True
+        return seen[:n]
+
+    def pass_over(self, begin: int, end: int) -> None:
+        """Items ``begin`` to ``end`` (documents nobody here wants, nor any row looked at: ``items_to_look_at``)
+        take the next serials, without a decision or a record."""
+        self.next_serial += end - begin
 
     def kept_unwanted(self, doc, row: int) -> None:
         """Row ``row``, one of ``alone_rows``, kept as the next serial without a decision or record (made if a
         later document names it)."""
-        serial = self.first_serial + len(self.records)
+        serial = self._take(None, row)
         self._unwanted[serial] = doc
-        self.records.append((None, row))
         self.by_id[self.batch.id_keys[row]] = [serial]
         self.by_content[self.batch.contents[row]] = serial
 
@@ -270,8 +327,7 @@ class _State:
             self.anchors.kept(row, serial)
         if wanted:
             return self._insert(self._new_cluster(doc, row, serial), ident, row)
-        self._unwanted[serial] = doc
-        self.records.append((None, row))
+        self._unwanted[self._take(None, row)] = doc
         self.by_id.setdefault(ident, []).append(serial)
         self.by_content.setdefault(content, serial)
         return None
@@ -335,21 +391,70 @@ class _State:
         return representative not in self.unmatchable
 
     def _insert(self, record: DocRecord, ident: bytes, row: int, wanted: bool = True) -> Optional[Decision]:
-        self.records.append((record, row))
+        self._take(record, row)
         self.by_id.setdefault(ident, []).append(record.serial)
         self.by_content.setdefault(record.content, record.serial)
         return _as_decision(record) if wanted else None
 
 
-def _first_of_each(values: list[bytes]) -> np.ndarray:
-    """Whether each value is the first of its kind in the list."""
-    seen: set = set()
+def _first_of_each(values: list[bytes], width: int) -> np.ndarray:
+    """Whether each value is the first of its kind in the list (by ``_heads``: a later value alike there
+    counts as a repeat, which only costs a closer look)."""
     first = np.zeros(len(values), dtype=bool)
-    for i, value in enumerate(values):
-        if value not in seen:
-            seen.add(value)
-            first[i] = True
+    first[np.unique(_heads(values, width), return_index=True)[1]] = True
     return first
+
+
+def _unique(values: list[bytes], width: int) -> np.ndarray:
+    """Whether each value is the only one of its kind in the list (by ``_heads``, as ``_first_of_each``)."""
+    _, inverse, counts = np.unique(_heads(values, width), return_inverse=True, return_counts=True)
+    return counts[inverse] == 1
+
+
+def _heads(values: list[bytes], width: int) -> np.ndarray:
+    """The first 8 bytes of each hash (all ``width`` bytes long, normally) as a number."""
+    joined = b"".join(values)
+    if len(joined) == width * len(values) and width % 8 == 0:
+        return np.frombuffer(joined, dtype=np.uint64)[::width // 8]
+    return np.array([int.from_bytes(value[:8].ljust(8, b"\0"), "little") for value in values], dtype=np.uint64)
+
+
+def _linked_groups(n: int, asked: np.ndarray, rows: np.ndarray, id_keys: list[bytes],
+                   contents: list[bytes]) -> np.ndarray:
+    """A group number for each of ``n`` rows: rows sharing a band key (``asked``, sorted, of ``rows``), an
+    id or a content (``_heads``), directly or through others, share one. A row's decision depends only on
+    the stored documents and the earlier rows of its group."""
+    pairs = [_neighbours(asked, rows)]
+    for values, width in ((id_keys, 8), (contents, 16)):
+        heads = _heads(values, width)
+        order = np.argsort(heads, kind="stable")
+        pairs.append(_neighbours(heads[order], order))
+    links = np.unique(np.concatenate(pairs))
+    parent = np.arange(n, dtype=np.int64)
+    if not len(links):
+        return parent
+    up = parent.tolist()
+
+    def root(row: int) -> int:
+        while up[row] != row:
+            up[row] = up[up[row]]
+            row = up[row]
+        return row
+
+    for link in links.tolist():
+        a, b = root(link >> 32), root(link & 0xFFFFFFFF)
+        if a != b:
+            up[max(a, b)] = min(a, b)
+    touched = np.unique(np.concatenate([links >> 32, links & 0xFFFFFFFF])).tolist()
+    parent[touched] = [root(row) for row in touched]
+    return parent
+
+
+def _neighbours(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Each two neighbouring rows with equal ``values`` (sorted), as (lower row << 32) | higher row."""
+    same = values[1:] == values[:-1]
+    a, b = rows[:-1][same].astype(np.int64), rows[1:][same].astype(np.int64)
+    return (np.minimum(a, b) << 32) | np.maximum(a, b)
 
 
 class _UnionAnchors(BatchAnchors):
