@@ -461,10 +461,12 @@ class ShardCommit:
             expected: dict = {}
             keep = []
             for record in signed.records:
-                where = f"{record.source.name}:{record.source.partition}"
-                if where not in expected:
-                    expected[where] = txn.position(f"{SHARD_INPUT}{where}") or 0
-                keep.append(record.source.offset >= expected[where])
+                source = record.source
+                start = expected.get((source.name, source.partition))
+                if start is None:
+                    start = expected[(source.name, source.partition)] = \
+                        txn.position(f"{SHARD_INPUT}{source.name}:{source.partition}") or 0
+                keep.append(source.offset >= start)
         return signed if all(keep) else signed.taken(keep)
 
     def _publish(self, offset: int, round_: str, value: bytes) -> None:

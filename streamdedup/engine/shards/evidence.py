@@ -30,7 +30,7 @@ from ..decide import ExcerptSettings
 from ..sitelearning import BatchContent
 
 __all__ = ["ShardPlace", "Evidence", "Asking", "content_evidence", "band_evidence", "OwnFirstPages",
-           "row_anchors", "row_ids", "owner_of"]
+           "row_anchors", "row_ids", "owner_of", "owners_of"]
 
 _NO_ANCHORS = np.zeros(0, dtype=np.uint64)
 
@@ -46,10 +46,22 @@ class ShardPlace:
         """Whether the document with id hash ``ident`` lives in this shard (its last 4 bytes, modulo count)."""
         return owner_of(ident, self.count) == self.number
 
+    def owns_each(self, idents: list[bytes]) -> np.ndarray:
+        """``owns`` of each id hash, at once."""
+        return owners_of(idents, self.count) == self.number
+
 
 def owner_of(ident: bytes, count: int) -> int:
     """The shard holding the documents with id hash ``ident`` (every version of an id lives in one shard)."""
     return int.from_bytes(ident[-4:], "big") % count
+
+
+def owners_of(idents: list[bytes], count: int) -> np.ndarray:
+    """``owner_of`` of each id hash (8 bytes, as ``records.id_key`` makes them; others one by one)."""
+    joined = b"".join(idents)
+    if len(joined) != 8 * len(idents):
+        return np.array([owner_of(ident, count) for ident in idents], dtype=np.int64)
+    return np.frombuffer(joined, dtype=">u4")[1::2].astype(np.int64) % count
 
 
 @dataclass
@@ -304,7 +316,7 @@ class OwnFirstPages:
 def _replays(txn: IndexTxn, mirror: RecentMirror, batch: PreparedBatch, ids: list[str], place: ShardPlace,
              record) -> dict:
     """Row -> the earlier decision of that document, for the rows whose id this shard owns."""
-    owned = [row for row, ident in enumerate(batch.id_keys) if place.owns(ident)]
+    owned = np.flatnonzero(place.owns_each(batch.id_keys)).tolist()
     stored = serials_of_many(txn, "ids", [batch.id_keys[row] for row in owned])
     replays = {}
     for row in owned:

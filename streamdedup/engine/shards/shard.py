@@ -5,9 +5,11 @@ from __future__ import annotations
 import time
 from typing import Callable, Optional
 
+import numpy as np
+
 from ...config import Config
 from ...core.prepare import PreparedBatch
-from ...core.records import Document, id_key
+from ...core.records import id_key
 from ...errors import IndexUnusableError
 from ...store.anchors import BatchAnchors
 from ...store.housekeeping import ForgetReport, dissolve, forget, serials_with_id
@@ -36,6 +38,7 @@ class ShardEngine(Engine):
         excerpts = self.settings.excerpts if self.settings.excerpts.sampling else None
         self.rules = Rules(self.signing, self.settings.threshold, self.settings.max_candidates, excerpts)
         self._batch_time = 0.0
+        self._owned: Optional[tuple] = None  # (batch, owned(batch)) of the last batch asked
         self.clock = lambda: self._batch_time or clock()  # the retention sweep follows the batches' time
         try:
             self.index.write(self._claim)
@@ -116,10 +119,18 @@ class ShardEngine(Engine):
 
     def owned(self, batch: PreparedBatch) -> list[bool]:
         """Which of the batch's items this shard stores and sends out: documents by their id hash, the
-        rejected by their place in the batch."""
+        rejected by their place in the batch (the answer for the last batch asked is kept)."""
+        if self._owned is not None and self._owned[0] is batch:
+            return self._owned[1]
         place = self.place
-        return [place.owns(batch.id_keys[row]) if isinstance(item, Document) else i % place.count == place.number
-                for i, (item, row) in enumerate(zip(batch.items, batch.row))]
+        rows = np.asarray(batch.row, dtype=np.int64)
+        documents = rows >= 0
+        owned = np.flatnonzero(~documents) % place.count == place.number
+        every = np.empty(len(rows), dtype=bool)
+        every[~documents] = owned
+        every[documents] = place.owns_each(batch.id_keys)[rows[documents]]
+        self._owned = (batch, every.tolist())
+        return self._owned[1]
 
     def decide_together(self, batch: PreparedBatch, evidences: list[Evidence], now: float,
                         exchange: Optional[Exchange] = None, bookkeeping: Optional[Bookkeeping] = None) -> DecidedBatch:
