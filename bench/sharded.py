@@ -23,7 +23,10 @@ round, on the same pre-loaded input (the synthetic crawl, templates off, a
 - the serial step: ``decide_together`` (the deterministic decision every
   shard makes on every batch), timed in a fresh process of its own that runs
   the shards' engines in-process on the same batches (``--serial N``), with
-  the per-shard evidence and the whole shard's work per document beside it.
+  the per-shard evidence and the whole shard's work per document beside it;
+  for the shard counts deployed and 16 more, to fit its cost per document
+  as a + b/S: a, paid by every shard on every document whatever the number
+  of shards (the serial step), b/S on the shard's own documents.
 
 Then a projection of what N machines of M cores reach from those costs.
 Run: ``python bench/sharded.py`` (starts a broker with deploy/kafka on
@@ -62,6 +65,7 @@ TICKS = os.sysconf("SC_CLK_TCK")
 OFF = ["--set", "templates.enabled=false", "--set", "excerpts.enabled=false"]
 EXTRA: list[str] = []  # --set flags given to every program (--set on the command line)
 BATCH = 2000  # worker.batch_size, the default: records a signer reads per poll and the in-process batch
+SERIAL_FIT_COUNT = 16  # shards run in-process besides those deployed, to part the serial step from each shard's share
 
 
 # ---------------------------------------------------------------------------
@@ -393,7 +397,7 @@ def project(args, rows: dict, serial: dict, sharded: dict) -> None:
     share = max((shard_lo - shard_hi) / (1 / lo - 1 / hi), 0.0) if hi != lo else 0.0  # the part split among shards
     fixed = max(shard_hi - share / hi, 1e-9)  # the part every shard pays on every document
     sign = med([rows[c][0] for c in counts])
-    decide = max(serial[c]["decide_together"] for c in counts)
+    decide, own = serial_step(serial)
     if min(sign, fixed + share, decide) <= 0:
         print("\nno projection: a role's CPU per document is not above its start-up's (too few documents)")
         return
@@ -406,9 +410,10 @@ def project(args, rows: dict, serial: dict, sharded: dict) -> None:
     latency, paced_batch, wait = waits[quiet]
     print(f"\nprojection (per document: signing {sign:,.0f} µs of CPU in all; a shard of S pays {fixed:,.0f} µs on "
           f"every document plus {share:,.0f}/S µs; fitted from {lo} and {hi} shards):")
-    print(f"  the serial step decide_together: {decide:,.1f} µs/doc in every shard (the most measured) -> at most "
-          f"{1e6 / decide:,.0f} docs/s whatever the number of machines "
-          f"({'above' if 1e6 / decide >= 200_000 else 'BELOW'} 200k docs/s)")
+    print(f"  the serial step, decide_together on every document of the stream: {decide:,.1f} µs/doc in every "
+          f"shard, whatever the number of shards, -> at most {1e6 / decide:,.0f} docs/s whatever the number of machines "
+          f"({'above' if 1e6 / decide >= 200_000 else 'BELOW'} 200k docs/s); its documents' decisions {own:,.1f}/S "
+          f"µs/doc more (fitted a + b/S to the in-process figures of S = {', '.join(map(str, sorted(serial)))})")
     print(f"  every shard reads and looks up every batch: at most {1e6 / fixed:,.0f} docs/s per shard core, "
           f"whatever the number of shards")
     print("  lockstep: a shard takes one batch at a time, and waits for every shard's evidence on it (two Kafka "
@@ -432,6 +437,17 @@ def project(args, rows: dict, serial: dict, sharded: dict) -> None:
         print(f"  {f'{machines} x {cores}':>16} {best[1]:>6} {best[2]:>12} {best[0]:>9,.0f}  {best[3]}")
     print("  (the fewest shards within 2% of the best; one shard per core, the other cores sign; the broker is not "
           "counted: it moves the 'read+written B/doc' above, times docs/s)")
+
+
+def serial_step(serial: dict) -> tuple[float, float]:
+    """decide_together's µs per document in a shard of S, a + b/S fitted (least squares) to the in-process
+    figures: a, what every shard pays on every document of the stream (the serial step), and b, the part a
+    shard pays on its own documents only. With one count measured, all of it counts as a."""
+    counts = sorted(serial)
+    if len(counts) < 2:
+        return serial[counts[0]]["decide_together"], 0.0
+    b, a = statistics.linear_regression([1 / c for c in counts], [serial[c]["decide_together"] for c in counts])
+    return max(a, 1e-9), max(b, 0.0)
 
 
 def main(argv=None) -> int:
@@ -472,7 +488,8 @@ def main(argv=None) -> int:
                                                    for d in docs)
             print(f"{len(docs):,} documents of the synthetic crawl; shards {counts}, {args.signers} signing processes "
                   f"each; {args.rounds} rounds; templates and excerpts off; on {bootstrap}", flush=True)
-            serial = {count: serial_in_fresh_process(count, args.docs, work) for count in counts}
+            serial = {count: serial_in_fresh_process(count, args.docs, work)
+                      for count in sorted(set(counts) | {SERIAL_FIT_COUNT})}
             single: list[dict] = []
             sharded: dict[int, list[dict]] = {count: [] for count in counts}
             for n in range(args.rounds):
