@@ -160,7 +160,8 @@ class WorkerSection:
 class ShardsSection:
     count: int = _key(0, "shards of a sharded deployment (run --role sign / shard), fixed when its indexes are made "
                          "(0: the single worker)", low=0, high=256)
-    signed_topic: str = _key("streamdedup-signed", "internal topic of signed batches (1 partition: the decision order)")
+    signed_topic: str = _key("streamdedup-signed", "internal topic of signed batches (1 partition: the decision "
+                             "order); their records' bytes go to this name + \"-values\" (one partition per shard)")
     evidence_topic: str = _key("streamdedup-evidence", "internal topic of the shards' evidence (one partition per shard)")
     batch_bytes: int = _key(4 << 20, "record bytes in one signed batch at most (a larger record travels alone)",
                             low=1 << 16)

@@ -116,3 +116,24 @@ def test_records_a_killed_signer_signed_twice_are_decided_once(kafka, tmp_path, 
     assert len(signed_offsets) - len(set(signed_offsets)) == 97, "the second batch was signed twice"
     _run_shards_crashing_one(topics, kafka, tag, tmp_path, None)
     assert outcome_summary(outcomes(kafka, topics)) == expected
+
+
+def test_values_a_killed_signer_sent_without_their_signed_batch_are_never_read(kafka, tmp_path, single_worker):
+    """The signer dies after the broker has the values of its second batch and before that batch's signed
+    message: the next one signs those records again with values of its own, and the shards, which read only
+    the values messages signed batches name, decide each record once."""
+    raw, expected = single_worker
+    topics = sharded_topics(kafka, raw)
+    tag = uuid.uuid4().hex[:8]
+    crashed = _sign(topics, kafka, tag, {"STREAMDEDUP_TEST_CRASH_AT": "values-sent:2"})
+    assert crashed.returncode == 137, crashed.stderr.decode()
+    resigned = _sign(topics, kafka, tag, idle_s=15)  # the group first drops the dead member (10 s)
+    assert resigned.returncode == 0, resigned.stderr.decode()
+    batches = [unpack_signed(m.value) for m in read_all(kafka, f"signed-{tag}")]
+    signed_offsets = [r.source.offset for batch in batches for r in batch.records]
+    assert sorted(signed_offsets) == list(range(len(expected) + 30)), "every input record was signed once"
+    named = {(shard, at) for batch in batches for shard, at in batch.values_at.items()}
+    sent = {(m.partition, m.offset) for m in read_all(kafka, f"signed-{tag}-values")}
+    assert named < sent, "the values of the batch signed without its signed message are in the topic, unnamed"
+    _run_shards_crashing_one(topics, kafka, tag, tmp_path, None)
+    assert outcome_summary(outcomes(kafka, topics)) == expected

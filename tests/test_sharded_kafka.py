@@ -12,6 +12,7 @@ import uuid
 import pytest
 from kafka_helpers import (
     Topics,
+    create_topics,
     header,
     outcome_summary,
     outcomes,
@@ -25,6 +26,10 @@ from kafka_helpers import (
 )
 
 from streamdedup.core import corpus
+from streamdedup.errors import IndexUnusableError
+from streamdedup.runtime.shards.shard import ValuesBoard
+from streamdedup.runtime.source import KafkaSource
+from streamdedup.runtime.worker import Stopper
 
 pytestmark = pytest.mark.kafka
 
@@ -178,3 +183,40 @@ def test_make_demo_sharded_runs_the_sample_crawl_as_one_worker_decides(kafka, tm
     assert "same as the single worker (1,191 of 1,191 records)" in out
     assert sorted(os.listdir(tmp_path / "demo" / "logs")) == ["shard-0.log", "shard-1.log", "shard-2.log",
                                                               "sign-0.log", "sign-1.log", "single.log"]
+
+
+def test_the_values_board_reads_a_named_message_in_any_order_and_refuses_one_the_topic_lost(kafka):
+    """Signed batches name their values messages in any order (two signing processes): the board reads ahead,
+    goes back, and says what to do when retention deleted a message a batch still names."""
+    from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
+
+    topic = f"values-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka, [topic], 2)
+    producer = KafkaProducer(bootstrap_servers=kafka, acks="all")
+    for n in range(ValuesBoard.HELD + 10):
+        producer.send(topic, partition=1, value=f"v{n}".encode())
+    producer.flush()
+    producer.close()
+
+    def board() -> ValuesBoard:
+        return ValuesBoard(KafkaSource([topic], {"bootstrap_servers": kafka}, None, 100), topic, 1,
+                           lambda phase: None, Stopper())
+
+    values = board()
+    try:
+        for offset in [3, 1, 5, 0, ValuesBoard.HELD + 9, 2, 4]:  # ahead, back, ahead, back past what is held
+            assert values.at(offset) == f"v{offset}".encode()
+    finally:
+        values.close()
+    admin = KafkaAdminClient(bootstrap_servers=kafka)
+    try:
+        admin.delete_records({TopicPartition(topic, 1): 2})
+    finally:
+        admin.close()
+    values = board()
+    try:
+        assert values.at(2) == b"v2"
+        with pytest.raises(IndexUnusableError, match="no longer holds.*retention must be at least the signed topic"):
+            values.at(1)
+    finally:
+        values.close()

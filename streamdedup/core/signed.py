@@ -1,41 +1,47 @@
 """A signed batch as it travels from a signing process to the shards: its records and what preparing made of them.
 
-One Kafka message per batch (Kafka's cost is per message). It carries the
-records' bytes (a shard sends its own documents' records out unchanged) and
-the prepared batch (content and id hashes, shingles, band keys, sites), so
-no shard signs again. ``signed_at`` is the batch's decision time, the same
-on every shard.
+One Kafka message per batch (Kafka's cost is per message), read by every
+shard. It carries the prepared batch (content and id hashes, shingles, band
+keys, sites), so no shard signs again, and where each record came from.
+The records' own bytes, which only the shard that sends a record out needs,
+travel apart: one values message per shard owning records of the batch
+(``pack_values``), on a topic with a partition per shard, named in the
+signed message by offset (``values_at``), so a shard reads its records'
+bytes only. ``signed_at`` is the batch's decision time, the same on every
+shard.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Union
 
 import msgpack
 import numpy as np
 
 from .prepare import PreparedBatch, raw_payload, raw_records, restore_items
-from .records import Document, RawRecord
+from .records import Document, RawRecord, Source
 from .shingle import ShingleBatch
 
-__all__ = ["SignedBatch", "ForgetOrder", "pack_signed", "pack_forget", "unpack_signed", "SIGNED_FORMAT"]
+__all__ = ["SignedBatch", "ForgetOrder", "pack_signed", "pack_values", "pack_forget", "unpack_signed",
+           "records_with_values", "SIGNED_FORMAT"]
 
-SIGNED_FORMAT = 1  # bumped when the message changes; a shard refuses other formats
+SIGNED_FORMAT = 2  # bumped when the message changes; a shard reads this one and the one before (1: values inline)
 
 
 @dataclass
 class SignedBatch:
-    records: list[RawRecord]  # in the canonical order (topic, partition, offset)
+    records: list[RawRecord]  # in the canonical order (topic, partition, offset); bytes as ``values_at`` says
     prepared: PreparedBatch
     signed_at: float  # seconds since the epoch
     fingerprint: str  # of the signing settings (``SigningConfig.fingerprint``): the shards' must be the same
+    values_at: dict = field(default_factory=dict)  # shard -> offset of its values message (empty: records whole)
 
     def taken(self, keep: list[bool]) -> "SignedBatch":
         """The batch without the records where ``keep`` is False (seen before, from a signing process that
         read them again)."""
         return SignedBatch([r for r, k in zip(self.records, keep) if k], subset(self.prepared, keep),
-                           self.signed_at, self.fingerprint)
+                           self.signed_at, self.fingerprint, self.values_at)
 
 
 @dataclass
@@ -49,30 +55,62 @@ def pack_forget(ids: list[str]) -> bytes:
     return msgpack.packb([SIGNED_FORMAT, "forget", list(ids)], use_bin_type=True)
 
 
-def pack_signed(records: list[RawRecord], prepared: PreparedBatch, signed_at: float, fingerprint: str) -> bytes:
+def pack_signed(records: list[RawRecord], prepared: PreparedBatch, signed_at: float, fingerprint: str,
+                values_at: dict[int, int]) -> bytes:
+    """The signed message of ``records`` (prepared as ``prepared``), whose bytes went to the values messages
+    at ``values_at`` (shard -> offset)."""
     items = [["d", i.id] if isinstance(i, Document) else ["r", i.reason, i.detail, i.id] for i in prepared.items]
     shingles = prepared.shingles
+    sources = [[r.source.name for r in records], [r.source.partition for r in records],
+               [r.source.offset for r in records]]
     return msgpack.packb([
-        SIGNED_FORMAT, "batch", signed_at, fingerprint, list(raw_payload(records)), items, prepared.row, prepared.contents,
-        prepared.id_keys, _array(shingles.hashes), _array(shingles.offsets), _array(prepared.keys),
+        SIGNED_FORMAT, "batch", signed_at, fingerprint, sources, sorted(values_at.items()), items, prepared.row,
+        prepared.contents, prepared.id_keys, _array(shingles.hashes), _array(shingles.offsets), _array(prepared.keys),
         _array(prepared.sites), list(prepared.hosts.items()),
     ], use_bin_type=True)
+
+
+def pack_values(records: list[RawRecord]) -> bytes:
+    """The values message of one shard's records of a signed batch: each whole."""
+    return msgpack.packb([SIGNED_FORMAT, "values", list(raw_payload(records))], use_bin_type=True)
+
+
+def records_with_values(records: list[RawRecord], packed: bytes) -> list[RawRecord]:
+    """``records`` (of a signed batch, where only their sources are) whole, from their values message;
+    ValueError if it does not hold one of them."""
+    fields = msgpack.unpackb(packed, use_list=True)
+    if fields[0] != SIGNED_FORMAT or fields[1] != "values":
+        raise ValueError(f"not a values message of format {SIGNED_FORMAT}: {fields[:2]!r}")
+    payload = fields[2]
+    payload[2] = [tuple(tuple(h) for h in headers) for headers in payload[2]]
+    whole = {tuple(r.source.as_list()): r for r in raw_records(tuple(payload))}
+    try:
+        return [whole[tuple(r.source.as_list())] for r in records]
+    except KeyError as missing:
+        raise ValueError(f"the values message lacks the record at {missing}") from None
 
 
 def unpack_signed(data: bytes) -> Union[SignedBatch, ForgetOrder]:
     """The batch ``pack_signed`` packed (or the order ``pack_forget`` did); ValueError for another format."""
     fields = msgpack.unpackb(data, use_list=True)
-    if fields[0] != SIGNED_FORMAT:
-        raise ValueError(f"signed batch format {fields[0]}, this version reads {SIGNED_FORMAT}")
+    if fields[0] not in (SIGNED_FORMAT, 1):
+        raise ValueError(f"signed batch format {fields[0]}, this version reads {SIGNED_FORMAT} and 1")
     if fields[1] == "forget":
         return ForgetOrder(fields[2])
-    _, _, signed_at, fingerprint, payload, items, row, contents, id_keys, hashes, offsets, keys, sites, hosts = fields
-    payload[2] = [tuple(tuple(h) for h in headers) for headers in payload[2]]
-    records = raw_records(tuple(payload))
-    prepared = PreparedBatch([tuple(i) for i in items], row, contents, id_keys,
-                             ShingleBatch(_from_array(hashes), _from_array(offsets)), _from_array(keys),
-                             _from_array(sites), dict(hosts))
-    return SignedBatch(records, restore_items(prepared, [r.source for r in records]), signed_at, fingerprint)
+    if fields[0] == 1:  # the records whole in the signed message
+        _, _, signed_at, fingerprint, payload, *prepared = fields
+        payload[2] = [tuple(tuple(h) for h in headers) for headers in payload[2]]
+        records, values_at = raw_records(tuple(payload)), {}
+    else:
+        _, _, signed_at, fingerprint, (names, partitions, offsets), values_at, *prepared = fields
+        records = [RawRecord(None, Source(*where)) for where in zip(names, partitions, offsets)]
+        values_at = dict(values_at)
+    items, row, contents, id_keys, hashes, offsets, keys, sites, hosts = prepared
+    batch = PreparedBatch([tuple(i) for i in items], row, contents, id_keys,
+                          ShingleBatch(_from_array(hashes), _from_array(offsets)), _from_array(keys),
+                          _from_array(sites), dict(hosts))
+    return SignedBatch(records, restore_items(batch, [r.source for r in records]), signed_at, fingerprint,
+                       values_at)
 
 
 def subset(batch: PreparedBatch, keep: list[bool]) -> PreparedBatch:

@@ -98,13 +98,15 @@ shard. Each signed batch (``ShardCommit.commit``):
    as in steps 2-3 (``offset/b``); decide the batch from the evidence,
    write this shard's documents and the positions after the batch (signed
    offset, evidence offsets, input offsets), and leave it prepared;
-5. in one Kafka transaction: produce the outcomes of this shard's
-   documents and send the signed topic's offset after the batch for the
+5. read this shard's records of the batch whole (the values message the
+   signed batch names for this shard, on its partition of the values
+   topic); in one Kafka transaction: produce the outcomes of this shard's
+   records and send the signed topic's offset after the batch for the
    shard's group, commit;
 6. commit the index transaction.
 
-Why a crash anywhere is safe: steps 1-3 change nothing but the evidence
-topic, whose messages are keyed by the batch's signed offset and
+Why a crash anywhere is safe: steps 1-3 (and step 5's read) change nothing
+but the evidence topic, whose messages are keyed by the batch's signed offset and
 deterministic (the shard's index as of the batch before), so a repeated
 one is the same and readers keep the first. Steps 4-6 are the worker's
 3-5, with the same recovery: where the group's committed offset is ahead
@@ -128,7 +130,7 @@ from ..core.prepare import PreparedBatch
 from ..core.records import Decision, FileBatch
 from ..engine.shards.evidence import Evidence
 from ..engine.engine import Engine, collector_paused
-from ..errors import IndexUnusableError
+from ..errors import ConfigError, IndexUnusableError
 from ..faults import reached
 from ..store.index import Index, IndexTxn
 from .sink import HEADER_PREFIX, FileOutputs
@@ -357,13 +359,15 @@ class ShardCommit:
     offset, in shard order, and the evidence offsets to read from after it.
     """
 
-    def __init__(self, engine, sink, board, publisher, group_id: str, evidence_topic: str,
+    def __init__(self, engine, sink, board, values, publisher, group_id: str, evidence_topic: str,
                  kafka_timeout_s: float = 60.0):
-        """``publisher``: a producer (not transactional) for the evidence, which is the same however often it
-        is sent, so it waits for no transaction."""
+        """``values`` reads this shard's partition of the values topic: ``at(offset)`` is the values message
+        there. ``publisher``: a producer (not transactional) for the evidence, which is the same however often
+        it is sent, so it waits for no transaction."""
         self.engine = engine
         self.sink = sink
         self.board = board
+        self.values = values
         self.publisher = publisher
         self.group_id = group_id
         self.evidence_topic = evidence_topic
@@ -425,9 +429,11 @@ class ShardCommit:
             records = [r for r, mine in zip(batch.records, owned) if mine]
             decisions = [d for d, mine in zip(decided.decisions, owned) if mine]
             places = [f"{offset}/{i}".encode() for i, mine in enumerate(owned) if mine]
-            # Step 5. This shard's outcomes and the group's signed offset in one Kafka transaction.
+            # Step 5. This shard's records whole; their outcomes and the group's signed offset in one Kafka
+            # transaction.
             try:
                 if emit:
+                    records = self._whole(batch, records)
                     self._kafka_transaction(records, decisions, places, offset + 1)
             except BaseException:
                 decided.abort()
@@ -468,6 +474,20 @@ class ShardCommit:
                         txn.position(f"{SHARD_INPUT}{source.name}:{source.partition}") or 0
                 keep.append(source.offset >= start)
         return signed if all(keep) else signed.taken(keep)
+
+    def _whole(self, batch, records: list) -> list:
+        """Step 5: this shard's ``records`` of the signed ``batch`` with their bytes, from the values message
+        the batch names for this shard (records signed whole need none)."""
+        from ..core.signed import records_with_values
+
+        if not records or not batch.values_at:
+            return records
+        at = batch.values_at.get(self.engine.place.number)
+        if at is None:
+            raise ConfigError(f"a signed batch names no values message for shard {self.engine.place.number}, "
+                                     "which owns records of it: the signing processes count shards otherwise; give "
+                                     "every role the same shards.count")
+        return records_with_values(records, self.values.at(at))
 
     def _publish(self, offset: int, round_: str, value: bytes) -> None:
         sent = self.publisher.send(self.evidence_topic, partition=self.engine.place.number,

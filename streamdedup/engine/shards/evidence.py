@@ -15,7 +15,7 @@ import numpy as np
 
 from ...core.excerpts import anchors_of, containment, need_of
 from ...core.prepare import PreparedBatch
-from ...core.records import Rejected
+from ...core.records import Rejected, id_key
 from ...core.signing import band_keys_of
 from ...core.templates import content_of
 from ...core.verify import jaccard
@@ -30,7 +30,7 @@ from ..decide import ExcerptSettings
 from ..sitelearning import BatchContent
 
 __all__ = ["ShardPlace", "Evidence", "Asking", "content_evidence", "band_evidence", "OwnFirstPages",
-           "row_anchors", "row_ids", "owner_of", "owners_of"]
+           "row_anchors", "row_ids", "owner_of", "owners_of", "item_owners"]
 
 _NO_ANCHORS = np.zeros(0, dtype=np.uint64)
 
@@ -54,6 +54,20 @@ class ShardPlace:
 def owner_of(ident: bytes, count: int) -> int:
     """The shard holding the documents with id hash ``ident`` (every version of an id lives in one shard)."""
     return int.from_bytes(ident[-4:], "big") % count
+
+
+def item_owners(batch: PreparedBatch, count: int) -> np.ndarray:
+    """The shard of each item of ``batch``, which stores it and sends it out: a document's by its id hash, a
+    rejected record's by where it came from (so the signing processes and every shard agree on it, whatever
+    else the batch holds)."""
+    rows = np.asarray(batch.row, dtype=np.int64)
+    documents = rows >= 0
+    owners = np.empty(len(rows), dtype=np.int64)
+    owners[documents] = owners_of(batch.id_keys, count)[rows[documents]]
+    for i in np.flatnonzero(~documents).tolist():
+        source = batch.items[i].source
+        owners[i] = owner_of(id_key(f"{source.name}:{source.partition}:{source.offset}"), count)
+    return owners
 
 
 def owners_of(idents: list[bytes], count: int) -> np.ndarray:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import time
 from typing import Callable, Optional
 
-import numpy as np
-
 from ...config import Config
 from ...core.prepare import PreparedBatch
 from ...core.records import id_key
@@ -17,7 +15,8 @@ from ...store.index import IndexTxn
 from ...store.lookup import write_documents
 from ...store.sites import provisional_pages, remove_rekeyed, set_provisional_pages, write_rekeyed
 from ..engine import Bookkeeping, DecidedBatch, Engine
-from .evidence import Asking, Evidence, OwnFirstPages, ShardPlace, band_evidence, content_evidence, row_anchors
+from .evidence import (Asking, Evidence, OwnFirstPages, ShardPlace, band_evidence, content_evidence, item_owners,
+                       row_anchors)
 from .together import Rules, Together, decide_together
 
 __all__ = ["ShardEngine"]
@@ -118,18 +117,10 @@ class ShardEngine(Engine):
             return txn.has_record(serial)
 
     def owned(self, batch: PreparedBatch) -> list[bool]:
-        """Which of the batch's items this shard stores and sends out: documents by their id hash, the
-        rejected by their place in the batch (the answer for the last batch asked is kept)."""
-        if self._owned is not None and self._owned[0] is batch:
-            return self._owned[1]
-        place = self.place
-        rows = np.asarray(batch.row, dtype=np.int64)
-        documents = rows >= 0
-        owned = np.flatnonzero(~documents) % place.count == place.number
-        every = np.empty(len(rows), dtype=bool)
-        every[~documents] = owned
-        every[documents] = place.owns_each(batch.id_keys)[rows[documents]]
-        self._owned = (batch, every.tolist())
+        """Which of the batch's items this shard stores and sends out (``item_owners``; the answer for the last
+        batch asked is kept)."""
+        if self._owned is None or self._owned[0] is not batch:
+            self._owned = (batch, (item_owners(batch, self.place.count) == self.place.number).tolist())
         return self._owned[1]
 
     def decide_together(self, batch: PreparedBatch, evidences: list[Evidence], now: float,

@@ -23,9 +23,9 @@ from ..checkpoint import ShardCommit
 from ..sink import KafkaSink
 from ..source import KafkaSource
 from ..worker import LAG_CHECK_S, Stopper, WorkerLoop, WorkerStats, close_quietly, session_rights
-from .topics import SIGNED_MESSAGE_BYTES, ensure_internal_topics
+from .topics import SIGNED_MESSAGE_BYTES, ensure_internal_topics, values_topic
 
-__all__ = ["run_shard", "EvidenceBoard"]
+__all__ = ["run_shard", "EvidenceBoard", "ValuesBoard"]
 
 GATHER_PATIENCE_S = 5.0  # a batch waiting longer than this for other shards' evidence says so in the log
 
@@ -96,6 +96,59 @@ class EvidenceBoard:
         self.source.close()
 
 
+class ValuesBoard:
+    """This shard's partition of the values topic: the values messages the signed batches name for it.
+
+    Two signing processes write their values messages in any order, so a
+    signed batch may name one before that of the batch before it: the
+    messages read ahead are held for a while, and one asked for again
+    after it left is read again from its offset.
+    """
+
+    HELD = 64  # values messages held after the one asked for last
+
+    def __init__(self, source: KafkaSource, topic: str, number: int, step, stopper: Stopper):
+        from kafka import TopicPartition
+
+        self.source = source
+        self.step = step
+        self.stopper = stopper
+        self.partition = TopicPartition(topic, number)
+        self.source.assign([self.partition])
+        self._held: dict[int, bytes] = {}
+        self._next: Optional[int] = None  # the offset the reader reads next (None: not placed yet)
+
+    def at(self, offset: int) -> bytes:
+        """The values message at ``offset``."""
+        if offset not in self._held and (self._next is None or offset < self._next):
+            self._seek(offset)
+        while offset not in self._held:
+            if self.stopper.stopped:
+                raise BrokerUnavailableError("stopping while reading the values of a signed batch")
+            self.step(f"values message {offset} of shard {self.partition.partition}")
+            for record in self.source.poll_batch(200, max_records=100):
+                self._held[record.source.offset] = record.value
+                self._next = record.source.offset + 1
+        found = self._held[offset]
+        for old in [at for at in self._held if at < offset - self.HELD or at > offset + self.HELD]:
+            del self._held[old]
+        return found
+
+    def _seek(self, offset: int) -> None:
+        first = self.source.consumer.beginning_offsets([self.partition])[self.partition]
+        if first > offset:
+            raise IndexUnusableError(
+                f"a signed batch names values message {offset} of {self.partition.topic}/{self.partition.partition}, "
+                f"which the topic no longer holds (it now begins at {first}): its retention must be at least the "
+                "signed topic's (deploy/README.md)")
+        self.source.seek(self.partition, offset)
+        self._held.clear()
+        self._next = offset
+
+    def close(self) -> None:
+        self.source.close()
+
+
 class ShardSession:
     """One connection to the broker for a shard: the signed and evidence readers, the transactional producer."""
 
@@ -107,7 +160,7 @@ class ShardSession:
         self.log = log
         shards = config.shards
         settings = kafka_client_settings(config.kafka, "consumer")
-        self.signed = self.board = self.sink = self.publisher = None
+        self.signed = self.board = self.values = self.sink = self.publisher = None
         try:
             from kafka import KafkaProducer
 
@@ -116,6 +169,8 @@ class ShardSession:
             self.signed = KafkaSource([shards.signed_topic], settings, group_id, 1)
             self.board = EvidenceBoard(KafkaSource([shards.evidence_topic], settings, None, 1000),
                                        shards.signed_topic, shards.evidence_topic, shards.count, log, step, stopper)
+            self.values = ValuesBoard(KafkaSource([values_topic(config)], settings, None, 100), values_topic(config),
+                                      engine.place.number, step, stopper)
             out = config.output
             self.sink = KafkaSink(kafka_client_settings(config.kafka, "producer"), transactional_id,
                                   {"clean": out.clean_topic, "duplicates": out.duplicates_topic,
@@ -123,7 +178,8 @@ class ShardSession:
         except BaseException:
             self.close()
             raise
-        self.commit = ShardCommit(engine, self.sink, self.board, self.publisher, group_id, shards.evidence_topic,
+        self.commit = ShardCommit(engine, self.sink, self.board, self.values, self.publisher, group_id,
+                                  shards.evidence_topic,
                                   config.worker.kafka_timeout_s)
         self.partitions: list = []
 
@@ -195,7 +251,7 @@ class ShardSession:
         return {p: max(ends[p] - self.signed.position(p), 0) for p in self.partitions}
 
     def close(self) -> None:
-        close_quietly(self.sink, self.publisher, self.signed, self.board)
+        close_quietly(self.sink, self.publisher, self.signed, self.board, self.values)
 
 
 class ShardLoop(WorkerLoop):
@@ -209,8 +265,8 @@ class ShardLoop(WorkerLoop):
 
     def rights(self):
         shards = self.config.shards
-        return session_rights(self.config, [shards.signed_topic, shards.evidence_topic], self.group_id(),
-                              self.transactional_id())
+        topics = [shards.signed_topic, values_topic(self.config), shards.evidence_topic]
+        return session_rights(self.config, topics, self.group_id(), self.transactional_id())
 
     def _new_session(self) -> ShardSession:
         return ShardSession(self.engine, self.config, self.log, self.transactional_id(), self.group_id(),

@@ -1,9 +1,12 @@
 """The ``sign`` role: input records in, signed batches out, in a consumer group of any size.
 
-Each poll's records are decoded and prepared (``core.prepare``) and sent as
-one message, or several of at most ``shards.batch_bytes`` of record bytes,
-to the signed topic; once the broker has them all, the group's offsets
-after them are committed. A process that dies between the two, or loses
+Each poll's records are decoded and prepared (``core.prepare``). The records
+themselves go to the values topic, a message to the partition of each shard
+that owns some (``core.signed``); once the broker has those, the prepared
+batch naming them goes to the signed topic as one message, or several of at
+most ``shards.batch_bytes`` of record bytes; once the broker has them all,
+the group's offsets after them are committed. A process that dies between
+two of these (values no signed batch names are never read), or loses
 its partitions in a rebalance, leaves records that the next owner signs
 again: the shards take each input record once, by its partition and offset
 (``shard.fresh_records``), so signing needs no transaction. Nothing here
@@ -20,15 +23,16 @@ from ...config import Config, kafka_client_settings
 from ...core.decode import InputSpec
 from ...core.prepare import prepare_raw, raw_payload
 from ...core.records import RawRecord
-from ...core.signed import pack_signed
+from ...core.signed import pack_signed, pack_values
 from ...core.signing import signing_config
+from ...engine.shards.evidence import item_owners
 from ...errors import kafka_trouble
 from ...faults import reached
 from ...ops.logs import Log
 from ...ops.telemetry import WorkerTelemetry
 from ..sink import kept_record_bytes, topic_limits
 from ..source import KafkaSource
-from .topics import SIGNED_MESSAGE_BYTES, ensure_internal_topics
+from .topics import SIGNED_MESSAGE_BYTES, ensure_internal_topics, values_topic
 
 __all__ = ["run_signer", "signed_chunks", "queue_forget"]
 
@@ -65,6 +69,7 @@ class _Signer:
         self.config = config
         self.signing = signing_config(config)
         self.fingerprint = self.signing.fingerprint()
+        self.values_topic = values_topic(config)
         consumer_settings = kafka_client_settings(config.kafka, "consumer")
         producer_settings = kafka_client_settings(config.kafka, "producer")
         self.spec = self._input_spec(consumer_settings)
@@ -92,11 +97,16 @@ class _Signer:
         records = self._batch(timeout_ms)
         if not records:
             return 0
-        topic = self.config.shards.signed_topic
-        for chunk in signed_chunks(records, self.config.shards.batch_bytes):
-            prepared = prepare_raw(raw_payload(chunk), self.spec, self.signing)
-            self.producer.send(topic, partition=0, value=pack_signed(chunk, prepared, time.time(), self.fingerprint))
-        self.producer.flush(timeout=self.config.worker.kafka_timeout_s)
+        chunks = [(chunk, prepare_raw(raw_payload(chunk), self.spec, self.signing))
+                  for chunk in signed_chunks(records, self.config.shards.batch_bytes)]
+        values_at = [self._send_values(chunk, prepared) for chunk, prepared in chunks]
+        timeout = self.config.worker.kafka_timeout_s
+        values_at = [{shard: sent.get(timeout=timeout).offset for shard, sent in at.items()} for at in values_at]
+        reached("values-sent")  # a crash here leaves values no signed batch names: the next signer sends its own
+        for (chunk, prepared), at in zip(chunks, values_at):
+            self.producer.send(self.config.shards.signed_topic, partition=0,
+                               value=pack_signed(chunk, prepared, time.time(), self.fingerprint, at))
+        self.producer.flush(timeout=timeout)
         reached("signed-sent")  # a crash here signs these records again: the shards take them once
         after: dict = {}
         for r in records:
@@ -104,6 +114,17 @@ class _Signer:
             after[tp] = max(after.get(tp, 0), r.source.offset + 1)
         self._commit({tp: OffsetAndMetadata(offset, "", -1) for tp, offset in after.items()})
         return len(records)
+
+    def _send_values(self, chunk: list[RawRecord], prepared) -> dict:
+        """Send the values message of each shard owning records of ``chunk`` (``item_owners``); shard -> its
+        send's future."""
+        count = self.config.shards.count
+        owners = item_owners(prepared, count).tolist()
+        mine: dict[int, list[RawRecord]] = {}
+        for record, owner in zip(chunk, owners):
+            mine.setdefault(owner, []).append(record)
+        return {shard: self.producer.send(self.values_topic, partition=shard, value=pack_values(records))
+                for shard, records in sorted(mine.items())}
 
     def _batch(self, timeout_ms: int) -> list[RawRecord]:
         """One poll's records, topped up for at most ``FILL_WAIT_S`` to ``worker.batch_size`` records (a fetch

@@ -1,4 +1,5 @@
-"""The internal topics of a sharded deployment: signed batches (one partition) and evidence (one per shard)."""
+"""The internal topics of a sharded deployment: signed batches (one partition), the values of their records and
+evidence (one partition per shard each)."""
 
 from __future__ import annotations
 
@@ -6,23 +7,29 @@ from ...config import Config, kafka_client_settings
 from ...errors import BrokerError
 from ..sink import create_output_topics
 
-__all__ = ["ensure_internal_topics", "SIGNED_MESSAGE_BYTES"]
+__all__ = ["ensure_internal_topics", "values_topic", "SIGNED_MESSAGE_BYTES"]
 
 SIGNED_MESSAGE_BYTES = 64 << 20  # the internal topics' max.message.bytes: a batch, or one large record, fits
 
 
+def values_topic(config: Config) -> str:
+    """The topic of the signed batches' record values, a partition per shard: the signed topic's name and
+    ``-values``."""
+    return f"{config.shards.signed_topic}-values"
+
+
 def ensure_internal_topics(config: Config) -> list[str]:
-    """Create the signed and evidence topics if they are missing (and the output topics, with
+    """Create the signed, values and evidence topics if they are missing (and the output topics, with
     ``output.create_topics``); returns the ones made.
 
-    An existing evidence topic must have one partition per shard (``shards.count``), and the signed topic
-    one partition: otherwise the deployment was made with another count, which is refused.
+    Existing values and evidence topics must have one partition per shard (``shards.count``), and the
+    signed topic one partition: otherwise the deployment was made with another count, which is refused.
     """
     from kafka import KafkaAdminClient
     from kafka.errors import TopicAlreadyExistsError, for_code
 
     shards = config.shards
-    wanted = {shards.signed_topic: 1, shards.evidence_topic: shards.count}
+    wanted = {shards.signed_topic: 1, values_topic(config): shards.count, shards.evidence_topic: shards.count}
     settings = kafka_client_settings(config.kafka, "admin")
     admin = KafkaAdminClient(**{k: v for k, v in settings.items() if k in KafkaAdminClient.DEFAULT_CONFIG})
     try:
@@ -37,8 +44,9 @@ def ensure_internal_topics(config: Config) -> list[str]:
                       if t["error_code"] and for_code(t["error_code"]) is not TopicAlreadyExistsError]
             if failed:
                 raise BrokerError(f"cannot create the internal topics {failed}; create them yourself "
-                                  f"({shards.signed_topic}: 1 partition, {shards.evidence_topic}: "
-                                  f"{shards.count} partitions, max.message.bytes {SIGNED_MESSAGE_BYTES}) or grant "
+                                  f"({shards.signed_topic}: 1 partition, {values_topic(config)} and "
+                                  f"{shards.evidence_topic}: {shards.count} partitions each, max.message.bytes "
+                                  f"{SIGNED_MESSAGE_BYTES}) or grant "
                                   "CreateTopics")
             admin.wait_for_topics(missing, timeout_ms=30000)
         for described in admin.describe_topics(list(wanted)):
