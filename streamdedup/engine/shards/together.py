@@ -178,8 +178,7 @@ class _State:
         batch = self.batch
         ident, content = batch.id_keys[row], batch.contents[row]
         if self._alone(row, ident, content):  # most documents: new, and nothing to compare them with
-            return self._kept(doc, row, self.next_serial, ident, content, self.sites[row],
-                              wanted)
+            return self._kept(doc, row, self.next_serial, ident, content, self.sites[row], wanted)
         replayed = self._replayed(row, ident, content, doc.id)
         if replayed is not None:
             return replayed
