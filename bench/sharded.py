@@ -19,7 +19,8 @@ round, on the same pre-loaded input (the synthetic crawl, templates off, a
   produced it in its transaction, which commits right after); the same is
   shown for the throughput phase, where batches queue behind each other;
 - bytes through Kafka: the key and value bytes of the signed and evidence
-  topics per document, written once and read by every shard;
+  topics per document, written once and read by every shard, and of the
+  values messages the signed batches name, written once and read by one;
 - the serial step: ``decide_together`` (the deterministic decision every
   shard makes on every batch), timed in a fresh process of its own that runs
   the shards' engines in-process on the same batches (``--serial N``), with
@@ -58,6 +59,7 @@ from demo import read_topic, stop_processes  # noqa: E402
 from live import local_broker  # noqa: E402
 
 from streamdedup.core import corpus  # noqa: E402
+from streamdedup.core.signed import unpack_signed  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS = 2
@@ -247,6 +249,8 @@ def sharded_round(bootstrap: str, raw: str, docs: int, count: int, signers: int,
     signed = read_topic(bootstrap, deployment.signed)
     evidence = read_topic(bootstrap, deployment.evidence)
     loaded = [m for m in signed if m.offset < loaded_end]
+    named = {(shard, at) for m in loaded for shard, at in unpack_signed(m.value).values_at.items()}
+    values = [m for m in read_topic(bootstrap, f"{deployment.signed}-values") if (m.partition, m.offset) in named]
     phase_one = {m.offset for m in loaded}
     evidence_one = [m for m in evidence if int(m.key.split(b"/")[0]) in phase_one]
     size = lambda ms: sum(len(m.key or b"") + len(m.value or b"") for m in ms)  # noqa: E731
@@ -256,6 +260,7 @@ def sharded_round(bootstrap: str, raw: str, docs: int, count: int, signers: int,
         "cpu_us_doc": {name: max(c - start_up[role(name)], 0.0) / docs * 1e6 for name, c in cpu.items()},
         "total_cpu_us_doc": sum(cpu.values()) / docs * 1e6,
         "signed_bytes_doc": size(loaded) / docs, "evidence_bytes_doc": size(evidence_one) / docs,
+        "values_bytes_doc": size(values) / docs,
         "batches": len(loaded), "paced_batches": paced_end - loaded_end,
         "loaded_latency": latencies(bootstrap, deployment, signed, 0, loaded_end),
         "paced_latency": latencies(bootstrap, deployment, signed, loaded_end, paced_end),
@@ -359,17 +364,19 @@ def report(args, single: list[dict], sharded: dict, serial: dict) -> None:
     print("per role, CPU µs per document (start-up CPU of an idle process of the role subtracted); Kafka bytes per "
           "document (key + value):")
     print(f"  {'shards':>6} {'signers (sum)':>13} {'each shard':>10} {'decide_together':>15} {'signed B/doc':>12} "
-          f"{'evidence B/doc':>14} {'read+written B/doc':>18} {'batches':>7}")
+          f"{'values B/doc':>12} {'evidence B/doc':>14} {'read+written B/doc':>18} {'batches':>7}")
     rows = {}
     for count, rounds in sharded.items():
         signers = med([sum(v for k, v in r["cpu_us_doc"].items() if k.startswith("sign")) for r in rounds])
         shard = med([med([v for k, v in r["cpu_us_doc"].items() if k.startswith("shard")]) for r in rounds])
         signed_b = med([r["signed_bytes_doc"] for r in rounds])
         evidence_b = med([r["evidence_bytes_doc"] for r in rounds])
-        moved = (signed_b + evidence_b) * (1 + count)  # written once, read by every shard
+        values_b = med([r.get("values_bytes_doc", 0.0) for r in rounds])
+        moved = (signed_b + evidence_b) * (1 + count) + 2 * values_b  # written once, read by every shard (values: one)
         rows[count] = (signers, shard, signed_b, evidence_b)
         print(f"  {count:>6} {signers:>13,.0f} {shard:>10,.0f} {serial[count]['decide_together']:>15,.1f} "
-              f"{signed_b:>12,.0f} {evidence_b:>14,.0f} {moved:>18,.0f} {med([r['batches'] for r in rounds]):>7,.0f}")
+              f"{signed_b:>12,.0f} {values_b:>12,.0f} {evidence_b:>14,.0f} {moved:>18,.0f} "
+              f"{med([r['batches'] for r in rounds]):>7,.0f}")
 
     print("\nbatch latency, signed message produced -> its last outcome produced in the committing transaction (s):")
     print(f"  {'shards':>6} {'loaded: median':>14} {'p99':>6} {'paced: median':>14} {'p99':>6} {'paced batches':>13}")
