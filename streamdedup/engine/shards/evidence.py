@@ -15,7 +15,7 @@ import numpy as np
 
 from ...core.excerpts import anchors_of, containment, need_of
 from ...core.prepare import PreparedBatch
-from ...core.records import Rejected, id_key
+from ...core.records import id_key
 from ...core.signing import band_keys_of
 from ...core.templates import content_of
 from ...core.verify import jaccard
@@ -30,7 +30,7 @@ from ..decide import ExcerptSettings
 from ..sitelearning import BatchContent
 
 __all__ = ["ShardPlace", "Evidence", "Asking", "content_evidence", "band_evidence", "OwnFirstPages",
-           "row_anchors", "row_ids", "owner_of", "owners_of", "item_owners"]
+           "row_anchors", "row_items", "owner_of", "owners_of", "item_owners"]
 
 _NO_ANCHORS = np.zeros(0, dtype=np.uint64)
 
@@ -135,19 +135,15 @@ def _unpacked(data: bytes, dtype: str, to) -> np.ndarray:
     return np.frombuffer(data, dtype).astype(to)
 
 
-def row_ids(batch: PreparedBatch) -> list[str]:
-    """The document id of each row of the batch."""
-    ids: list = [None] * len(batch.contents)
-    for item, row in zip(batch.items, batch.row):
-        if row >= 0:
-            ids[row] = item.id
-    return ids
+def row_items(batch: PreparedBatch) -> np.ndarray:
+    """The item of each row of the batch (its place in ``batch.items``)."""
+    return np.flatnonzero(np.asarray(batch.row, dtype=np.int64) >= 0)
 
 
 def content_evidence(txn: IndexTxn, mirror: RecentMirror, batch: PreparedBatch, place: ShardPlace) -> Evidence:
     """Round one: replays and twins (what site templates must know before any band key is looked up)."""
     records = _RecordCache(txn)
-    return Evidence(replays=_replays(txn, mirror, batch, row_ids(batch), place, records.get),
+    return Evidence(replays=_replays(txn, mirror, batch, place, records.get),
                     twins=_twins(txn, mirror, batch.contents, records.get))
 
 
@@ -195,9 +191,7 @@ def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch:
     matches = _Matches(txn, records, batch, content, asking.threshold)
     sources = _Sources(txn, batch, content, asking.excerpts, evidence) if asking.excerpts else None
     timeline = content.timeline.rewound() if content is not None else None
-    for item, row in zip(batch.items, batch.row):
-        if row < 0 or isinstance(item, Rejected):
-            continue
+    for row in _rows_to_verify(hits, asking, content, sources is not None):
         if timeline is not None:
             timeline.at(row)
             for site in content.settles.get(row, ()):
@@ -221,6 +215,20 @@ def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch:
         evidence.unmatchable = sorted(s for s in held
                                       if records.get(s).expired or records.get(s).time < asking.cutoff)
     return evidence
+
+
+def _rows_to_verify(hits: Hits, asking: Asking, content: Optional[BatchContent], every: bool) -> list[int]:
+    """The rows ``band_evidence`` takes one by one, in order: those sharing ``min_shared`` bands with a stored
+    document, and with site templates every row from the first where a site settles (first pages rekeyed
+    there may add a band to any hit); ``every``: all rows."""
+    n = len(hits.bounds) - 1
+    if every:
+        return list(range(n))
+    strong = hits.at_least(asking.min_shared).bounds
+    look = np.diff(np.asarray(strong)) > 0
+    if content is not None and content.settles:
+        look[min(content.settles):] = True
+    return np.flatnonzero(look).tolist()
 
 
 class _Sources:
@@ -327,18 +335,18 @@ class OwnFirstPages:
         return [serial for serial, own in self._keys.items() for _ in range(int(np.count_nonzero(own == keys)))]
 
 
-def _replays(txn: IndexTxn, mirror: RecentMirror, batch: PreparedBatch, ids: list[str], place: ShardPlace,
-             record) -> dict:
+def _replays(txn: IndexTxn, mirror: RecentMirror, batch: PreparedBatch, place: ShardPlace, record) -> dict:
     """Row -> the earlier decision of that document, for the rows whose id this shard owns."""
     owned = np.flatnonzero(place.owns_each(batch.id_keys)).tolist()
     stored = serials_of_many(txn, "ids", [batch.id_keys[row] for row in owned])
+    items = row_items(batch)
     replays = {}
     for row in owned:
         ident = batch.id_keys[row]
         serials = sorted(set(stored.get(ident, ())) | set(mirror.serials_of_id(ident)))
         for serial in serials:
             earlier = record(serial)
-            if earlier.content == batch.contents[row] and earlier.id == ids[row]:
+            if earlier.content == batch.contents[row] and earlier.id == batch.items[items[row]].id:
                 replays[row] = [earlier.id, earlier.kept, earlier.cluster_id, earlier.matched_id,
                                 earlier.similarity, earlier.exact, earlier.containment]
                 break
