@@ -101,17 +101,24 @@ def test_a_shard_killed_at_each_commit_step_restarts_into_the_single_workers_out
         assert 'waiting_for_shards batch=' in waited and f'missing="{CRASHED}"' in waited, waited
 
 
+def _signed_by_a_signer_killed_at(kafka, raw: str, crash_at: str):
+    """A signer killed at ``crash_at``, then another over the whole input: the topics, the deployment's tag
+    and every signed batch."""
+    topics = sharded_topics(kafka, raw)
+    tag = uuid.uuid4().hex[:8]
+    crashed = _sign(topics, kafka, tag, {"STREAMDEDUP_TEST_CRASH_AT": crash_at})
+    assert crashed.returncode == 137, crashed.stderr.decode()
+    resigned = _sign(topics, kafka, tag, idle_s=15)  # the group first drops the dead member (10 s)
+    assert resigned.returncode == 0, resigned.stderr.decode()
+    return topics, tag, [unpack_signed(m.value) for m in read_all(kafka, f"signed-{tag}")]
+
+
 def test_records_a_killed_signer_signed_twice_are_decided_once(kafka, tmp_path, single_worker):
     """The signer dies after the broker has its second signed batch and before the group's offsets are
     committed: the next one signs those records again, and the shards take each once."""
     raw, expected = single_worker
-    topics = sharded_topics(kafka, raw)
-    tag = uuid.uuid4().hex[:8]
-    crashed = _sign(topics, kafka, tag, {"STREAMDEDUP_TEST_CRASH_AT": "signed-sent:2"})
-    assert crashed.returncode == 137, crashed.stderr.decode()
-    resigned = _sign(topics, kafka, tag, idle_s=15)  # the group first drops the dead member (10 s)
-    assert resigned.returncode == 0, resigned.stderr.decode()
-    signed_offsets = [r.source.offset for m in read_all(kafka, f"signed-{tag}") for r in unpack_signed(m.value).records]
+    topics, tag, batches = _signed_by_a_signer_killed_at(kafka, raw, "signed-sent:2")
+    signed_offsets = [r.source.offset for batch in batches for r in batch.records]
     assert sorted(set(signed_offsets)) == list(range(len(expected) + 30)), "every input record was signed"
     assert len(signed_offsets) - len(set(signed_offsets)) == 97, "the second batch was signed twice"
     _run_shards_crashing_one(topics, kafka, tag, tmp_path, None)
@@ -123,13 +130,7 @@ def test_values_a_killed_signer_sent_without_their_signed_batch_are_never_read(k
     message: the next one signs those records again with values of its own, and the shards, which read only
     the values messages signed batches name, decide each record once."""
     raw, expected = single_worker
-    topics = sharded_topics(kafka, raw)
-    tag = uuid.uuid4().hex[:8]
-    crashed = _sign(topics, kafka, tag, {"STREAMDEDUP_TEST_CRASH_AT": "values-sent:2"})
-    assert crashed.returncode == 137, crashed.stderr.decode()
-    resigned = _sign(topics, kafka, tag, idle_s=15)  # the group first drops the dead member (10 s)
-    assert resigned.returncode == 0, resigned.stderr.decode()
-    batches = [unpack_signed(m.value) for m in read_all(kafka, f"signed-{tag}")]
+    topics, tag, batches = _signed_by_a_signer_killed_at(kafka, raw, "values-sent:2")
     signed_offsets = [r.source.offset for batch in batches for r in batch.records]
     assert sorted(signed_offsets) == list(range(len(expected) + 30)), "every input record was signed once"
     named = {(shard, at) for batch in batches for shard, at in batch.values_at.items()}
