@@ -423,8 +423,9 @@ def project(args, rows: dict, serial: dict, sharded: dict) -> None:
           f"µs/doc more (fitted a + b/S to the in-process figures of S = {', '.join(map(str, sorted(serial)))})")
     print(f"  every shard reads and looks up every batch: at most {1e6 / fixed:,.0f} docs/s per shard core, "
           f"whatever the number of shards")
-    print("  lockstep: a shard takes one batch at a time, and waits for every shard's evidence on it (two Kafka "
-          "transactions and a read per batch); paced latency, docs a batch, the part not a shard's CPU:")
+    print("  lockstep: a shard takes one batch at a time, and waits for every shard's evidence on it (its evidence "
+          "published, every shard's read, one Kafka transaction a batch); paced latency, docs a batch, the part not "
+          "a shard's CPU:")
     for count, (lat, size, part) in waits.items():
         print(f"    {count} shard(s): {lat:.3f} s, {size:,.0f} docs, {part:.3f} s"
               + ("   <- used below (the least contended here)" if count == quiet else ""))
