@@ -26,7 +26,7 @@ from kafka_helpers import (
 )
 
 from streamdedup.core import corpus
-from streamdedup.errors import IndexUnusableError
+from streamdedup.errors import BrokerUnavailableError, IndexUnusableError
 from streamdedup.runtime.shards.shard import ValuesBoard
 from streamdedup.runtime.source import KafkaSource
 from streamdedup.runtime.worker import Stopper
@@ -187,7 +187,8 @@ def test_make_demo_sharded_runs_the_sample_crawl_as_one_worker_decides(kafka, tm
 
 def test_the_values_board_reads_a_named_message_in_any_order_and_refuses_one_the_topic_lost(kafka):
     """Signed batches name their values messages in any order (two signing processes): the board reads ahead,
-    goes back, and says what to do when retention deleted a message a batch still names."""
+    goes back, says what to do when retention deleted a message a batch still names, and gives up (the session
+    starts again) on one that does not come."""
     from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
 
     topic = f"values-{uuid.uuid4().hex[:8]}"
@@ -200,7 +201,7 @@ def test_the_values_board_reads_a_named_message_in_any_order_and_refuses_one_the
 
     def board() -> ValuesBoard:
         return ValuesBoard(KafkaSource([topic], {"bootstrap_servers": kafka}, None, 100), topic, 1,
-                           lambda phase: None, Stopper())
+                           lambda phase: None, Stopper(), timeout_s=2.0)
 
     values = board()
     try:
@@ -218,5 +219,7 @@ def test_the_values_board_reads_a_named_message_in_any_order_and_refuses_one_the
         assert values.at(2) == b"v2"
         with pytest.raises(IndexUnusableError, match="no longer holds.*retention must be at least the signed topic"):
             values.at(1)
+        with pytest.raises(BrokerUnavailableError, match="named by a signed batch, did not come in 2 s"):
+            values.at(ValuesBoard.HELD + 10)  # the next one, never sent
     finally:
         values.close()

@@ -105,10 +105,10 @@ shard. Each signed batch (``ShardCommit.commit``):
    shard's group, commit;
 6. commit the index transaction.
 
-Why a crash anywhere is safe: steps 1-3 (and step 5's read) change nothing
-but the evidence topic, whose messages are keyed by the batch's signed offset and
-deterministic (the shard's index as of the batch before), so a repeated
-one is the same and readers keep the first. Steps 4-6 are the worker's
+Why a crash anywhere is safe: steps 1-3 (and step 5's read) change
+nothing but the evidence topic, whose messages are keyed by the batch's
+signed offset and deterministic (the shard's index as of the batch
+before), so a repeated one is the same and readers keep the first. Steps 4-6 are the worker's
 3-5, with the same recovery: where the group's committed offset is ahead
 of the index's, the batches in between are decided again without
 emitting, from the evidence still in the topic; as the worker does, a
@@ -485,8 +485,8 @@ class ShardCommit:
         at = batch.values_at.get(self.engine.place.number)
         if at is None:
             raise ConfigError(f"a signed batch names no values message for shard {self.engine.place.number}, "
-                                     "which owns records of it: the signing processes count shards otherwise; give "
-                                     "every role the same shards.count")
+                              "which owns records of it: the signing processes count shards otherwise; give "
+                              "every role the same shards.count")
         return records_with_values(records, self.values.at(at))
 
     def _publish(self, offset: int, round_: str, value: bytes) -> None:

@@ -105,26 +105,34 @@ class ValuesBoard:
     after it left is read again from its offset.
     """
 
-    HELD = 64  # values messages held after the one asked for last
+    HELD = 64  # values messages held on either side of the one asked for last
 
-    def __init__(self, source: KafkaSource, topic: str, number: int, step, stopper: Stopper):
+    def __init__(self, source: KafkaSource, topic: str, number: int, step, stopper: Stopper,
+                 timeout_s: float = 60.0):
         from kafka import TopicPartition
 
         self.source = source
         self.step = step
         self.stopper = stopper
+        self.timeout_s = timeout_s
         self.partition = TopicPartition(topic, number)
         self.source.assign([self.partition])
         self._held: dict[int, bytes] = {}
         self._next: Optional[int] = None  # the offset the reader reads next (None: not placed yet)
 
     def at(self, offset: int) -> bytes:
-        """The values message at ``offset``."""
+        """The values message at ``offset`` (BrokerUnavailableError if it does not come within ``timeout_s``:
+        the session starts again)."""
         if offset not in self._held and (self._next is None or offset < self._next):
             self._seek(offset)
+        deadline = time.monotonic() + self.timeout_s
         while offset not in self._held:
             if self.stopper.stopped:
                 raise BrokerUnavailableError("stopping while reading the values of a signed batch")
+            if time.monotonic() > deadline:
+                raise BrokerUnavailableError(
+                    f"values message {offset} of {self.partition.topic}/{self.partition.partition}, named by a signed "
+                    f"batch, did not come in {self.timeout_s:.0f} s")
             self.step(f"values message {offset} of shard {self.partition.partition}")
             for record in self.source.poll_batch(200, max_records=100):
                 self._held[record.source.offset] = record.value
@@ -170,7 +178,7 @@ class ShardSession:
             self.board = EvidenceBoard(KafkaSource([shards.evidence_topic], settings, None, 1000),
                                        shards.signed_topic, shards.evidence_topic, shards.count, log, step, stopper)
             self.values = ValuesBoard(KafkaSource([values_topic(config)], settings, None, 100), values_topic(config),
-                                      engine.place.number, step, stopper)
+                                      engine.place.number, step, stopper, config.worker.kafka_timeout_s)
             out = config.output
             self.sink = KafkaSink(kafka_client_settings(config.kafka, "producer"), transactional_id,
                                   {"clean": out.clean_topic, "duplicates": out.duplicates_topic,
