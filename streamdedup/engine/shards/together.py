@@ -113,6 +113,7 @@ class _State:
         self.strong = hits.at_least(rules.signing.min_shared)  # the hits that can be candidates by themselves
         self.first_serial, self.now, self.lookup_keys, self.content = first_serial, now, lookup_keys, content
         self.rekeyed_rows = frozenset(np.flatnonzero((lookup_keys != batch.keys).any(axis=1)).tolist())
+        self.alike_ids, self.alike_contents = _Alike(batch.id_keys, 8), _Alike(batch.contents, 16)
         self.sites = batch.sites.tolist()
         self.replays: dict = {}
         self.twins: dict = {}
@@ -243,13 +244,9 @@ class _State:
         if self.anchors is not None:
             alone[:] = False
         others = set(self.shared_within) | set(self.replays) | set(self.twins)
-        if self.content is not None:
-            others |= self.content.provisional
-            if self.content.settles:
-                alone[min(self.content.settles):] = False
         if others:
             alone[np.fromiter(others, dtype=np.int64, count=len(others))] = False
-        alone &= _first_of_each(self.batch.id_keys, 8) & _first_of_each(self.batch.contents, 16)
+        alone &= ~self._rows_templates_touch() & self.alike_ids.first_of_each() & self.alike_contents.first_of_each()
         return alone[:n]
 
     def items_to_look_at(self, mine: Optional[list[bool]], asked: np.ndarray, rows: np.ndarray) -> list[int]:
@@ -269,7 +266,8 @@ class _State:
         documents = item_rows >= 0
         seeds = self._rows_seen_in_order()
         seeds[item_rows[wanted & documents]] = True
-        group = _linked_groups(len(seeds), asked, rows, self.batch.id_keys, self.batch.contents)
+        group = _linked_groups(len(seeds), [_neighbours(asked, rows), self.alike_ids.neighbours(),
+                                            self.alike_contents.neighbours()])
         reached = np.zeros(len(seeds), dtype=bool)
         reached[group[seeds]] = True
         look = wanted | ~documents
@@ -280,17 +278,21 @@ class _State:
         """The rows taken one by one whoever wants them: those sharing an id with another row (a replay in
         the batch takes no serial), replays of stored documents, and with site templates, learning sites'
         first pages and every row from where a site settles."""
-        batch = self.batch
-        n = len(batch.contents)
-        seen = ~_unique(batch.id_keys, 8)
+        seen = ~self.alike_ids.only_one() | self._rows_templates_touch()
         if self.replays:
             seen[list(self.replays)] = True
+        return seen
+
+    def _rows_templates_touch(self) -> np.ndarray:
+        """The rows whose keeping touches the site templates: learning sites' first pages, and every row from
+        where a site settles (it may rekey first pages)."""
+        touched = np.zeros(len(self.batch.contents), dtype=bool)
         if self.content is not None:
             if self.content.provisional:
-                seen[list(self.content.provisional)] = True
+                touched[list(self.content.provisional)] = True
             if self.content.settles:
-                seen[min(self.content.settles):] = True
-        return seen[:n]
+                touched[min(self.content.settles):] = True
+        return touched
 
     def pass_over(self, begin: int, end: int) -> None:
         """Items ``begin`` to ``end`` (documents nobody here wants, nor any row looked at: ``items_to_look_at``)
@@ -396,18 +398,30 @@ class _State:
         return _as_decision(record) if wanted else None
 
 
-def _first_of_each(values: list[bytes], width: int) -> np.ndarray:
-    """Whether each value is the first of its kind in the list (by ``_heads``: a later value alike there
-    counts as a repeat, which only costs a closer look)."""
-    first = np.zeros(len(values), dtype=bool)
-    first[np.unique(_heads(values, width), return_index=True)[1]] = True
-    return first
+class _Alike:
+    """A batch's hashes (ids or contents) sorted once by their first 8 bytes (``_heads``; two hashes alike
+    there count as equal, which only costs a closer look): the first of each kind, the only ones of their
+    kind, and each two neighbours alike."""
 
+    def __init__(self, values: list[bytes], width: int):
+        heads = _heads(values, width)
+        self._order = np.argsort(heads, kind="stable")  # equal hashes in row order
+        self._sorted = heads[self._order]
+        same = self._sorted[1:] == self._sorted[:-1]
+        self._later, self._earlier = self._order[1:][same], self._order[:-1][same]
 
-def _unique(values: list[bytes], width: int) -> np.ndarray:
-    """Whether each value is the only one of its kind in the list (by ``_heads``, as ``_first_of_each``)."""
-    _, inverse, counts = np.unique(_heads(values, width), return_inverse=True, return_counts=True)
-    return counts[inverse] == 1
+    def first_of_each(self) -> np.ndarray:
+        first = np.ones(len(self._order), dtype=bool)
+        first[self._later] = False
+        return first
+
+    def only_one(self) -> np.ndarray:
+        only = self.first_of_each()
+        only[self._earlier] = False
+        return only
+
+    def neighbours(self) -> np.ndarray:
+        return _neighbours(self._sorted, self._order)
 
 
 def _heads(values: list[bytes], width: int) -> np.ndarray:
@@ -418,17 +432,11 @@ def _heads(values: list[bytes], width: int) -> np.ndarray:
     return np.array([int.from_bytes(value[:8].ljust(8, b"\0"), "little") for value in values], dtype=np.uint64)
 
 
-def _linked_groups(n: int, asked: np.ndarray, rows: np.ndarray, id_keys: list[bytes],
-                   contents: list[bytes]) -> np.ndarray:
-    """A group number for each of ``n`` rows: rows sharing a band key (``asked``, sorted, of ``rows``), an
-    id or a content (``_heads``), directly or through others, share one. A row's decision depends only on
-    the stored documents and the earlier rows of its group."""
-    pairs = [_neighbours(asked, rows)]
-    for values, width in ((id_keys, 8), (contents, 16)):
-        heads = _heads(values, width)
-        order = np.argsort(heads, kind="stable")
-        pairs.append(_neighbours(heads[order], order))
-    links = np.unique(np.concatenate(pairs))
+def _linked_groups(n: int, links: list[np.ndarray]) -> np.ndarray:
+    """A group number for each of ``n`` rows: rows ``links`` joins (``_neighbours``: sharing a band key, an
+    id or a content), directly or through others, share one. A row's decision depends only on the stored
+    documents and the earlier rows of its group."""
+    links = np.unique(np.concatenate(links))
     parent = np.arange(n, dtype=np.int64)
     if not len(links):
         return parent
