@@ -26,7 +26,8 @@ components); the largest difference between a reported similarity and the
 exact Jaccard; docs/s and index bytes per document.
 
 Run: ``python bench/realtext.py [--docs 30000] [--out DIR] [--set lsh.bands=20 --set lsh.rows=6 ...]``;
-``--compare`` scores the default and the bands of earlier versions.
+``--compare`` scores the default and the bands of earlier versions, ``--caps 100,10,3`` each of these
+per-key and per-document limits (``lsh.max_candidates``).
 """
 
 from __future__ import annotations
@@ -246,9 +247,14 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=os.path.expanduser("~/.cache/streamdedup/realtext"))
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     parser.add_argument("--compare", action="store_true", help="score the default and earlier bands")
+    parser.add_argument("--caps", default="", metavar="N,N,...",
+                        help="score the given settings with each lsh.max_candidates (where a hot key's cap bites)")
     args = parser.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     runs = COMPARED if args.compare else {"given" if args.set else "default": args.set}
+    if args.caps:
+        runs = {f"{run}, max_candidates {cap}": [*settings, f"lsh.max_candidates={cap}"]
+                for run, settings in runs.items() for cap in args.caps.split(",")}
     print(f"{'corpus':<10} {'run':<28} {'same status':>12} {'dups found':>11} {'mixed':>6} {'sim error':>10} "
           f"{'docs/s':>8} {'B/doc':>7}")
     for name, records in (("real text", build(args.docs)), ("synthetic", synthetic(args.docs))):

@@ -70,9 +70,11 @@ def _parser() -> argparse.ArgumentParser:
     sample = sub.add_parser("sample", help="write the synthetic crawl corpus (JSONL with known families)")
     sample.add_argument("--articles", type=int, default=650, help="original articles (documents: about 1.86x)")
     sample.add_argument("--seed", type=int, default=42)
-    sample.add_argument("--kind", choices=("articles", "web"), default="articles",
-                        help="articles and their copies (default), or a web crawl: sites with templates, "
-                        "republished articles, excerpts, short pages")
+    sample.add_argument("--kind", choices=("articles", "web", "hot-keys"), default="articles",
+                        help="articles and their copies (default), a web crawl (sites with templates, "
+                        "republished articles, excerpts, short pages), or hot keys (documents filled into a few "
+                        "boilerplate templates, and near copies of them)")
+    sample.add_argument("--documents", type=int, default=2000, help="with --kind hot-keys: documents")
     sample.add_argument("--pages", type=int, default=3000, help="with --kind web: pages")
     sample.add_argument("--sites", type=int, default=40, help="with --kind web: sites")
     sample.add_argument("--prose", choices=("invented", "stdlib"), default="invented",
@@ -223,6 +225,9 @@ def _cmd_sample(args) -> int:
     if args.kind == "web":
         documents, write = webcrawl.generate_web(args.pages, args.sites, args.seed, args.prose), webcrawl.write_web_jsonl
         made = f"{args.pages:,} pages of {args.sites} sites ({args.prose} prose)"
+    elif args.kind == "hot-keys":
+        documents, write = corpus.hot_keys(args.documents, args.seed), corpus.write_jsonl
+        made = f"{len(documents):,} documents filled into boilerplate templates"
     else:
         documents, write = corpus.generate(args.articles, args.seed), corpus.write_jsonl
         made = f"{len(documents):,} documents from {args.articles:,} articles"

@@ -124,6 +124,36 @@ def test_chaos_twenty_thousand_documents_and_ten_kill_9(kafka, tmp_path):
     assert_same_as_reference(kafka, topics, state, reference, len(records))
 
 
+def test_hot_keys_after_repeated_kill_9_are_decided_as_in_one_run(kafka, tmp_path):
+    """Each restart cuts the rest of the partition into batches of another size, on a corpus whose band keys
+    are hot and a per-key limit of 2 that bites on most of them: decisions, record for record, as one
+    uninterrupted run's (a decision is a function of the order alone)."""
+    records = crawl_records(corpus.hot_keys(5000, seed=8))
+    limit = ("--set", "lsh.max_candidates=2")
+    reference = reference_run(kafka, tmp_path, records, "--set", "worker.batch_size=300", *limit)
+    topics = Topics.fresh(kafka)
+    produce(kafka, topics.raw, records)
+    state = tmp_path / "state"
+    rng = random.Random(28)
+    kills = 0
+    while kills < 8:
+        size = rng.choice([1, 17, 90, 450, 2000])
+        command = worker_command(state, topics, kafka, "--set", f"worker.batch_size={size}", *limit,
+                                 "--until-caught-up")
+        with spawned(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as process:
+            _read_batch_lines(process, rng.randrange(1, 4))
+            time.sleep(rng.uniform(0.0, 0.05))
+            if process.poll() is not None:
+                break
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait()
+            kills += 1
+    assert kills >= 5, f"only {kills} kills landed before the worker caught up"
+    final = run_worker(state, topics, kafka, "--set", "worker.batch_size=130", *limit)
+    assert final.returncode == 0, final.stderr.decode()
+    assert_same_as_reference(kafka, topics, state, reference, len(records))
+
+
 def _read_batch_lines(process: subprocess.Popen, count: int) -> None:
     """Read the worker's log until it reported ``count`` committed batches (or ended).
 

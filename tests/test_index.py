@@ -233,8 +233,9 @@ def test_mirror_band_rows_of_nothing_and_of_repeated_keys():
                np.array([[5, 7], [7, 9]], dtype=np.uint64))
     keys, serials = mirror.band_rows(np.zeros(0, dtype=np.uint64))  # a batch of rejected records only
     assert len(keys) == len(serials) == 0
-    keys, serials = mirror.band_rows(np.array([7, 7, 9, 11], dtype=np.uint64))
-    assert sorted(zip(keys.tolist(), serials.tolist())) == [(7, 1), (7, 2), (9, 2)]
+    band1 = 1 << 32
+    keys, serials = mirror.band_rows(np.array([7, 7, band1 | 7, band1 | 9, band1 | 9, band1 | 11], dtype=np.uint64))
+    assert sorted(zip(keys.tolist(), serials.tolist())) == [(7, 2), (band1 | 7, 1), (band1 | 9, 2)]
 
 
 def test_mirror_lookups_span_both_levels(monkeypatch):
@@ -251,13 +252,33 @@ def test_mirror_lookups_span_both_levels(monkeypatch):
         keys = rng.integers(0, 30, size=(1, 3)).astype(np.uint64)  # small key space: many repeats
         mirror.add([(serial, serial.to_bytes(16, "big"), serial.to_bytes(16, "little"))],
                    np.array([serial], dtype=np.int64), keys)
-        every += [(int(k), serial, band) for band, k in enumerate(keys[0])]
-        asked = rng.integers(0, 30, size=6).astype(np.uint64)
-        found_keys, found_serials = mirror.band_rows(np.sort(asked))
+        every += [((band << 32) | int(k), serial, band) for band, k in enumerate(keys[0])]
+        asked = lookup.band_slots(rng.integers(0, 3, size=6), rng.integers(0, 30, size=6))
+        found_slots, found_serials = mirror.band_rows(np.sort(asked))
         expected = sorted((k, s) for k, s, _ in every if k in set(asked.tolist()))
-        assert sorted(zip(found_keys.tolist(), found_serials.tolist())) == expected
-    assert sorted(zip(mirror.keys.tolist(), mirror.serials.tolist(), mirror.bands.tolist())) == sorted(every)
-    assert mirror.keys.tolist() == sorted(mirror.keys.tolist())
+        assert sorted(zip(found_slots.tolist(), found_serials.tolist())) == expected
+    assert sorted(zip(mirror.slots.tolist(), mirror.serials.tolist(), mirror.bands.tolist())) == sorted(every)
+    assert mirror.slots.tolist() == sorted(mirror.slots.tolist())
+    assert (mirror.keys == mirror.slots & lookup.KEY_MASK).all()
+
+
+def test_a_band_key_is_found_in_its_own_band_only_in_the_mirror_as_in_the_table(tmp_path):
+    """The same 32-bit value in two bands is two keys: the recent mirror and a batch's own rows match the
+    band too, as the band table does, so a merge never changes what a document finds."""
+    import numpy as np
+
+    from streamdedup.store import lookup
+
+    mirror = lookup.RecentMirror()
+    keys = np.array([[5, 6, 7]], dtype=np.uint64)
+    mirror.add([(1, b"i" * 8, b"c" * 16)], np.array([1], dtype=np.int64), keys)
+    found, serials = mirror.band_rows(np.sort(lookup.band_slots(np.array([1, 0, 2]), np.array([5, 6, 7]))))
+    assert found.tolist() == [(2 << 32) | 7] and serials.tolist() == [1]  # 5 and 6 sit in other bands
+    asked, rows, bands = lookup.batch_band_keys(np.array([[9, 4], [4, 9]], dtype=np.uint64))
+    shared = lookup.keys_shared_within(asked, rows)
+    assert len(shared) == 0  # the rows hold 4 and 9, each in the other's band
+    asked, rows, bands = lookup.batch_band_keys(np.array([[9, 4], [3, 4]], dtype=np.uint64))
+    assert lookup.keys_shared_within(asked, rows).get(0) == [(1 << 32) | 4]
 
 
 def test_the_mirror_presence_bits_never_miss_a_key_and_drop_most_others():
@@ -394,10 +415,10 @@ def test_band_table_finds_exactly_the_asked_band_and_key_in_every_epoch_of_seria
         assert sorted(np.concatenate(list(stored_keys(txn, 4))).tolist()) == sorted(k for _, k, _ in every)
         for band in range(3):
             for key in near:
-                found, owners = tables.lookup(txn, RecentMirror(), np.array([band], dtype=np.uint16),
-                                              np.array([key], dtype=np.uint64))
+                slot = (band << 32) | key
+                found, owners = tables.lookup(txn, RecentMirror(), np.array([slot], dtype=np.uint64))
                 expected = sorted(s for b, k, s in every if (b, k) == (band, key))
-                assert sorted(owners.tolist()) == expected and set(found.tolist()) <= {key}
+                assert sorted(owners.tolist()) == expected and set(found.tolist()) <= {slot}
     gone = 3
     index.write(lambda txn: tables.remove(txn, serials[gone], keys[gone]))
     with index.read() as txn:

@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from streamdedup import config as config_module
-from streamdedup.core.corpus import generate
+from streamdedup.core.corpus import generate, hot_keys
 from streamdedup.core.records import Document, Source
 from streamdedup.engine.engine import Engine
 from streamdedup.engine.shards.evidence import Evidence, ShardPlace, owner_of
@@ -130,13 +130,30 @@ def test_shards_decide_as_one_index(tmp_path, count):
     assert {"kept", "duplicate", "rejected"} <= statuses and any(f[6] for f in single)  # the cases are there
 
 
+def _hot_batches(documents=1500, seed=5, batch=60):
+    """Documents filled into a few boilerplate templates, and near copies (``corpus.hot_keys``)."""
+    items = [Document(d.id, d.text, Source("raw", 0, n)) for n, d in enumerate(hot_keys(documents, seed))]
+    return [items[i:i + batch] for i in range(0, len(items), batch)]
+
+
 def test_merged_tables_and_tight_candidate_caps_decide_as_one_index(tmp_path):
     """Lookups from merged tables, and one candidate per key and per document: caps that change decisions."""
-    batches = _crawl_batches(articles=300, batch=60)
+    batches = _hot_batches()
     capped = _config("index.merge_every=150", "lsh.max_candidates=1", "lsh.min_shared_bands=1")
     single = _single(capped, tmp_path / "single", batches)
     assert single != _single(_config("index.merge_every=150", "lsh.min_shared_bands=1"), tmp_path / "free", batches)
     assert _sharded(capped, tmp_path / "sharded", batches, 3)[0] == single
+
+
+@pytest.mark.parametrize("max_candidates", [1, 2, 3, 5])
+def test_on_hot_keys_shards_decide_as_one_index_cut_into_other_batches(tmp_path, max_candidates):
+    """Where the per-key limit bites on most keys, the deployment's batches, its merges and its number of
+    shards change nothing: the same decisions as one index fed the same order in batches of another size."""
+    cfg = _config(f"lsh.max_candidates={max_candidates}", "index.merge_every=200")
+    single = _single(_config(f"lsh.max_candidates={max_candidates}"), tmp_path / "single", _hot_batches(batch=400))
+    count = 2 + max_candidates % 3
+    sharded, _ = _sharded(cfg, tmp_path / "sharded", _hot_batches(batch=23), count)
+    assert sharded == single
 
 
 def test_each_document_is_stored_in_its_shard_only(tmp_path):

@@ -25,7 +25,7 @@ import random
 from dataclasses import dataclass
 from typing import Iterator, TextIO
 
-__all__ = ["CrawlDocument", "generate", "write_jsonl", "EDITS"]
+__all__ = ["CrawlDocument", "generate", "hot_keys", "write_jsonl", "EDITS"]
 
 EDITS = ("light", "heavy", "drop", "boilerplate", "reformat")
 _ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "sh", "tr")
@@ -103,6 +103,61 @@ def generate(articles: int = 650, seed: int = 42) -> list[CrawlDocument]:
             made.append((text, family, edits))
     rng.shuffle(made)
     return [CrawlDocument(f"doc-{i:07d}", text, family, edits) for i, (text, family, edits) in enumerate(made)]
+
+
+def hot_keys(documents: int = 2000, seed: int = 7, templates: int = 6) -> list[CrawlDocument]:
+    """A corpus whose band keys are hot: package descriptions or product pages filled into a few templates.
+
+    Each template is 5 to 8 boilerplate sentences with a few slots; a
+    document fills every slot of one template with words of its own (one to
+    three each), so documents of a template share most of their shingles
+    and many band keys, and their similarity spreads around the usual
+    thresholds. A third of the documents are near copies of an earlier one
+    (a slot word or a word of the text changed, or a sentence added). Every
+    document's ``family`` is its template; an original's ``edits`` are
+    empty, a copy's are ``("copy",)``. The order is shuffled; the same
+    arguments give the same corpus everywhere.
+    """
+    rng = random.Random(seed)
+    writer = _Writer(rng)
+    shapes = [_template(writer) for _ in range(templates)]
+    made: list[tuple[str, int, tuple[str, ...]]] = []
+    while len(made) < documents:
+        if made and rng.random() < 1 / 3:
+            text, family, _ = rng.choice(made)
+            made.append((_near_copy(writer, text), family, ("copy",)))
+            continue
+        family = rng.randrange(templates)
+        filled = [" ".join(writer.words(rng.randint(1, 3))) for _ in range(shapes[family].count("{}"))]
+        made.append((shapes[family].format(*filled), family, ()))
+    rng.shuffle(made)
+    return [CrawlDocument(f"hot-{i:07d}", text, family, edits) for i, (text, family, edits) in enumerate(made)]
+
+
+def _template(writer: _Writer) -> str:
+    """Boilerplate sentences with a slot (``{}``) every 6 to 14 words."""
+    words = writer.words(writer.rng.randint(5, 8) * 12)
+    out, gap = [], writer.rng.randint(6, 14)
+    for i, word in enumerate(words):
+        out.append(word)
+        if i % 12 == 11:
+            out[-1] += "."
+        gap -= 1
+        if gap == 0:
+            out.append("{}")
+            gap = writer.rng.randint(6, 14)
+    return " ".join(out).capitalize()
+
+
+def _near_copy(writer: _Writer, text: str) -> str:
+    rng = writer.rng
+    kind = rng.choice(("word", "words", "sentence"))
+    if kind == "sentence":
+        return f"{text} {writer.sentence()}"
+    words = text.split(" ")
+    for _ in range(1 if kind == "word" else 3):
+        words[rng.randrange(len(words))] = writer.words(1)[0]
+    return " ".join(words)
 
 
 def jsonl_lines(documents: list[CrawlDocument]) -> Iterator[str]:

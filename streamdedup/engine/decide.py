@@ -13,7 +13,9 @@ A batch goes through two steps:
       cluster: an *exact* duplicate of it, joining its cluster, no band lookup;
    c. otherwise the band tables propose kept documents sharing at least
       ``min_shared`` bands (two of 32 by default: a cheap agreement test that
-      drops chance matches of one band); the ones sharing the most bands
+      drops chance matches of one band; a band key proposes its earliest
+      ``max_candidates`` kept documents, wherever they are held:
+      ``lookup.file_kept``); the ones sharing the most bands
       are verified first (at most ``max_candidates``) by
       exact Jaccard of *content* (shingles without site templates:
       ``core.templates``, ``sitelearning``); the most similar at or above

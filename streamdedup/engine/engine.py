@@ -26,6 +26,7 @@ from ..errors import IndexCorruptError
 from ..store.bands import BandTables
 from ..store.housekeeping import ForgetRequests, forget, rebuild_tables, sweep_expired
 from ..store.index import Index, IndexSettings, IndexTxn, MapFull
+from ..faults import reached
 from ..store.lookup import RecentMirror, finish_merge, merge_slice, merge_slices
 from ..core.templates import TemplateSettings
 from .decide import DedupSettings, ExcerptSettings, decide
@@ -82,6 +83,9 @@ class Engine:
         self.bands = BandTables(self.index, 0 if readonly else config.index.band_filter_mb << 20)
         with self.index.read() as txn:
             self.mirror = RecentMirror.load(txn)
+            interrupted = txn.counters["merging"]
+        if interrupted and not readonly:  # a crash between a merge's slices: entries both merged and mirrored
+            self.merge_recent()
 
     def prepare(self, items: list[Item]) -> PreparedBatch:
         return prepare(items, self.signing)
@@ -182,6 +186,7 @@ class Engine:
         slices = merge_slices(self.index.database_bytes()["bands"], self.signing.bands)
         for number in range(slices):
             self.index.write(lambda txn: merge_slice(txn, self.mirror, self.bands, number, slices))
+            reached("merge-slice")
         self.index.write(lambda txn: finish_merge(txn, self.mirror))
         self.bands.inserted(self.mirror.keys)
         self.mirror.clear()

@@ -38,6 +38,7 @@ from ..core.lsh import band_keys
 from ..core.shingle import ShingleBatch
 from ..core.signing import sign_batch
 from .index import DocRecord, Index, IndexTxn
+from .lookup import KEY_MASK, band_slots
 
 __all__ = ["BandTables", "band_entries", "stored_keys", "record_band_keys", "KEY_ROW", "BAND_ROW", "BAND_KEY_BYTES"]
 
@@ -151,14 +152,15 @@ class BandTables:
 
     # -- lookups -------------------------------------------------------
 
-    def lookup(self, txn: IndexTxn, mirror, band: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(band key, serial) of every entry, stored or mirrored, under these (band, key) pairs.
+    def lookup(self, txn: IndexTxn, mirror, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(band slot, serial) of every entry, stored or mirrored, under these band slots.
 
-        ``key`` is sorted (each key once per band is enough), ``band`` the
-        band of each. Stored entries are read in the table's order, one
+        ``slots`` are sorted (``lookup.band_slots``: band and band key; each
+        once is enough). Stored entries are read in the table's order, one
         cursor positioning per key and epoch (``_stored_rows``); keys the
         filter surely lacks are not asked.
         """
+        band, key = (slots >> _U64(32)).astype(np.uint16), slots & KEY_MASK
         order = np.argsort(band, kind="stable")  # (band, key): the B-tree's order, walked front to back
         in_order_band, in_order_key = band[order], key[order]
         first = np.ones(len(in_order_key), dtype=bool)
@@ -171,21 +173,22 @@ class BandTables:
         if band_filter is not None:
             maybe = band_filter.may_hold(in_order_key[first])
             wanted_band, wanted_key = wanted_band[maybe], wanted_key[maybe]
-        _, stored_keys_, stored_serials = _decoded(_stored_rows(txn, wanted_band, wanted_key))
+        stored_bands, stored_keys_, stored_serials = _decoded(_stored_rows(txn, wanted_band, wanted_key))
         rekeyed = np.zeros(0, dtype=BAND_ROW)  # sites' first pages by their settled content
         if txn.txn.stat(txn.dbs["rekeyed"])["entries"]:
             found = txn.txn.cursor(db=txn.dbs["rekeyed"]).getmulti(_as_bytes_list(everything), dupdata=True,
                                                                    dupfixed_bytes=8, keyfixed=True)
             rekeyed = np.frombuffer(found, dtype=BAND_ROW)
-        recent_keys, recent_serials = mirror.band_rows(key)
-        return (np.concatenate((stored_keys_, rekeyed["key"].astype(np.uint64), recent_keys)),
+        recent_slots, recent_serials = mirror.band_rows(slots)
+        return (np.concatenate((band_slots(stored_bands, stored_keys_),
+                                band_slots(rekeyed["band"], rekeyed["key"]), recent_slots)),
                 np.concatenate((stored_serials, rekeyed["serial"].astype(np.int64), recent_serials)))
 
     # -- changes -------------------------------------------------------
 
     def insert_slice(self, txn: IndexTxn, mirror, number: int, slices: int) -> None:
         """Write slice ``number`` of ``slices`` of the mirror's band entries (split by band, then by key)."""
-        if not len(mirror.keys):
+        if not len(mirror.slots):
             return
         span = txn.index.signing.bands << _HIGH_BITS  # (band, key's high bits), in table order
         where = ((mirror.bands.astype(np.int64) << _HIGH_BITS)

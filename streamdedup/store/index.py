@@ -98,7 +98,7 @@ _DATABASES = {
     "rekeyed_of": {},
     "site_provisional": {},
 }
-_COUNTERS = ("next_serial", "documents", "kept", "duplicates", "exact", "merged_upto", "source_names")
+_COUNTERS = ("next_serial", "documents", "kept", "duplicates", "exact", "merged_upto", "source_names", "merging")
 T = TypeVar("T")
 
 

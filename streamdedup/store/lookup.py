@@ -33,8 +33,22 @@ if TYPE_CHECKING:
     from .bands import BandTables
 
 __all__ = ["RecentMirror", "BatchView", "Hits", "SharedKeys", "write_documents", "first_documents", "keys_shared_within",
-           "batch_band_keys", "chosen_candidates", "with_extra_candidates", "earliest_of_each_key", "merge_recent",
-           "merge_slice", "merge_slices", "finish_merge", "pack_recent", "unpack_recent"]
+           "batch_band_keys", "room_under", "file_kept", "chosen_candidates", "with_extra_candidates", "earliest_of_each_key", "merge_recent",
+           "merge_slice", "merge_slices", "finish_merge", "pack_recent", "unpack_recent", "band_slots", "KEY_MASK"]
+
+KEY_MASK = np.uint64(0xFFFFFFFF)
+
+
+def band_slots(bands: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Each (band, 32-bit band key) as one number, ``band << 32 | key``: what a lookup matches.
+
+    A band key's value is unique to its band only up to chance (one pair of
+    bands in 2^32), and the band table files keys under their band: every
+    lookup in memory (the recent mirror, the batch's own rows) matches the
+    pair too, so that where a document is filed never changes what it finds.
+    """
+    return (bands.astype(np.uint64) << np.uint64(32)) | keys.astype(np.uint64)
+
 
 def pack_recent(ident: bytes, content: bytes, band_keys: bytes = b"") -> bytes:
     """A ``recent`` value: id hash (8 B), content hash (16 B), band keys (4 B each big-endian, kept documents only)."""
@@ -53,7 +67,7 @@ class RecentMirror:
         self._more_of_id: dict[bytes, list[int]] = {}  # later serials of the few ids seen more than once
         self.content: dict[bytes, int] = {}  # content hash -> its first mirrored document
         self._more_of_content: dict[bytes, list[int]] = {}  # later documents of the few contents seen again
-        self._settled = _band_entries()  # (keys sorted, serial of each, band of each)
+        self._settled = _band_entries()  # (band slots sorted, serial of each, band of each)
         self._fresh: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # the same, one per latest batch
         self._fresh_entries = 0
         self._present = _KeyBits()  # which keys the mirror may hold: most asked keys are answered by it
@@ -91,9 +105,9 @@ class RecentMirror:
             self.last_serial = max(self.last_serial, entries[-1][0])
         self.documents += len(entries)
         if len(kept_serials):
-            bands = kept_keys.shape[1]
-            self._insert_sorted(kept_keys.ravel(), np.repeat(kept_serials, bands),
-                                np.tile(np.arange(bands, dtype=np.uint16), len(kept_serials)))
+            bands = np.tile(np.arange(kept_keys.shape[1], dtype=np.uint16), len(kept_serials))
+            self._insert_sorted(band_slots(bands, kept_keys.ravel()), np.repeat(kept_serials, kept_keys.shape[1]),
+                                bands)
 
     def serials_of_id(self, ident: bytes) -> list[int]:
         """The mirrored documents with this id hash, oldest first."""
@@ -107,18 +121,23 @@ class RecentMirror:
         return ((ident, self.serials_of_id(ident)) for ident in self._first_of_id)
 
     @property
-    def keys(self) -> np.ndarray:
-        """Band keys of every mirrored kept document, sorted."""
+    def slots(self) -> np.ndarray:
+        """(band, band key) of every mirrored kept document's entries (``band_slots``), sorted."""
         return self._folded()[0]
 
     @property
+    def keys(self) -> np.ndarray:
+        """The band key of each of ``slots``."""
+        return self._folded()[0] & KEY_MASK
+
+    @property
     def serials(self) -> np.ndarray:
-        """The kept document of each of ``keys``."""
+        """The kept document of each of ``slots``."""
         return self._folded()[1]
 
     @property
     def bands(self) -> np.ndarray:
-        """The band of each of ``keys``."""
+        """The band of each of ``slots``."""
         return self._folded()[2]
 
     def _insert_sorted(self, keys: np.ndarray, serials: np.ndarray, bands: np.ndarray) -> None:
@@ -143,7 +162,8 @@ class RecentMirror:
         return self._settled
 
     def band_rows(self, asked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(key, serial) of every mirrored band entry whose key is in ``asked`` (sorted, repeats allowed).
+        """(slot, serial) of every mirrored band entry whose slot is in ``asked`` (``band_slots``, sorted,
+        repeats allowed).
 
         Keys the mirror surely lacks (``_KeyBits``: most of them, the keys
         of new documents) are dropped first; each other key is searched
@@ -238,6 +258,7 @@ class _KeyBits:
     A key whose bit is clear is surely not mirrored; bits stay set when
     entries leave (``remove``, retention), which only costs a search. At
     ``index.merge_every`` = 100,000 documents about 3% of the bits are set.
+    Band slots (``band_slots``) are taken by their band key.
     """
 
     SHIFT = np.uint64(32 - KEY_BITS_LOG2)
@@ -247,18 +268,19 @@ class _KeyBits:
         self._bits = np.zeros(1 << (KEY_BITS_LOG2 - 3), dtype=np.uint8)
 
     def add(self, keys: np.ndarray) -> None:
-        """Set the bits of sorted ``keys`` (a byte's bits are OR-ed together first: ``ufunc.at`` is slow)."""
-        slots = self._slots(keys)
-        places = slots >> 3
+        """Set the bits of ``keys`` (sorted by bit first, so that a byte's bits are OR-ed together: ``ufunc.at``
+        is slow)."""
+        numbers = np.sort(self._bit_numbers(keys))
+        places = numbers >> 3
         starts = np.flatnonzero(np.concatenate(([True], places[1:] != places[:-1]))) if len(places) else places
-        bits = np.left_shift(np.uint8(1), (slots & 7).astype(np.uint8))
+        bits = np.left_shift(np.uint8(1), (numbers & 7).astype(np.uint8))
         self._bits[places[starts]] |= np.bitwise_or.reduceat(bits, starts) if len(starts) else bits
 
     def may_hold(self, keys: np.ndarray) -> np.ndarray:
-        slots = self._slots(keys)
-        return ((self._bits[slots >> 3] >> (slots & 7).astype(np.uint8)) & 1).astype(bool)
+        numbers = self._bit_numbers(keys)
+        return ((self._bits[numbers >> 3] >> (numbers & 7).astype(np.uint8)) & 1).astype(bool)
 
-    def _slots(self, keys: np.ndarray) -> np.ndarray:
+    def _bit_numbers(self, keys: np.ndarray) -> np.ndarray:
         return ((keys.astype(np.uint64, copy=False) >> self.SHIFT) & self.MASK).astype(np.int64)
 
 
@@ -311,6 +333,8 @@ def merge_slice(txn: IndexTxn, mirror: RecentMirror, bands: "BandTables", number
     """
     low, high = (number << 16) // slices, ((number + 1) << 16) // slices  # of the first two key bytes
     raw, dbs = txn.txn, txn.dbs
+    if not txn.counters["merging"]:  # until ``finish_merge``: the mirror's entries may be in the tables too
+        txn.count(merging=1)
     ids, contents = mirror.table_pairs()
     raw.cursor(db=dbs["ids"]).putmulti(_prefix_range(ids, low, high), dupdata=True)
     raw.cursor(db=dbs["content"]).putmulti([(key, value) for key, value, _ in _prefix_range(contents, low, high)],
@@ -349,7 +373,7 @@ def finish_merge(txn: IndexTxn, mirror: RecentMirror) -> None:
     cursor = txn.txn.cursor(db=txn.dbs["recent"])
     while cursor.first() and from_u64(cursor.key()) <= mirror.last_serial:
         cursor.delete()
-    txn.count(merged_upto=mirror.last_serial - txn.counters.get("merged_upto", 0))
+    txn.count(merged_upto=mirror.last_serial - txn.counters.get("merged_upto", 0), merging=-txn.counters["merging"])
 
 
 def merge_recent(txn: IndexTxn, mirror: RecentMirror, bands: "BandTables") -> None:
@@ -375,8 +399,9 @@ class BatchView:
 
     def __init__(self, txn: IndexTxn, mirror: RecentMirror, id_keys: list[bytes], contents: list[bytes],
                  band_keys: np.ndarray, bands: "BandTables", per_key: Optional[int] = None, min_shared: int = 1):
-        """``per_key``: at most this many committed kept documents (the earliest) are taken from one band key.
-        ``min_shared``: fewer shared bands make no candidate (``candidate_parts``)."""
+        """``per_key``: a band key proposes at most this many kept documents, the earliest (committed ones
+        first, then the batch's own: ``room_under``). ``min_shared``: fewer shared bands make no candidate
+        (``candidate_parts``)."""
         self.per_key = per_key
         self.min_shared = min_shared
         self._strong: Optional["Hits"] = None  # the hits sharing at least min_shared bands
@@ -391,8 +416,9 @@ class BatchView:
         self._content = self._fetch_content(contents)
         self._hits: Optional["Hits"] = None  # fetched at the first ``candidates``
         self._rekeyed_rows: frozenset = frozenset()  # rows looked up by other keys than their signed ones
-        self._kept_by_key: dict[int, list[int]] = {}  # band key -> serials of the batch's kept documents
-        self._shared_keys: dict[int, list[int]] = {}  # row -> its band keys another row of the batch has too
+        self._kept_by_key: dict[int, list[int]] = {}  # band slot -> serials of the batch's kept documents
+        self._shared_keys: dict[int, list[int]] = {}  # row -> its band slots another row of the batch has too
+        self._room: dict[int, int] = {}  # band slot shared within the batch -> kept documents it may still propose
         self._shingles: dict[int, np.ndarray] = {}  # serial -> shingles: the batch's kept documents
         self._committed_shingles: dict[int, np.ndarray] = {}  # and those of committed ones read by this batch
         self._kept_rows: dict[int, int] = {}  # batch row -> serial, for the batch's kept documents
@@ -422,22 +448,25 @@ class BatchView:
         """Committed candidates of the whole batch, fetched once, per row."""
         if self._hits is None:
             band_keys = self._band_keys
-            asked, rows, band = batch_band_keys(band_keys)  # the batch's keys sorted, once for every lookup
-            self._hits = self._fetch_candidates(asked, rows, band)
-            self._strong = self._hits.at_least(self.min_shared)
+            asked, rows, _ = batch_band_keys(band_keys)  # the batch's slots sorted, once for every lookup
             self._shared_keys = keys_shared_within(asked, rows)
+            self._hits = self._fetch_candidates(asked, rows)
+            self._strong = self._hits.at_least(self.min_shared)
             self._band_key_bytes = band_keys.astype(">u4")
             self._rekeyed_rows = _rows_differing(band_keys, self._signed_keys)
         return self._hits
 
-    def _fetch_candidates(self, asked: np.ndarray, rows: np.ndarray, band: np.ndarray) -> "Hits":
+    def _fetch_candidates(self, asked: np.ndarray, rows: np.ndarray) -> "Hits":
         """Per document: serials of committed kept documents sharing a band, and how many bands each.
 
-        ``asked`` is the batch's band keys sorted (searching sorted keys is
-        several times faster than searching them in batch order), ``rows`` and
-        ``band`` the row and band of each.
+        ``asked`` is the batch's band slots sorted (searching sorted keys is
+        several times faster than searching them in batch order), ``rows``
+        the row of each. Also how many more kept documents each slot shared
+        within the batch may propose (``room_under``).
         """
-        found_keys, found_serials = self.bands.lookup(self.txn, self.mirror, band, asked)
+        found_keys, found_serials = self.bands.lookup(self.txn, self.mirror, asked)
+        if self.per_key is not None:
+            self._room = room_under(self._shared_keys.slots(), found_keys, self.per_key)
         return Hits.found(asked, rows, len(self._band_keys), found_keys, found_serials, self.per_key)
 
     # -- what the batch sees -------------------------------------------
@@ -541,12 +570,8 @@ class BatchView:
         if record.kept:
             self._kept_rows[row] = serial
             self._shingles[serial] = shingles
-            limit = self.per_key
             self._band_hits()
-            for key in self._shared_keys.get(row, ()):  # only keys a later row may ask for
-                holders = self._kept_by_key.setdefault(key, [])
-                if limit is None or len(holders) < limit:  # the earliest, as for committed documents
-                    holders.append(serial)
+            file_kept(self._kept_by_key, self._shared_keys.get(row, ()), serial, self._room, self.per_key)
 
     def flush(self) -> Callable[[], None]:
         """Write the batch into the transaction; returns what to do to the mirror once it commits."""
@@ -703,7 +728,7 @@ def _rows_differing(keys: np.ndarray, signed: np.ndarray) -> frozenset:
 
 
 def batch_band_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A batch's lookup keys (rows x bands) sorted, the row of each and its band.
+    """A batch's lookup keys (rows x bands) as band slots (``band_slots``) sorted, the row of each and its band.
 
     The answer for the last array asked is kept: a shard asks for the same
     batch's in its evidence and again in its decision (the sort is a tenth
@@ -713,13 +738,40 @@ def batch_band_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarra
     last = _last_sorted  # one read: threads (shards in one process, in tests) may replace it meanwhile
     if last is not None and last[0] is keys:
         return last[1]
-    by_key = np.argsort(keys.ravel())
-    answer = keys.ravel()[by_key], by_key // keys.shape[1], (by_key % keys.shape[1]).astype(np.uint16)
+    slots = band_slots(np.arange(keys.shape[1], dtype=np.uint64)[None, :], keys).ravel()
+    by_slot = np.argsort(slots)
+    answer = slots[by_slot], by_slot // keys.shape[1], (by_slot % keys.shape[1]).astype(np.uint16)
     _last_sorted = (keys, answer)
     return answer
 
 
 _last_sorted: Optional[tuple] = None  # (keys, batch_band_keys(keys)) of the last keys asked
+
+
+def room_under(slots: np.ndarray, found_slots: np.ndarray, per_key: int) -> dict[int, int]:
+    """How many more kept documents each of ``slots`` may propose: ``per_key`` less the committed ones found
+    under it (``found_slots``, one per entry), for the slots some found ones hold."""
+    if not len(slots) or not len(found_slots):
+        return {}
+    held, count = np.unique(found_slots[np.isin(found_slots, slots)], return_counts=True)
+    return dict(zip(held.tolist(), np.maximum(per_key - count, 0).tolist()))
+
+
+def file_kept(kept_by_key: dict[int, list[int]], slots, serial: int, room: dict[int, int],
+              per_key: Optional[int]) -> None:
+    """File a kept document of the batch under its ``slots`` that later rows share, each while the slot may
+    propose more (``room``, else ``per_key``; None: no limit).
+
+    This is the one meaning of the per-key limit, whatever the batch: a band
+    key proposes its earliest ``per_key`` kept documents, the committed ones
+    (found, cut to the earliest ``per_key``: ``Hits.found``) before the
+    batch's own. The batch's own are held only while room is left, so a
+    document finds what it would find had the batch been cut anywhere else.
+    """
+    for slot in slots:
+        holders = kept_by_key.setdefault(slot, [])
+        if per_key is None or len(holders) < room.get(slot, per_key):
+            holders.append(serial)
 
 
 def keys_shared_within(asked: np.ndarray, rows: np.ndarray) -> "SharedKeys":
@@ -755,6 +807,10 @@ class SharedKeys:
     def get(self, row: int, default=()):
         at = self._at.get(row)
         return default if at is None else self._keys[at[0]:at[1]].tolist()
+
+    def slots(self) -> np.ndarray:
+        """Every band slot some row shares with another (with repeats)."""
+        return self._keys
 
 
 def earliest_of_each_key(keys: np.ndarray, serials: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:

@@ -86,7 +86,7 @@ class Evidence:
     same content), as (id, kept, cluster id, matched id, similarity, exact,
     containment); only the owner of the id answers. ``twins``: row -> the
     first stored document with the same content, as (serial, cluster serial,
-    cluster id, id). ``found_keys``/``found_serials``: the stored (band key,
+    cluster id, id). ``found_keys``/``found_serials``: the stored (band slot,
     serial) entries under the batch's band keys, the earliest
     ``max_candidates`` of each key. ``matches``: (row, serial, Jaccard) of
     every candidate at or above the threshold, and ``names`` their ids.
@@ -182,8 +182,8 @@ def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch:
     """
     records = _RecordCache(txn)
     evidence = Evidence()
-    asked, rows, band = batch_band_keys(lookup_keys)
-    found_keys, found_serials = bands.lookup(txn, mirror, band, asked)
+    asked, rows, _ = batch_band_keys(lookup_keys)
+    found_keys, found_serials = bands.lookup(txn, mirror, asked)
     if len(found_keys):
         found_keys, found_serials = earliest_of_each_key(found_keys, found_serials, asking.max_candidates)
         evidence.found_keys, evidence.found_serials = found_keys, found_serials

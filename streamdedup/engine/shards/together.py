@@ -23,7 +23,7 @@ from ...core.verify import jaccard
 from ...store.index import DocRecord
 from ...store.anchors import BatchAnchors
 from ...store.lookup import (Hits, SharedKeys, batch_band_keys, chosen_candidates, earliest_of_each_key,
-                             keys_shared_within)
+                             file_kept, keys_shared_within, room_under)
 from ..decide import ExcerptSettings
 from ..sitelearning import BatchContent
 from .evidence import Evidence, row_anchors
@@ -74,11 +74,13 @@ def decide_together(batch: PreparedBatch, evidences: list[Evidence], rules: Rule
     """
     lookup_keys = batch.keys if lookup_keys is None else lookup_keys
     asked, rows, _ = batch_band_keys(lookup_keys)
-    hits = Hits.found(asked, rows, len(batch.contents),
-                      np.concatenate([e.found_keys for e in evidences]),
+    found_keys = np.concatenate([e.found_keys for e in evidences])
+    hits = Hits.found(asked, rows, len(batch.contents), found_keys,
                       np.concatenate([e.found_serials for e in evidences]), rules.max_candidates)
-    state = _State(batch, evidences, hits, keys_shared_within(asked, rows), rules, first_serial, now, lookup_keys,
-                   content, provisional_pages)
+    shared_within = keys_shared_within(asked, rows)
+    room = room_under(shared_within.slots(), found_keys, rules.max_candidates)
+    state = _State(batch, evidences, hits, shared_within, room, rules, first_serial, now, lookup_keys, content,
+                   provisional_pages)
     decisions: list[Optional[Decision]] = [None] * len(batch.items)
     alone = state.alone_rows()
     done = 0  # the items before this one are decided or passed over
@@ -107,9 +109,9 @@ class _State:
     """What deciding one batch carries from document to document."""
 
     def __init__(self, batch: PreparedBatch, evidences: list[Evidence], hits: Hits, shared_within: SharedKeys,
-                 rules: Rules, first_serial: int, now: float, lookup_keys: np.ndarray,
+                 room: dict[int, int], rules: Rules, first_serial: int, now: float, lookup_keys: np.ndarray,
                  content: Optional[BatchContent], provisional_pages: Callable[[int], list[int]]):
-        self.batch, self.hits, self.shared_within, self.rules = batch, hits, shared_within, rules
+        self.batch, self.hits, self.shared_within, self.room, self.rules = batch, hits, shared_within, room, rules
         self.strong = hits.at_least(rules.signing.min_shared)  # the hits that can be candidates by themselves
         self.first_serial, self.now, self.lookup_keys, self.content = first_serial, now, lookup_keys, content
         self.rekeyed_rows = frozenset(np.flatnonzero((lookup_keys != batch.keys).any(axis=1)).tolist())
@@ -318,10 +320,7 @@ class _State:
     def _kept(self, doc, row: int, serial: int, ident: bytes, content: bytes, site: int,
               wanted: bool = True) -> Optional[Decision]:
         self.shingles[serial] = self.batch.shingles.of(row)
-        for key in self.shared_within.get(row, ()):  # only keys a later row may ask for
-            holders = self.kept_by_key.setdefault(key, [])
-            if len(holders) < self.rules.max_candidates:  # the earliest, as for stored documents
-                holders.append(serial)
+        file_kept(self.kept_by_key, self.shared_within.get(row, ()), serial, self.room, self.rules.max_candidates)
         if self.content is not None and row in self.content.provisional:
             self.first.kept(site, serial)
         if self.anchors is not None:
