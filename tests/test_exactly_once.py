@@ -128,7 +128,7 @@ def test_hot_keys_after_repeated_kill_9_are_decided_as_in_one_run(kafka, tmp_pat
     """Each restart cuts the rest of the partition into batches of another size, on a corpus whose band keys
     are hot and a per-key limit of 2 that bites on most of them: decisions, record for record, as one
     uninterrupted run's (a decision is a function of the order alone)."""
-    records = crawl_records(corpus.hot_keys(5000, seed=8))
+    records = crawl_records(corpus.hot_keys(3000, seed=7))
     limit = ("--set", "lsh.max_candidates=2")
     reference = reference_run(kafka, tmp_path, records, "--set", "worker.batch_size=300", *limit)
     topics = Topics.fresh(kafka)
