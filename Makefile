@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO := build/demo
 
-.PHONY: install test-deps demo demo-sharded demo-secure demo-offline test bench clean
+.PHONY: install test-deps demo demo-sharded demo-secure demo-offline test test-fast bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,8 +41,14 @@ test-deps:
 	deploy/report/install-chromium.sh
 	deploy/prometheus/install.sh
 
+# Every tier (README "Tests"): the fast one, the system tests (processes: the command line, kills, packaging, a
+# browser, Prometheus) and the broker tests (a local Apache Kafka). The slowest 25 are listed at the end.
 test: $(STAMP) test-deps
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --durations=25
+
+# The fast tier: pure logic and real LMDB files, no broker, no other process (about a minute here).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not kafka and not system" --durations=10
 
 # All benchmarks (not part of the tests): offline engine, live worker on a local broker, growth to 1M documents, the report.
 bench: $(STAMP)

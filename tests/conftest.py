@@ -29,6 +29,22 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.kafka)
 
 
+@pytest.fixture(autouse=True)
+def _fast_tier_starts_no_process(request, monkeypatch):
+    """A test marked neither ``kafka`` nor ``system`` is in the fast tier (``make test-fast``): pure logic,
+    real LMDB files, no broker and no other process. Starting one there fails, naming the marker to add."""
+    if request.node.get_closest_marker("kafka") or request.node.get_closest_marker("system"):
+        return
+    import multiprocessing.process
+
+    def refused(*args, **kwargs):
+        raise AssertionError(f"{request.node.nodeid} starts a process: mark it @pytest.mark.system (README, "
+                             "Tests), or test the logic without one")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refused)
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", refused)
+
+
 @pytest.fixture(scope="session")
 def crawl():
     """The 650-article sample crawl (about 1,190 documents)."""

@@ -27,6 +27,7 @@ def _outcome(decision) -> dict:
     return decision.as_json()
 
 
+@pytest.mark.system
 def test_add_many_decides_exactly_as_the_dedup_command(tmp_path, crawl_file):
     run_cli("dedup", str(crawl_file), "--state", str(tmp_path / "cli"), "--decisions", str(tmp_path / "d.jsonl"))
     expected = read_jsonl(tmp_path / "d.jsonl")
@@ -86,6 +87,7 @@ def test_adding_again_replays_the_earlier_decisions(tmp_path, crawl_file):
     assert not changed.replayed and changed.status == "duplicate"  # the same id with other text: a new version
 
 
+@pytest.mark.system
 def test_one_writer_at_a_time_and_readers_alongside(tmp_path):
     state = tmp_path / "s"
     with streamdedup.open(state) as writer:
@@ -153,6 +155,7 @@ with streamdedup.open(sys.argv[1]) as index:
 """
 
 
+@pytest.mark.system
 def test_killed_in_the_middle_of_add_many_keeps_committed_batches_and_adding_again_is_safe(tmp_path, crawl_file):
     records = _records(crawl_file)
     records += [(doc_id + "-again", text) for doc_id, text in records]  # long enough to be killed well before the end
@@ -203,6 +206,7 @@ def test_the_readme_example_runs_and_prints_what_it_says(tmp_path, monkeypatch, 
         assert capsys.readouterr().out.splitlines() == README_PRINTS
 
 
+@pytest.mark.system
 def test_import_is_cheap_and_the_api_is_typed():
     code = ("import sys, streamdedup; heavy = [m for m in ('numpy', 'lmdb', 'streamdedup.api') if m in sys.modules]; "
             "streamdedup.open; print(heavy, 'streamdedup.api' in sys.modules)")

@@ -43,6 +43,7 @@ def test_the_crawl_is_the_same_every_time_and_its_truth_holds():
             assert len(bodies[where[truth["source"]]]) > len(bodies[i])
 
 
+@pytest.mark.system
 def test_templates_keep_pages_apart_and_republished_articles_are_found(crawl, tmp_path):
     folder, records = crawl
     result = score(records, run_dedup(str(folder / "web.jsonl"), str(tmp_path / "state"), [])).rates()
@@ -52,6 +53,7 @@ def test_templates_keep_pages_apart_and_republished_articles_are_found(crawl, tm
     assert result["settled_republished"] >= 0.99
 
 
+@pytest.mark.system
 def test_without_templates_pages_of_one_site_are_merged(crawl, tmp_path):
     folder, records = crawl
     off = ["templates.enabled=false"]
@@ -59,6 +61,7 @@ def test_without_templates_pages_of_one_site_are_merged(crawl, tmp_path):
     assert result["false_merges"] > 0.02 and result["republished"] < 0.5
 
 
+@pytest.mark.system
 def test_excerpts_are_found_and_none_is_false(crawl, tmp_path):
     folder, records = crawl
     on = ["excerpts.enabled=true"]
@@ -67,6 +70,7 @@ def test_excerpts_are_found_and_none_is_false(crawl, tmp_path):
     assert result["false_excerpts"] == 0 and result["false_merges"] <= 0.001
 
 
+@pytest.mark.system
 def test_the_seed_pitfall_three_pages_are_not_flagged(tmp_path):
     pages, mean = pitfall_three()
     assert mean > 0.7
@@ -75,6 +79,7 @@ def test_the_seed_pitfall_three_pages_are_not_flagged(tmp_path):
     assert all(d["status"] == "kept" for d in run_dedup(str(path), str(tmp_path / "state"), []))
 
 
+@pytest.mark.system
 def test_learning_templates_first_finds_articles_republished_on_a_sites_first_pages(crawl, tmp_path):
     folder, records = crawl
     path = str(folder / "web.jsonl")
@@ -85,6 +90,7 @@ def test_learning_templates_first_finds_articles_republished_on_a_sites_first_pa
     assert first["false_merges"] <= 0.001
 
 
+@pytest.mark.system
 def test_a_learn_first_run_killed_then_resumed_decides_as_an_uninterrupted_one(crawl, tmp_path):
     folder, _ = crawl
     path = str(folder / "web.jsonl")
@@ -101,6 +107,7 @@ def test_a_learn_first_run_killed_then_resumed_decides_as_an_uninterrupted_one(c
     assert index_snapshot(tmp_path / "resumed") == index_snapshot(tmp_path / "whole")
 
 
+@pytest.mark.system
 def test_learn_first_needs_files_it_can_read_twice(tmp_path):
     result = run_cli("dedup", "-", "--state", str(tmp_path / "state"), "--learn-first", check=False, stdin=b"")
     assert result.returncode != 0 and b"--learn-first reads the inputs twice" in result.stderr

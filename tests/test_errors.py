@@ -49,6 +49,7 @@ def test_anything_else_is_a_bug_and_rises_as_it_is():
     assert kafka_trouble(TypeError("All headers items must be (str, bytes) tuples")) is None
 
 
+@pytest.mark.system
 def test_the_version_is_the_packages():
     from importlib.metadata import version
 

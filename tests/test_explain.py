@@ -11,6 +11,8 @@ from conftest import read_jsonl, run_cli
 from streamdedup.core.shingle import normalize
 from streamdedup.errors import UnknownDocumentError
 
+pytestmark = pytest.mark.system  # every test here starts processes
+
 
 @pytest.fixture(scope="module")
 def decided(tmp_path_factory, crawl_file):

@@ -38,6 +38,7 @@ def copy_index(decided, tmp_path):
     return state
 
 
+@pytest.mark.system
 def test_query_finds_the_near_duplicates_of_a_text_best_first(decided, crawl):
     state, decisions = decided
     by_id = {d.id: d for d in crawl}
@@ -54,6 +55,7 @@ def test_query_finds_the_near_duplicates_of_a_text_best_first(decided, crawl):
     assert b"no near-duplicates" in unrelated.stdout
 
 
+@pytest.mark.system
 def test_cluster_shows_the_representative_and_its_members(decided):
     state, decisions = decided
     sizes = {}
@@ -74,6 +76,7 @@ def test_cluster_shows_the_representative_and_its_members(decided):
     assert missing.returncode == 1 and b"no document with id" in missing.stderr
 
 
+@pytest.mark.system
 def test_forgetting_a_representative_dissolves_its_cluster(decided, crawl, tmp_path):
     state = copy_index(decided, tmp_path)
     decisions = decided[1]
@@ -93,6 +96,7 @@ def test_forgetting_a_representative_dissolves_its_cluster(decided, crawl, tmp_p
         assert check_index(engine.index).ok
 
 
+@pytest.mark.system
 def test_forgetting_a_duplicate_and_a_file_of_ids(decided, tmp_path):
     state = copy_index(decided, tmp_path)
     duplicates = [d["id"] for d in decided[1] if d["status"] == "duplicate"][:5]
@@ -145,6 +149,7 @@ def test_forget_goes_through_a_running_worker(kafka, tmp_path):
             worker.wait(timeout=30)
 
 
+@pytest.mark.system
 def test_check_fix_rebuilds_damaged_lookup_tables(decided, tmp_path):
     state = copy_index(decided, tmp_path)
     snapshot = index_snapshot(state)
@@ -167,6 +172,7 @@ def test_check_fix_rebuilds_damaged_lookup_tables(decided, tmp_path):
     assert index_snapshot(state)["records"] == snapshot["records"]
 
 
+@pytest.mark.system
 def test_check_names_damaged_stored_shingles_and_the_engine_refuses_them(decided, tmp_path):
     state = copy_index(decided, tmp_path)
     cfg = config_module.load(None, environ={})
@@ -221,6 +227,7 @@ def test_retention_stops_matching_then_the_sweep_clears_band_tables(tmp_path):
         assert check_index(engine.index).ok
 
 
+@pytest.mark.system
 def test_backup_while_the_index_is_being_written(tmp_path, crawl_file):
     state = tmp_path / "state"
     writer = subprocess.Popen([sys.executable, "-m", "streamdedup", "dedup", str(crawl_file), "--state", str(state),
@@ -242,6 +249,7 @@ def test_backup_while_the_index_is_being_written(tmp_path, crawl_file):
     assert again.returncode == 2 and b"already holds an index" in again.stderr
 
 
+@pytest.mark.system
 def test_a_full_disk_is_a_clear_error_and_the_index_survives(tmp_path, crawl_file):
     small = tmp_path / "small"
     small.mkdir()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 
+import pytest
 from conftest import read_jsonl, run_cli
 from kafka_helpers import Topics, header, produce, read_all, run_worker
 
@@ -57,6 +58,7 @@ def write_warc(path, pages, extra=(), compress=True) -> None:
             handle.write(gzip.compress(record) if compress else record)
 
 
+@pytest.mark.system
 def test_a_warc_file_is_deduplicated_response_by_response(tmp_path):
     pages = generate_web(200, 6, 4)
     extra = [("response", "https://x.example/gone", _http(404, "text/html", b"<html>gone</html>")),
@@ -84,6 +86,7 @@ def test_a_warc_file_is_deduplicated_response_by_response(tmp_path):
     assert [d["status"] for d in read_jsonl(tmp_path / "again.jsonl")] == [d["status"] for d in decisions]
 
 
+@pytest.mark.system
 def test_a_truncated_warc_file_ends_with_a_rejection_not_a_crash(tmp_path):
     pages = generate_web(20, 2, 5)
     whole = tmp_path / "whole.warc"

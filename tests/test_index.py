@@ -135,6 +135,7 @@ def test_an_index_of_an_earlier_format_is_refused_with_how_to_rebuild_it(tmp_pat
         Index(IndexSettings(path=str(tmp_path)), SIGNING)
 
 
+@pytest.mark.system
 def test_a_second_writer_is_refused_at_once_and_readers_are_not(tmp_path):
     with Index(IndexSettings(path=str(tmp_path)), SIGNING):
         with pytest.raises(IndexLockedError, match="one writer"):

@@ -6,7 +6,10 @@ import os
 import subprocess
 import sys
 
+import pytest
 from conftest import ROOT
+
+pytestmark = pytest.mark.system  # every test here starts processes
 
 
 def test_imports_keep_to_the_layers():

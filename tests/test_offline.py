@@ -28,6 +28,7 @@ def dedup(tmp, inputs, state="state", out="clean.jsonl", decisions="decisions.js
     return run_cli(*args, *extra, **kw)
 
 
+@pytest.mark.system
 def test_decisions_line_up_with_input_and_clean_holds_kept_lines_byte_for_byte(tmp_path, crawl_file):
     result = dedup(tmp_path, [crawl_file])
     lines = crawl_file.read_bytes().splitlines(keepends=True)
@@ -42,6 +43,7 @@ def test_decisions_line_up_with_input_and_clean_holds_kept_lines_byte_for_byte(t
     assert b"documents" in result.stdout and b"kept" in result.stdout
 
 
+@pytest.mark.system
 def test_stdin_and_stdout(tmp_path, crawl_file):
     data = crawl_file.read_bytes()
     result = run_cli("dedup", "-", "--state", str(tmp_path / "s"), "--decisions", "-", stdin=data)
@@ -50,6 +52,7 @@ def test_stdin_and_stdout(tmp_path, crawl_file):
     assert b"kept" in result.stderr  # the summary goes to stderr when decisions use stdout
 
 
+@pytest.mark.system
 def test_outputs_may_be_dev_null_or_a_named_pipe(tmp_path, crawl_file):
     """Files that cannot be cut back (a device, a pipe) are written as they come, also on a second run."""
     pipe = tmp_path / "clean.fifo"
@@ -66,6 +69,7 @@ def test_outputs_may_be_dev_null_or_a_named_pipe(tmp_path, crawl_file):
     assert again.returncode == 0
 
 
+@pytest.mark.system
 def test_a_second_run_deduplicates_against_everything_seen_before(tmp_path):
     docs = corpus.generate(60, seed=5)
     first, copies = tmp_path / "first.jsonl", tmp_path / "copies.jsonl"
@@ -104,6 +108,7 @@ BAD_LINES = [
 ]
 
 
+@pytest.mark.system
 def test_every_malformed_line_is_rejected_with_its_reason_and_the_run_continues(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_bytes(b"\n".join(line for line, _ in BAD_LINES) + b"\n")
@@ -133,6 +138,7 @@ def _same_outcome(run_dir, reference):
     assert run_cli("check", "--state", str(run_dir / "state")).returncode == 0
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("step", ["file-decided", "file-written", "file-committed"])
 def test_killed_at_each_commit_step_then_restarted_ends_as_an_uninterrupted_run(tmp_path, crawl_file, step):
     reference = _uninterrupted(tmp_path, crawl_file)
@@ -148,6 +154,7 @@ def test_killed_at_each_commit_step_then_restarted_ends_as_an_uninterrupted_run(
     _same_outcome(run_dir, reference)
 
 
+@pytest.mark.system
 def test_random_kill_9_many_times_loses_and_repeats_nothing(tmp_path):
     docs = corpus.generate(4000, seed=11)
     source = tmp_path / "big.jsonl"
@@ -180,6 +187,7 @@ def test_random_kill_9_many_times_loses_and_repeats_nothing(tmp_path):
     _same_outcome(run_dir, reference)
 
 
+@pytest.mark.system
 def test_running_the_same_command_again_gives_the_same_outputs(tmp_path, crawl_file):
     dedup(tmp_path, [crawl_file])
     before = {n: (tmp_path / n).read_bytes() for n in ("clean.jsonl", "decisions.jsonl")}
@@ -190,6 +198,7 @@ def test_running_the_same_command_again_gives_the_same_outputs(tmp_path, crawl_f
     assert index_snapshot(tmp_path / "state") == snapshot
 
 
+@pytest.mark.system
 def test_a_missing_input_is_a_clear_error(tmp_path):
     result = run_cli("dedup", str(tmp_path / "nope.jsonl"), "--state", str(tmp_path / "s"), check=False)
     assert result.returncode == 2 and b"does not exist" in result.stderr and b"Traceback" not in result.stderr
@@ -242,6 +251,7 @@ def test_file_batches_give_each_line_its_number_and_the_position_after_it(tmp_pa
     assert [(b.first_line, b.values()) for b, _ in resumed] == [(3, [b'{"text": "b"}', b'{"text": "c"}'])]
 
 
+@pytest.mark.system
 def test_a_commit_that_fills_the_map_writes_each_batch_once_even_to_stdout(tmp_path, crawl_file):
     reference = _uninterrupted(tmp_path, crawl_file)
     run_dir = tmp_path / "map-full"
@@ -255,6 +265,7 @@ def test_a_commit_that_fills_the_map_writes_each_batch_once_even_to_stdout(tmp_p
     assert run_cli("check", "--state", str(run_dir / "state")).returncode == 0
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("batch_size", [2000, 400, 300, 120])  # 1, 3 (all prepared here), 4 and 10 batches
 def test_the_feed_process_and_this_one_split_the_input_without_a_gap_or_an_overlap(tmp_path, crawl_file, batch_size):
     """A file feed prepares its first batches in the deciding process while the feed process boots, then
@@ -273,6 +284,7 @@ def test_the_feed_process_and_this_one_split_the_input_without_a_gap_or_an_overl
     assert outcomes["stdin"] == outcomes["here"].replace(str(crawl_file).encode(), b"-")
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("ready_after", [0, 1, 3, None])  # blocks made here before the process says it is ready
 def test_a_file_feed_hands_over_to_its_process_after_any_block_with_the_same_batches(crawl_file, ready_after):
     """Batches are made here until the feed process is ready, whenever that is; the batches, their

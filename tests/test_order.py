@@ -18,6 +18,8 @@ from conftest import index_snapshot, run_cli
 
 from streamdedup.core import corpus
 
+pytestmark = pytest.mark.system  # every test here starts processes
+
 DOCUMENTS = 1500
 
 # (batch size, merge every, preparing processes, band filter MiB): each cuts the stream elsewhere

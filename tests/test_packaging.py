@@ -73,6 +73,7 @@ def test_the_wheel_has_the_kernel_and_complete_metadata(dist):
     assert any(r.startswith("prometheus_client") for r in metadata.get_all("Requires-Dist"))
 
 
+@pytest.mark.system
 def test_the_installed_wheel_runs_help_version_and_the_readme_offline_example(venv, tmp_path):
     env = dict(os.environ, PATH=f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}")
     env.pop("PYTHONPATH", None)

@@ -42,6 +42,7 @@ def tool(name: str) -> str:
     return path
 
 
+@pytest.mark.system
 def test_promtool_checks_and_unit_tests_the_alert_rules():
     checked = subprocess.run([tool("promtool"), "check", "rules", "alerts.yml"], cwd=DEPLOY, capture_output=True,
                              text=True, timeout=60)
@@ -61,6 +62,7 @@ def test_every_alert_has_a_unit_test_and_a_summary():
     assert all(rule["annotations"]["summary"] and rule["labels"]["severity"] for rule in rules)
 
 
+@pytest.mark.system
 def test_the_example_configuration_is_valid():
     checked = subprocess.run([tool("promtool"), "check", "config", "prometheus.yml"], cwd=DEPLOY,
                              capture_output=True, text=True, timeout=60)

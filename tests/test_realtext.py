@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from test_accuracy import exact_reference
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
@@ -48,6 +49,7 @@ def test_the_greedy_reference_from_pairs_is_the_exact_greedy_rule():
     assert sum(s == "duplicate" for s, _ in reference) > 50
 
 
+@pytest.mark.system
 def test_a_run_scores_against_the_truth_and_wrong_decisions_lower_it(tmp_path):
     records = _records()
     path = tmp_path / "real.jsonl"

@@ -108,6 +108,7 @@ def test_explain_commands_quote_ids_for_the_shell():
     assert shlex.split(command) == ["streamdedup", "explain", "it's a page; rm -rf /", "--state", "/srv/my index"]
 
 
+@pytest.mark.system
 def test_report_runs_while_the_index_has_a_writer(sample_index, tmp_path):
     state, decisions = sample_index
     out = tmp_path / "report.html"
@@ -118,6 +119,7 @@ def test_report_runs_while_the_index_has_a_writer(sample_index, tmp_path):
     assert page.count("<h3>") == 3
 
 
+@pytest.mark.system
 def test_the_explain_commands_in_the_report_run(sample_index, tmp_path):
     state, _ = sample_index
     out = tmp_path / "report.html"
@@ -132,6 +134,7 @@ def test_the_explain_commands_in_the_report_run(sample_index, tmp_path):
     assert explained["matched"] == census.largest[0].representative["id"]
 
 
+@pytest.mark.system
 def test_report_without_matplotlib_says_how_to_install_it(sample_index, tmp_path):
     """A matplotlib that fails to import, first on the path, stands for one not installed."""
     state, _ = sample_index
@@ -144,6 +147,7 @@ def test_report_without_matplotlib_says_how_to_install_it(sample_index, tmp_path
     assert not (tmp_path / "r.html").exists()
 
 
+@pytest.mark.system
 def test_report_into_a_missing_folder_says_so(sample_index, tmp_path):
     state, _ = sample_index
     result = run_cli("report", "--state", str(state), "--out", str(tmp_path / "no" / "r.html"), check=False)
@@ -151,6 +155,7 @@ def test_report_into_a_missing_folder_says_so(sample_index, tmp_path):
     assert "cannot write the report to" in result.stderr.decode() and "Traceback" not in result.stderr.decode()
 
 
+@pytest.mark.system
 def test_report_renders_in_headless_chromium(sample_index, tmp_path):
     """The page loads with no network, logs no error, and its screenshot is a picture, not a blank page."""
     if chromium_binary() is None:

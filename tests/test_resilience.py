@@ -145,6 +145,7 @@ def test_a_dead_letter_is_cut_to_fit_its_topic_key_and_headers_included(kafka, t
     assert found[2][0] == "clean"
 
 
+@pytest.mark.system
 def test_with_until_caught_up_an_unreachable_broker_stops_the_worker_after_the_timeout(tmp_path):
     topics = Topics("raw", "clean", "dups", "dead")
     began = time.monotonic()

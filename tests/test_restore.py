@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from conftest import run_cli
 
 from streamdedup.config import load
 from streamdedup.core import corpus
 from streamdedup.engine.engine import Engine
+
+pytestmark = pytest.mark.system  # every test here starts processes
 
 
 def _documents(state) -> int:

@@ -137,6 +137,7 @@ def test_an_incomplete_set_of_shards_is_refused_with_what_is_wrong(built, tmp_pa
         streamdedup.open_shards([tmp_path / "nothing-here"], cfg)
 
 
+@pytest.mark.system
 def test_the_commands_read_every_shard_given_as_folders_or_their_parent(built):
     root, _, decided, texts = built
     folders = _folders(root)

@@ -103,6 +103,7 @@ def test_same_text_gives_same_shingles_in_any_batch():
     assert alone.tolist() == among.tolist()
 
 
+@pytest.mark.system
 def test_shingle_hashes_do_not_depend_on_the_hash_seed():
     code = (
         "import json; from streamdedup.core.shingle import shingle_batch, normalize_batch; "

@@ -62,6 +62,7 @@ def test_signature_of_a_document_does_not_depend_on_its_batch():
         assert np.array_equal(alone[0], together[i])
 
 
+@pytest.mark.system
 def test_signatures_are_identical_across_processes_and_hash_seeds():
     code = (
         "from streamdedup.core.shingle import shingle_batch, normalize_batch; from streamdedup.core.signing import sign_batch; "

@@ -87,6 +87,7 @@ def test_a_refused_topic_stops_the_start_with_the_brokers_reason(kafka, tmp_path
     assert "output.replication_factor" in stderr
 
 
+@pytest.mark.system
 def test_replication_factor_zero_is_refused():
     with pytest.raises(ConfigError, match="output.replication_factor must be -1"):
         config_module.load(None, ("output.replication_factor=0",), environ={})
