@@ -63,7 +63,8 @@ class InputSection:
     text_field: str = _key("text", "dotted path of the document text")
     url_field: str = _key("url", "dotted path of the page's URL; its host is the site whose template is learned ('' for none)")
     max_record_bytes: int = _key(8 << 20, "larger records are rejected as too_large", low=1)
-    max_text_bytes: int = _key(1 << 20, "longer texts (UTF-8 bytes) are rejected as text_too_large", low=1)
+    max_text_bytes: int = _key(1 << 20, "longer texts (UTF-8 bytes) are rejected as text_too_large; the worker "
+                               "lowers it to what the clean topic's max.message.bytes holds, less 16 KiB", low=1)
     binary_keys: str = _key("reject", "a Kafka key that is not UTF-8: reject the record or ignore the key",
                             choices=("reject", "ignore"))
 

@@ -154,3 +154,12 @@ def test_an_unreadable_record_and_one_too_large_to_keep_are_rejected_with_their_
                        headers=(("h", None),))
     assert too_large.reason == "too_large_for_output" and too_large.id == "a"
     assert "max.message.bytes 2000" in too_large.detail
+
+
+def test_the_worker_text_limit_leaves_room_for_the_rest_of_a_record_on_the_clean_topic():
+    from streamdedup.core.decode import RECORD_ROOM, text_limit_for_output
+
+    assert text_limit_for_output(1 << 20, 0) == 1 << 20  # no clean topic (offline, the API, index-only)
+    assert text_limit_for_output(1 << 20, 1048588) == 1048588 - RECORD_ROOM  # Kafka's default: lowered
+    assert text_limit_for_output(1 << 20, 8 << 20) == 1 << 20  # a topic with room: as configured
+    assert text_limit_for_output(1000, 10) == 1  # a topic too small for anything still has a limit

@@ -25,6 +25,9 @@ from kafka_helpers import (
     wait_for_line,
 )
 
+from streamdedup.config import Config
+from streamdedup.core.decode import text_limit_for_output
+
 KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1048588  # Kafka's default max.message.bytes
 
 
@@ -99,18 +102,27 @@ def test_a_header_key_that_is_not_utf8_is_rejected_with_its_bytes_and_read_past(
 
 
 def test_a_kept_record_larger_than_the_clean_topic_takes_is_rejected_before_it_is_decided(kafka, tmp_path):
+    """With the defaults on both sides (a clean topic of Kafka's default max.message.bytes, 1 MiB of text):
+    the worker lowers the text limit to what the topic holds and says so; the largest text under it is kept
+    and forwarded, one byte more is text_too_large, and a text under it whose record is still too large
+    (JSON escapes make it three times its text) is too_large_for_output, all before anything is decided."""
     topics = Topics.fresh(kafka)
     tag = uuid.uuid4().hex[:10]
     topics.clean, topics.dead_letter = f"clean-default-{tag}", f"dead-default-{tag}"
     create_topics(kafka, [topics.clean, topics.dead_letter], 1, max_message_bytes=KAFKA_DEFAULT_MAX_MESSAGE_BYTES)
-    big = json.dumps({"id": "big", "text": "x" * (1 << 20)}).encode()  # exactly input.max_text_bytes of text
-    records = [good(0), (b"big", big, []), good(1)]
+    limit = text_limit_for_output(Config().input.max_text_bytes, KAFKA_DEFAULT_MAX_MESSAGE_BYTES)
+    assert limit == KAFKA_DEFAULT_MAX_MESSAGE_BYTES - (16 << 10)
+    big = json.dumps({"id": "big", "text": "\u00e9" * 300000}).encode()  # 600,000 bytes of text, 1.8 MB escaped
+    fits = json.dumps({"id": "fits", "text": "x" * limit}).encode()
+    over = json.dumps({"id": "over", "text": "y" * (limit + 1)}).encode()
+    records = [good(0), (b"big", big, []), (b"fits", fits, []), (b"over", over, []), good(1)]
     produce_raw(kafka, topics.raw, records)
     began = time.monotonic()
     result = run_worker(tmp_path / "state", topics, kafka, timeout=120)
     assert result.returncode == 0, result.stderr.decode()
     assert time.monotonic() - began < 60
     assert b"broker_lost" not in result.stderr
+    assert f"text_limit_from_output max_text_bytes={limit} configured=1048576".encode() in result.stderr
     found = one_outcome_each(kafka, topics, len(records))
     kind, message = found[1]
     assert kind == "dead_letter"
@@ -118,9 +130,13 @@ def test_a_kept_record_larger_than_the_clean_topic_takes_is_rejected_before_it_i
     assert b"max.message.bytes 1048588" in header(message, "streamdedup.detail")
     assert int(header(message, "streamdedup.original-bytes")) == len(big)
     assert big.startswith(message.value) and len(message.value) == 1000000  # output.dead_letter_max_bytes
-    assert [found[n][0] for n in (0, 2)] == ["clean", "clean"]
+    kind, message = found[2]
+    assert kind == "clean" and message.value == fits
+    kind, message = found[3]
+    assert kind == "dead_letter" and header(message, "streamdedup.reason") == b"text_too_large"
+    assert [found[n][0] for n in (0, 4)] == ["clean", "clean"]
     stats = json.loads(run_cli("stats", "--json", "--state", str(tmp_path / "state")).stdout)
-    assert stats["documents"] == 2  # the big record was never decided: the index has no kept document it lacks
+    assert stats["documents"] == 3  # the rejected were never decided: the index has no kept document it lacks
 
 
 def test_a_dead_letter_is_cut_to_fit_its_topic_key_and_headers_included(kafka, tmp_path):

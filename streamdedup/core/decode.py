@@ -46,7 +46,7 @@ import orjson
 from .html import html_text, main_text
 from .records import Document, Item, Rejected, Source
 
-__all__ = ["InputSpec", "decode", "decode_object", "decode_pair", "decode_warc_line", "REASONS"]
+__all__ = ["InputSpec", "decode", "text_limit_for_output", "decode_object", "decode_pair", "decode_warc_line", "REASONS"]
 
 REASONS = (
     "tombstone", "too_large", "invalid_utf8", "invalid_json", "invalid_msgpack", "not_an_object",
@@ -80,6 +80,24 @@ class InputSpec:
         """The spec of a config ``[input]`` section."""
         return cls(section.format, section.id_field, section.text_field, section.url_field,
                    section.max_record_bytes, section.max_text_bytes, section.binary_keys)
+
+
+RECORD_ROOM = 16 << 10  # what a kept record carries besides its text: JSON framing, id, key, headers (ours too)
+
+
+def text_limit_for_output(max_text_bytes: int, output_limit: int) -> int:
+    """The text limit the worker applies: ``input.max_text_bytes``, lowered where the clean topic takes
+    smaller records (``output_limit``: its ``max.message.bytes``, 0: none) with room for the rest of one.
+
+    With both defaults (1 MiB of text, Kafka's 1,048,588-byte messages) a kept
+    text near the limit would be too large to forward: such texts are
+    rejected as ``text_too_large`` before anything is decided, the limit says
+    so in the log at start, and a kept text below it fits unless its record
+    carries unusually large headers or escapes (``too_large_for_output``).
+    """
+    if not output_limit:
+        return max_text_bytes
+    return max(1, min(max_text_bytes, output_limit - RECORD_ROOM))
 
 
 def decode(value: Optional[bytes], source: Source, spec: InputSpec, key: Optional[bytes] = None,

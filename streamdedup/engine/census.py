@@ -16,11 +16,12 @@ time bucket and per distinct cluster size, and the ``top`` largest clusters.
 from __future__ import annotations
 
 import heapq
+import itertools
 import time
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..store.index import DocRecord, IndexTxn, from_u64, serial_key
+from ..store.index import DocRecord, IndexTxn
 from .engine import Engine
 
 __all__ = ["Census", "ClusterSummary", "Bucket", "take_census", "bucket_width", "BUCKET_LADDER", "ORDER_BUCKETS",
@@ -125,14 +126,11 @@ def bucket_width(span_seconds: float) -> int:
 def _span(engine: Engine) -> Optional[tuple[float, float, int]]:
     """Decision times of the first and last records (serials follow decision order), and the last serial."""
     with engine.index.read() as txn:
-        cursor = txn.txn.cursor(db=txn.dbs["docs"])
-        if not cursor.first():
-            return None
-        first = txn.unpack_record(from_u64(cursor.key()), cursor.value()).time
-        cursor.last()
-        last_serial = from_u64(cursor.key())
-        last = txn.unpack_record(last_serial, cursor.value()).time
-    return min(first, last), max(first, last), last_serial
+        ends = txn.first_and_last_records()
+    if ends is None:
+        return None
+    first, last = ends
+    return min(first.time, last.time), max(first.time, last.time), last.serial
 
 
 def _count_records(engine: Engine, census: Census) -> None:
@@ -144,7 +142,7 @@ def _count_records(engine: Engine, census: Census) -> None:
     after = 0
     while True:
         with engine.index.read() as txn:
-            records = _slice(txn, after)
+            records = txn.records_from(after, SLICE)
         if not records:
             break
         for record in records:
@@ -161,18 +159,6 @@ def _bucket(buckets: dict[int, Bucket], number: int, origin: float, width: float
     if bucket is None:
         bucket = buckets[number] = Bucket(origin + number * width)
     return bucket
-
-
-def _slice(txn: IndexTxn, start: int) -> list[DocRecord]:
-    cursor = txn.txn.cursor(db=txn.dbs["docs"])
-    records: list[DocRecord] = []
-    if not cursor.set_range(serial_key(start)):
-        return records
-    for key, raw in cursor:
-        records.append(txn.unpack_record(from_u64(key), raw))
-        if len(records) == SLICE:
-            break
-    return records
 
 
 def _count_one(census: Census, record: DocRecord, *buckets: Bucket) -> None:
@@ -205,13 +191,12 @@ def _count_clusters(engine: Engine, census: Census, top: int, members: int) -> N
     sizes: dict[int, int] = {}
     largest: list[tuple[int, int]] = []  # (size, -serial): a min-heap of the ``top`` largest, earlier first on ties
     with engine.index.read() as txn:
-        cursor = txn.txn.cursor(db=txn.dbs["members"])
         with_members = 0
-        for key in cursor.iternext_nodup(keys=True, values=False):
-            size = cursor.count() + 1
+        for serial, count in txn.clusters_with_members():
+            size = count + 1
             with_members += 1
             sizes[size] = sizes.get(size, 0) + 1
-            entry = (size, -from_u64(key))
+            entry = (size, -serial)
             if len(largest) < top:
                 heapq.heappush(largest, entry)
             elif entry > largest[0]:
@@ -225,13 +210,7 @@ def _count_clusters(engine: Engine, census: Census, top: int, members: int) -> N
 
 
 def _summary(txn: IndexTxn, serial: int, size: int, limit: int) -> ClusterSummary:
-    cursor = txn.txn.cursor(db=txn.dbs["members"])
-    listed = []
-    if cursor.set_key(serial_key(serial)):
-        for value in cursor.iternext_dup():
-            listed.append(_row(txn.record(from_u64(value))))
-            if len(listed) == limit:
-                break
+    listed = [_row(txn.record(member)) for member in itertools.islice(txn.member_serials(serial), limit)]
     return ClusterSummary(_row(txn.record(serial)), size, listed)
 
 

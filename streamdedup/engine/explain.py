@@ -38,7 +38,7 @@ from ..core.verify import jaccard
 from ..errors import UnknownDocumentError
 from ..store.bands import record_band_keys
 from ..store.housekeeping import serials_with_id
-from ..store.index import DocRecord, IndexTxn, serial_key
+from ..store.index import DocRecord, IndexTxn
 from ..store.lookup import RecentMirror
 from ..store.sites import load_site, shared_template
 from .engine import Engine
@@ -139,7 +139,7 @@ def explain_in(engines: list[Engine], doc_id: str, other: Optional[str] = None,
             min_shared=engine.signing.min_shared, notes=notes)
         if record_b is None:
             if record_a.kept:
-                result.members = sum(_members(txn, record_a.serial) for txn in txns)
+                result.members = sum(txn.member_count(record_a.serial) for txn in txns)
             return result
         words = {}
         contents = {}
@@ -195,11 +195,6 @@ def _relation(record: DocRecord) -> Optional[str]:
     if record.kept:
         return None
     return "exact" if record.exact else "near" if record.containment is None else "excerpt"
-
-
-def _members(txn: IndexTxn, serial: int) -> int:
-    cursor = txn.txn.cursor(db=txn.dbs["members"])
-    return cursor.count() if cursor.set_key(serial_key(serial)) else 0
 
 
 def _shingles_of(engine: Engine, txn: IndexTxn, record: DocRecord, text: Union[str, Sequence[str], None],

@@ -23,7 +23,7 @@ from ..errors import StreamdedupError, UnknownDocumentError
 from ..store.anchors import BatchAnchors
 from ..store.bands import BandTables
 from ..store.housekeeping import serials_with_id
-from ..store.index import DocRecord, serial_key
+from ..store.index import DocRecord
 from ..store.lookup import BatchView, RecentMirror
 from ..store.sites import shared_template, site_summaries
 from ..core.sites import site_host, site_key
@@ -172,10 +172,7 @@ def cluster_in(engines: list[Engine], doc_id: str, limit: Optional[int], owner: 
 
 def _members_of(txn, representative: int) -> tuple[int, Iterator[tuple[int, object]]]:
     """How many members one index lists under ``representative``, and (serial, txn) of each, in serial order."""
-    cursor = txn.txn.cursor(db=txn.dbs["members"])
-    if not cursor.set_key(serial_key(representative)):
-        return 0, iter(())
-    return cursor.count(), ((int.from_bytes(value, "big"), txn) for value in cursor.iternext_dup())
+    return txn.member_count(representative), ((serial, txn) for serial in txn.member_serials(representative))
 
 
 def _member(record: DocRecord) -> dict:

@@ -31,7 +31,7 @@ import threading
 import time
 from dataclasses import dataclass
 from multiprocessing import reduction
-from typing import TYPE_CHECKING, Any, Iterator, Optional, Union
+from typing import TYPE_CHECKING, Any, Iterator, NamedTuple, Optional, Union
 
 from ..config import Config, kafka_client_settings
 from ..core.records import FileBatch, RawRecord, Source
@@ -61,6 +61,36 @@ class FedBatch:
     prepared: PreparedBatch
     position: Any  # Kafka: {partition: next offset}; files: the FilePosition after the block
     at_end: bool  # Kafka: every partition read to its end, as of the last fetch; files: no more input
+
+
+# -- what readers say, and what the feed process sends the deciding one -----------------------------
+
+
+class Read(NamedTuple):
+    """A batch read: where the source stands after it, whether it is at the end (Kafka: every partition read
+    to its end, as of the last fetch; files: no more input), its records (Kafka records in the canonical
+    order, or a block of lines); sent by the feed process, also its prepared form."""
+
+    position: Any
+    at_end: bool
+    records: Any
+    prepared: Any = None
+
+
+class Idle(NamedTuple):
+    """Nothing new, but the position moved (a transaction marker was read past: the lag moved)."""
+
+    position: Any
+
+
+class Ended(NamedTuple):
+    """Every input was read (files)."""
+
+
+class Failed(NamedTuple):
+    """The feed process failed: the error, one of ours (``_as_ours``), raised in the deciding process."""
+
+    error: StreamdedupError
 
 
 # -- readers: what a feed reads, in whichever process it runs ----------------------------------------
@@ -104,8 +134,8 @@ class KafkaReader:
         for p, offset in starts.items():
             self.source.seek(p, offset)
 
-    def read(self, busy=lambda: False) -> Optional[tuple]:
-        """("batch", positions, at end, records) or ("idle", positions), or None: nothing new.
+    def read(self, busy=lambda: False) -> Union[Read, Idle, None]:
+        """The next batch, or that only the positions moved (None: nothing new).
 
         ``busy`` says the batch before has not been taken yet: a partial
         batch is then topped up (``_filled``).
@@ -113,10 +143,10 @@ class KafkaReader:
         records = _filled(self.source, self.source.poll_batch(self.timeout_ms, limit=self.limit), self.limit, busy)
         positions = {p: self.source.position(p) for p in self.partitions}
         if records:
-            return "batch", positions, self.source.read_to_end(self.partitions), records
+            return Read(positions, self.source.read_to_end(self.partitions), records)
         if positions != self._told:
             self._told = positions
-            return "idle", positions  # e.g. a transaction marker was read past: the lag moved
+            return Idle(positions)
         return None
 
     def close(self) -> None:
@@ -152,13 +182,13 @@ class FileReader:
         self._blocks = self.source.batches(self.batch_size, order)
         self._next = next(self._blocks, None)
 
-    def read(self, busy=lambda: False) -> Optional[tuple]:
-        """("batch", position after, last, block), or ("end", None) once every input is read."""
+    def read(self, busy=lambda: False) -> Union[Read, Ended]:
+        """The next block, or ``Ended`` once every input is read."""
         if self._next is None:
-            return "end", None
+            return Ended()
         block, position = self._next
         self._next = next(self._blocks, None)  # one block ahead: the last batch says it is the last
-        return "batch", position, self._next is None, block
+        return Read(position, self._next is None, block)
 
     def close(self) -> None:
         pass
@@ -271,15 +301,15 @@ class InlineFeed:
         message = self.reader.read()
         if message is None:
             return None
-        if message[0] == "end":
+        if isinstance(message, Ended):
             self.ended = True
             return None
-        self.position = message[1]
-        if message[0] == "idle":
+        self.position = message.position
+        if isinstance(message, Idle):
             return None
-        records = message[3]
+        records = message.records
         payload = records if isinstance(records, FileBatch) else raw_payload(records)
-        return FedBatch(records, prepare_raw(payload, self.spec, self.signing), message[1], message[2])
+        return FedBatch(records, prepare_raw(payload, self.spec, self.signing), message.position, message.at_end)
 
     def batches(self) -> Iterator[FedBatch]:
         """Every batch to the end of the input (files)."""
@@ -377,16 +407,15 @@ class ProcessFeed:
                 self._check_alive()
                 return None
         self._heard = True
-        kind = message[0]
-        if kind == "error":
-            raise message[1]
-        if kind == "end":
+        if isinstance(message, Failed):
+            raise message.error
+        if isinstance(message, Ended):
             self.ended = True
             return None
-        self.position = message[1]
-        if kind == "idle":
+        self.position = message.position
+        if isinstance(message, Idle):
             return None
-        return FedBatch(message[3], message[4], message[1], message[2])
+        return FedBatch(message.records, message.prepared, message.position, message.at_end)
 
     def batches(self) -> Iterator[FedBatch]:
         """Every batch to the end of the input (files)."""
@@ -398,10 +427,10 @@ class ProcessFeed:
 
         here = self._here
         message = here.reader.read()
-        if message[0] == "end":  # no input at all
+        if isinstance(message, Ended):  # no input at all
             self._here, self.ended = None, True
             return None
-        _, position, last, block = message
+        position, last, block = message.position, message.at_end, message.records
         if last:  # the whole input was read here: the process is never started (``close`` stops it)
             self._here, self.ended = None, True
         elif self._ready.is_set():
@@ -424,10 +453,10 @@ class ProcessFeed:
             except (OSError, ValueError, EOFError):  # the queue was closed under us: the feed is closing
                 return
             self._wanted.clear()
-            if message[0] == "batch":
-                records = message[3] if isinstance(message[3], FileBatch) else raw_records(message[3])
+            if isinstance(message, Read):
+                records = message.records if isinstance(message.records, FileBatch) else raw_records(message.records)
                 sources = records.sources() if isinstance(records, FileBatch) else [r.source for r in records]
-                message = (*message[:3], records, restore_items(message[4], sources))
+                message = message._replace(records=records, prepared=restore_items(message.prepared, sources))
             if not _hand_over(self._received, message, self._closing):
                 return
 
@@ -490,7 +519,7 @@ def _feed_main(reading, spec, warm_up, orders, batches, stop, parent: int, ready
         _feed_batches(reader, given_spec or spec, signing, batches, stop)
         stop.wait()  # the input ended: stay until told, or the queue's last messages may never leave
     except Exception as exc:  # handed to the parent (the worker then starts a new session)
-        _hand_over(batches, ("error", _as_ours(exc, reading)), stop)
+        _hand_over(batches, Failed(_as_ours(exc, reading)), stop)
     finally:
         if reader is not None:
             try:
@@ -545,11 +574,10 @@ def _feed_batches(reader, spec, signing, batches, stop) -> None:
         message = reader.read(batches.full)
         if message is None:
             continue
-        if message[0] == "batch":
-            records = message[3]
-            payload = records if isinstance(records, FileBatch) else raw_payload(records)
-            message = (*message[:3], payload, prepare_compact(payload, spec, signing))
-        if not _hand_over(batches, message, stop) or message[0] == "end":
+        if isinstance(message, Read):
+            payload = message.records if isinstance(message.records, FileBatch) else raw_payload(message.records)
+            message = message._replace(records=payload, prepared=prepare_compact(payload, spec, signing))
+        if not _hand_over(batches, message, stop) or isinstance(message, Ended):
             return
 
 

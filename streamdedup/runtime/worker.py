@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from ..config import Config, kafka_client_settings
-from ..core.decode import InputSpec
+from ..core.decode import InputSpec, text_limit_for_output
 from ..core.records import canonical_order
 from ..engine.engine import Engine
 from ..errors import BrokerError, BrokerUnavailableError, kafka_trouble
@@ -162,8 +162,11 @@ class Session:
                 making_sink.discard(KafkaSink.close)
             self.close()
             raise
-        self.commit = KafkaCommit(engine, output_spec(spec, self.sink), self.sink, group_id, prefix,
-                                  config.worker.kafka_timeout_s)
+        checked = output_spec(spec, self.sink)
+        if checked.max_text_bytes < spec.max_text_bytes:
+            self.log.info("text_limit_from_output", max_text_bytes=checked.max_text_bytes,
+                          configured=spec.max_text_bytes, clean_max_message_bytes=self.sink.limit("clean"))
+        self.commit = KafkaCommit(engine, checked, self.sink, group_id, prefix, config.worker.kafka_timeout_s)
         self.partitions: list = []
 
     def _start_sink(self, transactional_id: str) -> Pending:
@@ -281,10 +284,13 @@ def session_rights(config: Config, topics: list[str], group_id: str, transaction
 
 
 def output_spec(spec: InputSpec, sink: Optional[KafkaSink]) -> InputSpec:
-    """``spec`` with the clean topic's size limit, so a record too large to keep there is rejected, not decided."""
+    """``spec`` with the clean topic's size limit, so a record too large to keep there is rejected, not decided,
+    and a text limit the clean topic can hold (``text_limit_for_output``)."""
     if sink is None:
         return spec
-    return dataclasses.replace(spec, max_output_bytes=sink.limit("clean"), kept_bytes=kept_record_bytes)
+    limit = sink.limit("clean")
+    return dataclasses.replace(spec, max_output_bytes=limit, kept_bytes=kept_record_bytes,
+                               max_text_bytes=text_limit_for_output(spec.max_text_bytes, limit))
 
 
 class WorkerLoop:

@@ -45,6 +45,7 @@ from __future__ import annotations
 import enum
 import errno
 import fcntl
+import itertools
 import json
 import os
 import time
@@ -676,6 +677,39 @@ class IndexTxn:
     def records(self) -> Iterator[DocRecord]:
         for key, raw in self.txn.cursor(db=self.dbs["docs"]):
             yield self.unpack_record(from_u64(key), raw)
+
+    def records_from(self, start: int, limit: int) -> list[DocRecord]:
+        """At most ``limit`` records, in serial order from serial ``start`` on."""
+        cursor = self.txn.cursor(db=self.dbs["docs"])
+        if not cursor.set_range(serial_key(start)):
+            return []
+        return [self.unpack_record(from_u64(key), raw) for key, raw in itertools.islice(cursor, limit)]
+
+    def first_and_last_records(self) -> Optional[tuple[DocRecord, DocRecord]]:
+        """The records of the lowest and the highest serial (None: no record)."""
+        cursor = self.txn.cursor(db=self.dbs["docs"])
+        if not cursor.first():
+            return None
+        first = self.unpack_record(from_u64(cursor.key()), cursor.value())
+        cursor.last()
+        return first, self.unpack_record(from_u64(cursor.key()), cursor.value())
+
+    def member_count(self, representative: int) -> int:
+        """How many members the members table lists under a cluster's kept document."""
+        cursor = self.txn.cursor(db=self.dbs["members"])
+        return cursor.count() if cursor.set_key(serial_key(representative)) else 0
+
+    def member_serials(self, representative: int) -> Iterator[int]:
+        """The serials of a cluster's members, ascending."""
+        cursor = self.txn.cursor(db=self.dbs["members"])
+        if cursor.set_key(serial_key(representative)):
+            yield from (from_u64(value) for value in cursor.iternext_dup())
+
+    def clusters_with_members(self) -> Iterator[tuple[int, int]]:
+        """(kept document's serial, how many members) of every cluster with members, in serial order."""
+        cursor = self.txn.cursor(db=self.dbs["members"])
+        for key in cursor.iternext_nodup(keys=True, values=False):
+            yield from_u64(key), cursor.count()
 
     def position(self, name: str) -> Optional[Any]:
         raw = self.txn.get(name.encode(), db=self.dbs["positions"])
