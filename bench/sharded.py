@@ -274,7 +274,6 @@ def sharded_round(bootstrap: str, raw: str, docs: int, count: int, signers: int,
 def serial_costs(count: int, docs: int, work: Path) -> dict:
     """µs of CPU per document of each part of a shard's work, ``count`` shards in this process, one after the
     other on each batch (templates off: one round of evidence); ``decide_together`` timed by itself."""
-    import streamdedup.store.lookup as lookup_module
     import streamdedup.engine.shards.shard as shard_module
     from streamdedup import config as config_module
     from streamdedup.core.records import Document, Source
@@ -304,7 +303,7 @@ def serial_costs(count: int, docs: int, work: Path) -> dict:
             began = clock()
             packed = []
             for shard in shards:
-                lookup_module._last_sorted = None  # each shard sorts the batch's keys once, in its own process
+                prepared._slots = None  # each shard sorts the batch's keys once, in its own process
                 packed.append(shard.evidence(prepared).pack())
             spent["evidence"] += clock() - began
             began = clock()

@@ -203,7 +203,7 @@ def test_a_failed_transaction_leaves_nothing_behind(tmp_path):
 
 def test_a_merge_interrupted_between_slices_is_consistent_and_done_again(tmp_path):
     from streamdedup.store.check import check_index
-    from streamdedup.store.lookup import merge_slice
+    from streamdedup.store.merge import merge_slice
 
     cfg = config_module.load(None, ("index.merge_every=100000",), environ={})
     texts = [d.text for d in corpus.generate(400, seed=8)]
@@ -227,7 +227,7 @@ def test_a_merge_interrupted_between_slices_is_consistent_and_done_again(tmp_pat
 def test_mirror_band_rows_of_nothing_and_of_repeated_keys():
     import numpy as np
 
-    from streamdedup.store.lookup import RecentMirror
+    from streamdedup.store.mirror import RecentMirror
 
     mirror = RecentMirror()
     mirror.add([(1, b"i" * 16, b"c" * 16), (2, b"j" * 16, b"d" * 16)], np.array([1, 2], dtype=np.int64),
@@ -243,24 +243,25 @@ def test_mirror_lookups_span_both_levels(monkeypatch):
     """Entries in the small level, the large level and both at once are all found, and a fold loses none."""
     import numpy as np
 
-    from streamdedup.store import lookup
+    from streamdedup.core.lsh import KEY_MASK, band_slots
+    from streamdedup.store import mirror as mirror_module
 
-    monkeypatch.setattr(lookup, "FRESH_ENTRIES", 8)
+    monkeypatch.setattr(mirror_module, "FRESH_ENTRIES", 8)
     rng = np.random.default_rng(3)
-    mirror = lookup.RecentMirror()
+    mirror = mirror_module.RecentMirror()
     every = []
     for serial in range(1, 40):
         keys = rng.integers(0, 30, size=(1, 3)).astype(np.uint64)  # small key space: many repeats
         mirror.add([(serial, serial.to_bytes(16, "big"), serial.to_bytes(16, "little"))],
                    np.array([serial], dtype=np.int64), keys)
         every += [((band << 32) | int(k), serial, band) for band, k in enumerate(keys[0])]
-        asked = lookup.band_slots(rng.integers(0, 3, size=6), rng.integers(0, 30, size=6))
+        asked = band_slots(rng.integers(0, 3, size=6), rng.integers(0, 30, size=6))
         found_slots, found_serials = mirror.band_rows(np.sort(asked))
         expected = sorted((k, s) for k, s, _ in every if k in set(asked.tolist()))
         assert sorted(zip(found_slots.tolist(), found_serials.tolist())) == expected
     assert sorted(zip(mirror.slots.tolist(), mirror.serials.tolist(), mirror.bands.tolist())) == sorted(every)
     assert mirror.slots.tolist() == sorted(mirror.slots.tolist())
-    assert (mirror.keys == mirror.slots & lookup.KEY_MASK).all()
+    assert (mirror.keys == mirror.slots & KEY_MASK).all()
 
 
 def test_a_band_key_is_found_in_its_own_band_only_in_the_mirror_as_in_the_table(tmp_path):
@@ -268,25 +269,26 @@ def test_a_band_key_is_found_in_its_own_band_only_in_the_mirror_as_in_the_table(
     band too, as the band table does, so a merge never changes what a document finds."""
     import numpy as np
 
-    from streamdedup.store import lookup
+    from streamdedup.core.lsh import band_slots, sorted_slots
+    from streamdedup.store.candidates import keys_shared_within
+    from streamdedup.store.mirror import RecentMirror
 
-    mirror = lookup.RecentMirror()
+    mirror = RecentMirror()
     keys = np.array([[5, 6, 7]], dtype=np.uint64)
     mirror.add([(1, b"i" * 8, b"c" * 16)], np.array([1], dtype=np.int64), keys)
-    found, serials = mirror.band_rows(np.sort(lookup.band_slots(np.array([1, 0, 2]), np.array([5, 6, 7]))))
+    found, serials = mirror.band_rows(np.sort(band_slots(np.array([1, 0, 2]), np.array([5, 6, 7]))))
     assert found.tolist() == [(2 << 32) | 7] and serials.tolist() == [1]  # 5 and 6 sit in other bands
-    asked, rows, bands = lookup.batch_band_keys(np.array([[9, 4], [4, 9]], dtype=np.uint64))
-    shared = lookup.keys_shared_within(asked, rows)
-    assert len(shared) == 0  # the rows hold 4 and 9, each in the other's band
-    asked, rows, bands = lookup.batch_band_keys(np.array([[9, 4], [3, 4]], dtype=np.uint64))
-    assert lookup.keys_shared_within(asked, rows).get(0) == [(1 << 32) | 4]
+    asked, rows, bands = sorted_slots(np.array([[9, 4], [4, 9]], dtype=np.uint64))
+    assert len(keys_shared_within(asked, rows)) == 0  # the rows hold 4 and 9, each in the other's band
+    asked, rows, bands = sorted_slots(np.array([[9, 4], [3, 4]], dtype=np.uint64))
+    assert keys_shared_within(asked, rows).get(0) == [(1 << 32) | 4]
 
 
 def test_the_mirror_presence_bits_never_miss_a_key_and_drop_most_others():
     """A key the mirror holds is always searched (a clear bit would hide a kept document); most others are not."""
     import numpy as np
 
-    from streamdedup.store.lookup import _KeyBits
+    from streamdedup.store.mirror import _KeyBits
 
     rng = np.random.default_rng(5)
     held = np.sort(np.concatenate((rng.integers(0, 1 << 32, 30000, dtype=np.uint64),
@@ -303,7 +305,7 @@ def test_the_mirror_presence_bits_never_miss_a_key_and_drop_most_others():
 def test_rows_said_to_have_no_candidates_have_none(tmp_path):
     """``may_have_candidates`` False (the rows whose candidates are not gathered) implies ``candidates`` is empty,
     and rows sharing keys with committed documents or with each other are not skipped."""
-    from streamdedup.store.lookup import BatchView
+    from streamdedup.store.view import BatchView
 
     docs = _docs([d.text for d in corpus.generate(300, seed=11)])
     copies = _docs([d.text + " again" for d in docs[100:130]], start=1000)  # near copies of committed pages
@@ -392,7 +394,7 @@ def test_band_table_finds_exactly_the_asked_band_and_key_in_every_epoch_of_seria
 
     from streamdedup.store.bands import BandTables, band_entries, stored_keys
     from streamdedup.store.index import MAX_SERIAL
-    from streamdedup.store.lookup import RecentMirror
+    from streamdedup.store.mirror import RecentMirror
 
     near = [0xAB000001, 0xAB000002, 0xAA000001, 0xAB000101,  # one bucket (the high 7 bits)
             0xA9000001, 0xAC000001, 0x00000001]  # others (the first with the same low 25 bits)

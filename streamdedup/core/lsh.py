@@ -23,7 +23,10 @@ import numpy as np
 
 from .shingle import GOLDEN, fmix64
 
-__all__ = ["s_curve", "band_hits", "optimal_params", "recall_params", "band_keys", "approx_threshold"]
+__all__ = ["s_curve", "band_hits", "optimal_params", "recall_params", "band_keys", "approx_threshold", "band_slots",
+           "sorted_slots", "KEY_MASK"]
+
+KEY_MASK = np.uint64(0xFFFFFFFF)  # a band slot's band key (``band_slots``)
 
 _PANELS = 64  # sub-intervals of each integral
 _NODES = 16  # Gauss-Legendre points per sub-interval
@@ -121,3 +124,21 @@ def band_keys(signatures: np.ndarray, bands: int, rows: int) -> np.ndarray:
         folded = (grid * powers).sum(axis=2, dtype=np.uint64)
         folded ^= np.arange(1, bands + 1, dtype=np.uint64) * np.uint64(GOLDEN)
         return fmix64(folded) >> np.uint64(32)
+
+
+def band_slots(bands: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Each (band, 32-bit band key) as one number, ``band << 32 | key``: what a lookup matches.
+
+    A band key's value is unique to its band only up to chance (one pair of
+    bands in 2^32), and the band table files keys under their band: every
+    lookup in memory (the recent mirror, the batch's own rows) matches the
+    pair too, so that where a document is filed never changes what it finds.
+    """
+    return (bands.astype(np.uint64) << np.uint64(32)) | keys.astype(np.uint64)
+
+
+def sorted_slots(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A batch's band keys (rows x bands) as band slots (``band_slots``) sorted, the row of each and its band."""
+    slots = band_slots(np.arange(keys.shape[1], dtype=np.uint64)[None, :], keys).ravel()
+    by_slot = np.argsort(slots)
+    return slots[by_slot], by_slot // keys.shape[1], (by_slot % keys.shape[1]).astype(np.uint16)

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Optional
 
 import numpy as np
 
 from .decode import decode, decode_warc_line
-from .lsh import band_keys
+from .lsh import band_keys, sorted_slots
 from .memory import keep_freed_memory
 from .records import Document, Item, RawRecord, Rejected, Source, id_key
 from .shingle import NormalizedBatch, ShingleBatch, narrow, normalize_texts, shingle_batch
@@ -42,6 +43,18 @@ class PreparedBatch:
     keys: np.ndarray  # (documents, bands) uint64
     sites: np.ndarray  # site key of each document row (uint64, ``core.sites``)
     hosts: dict  # site key -> host, for the batch's sites
+    _slots: Optional[tuple] = field(default=None, repr=False, compare=False)  # (keys, sorted_slots(keys)), last asked
+
+    def sorted_slots(self, keys: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``lsh.sorted_slots`` of ``keys`` (default: the batch's signed keys), kept for the last keys asked: a
+        shard asks for the same in its evidence and again in its decision (the sort is a tenth of each)."""
+        keys = self.keys if keys is None else keys
+        last = self._slots  # one read: shards in threads of one process (tests) may replace it meanwhile
+        if last is not None and last[0] is keys:
+            return last[1]
+        answer = sorted_slots(keys)
+        self._slots = (keys, answer)
+        return answer
 
 
 def prepare(items: list[Item], signing: SigningConfig) -> PreparedBatch:

@@ -15,7 +15,7 @@ A batch goes through two steps:
       ``min_shared`` bands (two of 32 by default: a cheap agreement test that
       drops chance matches of one band; a band key proposes its earliest
       ``max_candidates`` kept documents, wherever they are held:
-      ``lookup.file_kept``); the ones sharing the most bands
+      ``candidates.file_kept``); the ones sharing the most bands
       are verified first (at most ``max_candidates``) by
       exact Jaccard of *content* (shingles without site templates:
       ``core.templates``, ``sitelearning``); the most similar at or above
@@ -49,7 +49,9 @@ from ..core.verify import best_match, jaccard
 from ..store.anchors import BatchAnchors
 from ..store.bands import BandTables
 from ..store.index import DocRecord, IndexTxn
-from ..store.lookup import BatchView, RecentMirror, chosen_candidates
+from ..store.candidates import chosen_candidates
+from ..store.mirror import RecentMirror
+from ..store.view import BatchView
 from .sitelearning import BatchContent, FirstPages, SiteTemplates
 
 __all__ = ["DedupSettings", "ExcerptSettings", "decide"]

@@ -27,7 +27,8 @@ from ..store.bands import BandTables
 from ..store.housekeeping import ForgetRequests, forget, rebuild_tables, sweep_expired
 from ..store.index import Index, IndexSettings, IndexTxn, MapFull
 from ..faults import reached
-from ..store.lookup import RecentMirror, finish_merge, merge_slice, merge_slices
+from ..store.merge import finish_merge, merge_slice, merge_slices
+from ..store.mirror import RecentMirror
 from ..core.templates import TemplateSettings
 from .decide import DedupSettings, ExcerptSettings, decide
 from .sitelearning import SiteTemplates, templates_in_advance

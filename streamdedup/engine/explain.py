@@ -39,7 +39,7 @@ from ..errors import UnknownDocumentError
 from ..store.bands import record_band_keys
 from ..store.housekeeping import serials_with_id
 from ..store.index import DocRecord, IndexTxn
-from ..store.lookup import RecentMirror
+from ..store.mirror import RecentMirror
 from ..store.sites import load_site, shared_template
 from .engine import Engine
 

@@ -24,7 +24,8 @@ from ..store.anchors import BatchAnchors
 from ..store.bands import BandTables
 from ..store.housekeeping import serials_with_id
 from ..store.index import DocRecord
-from ..store.lookup import BatchView, RecentMirror
+from ..store.mirror import RecentMirror
+from ..store.view import BatchView
 from ..store.sites import shared_template, site_summaries
 from ..core.sites import site_host, site_key
 from .engine import Engine

@@ -21,7 +21,7 @@ from ..core.records import Document
 from ..core.signing import SigningConfig, band_keys_of
 from ..core.templates import EMPTY, SiteState, SiteTimeline, TemplateSettings, content_of
 from ..store.index import IndexTxn
-from ..store.lookup import BatchView
+from ..store.view import BatchView
 from ..store.sites import (load_site, move_site_counts, provisional_pages, save_site, set_provisional_pages,
                            remove_rekeyed, shared_template, write_rekeyed)
 

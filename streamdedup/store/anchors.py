@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from .index import IndexTxn, u64
-from .lookup import Hits, with_extra_candidates
+from .candidates import Hits, with_extra_candidates
 
 __all__ = ["BatchAnchors", "remove_anchors", "anchor_entries"]
 

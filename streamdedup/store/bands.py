@@ -17,7 +17,7 @@ it, so documents are compared with kept documents only.
 
 ``BandTables`` is the one way in. A lookup asks the table through the
 writer's filter of stored keys (``bandfilter``) and the recent-keys mirror
-(``lookup.RecentMirror``: kept documents not merged into the table yet).
+(``mirror.RecentMirror``: kept documents not merged into the table yet).
 Entries reach the table only in merges (``insert_slice``), and whatever a
 merge adds is added to the filter once the merge has committed
 (``inserted``): a key missing from the filter would hide a stored document.
@@ -38,7 +38,7 @@ from ..core.lsh import band_keys
 from ..core.shingle import ShingleBatch
 from ..core.signing import sign_batch
 from .index import DocRecord, Index, IndexTxn
-from .lookup import KEY_MASK, band_slots
+from ..core.lsh import KEY_MASK, band_slots
 
 __all__ = ["BandTables", "band_entries", "stored_keys", "record_band_keys", "KEY_ROW", "BAND_ROW", "BAND_KEY_BYTES"]
 
@@ -155,7 +155,7 @@ class BandTables:
     def lookup(self, txn: IndexTxn, mirror, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(band slot, serial) of every entry, stored or mirrored, under these band slots.
 
-        ``slots`` are sorted (``lookup.band_slots``: band and band key; each
+        ``slots`` are sorted (``lsh.band_slots``: band and band key; each
         once is enough). Stored entries are read in the table's order, one
         cursor positioning per key and epoch (``_stored_rows``); keys the
         filter surely lacks are not asked.

@@ -20,7 +20,7 @@ from ..errors import IndexCorruptError
 from .bands import band_entries, record_band_keys
 from .hashed import entries
 from .index import Index, IndexTxn, content_key, from_u64
-from .lookup import unpack_recent
+from .mirror import unpack_recent
 
 __all__ = ["CheckReport", "check_index"]
 

@@ -35,7 +35,8 @@ from .anchors import remove_anchors
 from .bands import BandTables, record_band_keys
 from .hashed import entry, serials_of
 from .index import DocRecord, IndexTxn, content_key, from_u64, serial_key, u64
-from .lookup import RecentMirror, merge_recent, pack_recent, unpack_recent
+from .merge import merge_recent
+from .mirror import RecentMirror, pack_recent, unpack_recent
 from .sites import remove_rekeyed
 
 __all__ = ["ForgetReport", "ForgetRequests", "forget", "dissolve", "serials_with_id", "sweep_expired", "rebuild_tables", "RETENTION_POSITION"]

@@ -26,7 +26,7 @@ source_names  b"n" + number (4 B) / b"s" + name      a record's source name / it
                                                      record stores the number (``IndexTxn``)
 recent        serial                                 id, content and band keys of a
                                                      document not yet merged into
-                                                     ids / content / bands (lookup.py)
+                                                     ids / content / bands (mirror.py, merge.py)
 ============  =====================================  ================================
 
 Unless said otherwise integers are 8 bytes; serials fit 32 bits (``MAX_SERIAL``).

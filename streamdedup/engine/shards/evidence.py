@@ -23,8 +23,9 @@ from ...store.anchors import BatchAnchors
 from ...store.bands import BandTables
 from ...store.hashed import serials_of_many
 from ...store.index import DocRecord, IndexTxn
-from ...store.lookup import (Hits, RecentMirror, batch_band_keys, earliest_of_each_key, first_documents,
-                             with_extra_candidates)
+from ...store.candidates import Hits, earliest_of_each_key, with_extra_candidates
+from ...store.mirror import RecentMirror
+from ...store.view import first_documents
 from ...store.sites import provisional_pages, remove_rekeyed, write_rekeyed
 from ..decide import ExcerptSettings
 from ..sitelearning import BatchContent
@@ -182,7 +183,7 @@ def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch:
     """
     records = _RecordCache(txn)
     evidence = Evidence()
-    asked, rows, _ = batch_band_keys(lookup_keys)
+    asked, rows, _ = batch.sorted_slots(lookup_keys)
     found_keys, found_serials = bands.lookup(txn, mirror, asked)
     if len(found_keys):
         found_keys, found_serials = earliest_of_each_key(found_keys, found_serials, asking.max_candidates)

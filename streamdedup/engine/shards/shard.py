@@ -12,7 +12,7 @@ from ...errors import IndexUnusableError
 from ...store.anchors import BatchAnchors
 from ...store.housekeeping import ForgetReport, dissolve, forget, serials_with_id
 from ...store.index import IndexTxn
-from ...store.lookup import write_documents
+from ...store.view import write_documents
 from ...store.sites import provisional_pages, remove_rekeyed, set_provisional_pages, write_rekeyed
 from ..engine import Bookkeeping, DecidedBatch, Engine
 from .evidence import (Asking, Evidence, OwnFirstPages, ShardPlace, band_evidence, content_evidence, item_owners,

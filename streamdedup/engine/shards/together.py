@@ -22,8 +22,8 @@ from ...core.signing import SigningConfig, band_keys_of
 from ...core.verify import jaccard
 from ...store.index import DocRecord
 from ...store.anchors import BatchAnchors
-from ...store.lookup import (Hits, SharedKeys, batch_band_keys, chosen_candidates, earliest_of_each_key,
-                             file_kept, keys_shared_within, room_under)
+from ...store.candidates import (Hits, SharedKeys, chosen_candidates, earliest_of_each_key, file_kept,
+                                 keys_shared_within, room_under)
 from ..decide import ExcerptSettings
 from ..sitelearning import BatchContent
 from .evidence import Evidence, row_anchors
@@ -73,7 +73,7 @@ def decide_together(batch: PreparedBatch, evidences: list[Evidence], rules: Rule
     shard of many looks at few documents of a batch one by one.
     """
     lookup_keys = batch.keys if lookup_keys is None else lookup_keys
-    asked, rows, _ = batch_band_keys(lookup_keys)
+    asked, rows, _ = batch.sorted_slots(lookup_keys)
     found_keys = np.concatenate([e.found_keys for e in evidences])
     hits = Hits.found(asked, rows, len(batch.contents), found_keys,
                       np.concatenate([e.found_serials for e in evidences]), rules.max_candidates)

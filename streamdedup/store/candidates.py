@@ -1,0 +1,194 @@
+"""Candidates from band keys: which kept documents a batch's rows find, and the cap on a key's answer.
+
+Pure functions over arrays of band slots (``core.lsh.band_slots``) and the
+serials found under them, shared by the single index (``view``) and the
+shards (``engine.shards``): a rule about candidates is written once.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Optional, Sequence
+
+import numpy as np
+
+__all__ = ["Hits", "SharedKeys", "keys_shared_within", "chosen_candidates", "with_extra_candidates",
+           "earliest_of_each_key", "room_under", "file_kept", "ranges"]
+
+
+def with_extra_candidates(serials: np.ndarray, shared: np.ndarray, extra: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Candidates (ascending serials, shared bands of each) with ``extra`` serials added, each one band more."""
+    if not len(extra):
+        return serials, shared
+    counts = dict(zip(serials.tolist(), shared.tolist()))
+    for serial in extra:
+        counts[serial] = counts.get(serial, 0) + 1
+    ordered = sorted(counts)
+    return np.array(ordered, dtype=np.int64), np.array([counts[s] for s in ordered], dtype=np.int64)
+
+
+def chosen_candidates(serials: np.ndarray, shared: np.ndarray, extra: Iterable[int], min_shared: int,
+                      matchable: Optional[Callable[[int], bool]], limit: int) -> tuple[list[int], int]:
+    """The candidates a document verifies, and how many it has before ``limit``.
+
+    ``serials`` (sharing ``shared`` bands each) and the ``extra`` serials
+    (each one band more every time it comes), those sharing at least
+    ``min_shared`` bands and ``matchable`` (None: all), the ``limit``
+    sharing the most (ties: the earliest), ascending unless cut to
+    ``limit``. In plain Python: a document has a handful, and numpy's cost
+    per call on arrays that small is several times the work.
+    """
+    counts = dict(zip(serials.tolist(), shared.tolist()))
+    for serial in extra:
+        counts[serial] = counts.get(serial, 0) + 1
+    if min_shared > 1:
+        counts = {serial: n for serial, n in counts.items() if n >= min_shared}
+    if matchable is not None:
+        counts = {serial: n for serial, n in counts.items() if matchable(serial)}
+    chosen = sorted(counts)
+    if len(chosen) > limit:
+        chosen = sorted(chosen, key=lambda serial: -counts[serial])[:limit]  # stable: the earliest of a tie first
+    return chosen, len(counts)
+
+
+class Hits:
+    """The committed kept documents sharing band keys with each document of a batch."""
+
+    _NONE = np.zeros(0, np.int64)
+
+    def __init__(self, serials: np.ndarray, shared: np.ndarray, bounds: list[int]):
+        self.serials, self.shared, self.bounds = serials, shared, bounds
+
+    def of(self, row: int) -> tuple[np.ndarray, np.ndarray]:
+        """Serials sharing a band with document ``row`` (ascending), and how many bands each."""
+        begin, end = self.bounds[row], self.bounds[row + 1]
+        if begin == end:
+            return self._NONE, self._NONE
+        return self.serials[begin:end], self.shared[begin:end]
+
+    def at_least(self, shared: int) -> "Hits":
+        """These hits without the documents that share fewer than ``shared`` bands with their row.
+
+        Most hits of a row are such chance meetings (one band of many); a
+        row left with none is then surely kept without a look, unless other
+        candidates come and add a band to them (pages rekeyed in the batch).
+        """
+        if shared <= 1 or len(self.shared) == 0:
+            return self
+        keep = self.shared >= shared
+        before = np.zeros(len(keep) + 1, dtype=np.int64)
+        np.cumsum(keep, out=before[1:])
+        return Hits(self.serials[keep], self.shared[keep], before[np.asarray(self.bounds)].tolist())
+
+    @classmethod
+    def found(cls, asked: np.ndarray, rows: np.ndarray, n: int, found_keys: np.ndarray, found_serials: np.ndarray,
+              per_key: Optional[int] = None):
+        """From the batch's sorted keys ``asked`` (each of document ``rows[i]``) and the (key, serial) rows found.
+
+        ``per_key`` keeps only the earliest so many serials of each key (None: all). A key that many kept
+        documents hold (a crawler trap's template, a hot bucket) would otherwise hand each document of
+        the batch all of them, and the work per document would grow with the trap.
+        """
+        if len(found_keys) == 0:
+            return cls(cls._NONE, cls._NONE, [0] * (n + 1))
+        lo, counts = _places(asked, found_keys)
+        if per_key is not None and _most_of_one_key(lo, counts) > per_key:
+            found_keys, found_serials = earliest_of_each_key(found_keys, found_serials, per_key)
+            lo, counts = _places(asked, found_keys)
+        doc = rows[ranges(lo, counts)]
+        serial = np.repeat(found_serials, counts)
+        pairs, shared = np.unique((doc << 40) | serial, return_counts=True)
+        bounds = np.searchsorted(pairs >> 40, np.arange(n + 1)).tolist()
+        return cls(pairs & ((1 << 40) - 1), shared, bounds)
+
+
+def _places(asked: np.ndarray, found_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each found key is in the sorted ``asked`` keys: its first place and how many places (0: not
+    asked). Searched this way round, as found keys are a few of those asked."""
+    lo = np.searchsorted(asked, found_keys, "left")
+    return lo, np.searchsorted(asked, found_keys, "right") - lo
+
+
+def _most_of_one_key(lo: np.ndarray, counts: np.ndarray) -> int:
+    """The most (key, serial) rows found of any one asked key (``_places``)."""
+    asked = lo[counts > 0]
+    return int(np.bincount(asked).max()) if len(asked) else 0
+
+
+def ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``starts[i], starts[i] + 1, ..., starts[i] + counts[i] - 1`` for every i, concatenated."""
+    return np.repeat(starts, counts) + (np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts))
+
+
+def room_under(slots: np.ndarray, found_slots: np.ndarray, per_key: int) -> dict[int, int]:
+    """How many more kept documents each of ``slots`` may propose: ``per_key`` less the committed ones found
+    under it (``found_slots``, one per entry), for the slots some found ones hold."""
+    if not len(slots) or not len(found_slots):
+        return {}
+    held, count = np.unique(found_slots[np.isin(found_slots, slots)], return_counts=True)
+    return dict(zip(held.tolist(), np.maximum(per_key - count, 0).tolist()))
+
+
+def file_kept(kept_by_key: dict[int, list[int]], slots, serial: int, room: dict[int, int],
+              per_key: Optional[int]) -> None:
+    """File a kept document of the batch under its ``slots`` that later rows share, each while the slot may
+    propose more (``room``, else ``per_key``; None: no limit).
+
+    This is the one meaning of the per-key limit, whatever the batch: a band
+    key proposes its earliest ``per_key`` kept documents, the committed ones
+    (found, cut to the earliest ``per_key``: ``Hits.found``) before the
+    batch's own. The batch's own are held only while room is left, so a
+    document finds what it would find had the batch been cut anywhere else.
+    """
+    for slot in slots:
+        holders = kept_by_key.setdefault(slot, [])
+        if per_key is None or len(holders) < room.get(slot, per_key):
+            holders.append(serial)
+
+
+def keys_shared_within(asked: np.ndarray, rows: np.ndarray) -> "SharedKeys":
+    """For each row, its band keys that another row of the batch has too (``asked``: the batch's keys
+    sorted, ``rows[i]`` the row of ``asked[i]``); most rows of a batch have none."""
+    same = asked[1:] == asked[:-1]
+    in_run = np.zeros(len(asked), dtype=bool)
+    in_run[1:] |= same
+    in_run[:-1] |= same
+    return SharedKeys(rows[in_run], asked[in_run])
+
+
+class SharedKeys:
+    """Rows and the band keys each shares with another row of its batch (``keys_shared_within``), read as
+    a dict row -> keys; a row's list is made when asked for, as few rows are looked at one by one."""
+
+    def __init__(self, rows: np.ndarray, keys: np.ndarray):
+        order = np.argsort(rows, kind="stable")
+        rows, self._keys = rows[order], keys[order]
+        starts = np.flatnonzero(np.concatenate(([True], rows[1:] != rows[:-1]))) if len(rows) else order
+        ends = np.append(starts[1:], len(rows))
+        self._at = dict(zip(rows[starts].tolist(), zip(starts.tolist(), ends.tolist())))
+
+    def __contains__(self, row: int) -> bool:
+        return row in self._at
+
+    def __iter__(self):
+        return iter(self._at)
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def get(self, row: int, default=()):
+        at = self._at.get(row)
+        return default if at is None else self._keys[at[0]:at[1]].tolist()
+
+    def slots(self) -> np.ndarray:
+        """Every band slot some row shares with another (with repeats)."""
+        return self._keys
+
+
+def earliest_of_each_key(keys: np.ndarray, serials: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
+    """(key, serial) pairs sorted by key, then serial, each key keeping its first ``limit`` (the smallest serials)."""
+    order = np.lexsort((serials, keys))
+    keys, serials = keys[order], serials[order]
+    starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
+    rank = np.arange(len(keys)) - np.repeat(starts, np.diff(np.append(starts, len(keys))))
+    kept = rank < limit
+    return keys[kept], serials[kept]
