@@ -10,7 +10,8 @@ from kafka.errors import MessageSizeTooLargeError
 from kafka.serializer import Serializer
 from kafka_helpers import create_topics, read_all
 
-from streamdedup.runtime.sink import RecordAppender, _upper_bytes, record_bytes
+from streamdedup.runtime.sink.appender import RecordAppender
+from streamdedup.runtime.sink.messages import record_bytes, upper_bytes
 
 
 def transactional(bootstrap: str, **settings) -> KafkaProducer:
@@ -115,7 +116,7 @@ def test_no_appender_for_a_producer_with_serializers_or_without_transactions(kaf
     (b"k", b"v", []), (None, b"x" * 3000, [("a", b"")]), (b"k" * 200, None, [("\u00e9" * 40, b"y" * 100)] * 5),
 ])
 def test_the_cheap_size_bound_is_never_below_the_clients_estimate(key, value, headers):
-    assert _upper_bytes(key, value, headers) >= record_bytes(key, value, headers)
+    assert upper_bytes(key, value, headers) >= record_bytes(key, value, headers)
 
 
 def test_no_appender_for_a_kafka_python_release_it_was_not_checked_against(kafka, monkeypatch):

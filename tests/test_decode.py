@@ -146,7 +146,7 @@ def test_an_integer_id_too_long_for_python_is_a_bad_id_not_invalid_json(digits):
 
 def test_an_unreadable_record_and_one_too_large_to_keep_are_rejected_with_their_reasons():
     assert decode(None, SRC, SPEC, rejected="unreadable_record: CRC").reason == "unreadable_record"
-    from streamdedup.runtime.sink import kept_record_bytes
+    from streamdedup.runtime.sink.messages import kept_record_bytes
 
     value = b'{"id": "a", "text": "' + b"x" * 2000 + b'"}'
     assert isinstance(decode(value, SRC, InputSpec(max_output_bytes=2500, kept_bytes=kept_record_bytes)), Document)

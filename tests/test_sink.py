@@ -7,7 +7,8 @@ import random
 import pytest
 from kafka.partitioner.default import murmur2
 
-from streamdedup.runtime.sink import key_partitions, record_bytes, without_key_if_too_large
+from streamdedup.runtime.sink.messages import record_bytes, without_key_if_too_large
+from streamdedup.runtime.sink.partitioner import key_partitions
 
 
 @pytest.mark.parametrize("partitions", [1, 2, 3, 7, 64])
@@ -47,7 +48,7 @@ def test_duplicate_announcements_are_what_json_dumps_writes():
     import json
 
     from streamdedup.core.records import Decision, RawRecord, Source
-    from streamdedup.runtime.sink import duplicate_body
+    from streamdedup.runtime.sink.messages import duplicate_body
 
     cases = [
         (Decision("plain", "duplicate", cluster="c1", matched="c1", similarity=0.7123456789), Source("crawl", 0, 5)),
@@ -77,7 +78,7 @@ def _record(key, value, headers=()):
 
 
 def test_null_header_values_go_out_empty_and_named():
-    from streamdedup.runtime.sink import sendable_headers
+    from streamdedup.runtime.sink.messages import sendable_headers
 
     assert sendable_headers((("a", None), ("b", b"1"), ("c", None))) == [
         ("a", b""), ("b", b"1"), ("c", b""), ("streamdedup.null-header", b"a"), ("streamdedup.null-header", b"c")]
@@ -87,7 +88,7 @@ def test_null_header_values_go_out_empty_and_named():
 @pytest.mark.parametrize("limit", [3000, 20_000, 100_000])
 def test_a_dead_letter_fits_its_topic_whatever_its_key_and_value(limit):
     from streamdedup.core.records import Decision
-    from streamdedup.runtime.sink import dead_letter_message, record_bytes
+    from streamdedup.runtime.sink.messages import dead_letter_message, record_bytes
 
     decision = Decision("x", "rejected", reason="invalid_json: bad")
     for key, value in [(b"k", b"v" * 50_000), (b"k" * 10_000, b"v" * 50_000), (b"k" * 200_000, b"v"), (None, None)]:

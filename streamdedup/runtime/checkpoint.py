@@ -133,7 +133,8 @@ from ..engine.engine import Engine, collector_paused
 from ..errors import ConfigError, IndexUnusableError
 from ..faults import reached
 from ..store.index import Index, IndexTxn
-from .sink import HEADER_PREFIX, FileOutputs
+from .sink import FileOutputs
+from .sink.messages import HEADER_PREFIX
 from .source import FilePosition
 
 __all__ = ["FileRun", "Resume", "KafkaCommit", "ShardCommit", "StartPlan", "start_plan", "WORKER_POSITIONS"]

@@ -30,7 +30,9 @@ from .access import check_access
 from .checkpoint import WORKER_POSITIONS, KafkaCommit, start_plan
 from .feed import InlineFeed, KafkaReader, ProcessFeed, kafka_reading, spawn_feed
 from .rights import Rights, check_topics
-from .sink import KafkaSink, Pending, create_output_topics, kept_record_bytes
+from .sink import KafkaSink, Pending
+from .sink.admin import create_output_topics
+from .sink.messages import kept_record_bytes
 
 __all__ = ["Stopper", "run_worker", "run_backfill", "WorkerStats"]
 

@@ -30,7 +30,8 @@ from ...errors import kafka_trouble
 from ...faults import reached
 from ...ops.logs import Log
 from ...ops.telemetry import WorkerTelemetry
-from ..sink import kept_record_bytes, topic_limits
+from ..sink.admin import topic_limits
+from ..sink.messages import kept_record_bytes
 from ..source import KafkaSource
 from .topics import SIGNED_MESSAGE_BYTES, ensure_internal_topics, values_topic
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ...config import Config, kafka_client_settings
 from ...errors import BrokerError
-from ..sink import create_output_topics
+from ..sink.admin import create_output_topics
 
 __all__ = ["ensure_internal_topics", "values_topic", "SIGNED_MESSAGE_BYTES"]
 
