@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO := build/demo
 
-.PHONY: install test-deps demo demo-sharded demo-secure demo-offline test test-fast bench clean
+.PHONY: install test-deps demo demo-sharded demo-secure demo-offline test test-fast docs bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,7 +41,7 @@ test-deps:
 	deploy/report/install-chromium.sh
 	deploy/prometheus/install.sh
 
-# Every tier (README "Tests"): the fast one, the system tests (processes: the command line, kills, packaging, a
+# Every tier (docs/pages/contributing.md, "Tests"): the fast one, the system tests (processes: the command line, kills, packaging, a
 # browser, Prometheus) and the broker tests (a local Apache Kafka). The slowest 25 are listed at the end.
 test: $(STAMP) test-deps
 	$(BIN)/python -m pytest --durations=25
@@ -49,6 +49,10 @@ test: $(STAMP) test-deps
 # The fast tier: pure logic and real LMDB files, no broker, no other process (about a minute here).
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not kafka and not system" --durations=10
+
+# The documentation site (docs/pages, docs/mkdocs.yml) into build/docs; strict: a broken link or reference fails.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -f docs/mkdocs.yml
 
 # All benchmarks (not part of the tests): offline engine, live worker on a local broker, growth to 1M documents, the report.
 bench: $(STAMP)

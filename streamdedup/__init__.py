@@ -1,8 +1,8 @@
 """streamdedup: streaming, incremental near-duplicate deduplication of text.
 
 Data path, one module per stage: ``source`` -> ``prepare`` (``decode``,
-``shingle``, ``signing``, ``lsh``) -> ``decide`` (``index``, ``lookup``,
-``verify``) -> ``sink``;
+``shingle``, ``signing``, ``lsh``) -> ``decide`` (``index``, ``view``,
+``candidates``, ``verify``) -> ``sink``;
 ``checkpoint`` holds the commit protocols, ``engine`` ties index and
 settings together, ``offline`` and ``worker`` are the two loops, ``api``
 is the Python API (``streamdedup.open``).

@@ -62,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     dedup.add_argument("--decisions", metavar="DECISIONS.jsonl", help="one JSON decision per input line; - is stdout")
     dedup.add_argument("--restart", action="store_true", help="ignore an interrupted run's checkpoint and start over")
     dedup.add_argument("--learn-first", action="store_true",
-                       help="read the inputs twice: learn every site's template, then decide (see README)")
+                       help="read the inputs twice: learn every site's template, then decide (see docs/pages/crawler-pages.md)")
     dedup.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                        help="progress bar on stderr (default: when stderr is a terminal)")
     dedup.set_defaults(handler=_cmd_dedup)

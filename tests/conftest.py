@@ -38,7 +38,7 @@ def _fast_tier_starts_no_process(request, monkeypatch):
     import multiprocessing.process
 
     def refused(*args, **kwargs):
-        raise AssertionError(f"{request.node.nodeid} starts a process: mark it @pytest.mark.system (README, "
+        raise AssertionError(f"{request.node.nodeid} starts a process: mark it @pytest.mark.system (docs/pages/contributing.md, "
                              "Tests), or test the logic without one")
 
     monkeypatch.setattr(subprocess.Popen, "__init__", refused)

@@ -179,31 +179,25 @@ def test_killed_in_the_middle_of_add_many_keeps_committed_batches_and_adding_aga
     assert sum(d.replayed for d in again) == committed
 
 
-def _readme_example() -> str:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("## Python API"):]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+def _page_example():
+    """The example session of the API page (docs/pages/api.md), as a doctest."""
+    import doctest
+
+    page = (ROOT / "docs" / "pages" / "api.md").read_text(encoding="utf-8")
+    session = re.search(r"```pycon\n(.*?)```", page, re.S).group(1)
+    return doctest.DocTestParser().get_doctest(session, {}, "api.md", "docs/pages/api.md", 0)
 
 
-README_PRINTS = [
-    "kept news-1",
-    "news-2 duplicate news-1 near 0.875 None",
-    "news-3 kept news-3 None None None",
-    "news-4 rejected None None None empty_text: the text is empty",
-    "['news-1']",
-    "news-1 0.875 [('only_a', 'reporting by ann lee')]",
-    "3",
-]
+def test_the_api_page_example_prints_what_it_shows_and_the_same_when_run_again(tmp_path, monkeypatch):
+    import doctest
 
-
-def test_the_readme_example_runs_and_prints_what_it_says(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    code = _readme_example()
-    for line in README_PRINTS:
-        assert f"# {line}" in code  # the example's comments say what it prints
+    shown = "".join(example.want for example in _page_example().examples)
+    assert "news-2 duplicate news-1 near 0.875 None" in shown and "empty_text" in shown
     for _ in range(2):  # the second run replays every decision: the same output
-        exec(compile(code, "README.md", "exec"), {})
-        assert capsys.readouterr().out.splitlines() == README_PRINTS
+        runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+        runner.run(_page_example(), out=lambda text: None)
+        assert runner.tries > 0 and runner.failures == 0
 
 
 @pytest.mark.system

@@ -94,10 +94,10 @@ def test_the_installed_wheel_runs_help_version_and_the_readme_offline_example(ve
 
 
 def readme_offline_example() -> list[str]:
-    """The first two commands of README's "Offline use" block: make the sample crawl, deduplicate it."""
+    """The first two commands of README's first offline run: make the sample crawl, deduplicate it."""
     readme = (ROOT / "README.md").read_text()
-    block = re.search(r"## Offline use\s+```bash\n(.*?)```", readme, re.S).group(1)
-    commands = [line.split("#", 1)[0].strip() for line in block.splitlines()]
+    block = re.search(r"## A first offline run.*?```console\n(.*?)```", readme, re.S).group(1)
+    commands = [line[2:].strip() for line in block.splitlines() if line.startswith("$ ")]
     commands = [c for c in commands if c.startswith("streamdedup sample") or c.startswith("streamdedup dedup crawl")]
     assert len(commands) == 2, commands
     return commands

@@ -24,7 +24,7 @@ filter, run per site and as pages arrive):
   shares with the first: two pages of a new site are never near duplicates
   of each other because of a template (nor, while the sample fills, because
   of content they share: a within-site copy among a site's first pages is
-  missed unless exact; see README, "While a site is learning").
+  missed unless exact; see docs/pages/crawler-pages.md, "While a site is learning").
 - **Settled.** Once the sample is full, the template is what it shows.
   Every ``relearn_every`` new pages of the site the next ``sample_pages``
   pages are sampled again, and what they show is added (a redesign is

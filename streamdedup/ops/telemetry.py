@@ -1,6 +1,6 @@
 """The worker's metrics and health: what ``/metrics``, ``/healthz`` and ``/readyz`` say.
 
-Every metric is described once here (the README's table is checked against
+Every metric is described once here (docs/pages/operating.md's table is checked against
 ``METRIC_NAMES`` by a test). Updates happen on the worker thread, after a
 batch commits or while idle; a scrape (on the server thread) only reads
 numbers, never the index: LMDB must not be read while the worker grows its map.

@@ -26,7 +26,7 @@ def topic_limits(client_settings: dict, topics: list[str]) -> dict:
         from ...errors import BrokerError
 
         raise BrokerError(f"cannot read the output topics' max.message.bytes ({type(exc).__name__}); grant the "
-                          "worker's user DescribeConfigs on them (see README: Pointing the worker at an "
+                          "worker's user DescribeConfigs on them (see docs/pages/worker.md: Pointing the worker at an "
                           "existing cluster)") from None
     finally:
         admin.close()
