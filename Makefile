@@ -56,11 +56,11 @@ docs: $(STAMP)
 
 # All benchmarks (not part of the tests): offline engine, live worker on a local broker, growth to 1M documents, the report.
 bench: $(STAMP)
-	$(BIN)/python bench/offline.py
-	$(BIN)/python bench/live.py
-	$(BIN)/python bench/growth.py
-	$(BIN)/python bench/realtext.py --compare
-	$(BIN)/python bench/report.py
+	$(BIN)/python -m bench.offline
+	$(BIN)/python -m bench.live
+	$(BIN)/python -m bench.growth
+	$(BIN)/python -m bench.realtext --compare
+	$(BIN)/python -m bench.report
 
 clean:
 	rm -rf build .pytest_cache

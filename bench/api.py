@@ -18,7 +18,7 @@ records in memory). Printed: the median docs/s, min-max, and each API
 variant's ratio to ``dedup`` (of the medians, and the median of the
 same-round ratios).
 
-Run: ``python bench/api.py --docs 20000 --rounds 3``.
+Run: ``python -m bench.api --docs 20000 --rounds 3``.
 """
 
 from __future__ import annotations
@@ -26,12 +26,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import statistics
-import subprocess
-import sys
 import tempfile
 import time
+
+from bench import harness
 
 CONTENDERS = ("dedup", "dedup, one process", "api, JSON lines", "api, (id, text)")
 
@@ -52,20 +50,13 @@ def one_api_run(kind: str, path: str, state: str) -> dict:
     return {"docs": len(decisions), "seconds": seconds}
 
 
-def dedup_rate(path: str, state: str, processes: int) -> float:
-    result = subprocess.run([sys.executable, "-m", "streamdedup", "dedup", path, "--state", state, "--no-progress",
-                             "--set", f"worker.prepare_processes={processes}"],
-                            capture_output=True, text=True, check=True, timeout=3600)
-    found = re.search(r"\(([\d,]+) docs/s", result.stdout)
-    if found is None:
-        raise RuntimeError(f"no docs/s in the dedup summary:\n{result.stdout}\n{result.stderr}")
-    return float(found.group(1).replace(",", ""))
-
-
-def api_rate(kind: str, path: str, state: str) -> float:
-    result = subprocess.run([sys.executable, __file__, "--child", kind, "--input", path, "--state", state],
-                            capture_output=True, text=True, check=True, timeout=3600)
-    measured = json.loads(result.stdout.strip().splitlines()[-1])
+def rate(name: str, path: str, state: str) -> float:
+    """docs/s of one contender: ``dedup``'s own summary, or the API's clock around ``add_many``."""
+    if name.startswith("dedup"):
+        processes = 0 if "one process" in name else 1
+        run = harness.dedup(path, state, ["--no-progress", f"worker.prepare_processes={processes}"], decisions=False)
+        return harness.summary_rate(run.stdout)
+    measured = harness.child("bench.api", "lines" if "lines" in name else "pairs", "--input", path, "--state", state)
     return measured["docs"] / measured["seconds"]
 
 
@@ -89,24 +80,9 @@ def main() -> None:
         with open(path, "w", encoding="utf-8") as handle:
             corpus.write_jsonl(documents, handle)
         print(f"{len(documents):,} documents, {args.rounds} rounds, each contender a fresh process and index")
-        rates: dict[str, list[float]] = {name: [] for name in CONTENDERS}
-        for round_number in range(args.rounds):
-            for name in CONTENDERS:
-                state = os.path.join(work, f"state-{round_number}-{CONTENDERS.index(name)}")
-                if name.startswith("dedup"):
-                    rate = dedup_rate(path, state, 0 if "one process" in name else 1)
-                else:
-                    rate = api_rate("lines" if "lines" in name else "pairs", path, state)
-                rates[name].append(rate)
-                print(f"  round {round_number + 1}: {name:<18} {rate:>9,.0f} docs/s", flush=True)
-    base = statistics.median(rates["dedup"])
-    print(f"\n| contender | median docs/s | min-max | vs dedup (paired) |\n|---|---|---|---|")
-    for name in CONTENDERS:
-        values = rates[name]
-        median = statistics.median(values)
-        paired = statistics.median(v / d for v, d in zip(values, rates["dedup"]))
-        ratio = "" if name == "dedup" else f"{median / base:.2f}x ({paired:.2f}x)"
-        print(f"| {name} | {median:,.0f} | {min(values):,.0f}-{max(values):,.0f} | {ratio} |")
+        rates = harness.interleaved(CONTENDERS, args.rounds, lambda name, number: rate(
+            name, path, os.path.join(work, f"state-{number}-{CONTENDERS.index(name)}")))
+    print("\n" + harness.table(rates, "dedup"))
 
 
 if __name__ == "__main__":

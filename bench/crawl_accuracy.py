@@ -21,7 +21,7 @@ quotes), with the engine's own normalization and word 3-gram shingles:
 - the seed tutorial's Pitfall 3 (20 pages sharing a header and footer):
   pairs flagged.
 
-Run: ``python bench/crawl_accuracy.py [--pages 3000] [--prose stdlib] [--set excerpts.enabled=true]``;
+Run: ``python -m bench.crawl_accuracy [--pages 3000] [--prose stdlib] [--set excerpts.enabled=true]``;
 each configuration runs ``streamdedup dedup`` as its own program ("learn first": ``dedup --learn-first``,
 which learns every site's template before deciding).
 """
@@ -31,10 +31,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
+
+from bench import harness
 
 TARGETS = {"false_merges": 0.001, "false_excerpts": 0, "republished": 0.99, "excerpts": 0.95}
 
@@ -137,18 +138,6 @@ def pitfall_three(seed: int = 7) -> tuple[list[dict], float]:
     return pages, sum(pairs) / len(pairs)
 
 
-def run_dedup(path: str, state: str, settings: list[str]) -> list[dict]:
-    """Decisions of ``streamdedup dedup`` on ``path``, run as its own program (``settings``: ``--set``
-    values, or options of the command)."""
-    out = os.path.join(state, "decisions.jsonl")
-    command = [sys.executable, "-m", "streamdedup", "dedup", path, "--state", state, "--decisions", out]
-    for setting in settings:
-        command += [setting] if setting.startswith("--") else ["--set", setting]
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    with open(out, encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle]
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pages", type=int, default=3000)
@@ -174,7 +163,8 @@ def main(argv=None) -> int:
             handle.writelines(web_jsonl_lines(pages))
         records = [json.loads(line) for line in open(path, encoding="utf-8")]
         for name, settings in runs.items():
-            decisions = run_dedup(path, os.path.join(work, f"state-{prose}-{name.replace(' ', '-')}"), settings)
+            decisions = harness.dedup(path, os.path.join(work, f"state-{prose}-{name.replace(' ', '-')}"),
+                                      settings).decisions()
             r = score(records, decisions).rates()
             print(f"{prose:<10} {name:<14} {r['false_merges']:>12.2%} {r['false_excerpts']:>15} "
                   f"{r['republished']:>11.2%} {r['excerpts']:>9.2%} {r['learning_pages']:>15} "
@@ -184,7 +174,7 @@ def main(argv=None) -> int:
     path = os.path.join(work, "pitfall3.jsonl")
     with open(path, "w", encoding="utf-8") as handle:
         handle.writelines(json.dumps(p) + "\n" for p in pitfall)
-    flagged = sum(d["status"] == "duplicate" for d in run_dedup(path, os.path.join(work, "state-p3"), []))
+    flagged = sum(d["status"] == "duplicate" for d in harness.dedup(path, os.path.join(work, "state-p3")).decisions())
     print(f"\nPitfall 3: 20 pages, mean Jaccard {mean:.3f} as whole texts; {flagged} flagged as duplicates "
           f"(one site's URL, defaults)")
     print(f"targets: false merges <= {TARGETS['false_merges']:.1%}, false excerpts 0, republished >= 99%, "

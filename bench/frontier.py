@@ -15,7 +15,7 @@ figure is measured in this one run, every ``streamdedup`` run a fresh process:
   broker (``deploy/kafka``, port 29492, or ``KAFKA_BOOTSTRAP``), against
   the kafka-python pass-through of ``live.py`` timed in the same run.
 
-Run: ``python bench/frontier.py`` (about 20 minutes on 2 cores;
+Run: ``python -m bench.frontier`` (about 20 minutes on 2 cores;
 ``--big 100000 --live 20000`` for a quick look).
 """
 
@@ -26,68 +26,43 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import live  # noqa: E402
-import realtext  # noqa: E402
-from growth import Crawl  # noqa: E402
+from bench import harness, live, realtext
+from bench.growth import Crawl
 
 NUMPY_PATH = "default, numpy path (no kernel)"
 CONFIGS = {**realtext.COMPARED, NUMPY_PATH: []}
-WITHOUT_KERNEL = ["-c", "import sys; from streamdedup.core import eliasfano, shingle, signing, verify; "
+WITHOUT_KERNEL = ("-c", "import sys; from streamdedup.core import eliasfano, shingle, signing, verify; "
                   "shingle._kernel = signing._kernel = verify._kernel = eliasfano._kernel = None; "
-                  "from streamdedup.cli import main; sys.exit(main(sys.argv[1:]))"]  # then the command's arguments
-ONE_PROCESS = ["--set", "worker.prepare_processes=0"]  # the kernel stays unloaded only in this process
+                  "from streamdedup.cli import main; sys.exit(main(sys.argv[1:]))")  # then the command's arguments
+ONE_PROCESS = ["worker.prepare_processes=0"]  # the kernel stays unloaded only in this process
 
 
-def dedup_command(path: str, state: str, settings: list[str], numpy_path: bool, decisions: str = "/dev/null") -> list:
+def _dedup(path: str, state: str, settings: list[str], numpy_path: bool, **kw) -> harness.DedupRun:
     """``streamdedup dedup`` as its own program; on the numpy path the kernel is unloaded first (one process)."""
-    flags = [f for s in settings for f in ("--set", s)]
-    args = ["dedup", path, "--state", state, "--decisions", decisions, *flags]
     if not numpy_path:
-        return [sys.executable, "-m", "streamdedup", *args]
-    return [sys.executable, *WITHOUT_KERNEL, *args, *ONE_PROCESS]
+        return harness.dedup(path, state, settings, **kw)
+    return harness.dedup(path, state, [*settings, *ONE_PROCESS], python=WITHOUT_KERNEL, **kw)
 
 
 def recall(corpora: list, settings: list[str], numpy_path: bool) -> list[dict]:
     """Scores of one configuration on each corpus (``realtext.score``)."""
     scores = []
     for path, records, (pairs, reference, parts) in corpora:
-        state = tempfile.mkdtemp(prefix="frontier-recall-")
-        out = os.path.join(state, "decisions.jsonl")
-        try:
-            subprocess.run(dedup_command(path, state, settings, numpy_path, out), check=True,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            with open(out, encoding="utf-8") as handle:
-                decisions = [json.loads(line) for line in handle]
-        finally:
-            shutil.rmtree(state, ignore_errors=True)
+        with tempfile.TemporaryDirectory(prefix="frontier-recall-") as state:
+            decisions = _dedup(path, state, settings, numpy_path).decisions()
         scores.append(realtext.score(records, decisions, pairs, reference, parts))
     return scores
 
 
 def big_run(path: str, docs: int, settings: list[str], numpy_path: bool) -> dict:
     """docs/s of a whole ``dedup`` run of ``docs`` documents, and the index's bytes per document, per table."""
-    from streamdedup.store.index import Index, IndexSettings
-
-    state = tempfile.mkdtemp(prefix="frontier-big-")
-    try:
-        began = time.monotonic()
-        subprocess.run(dedup_command(path, state, settings, numpy_path), check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        seconds = time.monotonic() - began
-        with Index(IndexSettings(path=state), None, readonly=True) as index:
-            tables = index.database_bytes()
-        size = os.path.getsize(os.path.join(state, "data.mdb"))
-    finally:
-        shutil.rmtree(state, ignore_errors=True)
-    return {"docs_s": docs / seconds, "bytes": size / docs,
+    with tempfile.TemporaryDirectory(prefix="frontier-big-") as state:
+        run = _dedup(path, state, settings, numpy_path, decisions=False, documents=docs)
+        tables, size = run.table_bytes(), run.index_bytes()
+    return {"docs_s": run.rate, "bytes": size / docs,
             "tables": {name: used / docs for name, used in sorted(tables.items(), key=lambda t: -t[1])
                        if used >= 2 * docs}}
 
@@ -112,7 +87,7 @@ def _timed_worker(bootstrap: str, topic: str, settings: list[str], numpy_path: b
         made = live.streamdedup_command(bootstrap, topic, outs, state) + [f for s in settings for f in ("--set", s)]
         if numpy_path:
             made[1:3] = WITHOUT_KERNEL
-            made += ONE_PROCESS
+            made += ["--set", *ONE_PROCESS]
         return made
 
     return live.timed_program(bootstrap, command)

@@ -13,7 +13,7 @@ starts where the index stands: after the first window the index holds
 110,000 documents, so that is the second row (earlier versions fed documents
 100,000-110,000 twice there, which made it look faster).
 
-Run: ``python bench/growth.py`` (``--sizes 10000,100000,1000000 --window 100000 [--set lsh.bands=20 ...]``).
+Run: ``python -m bench.growth`` (``--sizes 10000,100000,1000000 --window 100000 [--set lsh.bands=20 ...]``).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@
    against the same pages as JSONL text: docs/s and the accuracy scorer's
    figures on both.
 
-    .venv/bin/python bench/html_input.py [--pages 3000] [--sites 40] [--runs 3]
+    .venv/bin/python -m bench.html_input [--pages 3000] [--sites 40] [--runs 3]
 """
 
 from __future__ import annotations
@@ -25,11 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from crawl_accuracy import contained, score, shingle_sets  # noqa: E402
-
-from streamdedup.core.webcrawl import as_html, generate_web, web_jsonl_lines  # noqa: E402
+from bench import harness
+from bench.crawl_accuracy import contained, score, shingle_sets
+from streamdedup.core.webcrawl import as_html, generate_web, web_jsonl_lines
 
 EXTRACTORS = ("resiliparse", "trafilatura-fast", "trafilatura")
 
@@ -69,17 +67,6 @@ def _warc_record(uri: str, body: bytes, number: int) -> bytes:
     return gzip.compress(head + payload + b"\r\n\r\n")
 
 
-def run_dedup(input_path: Path, work: Path) -> tuple[float, list[dict]]:
-    """``streamdedup dedup`` as a process of its own: seconds and decisions."""
-    state, decisions = work / "state", work / "decisions.jsonl"
-    subprocess.run(["rm", "-rf", str(state)], check=True)
-    began = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "streamdedup", "dedup", str(input_path), "--state", str(state),
-                    "--decisions", str(decisions)], check=True, capture_output=True)
-    seconds = time.perf_counter() - began
-    return seconds, [json.loads(line) for line in decisions.read_text().splitlines()]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pages", type=int, default=3000)
@@ -96,8 +83,9 @@ def main() -> None:
     for name in EXTRACTORS:
         runs = []
         for _ in range(args.runs):
-            done = subprocess.run([sys.executable, __file__, "--contender", name, "--pages", str(args.pages),
-                                   "--sites", str(args.sites)], capture_output=True, text=True)
+            done = subprocess.run([sys.executable, "-m", "bench.html_input", "--contender", name, "--pages",
+                                   str(args.pages), "--sites", str(args.sites)], capture_output=True, text=True,
+                                  cwd=harness.ROOT)
             if done.returncode:
                 print(f"   {name:17} not measured: {done.stderr.strip().splitlines()[-1]}")
                 break
@@ -123,9 +111,10 @@ def main() -> None:
         rates = {}
         for label, path in (("JSONL text", text_file), ("WARC, HTML", warc_file)):
             seconds = []
-            for _ in range(args.runs):
-                took, decisions = run_dedup(path, work)
-                seconds.append(took)
+            for number in range(args.runs):
+                run = harness.dedup(str(path), str(work / f"state-{label.split()[0]}-{number}"), documents=len(crawl))
+                seconds.append(run.seconds)
+            decisions = run.decisions()
             rates[label] = len(crawl) / statistics.median(seconds)
             if path == warc_file:  # a WARC response is named by its URL
                 decisions = [dict(d, id=id_of_url[d["id"]], matched=id_of_url.get(d["matched"], d["matched"]))

@@ -13,7 +13,7 @@ round and made before the clock starts:
   one Kafka transaction per batch (exactly one outcome per record); and the
   same with site templates and excerpts off ("pages off"), to show their cost.
 
-Run: ``python bench/live.py`` (starts a broker with deploy/kafka unless
+Run: ``python -m bench.live`` (starts a broker with deploy/kafka unless
 KAFKA_BOOTSTRAP is set).
 """
 
@@ -23,22 +23,20 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Iterator
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
+from bench import harness
 from streamdedup.core import corpus
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = harness.ROOT
 PARTITIONS = 3
 
 
@@ -149,8 +147,9 @@ def timed_round(name: str, bootstrap: str, topic: str) -> float:
     if name in VARIANTS:
         return timed_program(bootstrap, lambda outs, state: streamdedup_command(bootstrap, topic, outs, state)
                              + VARIANTS[name])
-    return timed_program(bootstrap, lambda outs, state: [sys.executable, __file__, "--peer", name, "--bootstrap",
-                                                         bootstrap, "--topic", topic, "--outs", ",".join(outs)])
+    return timed_program(bootstrap, lambda outs, state: [sys.executable, "-m", "bench.live", "--peer", name,
+                                                         "--bootstrap", bootstrap, "--topic", topic, "--outs",
+                                                         ",".join(outs)])
 
 
 def timed_program(bootstrap: str, command_for) -> float:
@@ -159,10 +158,7 @@ def timed_program(bootstrap: str, command_for) -> float:
     outs = [create(bootstrap, f"bench-{kind}-{tag}") for kind in ("out", "dups", "dead")]
     state = tempfile.mkdtemp(prefix="bench-live-")
     try:
-        command = command_for(outs, state)
-        began = time.monotonic()
-        subprocess.run(command, check=True, stderr=subprocess.DEVNULL)
-        return time.monotonic() - began
+        return harness.timed(command_for(outs, state), cwd=harness.ROOT)
     finally:
         shutil.rmtree(state, ignore_errors=True)
 
@@ -184,19 +180,12 @@ def main(argv=None) -> int:
         topic = preload(bootstrap, docs)
         print(f"{len(docs):,} documents in {topic} ({PARTITIONS} partitions) on {bootstrap}; {args.rounds} rounds")
         timed_round("pass-through (a)", bootstrap, topic)  # warm-up: the broker's JIT and page cache
-        rates: dict[str, list[float]] = {name: [] for name in CONTENDERS}
-        for _ in range(args.rounds):
-            for name in CONTENDERS:
-                rates[name].append(len(docs) / timed_round(name, bootstrap, topic))
-        ours = statistics.median(rates["streamdedup"])
-        print(f"\n  {'contender':<20} {'median docs/s':>14} {'min-max':>21} {'streamdedup / it':>17}")
-        for name, values in rates.items():
-            median = statistics.median(values)
-            ratio = f"{ours / median:.2f}x" if name != "streamdedup" else ""
-            if name == "streamdedup, pages off":
-                ratio += "  (cost of templates + excerpts)"
-            print(f"  {name:<20} {median:>14,.0f} {min(values):>10,.0f}-{max(values):<10,.0f} {ratio:>17}")
-        print(f"\n  streamdedup reaches {ours / statistics.median(rates['pass-through (a)']):.0%} of the pass-through")
+        rates = harness.interleaved(CONTENDERS, args.rounds,
+                                    lambda name, _: len(docs) / timed_round(name, bootstrap, topic))
+        print("\n" + harness.table(rates, "streamdedup", ratio="streamdedup / it (paired)", higher_is_better=False))
+        print("\n(streamdedup / \"streamdedup, pages off\": the cost of templates and excerpts)")
+        ours = harness.median(rates["streamdedup"])
+        print(f"\n  streamdedup reaches {ours / harness.median(rates['pass-through (a)']):.0%} of the pass-through")
     return 0
 
 

@@ -25,7 +25,7 @@ The last table puts the preparing process's time (the stages) beside the
 one-process loop's: the difference is the deciding side (index lookups,
 verification, writes).
 
-Run: ``make bench`` or ``python bench/offline.py --docs 30000 --rounds 3``.
+Run: ``make bench`` or ``python -m bench.offline --docs 30000 --rounds 3``.
 """
 
 from __future__ import annotations
@@ -35,11 +35,12 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from typing import Callable
+
+from bench import harness
 
 # streamdedup is imported inside the functions: the preparing process re-imports this module (as it does
 # the command line's), and with the engine imported at the top it would boot as slowly as a worker.
@@ -270,35 +271,22 @@ def measure(tasks: list[str], path: str, rounds: int) -> tuple[dict, dict]:
     Rounds are interleaved (every task once per round) so a slow spell
     of this shared machine weighs on all of them alike.
     """
-    rates: dict[str, list[float]] = {task.split(":", 1)[1]: [] for task in tasks}
-    results: dict[str, object] = {}
-    for _ in range(rounds):
-        for task in tasks:
-            child = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", task, "--input", path],
-                                   capture_output=True, text=True)
-            if child.returncode:
-                raise SystemExit(f"{task} failed:\n{child.stderr}")
-            answer = json.loads(child.stdout.strip().splitlines()[-1])
-            name = task.split(":", 1)[1]
-            rates[name].append(answer["rate"])
-            results.setdefault(name, []).append(answer)
-    return rates, results
+    results: dict[str, list] = {}
+
+    def one(task: str, _) -> float:
+        answer = harness.child("bench.offline", task, "--input", path)
+        results.setdefault(task.split(":", 1)[1], []).append(answer)
+        return answer["rate"]
+
+    rates = harness.interleaved(tasks, rounds, one, log=None)
+    return {task.split(":", 1)[1]: values for task, values in rates.items()}, results
 
 
 def show(title: str, rates: dict[str, list[float]], notes: dict[str, str]) -> None:
     """Medians, min-max, and ours over each peer: of the medians, and the median of the same-round ratios."""
-    print(f"\n{title}")
-    print(f"  {'engine':<28} {'median docs/s':>14} {'min-max':>21} {'ours / it':>10} {'paired':>7}  notes")
-    ours_name = next(iter(rates))
-    ours = rates[ours_name]
-    for name, values in rates.items():
-        median = statistics.median(values)
-        ratio = paired = ""
-        if name != ours_name:
-            ratio = f"{statistics.median(ours) / median:.2f}x"
-            paired = f"{statistics.median(o / v for o, v in zip(ours, values)):.2f}x"
-        print(f"  {name:<28} {median:>14,.0f} {min(values):>10,.0f}-{max(values):<10,.0f} {ratio:>10} {paired:>7}"
-              f"  {notes.get(name, '')}")
+    print(f"\n{title}\n")
+    print(harness.table(rates, next(iter(rates)), name="engine", ratio="ours / it (paired)", higher_is_better=False,
+                        columns={"notes": notes}))
 
 
 def show_stages(stages: dict[str, list]) -> None:

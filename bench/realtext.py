@@ -25,7 +25,7 @@ that join documents the exact >= 0.7 graph keeps apart (different connected
 components); the largest difference between a reported similarity and the
 exact Jaccard; docs/s and index bytes per document.
 
-Run: ``python bench/realtext.py [--docs 30000] [--out DIR] [--set lsh.bands=20 --set lsh.rows=6 ...]``;
+Run: ``python -m bench.realtext [--docs 30000] [--out DIR] [--set lsh.bands=20 --set lsh.rows=6 ...]``;
 ``--compare`` scores the default and the bands of earlier versions, ``--caps 100,10,3`` each of these
 per-key and per-document limits (``lsh.max_candidates``).
 """
@@ -39,12 +39,13 @@ import json
 import os
 import random
 import re
-import subprocess
 import sys
 import tempfile
 import time
 
 import numpy as np
+
+from bench import harness
 
 THRESHOLD = 0.7
 LOW = 0.5
@@ -214,19 +215,9 @@ def score(records: list[dict], decisions: list[dict], pairs: dict, reference: li
 
 def run_dedup(path: str, settings: list[str]) -> tuple[list[dict], float, float]:
     """Decisions, docs/s and index bytes per document of ``streamdedup dedup`` run as its own program."""
-    state = tempfile.mkdtemp(prefix="realtext-state-")
-    out = os.path.join(state, "decisions.jsonl")
-    command = [sys.executable, "-m", "streamdedup", "dedup", path, "--state", state, "--decisions", out]
-    for setting in settings:
-        command += ["--set", setting]
-    began = time.monotonic()
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    seconds = time.monotonic() - began
-    with open(out, encoding="utf-8") as handle:
-        decisions = [json.loads(line) for line in handle]
-    size = os.path.getsize(os.path.join(state, "data.mdb"))
-    subprocess.run(["rm", "-rf", state], check=True)
-    return decisions, len(decisions) / seconds, size / len(decisions)
+    with tempfile.TemporaryDirectory(prefix="realtext-state-") as state:
+        run = harness.dedup(path, state, settings)
+        return run.decisions(), run.rate, run.index_bytes() / run.documents
 
 
 def truth(records: list[dict]) -> tuple[dict, list, np.ndarray]:

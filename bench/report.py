@@ -8,19 +8,19 @@ it, and in-process the two halves of the report: counting the index
 (``take_census``) and drawing the page (``render_report``). Prints medians
 and the report's ratio to the peer.
 
-Run: ``python bench/report.py`` (``--articles 53800 --repeat 5``).
+Run: ``python -m bench.report`` (``--articles 53800 --repeat 5``).
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from bench import harness
 from streamdedup import config as config_module
 from streamdedup.engine.census import take_census
 from streamdedup.engine.engine import Engine
@@ -29,9 +29,7 @@ from streamdedup.ops.report import render_report
 
 def cli(*args: str) -> float:
     """Seconds one `streamdedup ARGS` process takes."""
-    started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "streamdedup", *args], check=True, capture_output=True)
-    return time.perf_counter() - started
+    return harness.timed([sys.executable, "-m", "streamdedup", *args])
 
 
 def main() -> None:

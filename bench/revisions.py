@@ -6,7 +6,7 @@ worktree`` into a temporary folder, run with ``PYTHONPATH`` pointing at it),
 each as a fresh process, in alternating order; printed: median docs/s, the
 ratio, and bytes per document of each index after its run.
 
-Run: ``python bench/revisions.py --against 2fd47f6 [--docs 100000] [--rounds 3] [--set lsh.bands=20 ...]``
+Run: ``python -m bench.revisions --against 2fd47f6 [--docs 100000] [--rounds 3] [--set lsh.bands=20 ...]``
 (``--set`` applies to this tree's runs only: the earlier revision runs its defaults).
 """
 
@@ -15,25 +15,13 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench import harness
 
-
-def run(tree: str, path: str, state: str, settings: list[str]) -> float:
-    """Seconds ``dedup`` of ``tree``'s code takes on ``path`` into a new index at ``state``."""
-    command = [sys.executable, "-m", "streamdedup", "dedup", path, "--state", state, "--decisions",
-               os.path.join(state, "decisions.jsonl")]
-    for setting in settings:
-        command += ["--set", setting]
-    env = dict(os.environ, PYTHONPATH=tree)
-    began = time.monotonic()
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=tree)
-    return time.monotonic() - began
+HERE = str(harness.ROOT)
 
 
 def main(argv=None) -> int:
@@ -56,21 +44,20 @@ def main(argv=None) -> int:
         with open(path, "w", encoding="utf-8") as handle:
             corpus.write_jsonl(docs, handle)
         trees = {"this tree": (HERE, args.set), args.against: (old, [])}
-        rates: dict[str, list[float]] = {name: [] for name in trees}
         sizes: dict[str, float] = {}
-        for number in range(args.rounds):
-            for name in (list(trees) if number % 2 == 0 else list(reversed(trees))):
-                tree, settings = trees[name]
-                state = os.path.join(work, "state")
-                rates[name].append(len(docs) / run(tree, path, state, settings))
-                sizes[name] = os.path.getsize(os.path.join(state, "data.mdb")) / len(docs)
-                shutil.rmtree(state)
-        print(f"{len(docs):,} documents of the synthetic crawl; {args.rounds} rounds, each run a fresh process\n")
-        base = statistics.median(rates[args.against])
-        for name, values in rates.items():
-            median = statistics.median(values)
-            print(f"  {name:<12} {median:>9,.0f} docs/s  ({min(values):,.0f}-{max(values):,.0f})  "
-                  f"{median / base:.2f}x  {sizes[name]:,.0f} B/doc (file)")
+
+        def measure(name: str, number: int) -> float:
+            tree, settings = trees[name]
+            state = os.path.join(work, "state")
+            run = harness.dedup(path, state, settings, env=dict(os.environ, PYTHONPATH=tree), cwd=tree)
+            sizes[name] = run.index_bytes() / len(docs)
+            shutil.rmtree(state)
+            return run.rate
+
+        rates = harness.interleaved(list(trees), args.rounds, measure, alternate=True)
+        print(f"\n{len(docs):,} documents of the synthetic crawl; {args.rounds} rounds, each run a fresh process\n")
+        print(harness.table(rates, args.against, name="tree",
+                            columns={"B/doc (file)": {name: f"{size:,.0f}" for name, size in sizes.items()}}))
     finally:
         subprocess.run(["git", "-C", HERE, "worktree", "remove", "--force", old], stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)

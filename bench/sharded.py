@@ -30,7 +30,7 @@ round, on the same pre-loaded input (the synthetic crawl, templates off, a
   of shards (the serial step), b/S on the shard's own documents.
 
 Then a projection of what N machines of M cores reach from those costs.
-Run: ``python bench/sharded.py`` (starts a broker with deploy/kafka on
+Run: ``python -m bench.sharded`` (starts a broker with deploy/kafka on
 ``--port``, default 30792, unless KAFKA_BOOTSTRAP is set). Medians over
 ``--rounds``; the machine is shared and noisy: compare ratios.
 """
@@ -53,15 +53,13 @@ from pathlib import Path
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "deploy"))
-from demo import read_topic, stop_processes  # noqa: E402
-from live import local_broker  # noqa: E402
+from bench import harness
+from bench.live import local_broker
+from deploy.demo import read_topic, stop_processes
+from streamdedup.core import corpus
+from streamdedup.core.signed import unpack_signed
 
-from streamdedup.core import corpus  # noqa: E402
-from streamdedup.core.signed import unpack_signed  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = harness.ROOT
 PARTITIONS = 2
 TICKS = os.sysconf("SC_CLK_TCK")
 OFF = ["--set", "templates.enabled=false", "--set", "excerpts.enabled=false"]
@@ -327,8 +325,8 @@ def crawl(docs: int):
 
 
 def serial_in_fresh_process(count: int, docs: int, work: Path) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--serial", str(count), "--docs", str(docs), "--work", str(work)],
-                         check=True, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "bench.sharded", "--serial", str(count), "--docs", str(docs), "--work",
+                          str(work)], check=True, capture_output=True, text=True, cwd=ROOT)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

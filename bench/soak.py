@@ -18,7 +18,7 @@ What happens (``--minutes`` M, default 30):
   and the output topics are read (read_committed): every input record (topic, partition, offset) must
   have exactly one outcome among clean, duplicates and dead-letter.
 
-Run: ``python bench/soak.py --minutes 30`` (``--minutes 5`` for a try). Exit status 1 if the check
+Run: ``python -m bench.soak --minutes 30`` (``--minutes 5`` for a try). Exit status 1 if the check
 fails or an input record has no or two outcomes.
 """
 

@@ -18,7 +18,7 @@ Each stream runs through ``streamdedup dedup`` as its own program (a fresh proce
 command's peak RSS (GNU ``time``: its largest process, the preparing one included), the decisions, and
 the index's bytes per document by table (LMDB pages in use, after the run).
 
-Run: ``python bench/traps.py --docs 50000`` (``--docs 500000 --rounds 1`` for the full size; ``--only
+Run: ``python -m bench.traps --docs 50000`` (``--docs 500000 --rounds 1`` for the full size; ``--only
 "template trap,exact copies"`` for some streams, always with the plain crawl; ``--set KEY=VALUE`` for every run).
 """
 
@@ -29,13 +29,11 @@ import json
 import os
 import random
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
 
+from bench import harness
 from streamdedup.core import corpus
 
 
@@ -95,33 +93,6 @@ def write(path: str, documents) -> int:
     return count
 
 
-def run(path: str, state: str, settings: list[str]) -> tuple[float, float]:
-    """(seconds, peak RSS in MiB) of ``streamdedup dedup`` on ``path`` into a new index at ``state``."""
-    command = [sys.executable, "-m", "streamdedup", "dedup", path, "--state", state,
-               "--decisions", os.path.join(state, "decisions.jsonl")]
-    for setting in settings:
-        command += ["--set", setting]
-    peak = os.path.join(os.path.dirname(path), "peak-rss-kb")
-    # GNU time forks the command from its own small process: a child forked from this one would inherit this
-    # process's peak (Linux keeps it across exec), and the figure would be the bench's, not the command's.
-    began = time.monotonic()
-    done = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", peak, *command], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL)
-    seconds = time.monotonic() - began
-    if done.returncode != 0:
-        raise SystemExit(f"dedup of {path} exited {done.returncode}")
-    with open(peak) as handle:
-        return seconds, int(handle.read().split()[-1]) / 1024
-
-
-def table_bytes(state: str) -> dict[str, int]:
-    from streamdedup.config import load
-    from streamdedup.engine.engine import Engine
-
-    with Engine(load(None, environ={}), state, readonly=True) as engine:
-        return engine.index.database_bytes()
-
-
 def decisions(state: str) -> tuple[Counter, int]:
     """(how many of each status, the largest cluster's duplicates)."""
     statuses, clusters = Counter(), Counter()
@@ -159,32 +130,30 @@ def main(argv=None) -> int:
         for name, make in streams.items():
             paths[name] = os.path.join(work, name.replace(" ", "-") + ".jsonl")
             write(paths[name], make())
-        rates = {name: [] for name in streams}
-        peaks = {name: [] for name in streams}
+        peaks: dict[str, list[float]] = {name: [] for name in streams}
         sizes, outcomes = {}, {}
-        for number in range(args.rounds):
-            for name, path in paths.items():
-                state = os.path.join(work, f"state-{number}-{name.replace(' ', '-')}")
-                seconds, peak = run(path, state, args.set)
-                rates[name].append(args.docs / seconds)
-                peaks[name].append(peak)
-                if name not in sizes:
-                    sizes[name] = table_bytes(state)
-                    outcomes[name] = decisions(state)
-                shutil.rmtree(state)
-                print(f"  round {number + 1} {name}: {args.docs / seconds:,.0f} docs/s, peak RSS {peak:,.0f} MiB",
-                      flush=True)
-        base = statistics.median(rates["plain crawl"])
+
+        def measure(name: str, number: int) -> float:
+            state = os.path.join(work, f"state-{number}-{name.replace(' ', '-')}")
+            # GNU time forks the command from its own small process: a child forked from this one would inherit
+            # this process's peak (Linux keeps it across exec), and the figure would be the bench's.
+            run = harness.dedup(paths[name], state, args.set, documents=args.docs, peak_rss=True)
+            peaks[name].append(run.peak_rss_mib)
+            if name not in sizes:
+                sizes[name] = run.table_bytes()
+                outcomes[name] = decisions(state)
+            shutil.rmtree(state)
+            return run.rate
+
+        rates = harness.interleaved(list(streams), args.rounds, measure)
         settings = f"; settings: {', '.join(args.set)}" if args.set else ""
         print(f"\n{args.docs:,} documents a stream; {args.rounds} rounds, each run a fresh process{settings}\n")
-        print(f"  {'stream':<16} {'median docs/s':>14} {'vs plain':>9} {'peak RSS MiB':>13} {'bytes/doc':>10}"
-              f" {'kept':>9} {'duplicate':>10} {'largest cluster':>16}")
-        for name in streams:
-            statuses, largest = outcomes[name]
-            print(f"  {name:<16} {statistics.median(rates[name]):>14,.0f} "
-                  f"{statistics.median(rates[name]) / base:>8.2f}x {max(peaks[name]):>13,.0f} "
-                  f"{sum(sizes[name].values()) / args.docs:>10,.0f} {statuses['kept']:>9,} "
-                  f"{statuses['duplicate']:>10,} {largest:>16,}")
+        columns = {"peak RSS MiB": {n: f"{max(peaks[n]):,.0f}" for n in streams},
+                   "bytes/doc": {n: f"{sum(sizes[n].values()) / args.docs:,.0f}" for n in streams},
+                   "kept": {n: f"{outcomes[n][0]['kept']:,}" for n in streams},
+                   "duplicate": {n: f"{outcomes[n][0]['duplicate']:,}" for n in streams},
+                   "largest cluster": {n: f"{outcomes[n][1]:,}" for n in streams}}
+        print(harness.table(rates, "plain crawl", name="stream", ratio="vs plain (paired)", columns=columns))
         tables = sorted({t for s in sizes.values() for t in s if s[t] >= args.docs})  # >= 1 byte a document
         print(f"\n  bytes per document by table (1 or more)\n  {'table':<16}" + "".join(f"{n:>16}" for n in streams))
         for table in tables:

@@ -37,8 +37,7 @@ from pathlib import Path
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from demo import ROOT, feed_sample, read_topic, start_local_broker, stop_local_broker, stop_processes  # noqa: E402
+from demo import ROOT, feed_sample, read_topic, start_local_broker, stop_local_broker, stop_processes
 
 WORK = Path(os.environ.get("DEMO_DIR", ROOT / "build" / "demo-sharded"))  # emptied at start
 SHARDS = 3

@@ -17,8 +17,7 @@ from kafka.admin import NewTopic
 
 from streamdedup.core import corpus
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "deploy"))
-from demo import read_topic, stop_processes  # noqa: E402,F401 (the tests import stop_processes from here)
+from deploy.demo import read_topic, stop_processes  # noqa: F401 (the tests import stop_processes from here)
 
 ROOT = Path(__file__).resolve().parent.parent
 BIG = 16 << 20  # 16 MiB: room for the 10 MB test record

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
+from conftest import index_snapshot, run_cli
 
+from bench import harness
+from bench.crawl_accuracy import contained, jaccard, pitfall_three, score, shingle_sets
 from streamdedup.core.webcrawl import generate_web, web_jsonl_lines
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-from conftest import index_snapshot, run_cli  # noqa: E402
-from crawl_accuracy import contained, jaccard, pitfall_three, run_dedup, score, shingle_sets  # noqa: E402
-
 PAGES = 2000
+
+
+def decided(path, state, settings=()) -> list[dict]:
+    """The decisions of ``streamdedup dedup`` run as its own program (``bench.harness``)."""
+    return harness.dedup(str(path), str(state), settings).decisions()
 
 
 @pytest.fixture(scope="module", params=["invented", "stdlib"])
@@ -46,7 +48,7 @@ def test_the_crawl_is_the_same_every_time_and_its_truth_holds():
 @pytest.mark.system
 def test_templates_keep_pages_apart_and_republished_articles_are_found(crawl, tmp_path):
     folder, records = crawl
-    result = score(records, run_dedup(str(folder / "web.jsonl"), str(tmp_path / "state"), [])).rates()
+    result = score(records, decided(str(folder / "web.jsonl"), str(tmp_path / "state"), [])).rates()
     assert result["false_merges"] <= 0.001
     # the misses: republished on, or first seen on, a site that is still learning its template (see --learn-first)
     assert result["republished"] >= 0.95 and result["republished_of"] > 200
@@ -57,7 +59,7 @@ def test_templates_keep_pages_apart_and_republished_articles_are_found(crawl, tm
 def test_without_templates_pages_of_one_site_are_merged(crawl, tmp_path):
     folder, records = crawl
     off = ["templates.enabled=false"]
-    result = score(records, run_dedup(str(folder / "web.jsonl"), str(tmp_path / "state"), off)).rates()
+    result = score(records, decided(str(folder / "web.jsonl"), str(tmp_path / "state"), off)).rates()
     assert result["false_merges"] > 0.02 and result["republished"] < 0.5
 
 
@@ -65,7 +67,7 @@ def test_without_templates_pages_of_one_site_are_merged(crawl, tmp_path):
 def test_excerpts_are_found_and_none_is_false(crawl, tmp_path):
     folder, records = crawl
     on = ["excerpts.enabled=true"]
-    result = score(records, run_dedup(str(folder / "web.jsonl"), str(tmp_path / "state"), on)).rates()
+    result = score(records, decided(str(folder / "web.jsonl"), str(tmp_path / "state"), on)).rates()
     assert result["excerpts"] >= 0.95 and result["excerpts_of"] > 100
     assert result["false_excerpts"] == 0 and result["false_merges"] <= 0.001
 
@@ -76,15 +78,15 @@ def test_the_seed_pitfall_three_pages_are_not_flagged(tmp_path):
     assert mean > 0.7
     path = tmp_path / "pitfall3.jsonl"
     path.write_text("".join(json.dumps(p) + "\n" for p in pages), encoding="utf-8")
-    assert all(d["status"] == "kept" for d in run_dedup(str(path), str(tmp_path / "state"), []))
+    assert all(d["status"] == "kept" for d in decided(str(path), str(tmp_path / "state"), []))
 
 
 @pytest.mark.system
 def test_learning_templates_first_finds_articles_republished_on_a_sites_first_pages(crawl, tmp_path):
     folder, records = crawl
     path = str(folder / "web.jsonl")
-    single = score(records, run_dedup(path, str(tmp_path / "single"), [])).rates()
-    first = score(records, run_dedup(path, str(tmp_path / "first"), ["--learn-first"])).rates()
+    single = score(records, decided(path, str(tmp_path / "single"), [])).rates()
+    first = score(records, decided(path, str(tmp_path / "first"), ["--learn-first"])).rates()
     assert first["republished"] >= 0.99 and first["learning_republished"] >= 0.99
     assert first["republished"] > single["republished"]
     assert first["false_merges"] <= 0.001

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import json
 import random
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 from test_accuracy import exact_reference
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-from realtext import (  # noqa: E402
+from bench.realtext import (
     components,
     greedy_reference,
     prose_windows,

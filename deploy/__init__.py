@@ -1,0 +1,1 @@
+"""Deployment scripts and the demos (``python deploy/demo.py``); the demos' helpers are shared as ``deploy.demo``."""
