@@ -11,8 +11,6 @@ is in ``checkpoint.py``.
 from __future__ import annotations
 
 import dataclasses
-import signal
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -21,7 +19,7 @@ from ..config import Config, kafka_client_settings
 from ..core.decode import InputSpec, text_limit_for_output
 from ..core.records import canonical_order
 from ..engine.engine import Engine
-from ..errors import BrokerError, BrokerUnavailableError, kafka_trouble
+from ..errors import BrokerUnavailableError, kafka_trouble
 from ..ops.logs import Log
 from ..ops.progress import Progress
 from ..ops.summary import Summary
@@ -30,90 +28,15 @@ from .access import check_access
 from .checkpoint import WORKER_POSITIONS, KafkaCommit, start_plan
 from .feed import InlineFeed, KafkaReader, ProcessFeed, kafka_reading, spawn_feed
 from .rights import Rights, check_topics
+from .sessions import SessionLoop, Stopper
 from .sink import KafkaSink, Pending
 from .sink.admin import create_output_topics
 from .sink.messages import kept_record_bytes
 
 __all__ = ["Stopper", "run_worker", "run_backfill", "WorkerStats"]
 
-BACKOFF_FIRST_S = 1.0
-BACKOFF_MAX_S = 30.0
 LAG_CHECK_S = 5.0  # how often a busy worker asks the broker for end offsets (an idle one: at every empty poll)
 ACCESS_CHECK_S = 10.0  # longest wait for each step of the connection and login check at the start of a session
-
-
-class Stopper:
-    """Set by SIGTERM / SIGINT (or a test); the loop stops between batches."""
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-
-    def install(self) -> None:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: self.event.set())
-
-    @property
-    def stopped(self) -> bool:
-        return self.event.is_set()
-
-    def wait(self, seconds: float) -> bool:
-        return self.event.wait(seconds)
-
-
-class Watchdog:
-    """Says in the log what the worker waits for when a step that talks to Kafka takes too long.
-
-    The Kafka client retries a lost broker by itself (with exponential
-    reconnect backoff); without this, the worker would just fall silent.
-    """
-
-    def __init__(self, log: Log, bootstrap: str, patience_s: float = 5.0,
-                 on_wait: Callable[[Optional[str]], None] = lambda waiting_for: None):
-        self.log = log
-        self.on_wait = on_wait
-        self.bootstrap = bootstrap
-        self.patience_s = patience_s
-        self._lock = threading.Lock()
-        self._phase: Optional[str] = None
-        self._since = 0.0
-        self._reported = 0.0
-        self.waiting = False
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="watchdog", daemon=True)
-        self._thread.start()
-
-    def phase(self, name: Optional[str], back: bool = True) -> None:
-        """Enter a step (``None``: idle in our own code); ``back=False``: the step failed, the broker is not back."""
-        with self._lock:
-            if self.waiting:
-                if back:
-                    self.log.info("broker_back", after=self._phase,
-                                  waited_s=round(time.monotonic() - self._since, 1))
-                self.waiting = False
-                self.on_wait(None)
-            self._phase, self._since, self._reported = name, time.monotonic(), 0.0
-
-    def current(self) -> tuple[Optional[str], float]:
-        """The step the worker is in (None: idle in our own code) and how long it has been in it."""
-        with self._lock:
-            return self._phase, time.monotonic() - self._since
-
-    def _watch(self) -> None:
-        while not self._stop.wait(1.0):
-            with self._lock:
-                if self._phase is None:
-                    continue
-                waited = time.monotonic() - self._since
-                if waited >= self.patience_s and waited - self._reported >= min(max(self._reported, 5.0), 30.0):
-                    self.waiting = True
-                    self.on_wait(self._phase)
-                    self._reported = waited
-                    self.log.warning("broker_lost", waiting_for=self._phase, waited_s=round(waited, 1),
-                                     bootstrap=self.bootstrap)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2)
 
 
 @dataclass
@@ -296,7 +219,7 @@ def output_spec(spec: InputSpec, sink: Optional[KafkaSink]) -> InputSpec:
 
 
 class WorkerLoop:
-    """Runs sessions until stopped, reconnecting with backoff when the broker goes away."""
+    """Runs sessions until stopped, reconnecting with backoff when the broker goes away (``sessions``)."""
 
     def __init__(self, engine: Engine, config: Config, log: Log, stopper: Stopper, telemetry: WorkerTelemetry,
                  spawned: Optional[ProcessFeed] = None):
@@ -308,12 +231,8 @@ class WorkerLoop:
         self._spawned = spawned  # for the first session
         self.stats = WorkerStats()
         self._last_summary = time.monotonic()
-        self.watchdog = Watchdog(log, config.kafka.bootstrap_servers, on_wait=self._waiting_for)
-        telemetry.current_step = self.watchdog.current
-        telemetry.stall_timeout_s = config.worker.stall_timeout_s
-
-    def _waiting_for(self, phase: Optional[str]) -> None:
-        self.telemetry.waiting_for = phase
+        self.loop = SessionLoop(config, log, stopper, telemetry)
+        self.watchdog = self.loop.watchdog
 
     def transactional_id(self) -> str:
         return self.config.worker.transactional_id or f"streamdedup-{self.engine.index.meta['index_id'][:16]}"
@@ -324,69 +243,27 @@ class WorkerLoop:
 
     def run(self, until_caught_up: bool = False) -> WorkerStats:
         try:
-            return self._sessions(until_caught_up)
+            self.loop.run(lambda connected: self._session(connected, until_caught_up), until_caught_up,
+                          lambda exc: self.rights().explain(exc))
+            return self.stats
         finally:
-            self.watchdog.close()
+            self.loop.close()
 
-    def _sessions(self, until_caught_up: bool) -> WorkerStats:
-        delay = BACKOFF_FIRST_S
-        lost = False
-        lost_since = 0.0  # when the broker went away (0: it answers)
-        while not self.stopper.stopped:
-            session = None
-            attempt_began: Optional[float] = time.monotonic()
-            try:
-                self.watchdog.phase("connecting and recovering")
-                session = self._new_session()
-                starts = session.recover()
-                self.watchdog.phase(None)
-                self.telemetry.assigned, self.telemetry.waiting_for = True, None
-                self.log.info("broker_back" if lost else "assigned",
-                              partitions=",".join(f"{p.topic}/{p.partition}" for p in session.partitions))
-                lost, delay, lost_since = False, BACKOFF_FIRST_S, 0.0
-                attempt_began = None  # from here a failure starts the count when it happens
-                self._batches(session, starts, until_caught_up)
-                return self.stats
-            except Exception as exc:
-                trouble = self.rights().explain(exc) or kafka_trouble(exc)
-                if trouble is None or not trouble.retriable:
-                    raise trouble or exc
-                lost_since = lost_since or attempt_began or time.monotonic()
-                self.watchdog.phase(None, back=False)
-                self._give_up_if_unreachable(trouble, lost_since, until_caught_up)
-                lost = True
-                self.telemetry.assigned, self.telemetry.waiting_for = False, "the broker to answer"
-                self.log.warning("broker_lost", error=str(trouble)[:300], retry_in_s=delay,
-                                 waiting_for="the broker to answer", bootstrap=self.config.kafka.bootstrap_servers)
-                if session is not None:
-                    session.close()
-                    session = None
-                self.stopper.wait(delay)
-                delay = min(delay * 2, BACKOFF_MAX_S)
-            finally:
-                if session is not None:
-                    session.close()
-        return self.stats
+    def _session(self, connected: Callable[..., None], until_caught_up: bool) -> WorkerStats:
+        """One session: connect, recover, then batches until caught up (or stopped)."""
+        session = self._new_session()
+        try:
+            starts = session.recover()
+            connected(partitions=",".join(f"{p.topic}/{p.partition}" for p in session.partitions))
+            self._batches(session, starts, until_caught_up)
+            return self.stats
+        finally:
+            session.close()
 
     def _new_session(self) -> "Session":
         spawned, self._spawned = self._spawned, None
         return Session(self.engine, self.config, self.log, self.config.input.topics, self.config.kafka.group_id,
                        self.transactional_id(), WORKER_POSITIONS, spawned, self.watchdog.phase)
-
-    def _give_up_if_unreachable(self, trouble: BaseException, lost_since: float, until_caught_up: bool) -> None:
-        """With ``--until-caught-up``, stop once the broker has not answered for ``worker.unreachable_timeout_s``.
-
-        A run that must finish (a cron job, a test) should not wait forever
-        for a broker that is gone; the long-lived worker waits as long as it
-        takes (it logs what it waits for). 0 waits forever in both.
-        """
-        limit = self.config.worker.unreachable_timeout_s
-        waited = time.monotonic() - lost_since
-        if until_caught_up and limit and waited >= limit:
-            raise BrokerError(f"no broker answered for {waited:.0f} s (worker.unreachable_timeout_s = {limit:g}) "
-                              f"at {self.config.kafka.bootstrap_servers}; last error: {trouble}. Check that the "
-                              "broker runs and kafka.bootstrap_servers points at it, or raise "
-                              "worker.unreachable_timeout_s (0: wait forever)")
 
     def _batches(self, session: Session, starts: dict, until_caught_up: bool) -> None:
         """Decide and commit batch after batch; the feed reads and prepares the next ones meanwhile."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 from ...config import Config, kafka_client_settings
 from ...core.decode import InputSpec
@@ -26,18 +26,17 @@ from ...core.records import RawRecord
 from ...core.signed import pack_signed, pack_values
 from ...core.signing import signing_config
 from ...engine.shards.evidence import item_owners
-from ...errors import kafka_trouble
 from ...faults import reached
 from ...ops.logs import Log
 from ...ops.telemetry import WorkerTelemetry
 from ..sink.admin import topic_limits
 from ..sink.messages import kept_record_bytes
+from ..sessions import SessionLoop
 from ..source import KafkaSource
 from .topics import SIGNED_MESSAGE_BYTES, ensure_internal_topics, values_topic
 
 __all__ = ["run_signer", "signed_chunks", "queue_forget"]
 
-BACKOFF_S = (1.0, 30.0)
 FILL_WAIT_S = 0.1  # longest wait to fill a batch to worker.batch_size records
 ORDER_HEADER_BYTES = 64  # room for the ``streamdedup.order`` header a shard adds to a kept record
 # A signer killed without leaving the group holds its input partitions until the group drops it after
@@ -90,14 +89,20 @@ class _Signer:
         return dataclasses.replace(spec, max_output_bytes=limit,
                                    kept_bytes=lambda *record: kept_record_bytes(*record) + ORDER_HEADER_BYTES)
 
-    def sign_once(self, timeout_ms: int) -> int:
-        """Read a batch, sign and send it, then commit the group's offsets; returns how many records."""
+    def sign_once(self, timeout_ms: int, step: Callable[[Optional[str]], None] = lambda name: None) -> int:
+        """Read a batch, sign and send it, then commit the group's offsets; returns how many records.
+
+        ``step`` is told each step that waits for the broker (``Watchdog.phase``).
+        """
         from kafka import TopicPartition
         from kafka.structs import OffsetAndMetadata
 
+        step("records from the input topics")
         records = self._batch(timeout_ms)
         if not records:
+            step(None)
             return 0
+        step("the signed batch sent")
         chunks = [(chunk, prepare_raw(raw_payload(chunk), self.spec, self.signing))
                   for chunk in signed_chunks(records, self.config.shards.batch_bytes)]
         values_at = [self._send_values(chunk, prepared) for chunk, prepared in chunks]
@@ -113,7 +118,9 @@ class _Signer:
         for r in records:
             tp = TopicPartition(r.source.name, r.source.partition)
             after[tp] = max(after.get(tp, 0), r.source.offset + 1)
+        step("the group's offsets committed")
         self._commit({tp: OffsetAndMetadata(offset, "", -1) for tp, offset in after.items()})
+        step(None)
         return len(records)
 
     def _send_values(self, chunk: list[RawRecord], prepared) -> dict:
@@ -156,41 +163,40 @@ class _Signer:
 
 
 def run_signer(config: Config, log: Log, stopper, until_idle_s: Optional[float] = None) -> int:
-    """The ``run --role sign`` command: sign until stopped (or idle for ``until_idle_s``); returns records signed."""
+    """The ``run --role sign`` command: sign until stopped (or idle for ``until_idle_s``); returns records signed.
+
+    Its sessions run in the reconnect loop every role shares (``sessions``).
+    """
     telemetry = WorkerTelemetry(None, config.metrics.address if config.metrics.enabled else None)
     telemetry.start()
     log.info("started", role="sign", topics=",".join(config.input.topics), signed_topic=config.shards.signed_topic,
              bootstrap=config.kafka.bootstrap_servers, metrics=telemetry.url() or "off")
-    signed, delay, idle_since = 0, BACKOFF_S[0], time.monotonic()
+    loop = SessionLoop(config, log, stopper, telemetry, role="sign")
+    signed, idle_since = 0, time.monotonic()
+
+    def session(connected: Callable[..., None]) -> int:
+        nonlocal signed, idle_since
+        signer = _Signer(config)
+        try:
+            connected()
+            while not stopper.stopped:
+                began = time.monotonic()
+                count = signer.sign_once(config.worker.poll_timeout_ms, loop.watchdog.phase)
+                if count:
+                    signed += count
+                    idle_since = time.monotonic()
+                    telemetry.batch_sent(time.monotonic() - began)
+                elif until_idle_s is not None and time.monotonic() - idle_since >= until_idle_s:
+                    break
+            return signed
+        finally:
+            signer.close()
+
     try:
-        while not stopper.stopped:
-            signer = None
-            try:
-                signer = _Signer(config)
-                telemetry.assigned, telemetry.waiting_for = True, None
-                delay = BACKOFF_S[0]
-                while not stopper.stopped:
-                    began = time.monotonic()
-                    count = signer.sign_once(config.worker.poll_timeout_ms)
-                    if count:
-                        signed += count
-                        idle_since = time.monotonic()
-                        telemetry.batch_sent(time.monotonic() - began)
-                    elif until_idle_s is not None and time.monotonic() - idle_since >= until_idle_s:
-                        return signed
-            except Exception as exc:
-                trouble = kafka_trouble(exc)
-                if trouble is None or not trouble.retriable:
-                    raise trouble or exc
-                telemetry.assigned, telemetry.waiting_for = False, "the broker to answer"
-                log.warning("broker_lost", role="sign", error=str(trouble)[:300], retry_in_s=delay)
-                stopper.wait(delay)
-                delay = min(delay * 2, BACKOFF_S[1])
-            finally:
-                if signer is not None:
-                    signer.close()
+        loop.run(session, until_done=until_idle_s is not None)
         return signed
     finally:
+        loop.close()
         telemetry.stopping = True
         telemetry.stop()
         log.info("stopped", role="sign", records=signed)
