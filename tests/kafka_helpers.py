@@ -225,6 +225,40 @@ def outcome_summary(found: dict) -> dict:
     return summary
 
 
+def single_worker_summary(records: list[tuple], settings=()) -> dict:
+    """What the single worker makes of ``records`` produced in order to one partition (``outcome_summary``),
+    decided here in process: a decision is a function of the input order and the settings alone, so the
+    sharded tests share this one baseline instead of running a worker through the broker for it. A replay
+    emits nothing. ``settings``: the ``--set`` flags the deployment runs with."""
+    import tempfile
+
+    from streamdedup import config as config_module
+    from streamdedup.core.decode import InputSpec
+    from streamdedup.core.prepare import prepare_raw, raw_payload
+    from streamdedup.core.records import RawRecord, Source
+    from streamdedup.engine.engine import Engine
+
+    cfg = config_module.load(None, [s for s in settings if s != "--set"], environ={})
+    spec = InputSpec.from_section(cfg.input)
+    raw = [RawRecord(record[1], Source("raw", 0, n), record[0]) for n, record in enumerate(records)]
+    summary = {}
+    with tempfile.TemporaryDirectory(prefix="single-worker-") as state, Engine(cfg, state) as engine:
+        for start in range(0, len(raw), cfg.worker.batch_size):
+            batch = raw[start:start + cfg.worker.batch_size]
+            for record, d in zip(batch, engine.decide_batch(prepare_raw(raw_payload(batch), spec, engine.signing))):
+                where = (0, record.source.offset)
+                if d.replayed:
+                    continue
+                if d.status == "kept":
+                    summary[where] = ("clean", d.cluster)
+                elif d.status == "duplicate":
+                    similarity = None if d.similarity is None else round(d.similarity, 6)
+                    summary[where] = ("duplicates", d.cluster, d.matched, similarity, d.exact)
+                else:
+                    summary[where] = ("dead_letter",)
+    return summary
+
+
 def wait_for_outcomes(kafka, topics, expected: int, processes, timeout=240) -> dict:
     """Every outcome once at least ``expected`` are out; fails if a process ended badly or time ran out."""
     deadline = time.monotonic() + timeout

@@ -18,9 +18,9 @@ from kafka_helpers import (
     produce,
     read_all,
     role_command,
-    run_worker,
     sharded_records,
     sharded_topics,
+    single_worker_summary,
 )
 
 from streamdedup.core.signed import unpack_signed
@@ -41,9 +41,7 @@ def single_worker(kafka, tmp_path_factory):
     records = sharded_records(web=True)
     topics = Topics.fresh(kafka)
     produce(kafka, topics.raw, records)
-    result = run_worker(tmp_path_factory.mktemp("single") / "state", topics, kafka)
-    assert result.returncode == 0, result.stderr.decode()
-    expected = outcome_summary(outcomes(kafka, topics))
+    expected = single_worker_summary(records)
     assert len(expected) == len(records) - 30  # a replayed record emits nothing
     return topics.raw, expected
 
