@@ -1,4 +1,5 @@
-"""The worker's commit protocol (``checkpoint.KafkaCommit``) step by step, against an in-memory Kafka.
+"""The commit protocols step by step, in this process: the worker's (``checkpoint.KafkaCommit``) against an
+in-memory Kafka, and the offline run's (``checkpoint.FileRun``) dying at each step.
 
 The sink below is the real ``KafkaSink`` (its messages, their topics and
 headers) with the broker calls replaced by an in-memory transaction log
@@ -225,3 +226,49 @@ def test_after_the_kafka_commit_and_before_the_index_commit_the_restart_replays_
             commit.commit(batch)
     assert index_snapshot(tmp_path) == uninterrupted["index"]
     assert _outcomes(kafka) == uninterrupted["outcomes"]
+
+
+# -- the offline protocol (``checkpoint.FileRun``): a crash at each step, in this process ---------------------
+
+
+def _offline(folder, source, crash_at: str = "", monkeypatch=None):
+    """``dedup_files`` over ``source`` into ``folder`` (batches of 60, read here); with ``crash_at``, the run
+    dies the third time that step is reached (``checkpoint.reached`` raises instead of exiting)."""
+    from streamdedup.runtime import checkpoint
+    from streamdedup.runtime.offline import dedup_files
+
+    if crash_at:
+        seen = []
+
+        def reached(step):
+            seen.append(step)
+            if step == crash_at and seen.count(step) == 3:
+                raise Crash(step)
+
+        monkeypatch.setattr(checkpoint, "reached", reached)
+    with _engine(folder / "state") as engine:
+        try:
+            dedup_files(engine, [str(source)], InputSpec(), str(folder / "clean.jsonl"),
+                        str(folder / "decisions.jsonl"), batch_size=60)
+        finally:
+            if crash_at:
+                monkeypatch.undo()
+
+
+@pytest.mark.parametrize("step", ["file-decided", "file-written", "file-committed"])
+def test_an_offline_run_dying_at_each_step_resumes_into_an_uninterrupted_runs_outputs(tmp_path, monkeypatch, step):
+    """After step 1 nothing is written; after step 2 the outputs hold the batch but the index does not (the
+    resume cuts them back); after step 3 both have it."""
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(b"".join(r.value + b"\n" for r in _records(300)))
+    reference, crashed = tmp_path / "reference", tmp_path / "crashed"
+    reference.mkdir(), crashed.mkdir()
+    _offline(reference, source)
+    with pytest.raises(Crash):
+        _offline(crashed, source, step, monkeypatch)
+    decided = (crashed / "decisions.jsonl").read_bytes().count(b"\n")
+    assert decided == {"file-decided": 120, "file-written": 180, "file-committed": 180}[step]
+    _offline(crashed, source)  # the same command again resumes
+    for name in ("clean.jsonl", "decisions.jsonl"):
+        assert (crashed / name).read_bytes() == (reference / name).read_bytes(), name
+    assert index_snapshot(crashed / "state")["records"] == index_snapshot(reference / "state")["records"]
