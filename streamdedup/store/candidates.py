@@ -124,8 +124,12 @@ def room_under(slots: np.ndarray, found_slots: np.ndarray, per_key: int) -> dict
     under it (``found_slots``, one per entry), for the slots some found ones hold."""
     if not len(slots) or not len(found_slots):
         return {}
-    held, count = np.unique(found_slots[np.isin(found_slots, slots)], return_counts=True)
-    return dict(zip(held.tolist(), np.maximum(per_key - count, 0).tolist()))
+    shared = np.unique(slots)  # few: each found entry is placed among them (found ones are many)
+    place = np.minimum(np.searchsorted(shared, found_slots), len(shared) - 1)
+    hit = shared[place] == found_slots
+    count = np.bincount(place[hit], minlength=len(shared))
+    held = np.flatnonzero(count)
+    return dict(zip(shared[held].tolist(), np.maximum(per_key - count[held], 0).tolist()))
 
 
 def file_kept(kept_by_key: dict[int, list[int]], slots, serial: int, room: dict[int, int],

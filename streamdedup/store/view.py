@@ -243,7 +243,9 @@ class BatchView:
             self._kept_rows[row] = serial
             self._shingles[serial] = shingles
             self._band_hits()
-            file_kept(self._kept_by_key, self._shared_keys.get(row, ()), serial, self._room, self.per_key)
+            shared = self._shared_keys.get(row, ())  # most rows share no key with a later one
+            if shared:
+                file_kept(self._kept_by_key, shared, serial, self._room, self.per_key)
 
     def flush(self) -> Callable[[], None]:
         """Write the batch into the transaction; returns what to do to the mirror once it commits."""

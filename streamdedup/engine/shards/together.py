@@ -320,7 +320,9 @@ class _State:
     def _kept(self, doc, row: int, serial: int, ident: bytes, content: bytes, site: int,
               wanted: bool = True) -> Optional[Decision]:
         self.shingles[serial] = self.batch.shingles.of(row)
-        file_kept(self.kept_by_key, self.shared_within.get(row, ()), serial, self.room, self.rules.max_candidates)
+        shared = self.shared_within.get(row, ())  # most rows share no key with a later one
+        if shared:
+            file_kept(self.kept_by_key, shared, serial, self.room, self.rules.max_candidates)
         if self.content is not None and row in self.content.provisional:
             self.first.kept(site, serial)
         if self.anchors is not None:
