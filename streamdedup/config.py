@@ -62,6 +62,8 @@ class InputSection:
     id_field: str = _key("id", "dotted path of the document id ('' for none: key, then source)")
     text_field: str = _key("text", "dotted path of the document text")
     url_field: str = _key("url", "dotted path of the page's URL; its host is the site whose template is learned ('' for none)")
+    html_field: str = _key("", "dotted path of a page's HTML in a JSON or msgpack record: its main content is the "
+                           "text, as with format html (a record without it: text_field; '' for none)")
     max_record_bytes: int = _key(8 << 20, "larger records are rejected as too_large", low=1)
     max_text_bytes: int = _key(1 << 20, "longer texts (UTF-8 bytes) are rejected as text_too_large; the worker "
                                "lowers it to what the clean topic's max.message.bytes holds, less 16 KiB", low=1)

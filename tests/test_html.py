@@ -34,6 +34,36 @@ def test_html_pages_in_other_encodings_and_without_content():
     assert decode(None, SRC, HTML).reason == "tombstone"
 
 
+JSON_HTML = InputSpec(html_field="page.html", url_field="page.url")
+
+
+def test_a_json_record_with_its_page_html_in_a_field_becomes_its_main_content():
+    page = generate_web(5, 2, 1)[0]
+    record = {"id": "p1", "page": {"url": page.url, "html": as_html(page)}, "text": "not this"}
+    doc = decode(json.dumps(record).encode(), SRC, JSON_HTML)
+    assert isinstance(doc, Document) and (doc.id, doc.url) == ("p1", page.url)
+    assert doc.text == decode(as_html(page).encode(), SRC, HTML, key=page.url.encode()).text  # as format html
+    assert "not this" not in doc.text and "Privacy policy" not in doc.text
+
+
+def test_records_without_the_html_field_are_read_by_their_text_and_bad_html_fields_are_rejected():
+    plain = decode(b'{"id": "t", "text": "only words here"}', SRC, JSON_HTML)
+    assert plain == Document("t", "only words here", SRC)
+    assert decode(b'{"id": "n", "page": {"html": 42}}', SRC, JSON_HTML).reason == "text_not_string"
+    empty = decode(b'{"id": "e", "page": {"html": "<html><body><nav>Home</nav></body></html>"}}', SRC, JSON_HTML)
+    assert (empty.reason, empty.id) == ("no_main_content", "e")
+
+
+def test_the_api_reads_a_dict_record_with_its_html_as_dedup_does(tmp_path):
+    import streamdedup
+
+    pages = generate_web(60, 3, 2)
+    with streamdedup.open(tmp_path / "s", input={"html_field": "html"}) as index:
+        decisions = index.add_many([{"id": p.id, "url": p.url, "html": as_html(p)} for p in pages])
+    assert [d.id for d in decisions] == [p.id for p in pages]
+    assert {d.status for d in decisions} <= {"kept", "duplicate"} and any(d.status == "duplicate" for d in decisions)
+
+
 def _record(kind: str, uri: str, payload: bytes) -> bytes:
     head = (f"WARC/1.1\r\nWARC-Type: {kind}\r\nWARC-Target-URI: {uri}\r\n"
             f"WARC-Record-ID: <urn:uuid:00000000-0000-0000-0000-{abs(hash((kind, uri))) % 10**12:012d}>\r\n"
@@ -84,6 +114,22 @@ def test_a_warc_file_is_deduplicated_response_by_response(tmp_path):
     again = run_cli("dedup", str(warc), "--state", str(tmp_path / "s"), "--decisions", str(tmp_path / "again.jsonl"))
     assert again.returncode == 0
     assert [d["status"] for d in read_jsonl(tmp_path / "again.jsonl")] == [d["status"] for d in decisions]
+
+
+@pytest.mark.system
+def test_jsonl_with_each_page_html_in_a_field_is_decided_as_the_same_pages_in_a_warc_file(tmp_path):
+    """Crawlers write JSONL with the page's HTML in it: ``input.html_field`` reads it as WARC input is read."""
+    pages = generate_web(200, 6, 4)
+    warc = tmp_path / "crawl.warc.gz"
+    write_warc(warc, pages)
+    jsonl = tmp_path / "crawl.jsonl"
+    jsonl.write_text("".join(json.dumps({"id": p.url, "url": p.url, "html": as_html(p)}) + "\n" for p in pages))
+    for name, source, extra in (("warc", warc, ()), ("jsonl", jsonl, ("--set", 'input.html_field="html"'))):
+        run_cli("dedup", str(source), "--state", str(tmp_path / f"s-{name}"), "--decisions",
+                str(tmp_path / f"{name}.jsonl"), *extra)
+    from_warc, from_jsonl = read_jsonl(tmp_path / "warc.jsonl"), read_jsonl(tmp_path / "jsonl.jsonl")
+    assert from_jsonl == from_warc
+    assert {d["status"] for d in from_jsonl} == {"kept", "duplicate"}
 
 
 @pytest.mark.system

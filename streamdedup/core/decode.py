@@ -70,6 +70,7 @@ class InputSpec:
     binary_keys: str = "reject"  # "reject" or "ignore" a Kafka key that is not UTF-8
     max_output_bytes: int = 0  # the clean topic's max.message.bytes, set by the worker at start (0: no limit)
     kept_bytes: Optional[Callable[..., int]] = None  # with it: a document's record size on the clean topic, kept
+    html_field: str = ""  # dotted path of a page's HTML in an object: its main content is the text ("": none)
 
     def __post_init__(self) -> None:
         if self.max_output_bytes and self.kept_bytes is None:
@@ -79,7 +80,7 @@ class InputSpec:
     def from_section(cls, section) -> "InputSpec":
         """The spec of a config ``[input]`` section."""
         return cls(section.format, section.id_field, section.text_field, section.url_field,
-                   section.max_record_bytes, section.max_text_bytes, section.binary_keys)
+                   section.max_record_bytes, section.max_text_bytes, section.binary_keys, html_field=section.html_field)
 
 
 RECORD_ROOM = 16 << 10  # what a kept record carries besides its text: JSON framing, id, key, headers (ours too)
@@ -127,6 +128,9 @@ def decode_object(fields: Any, source: Source, spec: InputSpec) -> Item:
         return problem_at(id_problem, source)
     if doc_id is None:
         return Rejected("bad_id", f"no id at {spec.id_field!r}: give every document a string or integer id", source)
+    page = _html_of(fields, doc_id, source, spec)
+    if page is not None:
+        return page
     item = _checked_text(_field(fields, spec.text_field), doc_id, source, spec)
     if spec.url_field and isinstance(item, Document):
         url = _field(fields, spec.url_field)
@@ -184,6 +188,9 @@ def _decoded(value: Optional[bytes], source: Source, spec: InputSpec, key: Optio
     doc_id, id_problem = _document_id(fields, spec, key_id)
     if id_problem:
         return problem_at(id_problem, source)
+    page = _html_of(fields, doc_id or source.fallback_id(), source, spec) if fields is not None else None
+    if page is not None:
+        return page
     item = _checked_text(text, doc_id or source.fallback_id(), source, spec)
     if fields is not None and spec.url_field and isinstance(item, Document):
         url = _field(fields, spec.url_field)
@@ -201,6 +208,24 @@ def _html_page(page, doc_id: str, source: Source, spec: InputSpec, url: Optional
     if isinstance(item, Rejected) and item.reason in ("empty_text", "missing_text"):
         return Rejected("no_main_content", "the page has no main content to extract", source, doc_id)
     if isinstance(item, Document) and url and url.startswith(("http://", "https://")):
+        item.url = url
+    return item
+
+
+def _html_of(fields: dict, doc_id: str, source: Source, spec: InputSpec) -> Optional[Item]:
+    """With ``input.html_field``, the document of the page whose HTML that field of the record holds (its main
+    content is the text; ``url_field`` names its site); None when the record has no such field (its text field
+    is read then, so records with and without their HTML may be mixed)."""
+    if not spec.html_field:
+        return None
+    page = _field(fields, spec.html_field)
+    if page is None:
+        return None
+    if not isinstance(page, str):
+        return Rejected("text_not_string", f"{spec.html_field!r} is a {type(page).__name__}", source, doc_id)
+    url = _field(fields, spec.url_field) if spec.url_field else None
+    item = _html_page(page, doc_id, source, spec)
+    if isinstance(item, Document) and isinstance(url, str) and url:
         item.url = url
     return item
 
