@@ -88,6 +88,9 @@ class RecordingSink(KafkaSink):
         self._step("abort")
         self._open = None
 
+    def transaction_error(self):
+        return None
+
 
 class Done:
     def wait(self, *args):

@@ -277,7 +277,7 @@ class KafkaCommit:
         sink.send(sink.messages(records, decisions))
         reached("produced")
         while_waiting()
-        offsets.wait(self.kafka_timeout_s, "the input offsets to join the Kafka transaction")
+        offsets.wait(self.kafka_timeout_s, "the input offsets to join the Kafka transaction", sink.transaction_error)
         reached("offsets-sent")
         sink.commit(self.kafka_timeout_s)
         reached("kafka-committed")
@@ -508,7 +508,7 @@ class ShardCommit:
         for (_, message), place in zip(messages, [p for p, d in zip(places, decisions) if not d.replayed]):
             message["headers"] = message["headers"] + [(ORDER_HEADER, place)]
         sink.send(messages)
-        offsets.wait(self.kafka_timeout_s, "the signed offset to join the Kafka transaction")
+        offsets.wait(self.kafka_timeout_s, "the signed offset to join the Kafka transaction", sink.transaction_error)
         sink.commit(self.kafka_timeout_s)
         reached("shard-kafka-committed")
 

@@ -6,7 +6,7 @@ from typing import Optional
 
 from .messages import upper_bytes
 
-__all__ = ["RecordAppender", "APPENDER_KAFKA_PYTHON"]
+__all__ = ["RecordAppender", "APPENDER_KAFKA_PYTHON", "transaction_error"]
 
 
 APPENDER_KAFKA_PYTHON = "3.0."  # the kafka-python releases whose accumulator ``RecordAppender`` was checked against
@@ -91,3 +91,12 @@ class RecordAppender:
 def _transactional(producer) -> bool:
     manager = producer._transaction_manager
     return manager is not None and manager.is_transactional()
+
+
+def transaction_error(producer) -> Optional[BaseException]:
+    """The error a transactional producer's open transaction is in (``TransactionManager.last_error`` while it
+    ``has_error()``), or None; None too where the client has no such state to read."""
+    manager = getattr(producer, "_transaction_manager", None)
+    if manager is None or not hasattr(manager, "has_error") or not manager.has_error():
+        return None
+    return getattr(manager, "last_error", None)

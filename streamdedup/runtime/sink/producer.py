@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Optional
+import time
+from typing import Callable, Optional
 
 from ...core.records import Decision, RawRecord
 from ...errors import BrokerUnavailableError
 from .admin import topic_limits
-from .appender import RecordAppender
+from .appender import RecordAppender, transaction_error
 from .messages import clean_message, dead_letter_message, duplicate_message, without_key_if_too_large
 from .partitioner import key_partitions
 
@@ -110,7 +111,14 @@ class KafkaSink:
         is thrown away. Whether the commit happened is then settled by the
         next session's recovery.
         """
-        Pending(self.producer.commit_transaction, "streamdedup-commit").wait(timeout_s, "the Kafka commit")
+        Pending(self.producer.commit_transaction, "streamdedup-commit").wait(timeout_s, "the Kafka commit",
+                                                                            self.transaction_error)
+
+    def transaction_error(self) -> Optional[BaseException]:
+        """The error the open transaction failed with, if the client holds one (``appender.transaction_error``):
+        a partition the broker refused to add (a missing Write right) can come back after the commit began,
+        and then the client's commit never ends."""
+        return transaction_error(self.producer)
 
     def abort(self) -> None:
         self.producer.abort_transaction()
@@ -163,16 +171,27 @@ class Pending:
         if discard is not None:
             discard(value)
 
-    def wait(self, timeout_s: Optional[float] = None, what: str = "the broker"):
+    def wait(self, timeout_s: Optional[float] = None, what: str = "the broker",
+             failed: Callable[[], Optional[BaseException]] = lambda: None):
         """The call's result (or its error), waiting at most ``timeout_s`` (None: as long as it takes).
 
         Past the limit: ``BrokerUnavailableError``; the call goes on on its
-        daemon thread, and whoever gave up throws its client away.
+        daemon thread, and whoever gave up throws its client away. Meanwhile
+        ``failed()`` is asked twice a second: an error it returns is raised
+        at once (a call the client will never finish, as its state says).
         """
-        self._thread.join(timeout_s)
-        if self._thread.is_alive():
-            raise BrokerUnavailableError(f"gave up waiting for {what} after {timeout_s:.0f} s "
-                                         "(worker.kafka_timeout_s); starting a new session")
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            left = 0.5 if deadline is None else min(0.5, deadline - time.monotonic())
+            self._thread.join(max(left, 0.0))
+            if not self._thread.is_alive():
+                break
+            error = failed()
+            if error is not None:
+                raise error
+            if deadline is not None and time.monotonic() >= deadline:
+                raise BrokerUnavailableError(f"gave up waiting for {what} after {timeout_s:.0f} s "
+                                             "(worker.kafka_timeout_s); starting a new session")
         if self._error is not None:
             raise self._error
         return self._value
