@@ -23,10 +23,10 @@ from ..core.prepare import PreparedBatch, prepare
 from ..core.records import Decision, Item
 from ..core.signing import signing_config
 from ..errors import IndexCorruptError
+from ..faults import reached
 from ..store.bands import BandTables
 from ..store.housekeeping import ForgetRequests, forget, rebuild_tables, sweep_expired
 from ..store.index import Index, IndexSettings, IndexTxn, MapFull
-from ..faults import reached
 from ..store.merge import finish_merge, merge_slice, merge_slices
 from ..store.mirror import RecentMirror
 from ..core.templates import TemplateSettings

@@ -191,10 +191,10 @@ class BandTables:
         if not len(mirror.slots):
             return
         span = txn.index.signing.bands << _HIGH_BITS  # (band, key's high bits), in table order
-        where = ((mirror.bands.astype(np.int64) << _HIGH_BITS)
-                 | (mirror.keys >> _U64(_LOW_BITS)).astype(np.int64))
+        band_keys, bands = mirror.keys, mirror.bands  # the band keys are worked out of the slots: once a slice
+        where = (bands.astype(np.int64) << _HIGH_BITS) | (band_keys >> _U64(_LOW_BITS)).astype(np.int64)
         chosen = (where >= number * span // slices) & (where < (number + 1) * span // slices)
-        keys, values = _entries(mirror.bands[chosen], mirror.keys[chosen], mirror.serials[chosen])
+        keys, values = _entries(bands[chosen], band_keys[chosen], mirror.serials[chosen])
         txn.txn.cursor(db=txn.dbs["bands"]).putmulti(list(zip(keys, values)), dupdata=True)
 
     def inserted(self, keys: np.ndarray) -> None:
