@@ -275,7 +275,7 @@ def serial_costs(count: int, docs: int, work: Path) -> dict:
     import streamdedup.engine.shards.shard as shard_module
     from streamdedup import config as config_module
     from streamdedup.core.records import Document, Source
-    from streamdedup.engine.shards.evidence import Evidence, ShardPlace
+    from streamdedup.engine.evidence import Evidence, ShardPlace
     from streamdedup.engine.shards.shard import ShardEngine
 
     cfg = config_module.load(None, ("templates.enabled=false", "excerpts.enabled=false"), environ={})

@@ -730,7 +730,7 @@ def _selects(selector: dict, labels: dict) -> bool:
 def test_sharded_config_is_what_the_shards_accept(sharded, tmp_path):
     """The ConfigMap's config, through the loader: as many shards as the StatefulSet has pods, and a shard
     opens an index with it."""
-    from streamdedup.engine.shards.evidence import ShardPlace
+    from streamdedup.engine.evidence import ShardPlace
     from streamdedup.engine.shards.shard import ShardEngine
 
     cfg = _sharded_config(sharded, tmp_path)
@@ -1125,7 +1125,7 @@ def test_sharded_manifest_commands_run_lose_a_shard_and_restore_it(sharded, kafk
 def _matches_on(expected: dict, records: list, thirds: list[int], count: int, shard: int) -> list:
     """The last third's duplicates whose match is a document of the second third that ``shard`` stores."""
     from streamdedup.core.records import id_key
-    from streamdedup.engine.shards.evidence import owner_of
+    from streamdedup.engine.evidence import owner_of
 
     first = {}
     for offset, (key, _) in enumerate(records):

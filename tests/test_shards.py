@@ -16,7 +16,7 @@ from streamdedup import config as config_module
 from streamdedup.core.corpus import generate, hot_keys
 from streamdedup.core.records import Document, Source
 from streamdedup.engine.engine import Engine
-from streamdedup.engine.shards.evidence import Evidence, ShardPlace, owner_of
+from streamdedup.engine.evidence import Evidence, ShardPlace, owner_of
 from streamdedup.engine.shards.shard import ShardEngine
 from streamdedup.errors import IndexUnusableError
 

@@ -14,7 +14,7 @@ from streamdedup.core.prepare import prepare_raw, raw_payload
 from streamdedup.core.records import Document, RawRecord, Rejected, Source
 from streamdedup.core.signed import pack_signed, pack_values, records_with_values, unpack_signed
 from streamdedup.core.signing import signing_config
-from streamdedup.engine.shards.evidence import item_owners
+from streamdedup.engine.evidence import item_owners
 
 SIGNING = signing_config(config_module.load(None, (), environ={}))
 

@@ -1,11 +1,14 @@
 """Where a document is decided: kept, duplicate, or the earlier decision replayed.
 
-A batch goes through two steps:
+One decision function, ``decide_together``, for the single worker and for
+every shard of a sharded deployment. It reads no index: it is a pure
+function of the batch (prepared by ``core.prepare``: normalized, hashed,
+shingled, signed, cut into band keys) and of the *evidence* gathered for it
+(``evidence``: what the index, or every shard's index, says about each of
+its documents), so a rule changes in one place. ``engine.Engine`` gathers
+the evidence from its index, calls it, and writes the outcome.
 
-1. ``prepare.prepare`` (pure, no index): normalize, hash the content, shingle, sign
-   and cut band keys for every document of the batch at once;
-2. ``decide`` (inside one index write transaction), document by document in
-   batch order, each seeing the decisions before it:
+Document by document in batch order, each seeing the decisions before it:
 
    a. same id and same content as a decided document: that decision again
       (``replayed``), nothing written;
@@ -36,244 +39,518 @@ arriving after an excerpt of it is kept: decisions are never revised.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import Callable, Optional
 
 import numpy as np
 
-from ..core.excerpts import anchors_of, containment, likely_sources, need_of
+from ..core.excerpts import containment, likely_sources, need_of
 from ..core.prepare import PreparedBatch
-from ..core.records import DUPLICATE, KEPT, Decision, Document, Rejected
-from ..core.signing import SigningConfig
-from ..core.verify import best_match, jaccard
+from ..core.records import DUPLICATE, KEPT, Decision, Rejected
+from ..core.signing import band_keys_of
+from ..core.verify import jaccard
+from ..store.index import DocRecord
 from ..store.anchors import BatchAnchors
-from ..store.bands import BandTables
-from ..store.index import DocRecord, IndexTxn
-from ..store.candidates import chosen_candidates
-from ..store.mirror import RecentMirror
-from ..store.view import BatchView
-from .sitelearning import BatchContent, FirstPages, SiteTemplates
+from ..store.candidates import (Hits, SharedKeys, chosen_candidates, earliest_of_each_key, file_kept,
+                                 keys_shared_within, room_under)
+from .settings import DedupSettings, ExcerptSettings
+from .sitelearning import BatchContent
+from .evidence import Evidence, row_anchors
 
-__all__ = ["DedupSettings", "ExcerptSettings", "decide"]
-
-
-@dataclass(frozen=True)
-class ExcerptSettings:
-    """The ``[excerpts]`` section (``sampling`` 0: off)."""
-
-    sampling: int = 0  # one content shingle in this many is an anchor
-    containment: float = 0.8  # share of a document's content inside the earlier one
-    min_shingles: int = 50  # documents with less content are never excerpts
-    max_postings: int = 32  # documents an anchor holds
-    anchor_share: float = 0.5  # candidates hold at least this share of the document's anchors
-    max_sources: int = 10  # candidates verified per document
-
-
-@dataclass(frozen=True)
-class DedupSettings:
-    signing: SigningConfig
-    threshold: float = 0.7  # exact Jaccard at or above which a document is a duplicate
-    max_candidates: int = 100  # verify at most this many candidates per document
-    retention_s: float = 0.0  # kept documents older than this match nothing (0: forever)
-    excerpts: ExcerptSettings = ExcerptSettings()
+__all__ = ["Together", "decide_together"]
 
 
 @dataclass
-class _Batch:
+class Together:
+    """A batch's decisions (one per item; None: kept, not asked for), the records of the documents it looked
+    at, by serial in order (record, row; record None: not made, see ``decide_together``; the serials of the
+    documents passed over have none), and the first pages each learning site it touched has now (to write
+    into every shard's index)."""
+
+    decisions: list[Optional[Decision]]
+    records: dict[int, tuple[Optional[DocRecord], int]]
+    first_serial: int
+    serials: int  # serials the batch used
+    provisional: dict = field(default_factory=dict)
+    rekeyed: dict = field(default_factory=dict)  # serial -> band keys: the batch's own first pages rekeyed
+
+
+def decide_together(batch: PreparedBatch, evidences: list[Evidence], rules: DedupSettings, first_serial: int, now: float,
+                    lookup_keys: Optional[np.ndarray] = None, content: Optional[BatchContent] = None,
+                    provisional_pages: Callable[[int], list[int]] = lambda site: [],
+                    mine: Optional[list[bool]] = None) -> Together:
+    """Decide ``batch`` from the evidence of every index holding documents (one, for a single worker); its
+    documents are numbered from ``first_serial``.
+
+    ``lookup_keys``: the band keys rows are looked up by (default: their
+    signed keys); with site templates, ``content`` (``SiteTemplates.content``)
+    and the committed first pages of a site (``provisional_pages``).
+    ``mine``: the items whose decisions and records the caller wants
+    (default: all). The others get no decision (None, but for replays): those
+    no wanted one depends on (through the batch's shared ids, contents and
+    band keys) only take their serials; the rest are decided as usual, and
+    the record of one kept is made only if a later document names it. A
+    shard of many looks at few documents of a batch one by one.
+    """
+    lookup_keys = batch.keys if lookup_keys is None else lookup_keys
+    asked, rows, _ = batch.sorted_slots(lookup_keys)
+    found_keys = np.concatenate([e.found_keys for e in evidences])
+    hits = Hits.found(asked, rows, len(batch.contents), found_keys,
+                      np.concatenate([e.found_serials for e in evidences]), rules.max_candidates)
+    shared_within = keys_shared_within(asked, rows)
+    room = room_under(shared_within.slots(), found_keys, rules.max_candidates)
+    state = _State(batch, evidences, hits, shared_within, room, rules, first_serial, now, lookup_keys, content,
+                   provisional_pages)
+    decisions: list[Optional[Decision]] = [None] * len(batch.items)
+    alone = state.alone_rows()
+    done = 0  # the items before this one are decided or passed over
+    for i in state.items_to_look_at(mine, asked, rows):
+        state.pass_over(done, i)
+        item, row = batch.items[i], batch.row[i]
+        done = i + 1
+        if isinstance(item, Rejected):
+            decisions[i] = Decision.rejected(item)
+            continue
+        if content is not None:
+            state.templates_at(row)
+        wanted = mine is None or mine[i]
+        if not wanted and alone[row]:
+            state.kept_unwanted(item, row)
+        else:
+            decisions[i] = state.decide(item, row, wanted)
+    state.pass_over(done, len(batch.items))
+    serials = state.next_serial - first_serial
+    if state.first is None:
+        return Together(decisions, state.records, first_serial, serials)
+    return Together(decisions, state.records, first_serial, serials, state.first.pages, state.first.rekeyed_here)
+
+
+class _State:
     """What deciding one batch carries from document to document."""
 
-    view: BatchView
-    batch: PreparedBatch
-    settings: DedupSettings
-    now: float
-    cutoff: Optional[float]
-    content: Optional[BatchContent]
-    anchors: Optional[BatchAnchors]
-    first: Optional[FirstPages] = None
-    sites: Optional[list] = None  # site key of each row, as Python ints (a numpy scalar costs more each time)
+    def __init__(self, batch: PreparedBatch, evidences: list[Evidence], hits: Hits, shared_within: SharedKeys,
+                 room: dict[int, int], rules: DedupSettings, first_serial: int, now: float, lookup_keys: np.ndarray,
+                 content: Optional[BatchContent], provisional_pages: Callable[[int], list[int]]):
+        self.batch, self.hits, self.shared_within, self.room, self.rules = batch, hits, shared_within, room, rules
+        self.strong = hits.at_least(rules.signing.min_shared)  # the hits that can be candidates by themselves
+        self.first_serial, self.now, self.lookup_keys, self.content = first_serial, now, lookup_keys, content
+        self.rekeyed_rows = frozenset(np.flatnonzero((lookup_keys != batch.keys).any(axis=1)).tolist())
+        self.alike_ids, self.alike_contents = _Alike(batch.id_keys, 8), _Alike(batch.contents, 16)
+        self.sites = batch.sites.tolist()
+        self.replays: dict = {}
+        self.twins: dict = {}
+        self.similarity: dict = {}
+        self.names: dict = {}
+        rekeys: dict = {}
+        self.unmatchable: set = set()  # stored kept documents past retention
+        for evidence in evidences:
+            self.unmatchable.update(evidence.unmatchable)
+            self.replays.update(evidence.replays)
+            for row, twin in evidence.twins.items():  # the first document of a content, over every shard
+                if row not in self.twins or twin[0] < self.twins[row][0]:
+                    self.twins[row] = twin
+            self.similarity.update(((row, serial), sim) for row, serial, sim in evidence.matches)
+            self.names.update(evidence.names)
+            rekeys.update(((row, serial), keys) for row, serial, keys in evidence.rekeys)
+        self.records: dict[int, tuple[Optional[DocRecord], int]] = {}  # serial -> (record, row), in order
+        self.next_serial = first_serial
+        self.by_id: dict[bytes, list[int]] = {}  # the batch's documents, as the index files them
+        self.by_content: dict[bytes, int] = {}
+        self.kept_by_key: dict[int, list[int]] = {}
+        self.shingles: dict[int, np.ndarray] = {}
+        self._unwanted: dict[int, object] = {}  # serial -> document: kept at once, record not made yet
+        self.sources: dict = {}
+        for evidence in evidences:
+            self.sources.update(((row, serial), (jac, share)) for row, serial, jac, share in evidence.sources)
+        self.anchors = _UnionAnchors(rules.excerpts, row_anchors(batch, content, rules.excerpts), evidences) \
+            if rules.excerpts.sampling else None
+        self.first = _FirstPages(self, rekeys, provisional_pages) if content is not None else None
 
-    def content_of(self, row: int) -> np.ndarray:
-        if self.content is None:
-            return self.batch.shingles.of(row)
-        return self.content.shingles[row]
+    def record(self, serial: int) -> DocRecord:
+        record, row = self.records[serial]
+        if record is None:  # kept at once, and not the caller's: made now that a later document names it
+            record = self._new_cluster(self._unwanted.pop(serial), row, serial)
+            self.records[serial] = (record, row)
+        return record
 
-    def stored_content(self, serial: int) -> np.ndarray:
-        """A kept document's content as it stands now (its site's template may have grown since)."""
-        shingles = self.view.shingles(serial)
+    def _take(self, record: Optional[DocRecord], row: int) -> int:
+        """The next serial, for ``record`` of row ``row`` (None: not made, yet)."""
+        serial = self.next_serial
+        self.records[serial] = (record, row)
+        self.next_serial += 1
+        return serial
+
+    def own_content(self, row: int) -> np.ndarray:
+        return self.batch.shingles.of(row) if self.content is None else self.content.shingles[row]
+
+    def batch_content(self, serial: int) -> np.ndarray:
+        """A kept document of this batch's content as the templates stand now."""
+        shingles = self.shingles[serial]
         if self.content is None:
             return shingles
-        return self.content.content_of_stored(shingles, self.view.record(serial).site)
+        return self.content.content_of_stored(shingles, self.record(serial).site)
+
+    def templates_at(self, row: int) -> None:
+        """The templates as they stand at ``row``; learning sites changing there have their first pages rekeyed."""
+        content = self.content
+        content.timeline.at(row)
+        for site in content.settles.get(row, ()):
+            self.first.rekey(site, row, row not in content.provisional)
+
+    def decide(self, doc, row: int, wanted: bool = True) -> Optional[Decision]:
+        batch = self.batch
+        ident, content = batch.id_keys[row], batch.contents[row]
+        if self._alone(row, ident, content):  # most documents: new, and nothing to compare them with
+            return self._kept(doc, row, self.next_serial, ident, content, self.sites[row], wanted)
+        replayed = self._replayed(row, ident, content, doc.id)
+        if replayed is not None:
+            return replayed
+        serial = self.next_serial
+        site = self.sites[row]
+        twin = self._twin(row, content)
+        if twin is not None and twin.cluster and self._matchable(twin.cluster):  # cluster 0: dissolved by forget
+            return self._insert(DocRecord.exact_copy_of(twin, serial, doc, content, self.now, site), ident, row,
+                                wanted)
+        own = self.own_content(row)
+        match, similarity, candidates, verified = self._best_match(row, own)
+        if match is not None:
+            record = DocRecord.near_duplicate_of(self._representative(match), similarity, serial, doc, content,
+                                                 self.now, site)
+            return self._insert(record, ident, row, wanted, candidates, verified)
+        found = self._anchored_match(own, row) if self.anchors is not None else None
+        if found is not None:
+            source, similarity, share, checked = found
+            record = DocRecord.near_duplicate_of(self._representative(source), similarity, serial, doc, content,
+                                                 self.now, site, share)
+            return self._insert(record, ident, row, wanted, candidates, verified + checked)
+        return self._kept(doc, row, serial, ident, content, site, wanted, candidates, verified)
+
+    def _anchored_match(self, own: np.ndarray, row: int) -> Optional[tuple[int, float, Optional[float], int]]:
+        """The kept document the anchors find for row ``row`` (``decide._anchored_match``): (serial, Jaccard,
+        containment or None); stored ones by their shard's figures."""
+        settings = self.rules.excerpts
+        anchors = len(self.anchors.anchors(row))
+        if len(own) < settings.min_shingles or anchors == 0:
+            return None
+        serials, shared = self.anchors.holders(row, need_of(anchors, settings.anchor_share))
+        if len(serials) == 0:
+            return None
+        near: Optional[tuple[int, float]] = None
+        part: Optional[tuple[int, float, float]] = None
+        sources = likely_sources(serials, shared, anchors, settings.anchor_share, settings.max_sources)
+        for serial in sources:
+            if not self._matchable(serial):
+                continue
+            if serial >= self.first_serial:
+                whole = self.batch_content(serial)
+                similarity, share = jaccard(own, whole), containment(own, whole)
+            else:
+                similarity, share = self.sources[(row, serial)]
+            if similarity >= self.rules.threshold:
+                if near is None or (similarity, -serial) > (near[1], -near[0]):
+                    near = (serial, similarity)
+                continue
+            if share >= settings.containment and (part is None or (share, -serial) > (part[1], -part[0])):
+                part = (serial, share, similarity)
+        if near is not None:
+            return near[0], near[1], None, len(sources)
+        if part is not None:
+            return part[0], part[2], part[1], len(sources)
+        return None
+
+    def alone_rows(self) -> np.ndarray:
+        """Which rows are surely kept, and need nothing of the batch's state but their number (most rows):
+        ``_alone`` for the whole batch at once, without the rows whose keeping touches more (first pages of
+        learning sites, and every row once a site may have rekeyed its pages)."""
+        n = len(self.batch.contents)
+        alone = np.diff(np.asarray(self.strong.bounds)) == 0
+        if self.anchors is not None:
+            alone[:] = False
+        others = set(self.shared_within) | set(self.replays) | set(self.twins)
+        if others:
+            alone[np.fromiter(others, dtype=np.int64, count=len(others))] = False
+        alone &= ~self._rows_templates_touch() & self.alike_ids.first_of_each() & self.alike_contents.first_of_each()
+        return alone[:n]
+
+    def items_to_look_at(self, mine: Optional[list[bool]], asked: np.ndarray, rows: np.ndarray) -> list[int]:
+        """The items ``decide_together`` takes one by one, in order: all of them, or with ``mine``, those
+        rejected, and the documents linked to one wanted (or that must be seen in order) through the
+        batch's shared ids, contents and band keys (``_linked_groups``; ``asked``, ``rows``: the batch's
+        sorted lookup keys). Each of the others (most, for a shard of many) is a document whose decision
+        nobody here asks for, kept or matched within its group or to a stored one: it only takes the next
+        serial (``pass_over``)."""
+        items = self.batch.items
+        if mine is None or self.anchors is not None:  # excerpts: every kept row's anchors serve later rows
+            return list(range(len(items)))
+        wanted = np.asarray(mine, dtype=bool)
+        if wanted.all():
+            return list(range(len(items)))
+        item_rows = np.asarray(self.batch.row, dtype=np.int64)
+        documents = item_rows >= 0
+        seeds = self._rows_seen_in_order()
+        seeds[item_rows[wanted & documents]] = True
+        group = _linked_groups(len(seeds), [_neighbours(asked, rows), self.alike_ids.neighbours(),
+                                            self.alike_contents.neighbours()])
+        reached = np.zeros(len(seeds), dtype=bool)
+        reached[group[seeds]] = True
+        look = wanted | ~documents
+        look[documents] |= reached[group[item_rows[documents]]]
+        return np.flatnonzero(look).tolist()
+
+    def _rows_seen_in_order(self) -> np.ndarray:
+        """The rows taken one by one whoever wants them: those sharing an id with another row (a replay in
+        the batch takes no serial), replays of stored documents, and with site templates, learning sites'
+        first pages and every row from where a site settles."""
+        seen = ~self.alike_ids.only_one() | self._rows_templates_touch()
+        if self.replays:
+            seen[list(self.replays)] = True
+        return seen
+
+    def _rows_templates_touch(self) -> np.ndarray:
+        """The rows whose keeping touches the site templates: learning sites' first pages, and every row from
+        where a site settles (it may rekey first pages)."""
+        touched = np.zeros(len(self.batch.contents), dtype=bool)
+        if self.content is not None:
+            if self.content.provisional:
+                touched[list(self.content.provisional)] = True
+            if self.content.settles:
+                touched[min(self.content.settles):] = True
+        return touched
+
+    def pass_over(self, begin: int, end: int) -> None:
+        """Items ``begin`` to ``end`` (documents nobody here wants, nor any row looked at: ``items_to_look_at``)
+        take the next serials, without a decision or a record."""
+        self.next_serial += end - begin
+
+    def kept_unwanted(self, doc, row: int) -> None:
+        """Row ``row``, one of ``alone_rows``, kept as the next serial without a decision or record (made if a
+        later document names it)."""
+        serial = self._take(None, row)
+        self._unwanted[serial] = doc
+        self.by_id[self.batch.id_keys[row]] = [serial]
+        self.by_content[self.batch.contents[row]] = serial
+
+    def _alone(self, row: int, ident: bytes, content: bytes) -> bool:
+        """Whether row ``row`` is surely kept without a look at anything (``decide._alone``): no shard knows
+        its id or content, nor holds a document sharing a band key, no earlier row shares one either."""
+        bounds = self.strong.bounds
+        return (self.anchors is None and bounds[row] == bounds[row + 1] and row not in self.shared_within and row not in self.replays
+                and row not in self.twins and ident not in self.by_id and content not in self.by_content
+                and (self.first is None or not self.first.rekeyed))
+
+    def _kept(self, doc, row: int, serial: int, ident: bytes, content: bytes, site: int,
+              wanted: bool = True, candidates: int = 0, verified: int = 0) -> Optional[Decision]:
+        self.shingles[serial] = self.batch.shingles.of(row)
+        shared = self.shared_within.get(row, ())  # most rows share no key with a later one
+        if shared:
+            file_kept(self.kept_by_key, shared, serial, self.room, self.rules.max_candidates)
+        if self.content is not None and row in self.content.provisional:
+            self.first.kept(site, serial)
+        if self.anchors is not None:
+            self.anchors.kept(row, serial)
+        if wanted:
+            return self._insert(self._new_cluster(doc, row, serial), ident, row, True, candidates, verified)
+        self._unwanted[self._take(None, row)] = doc
+        self.by_id.setdefault(ident, []).append(serial)
+        self.by_content.setdefault(content, serial)
+        return None
+
+    def _new_cluster(self, doc, row: int, serial: int) -> DocRecord:
+        keys = self.lookup_keys[row].astype(">u4").tobytes() if row in self.rekeyed_rows else b""
+        return DocRecord.new_cluster(serial, doc, self.batch.contents[row], keys, self.now, self.sites[row])
+
+    def _replayed(self, row: int, ident: bytes, content: bytes, doc_id: str):
+        earlier = self.replays.get(row)
+        if earlier is not None:
+            doc, kept, cluster, matched, similarity, exact, containment = earlier
+            return Decision(doc, KEPT if kept else DUPLICATE, cluster, matched, similarity, None, exact, True, 0, 0,
+                            containment)
+        for serial in self.by_id.get(ident, ()):
+            record = self.record(serial)
+            if record.content == content and record.id == doc_id:
+                return _as_decision(record, replayed=True)
+        return None
+
+    def _twin(self, row: int, content: bytes):
+        """The first document with this content: a stored one (any shard), else one of this batch."""
+        stored = self.twins.get(row)
+        if stored is not None:
+            serial, cluster, cluster_id, doc_id = stored
+            return DocRecord(serial, doc_id, cluster == serial, cluster, cluster_id, None, None, None, False,
+                             content, [], b"", 0.0)
+        serial = self.by_content.get(content)
+        return None if serial is None else self.record(serial)
+
+    def _representative(self, serial: int) -> DocRecord:
+        if serial >= self.first_serial:
+            return self.record(serial)
+        doc_id = self.names[serial]
+        return DocRecord(serial, doc_id, True, serial, doc_id, None, None, None, False, b"", [], b"", 0.0)
+
+    def _best_match(self, row: int, own: np.ndarray) -> tuple[Optional[int], Optional[float], int, int]:
+        """The most similar candidate at or above the threshold (ties: the earliest) and its Jaccard, how many
+        candidates the row has and how many it verifies (step c above); stored ones by their index's Jaccard."""
+        rules = self.rules
+        rekeyed = self.first is not None and self.first.rekeyed  # pages that may add a band to a weak hit
+        serials, shared = (self.hits if rekeyed else self.strong).of(row)
+        extra = [serial for key in self.shared_within.get(row, ()) for serial in self.kept_by_key.get(key, ())]
+        if rekeyed:
+            extra += self.first.candidates(self.lookup_keys[row])
+        chosen, candidates = chosen_candidates(serials, shared, extra, rules.signing.min_shared,
+                                      self._matchable if self.unmatchable else None, rules.max_candidates)
+        best, best_similarity = None, -1.0
+        for serial in chosen:
+            if serial >= self.first_serial:
+                similarity = jaccard(own, self.batch_content(serial))
+            else:
+                similarity = self.similarity.get((row, serial), -1.0)
+            if similarity >= rules.threshold and (
+                    similarity > best_similarity or (similarity == best_similarity and serial < best)):
+                best, best_similarity = serial, similarity
+        return best, (best_similarity if best is not None else None), candidates, len(chosen)
+
+    def _matchable(self, representative: int) -> bool:
+        """Whether the kept document ``representative`` may still be matched (retention: see ``decide``)."""
+        return representative not in self.unmatchable
+
+    def _insert(self, record: DocRecord, ident: bytes, row: int, wanted: bool = True, candidates: int = 0,
+                verified: int = 0) -> Optional[Decision]:
+        self._take(record, row)
+        self.by_id.setdefault(ident, []).append(record.serial)
+        self.by_content.setdefault(record.content, record.serial)
+        return _as_decision(record, False, candidates, verified) if wanted else None
 
 
-def decide(txn: IndexTxn, batch: PreparedBatch, settings: DedupSettings, now: float,
-           mirror: RecentMirror, bands: BandTables, templates: Optional[SiteTemplates] = None) -> list[Decision]:
-    """Decide every item of the batch, in order, recording documents in the index."""
-    view = BatchView(txn, mirror, batch.id_keys, batch.contents, batch.keys, bands, settings.max_candidates,
-                     settings.signing.min_shared)
-    content = templates.content(txn, view, batch) if templates is not None else None
-    anchors = _batch_anchors(txn, batch, settings.excerpts, content) if settings.excerpts.sampling else None
-    state = _Batch(view, batch, settings, now, now - settings.retention_s if settings.retention_s > 0 else None,
-                   content, anchors, FirstPages(txn, settings.signing) if content is not None else None,
-                   batch.sites.tolist())
-    decisions = []
-    for i, item in enumerate(batch.items):
-        if isinstance(item, Rejected):
-            decisions.append(Decision.rejected(item))
-        else:
-            if content is not None:
-                _templates_at(state, batch.row[i])
-            decisions.append(_decide_one(state, item, batch.row[i]))
-    if anchors is not None:
-        anchors.flush()
-    if state.first is not None:
-        state.first.write()
-    txn.after_commit.append(view.flush())
-    return decisions
+class _Alike:
+    """A batch's hashes (ids or contents) sorted once by their first 8 bytes (``_heads``; two hashes alike
+    there count as equal, which only costs a closer look): the first of each kind, the only ones of their
+    kind, and each two neighbours alike."""
+
+    def __init__(self, values: list[bytes], width: int):
+        heads = _heads(values, width)
+        self._order = np.argsort(heads, kind="stable")  # equal hashes in row order
+        self._sorted = heads[self._order]
+        same = self._sorted[1:] == self._sorted[:-1]
+        self._later, self._earlier = self._order[1:][same], self._order[:-1][same]
+
+    def first_of_each(self) -> np.ndarray:
+        first = np.ones(len(self._order), dtype=bool)
+        first[self._later] = False
+        return first
+
+    def only_one(self) -> np.ndarray:
+        only = self.first_of_each()
+        only[self._earlier] = False
+        return only
+
+    def neighbours(self) -> np.ndarray:
+        return _neighbours(self._sorted, self._order)
 
 
-def _batch_anchors(txn: IndexTxn, batch: PreparedBatch, settings: ExcerptSettings,
-                   content: Optional[BatchContent]) -> BatchAnchors:
-    """The anchor postings of every document of the batch, read at once."""
-    rows = range(len(batch.contents))
-    shingles = content.shingles if content is not None else [batch.shingles.of(r) for r in rows]
-    none = np.zeros(0, dtype=np.uint64)
-    return BatchAnchors(txn, settings.max_postings, [anchors_of(s, settings.sampling) if len(s) >= settings.min_shingles
-                                                     else none for s in shingles])
+def _heads(values: list[bytes], width: int) -> np.ndarray:
+    """The first 8 bytes of each hash (all ``width`` bytes long, normally) as a number."""
+    joined = b"".join(values)
+    if len(joined) == width * len(values) and width % 8 == 0:
+        return np.frombuffer(joined, dtype=np.uint64)[::width // 8]
+    return np.array([int.from_bytes(value[:8].ljust(8, b"\0"), "little") for value in values], dtype=np.uint64)
 
 
-def _templates_at(state: _Batch, row: int) -> None:
-    """The templates as they stand at ``row``; learning sites changing there have their first pages rekeyed."""
-    content = state.content
-    content.timeline.at(row)
-    for site in content.settles.get(row, ()):
-        state.first.rekey(site, state.stored_content, row not in content.provisional)
+def _linked_groups(n: int, links: list[np.ndarray]) -> np.ndarray:
+    """A group number for each of ``n`` rows: rows ``links`` joins (``_neighbours``: sharing a band key, an
+    id or a content), directly or through others, share one. A row's decision depends only on the stored
+    documents and the earlier rows of its group."""
+    links = np.unique(np.concatenate(links))
+    parent = np.arange(n, dtype=np.int64)
+    if not len(links):
+        return parent
+    up = parent.tolist()
+
+    def root(row: int) -> int:
+        while up[row] != row:
+            up[row] = up[up[row]]
+            row = up[row]
+        return row
+
+    for link in links.tolist():
+        a, b = root(link >> 32), root(link & 0xFFFFFFFF)
+        if a != b:
+            up[max(a, b)] = min(a, b)
+    touched = np.unique(np.concatenate([links >> 32, links & 0xFFFFFFFF])).tolist()
+    parent[touched] = [root(row) for row in touched]
+    return parent
 
 
-def _decide_one(state: _Batch, doc: Document, row: int) -> Decision:
-    view, batch, settings, now, cutoff = state.view, state.batch, state.settings, state.now, state.cutoff
-    content, ident = batch.contents[row], batch.id_keys[row]
-    if _alone(state, view, ident, content, row):  # most documents: new, and nothing to compare them with
-        return _kept(state, doc, row, content, ident, 0, 0)
-    earlier = _same_document(view, ident, doc.id, content)
-    if earlier is not None:
-        return _as_decision(earlier, replayed=True)
-    serial = view.next_serial()
-    identical = view.serial_of_content(content)
-    twin = None if identical is None else view.record(identical)
-    site = state.sites[row]
-    if twin is not None and twin.cluster and _matchable(view, twin, cutoff):  # cluster 0: dissolved by forget
-        record = DocRecord.exact_copy_of(twin, serial, doc, content, now, site)
-        view.insert(record, ident, row)
-        return _as_decision(record)
-    own = state.content_of(row)
-    # most documents share no band key with anything: their candidates are not gathered at all
-    rekeyed = state.first is not None and state.first.rekeyed  # pages that may add a band to a weak candidate
-    serials, shared, extra = (view.candidate_parts(row, rekeyed) if view.may_have_candidates(row, rekeyed)
-                              else (_NONE, _NONE, []))
-    if rekeyed:
-        extra = [*extra, *state.first.candidates(view.band_keys_of(row)).tolist()]
-    live = None if cutoff is None else (lambda s: _matchable(view, view.record(s), cutoff))
-    chosen, candidates = chosen_candidates(serials, shared, extra, settings.signing.min_shared, live,
-                                           settings.max_candidates)
-    match, similarity, compared = None, None, 0
-    if chosen:
-        match, similarity, compared = best_match(own, ((s, state.stored_content(s)) for s in chosen),
-                                                 settings.threshold)
-    if match is not None:
-        record = DocRecord.near_duplicate_of(view.record(match), similarity, serial, doc, content, now, site)
-        view.insert(record, ident, row)
-        return _as_decision(record, candidates=candidates, verified=compared)
-    found = _anchored_match(state, own, row) if state.anchors is not None else None
-    if found is not None:
-        source, similarity, share, checked = found
-        record = DocRecord.near_duplicate_of(view.record(source), similarity, serial, doc, content, now, site, share)
-        view.insert(record, ident, row)
-        return _as_decision(record, candidates=candidates, verified=compared + checked)
-    return _kept(state, doc, row, content, ident, candidates, compared)
+def _neighbours(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Each two neighbouring rows with equal ``values`` (sorted), as (lower row << 32) | higher row."""
+    same = values[1:] == values[:-1]
+    a, b = rows[:-1][same].astype(np.int64), rows[1:][same].astype(np.int64)
+    return (np.minimum(a, b) << 32) | np.maximum(a, b)
 
 
-_NONE = np.zeros(0, dtype=np.int64)
+class _UnionAnchors(BatchAnchors):
+    """``store.anchors.BatchAnchors`` over every shard's postings: the earliest ``max_postings`` of each anchor."""
+
+    def __init__(self, settings: ExcerptSettings, anchors: list, evidences: list[Evidence]):
+        keys = np.concatenate([e.anchor_keys for e in evidences])
+        serials = np.concatenate([e.anchor_serials for e in evidences])
+        self._union = earliest_of_each_key(keys, serials, settings.max_postings) if len(keys) else (keys, serials)
+        super().__init__(None, settings.max_postings, anchors)
+
+    def _fetched(self, asked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self._union
 
 
-def _alone(state: _Batch, view: BatchView, ident: bytes, content: bytes, row: int) -> bool:
-    """Whether row ``row`` is surely kept without a look at anything: an id and a text the index has not
-    decided, no band key shared with a kept document or another row, and no excerpt or rekeyed-page lookup."""
-    return (state.anchors is None and view.unseen(ident, content) and not view.may_have_candidates(row)
-            and (state.first is None or not state.first.rekeyed))
+class _FirstPages:
+    """A batch's kept pages of learning sites, looked up again by their content once their site settles.
 
-
-def _kept(state: _Batch, doc: Document, row: int, content: bytes, ident: bytes, candidates: int,
-          verified: int) -> Decision:
-    """Row ``row`` kept: a new cluster, in the band tables (and the anchor table)."""
-    view, site = state.view, state.sites[row]
-    serial = view.next_serial()
-    record = DocRecord.new_cluster(serial, doc, content, view.record_band_keys(row), state.now, site)
-    view.insert(record, ident, row, state.batch.shingles.of(row))
-    if state.content is not None and row in state.content.provisional:
-        state.first.kept(site, serial)
-    if state.anchors is not None:
-        state.anchors.kept(row, serial)
-    return Decision(doc.id, KEPT, doc.id, None, None, None, False, False, candidates, verified, None)
-
-
-def _anchored_match(state: _Batch, own: np.ndarray, row: int) -> Optional[tuple[int, float, Optional[float], int]]:
-    """The kept document the anchors find for ``own``: (serial, Jaccard, containment or None, verified).
-
-    A candidate at or above the Jaccard threshold is a near duplicate the
-    band keys missed (the most similar wins); otherwise the one containing
-    the largest share of ``own``, at or above ``excerpts.containment``, makes
-    it an excerpt (ties: the earliest).
+    A page kept while its site was learning is in the band tables under
+    what was known then (for a site's first page: its whole text, template
+    included). Each time the learning site's template changes, at that very
+    page, each such page gets band keys of its content under the template
+    as it now stands (table ``rekeyed``, replacing the earlier ones), seen
+    from that document on, in this batch too; once the site settles they
+    keep their last keys. Stored first pages are rekeyed by the index
+    holding them (evidence ``rekeys``, ``evidence.OwnFirstPages``), the
+    batch's own here.
     """
-    settings = state.settings.excerpts
-    if len(own) < settings.min_shingles:
-        return None
-    anchors = len(state.anchors.anchors(row))
-    if anchors == 0:
-        return None
-    serials, shared = state.anchors.holders(row, need_of(anchors, settings.anchor_share))
-    if len(serials) == 0:
-        return None
-    near: Optional[tuple[int, float]] = None
-    part: Optional[tuple[int, float, float]] = None
-    sources = likely_sources(serials, shared, anchors, settings.anchor_share, settings.max_sources)
-    for serial in sources:
-        if state.cutoff is not None and not _matchable(state.view, state.view.record(serial), state.cutoff):
-            continue
-        whole = state.stored_content(serial)
-        similarity = jaccard(own, whole)
-        if similarity >= state.settings.threshold:
-            if near is None or (similarity, -serial) > (near[1], -near[0]):
-                near = (serial, similarity)
-            continue
-        share = containment(own, whole)
-        if share >= settings.containment and (part is None or (share, -serial) > (part[1], -part[0])):
-            part = (serial, share, similarity)
-    if near is not None:
-        return near[0], near[1], None, len(sources)
-    if part is not None:
-        return part[0], part[2], part[1], len(sources)
-    return None
 
+    def __init__(self, state: _State, rekeys: dict, provisional_pages: Callable[[int], list[int]]):
+        self.state = state
+        self.rekeys = rekeys
+        self.provisional_pages = provisional_pages
+        self.pages: dict[int, list[int]] = {}  # site -> first pages (as this batch left them)
+        self._keys: dict[int, np.ndarray] = {}  # serial -> its keys rekeyed in this batch
+        self.rekeyed_here: dict[int, np.ndarray] = {}  # the same, of the batch's own pages (their shards write them)
 
-def _matchable(view: BatchView, record: DocRecord, cutoff: Optional[float]) -> bool:
-    """Whether a decided document may still be matched: not past retention (its cluster's kept document)."""
-    if cutoff is None:
-        return True
-    representative = record if record.kept else (view.record(record.cluster) if record.cluster else None)
-    return representative is not None and not representative.expired and representative.time >= cutoff
+    def _of(self, site: int) -> list[int]:
+        pages = self.pages.get(site)
+        if pages is None:
+            pages = self.pages[site] = list(self.provisional_pages(site))
+        return pages
 
+    def kept(self, site: int, serial: int) -> None:
+        self._of(site).append(serial)
 
-def _same_document(view: BatchView, ident: bytes, doc_id: str, content: bytes) -> Optional[DocRecord]:
-    """The decided document with this id (``ident`` its hash, shared by another id once in a great while)
-    and this content, if any."""
-    serials = view.serials_of_id(ident)
-    if not serials:  # most documents: a new id
-        return None
-    for serial in serials:
-        record = view.record(serial)
-        if record.content == content and record.id == doc_id:
-            return record
-    return None
+    def rekey(self, site: int, row: int, settled: bool) -> None:
+        first_serial = self.state.first_serial
+        pages = [serial for serial in self._of(site) if serial >= first_serial or (row, serial) in self.rekeys]
+        self.pages[site] = [] if settled else list(pages)
+        here = [serial for serial in pages if serial >= first_serial]
+        for serial in pages:
+            if serial < first_serial:
+                self._keys[serial] = np.array(self.rekeys[(row, serial)], dtype=np.uint64)
+        if here:
+            keys = band_keys_of([self.state.batch_content(serial) for serial in here], self.state.rules.signing)
+            for serial, serial_keys in zip(here, keys):
+                self._keys[serial] = self.rekeyed_here[serial] = serial_keys
+
+    @property
+    def rekeyed(self) -> bool:
+        return bool(self._keys)
+
+    def candidates(self, keys: np.ndarray) -> list[int]:
+        """Pages rekeyed in this batch, once per band whose key they share with ``keys``."""
+        return [serial for serial, own in self._keys.items() for _ in range(int(np.count_nonzero(own == keys)))]
 
 
 def _as_decision(record: DocRecord, replayed: bool = False, candidates: int = 0, verified: int = 0) -> Decision:

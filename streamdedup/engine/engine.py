@@ -24,18 +24,24 @@ from ..core.records import Decision, Item
 from ..core.signing import signing_config
 from ..errors import IndexCorruptError
 from ..faults import reached
+from ..store.anchors import BatchAnchors
 from ..store.bands import BandTables
 from ..store.housekeeping import ForgetRequests, forget, rebuild_tables, sweep_expired
 from ..store.index import Index, IndexSettings, IndexTxn, MapFull
 from ..store.merge import finish_merge, merge_slice, merge_slices
 from ..store.mirror import RecentMirror
+from ..store.sites import provisional_pages, remove_rekeyed, set_provisional_pages, write_rekeyed
+from ..store.view import write_documents
 from ..core.templates import TemplateSettings
-from .decide import DedupSettings, ExcerptSettings, decide
+from .decide import Together, decide_together
+from .evidence import Asking, Evidence, OwnFirstPages, ShardPlace, band_evidence, content_evidence, row_anchors
+from .settings import DedupSettings, ExcerptSettings
 from .sitelearning import SiteTemplates, templates_in_advance
 
 __all__ = ["Engine", "DecidedBatch", "collector_paused", "index_settings"]
 
 Bookkeeping = Callable[[IndexTxn, list[Decision]], None]  # the front end's own writes: positions, checkpoints
+Exchange = Callable[[Evidence], list[Evidence]]  # publish this index's evidence, return every index's
 
 
 @dataclass
@@ -62,7 +68,23 @@ def index_settings(config: Config, path: Optional[str] = None) -> IndexSettings:
 
 
 class Engine:
-    """One index and the settings to decide documents against it."""
+    """One index and the settings to decide documents against it.
+
+    A batch is decided in three steps, the same for a single worker and for
+    each shard of a sharded deployment (``shards.ShardEngine``):
+
+    1. *gather* (``evidence``): what the index says about each document of
+       the batch: the earlier decision of a replay, the first document of
+       each content, the kept documents under its band keys and their exact
+       Jaccard (a shard gathers from its own index, and every shard's
+       evidence is put together);
+    2. *decide* (``decide.decide_together``): a pure function of the batch
+       and the evidence, in input order;
+    3. *write* the documents this index holds (all of them, for a single
+       worker) and their band keys.
+    """
+
+    place = ShardPlace(0, 1)  # a single worker: the one shard of one
 
     def __init__(self, config: Config, state: Optional[str] = None, readonly: bool = False,
                  clock: Callable[[], float] = time.time):
@@ -95,17 +117,108 @@ class Engine:
         """Decide a prepared batch in a new index transaction, with ``bookkeeping`` in it; leave it prepared."""
         return self._decided(batch, self.clock(), bookkeeping)
 
-    def _decided(self, batch: PreparedBatch, now: float, bookkeeping: Optional[Bookkeeping]) -> DecidedBatch:
+    def _decided(self, batch: PreparedBatch, now: float, bookkeeping: Optional[Bookkeeping],
+                 first_round: Optional[list[Evidence]] = None, exchange: Optional[Exchange] = None) -> DecidedBatch:
+        """``batch`` decided at ``now`` in a prepared transaction. ``first_round``: every index's first-round
+        evidence (None: this index's own, read in the transaction); ``exchange``: see ``ShardEngine``."""
         self.bands.loaded_filter()  # before the transaction: building it reads the index
 
         def work(txn: IndexTxn) -> list[Decision]:
-            decisions = decide(txn, batch, self.settings, now, self.mirror, self.bands, self.templates)
+            evidences = first_round if first_round is not None else [self._first_round(txn, batch)]
+            decisions = self._decide_in(txn, batch, now, evidences, exchange)
             if bookkeeping is not None:
                 bookkeeping(txn, decisions)
             return decisions
 
         txn, decisions = self.index.prepare(work)
         return DecidedBatch(batch, decisions, txn, now, work)
+
+    @property
+    def two_rounds(self) -> bool:
+        """Whether a batch needs a second round of evidence: with site templates, pages are looked up by their
+        content, which depends on which contents every index has seen (round one); with retention, whether
+        the first round's twins still match is asked of their representatives' indexes."""
+        return self.templates is not None or self.settings.retention_s > 0
+
+    def evidence(self, batch: PreparedBatch) -> Evidence:
+        """This index's first-round evidence on ``batch``, against its last committed state (with the band
+        lookups too when there is no second round)."""
+        self.bands.loaded_filter()
+        with self.index.read() as txn:
+            return self._first_round(txn, batch)
+
+    def _first_round(self, txn: IndexTxn, batch: PreparedBatch) -> Evidence:
+        evidence = content_evidence(txn, self.mirror, batch, self.place)
+        if self.two_rounds:
+            return evidence
+        found = self._band_evidence(txn, batch, batch.keys, None, None)
+        found.replays, found.twins = evidence.replays, evidence.twins
+        return found
+
+    def _band_evidence(self, txn: IndexTxn, batch: PreparedBatch, lookup_keys, content, first,
+                       now: Optional[float] = None, first_round: list = ()) -> Evidence:
+        settings = self.settings
+        cutoff = now - settings.retention_s if settings.retention_s > 0 and now is not None else None
+        representatives = frozenset(twin[1] for e in first_round for twin in e.twins.values())
+        asking = Asking(settings.threshold, settings.max_candidates, self.signing.min_shared, cutoff,
+                        representatives, settings.excerpts if settings.excerpts.sampling else None)
+        return band_evidence(txn, self.mirror, self.bands, batch, lookup_keys, content, first, asking)
+
+    def owned(self, batch: PreparedBatch) -> Optional[list[bool]]:
+        """Which of the batch's items this index stores and sends out (None: all of them)."""
+        return None
+
+    def _decide_in(self, txn: IndexTxn, batch: PreparedBatch, now: float, evidences: list[Evidence],
+                   exchange: Optional[Exchange]) -> list[Optional[Decision]]:
+        """Decide ``batch`` from ``evidences`` (and the second round's, with ``exchange``: None, this index's
+        own) and write this index's documents of it in ``txn``."""
+        lookup_keys, content, first = batch.keys, None, None
+        if self.templates is not None:
+            seen = _SeenContents(evidences).for_batch(batch)
+            content = self.templates.content(txn, seen, batch)
+            lookup_keys = seen.keys if seen.keys is not None else batch.keys
+            first = OwnFirstPages(txn, self.signing)
+        if self.two_rounds:
+            own = self._band_evidence(txn, batch, lookup_keys, content, first, now, evidences)
+            evidences = evidences + (exchange(own) if exchange is not None else [own])
+        together = decide_together(batch, evidences, self.settings, txn.counters.get("next_serial", 0) + 1, now,
+                                   lookup_keys, content, lambda site: provisional_pages(txn, site), self.owned(batch))
+        for site, pages in together.provisional.items():
+            set_provisional_pages(txn, site, pages)
+        self._write_rekeyed(txn, batch, together)
+        self._write_anchors(txn, batch, together, content)
+        txn.after_commit.append(self._write_own(txn, batch, together, lookup_keys))
+        return together.decisions
+
+    def _write_anchors(self, txn: IndexTxn, batch: PreparedBatch, together: Together, content) -> None:
+        """Excerpts: the anchors of this index's kept documents of the batch."""
+        excerpts = self.settings.excerpts
+        if not excerpts.sampling:
+            return
+        anchors = BatchAnchors(txn, excerpts.max_postings, row_anchors(batch, content, excerpts))
+        for record, row in together.records.values():
+            if record is not None and record.kept and self.place.owns(batch.id_keys[row]):
+                anchors.kept(row, record.serial)
+        anchors.flush()
+
+    def _write_rekeyed(self, txn: IndexTxn, batch: PreparedBatch, together: Together) -> None:
+        """The band keys of this index's own first pages of the batch, rekeyed in it."""
+        for serial, keys in together.rekeyed.items():
+            if self.place.owns(batch.id_keys[together.records[serial][1]]):
+                remove_rekeyed(txn, serial)
+                write_rekeyed(txn, serial, keys)
+
+    def _write_own(self, txn: IndexTxn, batch: PreparedBatch, together: Together, lookup_keys):
+        inserted, kept_rows, shingles = [], {}, {}
+        for record, row in together.records.values():
+            ident = batch.id_keys[row]
+            if not self.place.owns(ident):
+                continue
+            inserted.append((record, ident))
+            if record.kept:
+                kept_rows[row] = record.serial
+                shingles[record.serial] = batch.shingles.of(row)
+        return write_documents(txn, self.mirror, inserted, kept_rows, shingles, lookup_keys, together.serials)
 
     def commit(self, decided: DecidedBatch) -> list[Decision]:
         """Commit a decided batch durably; returns its decisions.
@@ -201,6 +314,30 @@ class Engine:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class _SeenContents:
+    """What ``SiteTemplates.content`` asks of a batch: whether a content was decided before (in any index, from
+    the first round's twins), and the lookup keys it settles on."""
+
+    def __init__(self, evidences: list[Evidence]):
+        self._first: dict[int, int] = {}
+        for evidence in evidences:
+            for row, twin in evidence.twins.items():
+                self._first[row] = min(self._first.get(row, twin[0]), twin[0])
+        self._rows: dict[bytes, int] = {}
+        self.keys = None
+
+    def for_batch(self, batch: PreparedBatch) -> "_SeenContents":
+        self._rows = {content: row for row, content in enumerate(batch.contents) if row in self._first}
+        return self
+
+    def serial_of_content(self, content: bytes) -> Optional[int]:
+        row = self._rows.get(content)
+        return None if row is None else self._first[row]
+
+    def use_band_keys(self, keys) -> None:
+        self.keys = keys
 
 
 @contextmanager

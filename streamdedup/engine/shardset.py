@@ -21,7 +21,7 @@ from ..errors import ConfigError
 from .engine import Engine
 from .explain import Explanation, explain_in
 from .query import ClusterView, Match, cluster_in, near_duplicates_in
-from .shards.evidence import owner_of
+from .evidence import owner_of
 from .shards.shard import PLACE
 
 __all__ = ["ShardSet", "shard_folders"]

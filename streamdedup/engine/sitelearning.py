@@ -21,11 +21,9 @@ from ..core.records import Document
 from ..core.signing import SigningConfig, band_keys_of
 from ..core.templates import EMPTY, SiteState, SiteTimeline, TemplateSettings, content_of
 from ..store.index import IndexTxn
-from ..store.view import BatchView
-from ..store.sites import (load_site, move_site_counts, provisional_pages, save_site, set_provisional_pages,
-                           remove_rekeyed, shared_template, write_rekeyed)
+from ..store.sites import load_site, move_site_counts, save_site, shared_template
 
-__all__ = ["SiteTemplates", "BatchContent", "FirstPages", "templates_in_advance"]
+__all__ = ["SiteTemplates", "BatchContent", "templates_in_advance"]
 
 CACHED_SITES = 200_000  # committed site states kept in memory (the rest are read from the index when needed)
 
@@ -55,8 +53,10 @@ class SiteTemplates:
         self._sites: dict[int, SiteState] = {}
         self._shared: Optional[np.ndarray] = None
 
-    def content(self, txn: IndexTxn, view: BatchView, batch: PreparedBatch) -> BatchContent:
-        """Every row's content, the sites' new state written into ``txn``, and ``view`` keyed by content."""
+    def content(self, txn: IndexTxn, view, batch: PreparedBatch) -> BatchContent:
+        """Every row's content, the sites' new state written into ``txn``, and ``view`` keyed by content
+        (``view``: ``serial_of_content(content)``, the first decided document of a content, and
+        ``use_band_keys(keys)``, told the keys the batch is looked up by)."""
         settings = self.settings
         shared = self._shared_now(txn)
         timeline = SiteTimeline(lambda site: self._committed(txn, site).template, shared)
@@ -194,76 +194,3 @@ def templates_in_advance(batches: Iterable[PreparedBatch], settings: TemplateSet
             if state.settled:
                 learned[site] = learning.pop(site).template
     return learned, hosts
-
-
-class FirstPages:
-    """A batch's kept pages of learning sites, looked up again by their content once their site settles.
-
-    A page kept while its site was learning is in the band tables under
-    what was known then (for a site's first page: its whole text, template
-    included). Each time the learning site's template changes, at that very
-    page, each such page gets band keys of its content under the template
-    as it now stands (table ``rekeyed``, replacing the earlier ones), seen
-    from that document on, in this batch too; once the site settles they
-    keep their last keys.
-    """
-
-    def __init__(self, txn: IndexTxn, signing: SigningConfig):
-        self.txn = txn
-        self.signing = signing
-        self._pages: dict[int, list[int]] = {}  # site -> provisional serials (as this batch left them)
-        self._band = np.zeros(0, dtype=np.int64)  # entries added in this batch: band, key, serial
-        self._key = np.zeros(0, dtype=np.uint64)
-        self._serial = np.zeros(0, dtype=np.int64)
-        self._batch_kept: set = set()  # serials kept earlier in this batch (their shingles are not written yet)
-
-    def _of(self, site: int) -> list[int]:
-        pages = self._pages.get(site)
-        if pages is None:
-            pages = self._pages[site] = provisional_pages(self.txn, site)
-        return pages
-
-    def kept(self, site: int, serial: int) -> None:
-        self._of(site).append(serial)
-        self._batch_kept.add(serial)
-
-    def rekey(self, site: int, content_now, settled: bool) -> None:
-        """The learning site's template changed: its provisional pages get keys of ``content_now(serial)``.
-
-        Once ``settled``, they are provisional no more.
-        """
-        pages = [serial for serial in self._of(site) if self._still_kept(serial)]
-        self._pages[site] = [] if settled else list(pages)
-        if not pages:
-            return
-        for serial in pages:
-            remove_rekeyed(self.txn, serial)
-        stale = np.isin(self._serial, pages)
-        self._band, self._key, self._serial = self._band[~stale], self._key[~stale], self._serial[~stale]
-        signing = self.signing
-        keys = band_keys_of([content_now(serial) for serial in pages], signing)
-        for serial, row in zip(pages, keys):
-            write_rekeyed(self.txn, serial, row)
-        bands = np.tile(np.arange(signing.bands, dtype=np.int64), len(pages))
-        self._band = np.concatenate((self._band, bands))
-        self._key = np.concatenate((self._key, keys.ravel()))
-        self._serial = np.concatenate((self._serial, np.repeat(np.array(pages, dtype=np.int64), signing.bands)))
-
-    def _still_kept(self, serial: int) -> bool:
-        """Not forgotten nor expired since (then it has no stored shingles)."""
-        return self.txn.get("shingles", serial.to_bytes(8, "big")) is not None or serial in self._batch_kept
-
-    @property
-    def rekeyed(self) -> bool:
-        """Whether any page was rekeyed in this batch so far (else ``candidates`` finds none)."""
-        return len(self._key) > 0
-
-    def candidates(self, keys: np.ndarray) -> np.ndarray:
-        """Pages rekeyed in this batch sharing a band key with ``keys`` (``keys``: one per band), once per band."""
-        if len(self._key) == 0:
-            return self._serial
-        return self._serial[self._key == keys[self._band]]
-
-    def write(self) -> None:
-        for site, pages in self._pages.items():
-            set_provisional_pages(self.txn, site, pages)

@@ -128,7 +128,7 @@ from typing import Callable, Optional
 
 from ..core.prepare import PreparedBatch
 from ..core.records import Decision, FileBatch
-from ..engine.shards.evidence import Evidence
+from ..engine.evidence import Evidence
 from ..engine.engine import Engine, collector_paused
 from ..errors import ConfigError, IndexUnusableError
 from ..faults import reached

@@ -14,7 +14,7 @@ from typing import Optional
 
 from ...config import Config, kafka_client_settings
 from ...core.signed import ForgetOrder, unpack_signed
-from ...engine.shards.evidence import ShardPlace
+from ...engine.evidence import ShardPlace
 from ...engine.shards.shard import ShardEngine
 from ...errors import BrokerUnavailableError, IndexUnusableError
 from ...ops.logs import Log

@@ -25,7 +25,7 @@ from ...core.prepare import prepare_raw, raw_payload
 from ...core.records import RawRecord
 from ...core.signed import pack_signed, pack_values
 from ...core.signing import signing_config
-from ...engine.shards.evidence import item_owners
+from ...engine.evidence import item_owners
 from ...faults import reached
 from ...ops.logs import Log
 from ...ops.telemetry import WorkerTelemetry

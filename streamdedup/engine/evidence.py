@@ -1,8 +1,11 @@
-"""Step 1 of a sharded batch: what one shard's index says about each document of the batch.
+"""What one index says about each document of a batch: the evidence ``decide.decide_together`` decides on.
 
-Everything is read in one read transaction of the shard's last committed
-state: the batch before has been applied everywhere before any shard looks
-this batch up, so every shard answers against the same point of the order.
+A single worker gathers it from its index inside the batch's write
+transaction. A shard of a sharded deployment reads it in a read transaction
+of its last committed state: the batch before has been applied everywhere
+before any shard looks this batch up, so every shard answers against the
+same point of the order, and the shards' evidence put together is what one
+index would say.
 """
 
 from __future__ import annotations
@@ -13,22 +16,22 @@ from typing import Optional
 import msgpack
 import numpy as np
 
-from ...core.excerpts import anchors_of, containment, need_of
-from ...core.prepare import PreparedBatch
-from ...core.records import id_key
-from ...core.signing import band_keys_of
-from ...core.templates import content_of
-from ...core.verify import jaccard
-from ...store.anchors import BatchAnchors
-from ...store.bands import BandTables
-from ...store.hashed import serials_of_many
-from ...store.index import DocRecord, IndexTxn
-from ...store.candidates import Hits, earliest_of_each_key, with_extra_candidates
-from ...store.mirror import RecentMirror
-from ...store.view import first_documents
-from ...store.sites import provisional_pages, remove_rekeyed, write_rekeyed
-from ..decide import ExcerptSettings
-from ..sitelearning import BatchContent
+from ..core.excerpts import anchors_of, containment, need_of
+from ..core.prepare import PreparedBatch
+from ..core.records import id_key
+from ..core.signing import band_keys_of
+from ..core.templates import content_of
+from ..core.verify import jaccard
+from ..store.anchors import BatchAnchors
+from ..store.bands import BandTables
+from ..store.hashed import serials_of_many
+from ..store.index import DocRecord, IndexTxn
+from ..store.candidates import Hits, earliest_of_each_key, with_extra_candidates
+from ..store.mirror import RecentMirror
+from ..store.view import first_documents
+from ..store.sites import provisional_pages, remove_rekeyed, write_rekeyed
+from .settings import ExcerptSettings
+from .sitelearning import BatchContent
 
 __all__ = ["ShardPlace", "Evidence", "Asking", "content_evidence", "band_evidence", "OwnFirstPages",
            "row_anchors", "row_items", "owner_of", "owners_of", "item_owners"]
@@ -175,7 +178,7 @@ def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch:
     With site templates (``content``), a row's content and each candidate's
     are as the templates stand at that row, and ``first`` rekeys this
     shard's first pages of sites that settle in the batch (as
-    ``sitelearning.FirstPages`` does), which makes them candidates of later rows.
+    ``decide._FirstPages`` does), which makes them candidates of later rows.
     With retention (``asking.cutoff``), the shard's kept documents among the
     candidates and the first round's twins' representatives decided before
     it are named unmatchable. With excerpts, the anchor postings it holds
@@ -299,7 +302,7 @@ class _Matches:
 
 
 class OwnFirstPages:
-    """This shard's part of ``sitelearning.FirstPages``: its stored first pages of learning sites, rekeyed
+    """This index's part of ``decide._FirstPages``: its stored first pages of learning sites, rekeyed
     when their site's template changes, written into its ``rekeyed`` table and kept for the batch's later rows."""
 
     def __init__(self, txn: IndexTxn, signing):
