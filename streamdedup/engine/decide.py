@@ -157,7 +157,6 @@ class _State:
         self.by_id: dict[bytes, list[int]] = {}  # the batch's documents, as the index files them
         self.by_content: dict[bytes, int] = {}
         self.kept_by_key: dict[int, list[int]] = {}
-        self.shingles: dict[int, np.ndarray] = {}
         self._unwanted: dict[int, object] = {}  # serial -> document: kept at once, record not made yet
         self.sources: dict = {}
         for evidence in evidences:
@@ -185,7 +184,7 @@ class _State:
 
     def batch_content(self, serial: int) -> np.ndarray:
         """A kept document of this batch's content as the templates stand now."""
-        shingles = self.shingles[serial]
+        shingles = self.batch.shingles.of(self.records[serial][1])
         if self.content is None:
             return shingles
         return self.content.content_of_stored(shingles, self.record(serial).site)
@@ -340,7 +339,6 @@ class _State:
 
     def _kept(self, doc, row: int, serial: int, ident: bytes, content: bytes, site: int,
               wanted: bool = True, candidates: int = 0, verified: int = 0) -> Optional[Decision]:
-        self.shingles[serial] = self.batch.shingles.of(row)
         shared = self.shared_within.get(row, ())  # most rows share no key with a later one
         if shared:
             file_kept(self.kept_by_key, shared, serial, self.room, self.rules.max_candidates)

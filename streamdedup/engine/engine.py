@@ -34,7 +34,8 @@ from ..store.sites import provisional_pages, remove_rekeyed, set_provisional_pag
 from ..store.view import write_documents
 from ..core.templates import TemplateSettings
 from .decide import Together, decide_together
-from .evidence import Asking, Evidence, OwnFirstPages, ShardPlace, band_evidence, content_evidence, row_anchors
+from .evidence import (Asking, Evidence, OwnFirstPages, ShardPlace, band_evidence, content_evidence, row_anchors,
+                       rows_settled)
 from .settings import DedupSettings, ExcerptSettings
 from .sitelearning import SiteTemplates, templates_in_advance
 
@@ -151,7 +152,8 @@ class Engine:
         evidence = content_evidence(txn, self.mirror, batch, self.place)
         if self.two_rounds:
             return evidence
-        found = self._band_evidence(txn, batch, batch.keys, None, None)
+        known = [evidence] if self.place.count == 1 else []  # a shard alone does not know every twin
+        found = self._band_evidence(txn, batch, batch.keys, None, None, first_round=known)
         found.replays, found.twins = evidence.replays, evidence.twins
         return found
 
@@ -161,7 +163,8 @@ class Engine:
         cutoff = now - settings.retention_s if settings.retention_s > 0 and now is not None else None
         representatives = frozenset(twin[1] for e in first_round for twin in e.twins.values())
         asking = Asking(settings.threshold, settings.max_candidates, self.signing.min_shared, cutoff,
-                        representatives, settings.excerpts if settings.excerpts.sampling else None)
+                        representatives, settings.excerpts if settings.excerpts.sampling else None,
+                        rows_settled(first_round, settings.retention_s > 0))
         return band_evidence(txn, self.mirror, self.bands, batch, lookup_keys, content, first, asking)
 
     def owned(self, batch: PreparedBatch) -> Optional[list[bool]]:
@@ -210,9 +213,10 @@ class Engine:
 
     def _write_own(self, txn: IndexTxn, batch: PreparedBatch, together: Together, lookup_keys):
         inserted, kept_rows, shingles = [], {}, {}
+        everything = self.place.count == 1
         for record, row in together.records.values():
             ident = batch.id_keys[row]
-            if not self.place.owns(ident):
+            if not everything and not self.place.owns(ident):
                 continue
             inserted.append((record, ident))
             if record.kept:

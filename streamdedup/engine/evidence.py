@@ -33,7 +33,7 @@ from ..store.sites import provisional_pages, remove_rekeyed, write_rekeyed
 from .settings import ExcerptSettings
 from .sitelearning import BatchContent
 
-__all__ = ["ShardPlace", "Evidence", "Asking", "content_evidence", "band_evidence", "OwnFirstPages",
+__all__ = ["ShardPlace", "Evidence", "Asking", "content_evidence", "band_evidence", "rows_settled", "OwnFirstPages",
            "row_anchors", "row_items", "owner_of", "owners_of", "item_owners"]
 
 _NO_ANCHORS = np.zeros(0, dtype=np.uint64)
@@ -161,6 +161,7 @@ class Asking:
     cutoff: Optional[float] = None  # retention: kept documents decided before it match nothing
     representatives: frozenset = frozenset()  # of the first round's twins (retention asks after them)
     excerpts: Optional[ExcerptSettings] = None
+    settled: frozenset = frozenset()  # rows the first round decides (``rows_settled``): nothing to verify
 
 
 def row_anchors(batch: PreparedBatch, content: Optional[BatchContent], settings: ExcerptSettings) -> list:
@@ -227,12 +228,30 @@ def _rows_to_verify(hits: Hits, asking: Asking, content: Optional[BatchContent],
     there may add a band to any hit); ``every``: all rows."""
     n = len(hits.bounds) - 1
     if every:
-        return list(range(n))
-    strong = hits.at_least(asking.min_shared).bounds
-    look = np.diff(np.asarray(strong)) > 0
-    if content is not None and content.settles:
-        look[min(content.settles):] = True
+        look = np.ones(n, dtype=bool)
+    else:
+        look = np.diff(np.asarray(hits.at_least(asking.min_shared).bounds)) > 0
+    if content is not None:  # rows a site settles at rekey pages, whatever the rows decide
+        if content.settles:
+            look[min(content.settles):] = True
+    elif asking.settled:
+        look[list(asking.settled)] = False
     return np.flatnonzero(look).tolist()
+
+
+def rows_settled(first_round: list[Evidence], retention: bool) -> frozenset:
+    """The rows the first round's evidence decides without a band: replays, and, without retention (which
+    may find a twin's cluster expired), copies of a content whose first document is still in a cluster."""
+    rows = set()
+    first: dict[int, list] = {}
+    for evidence in first_round:
+        rows.update(evidence.replays)
+        for row, twin in evidence.twins.items():
+            if row not in first or twin[0] < first[row][0]:
+                first[row] = twin
+    if not retention:
+        rows.update(row for row, twin in first.items() if twin[1])
+    return frozenset(rows)
 
 
 class _Sources:
@@ -341,14 +360,16 @@ class OwnFirstPages:
 
 def _replays(txn: IndexTxn, mirror: RecentMirror, batch: PreparedBatch, place: ShardPlace, record) -> dict:
     """Row -> the earlier decision of that document, for the rows whose id this shard owns."""
-    owned = np.flatnonzero(place.owns_each(batch.id_keys)).tolist()
+    owned = range(len(batch.id_keys)) if place.count == 1 else np.flatnonzero(place.owns_each(batch.id_keys)).tolist()
     stored = serials_of_many(txn, "ids", [batch.id_keys[row] for row in owned])
     items = row_items(batch)
     replays = {}
     for row in owned:
         ident = batch.id_keys[row]
-        serials = sorted(set(stored.get(ident, ())) | set(mirror.serials_of_id(ident)))
-        for serial in serials:
+        earlier, recent = stored.get(ident), mirror.serials_of_id(ident)
+        if not earlier and not recent:  # most documents: a new id
+            continue
+        for serial in sorted({*(earlier or ()), *recent}):
             earlier = record(serial)
             if earlier.content == batch.contents[row] and earlier.id == batch.items[items[row]].id:
                 replays[row] = [earlier.id, earlier.kept, earlier.cluster_id, earlier.matched_id,
