@@ -205,3 +205,45 @@ def test_contents_sharing_a_hash_prefix_change_no_decision(tmp_path, crawl, monk
         monkeypatch.setattr(module, "content_key", lambda content: content[:1] * 8)
     assert decisions("one-key-merged", 1) == real
     assert decisions("one-key-merged-every-7", 700) == real
+
+
+def _places(engine):
+    """(band entries, duplicates' places among them) of the index once its recent keys are merged."""
+    from streamdedup.store.check import check_index
+
+    engine.merge_recent()
+    report = check_index(engine.index)
+    assert report.ok, report.problems
+    return report.band_entries, report.places
+
+
+@pytest.mark.parametrize("together", [False, True], ids=["batch by batch", "one batch"])
+def test_a_band_key_gives_its_places_to_its_first_probers_and_exact_copies_probe_nothing(tmp_path, together):
+    """With ``lsh.max_candidates`` 2 a page's keys have two places. Exact copies look no key up and take none;
+    a near copy takes a place under each key, as a duplicate (proposing nothing), which closes the keys it
+    shares with the page; a later near copy still finds the page, the first of the places."""
+    cfg = config_module.load(None, ("lsh.max_candidates=2",), environ={})
+    pairs = [("a", BASE)] + [(f"copy{n}", BASE) for n in range(3)] + [("near", _edit(BASE, 40))]
+    with Engine(cfg, str(tmp_path)) as engine:
+        decided = _run(engine, pairs) if together else [d for pair in pairs for d in _run(engine, [pair])]
+        assert [d.status for d in decided] == ["kept"] + ["duplicate"] * 4
+        assert [d.exact for d in decided[1:]] == [True, True, True, False]
+        bands = engine.signing.bands
+        assert _places(engine) == (2 * bands, bands)
+        later = _run(engine, [("later", _edit(BASE, 30))])[0]
+    assert (later.status, later.matched) == ("duplicate", "a")
+
+
+def test_a_forgotten_duplicate_keeps_its_places_and_check_fix_keeps_them_too(index):
+    """Forgetting frees a kept document's places only: a duplicate's stay taken, in the recent log and in the
+    tables alike (where merges happened changes nothing), and ``check --fix`` rebuilds them as they were."""
+    _run(index, [("a", BASE), ("b", _edit(BASE, 40)), ("other", "entirely different words " * 20)])
+    _run(index, [("c", BASE)])
+    index.forget(["b", "c"])
+    bands = index.signing.bands
+    entries, places = _places(index)
+    assert places >= bands  # b's and c's places, though neither has a record now
+    index.rebuild()
+    assert _places(index) == (entries, places)
+    index.forget(["a"])
+    assert _places(index) == (entries - bands, places)

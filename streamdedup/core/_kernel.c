@@ -23,6 +23,11 @@
  * shared_count(a, b) -> int
  *     How many values two sorted unique uint32 arrays share (verify.jaccard's intersection).
  *
+ * merge_into(keys, values, n, run_keys, run_values)
+ *     A run sorted by uint64 key, each key with an 8-byte value, merged into the first n entries of
+ *     keys/values (sorted the same way, with room for the run) in place, from the end; the run's
+ *     entries after equal keys there: the recent mirror's entries (mirror.py).
+ *
  * Arrays are passed through the buffer protocol (C-contiguous, types checked by itemsize here and
  * by dtype in Python), so the module needs only Python.h to build.
  */
@@ -509,6 +514,45 @@ static PyObject *shared_count(PyObject *self, PyObject *args) {
     return PyLong_FromSsize_t(shared);
 }
 
+/* A sorted run of (uint64 key, 8-byte value) merged into the first n entries of keys/values, sorted too,
+ * in place from the end (their room holds both): its entries after the equal keys there (the recent
+ * mirror's entries: mirror.py). Memory already written is reused, none is allocated. */
+static PyObject *merge_into(PyObject *self, PyObject *args) {
+    PyObject *objects[4];
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "OOnOO", &objects[0], &objects[1], &n, &objects[2], &objects[3])) return NULL;
+    static const char *names[4] = {"keys", "values", "run_keys", "run_values"};
+    Py_buffer views[4];
+    int got = 0;
+    for (; got < 4; got++)
+        if (get_buffer(objects[got], &views[got], 8, got < 2, names[got]) < 0) goto done;
+    Py_ssize_t m = views[2].len / 8;
+    if (n < 0 || views[3].len != views[2].len || views[0].len < (n + m) * 8 || views[1].len < (n + m) * 8) {
+        PyErr_SetString(PyExc_ValueError, "merge_into: no room for the run, or its keys and values differ");
+        goto done;
+    }
+    uint64_t *keys = views[0].buf, *values = views[1].buf;
+    const uint64_t *run_keys = views[2].buf, *run_values = views[3].buf;
+    Py_ssize_t i = n - 1, j = m - 1, o = n + m - 1;
+    while (j >= 0 && i >= 0) { /* without branches: which side an entry comes from is a coin toss */
+        uint64_t x = keys[i], y = run_keys[j];
+        int mine = x > y;
+        uint64_t value = mine ? values[i] : run_values[j];
+        keys[o] = mine ? x : y;
+        values[o--] = value;
+        i -= mine;
+        j -= !mine;
+    }
+    if (j >= 0) {
+        memcpy(keys, run_keys, (j + 1) * 8);
+        memcpy(values, run_values, (j + 1) * 8);
+    }
+done:
+    for (int k = 0; k < got; k++) PyBuffer_Release(&views[k]);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"shingles", shingles, METH_VARARGS, "Sorted unique shingle hashes of every document (see the module)."},
     {"minhash", minhash, METH_VARARGS, "MinHash signatures of every document (see the module)."},
@@ -517,6 +561,7 @@ static PyMethodDef methods[] = {
     {"ef_encode_many", ef_encode_many, METH_VARARGS, "ef_encode of each document of (values, offsets)."},
     {"shared_count", shared_count, METH_VARARGS, "Values two sorted unique uint32 arrays share."},
     {"ef_decode", ef_decode, METH_VARARGS, "The sorted uint32 values of an Elias-Fano coding (see eliasfano.py)."},
+    {"merge_into", merge_into, METH_VARARGS, "A sorted run merged into sorted entries, in place (see the module)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -16,9 +16,11 @@ Document by document in batch order, each seeing the decisions before it:
       cluster: an *exact* duplicate of it, joining its cluster, no band lookup;
    c. otherwise the band tables propose kept documents sharing at least
       ``min_shared`` bands (two of 32 by default: a cheap agreement test that
-      drops chance matches of one band; a band key proposes its earliest
-      ``max_candidates`` kept documents, wherever they are held:
-      ``candidates.file_kept``); the ones sharing the most bands
+      drops chance matches of one band; a band key's ``max_candidates``
+      places go to its first probers, the documents that look it up (all
+      but replays and exact copies), and it
+      proposes the kept ones among them, wherever they are held:
+      ``candidates.file_prober``); the ones sharing the most bands
       are verified first (at most ``max_candidates``) by
       exact Jaccard of *content* (shingles without site templates:
       ``core.templates``, ``sitelearning``); the most similar at or above
@@ -32,7 +34,8 @@ Document by document in batch order, each seeing the decisions before it:
    e. none: kept, a new cluster named by the document's own id, inserted
       into the band tables (and its anchors into the anchor table).
 
-Only kept documents are in the band and anchor tables, so documents are
+Only kept documents are proposed (a duplicate's band entries only hold its
+places) and only kept documents are in the anchor table, so documents are
 compared with kept documents only and clusters never chain. A long article
 arriving after an excerpt of it is kept: decisions are never revised.
 """
@@ -51,7 +54,7 @@ from ..core.signing import band_keys_of
 from ..core.verify import jaccard
 from ..store.index import DocRecord
 from ..store.anchors import BatchAnchors
-from ..store.candidates import (Hits, SharedKeys, chosen_candidates, earliest_of_each_key, file_kept,
+from ..store.candidates import (Hits, SharedKeys, chosen_candidates, earliest_of_each_key, file_prober, filed_places,
                                  keys_shared_within, room_under)
 from .settings import DedupSettings, ExcerptSettings
 from .sitelearning import BatchContent
@@ -71,6 +74,7 @@ class Together:
     records: dict[int, tuple[Optional[DocRecord], int]]
     first_serial: int
     serials: int  # serials the batch used
+    filed: np.ndarray  # rows x bands: the band keys each row takes a place under (``candidates.file_prober``)
     provisional: dict = field(default_factory=dict)
     rekeyed: dict = field(default_factory=dict)  # serial -> band keys: the batch's own first pages rekeyed
 
@@ -93,7 +97,7 @@ def decide_together(batch: PreparedBatch, evidences: list[Evidence], rules: Dedu
     shard of many looks at few documents of a batch one by one.
     """
     lookup_keys = batch.keys if lookup_keys is None else lookup_keys
-    asked, rows, _ = batch.sorted_slots(lookup_keys)
+    asked, rows, bands = batch.sorted_slots(lookup_keys)
     found_keys = np.concatenate([e.found_keys for e in evidences])
     hits = Hits.found(asked, rows, len(batch.contents), found_keys,
                       np.concatenate([e.found_serials for e in evidences]), rules.max_candidates)
@@ -120,9 +124,14 @@ def decide_together(batch: PreparedBatch, evidences: list[Evidence], rules: Dedu
             decisions[i] = state.decide(item, row, wanted)
     state.pass_over(done, len(batch.items))
     serials = state.next_serial - first_serial
+    probers = np.ones(len(batch.contents), dtype=bool)
+    if state.unprobed_rows:
+        probers[list(state.unprobed_rows)] = False
+    filed = filed_places(asked, rows, bands, lookup_keys.shape, probers, found_keys, rules.max_candidates)
     if state.first is None:
-        return Together(decisions, state.records, first_serial, serials)
-    return Together(decisions, state.records, first_serial, serials, state.first.pages, state.first.rekeyed_here)
+        return Together(decisions, state.records, first_serial, serials, filed)
+    return Together(decisions, state.records, first_serial, serials, filed, state.first.pages,
+                    state.first.rekeyed_here)
 
 
 class _State:
@@ -143,8 +152,11 @@ class _State:
         self.names: dict = {}
         rekeys: dict = {}
         self.unmatchable: set = set()  # stored kept documents past retention
+        self.unkept: set = set()  # stored entries found under the batch's keys that propose nothing: duplicates
+        self.unprobed_rows: set = set()  # replays and exact copies: they take no place under a band key
         for evidence in evidences:
             self.unmatchable.update(evidence.unmatchable)
+            self.unkept.update(evidence.unkept)
             self.replays.update(evidence.replays)
             for row, twin in evidence.twins.items():  # the first document of a content, over every shard
                 if row not in self.twins or twin[0] < self.twins[row][0]:
@@ -202,14 +214,16 @@ class _State:
         if self._alone(row, ident, content):  # most documents: new, and nothing to compare them with
             return self._kept(doc, row, self.next_serial, ident, content, self.sites[row], wanted)
         replayed = self._replayed(row, ident, content, doc.id)
-        if replayed is not None:
+        if replayed is not None:  # a replay looks no band key up
+            self.unprobed_rows.add(row)
             return replayed
         serial = self.next_serial
         site = self.sites[row]
         twin = self._twin(row, content)
         if twin is not None and twin.cluster and self._matchable(twin.cluster):  # cluster 0: dissolved by forget
+            self.unprobed_rows.add(row)  # an exact copy looks no band key up
             return self._insert(DocRecord.exact_copy_of(twin, serial, doc, content, self.now, site), ident, row,
-                                wanted)
+                                wanted, probed=False)
         own = self.own_content(row)
         match, similarity, candidates, verified = self._best_match(row, own)
         if match is not None:
@@ -341,7 +355,7 @@ class _State:
               wanted: bool = True, candidates: int = 0, verified: int = 0) -> Optional[Decision]:
         shared = self.shared_within.get(row, ())  # most rows share no key with a later one
         if shared:
-            file_kept(self.kept_by_key, shared, serial, self.room, self.rules.max_candidates)
+            file_prober(self.kept_by_key, shared, serial, True, self.room, self.rules.max_candidates)
         if self.content is not None and row in self.content.provisional:
             self.first.kept(site, serial)
         if self.anchors is not None:
@@ -395,7 +409,8 @@ class _State:
         if rekeyed:
             extra += self.first.candidates(self.lookup_keys[row])
         chosen, candidates = chosen_candidates(serials, shared, extra, rules.signing.min_shared,
-                                      self._matchable if self.unmatchable else None, rules.max_candidates)
+                                               self._proposed if self.unmatchable or self.unkept else None,
+                                               rules.max_candidates)
         best, best_similarity = None, -1.0
         for serial in chosen:
             if serial >= self.first_serial:
@@ -407,15 +422,24 @@ class _State:
                 best, best_similarity = serial, similarity
         return best, (best_similarity if best is not None else None), candidates, len(chosen)
 
+    def _proposed(self, serial: int) -> bool:
+        """Whether a stored entry is a candidate: a kept document (a duplicate's entry only holds its place),
+        still matchable."""
+        return serial not in self.unkept and serial not in self.unmatchable
+
     def _matchable(self, representative: int) -> bool:
         """Whether the kept document ``representative`` may still be matched (retention: see ``decide``)."""
         return representative not in self.unmatchable
 
     def _insert(self, record: DocRecord, ident: bytes, row: int, wanted: bool = True, candidates: int = 0,
-                verified: int = 0) -> Optional[Decision]:
+                verified: int = 0, probed: bool = True) -> Optional[Decision]:
         self._take(record, row)
         self.by_id.setdefault(ident, []).append(record.serial)
         self.by_content.setdefault(record.content, record.serial)
+        if probed and not record.kept:
+            shared = self.shared_within.get(row, ())
+            if shared:
+                file_prober(self.kept_by_key, shared, record.serial, False, self.room, self.rules.max_candidates)
         return _as_decision(record, False, candidates, verified) if wanted else None
 
 

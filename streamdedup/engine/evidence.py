@@ -92,7 +92,9 @@ class Evidence:
     first stored document with the same content, as (serial, cluster serial,
     cluster id, id). ``found_keys``/``found_serials``: the stored (band slot,
     serial) entries under the batch's band keys, the earliest
-    ``max_candidates`` of each key. ``matches``: (row, serial, Jaccard) of
+    ``max_candidates`` of each key (a duplicate's entry holds a place and
+    proposes nothing: ``unkept`` names those among the candidates verified
+    here). ``matches``: (row, serial, Jaccard) of
     every candidate at or above the threshold, and ``names`` their ids.
     ``rekeys``: (row, serial, band keys) of the shard's first pages rekeyed at
     that row (site templates). ``unmatchable``: the kept documents among
@@ -114,21 +116,22 @@ class Evidence:
     anchor_keys: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
     anchor_serials: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     sources: list = field(default_factory=list)
+    unkept: list = field(default_factory=list)
 
     def pack(self) -> bytes:
         return msgpack.packb([self.replays, self.twins, _packed(self.found_keys, "<u8"),
                               _packed(self.found_serials, "<i8"), self.matches, self.names, self.rekeys,
                               self.unmatchable, _packed(self.anchor_keys, "<u8"), _packed(self.anchor_serials, "<i8"),
-                              self.sources], use_bin_type=True)
+                              self.sources, self.unkept], use_bin_type=True)
 
     @classmethod
     def unpack(cls, data: bytes) -> "Evidence":
         (replays, twins, keys, serials, matches, names, rekeys, unmatchable, anchor_keys, anchor_serials,
-         sources) = msgpack.unpackb(data, strict_map_key=False)
+         sources, unkept) = msgpack.unpackb(data, strict_map_key=False)
         return cls(replays, twins, _unpacked(keys, "<u8", np.uint64), _unpacked(serials, "<i8", np.int64),
                    [tuple(m) for m in matches], names, [tuple(r) for r in rekeys], unmatchable,
                    _unpacked(anchor_keys, "<u8", np.uint64), _unpacked(anchor_serials, "<i8", np.int64),
-                   [tuple(x) for x in sources])
+                   [tuple(x) for x in sources], unkept)
 
 
 def _packed(values: np.ndarray, dtype: str) -> bytes:
@@ -211,12 +214,14 @@ def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch:
         if sources is not None:
             sources.verify(row, matches, timeline)
     evidence.matches = matches.found
+    evidence.unkept = sorted(matches.unkept)
     named = [serial for _, serial, _ in matches.found] + [serial for _, serial, _, _ in evidence.sources]
     evidence.names = {serial: records.get(serial).id for serial in named}
     if asking.cutoff is not None:
-        held = set(found_serials.tolist()) | {serial for _, serial, _ in evidence.rekeys}
+        held = {serial for serial in found_serials.tolist() if serial not in matches.unkept and records.holds(serial)}
+        held |= {serial for _, serial, _ in evidence.rekeys}
         held |= {serial for _, serial, _, _ in evidence.sources}
-        held |= {serial for serial in asking.representatives if txn.has_record(serial)}
+        held |= {serial for serial in asking.representatives if records.holds(serial)}
         evidence.unmatchable = sorted(s for s in held
                                       if records.get(s).expired or records.get(s).time < asking.cutoff)
     return evidence
@@ -283,13 +288,19 @@ class _Sources:
 class _RecordCache:
     def __init__(self, txn: IndexTxn):
         self.txn = txn
-        self._records: dict[int, DocRecord] = {}
+        self._records: dict[int, Optional[DocRecord]] = {}
 
     def get(self, serial: int) -> DocRecord:
         found = self._records.get(serial)
         if found is None:
             found = self._records[serial] = self.txn.record(serial)
         return found
+
+    def holds(self, serial: int) -> bool:
+        """Whether the index holds a record of ``serial`` (a duplicate's entry outlives its forgotten record)."""
+        if serial in self._records:
+            return True
+        return self.txn.has_record(serial)
 
 
 class _Matches:
@@ -300,6 +311,7 @@ class _Matches:
         self.txn, self.records, self.batch, self.content, self.threshold = txn, records, batch, content, threshold
         self._shingles: dict[int, np.ndarray] = {}
         self.found: list = []
+        self.unkept: set[int] = set()  # candidates' entries that are duplicates': no candidates
 
     def stored_content(self, serial: int, timeline) -> np.ndarray:
         """A stored document's content as the templates stand now (its whole shingles without templates)."""
@@ -315,6 +327,14 @@ class _Matches:
         return self.batch.shingles.of(row) if self.content is None else self.content.shingles[row]
 
     def verify(self, row: int, serial: int, timeline) -> None:
+        if serial in self.unkept:
+            return
+        if serial not in self._shingles:
+            shingles = self.txn.stored_shingles(serial)
+            if shingles is None:  # a duplicate's place (only live kept documents have their shingles stored)
+                self.unkept.add(serial)
+                return
+            self._shingles[serial] = shingles
         similarity = jaccard(self.own(row), self.stored_content(serial, timeline))
         if similarity >= self.threshold:
             self.found.append((row, serial, similarity))

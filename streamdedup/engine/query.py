@@ -15,9 +15,11 @@ import itertools
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterator, Optional
 
+import numpy as np
+
 from ..core.excerpts import anchors_of, containment, likely_sources
 from ..core.prepare import prepare
-from ..core.records import Document, Rejected, Source, id_key
+from ..core.records import Document, Rejected, Source
 from ..core.verify import jaccard
 from ..errors import StreamdedupError, UnknownDocumentError
 from ..store.anchors import BatchAnchors
@@ -25,7 +27,7 @@ from ..store.bands import BandTables
 from ..store.housekeeping import serials_with_id
 from ..store.index import DocRecord
 from ..store.mirror import RecentMirror
-from ..store.view import BatchView
+from ..store.view import first_documents
 from ..store.sites import shared_template, site_summaries
 from ..core.sites import site_host, site_key
 from .engine import Engine
@@ -89,17 +91,17 @@ def _looked_up(engine: Engine, batch, floor: float) -> tuple[dict, Optional[tupl
     excerpt of."""
     shingles = batch.shingles.of(0)
     with engine.index.read() as txn:
-        view = BatchView(txn, RecentMirror.load(txn), [id_key("")], batch.contents, batch.keys,
-                         BandTables(engine.index))
+        mirror = RecentMirror.load(txn)
+        _, found = BandTables(engine.index).lookup(txn, mirror, batch.sorted_slots()[0])
         near: dict[int, Match] = {}
-        for serial in view.candidates(0)[0].tolist():
-            record = txn.record(serial)
-            if record.expired:
+        for serial in np.unique(found).tolist():  # every document sharing a band, not only the first of a key
+            record = txn.record(serial) if txn.has_record(serial) else None
+            if record is None or not record.kept or record.expired:  # a duplicate's place proposes nothing
                 continue
             similarity = jaccard(shingles, txn.shingles(serial))
             if similarity >= floor:
                 near[serial] = _match(record, similarity, False)
-        serial = view.serial_of_content(batch.contents[0])
+        serial = first_documents(txn, mirror, batch.contents, txn.record).get(batch.contents[0])
         twin = None if serial is None else (serial, _match(txn.record(serial), 1.0, True))
         seen = near if twin is None else {**near, twin[0]: twin[1]}
         return near, twin, _sources_containing(engine, txn, shingles, seen)

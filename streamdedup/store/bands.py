@@ -12,8 +12,9 @@ keyed by the high 16 bits, paid LMDB's node and sub-page header for every
 ~11 entries and filled their pages less). A lookup positions a cursor at
 each asked key's first possible value in each epoch (MDB_GET_BOTH_RANGE)
 and reads on to its last possible one; the filter below answers most keys
-that are not stored without reading the table. Only kept documents are in
-it, so documents are compared with kept documents only.
+that are not stored without reading the table. A key's entries are its
+places (``candidates.file_prober``): every kept document's, and the first
+probers' that were duplicates, which hold their place and propose nothing.
 
 ``BandTables`` is the one way in. A lookup asks the table through the
 writer's filter of stored keys (``bandfilter``) and the recent-keys mirror
@@ -22,7 +23,8 @@ Entries reach the table only in merges (``insert_slice``), and whatever a
 merge adds is added to the filter once the merge has committed
 (``inserted``): a key missing from the filter would hide a stored document.
 Removals (``remove``: forget, retention) delete exactly one kept document's
-entries; their keys may stay set in the filter, which is harmless.
+entries (a duplicate's places stay); their keys may stay set in the filter,
+which is harmless.
 """
 
 from __future__ import annotations

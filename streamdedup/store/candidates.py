@@ -11,8 +11,8 @@ from typing import Callable, Iterable, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["Hits", "SharedKeys", "keys_shared_within", "chosen_candidates", "with_extra_candidates",
-           "earliest_of_each_key", "room_under", "file_kept", "ranges"]
+__all__ = ["Hits", "SharedKeys", "keys_shared_within", "chosen_candidates", "file_prober", "filed_places",
+           "with_extra_candidates", "earliest_of_each_key", "room_under", "ranges"]
 
 
 def with_extra_candidates(serials: np.ndarray, shared: np.ndarray, extra: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -120,8 +120,8 @@ def ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 
 def room_under(slots: np.ndarray, found_slots: np.ndarray, per_key: int) -> dict[int, int]:
-    """How many more kept documents each of ``slots`` may propose: ``per_key`` less the committed ones found
-    under it (``found_slots``, one per entry), for the slots some found ones hold."""
+    """How many more documents may probe each of ``slots`` and be filed under it: ``per_key`` less the
+    committed entries found under it (``found_slots``, one per entry), for the slots some found ones hold."""
     if not len(slots) or not len(found_slots):
         return {}
     shared = np.unique(slots)  # few: each found entry is placed among them (found ones are many)
@@ -132,21 +132,55 @@ def room_under(slots: np.ndarray, found_slots: np.ndarray, per_key: int) -> dict
     return dict(zip(shared[held].tolist(), np.maximum(per_key - count[held], 0).tolist()))
 
 
-def file_kept(kept_by_key: dict[int, list[int]], slots, serial: int, room: dict[int, int],
-              per_key: Optional[int]) -> None:
-    """File a kept document of the batch under its ``slots`` that later rows share, each while the slot may
-    propose more (``room``, else ``per_key``; None: no limit).
+def file_prober(kept_by_key: dict[int, list[int]], slots, serial: int, kept: bool, room: dict[int, int],
+                per_key: int) -> None:
+    """A document of the batch probes its ``slots`` that later rows share: under each slot still open
+    (``room`` left, else ``per_key``) it takes a place, and a kept one is proposed to the later rows.
 
     This is the one meaning of the per-key limit, whatever the batch: a band
-    key proposes its earliest ``per_key`` kept documents, the committed ones
-    (found, cut to the earliest ``per_key``: ``Hits.found``) before the
-    batch's own. The batch's own are held only while room is left, so a
-    document finds what it would find had the batch been cut anywhere else.
+    key files its first ``per_key`` probers, the documents that look it up
+    (all but replays and exact copies, decided by their id and content
+    before any band key is looked up), whatever each was then decided; it
+    proposes the kept ones among them. Which documents those are depends on the order alone, and not on
+    any decision still to be made: a key's owner in a sharded deployment
+    can answer before the decisions before it are known.
     """
     for slot in slots:
-        holders = kept_by_key.setdefault(slot, [])
-        if per_key is None or len(holders) < room.get(slot, per_key):
-            holders.append(serial)
+        left = room.get(slot, per_key)
+        if left > 0:
+            room[slot] = left - 1
+            if kept:
+                kept_by_key.setdefault(slot, []).append(serial)
+
+
+def filed_places(asked: np.ndarray, rows: np.ndarray, bands: np.ndarray, shape: tuple[int, int],
+                 probers: np.ndarray, found_slots: np.ndarray, per_key: int) -> np.ndarray:
+    """Which band slots of a batch take a place (``file_prober``), as a rows x bands mask: those of the
+    ``probers`` rows still open when the row probes them, counting the committed entries found under each
+    (``found_slots``, one per entry) and the batch's earlier probers. ``asked``, ``rows``, ``bands``: the
+    batch's band slots sorted (``lsh.sorted_slots``), the row and band of each."""
+    filed = np.zeros(shape, dtype=bool)
+    probing = probers[rows]
+    asked, rows, bands = asked[probing], rows[probing], bands[probing]
+    if not len(asked):
+        return filed
+    rank = np.zeros(len(asked), dtype=np.int64)
+    same = asked[1:] == asked[:-1]
+    if same.any():  # a slot several rows probe: its places go in row order (few: sort those alone)
+        in_run = np.zeros(len(asked), dtype=bool)
+        in_run[1:] |= same
+        in_run[:-1] |= same
+        shared = np.flatnonzero(in_run)
+        order = shared[np.lexsort((rows[shared], asked[shared]))]
+        ordered = asked[order]
+        starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+        rank[order] = np.arange(len(order)) - np.repeat(starts, np.diff(np.append(starts, len(order))))
+    if len(found_slots):
+        held, counts = np.unique(found_slots, return_counts=True)
+        place = np.minimum(np.searchsorted(held, asked), len(held) - 1)
+        rank += np.where(held[place] == asked, counts[place], 0)
+    filed[rows, bands] = rank < per_key
+    return filed
 
 
 def keys_shared_within(asked: np.ndarray, rows: np.ndarray) -> "SharedKeys":

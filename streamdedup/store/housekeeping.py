@@ -32,7 +32,7 @@ import numpy as np
 from ..core.excerpts import anchors_of
 from ..core.records import id_key
 from .anchors import remove_anchors
-from .bands import BandTables, record_band_keys
+from .bands import BandTables, band_entries, record_band_keys
 from .hashed import entry, serials_of
 from .index import DocRecord, IndexTxn, content_key, from_u64, serial_key, u64
 from .merge import merge_recent
@@ -67,17 +67,21 @@ def forget(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, ids: list[str
     """Remove every version of these documents; the mirror follows once the transaction commits."""
     report = ForgetReport()
     removed: set[int] = set()
+    kept: set[int] = set()
     for doc_id in ids:
         serials = serials_with_id(txn, mirror, doc_id)
         if not serials:
             report.unknown.append(doc_id)
             continue
         for serial in serials:
-            _forget_one(txn, bands, txn.record(serial), report)
+            record = txn.record(serial)
+            _forget_one(txn, bands, record, report)
             removed.add(serial)
+            if record.kept:
+                kept.add(serial)
         report.forgotten.append(doc_id)
     if removed:
-        txn.after_commit.append(lambda: mirror.remove(removed))
+        txn.after_commit.append(lambda: mirror.remove(removed, kept))
     return report
 
 
@@ -90,7 +94,7 @@ def _forget_one(txn: IndexTxn, bands: BandTables, record: DocRecord, report: For
         remove_rekeyed(txn, record.serial)
     txn.delete("docs", serial)
     txn.delete("shingles", key)
-    txn.delete("recent", key)
+    _forget_recent(txn, key, record.kept)
     txn.delete("ids", *entry(id_key(record.id), record.serial))
     txn.delete("content", *entry(content_key(record.content), record.serial))  # if its content's first document
     if record.cluster and not record.kept:
@@ -99,6 +103,30 @@ def _forget_one(txn: IndexTxn, bands: BandTables, record: DocRecord, report: For
         report.released += dissolve(txn, record.serial)
         report.dissolved += 1
     txn.count(documents=-1, kept=-int(record.kept), duplicates=-int(not record.kept), exact=-int(record.exact))
+
+
+def _places_found(txn: IndexTxn) -> list[tuple[int, int, int]]:
+    """(serial, band, band key) of every entry of the band table and place of the recent log."""
+    found = [(serial, band, int.from_bytes(key, "big")) for band, key, serial in band_entries(txn)]
+    bands = txn.index.signing.bands
+    for key, value in txn.table_entries("recent"):
+        _, _, keys, places = unpack_recent(value, bands)
+        if places is not None:
+            found += [(from_u64(key), band, int(keys[band])) for band in range(bands) if places >> band & 1]
+    return found
+
+
+def _forget_recent(txn: IndexTxn, key: bytes, kept: bool) -> None:
+    """A forgotten document out of the ``recent`` log: a duplicate's places under band keys stay taken
+    (as in the band table, where its entries stay: forgetting frees a kept document's places only)."""
+    value = txn.get("recent", key)
+    if value is None:
+        return
+    _, _, keys, places = unpack_recent(value, txn.index.signing.bands)
+    if kept or places is None:
+        txn.delete("recent", key)
+    else:
+        txn.txn.put(key, pack_recent(b"", b"", keys.astype(">u4").tobytes(), places), db=txn.dbs["recent"])
 
 
 def dissolve(txn: IndexTxn, cluster: int) -> int:
@@ -146,7 +174,7 @@ def _expire(txn: IndexTxn, bands: BandTables, record: DocRecord) -> None:
     key = u64(record.serial)
     recent = txn.get("recent", key)
     if recent is not None:
-        ident, content, _ = unpack_recent(recent)
+        ident, content, _, _ = unpack_recent(recent, txn.index.signing.bands)
         txn.txn.put(key, pack_recent(ident, content), db=txn.dbs["recent"])
     else:
         bands.remove(txn, record.serial, record_band_keys(txn, record))
@@ -158,7 +186,9 @@ def _expire(txn: IndexTxn, bands: BandTables, record: DocRecord) -> None:
 
 
 def rebuild_tables(txn: IndexTxn, bands: BandTables) -> dict:
-    """Re-derive ids, content, members, bands, the recent log and the counters from the records."""
+    """Re-derive ids, content, members, bands, the recent log and the counters from the records; the places
+    duplicates took under band keys (``candidates.file_prober``), which no record holds, are kept as found."""
+    held = _places_found(txn)
     for name in ("ids", "content", "members", "bands", "recent"):
         txn.txn.drop(txn.dbs[name], delete=False)
     mirror = RecentMirror()
@@ -175,8 +205,12 @@ def rebuild_tables(txn: IndexTxn, bands: BandTables) -> dict:
         if record.kept and not record.expired:
             kept_serials.append(record.serial)
             kept_keys.append(record_band_keys(txn, record))
+    live = set(kept_serials)
+    taken = [place for place in held if place[0] not in live]
+    places = (np.array([p[0] for p in taken], dtype=np.int64), np.array([p[1] for p in taken], dtype=np.uint16),
+              np.array([p[2] for p in taken], dtype=np.uint64))
     mirror.add(entries, np.array(kept_serials, dtype=np.int64),
-               np.array(kept_keys, dtype=np.uint64).reshape(len(kept_keys), txn.index.signing.bands))
+               np.array(kept_keys, dtype=np.uint64).reshape(len(kept_keys), txn.index.signing.bands), places)
     merge_recent(txn, mirror, bands)
     previous = txn.counters
     fixed = {k: counters[k] - previous[k] for k in counters}

@@ -76,7 +76,7 @@ if TYPE_CHECKING:
 __all__ = ["Index", "IndexSettings", "IndexTxn", "MapFull", "TxnState", "DocRecord", "FORMAT_VERSION", "MAX_SERIAL", "id_key",
            "u64", "from_u64", "serial_key", "content_key", "take_writer_lock"]
 
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 MAX_SERIAL = (1 << 32) - 1  # the band table stores serials in 32 bits (``bands``)
 LOW_DISK_BYTES = 16 << 20  # 16 MiB: below this, a failed write is taken for a full disk
 _DATABASES = {
@@ -317,7 +317,7 @@ class Index:
                     f"{FORMAT_VERSION} (site templates and excerpts since format 2, shingles stored in 32 bits since "
                     "format 3, the band table in large buckets keyed by a band key's high 7 bits, records with "
                     "numbered source names and 4-byte serials and id and content tables keyed by 8-byte hashes "
-                    "since format 5); rebuild it: "
+                    "since format 5, duplicates holding their places under band keys since format 6); rebuild it: "
                     "replay the input into a new index (`streamdedup backfill --from-beginning` or `streamdedup "
                     "dedup` with --state pointing at a new folder), then use that folder"
                 )

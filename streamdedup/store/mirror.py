@@ -27,16 +27,52 @@ from .candidates import ranges
 from .hashed import entry
 from .index import IndexTxn, content_key, from_u64
 
-__all__ = ["RecentMirror", "pack_recent", "unpack_recent", "FRESH_ENTRIES", "KEY_BITS_LOG2"]
+try:
+    from ..core import _kernel
+except ImportError:  # built without a C compiler: numpy does it
+    _kernel = None
+
+__all__ = ["RecentMirror", "pack_recent", "unpack_recent", "place_mask", "placed_entries", "FRESH_ENTRIES",
+           "KEY_BITS_LOG2"]
 
 
-def pack_recent(ident: bytes, content: bytes, band_keys: bytes = b"") -> bytes:
-    """A ``recent`` value: id hash (8 B), content hash (16 B), band keys (4 B each big-endian, kept documents only)."""
-    return ident + content + band_keys
+def pack_recent(ident: bytes, content: bytes, band_keys: bytes = b"", places: Optional[int] = None) -> bytes:
+    """A ``recent`` value: id hash (8 B), content hash (16 B), band keys (4 B each big-endian), and for a
+    duplicate the bands whose keys it took a place under (8 B, bit ``band``; ``candidates.file_prober``).
+    A kept document has every band's entry; a forgotten duplicate keeps its places alone (no hashes)."""
+    if places is None:
+        return ident + content + band_keys
+    return ident + content + band_keys + places.to_bytes(8, "big")
 
 
-def unpack_recent(value: bytes) -> tuple[bytes, bytes, np.ndarray]:
-    return value[:8], value[8:24], np.frombuffer(value[24:], dtype=">u4").astype(np.uint64)
+def unpack_recent(value: bytes, bands: int) -> tuple[Optional[bytes], Optional[bytes], np.ndarray, Optional[int]]:
+    """(id hash, content hash, band keys, places) of a ``recent`` value (``pack_recent``): hashes None for a
+    forgotten duplicate's places, places None for a kept document's entries (and for no band keys)."""
+    width = 4 * bands
+    if len(value) == width + 8:
+        return None, None, _keys(value[:width]), int.from_bytes(value[width:], "big")
+    places = int.from_bytes(value[24 + width:], "big") if len(value) == 24 + width + 8 else None
+    return value[:8], value[8:24], _keys(value[24:24 + width]), places
+
+
+def _keys(data: bytes) -> np.ndarray:
+    return np.frombuffer(data, dtype=">u4").astype(np.uint64)
+
+
+def place_mask(filed: np.ndarray) -> int:
+    """The bands a row of ``candidates.filed_places`` takes places under, as bits (band 0: the lowest)."""
+    return sum(1 << band for band in np.flatnonzero(filed).tolist())
+
+
+def placed_entries(serials: list[int], keys: list[np.ndarray], masks: list[int]) -> tuple[np.ndarray, ...]:
+    """(serials, bands, band keys) of the places of duplicates: ``keys`` each's band keys, ``masks`` its bands."""
+    if not serials:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint16), np.zeros(0, dtype=np.uint64)
+    bands = len(keys[0])
+    bits = np.array(masks, dtype=np.uint64)[:, None] >> np.arange(bands, dtype=np.uint64)[None, :]
+    rows, band = np.nonzero(bits & np.uint64(1))
+    matrix = np.array(keys, dtype=np.uint64).reshape(len(keys), bands)
+    return (np.asarray(serials, dtype=np.int64)[rows], band.astype(np.uint16), matrix[rows, band])
 
 
 class RecentMirror:
@@ -47,8 +83,8 @@ class RecentMirror:
         self._more_of_id: dict[bytes, list[int]] = {}  # later serials of the few ids seen more than once
         self.content: dict[bytes, int] = {}  # content hash -> its first mirrored document
         self._more_of_content: dict[bytes, list[int]] = {}  # later documents of the few contents seen again
-        self._settled = _band_entries()  # (band slots sorted, serial of each, band of each)
-        self._fresh: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # the same, one per latest batch
+        self._settled = _SortedEntries()  # (band slot, serial) of the entries folded in, sorted by slot
+        self._fresh: list[tuple[np.ndarray, np.ndarray]] = []  # the same, one sorted run per latest batch
         self._fresh_entries = 0
         self._present = _KeyBits()  # which keys the mirror may hold: most asked keys are answered by it
         self.documents = 0
@@ -59,21 +95,27 @@ class RecentMirror:
     def load(cls, txn: IndexTxn) -> "RecentMirror":
         """Read the ``recent`` table back (at start, after a crash, or for a reader)."""
         mirror = cls()
-        entries, kept_serials, kept_keys = [], [], []
+        entries, kept_serials, kept_keys, placed = [], [], [], ([], [], [])
+        bands = txn.index.signing.bands
         for key, value in txn.txn.cursor(db=txn.dbs["recent"]):
             serial = from_u64(key)
-            ident, content, keys = unpack_recent(value)
-            entries.append((serial, ident, content))
-            if len(keys):
+            ident, content, keys, places = unpack_recent(value, bands)
+            if ident is not None:
+                entries.append((serial, ident, content))
+            if places is not None:
+                for part, item in zip(placed, (serial, keys, places)):
+                    part.append(item)
+            elif len(keys):
                 kept_serials.append(serial)
                 kept_keys.append(keys)
-        bands = txn.index.signing.bands
         mirror.add(entries, np.array(kept_serials, dtype=np.int64),
-                   np.array(kept_keys, dtype=np.uint64).reshape(len(kept_keys), bands))
+                   np.array(kept_keys, dtype=np.uint64).reshape(len(kept_keys), bands), placed_entries(*placed))
         return mirror
 
-    def add(self, entries: list[tuple[int, bytes, bytes]], kept_serials: np.ndarray, kept_keys: np.ndarray) -> None:
-        """Take in committed documents: (serial, id hash, content hash) each, and the kept ones' band keys."""
+    def add(self, entries: list[tuple[int, bytes, bytes]], kept_serials: np.ndarray, kept_keys: np.ndarray,
+            places: Optional[tuple[np.ndarray, np.ndarray, np.ndarray]] = None) -> None:
+        """Take in committed documents: (serial, id hash, content hash) each, the kept ones' band keys, and
+        the places duplicates took under band keys (``placed_entries``: serials, bands, keys)."""
         self._sorted = None
         first, content = self._first_of_id, self.content
         for serial, ident, digest in entries:
@@ -84,10 +126,16 @@ class RecentMirror:
         if entries:
             self.last_serial = max(self.last_serial, entries[-1][0])
         self.documents += len(entries)
+        slots, serials = [], []
         if len(kept_serials):
             bands = np.tile(np.arange(kept_keys.shape[1], dtype=np.uint16), len(kept_serials))
-            self._insert_sorted(band_slots(bands, kept_keys.ravel()), np.repeat(kept_serials, kept_keys.shape[1]),
-                                bands)
+            slots.append(band_slots(bands, kept_keys.ravel()))
+            serials.append(np.repeat(kept_serials, kept_keys.shape[1]))
+        if places is not None and len(places[0]):
+            slots.append(band_slots(places[1], places[2]))
+            serials.append(places[0])
+        if slots:
+            self._insert_sorted(np.concatenate(slots), np.concatenate(serials).astype(np.int64, copy=False))
 
     def serials_of_id(self, ident: bytes) -> list[int]:
         """The mirrored documents with this id hash, oldest first."""
@@ -118,9 +166,9 @@ class RecentMirror:
     @property
     def bands(self) -> np.ndarray:
         """The band of each of ``slots``."""
-        return self._folded()[2]
+        return (self._folded()[0] >> np.uint64(32)).astype(np.uint16)
 
-    def _insert_sorted(self, keys: np.ndarray, serials: np.ndarray, bands: np.ndarray) -> None:
+    def _insert_sorted(self, keys: np.ndarray, serials: np.ndarray) -> None:
         """File a batch's entries as one more small sorted run, and fold the runs in now and then.
 
         Inserting into one array as large as the mirror would move all of it
@@ -128,18 +176,18 @@ class RecentMirror:
         entries, and a batch's own run is not moved until then.
         """
         order = np.argsort(keys)  # equal keys may come in any order: lookups and merges order them
-        self._fresh.append((keys[order], serials[order], bands[order]))
+        self._fresh.append((keys[order], serials[order]))
         self._fresh_entries += len(keys)
         self._present.add(self._fresh[-1][0])
         if self._fresh_entries >= FRESH_ENTRIES:
             self._folded()
 
-    def _folded(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _folded(self) -> tuple[np.ndarray, np.ndarray]:
         """The fresh runs merged into the settled entries (which are returned)."""
         if self._fresh:
-            self._settled = _inserted(self._settled, _merged_runs(self._fresh))
+            self._settled.merge(_merged_runs(self._fresh))
             self._fresh, self._fresh_entries = [], 0
-        return self._settled
+        return self._settled.entries()
 
     def band_rows(self, asked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(slot, serial) of every mirrored band entry whose slot is in ``asked`` (``band_slots``, sorted,
@@ -149,17 +197,19 @@ class RecentMirror:
         of new documents) are dropped first; each other key is searched
         once, in sorted order, which keeps the binary searches in cache.
         """
-        if len(self._settled[0]) + self._fresh_entries == 0:
-            return self._settled[0], self._settled[1]
+        if not len(self._settled) and not self._fresh:
+            none = _band_entries()
+            return none[0], none[1]
         first = np.ones(len(asked), dtype=bool)
         first[1:] = asked[1:] != asked[:-1]
         first &= self._present.may_hold(asked)
         asked = asked[first]  # each key once (np.unique, which hashes, is slower here)
-        found = [_rows_with_keys(keys, serials, asked) for keys, serials, _ in (self._settled, *self._fresh)]
+        found = [_rows_with_keys(keys, serials, asked) for keys, serials in (self._settled.entries(), *self._fresh)]
         return np.concatenate([k for k, _ in found]), np.concatenate([s for _, s in found])
 
-    def remove(self, serials: set[int]) -> None:
-        """Forget these documents (after a commit that removed them from ``recent``)."""
+    def remove(self, serials: set[int], kept: set[int]) -> None:
+        """Forget these documents (after a commit that removed them from ``recent``): every one's hashes, the
+        ``kept`` ones' band entries (a duplicate's places stay taken)."""
         self._sorted = None
         remaining = {ident: [s for s in found if s not in serials] for ident, found in self.id_serials()}
         self._first_of_id = {ident: found[0] for ident, found in remaining.items() if found}
@@ -174,16 +224,20 @@ class RecentMirror:
                 del self.content[digest]
         for digest, later in list(self._more_of_content.items()):
             self._more_of_content[digest] = [s for s in later if s not in serials]
-        self.drop_band_entries(serials)
+        if kept:
+            self.drop_band_entries(kept)
 
     def drop_band_entries(self, serials: set[int]) -> None:
         """Take documents out of the mirrored band keys only (expired by retention)."""
-        keys, owners, bands = self._folded()
+        keys, owners = self._folded()
         keep = ~np.isin(owners, np.fromiter(serials, dtype=np.int64, count=len(serials)))
-        self._settled = keys[keep], owners[keep], bands[keep]
+        self._settled.keep(keep)
 
     def clear(self) -> None:
+        settled = self._settled
         self.__init__()
+        settled.keep(np.zeros(len(settled), dtype=bool))  # its memory is written already: the next one reuses it
+        self._settled = settled
 
     def table_pairs(self) -> tuple[list[tuple[bytes, bytes]], list[tuple[bytes, bytes, bytes]]]:
         """The ids entries as sorted (key, value) pairs of their table (``hashed``), and the content entries
@@ -200,36 +254,72 @@ FRESH_ENTRIES = 1 << 17  # band entries the small level of the mirror holds befo
 KEY_BITS_LOG2 = 26  # the mirror's key presence map: 2^26 bits (8 MiB)
 
 
-def _band_entries() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint16)
+def _band_entries() -> tuple[np.ndarray, np.ndarray]:
+    return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
 
 
-def _inserted(into: tuple, new: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sorted (keys, serials, bands) ``into`` with the sorted ``new`` ones merged in, after equal keys.
+class _SortedEntries:
+    """(band slot, serial) entries sorted by slot, in arrays with room to spare: a sorted run is merged in
+    place (``_kernel.merge_into``, from the end), into memory written before. A new array as large as the
+    mirror for every run merged cost more in page faults than in the merge (a fifth of the writer's time)."""
 
-    ``np.insert`` with the same positions, for the three arrays at once: the
-    positions are worked out once, not once per array.
-    """
-    at = np.searchsorted(into[0], new[0], "right")
+    def __init__(self) -> None:
+        self._keys = np.zeros(0, dtype=np.uint64)
+        self._serials = np.zeros(0, dtype=np.int64)
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def entries(self) -> tuple[np.ndarray, np.ndarray]:
+        return self._keys[:self._size], self._serials[:self._size]
+
+    def merge(self, run: tuple[np.ndarray, np.ndarray]) -> None:
+        """Take in a sorted run, its entries after equal slots."""
+        size, added = self._size, len(run[0])
+        if size + added > len(self._keys):
+            room = max(2 * len(self._keys), size + added)
+            self._keys, self._serials = _grown(self._keys, size, room), _grown(self._serials, size, room)
+        if _kernel is not None:
+            _kernel.merge_into(self._keys, self._serials, size, run[0], run[1])
+        else:
+            merged = _inserted(self.entries(), run)
+            self._keys[:size + added], self._serials[:size + added] = merged
+        self._size = size + added
+
+    def keep(self, which: np.ndarray) -> None:
+        """Keep the entries ``which`` is true of, in order."""
+        keys, serials = self.entries()
+        kept = int(np.count_nonzero(which))
+        self._keys[:kept], self._serials[:kept] = keys[which], serials[which]
+        self._size = kept
+
+
+def _grown(values: np.ndarray, size: int, room: int) -> np.ndarray:
+    grown = np.empty(room, dtype=values.dtype)
+    grown[:size] = values[:size]
+    return grown
+
+
+def _inserted(into: tuple, new: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted (keys, serials) ``into`` with the sorted ``new`` ones merged in, after equal keys."""
     size = len(into[0]) + len(new[0])
+    keys, serials = np.empty(size, dtype=np.uint64), np.empty(size, dtype=np.int64)
+    at = np.searchsorted(into[0], new[0], "right")
     where = at + np.arange(len(at))  # where each new entry lands
     old = np.ones(size, dtype=bool)
     old[where] = False
-    merged = []
-    for before, added in zip(into, new):
-        out = np.empty(size, dtype=before.dtype)
-        out[where] = added
-        out[old] = before
-        merged.append(out)
-    return tuple(merged)
+    keys[where], serials[where] = new
+    keys[old], serials[old] = into
+    return keys, serials
 
 
-def _merged_runs(runs: list[tuple]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sorted runs of (keys, serials, bands) as one, equal keys in run order (a stable sort merges the runs)."""
+def _merged_runs(runs: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted runs of (keys, serials) as one, equal keys in run order (a stable sort merges the runs)."""
     if len(runs) == 1:
         return runs[0]
     order = np.argsort(np.concatenate([run[0] for run in runs]), kind="stable")
-    return tuple(np.concatenate([run[field] for run in runs])[order] for field in range(3))
+    return np.concatenate([run[0] for run in runs])[order], np.concatenate([run[1] for run in runs])[order]
 
 
 class _KeyBits:
