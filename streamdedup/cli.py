@@ -363,7 +363,8 @@ def _cmd_check(args) -> int:
     if report.more:
         print(f"... and {report.more} more problems")
     verdict = "consistent" if report.ok else "INCONSISTENT"
-    print(f"{verdict}: {report.documents:,} documents, {report.kept:,} kept, {report.band_entries:,} band entries")
+    print(f"{verdict}: {report.documents:,} documents, {report.kept:,} kept, {report.band_entries:,} band entries "
+          f"({report.places:,} of them duplicates' places)")
     return EXIT_OK if report.ok else EXIT_PROBLEMS
 
 

@@ -107,6 +107,10 @@ class LshSection:
                                  "(0: chosen with bands)", low=0)
     max_candidates: int = _key(100, "verify at most this many candidates per document; a band key proposes at most "
                                     "this many (its earliest)", low=1)
+    cap: str = _key("kept", "what a band key's max_candidates counts: its earliest kept documents (kept), or its "
+                    "first probers, duplicates too (probes: what the key proposes depends on the order alone, which "
+                    "a deployment splitting the band tables by key needs; a duplicate then stores its places)",
+                    choices=("kept", "probes"))
 
 
 @dataclass(frozen=True)

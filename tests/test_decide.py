@@ -222,7 +222,7 @@ def test_a_band_key_gives_its_places_to_its_first_probers_and_exact_copies_probe
     """With ``lsh.max_candidates`` 2 a page's keys have two places. Exact copies look no key up and take none;
     a near copy takes a place under each key, as a duplicate (proposing nothing), which closes the keys it
     shares with the page; a later near copy still finds the page, the first of the places."""
-    cfg = config_module.load(None, ("lsh.max_candidates=2",), environ={})
+    cfg = config_module.load(None, ("lsh.max_candidates=2", 'lsh.cap="probes"'), environ={})
     pairs = [("a", BASE)] + [(f"copy{n}", BASE) for n in range(3)] + [("near", _edit(BASE, 40))]
     with Engine(cfg, str(tmp_path)) as engine:
         decided = _run(engine, pairs) if together else [d for pair in pairs for d in _run(engine, [pair])]
@@ -234,9 +234,21 @@ def test_a_band_key_gives_its_places_to_its_first_probers_and_exact_copies_probe
     assert (later.status, later.matched) == ("duplicate", "a")
 
 
-def test_a_forgotten_duplicate_keeps_its_places_and_check_fix_keeps_them_too(index):
+@pytest.mark.parametrize("merge_every", [100000, 1], ids=["recent-log", "merged-every-batch"])
+def test_a_forgotten_duplicate_keeps_its_places_and_check_fix_keeps_them_too(tmp_path, merge_every):
     """Forgetting frees a kept document's places only: a duplicate's stay taken, in the recent log and in the
     tables alike (where merges happened changes nothing), and ``check --fix`` rebuilds them as they were."""
+    cfg = config_module.load(None, (f"index.merge_every={merge_every}", 'lsh.cap="probes"'), environ={})
+    with Engine(cfg, str(tmp_path)) as engine:
+        _forget_and_rebuild(engine)
+
+
+def test_with_the_cap_on_kept_documents_a_duplicate_takes_no_place(index):
+    _run(index, [("a", BASE), ("b", _edit(BASE, 40)), ("c", _edit(BASE, 30))])
+    assert _places(index) == (index.signing.bands, 0)
+
+
+def _forget_and_rebuild(index):
     _run(index, [("a", BASE), ("b", _edit(BASE, 40)), ("other", "entirely different words " * 20)])
     _run(index, [("c", BASE)])
     index.forget(["b", "c"])

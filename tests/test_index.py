@@ -131,8 +131,8 @@ def test_an_index_of_an_earlier_format_is_refused_with_how_to_rebuild_it(tmp_pat
         txn.put(b"index", json.dumps({**meta, "format": 4}).encode())
     env.close()
     with pytest.raises(IncompatibleIndexError, match="has format 4.*reads format 6.*numbered source names.*"
-                                                     "8-byte hashes since format 5.*places under band keys since "
-                                                     "format 6.*backfill --from-beginning"):
+                                                     "8-byte hashes since format 5.*lsh.cap since format 6.*"
+                                                     "backfill --from-beginning"):
         Index(IndexSettings(path=str(tmp_path)), SIGNING)
 
 

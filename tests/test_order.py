@@ -39,10 +39,10 @@ def hot_file(tmp_path_factory):
     return path
 
 
-def _settings(batch, merge_every, processes, filter_mb, max_candidates):
+def _settings(batch, merge_every, processes, filter_mb, max_candidates, cap="kept"):
     return ["--set", f"worker.batch_size={batch}", "--set", f"index.merge_every={merge_every}",
             "--set", f"worker.prepare_processes={processes}", "--set", f"index.band_filter_mb={filter_mb}",
-            "--set", f"lsh.max_candidates={max_candidates}"]
+            "--set", f"lsh.max_candidates={max_candidates}", "--set", f'lsh.cap="{cap}"']
 
 
 def _dedup(folder, source, settings, **kw):
@@ -53,15 +53,15 @@ def _dedup(folder, source, settings, **kw):
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, hot_file):
-    """Per ``max_candidates``: the decisions of one run in batches of 100, merged every 100,000."""
+    """Per ``max_candidates`` (and ``lsh.cap``): the decisions of one run in batches of 100, merged every 100,000."""
     made = {}
 
-    def of(max_candidates):
-        if max_candidates not in made:
-            folder = tmp_path_factory.mktemp(f"reference-{max_candidates}")
-            _dedup(folder, hot_file, _settings(100, 100000, 1, 16, max_candidates))
-            made[max_candidates] = folder
-        return made[max_candidates]
+    def of(max_candidates, cap="kept"):
+        if (max_candidates, cap) not in made:
+            folder = tmp_path_factory.mktemp(f"reference-{max_candidates}-{cap}")
+            _dedup(folder, hot_file, _settings(100, 100000, 1, 16, max_candidates, cap))
+            made[max_candidates, cap] = folder
+        return made[max_candidates, cap]
 
     return of
 
@@ -74,6 +74,22 @@ def test_decisions_do_not_depend_on_how_the_stream_is_cut(tmp_path, hot_file, re
     assert (tmp_path / "decisions.jsonl").read_bytes() == (expected / "decisions.jsonl").read_bytes()
     assert (tmp_path / "clean.jsonl").read_bytes() == (expected / "clean.jsonl").read_bytes()
     assert _decided(tmp_path / "state") == _decided(expected / "state")
+
+
+@pytest.mark.parametrize("max_candidates", [1, 3])
+@pytest.mark.parametrize("way", list(WAYS))
+def test_with_the_cap_on_probes_decisions_do_not_depend_on_how_the_stream_is_cut_either(tmp_path, hot_file, reference,
+                                                                                        way, max_candidates):
+    """``lsh.cap = "probes"``: a duplicate's places, in the batch, the recent log and the tables alike."""
+    _dedup(tmp_path, hot_file, _settings(*WAYS[way], max_candidates, "probes"))
+    expected = reference(max_candidates, "probes")
+    assert (tmp_path / "decisions.jsonl").read_bytes() == (expected / "decisions.jsonl").read_bytes()
+    assert _decided(tmp_path / "state") == _decided(expected / "state")
+
+
+def test_the_two_caps_decide_the_hot_corpus_differently(reference):
+    """What the cap counts matters on this corpus (else the tests above could not tell them apart)."""
+    assert (reference(1) / "decisions.jsonl").read_bytes() != (reference(1, "probes") / "decisions.jsonl").read_bytes()
 
 
 def _decided(state) -> dict:

@@ -145,12 +145,15 @@ def test_merged_tables_and_tight_candidate_caps_decide_as_one_index(tmp_path):
     assert _sharded(capped, tmp_path / "sharded", batches, 3)[0] == single
 
 
+@pytest.mark.parametrize("cap", ["kept", "probes"])
 @pytest.mark.parametrize("max_candidates", [1, 2, 3, 5])
-def test_on_hot_keys_shards_decide_as_one_index_cut_into_other_batches(tmp_path, max_candidates):
+def test_on_hot_keys_shards_decide_as_one_index_cut_into_other_batches(tmp_path, max_candidates, cap):
     """Where the per-key limit bites on most keys, the deployment's batches, its merges and its number of
-    shards change nothing: the same decisions as one index fed the same order in batches of another size."""
-    cfg = _config(f"lsh.max_candidates={max_candidates}", "index.merge_every=200")
-    single = _single(_config(f"lsh.max_candidates={max_candidates}"), tmp_path / "single", _hot_batches(batch=400))
+    shards change nothing: the same decisions as one index fed the same order in batches of another size
+    (with ``lsh.cap = "probes"``, each shard holding its own duplicates' places)."""
+    cfg = _config(f"lsh.max_candidates={max_candidates}", "index.merge_every=200", f'lsh.cap="{cap}"')
+    single = _single(_config(f"lsh.max_candidates={max_candidates}", f'lsh.cap="{cap}"'), tmp_path / "single",
+                     _hot_batches(batch=400))
     count = 2 + max_candidates % 3
     sharded, _ = _sharded(cfg, tmp_path / "sharded", _hot_batches(batch=23), count)
     assert sharded == single

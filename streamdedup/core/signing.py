@@ -57,6 +57,7 @@ class SigningConfig:
     templates: str = "off"  # ``TemplateSettings.fingerprint()``: how content is told from site templates
     excerpt_sampling: int = 0  # one content shingle in this many is an excerpt anchor (0: no excerpts)
     min_shared: int = 2  # bands a kept document shares with a document to be verified against it
+    cap: str = "kept"  # what a band key's cap counts: kept documents, or "probes" (``candidates.file_prober``)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -66,7 +67,7 @@ class SigningConfig:
         return (
             f"{self.shingle}{self.k}-p{self.num_perm}-s{self.seed}-"
             f"b{self.bands}r{self.rows}m{self.min_shared}-h{self.hash_version}-t{self.templates}"
-            f"-x{self.excerpt_sampling}"
+            f"-x{self.excerpt_sampling}" + ("" if self.cap == "kept" else f"-c{self.cap}")
         )
 
 
@@ -147,7 +148,7 @@ def signing_config(config: Config) -> SigningConfig:
     return SigningConfig(shingle=signing.shingle, k=signing.k, num_perm=signing.num_perm, seed=signing.seed,
                          bands=bands, rows=rows, templates=template_settings(config).fingerprint(),
                          excerpt_sampling=config.excerpts.sampling if config.excerpts.enabled else 0,
-                         min_shared=shared)
+                         min_shared=shared, cap=lsh.cap)
 
 
 def template_settings(config: Config) -> TemplateSettings:

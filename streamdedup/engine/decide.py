@@ -124,10 +124,7 @@ def decide_together(batch: PreparedBatch, evidences: list[Evidence], rules: Dedu
             decisions[i] = state.decide(item, row, wanted)
     state.pass_over(done, len(batch.items))
     serials = state.next_serial - first_serial
-    probers = np.ones(len(batch.contents), dtype=bool)
-    if state.unprobed_rows:
-        probers[list(state.unprobed_rows)] = False
-    filed = filed_places(asked, rows, bands, lookup_keys.shape, probers, found_keys, rules.max_candidates)
+    filed = _places_taken(state, asked, rows, bands, lookup_keys.shape, found_keys)
     if state.first is None:
         return Together(decisions, state.records, first_serial, serials, filed)
     return Together(decisions, state.records, first_serial, serials, filed, state.first.pages,
@@ -154,6 +151,7 @@ class _State:
         self.unmatchable: set = set()  # stored kept documents past retention
         self.unkept: set = set()  # stored entries found under the batch's keys that propose nothing: duplicates
         self.unprobed_rows: set = set()  # replays and exact copies: they take no place under a band key
+        self.probes = rules.signing.cap == "probes"  # a duplicate takes places (``candidates.file_prober``)
         for evidence in evidences:
             self.unmatchable.update(evidence.unmatchable)
             self.unkept.update(evidence.unkept)
@@ -436,11 +434,24 @@ class _State:
         self._take(record, row)
         self.by_id.setdefault(ident, []).append(record.serial)
         self.by_content.setdefault(record.content, record.serial)
-        if probed and not record.kept:
+        if probed and self.probes and not record.kept:
             shared = self.shared_within.get(row, ())
             if shared:
                 file_prober(self.kept_by_key, shared, record.serial, False, self.room, self.rules.max_candidates)
         return _as_decision(record, False, candidates, verified) if wanted else None
+
+
+def _places_taken(state: "_State", asked: np.ndarray, rows: np.ndarray, bands: np.ndarray, shape: tuple,
+                  found_keys: np.ndarray) -> np.ndarray:
+    """Rows x bands: the band keys where each row takes a place (``candidates.filed_places``): with ``lsh.cap``
+    "probes", every row but replays and exact copies, while places are left; with "kept" none is asked for (a
+    kept document files all its keys, a duplicate none)."""
+    if not state.probes:
+        return np.zeros(shape, dtype=bool)
+    probers = np.ones(shape[0], dtype=bool)
+    if state.unprobed_rows:
+        probers[list(state.unprobed_rows)] = False
+    return filed_places(asked, rows, bands, shape, probers, found_keys, state.rules.max_candidates)
 
 
 class _Alike:

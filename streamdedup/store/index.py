@@ -311,17 +311,18 @@ class Index:
             raw = txn.get(b"index")
         if raw is not None:
             meta = json.loads(raw)
-            if meta.get("format", 1) != FORMAT_VERSION:
+            if meta.get("format", 1) not in (5, FORMAT_VERSION):  # format 5: format 6 with lsh.cap = "kept"
                 raise IncompatibleIndexError(
                     f"the index at {self.path!r} has format {meta.get('format', 1)}, this streamdedup reads format "
                     f"{FORMAT_VERSION} (site templates and excerpts since format 2, shingles stored in 32 bits since "
                     "format 3, the band table in large buckets keyed by a band key's high 7 bits, records with "
                     "numbered source names and 4-byte serials and id and content tables keyed by 8-byte hashes "
-                    "since format 5, duplicates holding their places under band keys since format 6); rebuild it: "
+                    "since format 5, and lsh.cap since format 6); rebuild it: "
                     "replay the input into a new index (`streamdedup backfill --from-beginning` or `streamdedup "
                     "dedup` with --state pointing at a new folder), then use that folder"
                 )
             meta["config"].setdefault("min_shared", 1)  # indexes made before it was a setting
+            meta["config"].setdefault("cap", "kept")
             if signing is not None:
                 wanted = signing.as_dict()
                 if adopt_bands:
