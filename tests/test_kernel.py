@@ -140,3 +140,28 @@ def test_kernel_counts_shared_shingles_as_numpy_and_python_do():
         assert verify._kernel.shared_count(a, b) == verify.shared_count_numpy(a, b) == expected
         union = len(set(a.tolist()) | set(b.tolist()))
         assert verify.jaccard(a, b) == (expected / union if union else 1.0)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_mirror_merges_runs_in_place_as_numpy_does(monkeypatch, seed):
+    """The recent mirror's sorted entries take runs in (``_kernel.merge_into``, in place from the end, growing
+    their room) exactly as the numpy path does: sorted by slot, a run's entries after equal slots there."""
+    from streamdedup.store import mirror
+
+    rng = np.random.default_rng(seed)
+    runs = []
+    for _ in range(6):
+        keys = np.sort(rng.integers(0, 50, int(rng.integers(0, 400))).astype(np.uint64))
+        runs.append((keys, rng.integers(0, 1 << 40, len(keys)).astype(np.int64)))
+    merged = []
+    for kernel in (mirror._kernel, None):
+        monkeypatch.setattr(mirror, "_kernel", kernel)
+        entries = mirror._SortedEntries()
+        for run in runs:
+            entries.merge(run)
+        merged.append(tuple(part.copy() for part in entries.entries()))
+    keys = np.concatenate([run[0] for run in runs])
+    order = np.argsort(keys, kind="stable")
+    expected = keys[order], np.concatenate([run[1] for run in runs])[order]
+    for keys_found, serials_found in merged:
+        assert np.array_equal(keys_found, expected[0]) and np.array_equal(serials_found, expected[1])
