@@ -54,11 +54,13 @@ def open(path: Optional[PathLike] = None, config: Union[config_module.Config, Pa
     ``readonly`` opens an existing index without the writer lock, to query it
     while another process writes.
     """
-    cfg = _config(config, sections)
+    cfg = config_of(config, sections)
     return Index(Engine(cfg, None if path is None else os.fspath(path), readonly=readonly), cfg, readonly)
 
 
-def _config(config: Union[config_module.Config, PathLike, None], sections: Mapping[str, Any]) -> config_module.Config:
+def config_of(config: Union[config_module.Config, PathLike, None], sections: Mapping[str, Any]) -> config_module.Config:
+    """The settings ``open`` works with: ``config`` (a ``config.toml`` path, a ``Config``, or None: the
+    defaults), with ``sections`` over it."""
     if config is None:
         cfg = config_module.Config()
     elif isinstance(config, config_module.Config):
@@ -280,7 +282,7 @@ def open_shards(paths: Sequence[PathLike], config: Union[config_module.Config, P
     shard missing, given twice, or of another deployment) is refused with a
     ``ConfigError``. ``config`` and ``sections`` as for ``open``.
     """
-    cfg = _config(config, sections)
+    cfg = config_of(config, sections)
     return ShardedIndex(ShardSet(cfg, [os.fspath(p) for p in paths]), InputSpec.from_section(cfg.input))
 
 

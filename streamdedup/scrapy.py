@@ -1,0 +1,150 @@
+"""A Scrapy item pipeline: each scraped page decided where it is crawled.
+
+In the Scrapy project's settings::
+
+    ITEM_PIPELINES = {"streamdedup.scrapy.DedupPipeline": 300}
+    STREAMDEDUP_INDEX = "dedup-index"   # decide each page against this index folder (made on first use)
+    STREAMDEDUP_ACTION = "drop"         # drop duplicates (the default), or "tag" them and pass them on
+    STREAMDEDUP_SETTINGS = {"input": {"html_field": "html"}}   # streamdedup's settings, by section
+
+or, to leave the deciding to a running worker, ``STREAMDEDUP_TOPIC = "crawl"``
+(and no index): each page is sent to that Kafka topic as the JSON record the
+worker reads, keyed by its id, with the brokers and security of the ``kafka``
+section. The settings are Scrapy's, so a spider or ``scrapy crawl -s`` can set
+them too:
+
+- ``STREAMDEDUP_INDEX`` or ``STREAMDEDUP_TOPIC``: where pages go (one of the two);
+- ``STREAMDEDUP_ACTION``: ``drop`` or ``tag`` (with an index);
+- ``STREAMDEDUP_TAG_FIELD``: the field a tagged page gets (``streamdedup``): status,
+  cluster, matched, similarity, relation and reason of its decision;
+- ``STREAMDEDUP_CONFIG``: a ``config.toml``; ``STREAMDEDUP_SETTINGS``: sections
+  over it, as ``streamdedup.open`` takes them.
+
+A page is read as ``dedup`` reads a JSON record (``input.id_field``,
+``text_field``, ``url_field``, ``html_field``: a page's HTML gives its main
+content); a page that cannot be read (no text, no id) is passed on, tagged
+with the reason, never dropped: nothing is lost for a malformed item. The
+crawl's stats count ``streamdedup/kept``, ``streamdedup/duplicate``,
+``streamdedup/exact``, ``streamdedup/dropped``, ``streamdedup/rejected`` and
+``streamdedup/sent``. Each page is committed as it comes (``Index.add_many``
+of one): set ``{"index": {"sync": False}}`` for a crawl that can be redone.
+
+Needs the ``scrapy`` extra: ``pip install 'streamdedup[scrapy]'``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+from itemadapter import ItemAdapter
+from scrapy.exceptions import DropItem, NotConfigured
+
+from . import api
+from . import config as config_module
+from .errors import ConfigError
+
+__all__ = ["DedupPipeline"]
+
+ACTIONS = ("drop", "tag")
+
+
+class DedupPipeline:
+    """Decides each scraped item against a local index (dropping or tagging duplicates), or sends it to the
+    worker's input topic."""
+
+    def __init__(self, settings, stats=None):
+        self.index_path: Optional[str] = settings.get("STREAMDEDUP_INDEX")
+        self.topic: Optional[str] = settings.get("STREAMDEDUP_TOPIC")
+        if not self.index_path and not self.topic:
+            raise NotConfigured("set STREAMDEDUP_INDEX (an index folder to decide pages against) or "
+                                "STREAMDEDUP_TOPIC (the worker's input topic to send them to)")
+        if self.index_path and self.topic:
+            raise ConfigError("set one of STREAMDEDUP_INDEX and STREAMDEDUP_TOPIC, not both: pages are decided "
+                              "here or by the worker")
+        self.action = settings.get("STREAMDEDUP_ACTION", "drop")
+        if self.action not in ACTIONS:
+            raise ConfigError(f"STREAMDEDUP_ACTION must be one of {', '.join(map(repr, ACTIONS))}, "
+                              f"got {self.action!r}")
+        self.tag_field = settings.get("STREAMDEDUP_TAG_FIELD", "streamdedup")
+        sections = settings.getdict("STREAMDEDUP_SETTINGS")
+        self.config = api.config_of(settings.get("STREAMDEDUP_CONFIG"), sections)
+        self.stats = stats
+        self.index: Optional[api.Index] = None
+        self.producer = None
+
+    @classmethod
+    def from_crawler(cls, crawler):
+        return cls(crawler.settings, crawler.stats)
+
+    def open_spider(self, spider) -> None:
+        if self.index_path:
+            self.index = api.open(self.index_path, self.config)
+        else:
+            self.producer = _producer(self.config)
+
+    def close_spider(self, spider) -> None:
+        if self.index is not None:
+            self.index.close()
+            self.index = None
+        if self.producer is not None:
+            self.producer.flush()
+            self.producer.close()
+            self.producer = None
+
+    def process_item(self, item, spider):
+        adapter = ItemAdapter(item)
+        record = adapter.asdict()
+        if self.producer is not None:
+            return self._sent(item, record)
+        decision = self.index.add_many([record])[0]
+        self._count(decision.status)
+        if decision.exact:
+            self._count("exact")
+        if decision.status == "duplicate" and self.action == "drop":
+            self._count("dropped")
+            raise DropItem(f"a {decision.relation} duplicate of {decision.matched} (cluster {decision.cluster})")
+        if decision.status == "rejected" or self.action == "tag":
+            _tag(adapter, self.tag_field, {"status": decision.status, "cluster": decision.cluster,
+                                           "matched": decision.matched, "similarity": decision.similarity,
+                                           "relation": decision.relation, "reason": decision.reason})
+        return item
+
+    def _sent(self, item, record: dict):
+        """The item as the worker reads it, to the input topic, keyed by its id (the partitioner's order)."""
+        spec_id = self.config.input.id_field
+        key = _field(record, spec_id)
+        self.producer.send(self.topic, key=None if key is None else str(key).encode(),
+                           value=json.dumps(record, default=str).encode())
+        self._count("sent")
+        return item
+
+    def _count(self, what: str) -> None:
+        if self.stats is not None:
+            self.stats.inc_value(f"streamdedup/{what}")
+
+
+def _tag(adapter: ItemAdapter, field: str, value: dict) -> None:
+    try:
+        adapter[field] = value
+    except KeyError:
+        raise ConfigError(f"the item class {type(adapter.item).__name__} has no field {field!r}: declare it "
+                          f"(scrapy.Field()) or set STREAMDEDUP_TAG_FIELD to one it has") from None
+
+
+def _field(record: dict, path: str) -> Any:
+    """A dotted path's value in ``record`` (None where it is missing)."""
+    value: Any = record
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def _producer(config: config_module.Config):
+    """A producer with the ``kafka`` section's brokers, security and producer table (waiting for every
+    replica: a page sent is a page the worker will read)."""
+    from kafka import KafkaProducer
+
+    return KafkaProducer(**{**config_module.kafka_client_settings(config.kafka, "producer"), "acks": "all"})
