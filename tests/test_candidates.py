@@ -61,3 +61,4 @@ def _filed(slots, probers, committed, per_key):
     order = np.argsort(slots.ravel())
     rows, bands = order // slots.shape[1], order % slots.shape[1]
     return filed_places(slots.ravel()[order], rows, bands, slots.shape, probers, committed, per_key)
+

@@ -30,7 +30,7 @@ def _index_with_backup(tmp_path, crawl_file):
 
 
 def test_restore_puts_the_backup_in_a_lost_folder_and_replaces_an_index_only_when_told(tmp_path, crawl_file, crawl):
-    state = _index_with_backup(tmp_path, crawl_file)
+    _index_with_backup(tmp_path, crawl_file)
     other, few = tmp_path / "other", tmp_path / "few.jsonl"
     with open(few, "w", encoding="utf-8") as handle:
         corpus.write_jsonl(corpus.generate(20, seed=3), handle)

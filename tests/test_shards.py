@@ -262,3 +262,12 @@ def test_excerpts_across_shards_decide_as_one_index(tmp_path, templates):
     assert sum(f[1] == "duplicate" for f in single) > sum(f[1] == "duplicate" for f in _single(
         config_module.load(None, (f"templates.enabled={templates}",), environ={}), tmp_path / "none", batches))
     assert _sharded(cfg, tmp_path / "sharded", batches, 3)[0] == single
+
+
+def test_evidence_of_a_shard_of_the_version_before_is_read():
+    """A shard's evidence packed without ``unkept`` (before duplicates could hold places) reads as none unkept."""
+    import msgpack
+
+    fields = msgpack.unpackb(Evidence(replays={1: ["a"]}).pack(), strict_map_key=False)
+    evidence = Evidence.unpack(msgpack.packb(fields[:11], use_bin_type=True))
+    assert evidence.replays == {1: ["a"]} and evidence.unkept == []

@@ -126,8 +126,11 @@ class Evidence:
 
     @classmethod
     def unpack(cls, data: bytes) -> "Evidence":
+        fields = msgpack.unpackb(data, strict_map_key=False)
+        if len(fields) == 11:  # a shard of the version before, whose entries were all kept documents
+            fields.append([])
         (replays, twins, keys, serials, matches, names, rekeys, unmatchable, anchor_keys, anchor_serials,
-         sources, unkept) = msgpack.unpackb(data, strict_map_key=False)
+         sources, unkept) = fields
         return cls(replays, twins, _unpacked(keys, "<u8", np.uint64), _unpacked(serials, "<i8", np.int64),
                    [tuple(m) for m in matches], names, [tuple(r) for r in rekeys], unmatchable,
                    _unpacked(anchor_keys, "<u8", np.uint64), _unpacked(anchor_serials, "<i8", np.int64),
