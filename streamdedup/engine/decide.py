@@ -16,11 +16,11 @@ Document by document in batch order, each seeing the decisions before it:
       cluster: an *exact* duplicate of it, joining its cluster, no band lookup;
    c. otherwise the band tables propose kept documents sharing at least
       ``min_shared`` bands (two of 32 by default: a cheap agreement test that
-      drops chance matches of one band; a band key's ``max_candidates``
-      places go to its first probers, the documents that look it up (all
-      but replays and exact copies), and it
-      proposes the kept ones among them, wherever they are held:
-      ``candidates.file_prober``); the ones sharing the most bands
+      drops chance matches of one band; a band key proposes at most
+      ``max_candidates`` kept documents wherever they are held: its earliest,
+      or with ``lsh.cap = "probes"`` those among its first ``max_candidates``
+      probers, every document that looks it up: ``candidates.file_prober``);
+      the ones sharing the most bands
       are verified first (at most ``max_candidates``) by
       exact Jaccard of *content* (shingles without site templates:
       ``core.templates``, ``sitelearning``); the most similar at or above

@@ -137,13 +137,16 @@ def file_prober(kept_by_key: dict[int, list[int]], slots, serial: int, kept: boo
     """A document of the batch probes its ``slots`` that later rows share: under each slot still open
     (``room`` left, else ``per_key``) it takes a place, and a kept one is proposed to the later rows.
 
-    This is the one meaning of the per-key limit, whatever the batch: a band
-    key files its first ``per_key`` probers, the documents that look it up
-    (all but replays and exact copies, decided by their id and content
-    before any band key is looked up), whatever each was then decided; it
-    proposes the kept ones among them. Which documents those are depends on the order alone, and not on
-    any decision still to be made: a key's owner in a sharded deployment
-    can answer before the decisions before it are known.
+    This is the one meaning of the per-key limit, whatever the batch. With
+    ``lsh.cap = "kept"`` only kept documents probe (the caller files no
+    other): a key proposes its earliest ``per_key`` kept documents. With
+    ``"probes"`` every document that looks the key up probes (all but
+    replays and exact copies, decided by their id and content first),
+    whatever it is then decided, and the key proposes the kept ones among
+    its first ``per_key``: which those are depends on the order alone, not
+    on a decision still to be made, so a key's owner in a deployment that
+    splits the band tables can answer before the decisions before it are
+    known.
     """
     for slot in slots:
         left = room.get(slot, per_key)
