@@ -105,20 +105,23 @@ def test_the_hot_corpus_makes_the_limit_bite(reference):
     assert (reference(1) / "decisions.jsonl").read_bytes() != (reference(5) / "decisions.jsonl").read_bytes()
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("seed,cap", [(1, "kept"), (2, "kept"), (3, "kept"), (4, "probes"), (5, "probes")])
 def test_killed_at_a_random_batch_and_resumed_with_other_batches_decides_as_one_run(tmp_path, hot_file, reference,
-                                                                                     seed):
+                                                                                     seed, cap):
     """kill -9 (the crash switch, at a random commit step of a random batch, or between the slices of a
-    merge), then a resume that cuts the rest of the stream into batches of another size."""
+    merge), then a resume that cuts the rest of the stream into batches of another size; with
+    ``lsh.cap = "probes"`` the duplicates' places come back from the recent log, and the index checks."""
     rng = random.Random(seed)
     max_candidates = rng.randint(1, 5)
     batch = rng.choice([7, 50, 300])
     step = rng.choice(["file-decided", "file-written", "file-committed", "merge-slice"])
     nth = rng.randint(1, 5) if step == "merge-slice" else rng.randint(2, DOCUMENTS // batch - 1)
-    crashed = _dedup(tmp_path, hot_file, _settings(batch, 200, 1, 16, max_candidates), check=False,
+    crashed = _dedup(tmp_path, hot_file, _settings(batch, 200, 1, 16, max_candidates, cap), check=False,
                      env={"STREAMDEDUP_TEST_CRASH_AT": f"{step}:{nth}"})
     assert crashed.returncode == 137, crashed.stderr.decode(errors="replace")
-    _dedup(tmp_path, hot_file, _settings(rng.choice([1, 13, 2000]), 450, 0, 16, max_candidates))
-    expected = reference(max_candidates)
+    _dedup(tmp_path, hot_file, _settings(rng.choice([1, 13, 2000]), 450, 0, 16, max_candidates, cap))
+    expected = reference(max_candidates, cap)
     assert (tmp_path / "decisions.jsonl").read_bytes() == (expected / "decisions.jsonl").read_bytes()
     assert _decided(tmp_path / "state") == _decided(expected / "state")
+    checked = run_cli("check", "--state", str(tmp_path / "state"), "--set", f'lsh.cap="{cap}"')
+    assert b"consistent:" in checked.stdout
