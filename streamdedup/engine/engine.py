@@ -29,7 +29,7 @@ from ..store.bands import BandTables
 from ..store.housekeeping import ForgetRequests, forget, rebuild_tables, sweep_expired
 from ..store.index import Index, IndexSettings, IndexTxn, MapFull
 from ..store.merge import finish_merge, merge_slice, merge_slices
-from ..store.mirror import RecentMirror, place_mask
+from ..store.mirror import RecentMirror, place_masks
 from ..store.sites import provisional_pages, remove_rekeyed, set_provisional_pages, write_rekeyed
 from ..store.view import write_documents
 from ..core.templates import TemplateSettings
@@ -214,7 +214,7 @@ class Engine:
     def _write_own(self, txn: IndexTxn, batch: PreparedBatch, together: Together, lookup_keys):
         inserted, kept_rows, shingles, placed = [], {}, {}, {}
         everything = self.place.count == 1
-        filed = together.filed
+        masks = place_masks(together.filed)
         for record, row in together.records.values():
             ident = batch.id_keys[row]
             if not everything and not self.place.owns(ident):
@@ -223,8 +223,8 @@ class Engine:
             if record.kept:
                 kept_rows[row] = record.serial
                 shingles[record.serial] = batch.shingles.of(row)
-            elif filed[row].any():
-                placed[record.serial] = (row, place_mask(filed[row]))
+            elif masks[row]:
+                placed[record.serial] = (row, masks[row])
         return write_documents(txn, self.mirror, inserted, kept_rows, shingles, lookup_keys, together.serials,
                                placed)
 

@@ -32,7 +32,7 @@ try:
 except ImportError:  # built without a C compiler: numpy does it
     _kernel = None
 
-__all__ = ["RecentMirror", "pack_recent", "unpack_recent", "place_mask", "placed_entries", "FRESH_ENTRIES",
+__all__ = ["RecentMirror", "pack_recent", "unpack_recent", "place_masks", "placed_entries", "FRESH_ENTRIES",
            "KEY_BITS_LOG2"]
 
 
@@ -59,9 +59,13 @@ def _keys(data: bytes) -> np.ndarray:
     return np.frombuffer(data, dtype=">u4").astype(np.uint64)
 
 
-def place_mask(filed: np.ndarray) -> int:
-    """The bands a row of ``candidates.filed_places`` takes places under, as bits (band 0: the lowest)."""
-    return sum(1 << band for band in np.flatnonzero(filed).tolist())
+def place_masks(filed: np.ndarray) -> list[int]:
+    """The bands each row of ``candidates.filed_places`` (rows x bands, at most 64) takes places under, as
+    bits (band 0: the lowest)."""
+    if not filed.any():
+        return [0] * len(filed)
+    weights = np.left_shift(np.uint64(1), np.arange(filed.shape[1], dtype=np.uint64))
+    return np.bitwise_or.reduce(np.where(filed, weights, np.uint64(0)), axis=1).tolist()
 
 
 def placed_entries(serials: list[int], keys: list[np.ndarray], masks: list[int]) -> tuple[np.ndarray, ...]:
