@@ -35,13 +35,14 @@ Needs the ``scrapy`` extra: ``pip install 'streamdedup[scrapy]'``.
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from typing import Optional
 
 from itemadapter import ItemAdapter
 from scrapy.exceptions import DropItem, NotConfigured
 
 from . import api
 from . import config as config_module
+from .core.decode import field_at
 from .errors import ConfigError
 
 __all__ = ["DedupPipeline"]
@@ -112,8 +113,7 @@ class DedupPipeline:
 
     def _sent(self, item, record: dict):
         """The item as the worker reads it, to the input topic, keyed by its id (the partitioner's order)."""
-        spec_id = self.config.input.id_field
-        key = _field(record, spec_id)
+        key = field_at(record, self.config.input.id_field)
         self.producer.send(self.topic, key=None if key is None else str(key).encode(),
                            value=json.dumps(record, default=str).encode())
         self._count("sent")
@@ -130,16 +130,6 @@ def _tag(adapter: ItemAdapter, field: str, value: dict) -> None:
     except KeyError:
         raise ConfigError(f"the item class {type(adapter.item).__name__} has no field {field!r}: declare it "
                           f"(scrapy.Field()) or set STREAMDEDUP_TAG_FIELD to one it has") from None
-
-
-def _field(record: dict, path: str) -> Any:
-    """A dotted path's value in ``record`` (None where it is missing)."""
-    value: Any = record
-    for part in path.split("."):
-        if not isinstance(value, dict) or part not in value:
-            return None
-        value = value[part]
-    return value
 
 
 def _producer(config: config_module.Config):

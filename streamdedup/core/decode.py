@@ -46,7 +46,7 @@ import orjson
 from .html import html_text, main_text
 from .records import Document, Item, Rejected, Source
 
-__all__ = ["InputSpec", "decode", "text_limit_for_output", "decode_object", "decode_pair", "decode_warc_line", "REASONS"]
+__all__ = ["InputSpec", "decode", "field_at", "text_limit_for_output", "decode_object", "decode_pair", "decode_warc_line", "REASONS"]
 
 REASONS = (
     "tombstone", "too_large", "invalid_utf8", "invalid_json", "invalid_msgpack", "not_an_object",
@@ -131,9 +131,9 @@ def decode_object(fields: Any, source: Source, spec: InputSpec) -> Item:
     page = _html_of(fields, doc_id, source, spec)
     if page is not None:
         return page
-    item = _checked_text(_field(fields, spec.text_field), doc_id, source, spec)
+    item = _checked_text(field_at(fields, spec.text_field), doc_id, source, spec)
     if spec.url_field and isinstance(item, Document):
-        url = _field(fields, spec.url_field)
+        url = field_at(fields, spec.url_field)
         if isinstance(url, str) and url:
             item.url = url
     return item
@@ -184,7 +184,7 @@ def _decoded(value: Optional[bytes], source: Source, spec: InputSpec, key: Optio
         fields = _parse(value, spec)
         if isinstance(fields, Rejected):
             return Rejected(fields.reason, fields.detail, source)
-        text = _field(fields, spec.text_field)
+        text = field_at(fields, spec.text_field)
     doc_id, id_problem = _document_id(fields, spec, key_id)
     if id_problem:
         return problem_at(id_problem, source)
@@ -193,7 +193,7 @@ def _decoded(value: Optional[bytes], source: Source, spec: InputSpec, key: Optio
         return page
     item = _checked_text(text, doc_id or source.fallback_id(), source, spec)
     if fields is not None and spec.url_field and isinstance(item, Document):
-        url = _field(fields, spec.url_field)
+        url = field_at(fields, spec.url_field)
         if isinstance(url, str) and url:
             item.url = url
     return item
@@ -218,12 +218,12 @@ def _html_of(fields: dict, doc_id: str, source: Source, spec: InputSpec) -> Opti
     is read then, so records with and without their HTML may be mixed)."""
     if not spec.html_field:
         return None
-    page = _field(fields, spec.html_field)
+    page = field_at(fields, spec.html_field)
     if page is None:
         return None
     if not isinstance(page, str):
         return Rejected("text_not_string", f"{spec.html_field!r} is a {type(page).__name__}", source, doc_id)
-    url = _field(fields, spec.url_field) if spec.url_field else None
+    url = field_at(fields, spec.url_field) if spec.url_field else None
     item = _html_page(page, doc_id, source, spec)
     if isinstance(item, Document) and isinstance(url, str) and url:
         item.url = url
@@ -304,8 +304,8 @@ def _as_json_reads_it(obj: Any, spec: InputSpec) -> bool:
     a float id go through ``json`` again, so every outcome is ``json``'s
     (tested on generated documents).
     """
-    return (isinstance(obj, dict) and type(_field(obj, spec.text_field)) is str
-            and not isinstance(_field(obj, spec.id_field) if spec.id_field else None, float))
+    return (isinstance(obj, dict) and type(field_at(obj, spec.text_field)) is str
+            and not isinstance(field_at(obj, spec.id_field) if spec.id_field else None, float))
 
 
 def _parse_json_strictly(value: bytes) -> Any:
@@ -339,7 +339,7 @@ def _json_int(digits: str) -> Any:
         return LongInteger(digits)
 
 
-def _field(obj: dict, path: str) -> Any:
+def field_at(obj: dict, path: str) -> Any:
     """The value at a dotted path, or None."""
     parts = _parts(path)
     if len(parts) == 1:
@@ -369,7 +369,7 @@ def _key_id(key: Optional[bytes], spec: InputSpec) -> tuple[Optional[str], Optio
 
 def _document_id(fields: Any, spec: InputSpec, key_id: Optional[str]) -> tuple[Optional[str], Optional[tuple[str, str]]]:
     """The id field, else the key; None means: use the source coordinates."""
-    raw = _field(fields, spec.id_field) if (fields is not None and spec.id_field) else None
+    raw = field_at(fields, spec.id_field) if (fields is not None and spec.id_field) else None
     if raw is None or raw == "":
         return key_id, None
     if isinstance(raw, LongInteger):

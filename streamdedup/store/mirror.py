@@ -240,7 +240,7 @@ class RecentMirror:
     def clear(self) -> None:
         settled = self._settled
         self.__init__()
-        settled.keep(np.zeros(len(settled), dtype=bool))  # its memory is written already: the next one reuses it
+        settled.clear()  # its memory is written already: the next mirror reuses it
         self._settled = settled
 
     def table_pairs(self) -> tuple[list[tuple[bytes, bytes]], list[tuple[bytes, bytes, bytes]]]:
@@ -290,6 +290,9 @@ class _SortedEntries:
             merged = _inserted(self.entries(), run)
             self._keys[:size + added], self._serials[:size + added] = merged
         self._size = size + added
+
+    def clear(self) -> None:
+        self._size = 0
 
     def keep(self, which: np.ndarray) -> None:
         """Keep the entries ``which`` is true of, in order."""
