@@ -58,7 +58,7 @@ from ..store.candidates import (Hits, SharedKeys, chosen_candidates, earliest_of
                                  keys_shared_within, room_under)
 from .settings import DedupSettings, ExcerptSettings
 from .sitelearning import BatchContent
-from .evidence import Evidence, row_anchors
+from .evidence import Evidence, Gathered, row_anchors
 
 __all__ = ["Together", "decide_together"]
 
@@ -82,7 +82,7 @@ class Together:
 def decide_together(batch: PreparedBatch, evidences: list[Evidence], rules: DedupSettings, first_serial: int, now: float,
                     lookup_keys: Optional[np.ndarray] = None, content: Optional[BatchContent] = None,
                     provisional_pages: Callable[[int], list[int]] = lambda site: [],
-                    mine: Optional[list[bool]] = None) -> Together:
+                    mine: Optional[list[bool]] = None, gathered: Optional[Gathered] = None) -> Together:
     """Decide ``batch`` from the evidence of every index holding documents (one, for a single worker); its
     documents are numbered from ``first_serial``.
 
@@ -95,26 +95,37 @@ def decide_together(batch: PreparedBatch, evidences: list[Evidence], rules: Dedu
     band keys) only take their serials; the rest are decided as usual, and
     the record of one kept is made only if a later document names it. A
     shard of many looks at few documents of a batch one by one.
+
+    ``gathered``: the batch's candidates, in-batch ones included, with their
+    similarities and each row's serial, gathered outside it (``Gathered``:
+    the key owners and homes of a deployment that splits the band tables);
+    the batch then needs no shingles or band keys, and every item is looked at.
     """
     lookup_keys = batch.keys if lookup_keys is None else lookup_keys
-    asked, rows, bands = batch.sorted_slots(lookup_keys)
-    found_keys = np.concatenate([e.found_keys for e in evidences])
-    hits = Hits.found(asked, rows, len(batch.contents), found_keys,
-                      np.concatenate([e.found_serials for e in evidences]), rules.max_candidates)
-    shared_within = keys_shared_within(asked, rows)
-    room = room_under(shared_within.slots(), found_keys, rules.max_candidates)
+    if gathered is None:
+        asked, rows, bands = batch.sorted_slots(lookup_keys)
+        found_keys = np.concatenate([e.found_keys for e in evidences])
+        hits = Hits.found(asked, rows, len(batch.contents), found_keys,
+                          np.concatenate([e.found_serials for e in evidences]), rules.max_candidates)
+        shared_within = keys_shared_within(asked, rows)
+        room = room_under(shared_within.slots(), found_keys, rules.max_candidates)
+    else:
+        hits, shared_within, room = gathered.hits, SharedKeys.none(), {}
     state = _State(batch, evidences, hits, shared_within, room, rules, first_serial, now, lookup_keys, content,
-                   provisional_pages)
+                   provisional_pages, gathered)
     decisions: list[Optional[Decision]] = [None] * len(batch.items)
     alone = state.alone_rows()
     done = 0  # the items before this one are decided or passed over
-    for i in state.items_to_look_at(mine, asked, rows):
+    look = range(len(batch.items)) if gathered is not None else state.items_to_look_at(mine, asked, rows)
+    for i in look:
         state.pass_over(done, i)
         item, row = batch.items[i], batch.row[i]
         done = i + 1
         if isinstance(item, Rejected):
             decisions[i] = Decision.rejected(item)
             continue
+        if gathered is not None:
+            state.next_serial = gathered.serial_of[row]
         if content is not None:
             state.templates_at(row)
         wanted = mine is None or mine[i]
@@ -122,6 +133,8 @@ def decide_together(batch: PreparedBatch, evidences: list[Evidence], rules: Dedu
             state.kept_unwanted(item, row)
         else:
             decisions[i] = state.decide(item, row, wanted)
+    if gathered is not None:  # the key owners filed the places, and the serials are the caller's
+        return Together(decisions, state.records, first_serial, 0, np.zeros((len(batch.contents), 0), dtype=bool))
     state.pass_over(done, len(batch.items))
     serials = state.next_serial - first_serial
     filed = _places_taken(state, asked, rows, bands, lookup_keys.shape, found_keys)
@@ -136,8 +149,10 @@ class _State:
 
     def __init__(self, batch: PreparedBatch, evidences: list[Evidence], hits: Hits, shared_within: SharedKeys,
                  room: dict[int, int], rules: DedupSettings, first_serial: int, now: float, lookup_keys: np.ndarray,
-                 content: Optional[BatchContent], provisional_pages: Callable[[int], list[int]]):
+                 content: Optional[BatchContent], provisional_pages: Callable[[int], list[int]],
+                 gathered: Optional[Gathered] = None):
         self.batch, self.hits, self.shared_within, self.room, self.rules = batch, hits, shared_within, room, rules
+        self.gathered = gathered
         self.strong = hits.at_least(rules.signing.min_shared)  # the hits that can be candidates by themselves
         self.first_serial, self.now, self.lookup_keys, self.content = first_serial, now, lookup_keys, content
         self.rekeyed_rows = frozenset(np.flatnonzero((lookup_keys != batch.keys).any(axis=1)).tolist())
@@ -222,13 +237,12 @@ class _State:
             self.unprobed_rows.add(row)  # an exact copy looks no band key up
             return self._insert(DocRecord.exact_copy_of(twin, serial, doc, content, self.now, site), ident, row,
                                 wanted, probed=False)
-        own = self.own_content(row)
-        match, similarity, candidates, verified = self._best_match(row, own)
+        match, similarity, candidates, verified = self._best_match(row)
         if match is not None:
             record = DocRecord.near_duplicate_of(self._representative(match), similarity, serial, doc, content,
                                                  self.now, site)
             return self._insert(record, ident, row, wanted, candidates, verified)
-        found = self._anchored_match(own, row) if self.anchors is not None else None
+        found = self._anchored_match(self.own_content(row), row) if self.anchors is not None else None
         if found is not None:
             source, similarity, share, checked = found
             record = DocRecord.near_duplicate_of(self._representative(source), similarity, serial, doc, content,
@@ -397,21 +411,23 @@ class _State:
         doc_id = self.names[serial]
         return DocRecord(serial, doc_id, True, serial, doc_id, None, None, None, False, b"", [], b"", 0.0)
 
-    def _best_match(self, row: int, own: np.ndarray) -> tuple[Optional[int], Optional[float], int, int]:
+    def _best_match(self, row: int) -> tuple[Optional[int], Optional[float], int, int]:
         """The most similar candidate at or above the threshold (ties: the earliest) and its Jaccard, how many
-        candidates the row has and how many it verifies (step c above); stored ones by their index's Jaccard."""
+        candidates the row has and how many it verifies (step c above); stored ones by their index's Jaccard,
+        and with ``gathered`` the batch's own too."""
         rules = self.rules
         rekeyed = self.first is not None and self.first.rekeyed  # pages that may add a band to a weak hit
         serials, shared = (self.hits if rekeyed else self.strong).of(row)
         extra = [serial for key in self.shared_within.get(row, ()) for serial in self.kept_by_key.get(key, ())]
         if rekeyed:
             extra += self.first.candidates(self.lookup_keys[row])
-        chosen, candidates = chosen_candidates(serials, shared, extra, rules.signing.min_shared,
-                                               self._proposed if self.unmatchable or self.unkept else None,
+        proposed = self._proposed if self.unmatchable or self.unkept or self.gathered is not None else None
+        chosen, candidates = chosen_candidates(serials, shared, extra, rules.signing.min_shared, proposed,
                                                rules.max_candidates)
         best, best_similarity = None, -1.0
+        own = self.own_content(row) if self.gathered is None else None
         for serial in chosen:
-            if serial >= self.first_serial:
+            if own is not None and serial >= self.first_serial:
                 similarity = jaccard(own, self.batch_content(serial))
             else:
                 similarity = self.similarity.get((row, serial), -1.0)
@@ -421,8 +437,11 @@ class _State:
         return best, (best_similarity if best is not None else None), candidates, len(chosen)
 
     def _proposed(self, serial: int) -> bool:
-        """Whether a stored entry is a candidate: a kept document (a duplicate's entry only holds its place),
-        still matchable."""
+        """Whether an entry is a candidate: a kept document (a duplicate's entry only holds its place), still
+        matchable. Entries of the batch's own rows are there only with ``gathered`` (places, not proposals)."""
+        if serial >= self.first_serial:
+            record = self.records[serial][0]
+            return record is None or record.kept  # None: kept, its record not made yet
         return serial not in self.unkept and serial not in self.unmatchable
 
     def _matchable(self, representative: int) -> bool:

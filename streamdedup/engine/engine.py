@@ -36,7 +36,7 @@ from ..core.templates import TemplateSettings
 from .decide import Together, decide_together
 from .evidence import (Asking, Evidence, OwnFirstPages, ShardPlace, band_evidence, content_evidence, row_anchors,
                        rows_settled)
-from .settings import DedupSettings, ExcerptSettings
+from .settings import DedupSettings
 from .sitelearning import SiteTemplates, templates_in_advance
 
 __all__ = ["Engine", "DecidedBatch", "collector_paused", "index_settings"]
@@ -92,11 +92,7 @@ class Engine:
         wanted = None if readonly else signing_config(config)
         self.index = Index(index_settings(config, state), wanted, readonly=readonly, adopt_bands=not config.lsh.bands)
         self.signing = self.index.signing
-        excerpts = config.excerpts
-        self.settings = DedupSettings(self.signing, config.lsh.threshold, config.lsh.max_candidates,
-                                      config.index.retention_days * 86400.0,
-                                      ExcerptSettings(self.signing.excerpt_sampling, excerpts.containment,
-                                                      excerpts.min_shingles, excerpts.max_postings))
+        self.settings = DedupSettings.of(config, self.signing)
         self.template_settings = TemplateSettings.from_fingerprint(self.signing.templates)
         self.templates = SiteTemplates(self.template_settings, self.signing) if self.template_settings.enabled else None
         self.sweep_interval_s = config.index.sweep_interval_s

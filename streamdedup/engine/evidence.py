@@ -33,7 +33,7 @@ from ..store.sites import provisional_pages, remove_rekeyed, write_rekeyed
 from .settings import ExcerptSettings
 from .sitelearning import BatchContent
 
-__all__ = ["ShardPlace", "Evidence", "Asking", "content_evidence", "band_evidence", "rows_settled", "OwnFirstPages",
+__all__ = ["ShardPlace", "Evidence", "Gathered", "Asking", "content_evidence", "band_evidence", "rows_settled", "OwnFirstPages",
            "row_anchors", "row_items", "owner_of", "owners_of", "item_owners"]
 
 _NO_ANCHORS = np.zeros(0, dtype=np.uint64)
@@ -135,6 +135,23 @@ class Evidence:
                    [tuple(m) for m in matches], names, [tuple(r) for r in rekeys], unmatchable,
                    _unpacked(anchor_keys, "<u8", np.uint64), _unpacked(anchor_serials, "<i8", np.int64),
                    [tuple(x) for x in sources], unkept)
+
+
+@dataclass
+class Gathered:
+    """A batch's candidates gathered outside it, for ``decide.decide_together``: by a deployment whose band
+    tables are split by key (``engine.vshards``), where no process holds the batch's shingles and keys.
+
+    ``hits``: each row's candidates, the holders of places before it under
+    its band keys (stored documents and earlier rows of the batch alike, as
+    the keys' owners answered: ``lsh.cap = "probes"``) and how many bands
+    each shares with it; ``serial_of``: the serial each row takes (a replay
+    takes none: its number is never read). The similarities of the batch's
+    own candidates come as ``Evidence.matches``, like the stored ones'.
+    """
+
+    hits: Hits
+    serial_of: list[int]
 
 
 def _packed(values: np.ndarray, dtype: str) -> bytes:

@@ -28,3 +28,11 @@ class DedupSettings:
     max_candidates: int = 100  # verify at most this many candidates per document
     retention_s: float = 0.0  # kept documents older than this match nothing (0: forever)
     excerpts: ExcerptSettings = ExcerptSettings()
+
+    @classmethod
+    def of(cls, config, signing: SigningConfig) -> "DedupSettings":
+        """The settings of ``config`` (a ``config.Config``) for an index signed with ``signing``."""
+        excerpts = config.excerpts
+        return cls(signing, config.lsh.threshold, config.lsh.max_candidates, config.index.retention_days * 86400.0,
+                   ExcerptSettings(signing.excerpt_sampling, excerpts.containment, excerpts.min_shingles,
+                                   excerpts.max_postings))

@@ -207,6 +207,11 @@ class SharedKeys:
         ends = np.append(starts[1:], len(rows))
         self._at = dict(zip(rows[starts].tolist(), zip(starts.tolist(), ends.tolist())))
 
+    @classmethod
+    def none(cls) -> "SharedKeys":
+        """No row shares a key (a batch whose candidates were gathered outside it)."""
+        return cls(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint64))
+
     def __contains__(self, row: int) -> bool:
         return row in self._at
 

@@ -1,0 +1,24 @@
+"""A deployment whose band tables are split by key: K virtual shards in a deterministic epoch order.
+
+Each of the ``count`` virtual shards (vshards), fixed at creation, is two
+things at once (docs/pages/sharding.md, "Band tables split by key"):
+
+- the *home* of the documents whose id hashes to it: their records, their
+  content shingles, their ids (so replays and new versions are local);
+- the *owner* of the band keys and content keys that hash to it: a band
+  key's places (``lsh.cap = "probes"``: its first ``max_candidates``
+  probers) and the first document of each content.
+
+A document's keys go only to their owners, a candidate is verified where
+its shingles live, and the only work every vshard repeats is deciding the
+few documents linked to another of the same epoch. The stages of an epoch
+are in ``vshard`` (what one vshard does with the messages of a stage),
+where keys and documents live in ``placement``, and ``simulator`` runs a
+deployment in one process, delivering messages in an order drawn from a
+seed. Decisions are ``engine.decide.decide_together``'s, the single worker's.
+"""
+
+from .placement import homes_of, owners_of_contents, owners_of_slots
+from .vshard import Message, VShard, check_supported
+
+__all__ = ["Message", "VShard", "check_supported", "homes_of", "owners_of_contents", "owners_of_slots"]

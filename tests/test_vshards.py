@@ -1,0 +1,153 @@
+"""Band tables split by key (``engine.vshards``): the same decisions as a single worker, whatever happens.
+
+Every test runs a key-split deployment in one process (``vshards.simulator``)
+with messages delivered in an order drawn from a seed, some twice, over
+epochs cut at sizes drawn from a seed, and compares each outcome, record
+for record, with a single worker (a real ``Engine`` on an LMDB index) fed
+the same input in the deployment's order.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from streamdedup import config as configuration
+from streamdedup.core import corpus
+from streamdedup.core.records import Document, Source
+from streamdedup.engine.engine import Engine
+from streamdedup.engine.vshards import VShard, check_supported
+from streamdedup.engine.vshards.simulator import Simulator, cut_epochs
+from streamdedup.errors import ConfigError
+
+NOW = 1.75e9
+LAYOUTS = [(1, 1), (2, 2), (3, 2), (8, 4), (16, 4), (16, 1)]  # (vshards, processes)
+
+
+def _config(tmp_path, *extra):
+    return configuration.load(None, ('lsh.cap="probes"', "templates.enabled=false",
+                                     f'index.path="{tmp_path / "single"}"', *extra), environ={})
+
+
+def _items(texts):
+    return [Document(doc_id, text, Source("in", 0, offset)) for offset, (doc_id, text) in enumerate(texts)]
+
+
+def _single_worker(config, order, batch=89):
+    decisions = []
+    with Engine(config, clock=lambda: NOW) as engine:
+        for begin in range(0, len(order), batch):
+            decisions += engine.decide_batch(engine.prepare(order[begin:begin + batch]))
+    return decisions
+
+
+def _assert_same_as_single_worker(tmp_path, items, vshards, processes, seed, extra=(), largest=48, duplicates=0.1):
+    config = _config(tmp_path, *extra)
+    simulator = Simulator(config, vshards, processes, seed=seed, duplicates=duplicates, clock=lambda: NOW)
+    run = simulator.decide(cut_epochs(items, vshards, seed=seed, largest=largest))
+    assert sorted(item.source.offset for item in run.order) == list(range(len(items)))
+    expected = _single_worker(config, run.order)
+    assert len(run.decisions) == len(expected)
+    for item, got, want in zip(run.order, run.decisions, expected):
+        assert got == want, item.id
+    return run, expected
+
+
+def _words(rng, n):
+    return [f"w{rng.randrange(10 ** 9)}" for _ in range(n)]
+
+
+def _edited(words, rng, changes):
+    """``words`` with ``changes`` words replaced, at places far apart (each changes three shingles)."""
+    words = list(words)
+    for at in rng.sample(range(0, len(words), 5), changes):
+        words[at] = _words(rng, 1)[0]
+    return words
+
+
+def _chains_and_ties(seed, families=40):
+    """Chains (A like B, B like C, A unlike C), ties (D as like A as B, A unlike B), exact copies of
+    duplicates, replays and new versions, and blank records, shuffled so that a family falls inside one
+    epoch or across several."""
+    rng = random.Random(seed)
+    texts = []
+    for family in range(families):
+        a = _words(rng, 100)
+        b = _edited(a, rng, 4)
+        c = _edited(b, rng, 4)
+        texts += [(f"chain{family}-a", a), (f"chain{family}-b", b), (f"chain{family}-c", c)]
+        x, y, z = _words(rng, 100), _words(rng, 35), _words(rng, 35)
+        texts += [(f"tie{family}-a", x + y), (f"tie{family}-b", x + z), (f"tie{family}-d", x)]
+    rng.shuffle(texts)
+    texts = [(doc_id, " ".join(words)) for doc_id, words in texts]
+    later = []
+    for doc_id, text in rng.sample(texts, 30):
+        later.append((doc_id, text))  # a replay
+        later.append((doc_id, text + " " + " ".join(_words(rng, 3))))  # a new version
+        later.append((doc_id + "-copy", text))  # an exact copy (of a duplicate, for some)
+    later += [(f"blank{i}", "   ") for i in range(5)]
+    rng.shuffle(later)
+    return texts + later
+
+
+@pytest.mark.parametrize("vshards, processes", LAYOUTS)
+def test_the_synthetic_crawl_is_decided_as_by_one_worker(tmp_path, vshards, processes):
+    items = _items((doc.id, doc.text) for doc in corpus.generate(150, seed=vshards))
+    run, expected = _assert_same_as_single_worker(tmp_path, items, vshards, processes, seed=vshards)
+    assert sum(d.status == "duplicate" for d in expected) > 50
+
+
+@pytest.mark.parametrize("max_candidates", [1, 2, 3, 100])
+@pytest.mark.parametrize("vshards, processes", [(1, 1), (3, 2), (8, 4), (16, 4)])
+def test_hot_keys_are_decided_as_by_one_worker(tmp_path, vshards, processes, max_candidates):
+    items = _items((doc.id, doc.text) for doc in corpus.hot_keys(400, seed=5))
+    _assert_same_as_single_worker(tmp_path, items, vshards, processes, seed=max_candidates,
+                                  extra=[f"lsh.max_candidates={max_candidates}"])
+
+
+@pytest.mark.parametrize("largest", [1, 8, 200])
+@pytest.mark.parametrize("vshards, processes", LAYOUTS)
+def test_chains_ties_copies_replays_and_versions_within_and_across_epochs(tmp_path, vshards, processes, largest):
+    items = _items(_chains_and_ties(seed=largest))
+    run, expected = _assert_same_as_single_worker(tmp_path, items, vshards, processes, seed=vshards,
+                                                  largest=largest)
+    by_id = {}
+    for item, decision in zip(run.order, expected):
+        by_id.setdefault(item.id, []).append(decision)
+    assert any(d.replayed for d in expected) and any(d.exact for d in expected)
+    assert sum(d.status == "rejected" for d in expected) == 5
+    chained = [f for f in range(40) if by_id[f"chain{f}-c"][0].status == "kept"
+               and by_id[f"chain{f}-b"][0].status == "duplicate"]
+    assert chained, "some chain has B a duplicate and C kept (A unlike C)"
+    ties = [f for f in range(40) if all(by_id[f"tie{f}-{x}"][0].status == "kept" for x in "ab")
+            and by_id[f"tie{f}-d"][0].status == "duplicate"]
+    assert ties, "some D is as like A as B, both kept"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_any_delivery_order_and_any_cut_gives_the_same_outcomes(tmp_path, seed):
+    items = _items((doc.id, doc.text) for doc in corpus.hot_keys(300, seed=11))
+    config = _config(tmp_path, "lsh.max_candidates=2")
+    for vshards in (2, 5):
+        epochs = cut_epochs(items, vshards, seed=seed, largest=30)
+        outcomes = set()
+        for delivery in range(3):
+            simulator = Simulator(config, vshards, seed=seed * 10 + delivery, duplicates=0.3, clock=lambda: NOW)
+            run = simulator.decide(epochs)
+            outcomes.add(repr([(item.id, decision) for item, decision in zip(run.order, run.decisions)]))
+        assert len(outcomes) == 1, "a change of delivery order changed an outcome"
+
+
+def test_what_cannot_be_split_by_key_yet_is_refused_by_name(tmp_path):
+    for setting, named in [('lsh.cap="kept"', "lsh.cap"), ("templates.enabled=true", "templates"),
+                           ("excerpts.enabled=true", "excerpts"), ("index.retention_days=30", "retention")]:
+        config = configuration.load(None, ('lsh.cap="probes"', "templates.enabled=false", setting), environ={})
+        with pytest.raises(ConfigError, match=named):
+            check_supported(config)
+    config = configuration.load(None, ('lsh.cap="kept"',), environ={})
+    from streamdedup.core.signing import signing_config
+    from streamdedup.engine.settings import DedupSettings
+
+    with pytest.raises(ConfigError, match="probes"):
+        VShard(0, 2, DedupSettings.of(config, signing_config(config)))
