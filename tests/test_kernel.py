@@ -156,7 +156,7 @@ def test_the_mirror_merges_runs_in_place_as_numpy_does(monkeypatch, seed):
     merged = []
     for kernel in (mirror._kernel, None):
         monkeypatch.setattr(mirror, "_kernel", kernel)
-        entries = mirror._SortedEntries()
+        entries = mirror.SortedEntries()
         for run in runs:
             entries.merge(run)
         merged.append(tuple(part.copy() for part in entries.entries()))

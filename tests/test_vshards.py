@@ -42,10 +42,15 @@ def _single_worker(config, order, batch=89):
     return decisions
 
 
-def _assert_same_as_single_worker(tmp_path, items, vshards, processes, seed, extra=(), largest=48, duplicates=0.1):
+def _assert_same_as_single_worker(tmp_path, items, vshards, processes, seed, extra=(), largest=48, duplicates=0.1,
+                                  partitions=1):
+    """The deployment on ``items`` (one input partition, or dealt into several) against a single worker fed the
+    deployment's order: on one partition, the partition's own order."""
     config = _config(tmp_path, *extra)
     simulator = Simulator(config, vshards, processes, seed=seed, duplicates=duplicates, clock=lambda: NOW)
-    run = simulator.decide(cut_epochs(items, vshards, seed=seed, largest=largest))
+    run = simulator.decide(cut_epochs([items[p::partitions] for p in range(partitions)], seed=seed, largest=largest))
+    if partitions == 1:
+        assert run.order == items
     assert sorted(item.source.offset for item in run.order) == list(range(len(items)))
     expected = _single_worker(config, run.order)
     assert len(run.decisions) == len(expected)
@@ -106,12 +111,13 @@ def test_hot_keys_are_decided_as_by_one_worker(tmp_path, vshards, processes, max
                                   extra=[f"lsh.max_candidates={max_candidates}"])
 
 
-@pytest.mark.parametrize("largest", [1, 8, 200])
+@pytest.mark.parametrize("largest, partitions", [(1, 1), (8, 3), (200, 1), (400, 2)])
 @pytest.mark.parametrize("vshards, processes", LAYOUTS)
-def test_chains_ties_copies_replays_and_versions_within_and_across_epochs(tmp_path, vshards, processes, largest):
+def test_chains_ties_copies_replays_and_versions_within_and_across_epochs(tmp_path, vshards, processes, largest,
+                                                                          partitions):
     items = _items(_chains_and_ties(seed=largest))
     run, expected = _assert_same_as_single_worker(tmp_path, items, vshards, processes, seed=vshards,
-                                                  largest=largest)
+                                                  largest=largest, partitions=partitions)
     by_id = {}
     for item, decision in zip(run.order, expected):
         by_id.setdefault(item.id, []).append(decision)
@@ -130,7 +136,7 @@ def test_any_delivery_order_and_any_cut_gives_the_same_outcomes(tmp_path, seed):
     items = _items((doc.id, doc.text) for doc in corpus.hot_keys(300, seed=11))
     config = _config(tmp_path, "lsh.max_candidates=2")
     for vshards in (2, 5):
-        epochs = cut_epochs(items, vshards, seed=seed, largest=30)
+        epochs = cut_epochs([items[0::2], items[1::2]], seed=seed, largest=30)
         outcomes = set()
         for delivery in range(3):
             simulator = Simulator(config, vshards, seed=seed * 10 + delivery, duplicates=0.3, clock=lambda: NOW)

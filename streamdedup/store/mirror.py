@@ -32,7 +32,7 @@ try:
 except ImportError:  # built without a C compiler: numpy does it
     _kernel = None
 
-__all__ = ["RecentMirror", "pack_recent", "unpack_recent", "place_masks", "placed_entries", "FRESH_ENTRIES",
+__all__ = ["RecentMirror", "SortedEntries", "pack_recent", "unpack_recent", "place_masks", "placed_entries", "FRESH_ENTRIES",
            "KEY_BITS_LOG2"]
 
 
@@ -87,7 +87,7 @@ class RecentMirror:
         self._more_of_id: dict[bytes, list[int]] = {}  # later serials of the few ids seen more than once
         self.content: dict[bytes, int] = {}  # content hash -> its first mirrored document
         self._more_of_content: dict[bytes, list[int]] = {}  # later documents of the few contents seen again
-        self._settled = _SortedEntries()  # (band slot, serial) of the entries folded in, sorted by slot
+        self._settled = SortedEntries()  # (band slot, serial) of the entries folded in, sorted by slot
         self._fresh: list[tuple[np.ndarray, np.ndarray]] = []  # the same, one sorted run per latest batch
         self._fresh_entries = 0
         self._present = _KeyBits()  # which keys the mirror may hold: most asked keys are answered by it
@@ -262,7 +262,7 @@ def _band_entries() -> tuple[np.ndarray, np.ndarray]:
     return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
 
 
-class _SortedEntries:
+class SortedEntries:
     """(band slot, serial) entries sorted by slot, in arrays with room to spare: a sorted run is merged in
     place (``_kernel.merge_into``, from the end), into memory written before. A new array as large as the
     mirror for every run merged cost more in page faults than in the merge (a fifth of the writer's time)."""

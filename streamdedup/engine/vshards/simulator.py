@@ -29,7 +29,7 @@ from ..settings import DedupSettings
 from .placement import homes_of
 from .vshard import Message, VShard, check_supported
 
-__all__ = ["Simulator", "Run", "cut_epochs"]
+__all__ = ["Simulator", "Run", "cut_epochs", "homes_of_items"]
 
 
 @dataclass
@@ -56,19 +56,24 @@ class Simulator:
         self.random = random.Random(seed)
         self.duplicates = duplicates
         self.clock = clock
+        self.next_serial = 1
         self.run = Run(cpu=[0.0] * processes)
 
-    def decide(self, epochs: Iterable[list[list[Item]]]) -> Run:
-        """Run every epoch (for each, one slice per vshard) to its end; what was decided, in order."""
-        for number, slices in enumerate(epochs):
-            self._epoch(number, slices)
+    def decide(self, epochs: Iterable[list[Item]]) -> Run:
+        """Run every epoch (a stretch of the input, in order) to its end; what was decided, in order."""
+        for number, items in enumerate(epochs):
+            self._epoch(number, items)
         return self.run
 
-    def _epoch(self, number: int, slices: list[list[Item]]) -> None:
+    def _epoch(self, number: int, items: list[Item]) -> None:
         now = self.clock()
+        span = (self.next_serial, self.next_serial + len(items))
+        homes = homes_of_items(items, self.count)
         flight: list[Message] = []
-        for vshard, items in zip(self.vshards, slices):
-            flight += self._call(vshard.number, "slice", lambda: vshard.slice(number, items, now))
+        for vshard in self.vshards:
+            mine = [at for at, home in enumerate(homes) if home == vshard.number]
+            slice_items, serials = [items[at] for at in mine], [span[0] + at for at in mine]
+            flight += self._call(vshard.number, "slice", lambda: vshard.slice(number, slice_items, serials, span, now))
         while flight:
             at = self.random.randrange(len(flight))
             message = flight[at]
@@ -79,9 +84,10 @@ class Simulator:
             self.run.messages[message.stage] += 1
             target = self.vshards[message.to]
             flight += self._call(target.number, message.stage, lambda: target.receive(message))
-        for vshard, items in zip(self.vshards, slices):
-            self.run.order += items
-            self.run.decisions += vshard.decided.pop(number)
+        decided = [iter(vshard.decided.pop(number)) for vshard in self.vshards]
+        self.run.order += items
+        self.run.decisions += [next(decided[home]) for home in homes]
+        self.next_serial = span[1]
 
     def _call(self, vshard: int, stage: str, work: Callable[[], list[Message]]) -> list[Message]:
         begin = time.process_time()
@@ -92,18 +98,24 @@ class Simulator:
         return sent
 
 
-def cut_epochs(items: list[Item], count: int, seed: int, largest: int = 64) -> list[list[list[Item]]]:
-    """``items`` (one input partition's order) cut into epochs: each vshard's input is the items whose ids it
-    is home to, in order, and each epoch takes a number of each drawn from ``seed`` (0 to ``largest``)."""
-    homes = homes_of([id_key(item.id) if item.id is not None else b"\0" * 8 for item in items], count).tolist()
-    queues: list[list[Item]] = [[] for _ in range(count)]
-    for item, home in zip(items, homes):
-        queues[home].append(item)
+def homes_of_items(items: list[Item], count: int) -> list[int]:
+    """The home of each record: its document id's (a record without an id: the place it came from)."""
+    keys = [id_key(item.id if item.id is not None else f"{item.source.name}:{item.source.partition}:"
+                                                       f"{item.source.offset}") for item in items]
+    return homes_of(keys, count).tolist()
+
+
+def cut_epochs(partitions: list[list[Item]], seed: int, largest: int = 64) -> list[list[Item]]:
+    """The input partitions cut into epochs: each takes from each partition in turn a stretch of a size drawn
+    from ``seed`` (0 to ``largest``), in order."""
     draw = random.Random(seed)
-    at = [0] * count
+    at = [0] * len(partitions)
     epochs = []
-    while any(at[v] < len(queues[v]) for v in range(count)):
-        sizes = [draw.randint(0, largest) for _ in range(count)]
-        epochs.append([queues[v][at[v]:at[v] + sizes[v]] for v in range(count)])
-        at = [at[v] + sizes[v] for v in range(count)]
+    while any(at[p] < len(partition) for p, partition in enumerate(partitions)):
+        epoch = []
+        for p, partition in enumerate(partitions):
+            size = draw.randint(0, largest)
+            epoch += partition[at[p]:at[p] + size]
+            at[p] += size
+        epochs.append(epoch)
     return epochs

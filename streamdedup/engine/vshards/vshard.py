@@ -1,31 +1,32 @@
 """One virtual shard: the home of its documents, the owner of its keys, and what it does at each stage of an epoch.
 
-An epoch is one slice of every vshard's input (a vshard's slice may be
-empty). Its order is (vshard, place in the slice), and its new documents (all
-but replays) are numbered in that order from the deployment's next serial.
-Seven kinds of message go between vshards in an epoch; a vshard runs a stage
-once the message of every vshard for it is in, so the order messages arrive
-in changes nothing, and a second copy of a message is dropped:
+An epoch is a stretch of the input in its order (of one partition, or of
+each partition in turn). Every record of it has its place in the
+deployment's order, which is its serial if it is a new document (a replay
+or a rejected record leaves its number unused), and is sent to its home
+with it. Seven kinds of message go between vshards in an epoch; a vshard
+runs a stage once the message of every vshard for it is in, so the order
+messages arrive in changes nothing, and a second copy of a message is
+dropped:
 
 ============  =====================  ==================================================================
 stage         from -> to             carries, and what the receiver does with it
 ============  =====================  ==================================================================
-``contents``  home -> every vshard   the slice's count of new documents (every vshard numbers the
-                                     epoch from the counts) and the contents the receiver owns: it
-                                     answers the first document of each
+``contents``  home -> content owner  the contents of the home's new documents (all but replays): the
+                                     owner answers the first document of each
 ``twins``     content owner -> home  each content's first document, stored or earlier in the epoch:
                                      the home's exact copies are found; the other new documents probe
 ``probes``    home -> band owner     the band slots of the probing documents: the owner gives each
                                      key's places to its first ``max_candidates`` probers
 ``places``    band owner -> home     the holders of a key's places before each prober: the home sums
                                      the bands each candidate shares
-``verify``    home(d) -> home(c)     d's shingles and its candidates living at c's home; the records of
-                                     stored twins: Jaccard there, where the candidate's shingles are
+``verify``    home(d) -> home(c)     d's shingles and its candidates living at c's home, and the
+                                     stored twins there: Jaccard where the candidate's shingles are
 ``verified``  home(c) -> home(d)     the matches at or above the threshold, the candidates that are
                                      duplicates' places (no shingles), their names, the twins' records
-``linked``    home -> every vshard   what decides each document linked to another of the epoch (a
-                                     candidate or twin of the epoch, or one itself): every vshard
-                                     decides those alike, with its own documents, and commits
+``linked``    home -> every vshard   what decides each document linked to another of the epoch (one it
+                                     waits for, or one waiting for it): each vshard decides its own
+                                     documents and those of others they wait for, and commits
 ============  =====================  ==================================================================
 
 Decisions are ``decide.decide_together``'s on the evidence gathered so
@@ -54,17 +55,20 @@ from ...core.records import Decision, Document, Item, Source
 from ...core.shingle import ShingleBatch
 from ...core.verify import jaccard
 from ...errors import ConfigError
-from ...store.candidates import Hits
+from ...store.candidates import Hits, ranges
 from ...store.index import DocRecord
 from ..decide import decide_together
+from ..engine import collector_paused
 from ..evidence import Evidence, Gathered
 from ..settings import DedupSettings
 from .placement import owners_of_contents, owners_of_slots
+from .stores import KeyPlaces, holder, holder_homes, holder_serials
 
 __all__ = ["Message", "VShard", "STAGES", "check_supported"]
 
 STAGES = ("contents", "twins", "probes", "places", "verify", "verified", "linked")
 _ELSEWHERE = Source("vshard", -1, -1)  # another home's document decided here: never written, never sent out
+_NONE = np.zeros(0, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -95,30 +99,38 @@ def check_supported(config: Config) -> None:
 
 @dataclass
 class _Epoch:
-    """What a vshard knows of one epoch in flight."""
+    """What a vshard knows of one epoch in flight (documents named by serial)."""
 
     number: int
     now: float
-    items: list[Item]
-    batch: PreparedBatch
+    first: int  # the epoch's first serial
+    end: int  # the next epoch's
+    batch: PreparedBatch  # the home's records of the epoch
+    documents: list[Document]  # of each row
+    item_serials: list[int]  # each item's place in the order
     replays: dict  # row -> the stored decision it replays
-    new_rows: np.ndarray  # the rows that are new documents (not replays), in order: their ranks
-    first: int = 0  # the epoch's first serial
-    bases: list[int] = field(default_factory=list)  # each vshard's first serial in the epoch
-    total: int = 0
-    twins: dict = field(default_factory=dict)  # rank -> (serial, home, stored)
-    needed: set = field(default_factory=set)  # ranks another document of the epoch depends on
+    new: dict  # serial -> row, of the new documents (not replays)
+    twins: dict = field(default_factory=dict)  # serial -> (twin serial, its home, stored)
+    needed: set = field(default_factory=set)  # own serials another document of the epoch waits for
     first_contents: dict = field(default_factory=dict)  # content -> (serial, home): owned, first seen here
-    placed: list = field(default_factory=list)  # (slots, serials, homes) arrays: places filed here (owned keys)
-    candidates: dict = field(default_factory=dict)  # rank -> (serials, shared), strong ones, ascending
-    matches: dict = field(default_factory=dict)  # rank -> [(serial, Jaccard)]
+    placed: tuple = (_NONE, _NONE)  # (slots, holders): places taken here under owned keys, sorted
+    candidates: dict = field(default_factory=dict)  # serial -> (serials, shared): its strong ones, ascending
+    matches: dict = field(default_factory=dict)  # serial -> [(serial, Jaccard)]
     unkept: set = field(default_factory=set)
     names: dict = field(default_factory=dict)
-    twin_records: dict = field(default_factory=dict)  # rank -> [serial, cluster, cluster id, id]
+    twin_records: dict = field(default_factory=dict)  # serial -> [serial, cluster, cluster id, id] (stored)
 
-    def __post_init__(self):
-        self.ranks = {row: rank for rank, row in enumerate(self.new_rows.tolist())}  # row -> rank
-        self.item_of_row = _item_of_rows(self.batch)
+    def waits_for(self, serial: int) -> list[int]:
+        """The documents of the epoch a new document's decision depends on: its candidates of the epoch, and
+        the first document of its content if that is of the epoch."""
+        waits = []
+        twin = self.twins.get(serial)
+        if twin is not None and not twin[2]:
+            waits.append(twin[0])
+        found = self.candidates.get(serial)
+        if found is not None and int(found[0][-1]) >= self.first:
+            waits += [candidate for candidate in found[0].tolist() if candidate >= self.first]
+        return waits
 
 
 class VShard:
@@ -131,10 +143,10 @@ class VShard:
         self.records: dict[int, DocRecord] = {}  # home: its documents
         self.shingles: dict[int, np.ndarray] = {}  # home: its kept documents' content shingles
         self.ids: dict[bytes, list[int]] = {}  # home: id hash -> serials
-        self.places: dict[int, list[tuple[int, int]]] = {}  # owner: band slot -> (serial, home) of its places
+        self.places = KeyPlaces()  # owner: the holders of its band keys' places
         self.firsts: dict[bytes, tuple[int, int]] = {}  # owner: content -> (serial, home) of its first document
-        self.next_serial = 1
-        self.decided: dict[int, list[Decision]] = {}  # epoch -> decisions of the slice's items, in order
+        self.linked_rows = 0  # documents sent to every vshard, linked to another of their epoch
+        self.decided: dict[int, list[Decision]] = {}  # epoch -> decisions of the home's items, in order
         self.epochs_done = 0  # epochs are numbered from 0 and decided one after the other
         self._inbox: dict[tuple[int, str], dict[int, bytes]] = {}
         self._stages_done: dict[int, set[str]] = {}
@@ -142,15 +154,26 @@ class VShard:
 
     # -- the two ways in --------------------------------------------------------------------------------
 
-    def slice(self, epoch: int, items: list[Item], now: float) -> list[Message]:
-        """Start ``epoch`` with this vshard's slice of its input (items whose ids it is home to)."""
-        batch = prepare(items, self.signing)
-        replays = self._stored_replays(batch)
-        new_rows = np.array(self._new_rows(batch, replays), dtype=np.int64)
-        self._epochs[epoch] = e = _Epoch(epoch, now, batch.items, batch, replays, new_rows)
-        contents = [batch.contents[row] for row in new_rows.tolist()]
-        owners = owners_of_contents(contents, self.count) if contents else np.zeros(0, dtype=np.int64)
-        return [self._to(e, "contents", w, {"count": len(new_rows), "ranks": _ints(np.flatnonzero(owners == w)),
+    def slice(self, epoch: int, items: list[Item], serials: list[int], span: tuple[int, int],
+              now: float) -> list[Message]:
+        """Start ``epoch`` (serials ``span``) with the records it holds that this vshard is home to, in order,
+        and the place of each in the deployment's order."""
+        with collector_paused():
+            return self._sliced(epoch, items, serials, span, now)
+
+    def _sliced(self, epoch: int, items: list[Item], serials: list[int], span: tuple[int, int],
+                now: float) -> list[Message]:
+        batch = prepare(items, self.signing)  # one item for each record (a blank one becomes a Rejected)
+        item_serials = list(serials)
+        row_serials = [serial for serial, row in zip(item_serials, batch.row) if row >= 0]
+        documents = [item for item in batch.items if isinstance(item, Document)]
+        replays = self._stored_replays(batch, documents)
+        new = {row_serials[row]: row for row in self._new_rows(batch, documents, replays)}
+        e = self._epochs[epoch] = _Epoch(epoch, now, span[0], span[1], batch, documents, item_serials, replays, new)
+        serials = np.fromiter(new, dtype=np.int64, count=len(new))
+        contents = [batch.contents[row] for row in new.values()]
+        owners = owners_of_contents(contents, self.count) if contents else _NONE
+        return [self._to(e, "contents", w, {"serials": _ints(serials[owners == w]),
                                             "contents": [contents[i] for i in np.flatnonzero(owners == w).tolist()]})
                 for w in range(self.count)]
 
@@ -167,172 +190,156 @@ class VShard:
         del self._inbox[(message.epoch, message.stage)]
         self._stages_done.setdefault(message.epoch, set()).add(message.stage)
         bodies = [msgpack.unpackb(box[v], strict_map_key=False) for v in range(self.count)]
-        return getattr(self, "_on_" + message.stage)(self._epochs[message.epoch], bodies)
+        with collector_paused():
+            return getattr(self, "_on_" + message.stage)(self._epochs[message.epoch], bodies)
 
     # -- the stages, in order ----------------------------------------------------------------------------
 
     def _on_contents(self, e: _Epoch, bodies: list[dict]) -> list[Message]:
-        """Number the epoch; as a content owner, answer each new document with its content's first."""
-        counts = [body["count"] for body in bodies]
-        e.first, e.total = self.next_serial, sum(counts)
-        e.bases = (self.next_serial + np.concatenate(([0], np.cumsum(counts)[:-1]))).astype(np.int64).tolist()
+        """As a content owner: answer each new document with its content's first document."""
+        asked = sorted((serial, content, home) for home, body in enumerate(bodies)
+                       for serial, content in zip(_from_ints(body["serials"]).tolist(), body["contents"]))
         answers: list[list] = [[] for _ in range(self.count)]
-        needed: list[set] = [set() for _ in range(self.count)]
-        for home, body in enumerate(bodies):  # in the epoch's order
-            for rank, content in zip(_from_ints(body["ranks"]).tolist(), body["contents"]):
-                stored = self.firsts.get(content)
-                if stored is not None:
-                    answers[home].append((rank, stored[0], stored[1], True))
-                    continue
-                first = e.first_contents.get(content)
-                if first is None:
-                    e.first_contents[content] = (e.bases[home] + rank, home)
-                else:
-                    answers[home].append((rank, first[0], first[1], False))
-                    needed[first[1]].add(first[0] - e.bases[first[1]])
-        return [self._to(e, "twins", home, {"twins": answers[home], "needed": sorted(needed[home])})
+        needed: list[list] = [[] for _ in range(self.count)]
+        for serial, content, home in asked:  # in the deployment's order
+            stored = self.firsts.get(content)
+            if stored is not None:
+                answers[home].append((serial, stored[0], stored[1], True))
+                continue
+            first = e.first_contents.get(content)
+            if first is None:
+                e.first_contents[content] = (serial, home)
+            else:
+                answers[home].append((serial, first[0], first[1], False))
+                needed[first[1]].append(first[0])
+        return [self._to(e, "twins", home, {"twins": answers[home], "needed": needed[home]})
                 for home in range(self.count)]
 
     def _on_twins(self, e: _Epoch, bodies: list[dict]) -> list[Message]:
-        """Exact copies found (a twin stored or earlier in the epoch); the others probe their band keys."""
+        """Exact copies found (a twin stored or earlier in the epoch); the other new documents probe."""
         for body in bodies:
-            for rank, serial, home, stored in body["twins"]:
-                e.twins[rank] = (serial, home, stored)
+            for serial, twin, home, stored in body["twins"]:
+                e.twins[serial] = (twin, home, stored)
             e.needed.update(body["needed"])
-        probing = np.array([rank for rank in range(len(e.new_rows)) if rank not in e.twins], dtype=np.int64)
+        probing = [serial for serial in e.new if serial not in e.twins]
+        rows = np.array([e.new[serial] for serial in probing], dtype=np.int64)
         bands = self.signing.bands
-        slots = band_slots(np.arange(bands, dtype=np.uint64)[None, :], e.batch.keys[e.new_rows[probing]]).ravel()
-        ranks = np.repeat(probing, bands)
+        slots = band_slots(np.arange(bands, dtype=np.uint64)[None, :], e.batch.keys[rows]).ravel()
+        serials = np.repeat(np.array(probing, dtype=np.int64), bands)
         owners = owners_of_slots(slots, self.count)
-        return [self._to(e, "probes", w, {"ranks": _ints(ranks[owners == w]), "slots": _ints(slots[owners == w])})
+        return [self._to(e, "probes", w, {"serials": _ints(serials[owners == w]), "slots": _ints(slots[owners == w])})
                 for w in range(self.count)]
 
     def _on_probes(self, e: _Epoch, bodies: list[dict]) -> list[Message]:
-        """As a band key's owner: its places to its first probers, and each prober the holders before it."""
-        serials = np.concatenate([e.bases[v] + _from_ints(b["ranks"]) for v, b in enumerate(bodies)])
-        homes = np.concatenate([np.full(len(b["ranks"]) // 8, v, dtype=np.int64) for v, b in enumerate(bodies)])
+        """As a band key's owner: its places to its first probers (``candidates.file_prober``'s rule), and each
+        prober the holders of the key's places before it, committed or of the epoch."""
+        serials = np.concatenate([_from_ints(b["serials"]) for b in bodies])
+        homes = np.concatenate([np.full(len(b["serials"]) // 8, v, dtype=np.int64) for v, b in enumerate(bodies)])
         slots = np.concatenate([_from_ints(b["slots"], np.uint64) for b in bodies])
-        answers: list[list] = [[] for _ in range(self.count)]
-        if len(slots):
-            order = np.lexsort((serials, slots))
-            slots, serials, homes = slots[order], serials[order], homes[order]
-            starts = np.flatnonzero(np.concatenate(([True], slots[1:] != slots[:-1])))
-            ends = np.append(starts[1:], len(slots))
-            held = [slot in self.places for slot in slots[starts].tolist()]
-            alone = (ends - starts == 1) & ~np.array(held, dtype=bool)  # most keys: one prober, no place taken
-            e.placed.append((slots[starts[alone]], serials[starts[alone]], homes[starts[alone]]))
-            for begin, end in zip(starts[~alone].tolist(), ends[~alone].tolist()):
-                self._file_probers(e, int(slots[begin]), serials[begin:end].tolist(), homes[begin:end].tolist(),
-                                   answers)
-        return [self._to(e, "places", home, {"holders": _ints(np.array(answers[home], dtype=np.int64).ravel())})
+        order = np.lexsort((serials, slots))
+        slots, serials, homes = slots[order], serials[order], homes[order]
+        starts = np.flatnonzero(np.concatenate(([True], slots[1:] != slots[:-1]))) if len(slots) else _NONE
+        run = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(slots))))
+        rank = np.arange(len(slots)) - starts[run]  # earlier probers of the key in the epoch
+        held_start, held_count, held = self.places.holders(slots[starts])
+        room = np.maximum(self.settings.max_candidates - held_count, 0)[run]
+        placed = rank < room
+        e.placed = (slots[placed], holder(serials[placed], homes[placed]))
+        committed = held_count[run]
+        earlier = np.minimum(rank, room)
+        probers = np.concatenate([np.repeat(np.arange(len(slots)), committed),
+                                  np.repeat(np.arange(len(slots)), earlier)])
+        holders = np.concatenate([held[ranges(held_start[run], committed)],
+                                  holder(*(values[ranges(starts[run], earlier)] for values in (serials, homes)))])
+        asking = homes[probers]
+        return [self._to(e, "places", home, {"probers": _ints(serials[probers[asking == home]]),
+                                             "holders": _ints(holders[asking == home])})
                 for home in range(self.count)]
-
-    def _file_probers(self, e: _Epoch, slot: int, serials: list[int], homes: list[int], answers: list[list]) -> None:
-        """One key's probers of the epoch, in order: each told the holders of places before it, and given one
-        while the key has room (``candidates.file_prober``'s rule)."""
-        holders = list(self.places.get(slot, ()))
-        room = self.settings.max_candidates - len(holders)
-        placed = []
-        for serial, home in zip(serials, homes):
-            rank = serial - e.bases[home]
-            for holder, holder_home in holders:
-                answers[home].append((rank, holder, holder_home))
-            if room > 0:
-                room -= 1
-                holders.append((serial, home))
-                placed.append((serial, home))
-        if placed:
-            e.placed.append((np.full(len(placed), slot, dtype=np.uint64), *np.array(placed, dtype=np.int64).T))
 
     def _on_places(self, e: _Epoch, bodies: list[dict]) -> list[Message]:
         """Sum the bands each candidate shares; ask each candidate's home to verify those sharing enough."""
-        held = np.concatenate([_from_ints(b["holders"]) for b in bodies]).reshape(-1, 3)
-        asks: list[dict] = [{} for _ in range(self.count)]  # home -> rank -> serials
-        if len(held):
-            pairs, first, shared = np.unique((held[:, 0] << 40) | held[:, 1], return_index=True, return_counts=True)
+        probers = np.concatenate([_from_ints(b["probers"]) for b in bodies])
+        holders = np.concatenate([_from_ints(b["holders"]) for b in bodies])
+        asks: list[dict] = [{} for _ in range(self.count)]  # home -> serial -> candidate serials there
+        if len(probers):
+            pairs, first, shared = np.unique(((probers - e.first) << 40) | holder_serials(holders),
+                                             return_index=True, return_counts=True)
             strong = shared >= self.signing.min_shared
-            ranks, serials, homes = pairs[strong] >> 40, pairs[strong] & ((1 << 40) - 1), held[first[strong], 2]
-            shared = shared[strong]
-            bounds = np.flatnonzero(np.concatenate(([True], ranks[1:] != ranks[:-1], [True]))) .tolist() if len(ranks) else []
+            probers, candidates = (pairs[strong] >> 40) + e.first, pairs[strong] & ((1 << 40) - 1)
+            homes, shared = holder_homes(holders[first[strong]]), shared[strong]
+            bounds = np.flatnonzero(np.concatenate(([True], probers[1:] != probers[:-1], [True]))).tolist() \
+                if len(probers) else []
             for begin, end in zip(bounds[:-1], bounds[1:]):
-                rank = int(ranks[begin])
-                e.candidates[rank] = (serials[begin:end], shared[begin:end])
-                for serial, home in zip(serials[begin:end].tolist(), homes[begin:end].tolist()):
-                    asks[home].setdefault(rank, []).append(serial)
+                serial = int(probers[begin])
+                e.candidates[serial] = (candidates[begin:end], shared[begin:end])
+                for candidate, home in zip(candidates[begin:end].tolist(), homes[begin:end].tolist()):
+                    asks[home].setdefault(serial, []).append(candidate)
         twins: list[list] = [[] for _ in range(self.count)]
-        for rank, (serial, home, stored) in sorted(e.twins.items()):
+        for serial, (twin, home, stored) in sorted(e.twins.items()):
             if stored:
-                twins[home].append((rank, serial))
-        return [self._to(e, "verify", home, {"asks": [(rank, self._shingles_of(e, rank), serials)
-                                                      for rank, serials in sorted(asks[home].items())],
+                twins[home].append((serial, twin))
+        return [self._to(e, "verify", home, {"asks": [(serial, self._shingles_of(e, serial), candidates)
+                                                      for serial, candidates in sorted(asks[home].items())],
                                              "twins": twins[home]})
                 for home in range(self.count)]
 
     def _on_verify(self, e: _Epoch, bodies: list[dict]) -> list[Message]:
         """As the candidates' home: the Jaccard of each, at or above the threshold; stored twins' records."""
-        own_base = e.bases[self.number]
         replies = []
         for home, body in enumerate(bodies):
             matches, unkept, names = [], [], {}
-            for rank, packed, serials in body["asks"]:
+            for serial, packed, candidates in body["asks"]:
                 shingles = _shingles(packed)
-                for serial in serials:
-                    stored = self._candidate_shingles(e, serial, own_base)
+                for candidate in candidates:
+                    stored = self._candidate_shingles(e, candidate)
                     if stored is None:  # a duplicate's place: it proposes nothing
-                        unkept.append(serial)
+                        unkept.append(candidate)
                         continue
                     similarity = jaccard(shingles, stored)
                     if similarity >= self.settings.threshold:
-                        matches.append((rank, serial, similarity))
-                        if serial < e.first:
-                            names[serial] = self.records[serial].id
-            twins = [(rank, _twin_of(self.records[serial])) for rank, serial in body["twins"]]
+                        matches.append((serial, candidate, similarity))
+                        if candidate < e.first:
+                            names[candidate] = self.records[candidate].id
+            twins = [(serial, _twin_of(self.records[twin])) for serial, twin in body["twins"]]
             replies.append(self._to(e, "verified", home, {"matches": matches, "unkept": unkept, "names": names,
                                                            "twins": twins}))
         return replies
 
-    def _candidate_shingles(self, e: _Epoch, serial: int, own_base: int) -> Optional[np.ndarray]:
+    def _candidate_shingles(self, e: _Epoch, serial: int) -> Optional[np.ndarray]:
         """A candidate's shingles: stored (a kept document's), or of this epoch (marked needed: its decision is
         one the asker waits for); None for a duplicate's place."""
         if serial >= e.first:
-            rank = serial - own_base
-            e.needed.add(rank)
-            return e.batch.shingles.of(int(e.new_rows[rank]))
+            e.needed.add(serial)
+            return e.batch.shingles.of(e.new[serial])
         return self.shingles.get(serial)
 
     def _on_verified(self, e: _Epoch, bodies: list[dict]) -> list[Message]:
         """Gather each document's evidence; send every vshard what decides those linked within the epoch."""
         for body in bodies:
-            for rank, serial, similarity in body["matches"]:
-                e.matches.setdefault(rank, []).append((serial, similarity))
+            for serial, candidate, similarity in body["matches"]:
+                e.matches.setdefault(serial, []).append((candidate, similarity))
             e.unkept.update(body["unkept"])
             e.names.update(body["names"])
-            e.twin_records.update((rank, twin) for rank, twin in body["twins"])
-        linked = [self._linked_row(e, rank) for rank in range(len(e.new_rows)) if self._is_linked(e, rank)]
+            e.twin_records.update((serial, twin) for serial, twin in body["twins"])
+        linked = [self._linked_row(e, serial) for serial in e.new if serial in e.needed or e.waits_for(serial)]
+        self.linked_rows += len(linked)
         return [self._to(e, "linked", w, {"rows": linked}) for w in range(self.count)]
 
-    def _is_linked(self, e: _Epoch, rank: int) -> bool:
-        """Whether a new document's decision waits for another of the epoch, or another waits for it."""
-        if rank in e.needed:
-            return True
-        twin = e.twins.get(rank)
-        if twin is not None and not twin[2]:
-            return True
-        found = e.candidates.get(rank)
-        return found is not None and int(found[0][-1]) >= e.first
-
-    def _linked_row(self, e: _Epoch, rank: int) -> list:
-        row = int(e.new_rows[rank])
-        doc = e.batch.items[e.item_of_row[row]]
-        serials, shared = e.candidates.get(rank, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
-        return [rank, doc.id, e.batch.id_keys[row], e.batch.contents[row], int(e.batch.sites[row]),
-                _ints(serials), _ints(shared), e.matches.get(rank, []),
-                [s for s in serials.tolist() if s in e.unkept], {s: e.names[s] for s in serials.tolist() if s in e.names},
-                e.twin_records.get(rank)]
+    def _linked_row(self, e: _Epoch, serial: int) -> list:
+        batch, row = e.batch, e.new[serial]
+        doc = e.documents[row]
+        candidates, shared = e.candidates.get(serial, (_NONE, _NONE))
+        names = {c: e.names[c] for c in candidates.tolist() if c in e.names}
+        return [serial, doc.id, batch.id_keys[row], batch.contents[row], int(batch.sites[row]), _ints(candidates),
+                _ints(shared), e.matches.get(serial, []), [c for c in candidates.tolist() if c in e.unkept], names,
+                e.twin_records.get(serial), e.waits_for(serial)]
 
     def _on_linked(self, e: _Epoch, bodies: list[dict]) -> list[Message]:
-        """Decide this vshard's slice and every linked document of the epoch, in order; commit the own ones."""
-        decided = _SubBatch(self, e, bodies)
+        """Decide this vshard's records of the epoch and the linked documents of others they wait for, in
+        order; commit the own ones."""
+        linked = {row[0]: row for body in bodies for row in body["rows"]}
+        decided = _SubBatch(e, [linked[serial] for serial in sorted(self._ancestors(e, linked))
+                                if serial not in e.new])
         together = decide_together(decided.batch(), [decided.evidence], self.settings, e.first, e.now,
                                    mine=decided.mine, gathered=decided.gathered())
         self.decided[e.number] = [together.decisions[i] for i in decided.own_items]
@@ -341,6 +348,17 @@ class VShard:
         del self._stages_done[e.number]
         self.epochs_done = e.number + 1
         return []
+
+    @staticmethod
+    def _ancestors(e: _Epoch, linked: dict) -> set[int]:
+        """The serials of the epoch's linked documents that this vshard's own ones wait for, directly or
+        through others: a document's decision depends only on the documents it names (its candidates and
+        the first of its content), so the others are left to the vshards that need them."""
+        wanted = {serial for own in e.new for serial in e.waits_for(own)}
+        for serial in sorted(linked, reverse=True):
+            if serial in wanted:
+                wanted.update(linked[serial][-1])
+        return wanted
 
     def _commit(self, e: _Epoch, together, own_rows: dict[int, int]) -> None:
         """Keep what the epoch decided: own documents (home), places and first contents (owner)."""
@@ -352,50 +370,44 @@ class VShard:
             self.ids.setdefault(e.batch.id_keys[own], []).append(serial)
             if record.kept:
                 self.shingles[serial] = e.batch.shingles.of(own)
-        places = self.places
-        for slots, serials, homes in e.placed:
-            for slot, serial, home in zip(slots.tolist(), serials.tolist(), homes.tolist()):
-                held = places.get(slot)
-                if held is None:
-                    places[slot] = [(serial, home)]
-                else:
-                    held.append((serial, home))
+        self.places.add(*e.placed)
         self.firsts.update(e.first_contents)
-        self.next_serial = e.first + e.total
 
     # -- helpers ------------------------------------------------------------------------------------------
 
-    def _stored_replays(self, batch: PreparedBatch) -> dict:
+    def _stored_replays(self, batch: PreparedBatch, documents: list[Document]) -> dict:
         """Row -> the earlier decision of that very document (same id, same content) this home holds."""
         replays = {}
-        items = _item_of_rows(batch)
         for row, ident in enumerate(batch.id_keys):
-            for serial in sorted(self.ids.get(ident, ())):
+            serials = self.ids.get(ident)
+            if not serials:
+                continue
+            doc_id = documents[row].id
+            for serial in sorted(serials):
                 earlier = self.records[serial]
-                if earlier.content == batch.contents[row] and earlier.id == batch.items[items[row]].id:
+                if earlier.content == batch.contents[row] and earlier.id == doc_id:
                     replays[row] = [earlier.id, earlier.kept, earlier.cluster_id, earlier.matched_id,
                                     earlier.similarity, earlier.exact, earlier.containment]
                     break
         return replays
 
     @staticmethod
-    def _new_rows(batch: PreparedBatch, replays: dict) -> list[int]:
-        """The rows that take a serial: neither a stored document again nor an earlier row of the slice again
-        (same id and content; every version of an id has this home, so the earlier row is in this slice)."""
-        items = _item_of_rows(batch)
+    def _new_rows(batch: PreparedBatch, documents: list[Document], replays: dict) -> list[int]:
+        """The rows of new documents: neither a stored document again nor an earlier row again (same id and
+        content; every version of an id has this home, so the earlier row is among these)."""
         seen, rows = set(), []
         for row, content in enumerate(batch.contents):
             if row in replays:
                 continue
-            version = (batch.items[items[row]].id, content)
+            version = (documents[row].id, content)
             if version not in seen:
                 seen.add(version)
                 rows.append(row)
         return rows
 
     @staticmethod
-    def _shingles_of(e: _Epoch, rank: int) -> list:
-        shingles = e.batch.shingles.of(int(e.new_rows[rank]))
+    def _shingles_of(e: _Epoch, serial: int) -> list:
+        shingles = e.batch.shingles.of(e.new[serial])
         return [shingles.dtype.str, shingles.tobytes()]
 
     def _to(self, e: _Epoch, stage: str, to: int, body: dict) -> Message:
@@ -403,10 +415,10 @@ class VShard:
 
 
 class _SubBatch:
-    """What a vshard decides of an epoch: its own slice and every other home's linked documents, in the
-    epoch's order, with the evidence gathered for each (``decide_together``'s ``gathered`` form)."""
+    """What a vshard decides of an epoch: its own records and the linked documents of other homes they wait
+    for, in the deployment's order, with the evidence gathered for each (``decide_together``'s ``gathered``)."""
 
-    def __init__(self, vshard: VShard, e: _Epoch, bodies: list[dict]):
+    def __init__(self, e: _Epoch, others: list):
         self.items: list[Item] = []
         self.item_row: list[int] = []
         self.contents: list[bytes] = []
@@ -415,41 +427,40 @@ class _SubBatch:
         self.serial_of: list[int] = []
         self.candidates: list[tuple[np.ndarray, np.ndarray]] = []
         self.evidence = Evidence()
-        self.own_items: list[int] = []
-        self.own_rows: dict[int, int] = {}  # row here -> row of the own slice
+        self.own_items: list[int] = []  # the own items' places here, in the home's order
+        self.own_rows: dict[int, int] = {}  # row here -> row of the home's batch
         self.mine: list[bool] = []
-        for home, body in enumerate(bodies):
-            if home == vshard.number:
-                self._add_own(e, e.bases[home])
-            else:
-                for linked in body["rows"]:
-                    self._add_linked(e, home, linked)
-
-    def _add_own(self, e: _Epoch, base: int) -> None:
         batch = e.batch
-        for item, row in zip(batch.items, batch.row):
+        entries = [(serial, i, None) for i, serial in enumerate(e.item_serials)]
+        entries += [(row[0], -1, row) for row in others]
+        for serial, item, linked in sorted(entries, key=lambda entry: entry[0]):
+            if linked is not None:
+                self._add_linked(linked)
+                continue
             self.own_items.append(len(self.items))
+            row = batch.row[item]
             self.mine.append(True)
             if row < 0:
-                self.items.append(item)
+                self.items.append(batch.items[item])
                 self.item_row.append(-1)
                 continue
-            rank = e.ranks.get(row, -1)
-            here = self._add_row(item, batch.contents[row], batch.id_keys[row], int(batch.sites[row]),
-                                 base + rank if rank >= 0 else -1)
+            here = self._add_row(batch.items[item], batch.contents[row], batch.id_keys[row], int(batch.sites[row]),
+                                 serial)
             self.own_rows[here] = row
             if row in e.replays:
                 self.evidence.replays[here] = e.replays[row]
-            if rank < 0:
-                continue
-            self._add_evidence(here, e.candidates.get(rank), e.matches.get(rank, ()), e.unkept, e.names,
-                               e.twin_records.get(rank))
+            elif serial in e.new:
+                candidates, shared = e.candidates.get(serial, (_NONE, _NONE))
+                self._add_evidence(here, candidates, shared, e.matches.get(serial, ()),
+                                   [c for c in candidates.tolist() if c in e.unkept], e.names,
+                                   e.twin_records.get(serial))
 
-    def _add_linked(self, e: _Epoch, home: int, linked: list) -> None:
-        rank, doc_id, ident, content, site, serials, shared, matches, unkept, names, twin = linked
+    def _add_linked(self, linked: list) -> None:
+        serial, doc_id, ident, content, site = linked[:5]
         self.mine.append(False)
-        here = self._add_row(Document(doc_id, "", _ELSEWHERE), content, ident, site, e.bases[home] + rank)
-        self._add_evidence(here, (_from_ints(serials), _from_ints(shared)), matches, set(unkept), names, twin)
+        here = self._add_row(Document(doc_id, "", _ELSEWHERE), content, ident, site, serial)
+        candidates, shared, matches, unkept, names, twin = linked[5:11]
+        self._add_evidence(here, _from_ints(candidates), _from_ints(shared), matches, unkept, names, twin)
 
     def _add_row(self, item: Item, content: bytes, ident: bytes, site: int, serial: int) -> int:
         row = len(self.contents)
@@ -459,17 +470,17 @@ class _SubBatch:
         self.id_keys.append(ident)
         self.sites.append(site)
         self.serial_of.append(serial)
-        self.candidates.append((np.zeros(0, np.int64), np.zeros(0, np.int64)))
+        self.candidates.append((_NONE, _NONE))
         return row
 
-    def _add_evidence(self, row: int, candidates, matches, unkept, names: dict, twin) -> None:
-        if candidates is not None:
-            self.candidates[row] = candidates
-            for serial in candidates[0].tolist():
-                if serial in unkept:
-                    self.evidence.unkept.append(serial)
-        self.evidence.matches.extend((row, serial, similarity) for serial, similarity in matches)
-        self.evidence.names.update(names)
+    def _add_evidence(self, row: int, candidates: np.ndarray, shared: np.ndarray, matches, unkept: list,
+                      names: dict, twin) -> None:
+        self.candidates[row] = (candidates, shared)
+        self.evidence.unkept.extend(unkept)
+        for serial, similarity in matches:
+            self.evidence.matches.append((row, serial, similarity))
+            if serial in names:
+                self.evidence.names[serial] = names[serial]
         if twin is not None:
             self.evidence.twins[row] = twin
 
@@ -486,17 +497,12 @@ class _SubBatch:
             serials = np.concatenate([serials for serials, _ in self.candidates])
             shared = np.concatenate([shared for _, shared in self.candidates])
         else:
-            serials = shared = np.zeros(0, dtype=np.int64)
+            serials = shared = _NONE
         return Gathered(Hits(serials.astype(np.int64), shared.astype(np.int64), bounds), self.serial_of)
 
 
 def _twin_of(record: DocRecord) -> list:
     return [record.serial, record.cluster, record.cluster_id, record.id]
-
-
-def _item_of_rows(batch: PreparedBatch) -> list[int]:
-    """The item of each document row."""
-    return [i for i, row in enumerate(batch.row) if row >= 0]
 
 
 def _ints(values: np.ndarray) -> bytes:

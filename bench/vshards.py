@@ -1,0 +1,185 @@
+"""Band tables split by key (``engine.vshards``): what each process pays per document, fitted and projected.
+
+For each vshard count S (default 1, 2, 4, 8, 16; one vshard per process),
+in a fresh process: the synthetic crawl (templates off, ``lsh.cap =
+"probes"``) cut into epochs of ``--epoch`` documents per vshard (ticks grow
+with the deployment, as they must to keep the messages per document flat),
+decided by the in-process simulator (``vshards.simulator``: every message
+packed, delivered in a seeded order). Measured:
+
+- the CPU each process spends per document of the stream (the mean and the
+  busiest), fitted as a + b/S: a is what every process pays on every
+  document whatever S (the replicated part), b/S its share of the rest;
+- the CPU of every stage summed over processes (the total work), against
+  the single worker (``Engine`` on an LMDB index, the same order and
+  settings, batches of ``--epoch``) in a fresh process of its own;
+- the bytes of every kind of message per document (what the exchange
+  topics would carry), and the documents linked within their epoch.
+
+Then the throughput those costs give machines of 16 cores (one process a
+core): 1 / (a + b / cores), and what caps it. The vshards' stores are in
+memory in the simulator (the LMDB stores come with the Kafka runtime), and
+Kafka's own costs (client, broker) are not in these figures: the projection
+is the engine's ceiling, to be checked end to end by ``bench/sharded.py``.
+
+    .venv/bin/python -m bench.vshards [--docs 40000] [--shards 1,2,4,8,16] [--epoch 1000] [--rounds 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+
+from bench import harness
+
+
+def _items(docs: int):
+    from streamdedup.core import corpus
+    from streamdedup.core.records import Document, Source
+
+    articles = int(docs / 1.86) + 1
+    made = corpus.generate(articles, seed=7)[:docs]
+    return [Document(doc.id, doc.text, Source("in", 0, i)) for i, doc in enumerate(made)]
+
+
+def _config(path: str):
+    from streamdedup import config
+
+    return config.load(None, ('lsh.cap="probes"', "templates.enabled=false", f'index.path="{path}"'), environ={})
+
+
+def _warm_up(config) -> None:
+    """Imports, caches and the first numpy calls, paid before anything is timed."""
+    from streamdedup.engine.vshards.simulator import Simulator, cut_epochs
+
+    Simulator(config, 2).decide(cut_epochs([_items(200)], seed=1, largest=100))
+
+
+def child_vshards(docs: int, shards: int, epoch: int) -> dict:
+    from streamdedup.engine.vshards.simulator import Simulator, cut_epochs
+
+    with tempfile.TemporaryDirectory() as folder:
+        config = _config(folder + "/unused")
+        _warm_up(config)
+        items = _items(docs)
+        epochs = cut_epochs([items], seed=3, largest=2 * epoch * shards)
+        simulator = Simulator(config, shards, shards, seed=5)
+        begin = time.perf_counter()
+        run = simulator.decide(epochs)
+        wall = time.perf_counter() - begin
+    linked = sum(v.linked_rows for v in simulator.vshards)
+    return {"docs": len(run.order), "cpu": run.cpu, "stage_cpu": dict(run.stage_cpu), "bytes": dict(run.bytes),
+            "messages": dict(run.messages), "wall": wall, "linked": linked,
+            "duplicates": sum(d.status == "duplicate" for d in run.decisions)}
+
+
+def child_single(docs: int, epoch: int) -> dict:
+    from streamdedup.engine.engine import Engine
+
+    with tempfile.TemporaryDirectory() as folder:
+        config = _config(folder + "/index")
+        _warm_up(config)
+        items = _items(docs)
+        with Engine(config) as engine:
+            begin = time.process_time()
+            for at in range(0, len(items), epoch):  # a batch is a vshard's share of an epoch: the rate of one
+                engine.decide_batch(engine.prepare(items[at:at + epoch]))
+            cpu = time.process_time() - begin
+    return {"docs": len(items), "cpu": cpu}
+
+
+def fit(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """Least squares of y = a + b / S over (S, y)."""
+    xs = [1 / s for s, _ in points]
+    ys = [y for _, y in points]
+    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
+    b = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sum((x - mean_x) ** 2 for x in xs)
+    return mean_y - b * mean_x, b
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--docs", type=int, default=40000)
+    parser.add_argument("--shards", default="1,2,4,8,16")
+    parser.add_argument("--epoch", type=int, default=1000, help="documents per vshard per epoch (on average)")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--child", nargs="*")
+    args = parser.parse_args()
+    if args.child is not None:
+        kind, *rest = args.child
+        if kind == "single":
+            result = child_single(args.docs, args.epoch)
+        else:
+            result = child_vshards(args.docs, int(rest[0]), args.epoch)
+        print(json.dumps(result))
+        return
+    counts = [int(s) for s in args.shards.split(",")]
+    runs: dict[int, list[dict]] = {s: [] for s in counts}
+    single: list[dict] = []
+    for _ in range(args.rounds):
+        single.append(harness.child("bench.vshards", "single", "--docs", str(args.docs), "--epoch", str(args.epoch)))
+        for s in counts:
+            runs[s].append(harness.child("bench.vshards", "vshards", str(s), "--docs", str(args.docs),
+                                         "--epoch", str(args.epoch)))
+    report(runs, single, args)
+
+
+def report(runs: dict[int, list[dict]], single: list[dict], args) -> None:
+    def per_doc(seconds: float, run: dict) -> float:
+        return seconds / run["docs"] * 1e6
+
+    single_us = harness.median(per_doc(r["cpu"], r) for r in single)
+    print(f"# Band tables split by key: {args.docs:,} documents of the synthetic crawl, epochs of "
+          f"{args.epoch:,} documents a vshard, median of {args.rounds} round(s)\n")
+    print(f"single worker (Engine, LMDB, lsh.cap=probes): {single_us:.1f} µs CPU a document\n")
+    print("| vshards = processes | µs/doc per process: mean | busiest | max/mean | all processes | vs single "
+          "worker | linked rows/doc | wall s |")
+    print("|---|---|---|---|---|---|---|---|")
+    means, busiest = [], []
+    for s, measured in runs.items():
+        mean = harness.median(per_doc(sum(r["cpu"]) / s, r) for r in measured)
+        top = harness.median(per_doc(max(r["cpu"]), r) for r in measured)
+        total = harness.median(per_doc(sum(r["cpu"]), r) for r in measured)
+        linked = harness.median(r["linked"] / r["docs"] for r in measured)
+        wall = harness.median(r["wall"] for r in measured)
+        means.append((s, mean))
+        busiest.append((s, top))
+        print(f"| {s} | {mean:.2f} | {top:.2f} | {top / mean:.2f} | {total:.1f} | {total / single_us:.2f}x | "
+              f"{linked:.3f} | {wall:.1f} |")
+    a, b = fit(means)
+    a_top, b_top = fit(busiest)
+    print(f"\nfit a + b/S, mean process: a = {a:.2f} µs, b = {b:.1f} µs; busiest process: a = {a_top:.2f} µs, "
+          f"b = {b_top:.1f} µs\n")
+    largest = max(runs)
+    last = runs[largest][0]
+    stages = sorted(last["stage_cpu"])
+    print(f"CPU by stage, all processes, µs a document (at {largest} vshards; at 1):\n")
+    print("| stage | at " + str(largest) + " | at " + str(min(runs)) + " | message bytes/doc at " + str(largest)
+          + " | messages/doc |")
+    print("|---|---|---|---|---|")
+    first = runs[min(runs)][0]
+    for stage in stages:
+        print(f"| {stage} | {per_doc(last['stage_cpu'][stage], last):.1f} | "
+              f"{per_doc(first['stage_cpu'].get(stage, 0.0), first):.1f} | "
+              f"{last['bytes'].get(stage, 0) / last['docs']:.0f} | {last['messages'].get(stage, 0) / last['docs']:.3f} |")
+    print(f"\ntotal message bytes a document at {largest} vshards: "
+          f"{sum(last['bytes'].values()) / last['docs']:,.0f} (each written once and read once)\n")
+    print("Projection, one process per core, machines of 16 cores (brokers elsewhere): rate = 1 / (a + b / cores)\n")
+    print("| machines | cores | µs a process spends per stream document | projected docs/s | busiest-process fit |")
+    print("|---|---|---|---|---|")
+    for machines in (1, 4, 16, 64):
+        cores = 16 * machines
+        cost = a + b / cores
+        cost_top = a_top + b_top / cores
+        print(f"| {machines} | {cores} | {cost:.2f} | {1e6 / cost:,.0f} | {1e6 / cost_top:,.0f} |")
+    print(f"\nWhat caps it: a, the work every process repeats on every document ({a:.2f} µs: at most "
+          f"{1e6 / a:,.0f} docs/s whatever the number of machines), then the exchange bytes the brokers carry "
+          f"({sum(last['bytes'].values()) / last['docs']:,.0f} B a document written and read).")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
