@@ -46,6 +46,57 @@ def _items(docs: int):
     return [Document(doc.id, doc.text, Source("in", 0, i)) for i, doc in enumerate(made)]
 
 
+def _hot_band(items, share: float = 0.5, seed: int = 11):
+    """``items`` with one band key put in ``share`` of them: four three-word phrases, each the smallest of
+    100,000 under one of band 0's rows, appended (so band 0 of those documents is the phrases')."""
+    import random
+
+    from streamdedup.core.prepare import prepare
+    from streamdedup.core.records import Document, Source
+    from streamdedup.core.signing import SigningConfig
+
+    draw = random.Random(seed)
+    signing = SigningConfig(cap="probes")
+    phrases = [f"zq{draw.randrange(10**9)} zr{draw.randrange(10**9)} zs{draw.randrange(10**9)}" for _ in range(100000)]
+    batch = prepare([Document(str(i), p, Source("hot", 0, i)) for i, p in enumerate(phrases)], signing)
+    from streamdedup.core.signing import sign_batch
+
+    signatures = sign_batch(batch.shingles, signing.num_perm, signing.seed)
+    block = " . ".join(phrases[int(signatures[:, row].argmin())] for row in range(signing.rows))
+    return [Document(item.id, item.text + " . " + block, item.source) if draw.random() < share else item
+            for item in items]
+
+
+def _copies(items, copies: int, seed: int = 13):
+    """``items`` with ``copies`` exact copies of one page (new ids) spread among them."""
+    import random
+
+    from streamdedup.core.records import Document, Source
+
+    draw = random.Random(seed)
+    total = len(items) + copies
+    at_copy = set(draw.sample(range(1, total), copies))
+    originals, made = iter(items), 0
+    out = []
+    for place in range(total):
+        if place in at_copy:
+            out.append(Document(f"copy-{made}", items[0].text, Source("in", 0, place)))
+            made += 1
+        else:
+            item = next(originals)
+            out.append(Document(item.id, item.text, Source("in", 0, place)))
+    return out
+
+
+def _corpus(name: str, docs: int):
+    items = _items(docs)
+    if name == "hot-key":
+        return _hot_band(items)
+    if name == "copies":
+        return _copies(items[: docs // 2], docs - docs // 2)
+    return items
+
+
 def _config(path: str):
     from streamdedup import config
 
@@ -59,13 +110,13 @@ def _warm_up(config) -> None:
     Simulator(config, 2).decide(cut_epochs([_items(200)], seed=1, largest=100))
 
 
-def child_vshards(docs: int, shards: int, epoch: int) -> dict:
+def child_vshards(docs: int, shards: int, epoch: int, corpus: str) -> dict:
     from streamdedup.engine.vshards.simulator import Simulator, cut_epochs
 
     with tempfile.TemporaryDirectory() as folder:
         config = _config(folder + "/unused")
         _warm_up(config)
-        items = _items(docs)
+        items = _corpus(corpus, docs)
         epochs = cut_epochs([items], seed=3, largest=2 * epoch * shards)
         simulator = Simulator(config, shards, shards, seed=5)
         begin = time.perf_counter()
@@ -77,13 +128,13 @@ def child_vshards(docs: int, shards: int, epoch: int) -> dict:
             "duplicates": sum(d.status == "duplicate" for d in run.decisions)}
 
 
-def child_single(docs: int, epoch: int) -> dict:
+def child_single(docs: int, epoch: int, corpus: str) -> dict:
     from streamdedup.engine.engine import Engine
 
     with tempfile.TemporaryDirectory() as folder:
         config = _config(folder + "/index")
         _warm_up(config)
-        items = _items(docs)
+        items = _corpus(corpus, docs)
         with Engine(config) as engine:
             begin = time.process_time()
             for at in range(0, len(items), epoch):  # a batch is a vshard's share of an epoch: the rate of one
@@ -107,24 +158,29 @@ def main() -> None:
     parser.add_argument("--shards", default="1,2,4,8,16")
     parser.add_argument("--epoch", type=int, default=1000, help="documents per vshard per epoch (on average)")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--corpus", default="crawl", choices=("crawl", "hot-key", "copies"),
+                        help="the synthetic crawl; with one band key in half the documents; half of it exact "
+                             "copies of one page")
     parser.add_argument("--child", nargs="*")
     args = parser.parse_args()
     if args.child is not None:
         kind, *rest = args.child
         if kind == "single":
-            result = child_single(args.docs, args.epoch)
+            result = child_single(args.docs, args.epoch, args.corpus)
         else:
-            result = child_vshards(args.docs, int(rest[0]), args.epoch)
+            result = child_vshards(args.docs, int(rest[0]), args.epoch, args.corpus)
         print(json.dumps(result))
         return
     counts = [int(s) for s in args.shards.split(",")]
+    if len(set(counts)) < 2:
+        parser.error("--shards needs two counts at least, to fit a + b/S")
     runs: dict[int, list[dict]] = {s: [] for s in counts}
     single: list[dict] = []
     for _ in range(args.rounds):
-        single.append(harness.child("bench.vshards", "single", "--docs", str(args.docs), "--epoch", str(args.epoch)))
+        common = ("--docs", str(args.docs), "--epoch", str(args.epoch), "--corpus", args.corpus)
+        single.append(harness.child("bench.vshards", "single", *common))
         for s in counts:
-            runs[s].append(harness.child("bench.vshards", "vshards", str(s), "--docs", str(args.docs),
-                                         "--epoch", str(args.epoch)))
+            runs[s].append(harness.child("bench.vshards", "vshards", str(s), *common))
     report(runs, single, args)
 
 
@@ -133,7 +189,7 @@ def report(runs: dict[int, list[dict]], single: list[dict], args) -> None:
         return seconds / run["docs"] * 1e6
 
     single_us = harness.median(per_doc(r["cpu"], r) for r in single)
-    print(f"# Band tables split by key: {args.docs:,} documents of the synthetic crawl, epochs of "
+    print(f"# Band tables split by key: {args.docs:,} documents ({args.corpus}), epochs of "
           f"{args.epoch:,} documents a vshard, median of {args.rounds} round(s)\n")
     print(f"single worker (Engine, LMDB, lsh.cap=probes): {single_us:.1f} µs CPU a document\n")
     print("| vshards = processes | µs/doc per process: mean | busiest | max/mean | all processes | vs single "

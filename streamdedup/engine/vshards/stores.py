@@ -72,3 +72,39 @@ def _found(entries: tuple[np.ndarray, np.ndarray], slots: np.ndarray) -> tuple[n
         return np.zeros(len(slots), dtype=np.int64), np.zeros(len(slots), dtype=np.int64)
     begin = np.searchsorted(keys, slots, "left")
     return begin.astype(np.int64), (np.searchsorted(keys, slots, "right") - begin).astype(np.int64)
+
+
+class ClosedKeys:
+    """A home's copy of band keys that are closed (their ``max_candidates`` places all taken, so their
+    holders never change): probes of them are answered here, not sent to their owner. A key in half the
+    documents then costs its owner nothing once closed, and its holders cross the network once per home.
+
+    Bounded: past ``limit`` holders, the keys cached first are dropped (they are asked of the owner again;
+    the answer is the same, so what is cached never changes a decision).
+    """
+
+    def __init__(self, limit: int = 1 << 20):
+        self.limit = limit
+        self._holders: dict[int, np.ndarray] = {}  # in the order cached
+        self._size = 0
+        self._slots = np.zeros(0, dtype=np.uint64)  # sorted, for lookups of a whole epoch at once
+
+    def add(self, slot: int, holders: np.ndarray) -> None:
+        if slot in self._holders:
+            return
+        self._holders[slot] = holders
+        self._size += len(holders)
+        while self._size > self.limit:
+            first = next(iter(self._holders))
+            self._size -= len(self._holders.pop(first))
+        self._slots = np.array(sorted(self._holders), dtype=np.uint64)
+
+    def cached(self, slots: np.ndarray) -> np.ndarray:
+        """Which of ``slots`` are cached."""
+        if not len(self._slots):
+            return np.zeros(len(slots), dtype=bool)
+        at = np.minimum(np.searchsorted(self._slots, slots), len(self._slots) - 1)
+        return self._slots[at] == slots
+
+    def holders(self, slot: int) -> np.ndarray:
+        return self._holders[slot]

@@ -62,7 +62,7 @@ from ..engine import collector_paused
 from ..evidence import Evidence, Gathered
 from ..settings import DedupSettings
 from .placement import owners_of_contents, owners_of_slots
-from .stores import KeyPlaces, holder, holder_homes, holder_serials
+from .stores import ClosedKeys, KeyPlaces, holder, holder_homes, holder_serials
 
 __all__ = ["Message", "VShard", "STAGES", "check_supported"]
 
@@ -114,6 +114,8 @@ class _Epoch:
     needed: set = field(default_factory=set)  # own serials another document of the epoch waits for
     first_contents: dict = field(default_factory=dict)  # content -> (serial, home): owned, first seen here
     placed: tuple = (_NONE, _NONE)  # (slots, holders): places taken here under owned keys, sorted
+    probes: tuple = (_NONE, _NONE)  # (slots, serials) this home asked owners about
+    closed_probes: list = field(default_factory=list)  # (serials, holders) of probes of closed keys
     candidates: dict = field(default_factory=dict)  # serial -> (serials, shared): its strong ones, ascending
     matches: dict = field(default_factory=dict)  # serial -> [(serial, Jaccard)]
     unkept: set = field(default_factory=set)
@@ -144,6 +146,7 @@ class VShard:
         self.shingles: dict[int, np.ndarray] = {}  # home: its kept documents' content shingles
         self.ids: dict[bytes, list[int]] = {}  # home: id hash -> serials
         self.places = KeyPlaces()  # owner: the holders of its band keys' places
+        self.closed = ClosedKeys()  # home: closed keys it probes, answered here
         self.firsts: dict[bytes, tuple[int, int]] = {}  # owner: content -> (serial, home) of its first document
         self.linked_rows = 0  # documents sent to every vshard, linked to another of their epoch
         self.decided: dict[int, list[Decision]] = {}  # epoch -> decisions of the home's items, in order
@@ -226,6 +229,11 @@ class VShard:
         bands = self.signing.bands
         slots = band_slots(np.arange(bands, dtype=np.uint64)[None, :], e.batch.keys[rows]).ravel()
         serials = np.repeat(np.array(probing, dtype=np.int64), bands)
+        cached = self.closed.cached(slots)
+        e.closed_probes = [(serials[cached & (slots == slot)], self.closed.holders(slot))
+                           for slot in np.unique(slots[cached]).tolist()]
+        slots, serials = slots[~cached], serials[~cached]
+        e.probes = (slots, serials)
         owners = owners_of_slots(slots, self.count)
         return [self._to(e, "probes", w, {"serials": _ints(serials[owners == w]), "slots": _ints(slots[owners == w])})
                 for w in range(self.count)]
@@ -245,7 +253,8 @@ class VShard:
         room = np.maximum(self.settings.max_candidates - held_count, 0)[run]
         placed = rank < room
         e.placed = (slots[placed], holder(serials[placed], homes[placed]))
-        committed = held_count[run]
+        closed = (held_count >= self.settings.max_candidates)[run]  # answered once per home, then cached there
+        committed = np.where(closed, 0, held_count[run])
         earlier = np.minimum(rank, room)
         probers = np.concatenate([np.repeat(np.arange(len(slots)), committed),
                                   np.repeat(np.arange(len(slots)), earlier)])
@@ -253,13 +262,32 @@ class VShard:
                                   holder(*(values[ranges(starts[run], earlier)] for values in (serials, homes)))])
         asking = homes[probers]
         return [self._to(e, "places", home, {"probers": _ints(serials[probers[asking == home]]),
-                                             "holders": _ints(holders[asking == home])})
+                                             "holders": _ints(holders[asking == home]),
+                                             "closed": self._closed_for(home, slots, homes, closed, run, held_start,
+                                                                        held_count, held)})
                 for home in range(self.count)]
+
+    @staticmethod
+    def _closed_for(home: int, slots, homes, closed, run, held_start, held_count, held) -> list:
+        """The closed keys ``home`` probed, each with its holders: (slot, holders)."""
+        runs = np.unique(run[closed & (homes == home)]).tolist()
+        return [(int(slots[np.searchsorted(run, r)]), _ints(held[held_start[r]:held_start[r] + held_count[r]]))
+                for r in runs]
 
     def _on_places(self, e: _Epoch, bodies: list[dict]) -> list[Message]:
         """Sum the bands each candidate shares; ask each candidate's home to verify those sharing enough."""
-        probers = np.concatenate([_from_ints(b["probers"]) for b in bodies])
-        holders = np.concatenate([_from_ints(b["holders"]) for b in bodies])
+        probers = [_from_ints(b["probers"]) for b in bodies]
+        holders = [_from_ints(b["holders"]) for b in bodies]
+        slots, serials = e.probes
+        for body in bodies:
+            for slot, packed in body["closed"]:
+                closed = _from_ints(packed)
+                self.closed.add(slot, closed)
+                e.closed_probes.append((serials[slots == slot], closed))
+        for asked, closed in e.closed_probes:
+            probers.append(np.repeat(asked, len(closed)))
+            holders.append(np.tile(closed, len(asked)))
+        probers, holders = np.concatenate(probers), np.concatenate(holders)
         asks: list[dict] = [{} for _ in range(self.count)]  # home -> serial -> candidate serials there
         if len(probers):
             pairs, first, shared = np.unique(((probers - e.first) << 40) | holder_serials(holders),
