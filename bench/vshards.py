@@ -103,8 +103,23 @@ def _config(path: str):
     return config.load(None, ('lsh.cap="probes"', "templates.enabled=false", f'index.path="{path}"'), environ={})
 
 
+def _memory_faulted_in(mib: int = 768) -> None:
+    """Fault in heap memory before anything is timed, and keep it once freed (``memory.keep_freed_memory``).
+
+    In the simulator every vshard shares one heap, so whichever call extends it pays the page faults for all
+    (on this VM 30-50 µs a page): calls of 60-120 ms fell on one vshard or another. Each process of a
+    deployment grows its own heap as its share grows. Done for the single worker too, so both are measured
+    without the faults of a growing heap."""
+    from streamdedup.core.memory import keep_freed_memory
+
+    keep_freed_memory()
+    blocks = [bytearray(1 << 20) for _ in range(mib)]  # 1 MiB each: below the mmap threshold, from the heap
+    del blocks
+
+
 def _warm_up(config) -> None:
     """Imports, caches and the first numpy calls, paid before anything is timed."""
+    _memory_faulted_in()
     from streamdedup.engine.vshards.simulator import Simulator, cut_epochs
 
     Simulator(config, 2).decide(cut_epochs([_items(200)], seed=1, largest=100))
@@ -144,12 +159,14 @@ def child_single(docs: int, epoch: int, corpus: str) -> dict:
 
 
 def fit(points: list[tuple[int, float]]) -> tuple[float, float]:
-    """Least squares of y = a + b / S over (S, y)."""
-    xs = [1 / s for s, _ in points]
-    ys = [y for _, y in points]
+    """a and b of a process's CPU a document, a + b / S, fitted over (S, per-process CPU) as the CPU of all
+    processes, S * a + b, by least squares: each point weighs by the processes it averages, so the one-process
+    point (a single measurement on a noisy machine) does not set a alone."""
+    xs = [s for s, _ in points]
+    ys = [s * y for s, y in points]
     mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
-    b = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sum((x - mean_x) ** 2 for x in xs)
-    return mean_y - b * mean_x, b
+    a = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sum((x - mean_x) ** 2 for x in xs)
+    return a, mean_y - a * mean_x
 
 
 def main() -> None:

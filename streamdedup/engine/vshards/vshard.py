@@ -182,6 +182,10 @@ class VShard:
 
     def receive(self, message: Message) -> list[Message]:
         """Take one message; once every vshard's is in for its stage, run the stage: the messages it sends."""
+        with collector_paused():  # a stage makes many small containers, none in cycles (``collector_paused``)
+            return self._received(message)
+
+    def _received(self, message: Message) -> list[Message]:
         if message.epoch < self.epochs_done or message.stage in self._stages_done.get(message.epoch, ()):
             return []  # a copy of a message whose stage has run
         box = self._inbox.setdefault((message.epoch, message.stage), {})
@@ -193,8 +197,7 @@ class VShard:
         del self._inbox[(message.epoch, message.stage)]
         self._stages_done.setdefault(message.epoch, set()).add(message.stage)
         bodies = [msgpack.unpackb(box[v], strict_map_key=False) for v in range(self.count)]
-        with collector_paused():
-            return getattr(self, "_on_" + message.stage)(self._epochs[message.epoch], bodies)
+        return getattr(self, "_on_" + message.stage)(self._epochs[message.epoch], bodies)
 
     # -- the stages, in order ----------------------------------------------------------------------------
 
