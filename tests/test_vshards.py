@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from streamdedup import config as configuration
@@ -157,3 +158,25 @@ def test_what_cannot_be_split_by_key_yet_is_refused_by_name(tmp_path):
 
     with pytest.raises(ConfigError, match="probes"):
         VShard(0, 2, DedupSettings.of(config, signing_config(config)))
+
+
+def test_the_cache_of_closed_keys_changes_no_outcome(tmp_path):
+    """Homes answer closed keys from a bounded cache; whatever it holds or drops, the outcomes are the same
+    (and with ``max_candidates`` 1, most keys close)."""
+    from streamdedup.engine.vshards.stores import ClosedKeys
+
+    items = _items((doc.id, doc.text) for doc in corpus.hot_keys(300, seed=3))
+    config = _config(tmp_path, "lsh.max_candidates=1")
+    epochs = cut_epochs([items], seed=4, largest=40)
+    outcomes = []
+    for keys, limit in [(4096, 1 << 20), (2, 3), (0, 0)]:
+        simulator = Simulator(config, 4, seed=9, clock=lambda: NOW)
+        for vshard in simulator.vshards:
+            vshard.closed = ClosedKeys(keys, limit)
+        run = simulator.decide(epochs)
+        outcomes.append(repr(run.decisions))
+    assert outcomes[0] == outcomes[1] == outcomes[2]
+    cache = ClosedKeys(keys=2, limit=100)
+    cache.add({5: np.array([1, 2]), 3: np.array([4])})
+    cache.add({9: np.array([7])})
+    assert cache.cached(np.array([3, 5, 9], dtype=np.uint64)).tolist() == [True, False, True]

@@ -79,22 +79,24 @@ class ClosedKeys:
     holders never change): probes of them are answered here, not sent to their owner. A key in half the
     documents then costs its owner nothing once closed, and its holders cross the network once per home.
 
-    Bounded: past ``limit`` holders, the keys cached first are dropped (they are asked of the owner again;
-    the answer is the same, so what is cached never changes a decision).
+    Bounded: past ``keys`` keys or ``limit`` holders, the keys cached first are dropped (they are asked of
+    the owner again, and the answer is the same, so what is cached never changes a decision). Hot keys are
+    few; with a small ``max_candidates`` most keys close, and are probed too rarely to be worth more room.
     """
 
-    def __init__(self, limit: int = 1 << 20):
-        self.limit = limit
+    def __init__(self, keys: int = 4096, limit: int = 1 << 20):
+        self.keys, self.limit = keys, limit
         self._holders: dict[int, np.ndarray] = {}  # in the order cached
         self._size = 0
         self._slots = np.zeros(0, dtype=np.uint64)  # sorted, for lookups of a whole epoch at once
 
-    def add(self, slot: int, holders: np.ndarray) -> None:
-        if slot in self._holders:
-            return
-        self._holders[slot] = holders
-        self._size += len(holders)
-        while self._size > self.limit:
+    def add(self, closed: dict[int, np.ndarray]) -> None:
+        """Cache closed keys: slot -> its holders."""
+        for slot, holders in closed.items():
+            if slot not in self._holders:
+                self._holders[slot] = holders
+                self._size += len(holders)
+        while self._size > self.limit or len(self._holders) > self.keys:
             first = next(iter(self._holders))
             self._size -= len(self._holders.pop(first))
         self._slots = np.array(sorted(self._holders), dtype=np.uint64)

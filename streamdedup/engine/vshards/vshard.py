@@ -233,8 +233,8 @@ class VShard:
         slots = band_slots(np.arange(bands, dtype=np.uint64)[None, :], e.batch.keys[rows]).ravel()
         serials = np.repeat(np.array(probing, dtype=np.int64), bands)
         cached = self.closed.cached(slots)
-        e.closed_probes = [(serials[cached & (slots == slot)], self.closed.holders(slot))
-                           for slot in np.unique(slots[cached]).tolist()]
+        e.closed_probes = [(asked, self.closed.holders(slot))
+                           for slot, asked in _by_slot(slots[cached], serials[cached])]
         slots, serials = slots[~cached], serials[~cached]
         e.probes = (slots, serials)
         owners = owners_of_slots(slots, self.count)
@@ -281,12 +281,12 @@ class VShard:
         """Sum the bands each candidate shares; ask each candidate's home to verify those sharing enough."""
         probers = [_from_ints(b["probers"]) for b in bodies]
         holders = [_from_ints(b["holders"]) for b in bodies]
-        slots, serials = e.probes
-        for body in bodies:
-            for slot, packed in body["closed"]:
-                closed = _from_ints(packed)
-                self.closed.add(slot, closed)
-                e.closed_probes.append((serials[slots == slot], closed))
+        closed = {slot: _from_ints(packed) for body in bodies for slot, packed in body["closed"]}
+        if closed:
+            self.closed.add(closed)
+            for slot, asked in _by_slot(*e.probes):
+                if slot in closed:
+                    e.closed_probes.append((asked, closed[slot]))
         for asked, closed in e.closed_probes:
             probers.append(np.repeat(asked, len(closed)))
             holders.append(np.tile(closed, len(asked)))
@@ -530,6 +530,15 @@ class _SubBatch:
         else:
             serials = shared = _NONE
         return Gathered(Hits(serials.astype(np.int64), shared.astype(np.int64), bounds), self.serial_of)
+
+
+def _by_slot(slots: np.ndarray, serials: np.ndarray):
+    """(slot, its serials) for each slot of ``slots``, in slot order."""
+    order = np.argsort(slots, kind="stable")
+    slots, serials = slots[order], serials[order]
+    starts = np.flatnonzero(np.concatenate(([True], slots[1:] != slots[:-1]))) if len(slots) else _NONE
+    ends = np.append(starts[1:], len(slots))
+    return [(int(slots[b]), serials[b:e]) for b, e in zip(starts.tolist(), ends.tolist())]
 
 
 def _twin_of(record: DocRecord) -> list:
