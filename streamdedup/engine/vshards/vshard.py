@@ -141,6 +141,9 @@ class VShard:
     def __init__(self, number: int, count: int, settings: DedupSettings):
         if settings.signing.cap != "probes":
             raise ConfigError('a deployment with band tables split by key needs lsh.cap = "probes"')
+        if settings.signing.bands > 256:  # a band's number crosses the network in a byte (``_slots``)
+            raise ConfigError(f"a deployment with band tables split by key takes at most 256 bands, not "
+                              f"{settings.signing.bands}: lower lsh.bands")
         self.number, self.count, self.settings, self.signing = number, count, settings, settings.signing
         self.records: dict[int, DocRecord] = {}  # home: its documents
         self.shingles: dict[int, np.ndarray] = {}  # home: its kept documents' content shingles
@@ -238,15 +241,15 @@ class VShard:
         slots, serials = slots[~cached], serials[~cached]
         e.probes = (slots, serials)
         owners = owners_of_slots(slots, self.count)
-        return [self._to(e, "probes", w, {"serials": _ints(serials[owners == w]), "slots": _ints(slots[owners == w])})
+        return [self._to(e, "probes", w, {"at": _offsets(e, serials[owners == w]), "slots": _slots(slots[owners == w])})
                 for w in range(self.count)]
 
     def _on_probes(self, e: _Epoch, bodies: list[dict]) -> list[Message]:
         """As a band key's owner: its places to its first probers (``candidates.file_prober``'s rule), and each
         prober the holders of the key's places before it, committed or of the epoch."""
-        serials = np.concatenate([_from_ints(b["serials"]) for b in bodies])
-        homes = np.concatenate([np.full(len(b["serials"]) // 8, v, dtype=np.int64) for v, b in enumerate(bodies)])
-        slots = np.concatenate([_from_ints(b["slots"], np.uint64) for b in bodies])
+        serials = np.concatenate([_from_offsets(e, b["at"]) for b in bodies])
+        homes = np.concatenate([np.full(len(b["at"]) // 4, v, dtype=np.int64) for v, b in enumerate(bodies)])
+        slots = np.concatenate([_from_slots(b["slots"]) for b in bodies])
         order = np.lexsort((serials, slots))
         slots, serials, homes = slots[order], serials[order], homes[order]
         starts = np.flatnonzero(np.concatenate(([True], slots[1:] != slots[:-1]))) if len(slots) else _NONE
@@ -264,7 +267,7 @@ class VShard:
         holders = np.concatenate([held[ranges(held_start[run], committed)],
                                   holder(*(values[ranges(starts[run], earlier)] for values in (serials, homes)))])
         asking = homes[probers]
-        return [self._to(e, "places", home, {"probers": _ints(serials[probers[asking == home]]),
+        return [self._to(e, "places", home, {"probers": _offsets(e, serials[probers[asking == home]]),
                                              "holders": _ints(holders[asking == home]),
                                              "closed": self._closed_for(home, slots, homes, closed, run, held_start,
                                                                         held_count, held)})
@@ -279,7 +282,7 @@ class VShard:
 
     def _on_places(self, e: _Epoch, bodies: list[dict]) -> list[Message]:
         """Sum the bands each candidate shares; ask each candidate's home to verify those sharing enough."""
-        probers = [_from_ints(b["probers"]) for b in bodies]
+        probers = [_from_offsets(e, b["probers"]) for b in bodies]
         holders = [_from_ints(b["holders"]) for b in bodies]
         closed = {slot: _from_ints(packed) for body in bodies for slot, packed in body["closed"]}
         if closed:
@@ -543,6 +546,27 @@ def _by_slot(slots: np.ndarray, serials: np.ndarray):
 
 def _twin_of(record: DocRecord) -> list:
     return [record.serial, record.cluster, record.cluster_id, record.id]
+
+
+def _offsets(e: _Epoch, serials: np.ndarray) -> bytes:
+    """Serials of the epoch as 4-byte offsets from its first."""
+    return np.ascontiguousarray(serials - e.first, dtype="<u4").tobytes()
+
+
+def _from_offsets(e: _Epoch, data: bytes) -> np.ndarray:
+    return np.frombuffer(data, dtype="<u4").astype(np.int64) + e.first
+
+
+def _slots(slots: np.ndarray) -> bytes:
+    """Band slots (band << 32 | key) as 5 bytes each: the keys' 4, then the bands' 1."""
+    slots = np.asarray(slots, dtype=np.uint64)
+    return (slots & np.uint64(0xFFFFFFFF)).astype("<u4").tobytes() + (slots >> np.uint64(32)).astype("u1").tobytes()
+
+
+def _from_slots(data: bytes) -> np.ndarray:
+    n = len(data) // 5
+    keys = np.frombuffer(data[:4 * n], dtype="<u4").astype(np.uint64)
+    return (np.frombuffer(data[4 * n:], dtype="u1").astype(np.uint64) << np.uint64(32)) | keys
 
 
 def _ints(values: np.ndarray) -> bytes:
