@@ -19,7 +19,7 @@ from streamdedup.core import corpus
 from streamdedup.core.records import Document, Source
 from streamdedup.engine.engine import Engine
 from streamdedup.engine.vshards import VShard, check_supported
-from streamdedup.engine.vshards.simulator import Simulator, cut_epochs
+from streamdedup.engine.vshards.simulator import Forget, Simulator, cut_epochs
 from streamdedup.errors import ConfigError
 
 NOW = 1.75e9
@@ -180,3 +180,52 @@ def test_the_cache_of_closed_keys_changes_no_outcome(tmp_path):
     cache.add({5: np.array([1, 2]), 3: np.array([4])})
     cache.add({9: np.array([7])})
     assert cache.cached(np.array([3, 5, 9], dtype=np.uint64)).tolist() == [True, False, True]
+
+
+@pytest.mark.parametrize("vshards, processes", [(1, 1), (3, 2), (8, 4)])
+def test_forget_in_the_middle_is_decided_as_by_one_worker(tmp_path, vshards, processes):
+    """A forget order between two epochs: kept documents with members elsewhere (their clusters dissolved,
+    their places freed, hot keys reopened), duplicates (their places stay), first documents of a content,
+    every version of an id, and an unknown id; then more of the same input, exact copies of the forgotten
+    and of dissolved members among it."""
+    rng = random.Random(vshards)
+    texts = _chains_and_ties(seed=7)
+    first, rest = texts[:200], texts[200:]
+    rest += [(f"again-{doc_id}", text) for doc_id, text in rng.sample(first, 60)]
+    rng.shuffle(rest)
+    items = _items(first + rest)
+    forgotten = sorted({doc_id for doc_id, _ in rng.sample(first, 40)}) + ["never-seen"]
+    config = _config(tmp_path, "lsh.max_candidates=3")
+    epochs = cut_epochs([items[:200]], seed=vshards, largest=30) + [Forget(tuple(forgotten))] \
+        + cut_epochs([items[200:]], seed=vshards + 1, largest=30)
+    run = Simulator(config, vshards, processes, seed=vshards, duplicates=0.1, clock=lambda: NOW).decide(epochs)
+    assert run.order == items
+    expected = []
+    with Engine(config, clock=lambda: NOW) as engine:
+        expected += engine.decide_batch(engine.prepare(items[:200]))
+        report = engine.forget(forgotten)
+        for begin in range(200, len(items), 50):
+            expected += engine.decide_batch(engine.prepare(items[begin:begin + 50]))
+    assert report.dissolved and report.released, "the forget dissolves clusters with members"
+    for item, got, want in zip(run.order, run.decisions, expected):
+        assert got == want, item.id
+    assert any(d.status == "kept" for item, d in zip(items, expected) if item.id.startswith("again-"))
+
+
+def test_forgetting_reopens_closed_keys_in_every_home(tmp_path):
+    """Keys closed (two places each, hot keys) and cached by the homes probing them: forgetting kept
+    documents frees places in them, and the next probers take those places, as in one index."""
+    items = _items((doc.id, doc.text) for doc in corpus.hot_keys(500, seed=21))
+    config = _config(tmp_path, "lsh.max_candidates=2")
+    with Engine(config, clock=lambda: NOW) as engine:
+        expected = engine.decide_batch(engine.prepare(items[:250]))
+        forgotten = [item.id for item, d in zip(items[:60], expected) if d.status == "kept"]
+        engine.forget(forgotten)
+        expected += engine.decide_batch(engine.prepare(items[250:]))
+    epochs = cut_epochs([items[:250]], seed=2, largest=25) + [Forget(tuple(forgotten))] \
+        + cut_epochs([items[250:]], seed=3, largest=25)
+    simulator = Simulator(config, 4, seed=6, clock=lambda: NOW)
+    run = simulator.decide(epochs)
+    for item, got, want in zip(run.order, run.decisions, expected):
+        assert got == want, item.id
+    assert len(forgotten) > 10

@@ -10,8 +10,8 @@ things at once (docs/pages/sharding.md, "Band tables split by key"):
   probers) and the first document of each content.
 
 A document's keys go only to their owners, a candidate is verified where
-its shingles live, and the only work every vshard repeats is deciding the
-few documents linked to another of the same epoch. The stages of an epoch
+its shingles live, and a document linked to another of its epoch is
+decided by every vshard whose own documents wait for it. The stages of an epoch
 are in ``vshard`` (what one vshard does with the messages of a stage),
 where keys and documents live in ``placement``, and ``simulator`` runs a
 deployment in one process, delivering messages in an order drawn from a

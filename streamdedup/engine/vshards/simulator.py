@@ -30,7 +30,14 @@ from ..settings import DedupSettings
 from .placement import homes_of
 from .vshard import Message, VShard, check_supported
 
-__all__ = ["Simulator", "Run", "cut_epochs", "homes_of_items"]
+__all__ = ["Simulator", "Run", "Forget", "cut_epochs", "homes_of_items"]
+
+
+@dataclass(frozen=True)
+class Forget:
+    """A forget order between two epochs of the input: every version of these document ids."""
+
+    ids: tuple[str, ...]
 
 
 @dataclass
@@ -60,11 +67,25 @@ class Simulator:
         self.next_serial = 1
         self.run = Run(cpu=[0.0] * processes)
 
-    def decide(self, epochs: Iterable[list[Item]]) -> Run:
-        """Run every epoch (a stretch of the input, in order) to its end; what was decided, in order."""
-        for number, items in enumerate(epochs):
-            self._epoch(number, items)
+    def decide(self, epochs: Iterable) -> Run:
+        """Run every epoch (a stretch of the input, in order, or a ``Forget``) to its end; what was decided,
+        in order."""
+        for number, epoch in enumerate(epochs):
+            if isinstance(epoch, Forget):
+                self._forget(number, epoch.ids)
+            else:
+                self._epoch(number, epoch)
         return self.run
+
+    def _forget(self, number: int, ids: tuple[str, ...]) -> None:
+        homes = homes_of([id_key(doc_id) for doc_id in ids], self.count).tolist() if ids else []
+        flight: list[Message] = []
+        for vshard in self.vshards:
+            mine = [doc_id for doc_id, home in zip(ids, homes) if home == vshard.number]
+            flight += self._call(vshard.number, "forget", lambda: vshard.forget(number, mine))
+        self._deliver(flight)
+        for vshard in self.vshards:
+            vshard.decided.pop(number)
 
     def _epoch(self, number: int, items: list[Item]) -> None:
         now = self.clock()
@@ -75,6 +96,14 @@ class Simulator:
             mine = [at for at, home in enumerate(homes) if home == vshard.number]
             slice_items, serials = [items[at] for at in mine], [span[0] + at for at in mine]
             flight += self._call(vshard.number, "slice", lambda: vshard.slice(number, slice_items, serials, span, now))
+        self._deliver(flight)
+        decided = [iter(vshard.decided.pop(number)) for vshard in self.vshards]
+        self.run.order += items
+        self.run.decisions += [next(decided[home]) for home in homes]
+        self.next_serial = span[1]
+
+    def _deliver(self, flight: list[Message]) -> None:
+        """Deliver the messages in flight and those they set off, in an order drawn from the seed."""
         while flight:
             at = self.random.randrange(len(flight))
             message = flight[at]
@@ -85,10 +114,6 @@ class Simulator:
             self.run.messages[message.stage] += 1
             target = self.vshards[message.to]
             flight += self._call(target.number, message.stage, lambda: target.receive(message))
-        decided = [iter(vshard.decided.pop(number)) for vshard in self.vshards]
-        self.run.order += items
-        self.run.decisions += [next(decided[home]) for home in homes]
-        self.next_serial = span[1]
 
     def _call(self, vshard: int, stage: str, work: Callable[[], list[Message]]) -> list[Message]:
         """Run ``work`` on ``vshard``'s behalf, charged to its process. The cycle collector is off meanwhile:

@@ -55,6 +55,24 @@ class KeyPlaces:
         found[ranges(starts + settled[1], recent[1])] = self._recent.entries()[1][ranges(recent[0], recent[1])]
         return starts, counts, found
 
+    def remove(self, slots: np.ndarray, holders: np.ndarray) -> np.ndarray:
+        """Free the places of these (slot, holder) entries (``forget``); the slots freed, sorted."""
+        gone = set(zip(np.asarray(slots, dtype=np.uint64).tolist(), np.asarray(holders, dtype=np.int64).tolist()))
+        freed = set()
+        for level in (self._settled, self._recent):
+            keys, values = level.entries()
+            lo = np.searchsorted(keys, np.array(sorted({slot for slot, _ in gone}), dtype=np.uint64), "left")
+            hi = np.searchsorted(keys, np.array(sorted({slot for slot, _ in gone}), dtype=np.uint64), "right")
+            keep = np.ones(len(keys), dtype=bool)
+            for begin, end in zip(lo.tolist(), hi.tolist()):
+                for at in range(begin, end):
+                    if (int(keys[at]), int(values[at])) in gone:
+                        keep[at] = False
+                        freed.add(int(keys[at]))
+            if not keep.all():
+                level.keep(keep)
+        return np.array(sorted(freed), dtype=np.uint64)
+
     def add(self, slots: np.ndarray, holders: np.ndarray) -> None:
         """Take in places given after every one held (``slots`` sorted, a slot's holders in order)."""
         if not len(slots):
@@ -110,3 +128,11 @@ class ClosedKeys:
 
     def holders(self, slot: int) -> np.ndarray:
         return self._holders[slot]
+
+    def reopened(self, slots: np.ndarray) -> None:
+        """Forget these keys: places of theirs were freed (``forget``), so they are open again."""
+        dropped = [slot for slot in np.asarray(slots, dtype=np.uint64).tolist() if slot in self._holders]
+        for slot in dropped:
+            self._size -= len(self._holders.pop(slot))
+        if dropped:
+            self._slots = np.array(sorted(self._holders), dtype=np.uint64)

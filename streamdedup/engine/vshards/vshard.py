@@ -4,7 +4,7 @@ An epoch is a stretch of the input in its order (of one partition, or of
 each partition in turn). Every record of it has its place in the
 deployment's order, which is its serial if it is a new document (a replay
 or a rejected record leaves its number unused), and is sent to its home
-with it. Seven kinds of message go between vshards in an epoch; a vshard
+with it. Eight kinds of message go between vshards in an epoch; a vshard
 runs a stage once the message of every vshard for it is in, so the order
 messages arrive in changes nothing, and a second copy of a message is
 dropped:
@@ -27,7 +27,12 @@ stage         from -> to             carries, and what the receiver does with it
 ``linked``    home -> every vshard   what decides each document linked to another of the epoch (one it
                                      waits for, or one waiting for it): each vshard decides its own
                                      documents and those of others they wait for, and commits
+``kept``      home -> band owner     which of its probers past a key's cap were kept: filed after the
+                                     key's places (one index files a kept document under every key)
 ============  =====================  ==================================================================
+
+A forget order is an epoch of its own (``forget``: ``forgotten``, then
+``released``).
 
 Decisions are ``decide.decide_together``'s on the evidence gathered so
 (``evidence.Gathered``), the single worker's with ``lsh.cap = "probes"``: a
@@ -51,7 +56,8 @@ import numpy as np
 from ...config import Config
 from ...core.lsh import band_slots
 from ...core.prepare import PreparedBatch, prepare
-from ...core.records import Decision, Document, Item, Source
+from ...core.records import Decision, Document, Item, Source, id_key
+from ...core.signing import band_keys_of
 from ...core.shingle import ShingleBatch
 from ...core.verify import jaccard
 from ...errors import ConfigError
@@ -64,9 +70,10 @@ from ..settings import DedupSettings
 from .placement import owners_of_contents, owners_of_slots
 from .stores import ClosedKeys, KeyPlaces, holder, holder_homes, holder_serials
 
-__all__ = ["Message", "VShard", "STAGES", "check_supported"]
+__all__ = ["Message", "VShard", "STAGES", "FORGET_STAGES", "check_supported"]
 
-STAGES = ("contents", "twins", "probes", "places", "verify", "verified", "linked")
+STAGES = ("contents", "twins", "probes", "places", "verify", "verified", "linked", "kept")
+FORGET_STAGES = ("forgotten", "released")  # a forget order, an epoch of its own between two of the input
 _ELSEWHERE = Source("vshard", -1, -1)  # another home's document decided here: never written, never sent out
 _NONE = np.zeros(0, dtype=np.int64)
 
@@ -115,7 +122,8 @@ class _Epoch:
     first_contents: dict = field(default_factory=dict)  # content -> (serial, home): owned, first seen here
     placed: tuple = (_NONE, _NONE)  # (slots, holders): places taken here under owned keys, sorted
     probes: tuple = (_NONE, _NONE)  # (slots, serials) this home asked owners about
-    closed_probes: list = field(default_factory=list)  # (serials, holders) of probes of closed keys
+    closed_probes: list = field(default_factory=list)  # (slot, serials, holders) of probes of closed keys
+    beyond: list = field(default_factory=list)  # (slots, serials) of own probers past a key's cap
     candidates: dict = field(default_factory=dict)  # serial -> (serials, shared): its strong ones, ascending
     matches: dict = field(default_factory=dict)  # serial -> [(serial, Jaccard)]
     unkept: set = field(default_factory=set)
@@ -150,7 +158,9 @@ class VShard:
         self.ids: dict[bytes, list[int]] = {}  # home: id hash -> serials
         self.places = KeyPlaces()  # owner: the holders of its band keys' places
         self.closed = ClosedKeys()  # home: closed keys it probes, answered here
-        self.firsts: dict[bytes, tuple[int, int]] = {}  # owner: content -> (serial, home) of its first document
+        self.members: dict[int, list[int]] = {}  # home: cluster serial -> its own duplicates in that cluster
+        self.firsts: dict[bytes, tuple[int, int, bool]] = {}  # owner: content -> its first document (serial, home,
+        # whether it is still in a cluster: forgetting a cluster's representative dissolves it)
         self.linked_rows = 0  # documents sent to every vshard, linked to another of their epoch
         self.decided: dict[int, list[Decision]] = {}  # epoch -> decisions of the home's items, in order
         self.epochs_done = 0  # epochs are numbered from 0 and decided one after the other
@@ -213,30 +223,33 @@ class VShard:
         for serial, content, home in asked:  # in the deployment's order
             stored = self.firsts.get(content)
             if stored is not None:
-                answers[home].append((serial, stored[0], stored[1], True))
+                answers[home].append((serial, stored[0], stored[1], True, stored[2]))
                 continue
             first = e.first_contents.get(content)
             if first is None:
                 e.first_contents[content] = (serial, home)
             else:
-                answers[home].append((serial, first[0], first[1], False))
+                answers[home].append((serial, first[0], first[1], False, True))
                 needed[first[1]].append(first[0])
         return [self._to(e, "twins", home, {"twins": answers[home], "needed": needed[home]})
                 for home in range(self.count)]
 
     def _on_twins(self, e: _Epoch, bodies: list[dict]) -> list[Message]:
         """Exact copies found (a twin stored or earlier in the epoch); the other new documents probe."""
+        exact = set()
         for body in bodies:
-            for serial, twin, home, stored in body["twins"]:
+            for serial, twin, home, stored, in_cluster in body["twins"]:
                 e.twins[serial] = (twin, home, stored)
+                if in_cluster:  # an exact copy; a copy of a document whose cluster was dissolved is not
+                    exact.add(serial)
             e.needed.update(body["needed"])
-        probing = [serial for serial in e.new if serial not in e.twins]
+        probing = [serial for serial in e.new if serial not in exact]
         rows = np.array([e.new[serial] for serial in probing], dtype=np.int64)
         bands = self.signing.bands
         slots = band_slots(np.arange(bands, dtype=np.uint64)[None, :], e.batch.keys[rows]).ravel()
         serials = np.repeat(np.array(probing, dtype=np.int64), bands)
         cached = self.closed.cached(slots)
-        e.closed_probes = [(asked, self.closed.holders(slot))
+        e.closed_probes = [(slot, asked, self.closed.holders(slot))
                            for slot, asked in _by_slot(slots[cached], serials[cached])]
         slots, serials = slots[~cached], serials[~cached]
         e.probes = (slots, serials)
@@ -259,8 +272,11 @@ class VShard:
         room = np.maximum(self.settings.max_candidates - held_count, 0)[run]
         placed = rank < room
         e.placed = (slots[placed], holder(serials[placed], homes[placed]))
-        closed = (held_count >= self.settings.max_candidates)[run]  # answered once per home, then cached there
+        cap = self.settings.max_candidates
+        held_count = np.minimum(held_count, cap)  # a key's holders are its first entries (the rest: ``_on_kept``)
+        closed = (held_count >= cap)[run]  # answered once per home, then cached there
         committed = np.where(closed, 0, held_count[run])
+        beyond = ~placed & ~closed  # probers past the cap of a key still open when the epoch began
         earlier = np.minimum(rank, room)
         probers = np.concatenate([np.repeat(np.arange(len(slots)), committed),
                                   np.repeat(np.arange(len(slots)), earlier)])
@@ -270,7 +286,9 @@ class VShard:
         return [self._to(e, "places", home, {"probers": _offsets(e, serials[probers[asking == home]]),
                                              "holders": _ints(holders[asking == home]),
                                              "closed": self._closed_for(home, slots, homes, closed, run, held_start,
-                                                                        held_count, held)})
+                                                                        held_count, held),
+                                             "beyond": _offsets(e, serials[beyond & (homes == home)]),
+                                             "beyond_slots": _slots(slots[beyond & (homes == home)])})
                 for home in range(self.count)]
 
     @staticmethod
@@ -289,8 +307,10 @@ class VShard:
             self.closed.add(closed)
             for slot, asked in _by_slot(*e.probes):
                 if slot in closed:
-                    e.closed_probes.append((asked, closed[slot]))
-        for asked, closed in e.closed_probes:
+                    e.closed_probes.append((slot, asked, closed[slot]))
+        e.beyond = [(_from_slots(body["beyond_slots"]), _from_offsets(e, body["beyond"])) for body in bodies]
+        e.beyond += [(np.full(len(asked), slot, dtype=np.uint64), asked) for slot, asked, _ in e.closed_probes]
+        for _, asked, closed in e.closed_probes:
             probers.append(np.repeat(asked, len(closed)))
             holders.append(np.tile(closed, len(asked)))
         probers, holders = np.concatenate(probers), np.concatenate(holders)
@@ -378,9 +398,28 @@ class VShard:
                                    mine=decided.mine, gathered=decided.gathered())
         self.decided[e.number] = [together.decisions[i] for i in decided.own_items]
         self._commit(e, together, decided.own_rows)
-        del self._epochs[e.number]
-        del self._stages_done[e.number]
-        self.epochs_done = e.number + 1
+        return self._kept_beyond(e)
+
+    def _kept_beyond(self, e: _Epoch) -> list[Message]:
+        """Tell each key's owner which of the probers past its cap were kept: a kept document is filed under
+        every band key it has, as in one index, where it takes a place freed by ``forget`` before any later
+        prober does."""
+        slots = np.concatenate([slots for slots, _ in e.beyond]) if e.beyond else np.zeros(0, dtype=np.uint64)
+        serials = np.concatenate([serials for _, serials in e.beyond]) if e.beyond else _NONE
+        kept = np.array([self.records[serial].kept for serial in serials.tolist()], dtype=bool)
+        slots, serials = slots[kept], serials[kept]
+        owners = owners_of_slots(slots, self.count)
+        return [self._to(e, "kept", w, {"at": _offsets(e, serials[owners == w]), "slots": _slots(slots[owners == w])})
+                for w in range(self.count)]
+
+    def _on_kept(self, e: _Epoch, bodies: list[dict]) -> list[Message]:
+        """As a band key's owner: file the kept documents past its cap after its places, then the epoch is done."""
+        serials = np.concatenate([_from_offsets(e, b["at"]) for b in bodies])
+        homes = np.concatenate([np.full(len(b["at"]) // 4, v, dtype=np.int64) for v, b in enumerate(bodies)])
+        slots = np.concatenate([_from_slots(b["slots"]) for b in bodies])
+        order = np.lexsort((serials, slots))
+        self.places.add(slots[order], holder(serials[order], homes[order]))
+        self._finished(e)
         return []
 
     @staticmethod
@@ -404,8 +443,83 @@ class VShard:
             self.ids.setdefault(e.batch.id_keys[own], []).append(serial)
             if record.kept:
                 self.shingles[serial] = e.batch.shingles.of(own)
+            elif record.cluster:
+                self.members.setdefault(record.cluster, []).append(serial)
         self.places.add(*e.placed)
-        self.firsts.update(e.first_contents)
+        self.firsts.update((content, (serial, home, True)) for content, (serial, home) in e.first_contents.items())
+
+    # -- a forget order ----------------------------------------------------------------------------------
+
+    def forget(self, epoch: int, ids: list[str]) -> list[Message]:
+        """Start a forget order, an epoch of its own: every version of each of ``ids`` (those this vshard is
+        home to) removed, as ``housekeeping.forget`` removes them from one index. A kept document's places
+        are freed (a duplicate's stay taken), its cluster dissolved (its members, wherever they live, belong
+        to none: a copy of one is no longer an exact copy), a content's first document forgotten with it."""
+        with collector_paused():
+            e = self._epochs[epoch] = _Epoch(epoch, 0.0, 0, 0, prepare([], self.signing), [], [], {}, {})
+            places: list[list] = [[] for _ in range(self.count)]
+            contents: list[list] = [[] for _ in range(self.count)]
+            dissolved: list[int] = []
+            for doc_id in ids:
+                ident = id_key(doc_id)
+                for serial in sorted(self.ids.get(ident, ())):
+                    if self.records[serial].id == doc_id:
+                        self._forget_one(self.records[serial], ident, places, contents, dissolved)
+            return [self._to(e, "forgotten", w, {"places": places[w], "contents": contents[w],
+                                                 "dissolved": dissolved}) for w in range(self.count)]
+
+    def _forget_one(self, record: DocRecord, ident: bytes, places: list, contents: list, dissolved: list) -> None:
+        serial = record.serial
+        if record.kept:
+            keys = band_keys_of([self.shingles.pop(serial)], self.signing)
+            slots = band_slots(np.arange(self.signing.bands, dtype=np.uint64)[None, :], keys).ravel()
+            for slot, owner in zip(slots.tolist(), owners_of_slots(slots, self.count).tolist()):
+                places[owner].append((slot, int(holder(serial, self.number))))
+            dissolved.append(serial)
+        elif record.cluster:
+            self.members[record.cluster].remove(serial)
+        contents[int(owners_of_contents([record.content], self.count)[0])].append((record.content, serial))
+        del self.records[serial]
+        self.ids[ident].remove(serial)
+        if not self.ids[ident]:
+            del self.ids[ident]
+
+    def _on_forgotten(self, e: _Epoch, bodies: list[dict]) -> list[Message]:
+        """Free the forgotten kept documents' places under owned keys and their first contents; dissolve
+        their clusters' members living here."""
+        gone = [place for body in bodies for place in body["places"]]
+        freed = self.places.remove(np.array([slot for slot, _ in gone], dtype=np.uint64),
+                                   np.array([held for _, held in gone], dtype=np.int64)) if gone else _NONE
+        for body in bodies:
+            for content, serial in body["contents"]:
+                first = self.firsts.get(content)
+                if first is not None and first[0] == serial:
+                    del self.firsts[content]
+        out: list[list] = [[] for _ in range(self.count)]
+        for cluster in sorted({cluster for body in bodies for cluster in body["dissolved"]}):
+            for member in self.members.pop(cluster, ()):
+                record = self.records[member]
+                record.cluster, record.cluster_id = 0, ""
+                out[int(owners_of_contents([record.content], self.count)[0])].append((record.content, member))
+        return [self._to(e, "released", w, {"freed": _ints(freed), "dissolved": out[w]}) for w in range(self.count)]
+
+    def _on_released(self, e: _Epoch, bodies: list[dict]) -> list[Message]:
+        """Closed keys whose places were freed are open again (no home answers them from its cache); a first
+        document whose cluster was dissolved makes no exact copies."""
+        for body in bodies:
+            self.closed.reopened(_from_ints(body["freed"], np.uint64))
+            for content, serial in body["dissolved"]:
+                first = self.firsts.get(content)
+                if first is not None and first[0] == serial:
+                    self.firsts[content] = (first[0], first[1], False)
+        self.decided[e.number] = []
+        self._finished(e)
+        return []
+
+    def _finished(self, e: _Epoch) -> None:
+        del self._epochs[e.number]
+        del self._stages_done[e.number]
+        self.epochs_done = e.number + 1
 
     # -- helpers ------------------------------------------------------------------------------------------
 
