@@ -48,6 +48,7 @@ dedup`` with ``input.url_field = "url"`` (site templates on, as by default).
 from __future__ import annotations
 
 import argparse
+import collections
 import copy
 import glob
 import json
@@ -55,6 +56,7 @@ import lzma
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -115,6 +117,7 @@ class Site:
 
 
 MAIN_SITES = (
+    Site("python3.11-doc", "usr/share/doc/python3.11/html", "sphinx"),
     Site("sphinx-doc", "usr/share/doc/sphinx-doc/html", "sphinx"),
     Site("python-werkzeug-doc", "usr/share/doc/python-werkzeug-doc/html", "sphinx"),
     Site("mkdocs-doc", "usr/share/doc/mkdocs/html", "mkdocs"),
@@ -536,7 +539,7 @@ def score(records: list[Record], decisions: list[dict], sets: list[np.ndarray], 
         return pairs.get((a, b), (0.0, 0.0)) if a != b else (1.0, 1.0)
 
     figures = {"pages": len(records), "false_merges": 0, "below_threshold": 0, "excerpt_decisions": 0,
-               "excerpts_right": 0, "status": 0}
+               "excerpts_right": 0, "status": 0, "where": collections.Counter()}
     found = {kind: [0, 0] for kind in ("republished", "excerpt", "near", "markup")}
     for i, record in enumerate(records):
         d = decided[record.id]
@@ -549,6 +552,8 @@ def score(records: list[Record], decisions: list[dict], sets: list[np.ndarray], 
                 figures["excerpts_right"] += contained >= CONTAINMENT or jaccard >= THRESHOLD
             else:
                 figures["false_merges"] += jaccard < 0.5
+                if jaccard < 0.5:
+                    figures["where"][f"false merge on {record.site}"] += 1
                 figures["below_threshold"] += jaccard < THRESHOLD
         if record.source is None:
             continue
@@ -564,6 +569,8 @@ def score(records: list[Record], decisions: list[dict], sets: list[np.ndarray], 
                 continue
             hit = in_cluster or (other is not None and similarity(other, i)[0] >= THRESHOLD)
         found[record.kind][0] += hit
+        if not hit:
+            figures["where"][f"{record.kind} missed, source on {records[where[record.source]].site}"] += 1
         found[record.kind][1] += 1
     figures["found"] = found
     return figures
@@ -575,11 +582,13 @@ def rates(figures: dict) -> dict:
 
     result = {"pages": figures["pages"], "false_merges": share(figures["false_merges"], figures["pages"]),
               "false_merge_count": figures["false_merges"], "below_threshold": figures["below_threshold"],
+              "excerpt_decisions": figures["excerpt_decisions"],
               "status": share(figures["status"], figures["pages"]),
               "excerpt_precision": share(figures["excerpts_right"], figures["excerpt_decisions"])}
     for kind, (hit, of) in figures["found"].items():
         result[kind] = share(hit, of)
         result[f"{kind}_of"] = of
+    result["where"] = figures["where"]
     return result
 
 
@@ -592,7 +601,7 @@ def shingles(records: list[Record]) -> list[np.ndarray]:
 # -- the command -----------------------------------------------------------------------------------
 
 
-RUNS = {"defaults": [], "excerpts on": ["excerpts.enabled=true"]}
+RUNS = {"defaults": [], "learn first": ["--learn-first"], "excerpts on": ["excerpts.enabled=true"]}
 FORMS = {"text": ['input.url_field="url"'], "html": ['input.url_field="url"', 'input.html_field="html"']}
 
 
@@ -607,6 +616,7 @@ def run_all(records: list[Record], work: Path, runs: dict, forms: Iterable[str] 
     for form in forms:
         for name, settings in runs.items():
             state = work / f"state-{form}-{name.replace(' ', '-')}"
+            shutil.rmtree(state, ignore_errors=True)  # a new index: an earlier corpus's would decide this one
             run = harness.dedup(str(paths[form]), str(state), [*FORMS[form], *settings])
             excerpts = any(s.replace(" ", "") == "excerpts.enabled=true" for s in settings)
             rows.append((form, name, rates(score(records, run.decisions(), sets, pairs, excerpts))))
@@ -618,8 +628,8 @@ def table(rows: list[tuple]) -> str:
             "| near copies | other markup | status agreement |")
     lines = [head, "|" + "---|" * 11]
     for form, name, r in rows:
-        excerpts = f"{r['excerpt']:.1%} of {r['excerpt_of']}" if name != "defaults" else "-"
-        precision = f"{r['excerpt_precision']:.1%}" if name != "defaults" else "-"
+        excerpts = f"{r['excerpt']:.1%} of {r['excerpt_of']}" if r["excerpt_decisions"] else "-"
+        precision = f"{r['excerpt_precision']:.1%}" if r["excerpt_decisions"] else "-"
         lines.append(f"| {form} | {name} | {r['pages']:,} | {r['false_merges']:.2%} ({r['false_merge_count']}) "
                      f"| {r['below_threshold']} | {r['republished']:.1%} of {r['republished_of']} | {excerpts} "
                      f"| {precision} | {r['near']:.1%} of {r['near_of']} | {r['markup']:.1%} of {r['markup_of']} "
@@ -636,6 +646,7 @@ def main(argv=None) -> int:
     parser.add_argument("--cache", default=os.path.expanduser("~/.cache/streamdedup/realsites"))
     parser.add_argument("--out", default="", help="keep the corpus and the runs' states here")
     parser.add_argument("--forms", default="text,html")
+    parser.add_argument("--detail", action="store_true", help="where the false merges and misses are, by site")
     parser.add_argument("--set", action="append", default=[], help="settings of one run scored (repeatable)")
     parser.add_argument("--write-sample", type=int, default=0, metavar="N", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -656,7 +667,11 @@ def main(argv=None) -> int:
           + ", ".join(f"{n:,} {k}" for k, n in kinds.items()))
     work = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="realsites-"))
     runs = {"given": args.set} if args.set else RUNS
-    print(table(run_all(records, work, runs, args.forms.split(","))))
+    rows = run_all(records, work, runs, args.forms.split(","))
+    print(table(rows))
+    if args.detail:
+        for form, name, r in rows:
+            print(f"{form}, {name}: " + "; ".join(f"{what} {n}" for what, n in r["where"].most_common()))
     print(f"targets: false merges <= {TARGETS['false_merges']:.1%} of pages; republished >= 95% text, 99% html; "
           f"excerpts >= 90% found at 95% precision; status agreement >= 97% text, 99% html")
     return 0
