@@ -448,7 +448,8 @@ def _plant(kind: str, pages: list[Page], texts: list[str], rng: random.Random, n
 
 def write_corpus(records: list[Record], out: Path) -> dict[str, Path]:
     """The two forms, as ``dedup`` reads them: ``text.jsonl`` (whole visible text) and ``html.jsonl`` (the page in
-    ``html``); ``truth.jsonl`` holds each record's site, kind, source and main content."""
+    ``html``); ``crawl.warc.gz`` the pages as WARC responses (named by their URL); ``truth.jsonl`` each record's
+    site, kind, source and main content."""
     out.mkdir(parents=True, exist_ok=True)
     paths = {"text": out / "text.jsonl", "html": out / "html.jsonl", "truth": out / "truth.jsonl"}
     with open(paths["text"], "w", encoding="utf-8") as text, open(paths["html"], "w", encoding="utf-8") as html, \
@@ -458,6 +459,12 @@ def write_corpus(records: list[Record], out: Path) -> dict[str, Path]:
             html.write(json.dumps({"id": r.id, "url": r.url, "html": r.html}) + "\n")
             truth.write(json.dumps({"id": r.id, "site": r.site, "generator": r.generator, "kind": r.kind,
                                     "source": r.source, "main": r.main}) + "\n")
+    from bench.html_input import _warc_record
+
+    with open(out / "crawl.warc.gz", "wb") as warc:
+        for number, r in enumerate(records):
+            warc.write(_warc_record(r.url, r.html.encode("utf-8"), number))
+    paths["warc"] = out / "crawl.warc.gz"
     return paths
 
 
@@ -555,7 +562,7 @@ def score(records: list[Record], decisions: list[dict], sets: list[np.ndarray], 
                 if jaccard < 0.5:
                     figures["where"][f"false merge on {record.site}"] += 1
                 figures["below_threshold"] += jaccard < THRESHOLD
-        if record.source is None:
+        if record.source is None or (record.kind == "excerpt" and not excerpts):
             continue
         jaccard, contained = similarity(root[where[record.source]], i)  # with the source's representative
         expected = decided[record.source]["cluster"]
@@ -601,8 +608,9 @@ def shingles(records: list[Record]) -> list[np.ndarray]:
 # -- the command -----------------------------------------------------------------------------------
 
 
-RUNS = {"defaults": [], "learn first": ["--learn-first"], "excerpts on": ["excerpts.enabled=true"]}
-FORMS = {"text": ['input.url_field="url"'], "html": ['input.url_field="url"', 'input.html_field="html"']}
+RUNS = {"defaults": [], "excerpts, learn first": ["excerpts.enabled=true", "--learn-first"]}
+FORMS = {"text": ['input.url_field="url"'], "html": ['input.url_field="url"', 'input.html_field="html"'],
+         "warc": []}
 
 
 def run_all(records: list[Record], work: Path, runs: dict, forms: Iterable[str] = FORMS) -> list[tuple]:
@@ -612,14 +620,19 @@ def run_all(records: list[Record], work: Path, runs: dict, forms: Iterable[str] 
     paths = write_corpus(records, work)
     sets = shingles(records)
     pairs = overlaps(sets)
+    id_of_url = {r.url: r.id for r in records}
     rows = []
     for form in forms:
         for name, settings in runs.items():
             state = work / f"state-{form}-{name.replace(' ', '-')}"
             shutil.rmtree(state, ignore_errors=True)  # a new index: an earlier corpus's would decide this one
-            run = harness.dedup(str(paths[form]), str(state), [*FORMS[form], *settings])
+            run = harness.dedup(str(paths[form]), str(state), [*FORMS[form], *settings], documents=len(records))
+            decisions = run.decisions()
+            if form == "warc":  # a WARC response is named by its URL
+                decisions = [{**d, **{key: id_of_url.get(d[key], d[key]) for key in ("id", "matched", "cluster")}}
+                             for d in decisions]
             excerpts = any(s.replace(" ", "") == "excerpts.enabled=true" for s in settings)
-            rows.append((form, name, rates(score(records, run.decisions(), sets, pairs, excerpts))))
+            rows.append((form, name, rates(score(records, decisions, sets, pairs, excerpts))))
     return rows
 
 
@@ -628,7 +641,7 @@ def table(rows: list[tuple]) -> str:
             "| near copies | other markup | status agreement |")
     lines = [head, "|" + "---|" * 11]
     for form, name, r in rows:
-        excerpts = f"{r['excerpt']:.1%} of {r['excerpt_of']}" if r["excerpt_decisions"] else "-"
+        excerpts = f"{r['excerpt']:.1%} of {r['excerpt_of']}" if r["excerpt_of"] else "-"
         precision = f"{r['excerpt_precision']:.1%}" if r["excerpt_decisions"] else "-"
         lines.append(f"| {form} | {name} | {r['pages']:,} | {r['false_merges']:.2%} ({r['false_merge_count']}) "
                      f"| {r['below_threshold']} | {r['republished']:.1%} of {r['republished_of']} | {excerpts} "
@@ -645,7 +658,7 @@ def main(argv=None) -> int:
     parser.add_argument("--max-pages", type=int, default=0, help="at most this many records (0: all pages)")
     parser.add_argument("--cache", default=os.path.expanduser("~/.cache/streamdedup/realsites"))
     parser.add_argument("--out", default="", help="keep the corpus and the runs' states here")
-    parser.add_argument("--forms", default="text,html")
+    parser.add_argument("--forms", default="text,html", help="of text, html (JSONL) and warc")
     parser.add_argument("--detail", action="store_true", help="where the false merges and misses are, by site")
     parser.add_argument("--set", action="append", default=[], help="settings of one run scored (repeatable)")
     parser.add_argument("--write-sample", type=int, default=0, metavar="N", help=argparse.SUPPRESS)
