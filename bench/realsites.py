@@ -88,7 +88,7 @@ class Rule:
 
 
 RULES = {
-    "sphinx": Rule("//div[@role='main']"),
+    "sphinx": Rule("//div[@role='main'] | //div[@id='yui-main']"),  # the second: Django's own theme
     "mkdocs": Rule("//div[@role='main']"),
     "doxygen": Rule("//div[@class='headertitle'] | //div[@class='contents']"),
     "texinfo": Rule("//body/div[div[@class='header']]",
@@ -110,10 +110,11 @@ class Site:
     generator: str
     limit: int = 0  # at most this many pages (a seeded choice), 0 for all
     pattern: str = "**/*.html"
+    name: str = ""  # the site's name in its host, when not its package's (two sites of one package)
 
     @property
     def host(self) -> str:
-        return f"{self.package.replace('+', 'p')}.docs.example"
+        return f"{(self.name or self.package).replace('+', 'p')}.docs.example"
 
 
 MAIN_SITES = (
@@ -132,8 +133,10 @@ HOLDOUT_SITES = (
     Site("python-click-doc", "usr/share/doc/python-click-doc/html", "sphinx"),
     Site("python-jinja2-doc", "usr/share/doc/python-jinja2-doc/html", "sphinx"),
     Site("developers-reference", "usr/share/developers-reference", "sphinx"),
+    Site("python-django-doc", "usr/share/doc/python-django-doc/html", "sphinx", 400),
     Site("libjsoncpp-doc", "usr/share/doc/libjsoncpp-doc", "doxygen"),
     Site("gettext-doc", "usr/share/doc/gettext", "texi2html", pattern="gettext_*.html"),
+    Site("octave-doc", "usr/share/doc/octave/liboctave.html", "texinfo", name="liboctave"),
     Site("libcommons-io-java-doc", "usr/share/doc/libcommons-io-java/api", "javadoc"),
     Site("maint-guide", "usr/share/doc/maint-guide/html", "docbook", pattern="*.en.html"),
 )
@@ -217,14 +220,16 @@ def write_sample(pages: list[Page], path: Path, per_generator: int, seed: int, m
     with lzma.open(path, "wt", encoding="utf-8", preset=9) as handle:
         for page in chosen:
             site = page.site
-            handle.write(json.dumps({"package": site.package, "version": page.version, "root": site.root,
-                                     "generator": site.generator, "path": page.path, "html": page.html}) + "\n")
+            handle.write(json.dumps({"package": site.package, "name": site.name, "version": page.version,
+                                     "root": site.root, "generator": site.generator, "path": page.path,
+                                     "html": page.html}) + "\n")
 
 
 def read_sample(path: Path = SAMPLE) -> list[Page]:
     with lzma.open(path, "rt", encoding="utf-8") as handle:
         rows = [json.loads(line) for line in handle]
-    return [Page(Site(r["package"], r["root"], r["generator"]), r["version"], r["path"], r["html"]) for r in rows]
+    return [Page(Site(r["package"], r["root"], r["generator"], name=r.get("name", "")), r["version"], r["path"],
+                 r["html"]) for r in rows]
 
 
 # -- a page's parts --------------------------------------------------------------------------------
@@ -650,6 +655,19 @@ def table(rows: list[tuple]) -> str:
     return "\n".join(lines)
 
 
+def site_table(records: list[Record]) -> str:
+    """Each site's generator, pages, and the median share of a page's words that are not its main content."""
+    import statistics
+
+    shares: dict[tuple, list] = {}
+    for r in records:
+        if r.kind == "page":
+            shares.setdefault((r.site, r.generator), []).append(1 - len(r.main.split()) / max(1, len(r.text.split())))
+    return "\n".join(f"  {site:<36} {generator:<10} {len(found):>5} pages, {statistics.median(found):.0%} of a "
+                     "page's words outside its main content (median)"
+                     for (site, generator), found in sorted(shares.items()))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--holdout", action="store_true", help="the held-out packages (and seed + 1 by default)")
@@ -678,6 +696,7 @@ def main(argv=None) -> int:
         kinds[r.kind] = kinds.get(r.kind, 0) + 1
     print(f"{len(records):,} records of {len({r.site for r in records})} sites, seed {seed}: "
           + ", ".join(f"{n:,} {k}" for k, n in kinds.items()))
+    print(site_table(records))
     work = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="realsites-"))
     runs = {"given": args.set} if args.set else RUNS
     rows = run_all(records, work, runs, args.forms.split(","))
