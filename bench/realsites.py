@@ -478,26 +478,13 @@ def write_corpus(records: list[Record], out: Path) -> dict[str, Path]:
 
 def overlaps(sets: list[np.ndarray], low: float = 0.5, block: int = 2000) -> dict[tuple[int, int], tuple]:
     """Every pair (i < j) whose Jaccard, or containment of ``j`` in ``i``, is at least ``low``: (Jaccard,
-    containment), exactly (a sparse product, as ``bench.realtext.similar_pairs``)."""
-    from scipy import sparse
+    containment), exactly."""
+    from bench.realtext import shared_counts
 
-    lengths = np.array([len(s) for s in sets], dtype=np.int64)
-    columns = np.concatenate([s for s in sets if len(s)] or [np.zeros(1, dtype=np.uint32)]).astype(np.int64)
-    _, columns = np.unique(columns, return_inverse=True)
-    columns = columns[: int(lengths.sum())]
-    indptr = np.zeros(len(sets) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=indptr[1:])
-    matrix = sparse.csr_matrix((np.ones(len(columns), dtype=np.int32), columns, indptr),
-                               shape=(len(sets), int(columns.max(initial=0)) + 1))
-    transposed = matrix.T.tocsr()
     pairs = {}
-    for start in range(0, len(sets), block):
-        shared = (matrix[start:start + block] @ transposed).tocoo()
-        i, j, both = shared.row + start, shared.col, shared.data
-        keep = i < j
-        i, j, both = i[keep], j[keep], both[keep]
-        jaccard = both / (lengths[i] + lengths[j] - both)
-        contained = both / np.maximum(lengths[j], 1)
+    for i, j, both, first, second in shared_counts(sets, block):
+        jaccard = both / (first + second - both)
+        contained = both / np.maximum(second, 1)
         good = (jaccard >= low) | (contained >= low)
         pairs.update(zip(zip(i[good].tolist(), j[good].tolist()),
                          zip(jaccard[good].tolist(), contained[good].tolist())))
