@@ -36,13 +36,18 @@ seed:
 Run (downloads the packages once into ``--cache``; ``--holdout`` uses other
 packages of the same generators)::
 
-    python -m bench.realsites [--holdout] [--seed 31] [--max-pages 3000] [--set excerpts.enabled=true]
+    python -m bench.realsites [--holdout] [--seed 31] [--forms text,html,warc] [--detail] [--out DIR]
+    python -m bench.realsites --set templates.share=0.3 --set ...   # one run with these settings
     python -m bench.realsites --sample      # the committed sample (bench/data/realsites), no network
 
-It prints the packages and versions the corpus was built from, then one
-table: for the text form (JSONL ``text``) and the HTML form (JSONL with the
-page in ``html``, read with ``input.html_field``), each run of ``streamdedup
-dedup`` with ``input.url_field = "url"`` (site templates on, as by default).
+It prints the packages and versions the corpus was built from (also in
+``manifest.json`` beside the corpus), each site's share of words outside its
+main content, then one table: for the text form (JSONL ``text``) and the HTML form (JSONL with the
+page in ``html``, read with ``input.html_field``; ``warc``: a WARC file of
+the same pages), each run of ``streamdedup dedup`` with ``input.url_field =
+"url"`` (site templates on, as by default): the defaults, and excerpts on with
+``--learn-first``. ``--detail`` says by site where the false merges and the
+misses are.
 """
 
 from __future__ import annotations
@@ -686,6 +691,9 @@ def main(argv=None) -> int:
     print(site_table(records))
     work = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="realsites-"))
     runs = {"given": args.set} if args.set else RUNS
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "manifest.json").write_text(json.dumps(
+        {"seed": seed, "packages": [{"package": p, "version": v, "generator": g} for p, v, g in versions]}, indent=1))
     rows = run_all(records, work, runs, args.forms.split(","))
     print(table(rows))
     if args.detail:

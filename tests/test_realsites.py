@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import math
 
 import pytest
 
@@ -23,6 +24,11 @@ def corpus(sample):
 def _jaccard(a, b) -> float:
     a, b = set(a.tolist()), set(b.tolist())
     return len(a & b) / len(a | b)
+
+
+def _nan(value) -> bool:
+    """A rate of nothing (no excerpts planted in a run without them)."""
+    return isinstance(value, float) and math.isnan(value)
 
 
 def _lines(text: str) -> set:
@@ -147,3 +153,20 @@ def test_the_reference_scores_itself_perfectly(corpus):
     kept = [{"id": r.id, "status": "kept", "cluster": r.id, "matched": None, "relation": None} for r in corpus]
     figures = rs.rates(rs.score(corpus, kept, sets, pairs, excerpts=True))
     assert figures["republished"] == 0.0 and figures["status"] < 1.0
+
+
+@pytest.mark.system
+def test_dedup_runs_on_both_forms_and_wears_the_same_names(tmp_path, corpus):
+    """``streamdedup dedup`` on the text and HTML forms (and WARC), scored: every record decided, the plants
+    counted, and the figures a run makes on the sample (the same decisions from HTML in JSONL and in WARC)."""
+    rows = rs.run_all(corpus, tmp_path, {"defaults": []}, ("text", "html", "warc"))
+    figures = {form: r for form, _, r in rows}
+    assert set(figures) == {"text", "html", "warc"}
+    for r in figures.values():
+        assert r["pages"] == len(corpus) and r["republished_of"] > 0 and r["near_of"] > 0
+        assert 0 <= r["false_merges"] <= 0.05 and r["status"] >= 0.8
+    assert figures["text"]["near"] == 1.0  # a copy within a site, a few words changed, is found from text
+    html, warc = ({k: v for k, v in figures[form].items() if k != "where" and not _nan(v)} for form in ("html", "warc"))
+    assert html == warc
+    text = (tmp_path / "text.jsonl").read_text(encoding="utf-8")
+    assert text.count("\n") == len(corpus) and '"html"' not in text
