@@ -39,6 +39,8 @@ packages of the same generators)::
     python -m bench.realsites [--holdout] [--seed 31] [--forms text,html,warc] [--detail] [--out DIR]
     python -m bench.realsites --set templates.share=0.3 --set ...   # one run with these settings
     python -m bench.realsites --sample      # the committed sample (bench/data/realsites), no network
+    python -m bench.realsites --build-only --out DIR   # the corpus alone: text.jsonl, html.jsonl, crawl.warc.gz,
+                                                       # truth.jsonl (site, kind, source, main content), manifest.json
 
 It prints the packages and versions the corpus was built from (also in
 ``manifest.json`` beside the corpus), each site's share of words outside its
@@ -459,7 +461,7 @@ def _plant(kind: str, pages: list[Page], texts: list[str], rng: random.Random, n
 def write_corpus(records: list[Record], out: Path) -> dict[str, Path]:
     """The two forms, as ``dedup`` reads them: ``text.jsonl`` (whole visible text) and ``html.jsonl`` (the page in
     ``html``); ``crawl.warc.gz`` the pages as WARC responses (named by their URL); ``truth.jsonl`` each record's
-    site, kind, source and main content."""
+    site, generator, kind, source, template page (a plant's) and main content."""
     out.mkdir(parents=True, exist_ok=True)
     paths = {"text": out / "text.jsonl", "html": out / "html.jsonl", "truth": out / "truth.jsonl"}
     with open(paths["text"], "w", encoding="utf-8") as text, open(paths["html"], "w", encoding="utf-8") as html, \
@@ -468,7 +470,7 @@ def write_corpus(records: list[Record], out: Path) -> dict[str, Path]:
             text.write(json.dumps({"id": r.id, "url": r.url, "text": r.text}) + "\n")
             html.write(json.dumps({"id": r.id, "url": r.url, "html": r.html}) + "\n")
             truth.write(json.dumps({"id": r.id, "site": r.site, "generator": r.generator, "kind": r.kind,
-                                    "source": r.source, "main": r.main}) + "\n")
+                                    "source": r.source, "template": r.template, "main": r.main}) + "\n")
     from bench.html_input import _warc_record
 
     with open(out / "crawl.warc.gz", "wb") as warc:
@@ -669,6 +671,7 @@ def main(argv=None) -> int:
     parser.add_argument("--cache", default=os.path.expanduser("~/.cache/streamdedup/realsites"))
     parser.add_argument("--out", default="", help="keep the corpus and the runs' states here")
     parser.add_argument("--forms", default="text,html", help="of text, html (JSONL) and warc")
+    parser.add_argument("--build-only", action="store_true", help="write the corpus (to --out) and score nothing")
     parser.add_argument("--detail", action="store_true", help="where the false merges and misses are, by site")
     parser.add_argument("--set", action="append", default=[], help="settings of one run scored (repeatable)")
     parser.add_argument("--write-sample", type=int, default=0, metavar="N", help=argparse.SUPPRESS)
@@ -694,6 +697,10 @@ def main(argv=None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     (work / "manifest.json").write_text(json.dumps(
         {"seed": seed, "packages": [{"package": p, "version": v, "generator": g} for p, v, g in versions]}, indent=1))
+    if args.build_only:
+        paths = write_corpus(records, work)
+        print("wrote " + ", ".join(str(path) for path in paths.values()))
+        return 0
     rows = run_all(records, work, runs, args.forms.split(","))
     print(table(rows))
     if args.detail:
