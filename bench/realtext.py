@@ -42,6 +42,7 @@ import re
 import sys
 import tempfile
 import time
+from typing import Iterator
 
 import numpy as np
 
@@ -129,25 +130,32 @@ def shingle_sets(texts: list[str]) -> list[np.ndarray]:
     return result
 
 
-def similar_pairs(sets: list[np.ndarray], low: float = LOW, block: int = 2000) -> dict[tuple[int, int], float]:
-    """Every pair (i < j) with Jaccard >= ``low``, exactly (a sparse product, ``block`` rows at a time)."""
+def shared_counts(sets: list[np.ndarray], block: int = 2000) -> Iterator[tuple[np.ndarray, ...]]:
+    """Every pair (i < j) of documents sharing a shingle, ``block`` rows of a sparse documents x shingles product
+    at a time: arrays (i, j, shingles shared, shingles of i, shingles of j)."""
     from scipy import sparse
 
     lengths = np.array([len(s) for s in sets], dtype=np.int64)
-    columns = np.concatenate(sets).astype(np.int64)
+    columns = np.concatenate(sets).astype(np.int64) if sets else np.zeros(0, dtype=np.int64)
     _, columns = np.unique(columns, return_inverse=True)
     indptr = np.zeros(len(sets) + 1, dtype=np.int64)
     np.cumsum(lengths, out=indptr[1:])
     matrix = sparse.csr_matrix((np.ones(len(columns), dtype=np.int32), columns, indptr),
-                               shape=(len(sets), int(columns.max()) + 1))
+                               shape=(len(sets), int(columns.max(initial=0)) + 1))
     transposed = matrix.T.tocsr()
-    pairs = {}
     for start in range(0, len(sets), block):
         shared = (matrix[start:start + block] @ transposed).tocoo()
         i, j, both = shared.row + start, shared.col, shared.data
         keep = i < j
         i, j, both = i[keep], j[keep], both[keep]
-        similarity = both / (lengths[i] + lengths[j] - both)
+        yield i, j, both, lengths[i], lengths[j]
+
+
+def similar_pairs(sets: list[np.ndarray], low: float = LOW, block: int = 2000) -> dict[tuple[int, int], float]:
+    """Every pair (i < j) with Jaccard >= ``low``, exactly."""
+    pairs = {}
+    for i, j, both, first, second in shared_counts(sets, block):
+        similarity = both / (first + second - both)
         good = similarity >= low
         pairs.update(zip(zip(i[good].tolist(), j[good].tolist()), similarity[good].tolist()))
     return pairs
