@@ -229,3 +229,18 @@ def test_forgetting_reopens_closed_keys_in_every_home(tmp_path):
     for item, got, want in zip(run.order, run.decisions, expected):
         assert got == want, item.id
     assert len(forgotten) > 10
+
+
+def test_a_vshard_refuses_records_it_is_not_home_to_and_epochs_out_of_order(tmp_path):
+    from streamdedup.core.signing import signing_config
+    from streamdedup.engine.settings import DedupSettings
+    from streamdedup.engine.vshards.simulator import homes_of_items
+
+    config = _config(tmp_path)
+    vshard = VShard(0, 4, DedupSettings.of(config, signing_config(config)))
+    items = _items((f"doc-{i}", f"some words of document {i} here") for i in range(40))
+    elsewhere = [item for item, home in zip(items, homes_of_items(items, 4)) if home != 0]
+    with pytest.raises(ValueError, match="not home to"):
+        vshard.slice(0, elsewhere, list(range(1, len(elsewhere) + 1)), (1, len(elsewhere) + 1), NOW)
+    with pytest.raises(ValueError, match="one after the other"):
+        vshard.slice(1, [], [], (1, 1), NOW)

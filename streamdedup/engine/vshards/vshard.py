@@ -67,7 +67,7 @@ from ..decide import decide_together
 from ..engine import collector_paused
 from ..evidence import Evidence, Gathered
 from ..settings import DedupSettings
-from .placement import owners_of_contents, owners_of_slots
+from .placement import homes_of, owners_of_contents, owners_of_slots
 from .stores import ClosedKeys, KeyPlaces, holder, holder_homes, holder_serials
 
 __all__ = ["Message", "VShard", "STAGES", "FORGET_STAGES", "check_supported"]
@@ -174,12 +174,17 @@ class VShard:
               now: float) -> list[Message]:
         """Start ``epoch`` (serials ``span``) with the records it holds that this vshard is home to, in order,
         and the place of each in the deployment's order."""
+        if epoch != self.epochs_done or self._epochs:
+            raise ValueError(f"vshard {self.number}: epoch {epoch} started before epoch {self.epochs_done} was "
+                             "decided here (epochs are decided one after the other)")
         with collector_paused():
             return self._sliced(epoch, items, serials, span, now)
 
     def _sliced(self, epoch: int, items: list[Item], serials: list[int], span: tuple[int, int],
                 now: float) -> list[Message]:
         batch = prepare(items, self.signing)  # one item for each record (a blank one becomes a Rejected)
+        if batch.id_keys and (homes_of(batch.id_keys, self.count) != self.number).any():
+            raise ValueError(f"vshard {self.number} was given documents it is not home to")
         item_serials = list(serials)
         row_serials = [serial for serial, row in zip(item_serials, batch.row) if row >= 0]
         documents = [item for item in batch.items if isinstance(item, Document)]
@@ -455,6 +460,9 @@ class VShard:
         home to) removed, as ``housekeeping.forget`` removes them from one index. A kept document's places
         are freed (a duplicate's stay taken), its cluster dissolved (its members, wherever they live, belong
         to none: a copy of one is no longer an exact copy), a content's first document forgotten with it."""
+        if epoch != self.epochs_done or self._epochs:
+            raise ValueError(f"vshard {self.number}: forget order {epoch} before epoch {self.epochs_done} was "
+                             "decided here")
         with collector_paused():
             e = self._epochs[epoch] = _Epoch(epoch, 0.0, 0, 0, prepare([], self.signing), [], [], {}, {})
             places: list[list] = [[] for _ in range(self.count)]
