@@ -3,9 +3,11 @@
 1. Extractors, each in a fresh process, on the web crawl sample served as
    HTML (``core.webcrawl.as_html``): pages a second, the share of each page's
    own body recovered, and the share of the extracted text that is not body
-   (template left in). Contenders: Resiliparse (``extract_plain_text`` with
-   ``main_content``, what ``input.format = "html"`` uses) and trafilatura
-   (default and ``fast`` mode), if installed.
+   (template left in). Contenders: ``core.html.main_text`` (what
+   ``input.format = "html"`` uses: Resiliparse's ``extract_plain_text`` with
+   ``main_content``, after its pass that makes lists judged as paragraphs),
+   Resiliparse alone (the call without that pass) and trafilatura (default
+   and ``fast`` mode), if installed.
 2. ``streamdedup dedup`` as a whole process, on the same crawl as a WARC file
    against the same pages as JSONL text: docs/s and the accuracy scorer's
    figures on both.
@@ -29,10 +31,14 @@ from bench import harness
 from bench.crawl_accuracy import contained, score, shingle_sets
 from streamdedup.core.webcrawl import as_html, generate_web, web_jsonl_lines
 
-EXTRACTORS = ("resiliparse", "trafilatura-fast", "trafilatura")
+EXTRACTORS = ("streamdedup", "resiliparse", "trafilatura-fast", "trafilatura")
 
 
 def extractor(name: str):
+    if name == "streamdedup":
+        from streamdedup.core.html import main_text
+
+        return main_text
     if name == "resiliparse":
         from resiliparse.extract.html2text import extract_plain_text
 
