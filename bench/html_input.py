@@ -12,7 +12,7 @@
    against the same pages as JSONL text: docs/s and the accuracy scorer's
    figures on both.
 
-    .venv/bin/python -m bench.html_input [--pages 3000] [--sites 40] [--runs 3]
+    .venv/bin/python -m bench.html_input [--pages 3000] [--sites 40] [--runs 3] [--extractors-only]
 """
 
 from __future__ import annotations
@@ -78,28 +78,40 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=3000)
     parser.add_argument("--sites", type=int, default=40)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--extractors-only", action="store_true", help="part 1 alone")
     parser.add_argument("--contender", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.contender:
         print(json.dumps(run_extractor(args.contender, min(args.pages, 600), args.sites)))
         return
 
-    print(f"1. Main-content extractors, 600 pages of the web crawl sample as HTML, each in a fresh process "
-          f"(median of {args.runs})")
+    print(f"1. Main-content extractors, 600 pages of the web crawl sample as HTML, each in a fresh process, "
+          f"rounds interleaved (median of {args.runs})")
+    results: dict[str, dict] = {}
+
+    def measure(name: str, _round: int) -> float:
+        done = subprocess.run([sys.executable, "-m", "bench.html_input", "--contender", name, "--pages",
+                               str(args.pages), "--sites", str(args.sites)], capture_output=True, text=True,
+                              cwd=harness.ROOT)
+        if done.returncode:
+            raise RuntimeError(done.stderr.strip().splitlines()[-1])
+        results[name] = json.loads(done.stdout)
+        return results[name]["pages_per_s"]
+
+    installed = []
     for name in EXTRACTORS:
-        runs = []
-        for _ in range(args.runs):
-            done = subprocess.run([sys.executable, "-m", "bench.html_input", "--contender", name, "--pages",
-                                   str(args.pages), "--sites", str(args.sites)], capture_output=True, text=True,
-                                  cwd=harness.ROOT)
-            if done.returncode:
-                print(f"   {name:17} not measured: {done.stderr.strip().splitlines()[-1]}")
-                break
-            runs.append(json.loads(done.stdout))
-        if runs:
-            print(f"   {name:17} {statistics.median(r['pages_per_s'] for r in runs):8,.0f} pages/s   "
-                  f"body recovered {runs[0]['body_recovered']:.3f}   extracted text not body "
-                  f"{runs[0]['not_body']:.3f}   empty {runs[0]['empty']}")
+        try:
+            measure(name, 0)
+            installed.append(name)
+        except RuntimeError as error:
+            print(f"   {name}: not measured: {error}")
+    rates = harness.interleaved(installed, args.runs, measure, alternate=True, log=None, unit="pages/s")
+    columns = {label: {name: f"{results[name][key]:.3f}" for name in installed}
+               for label, key in (("body recovered", "body_recovered"), ("extracted text not body", "not_body"))}
+    columns["empty"] = {name: str(results[name]["empty"]) for name in installed}
+    print(harness.table(rates, "resiliparse", unit="pages/s", name="extractor", columns=columns))
+    if args.extractors_only:
+        return
 
     crawl = generate_web(args.pages, args.sites, 5, "invented")
     with tempfile.TemporaryDirectory() as tmp:
