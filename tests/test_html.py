@@ -11,7 +11,7 @@ from conftest import read_jsonl, run_cli
 from kafka_helpers import Topics, header, produce, read_all, run_worker
 
 from streamdedup.core.decode import InputSpec, decode
-from streamdedup.core.html import main_text
+from streamdedup.core.html import main_text, neutral_lists
 from streamdedup.core.records import Document, Source
 from streamdedup.core.shingle import normalize
 from streamdedup.core.webcrawl import as_html, generate_web
@@ -55,13 +55,43 @@ def test_the_same_body_under_any_markup_comes_out_as_the_same_text(markup):
 
 def test_a_list_is_navigation_when_links_hold_most_of_its_text_wherever_it_stands():
     contents = "".join(f'<li><a href="#s{n}">Section {n} of the guide</a></li>' for n in range(4))
-    steps = ('<ol><li>Download the archive from <a href="/get">the mirror</a></li><li>Unpack it into the project folder'
-             '<pre>tar xf webcache.tar.gz</pre></li></ol>')
+    steps = ('<ul><li>Download the archive from <a href="/get">the mirror</a></li><li>Unpack it into the project '
+             'folder<pre>tar xf webcache.tar.gz</pre></li></ul>')
     page = html_markups.page("", f"<main><article><h1>Setting up</h1><ul class=\"toc\">{contents}</ul>"
                                  f"<p>Two steps install everything the guide needs.</p>{steps}</article></main>")
-    text = normalize(main_text(page))
-    assert text == ("setting up two steps install everything the guide needs download the archive from the mirror "
-                    "unpack it into the project folder tar xf webcache tar gz")
+    assert normalize(main_text(page)) == ("setting up two steps install everything the guide needs download the "
+                                          "archive from the mirror unpack it into the project folder tar xf webcache "
+                                          "tar gz")  # the table of contents out, the steps and their code in
+
+
+def _text_places(markup: str) -> list[tuple[str, str]]:
+    """Each text of a page with the tags of the elements around it, a list and a section alike."""
+    from resiliparse.parse.html import HTMLTree
+
+    def walk(node, path):
+        for child in node.child_nodes:
+            if child.tag == "#text" and child.text.strip():
+                yield path, child.text.strip()
+            elif child.tag and not child.tag.startswith("#"):
+                tag = "list" if child.tag in ("ul", "ol", "section") else child.tag
+                yield from walk(child, f"{path}/{tag}")
+
+    return list(walk(HTMLTree.parse(markup).body, "body"))
+
+
+def test_lists_made_sections_leave_every_other_element_where_it_was():
+    """A parser closes an item at the next item's start unless a list or a section stands between them, so nested
+    lists made ``<div>``s would move what follows them; list tags in scripts and comments are not lists."""
+    page = ('<html><body><div class="wrapper"><div id="content"><h2>Options</h2>'
+            '<UL><li>path: where the file is</li><li>options: how it is read<ol><li>encoding: utf8 by default</li>'
+            '<li>flag: r by default</li></ol></li><li>callback: called at the end</li></UL>'
+            '<script>var menu = "</ul><ul>";</script><!-- <ol> --><p>Reads the whole file.</p></div>'
+            '<div class="sidebar"><ul><li><a href="/a">Sidebar link one</a></li></ul></div></div>'
+            '<p>Closing words of the page.</p></body></html>')
+    made = neutral_lists(page)
+    assert made.count("<section") == 2 and made.count("</section>") == 2 and 'var menu = "</ul><ul>"' in made
+    assert _text_places(made) == _text_places(page)
+    assert ("body/div/div/list/li/list/li", "flag: r by default") in _text_places(made)
 
 
 JSON_HTML = InputSpec(html_field="page.html", url_field="page.url")
