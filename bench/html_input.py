@@ -54,6 +54,7 @@ def run_extractor(name: str, pages: int, sites: int) -> dict:
     crawl = generate_web(pages, sites, 5, "invented")
     served = [as_html(page) for page in crawl]
     extract = extractor(name)
+    extract(served[0])  # imports done before the clock starts
     began = time.perf_counter()
     texts = [extract(page) or "" for page in served]
     seconds = time.perf_counter() - began

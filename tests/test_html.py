@@ -83,8 +83,8 @@ def test_lists_made_sections_leave_every_other_element_where_it_was():
     """A parser closes an item at the next item's start unless a list or a section stands between them, so nested
     lists made ``<div>``s would move what follows them; list tags in scripts and comments are not lists."""
     page = ('<html><body><div class="wrapper"><div id="content"><h2>Options</h2>'
-            '<UL><li>path: where the file is</li><li>options: how it is read<ol><li>encoding: utf8 by default</li>'
-            '<li>flag: r by default</li></ol></li><li>callback: called at the end</li></UL>'
+            '<UL><li>path: where the file is</li><li>options: how it is read<ul><li>encoding: utf8 by default</li>'
+            '<li>flag: r by default</li></ul></li><li>callback: called at the end</li></UL>'
             '<script>var menu = "</ul><ul>";</script><!-- <ol> --><p>Reads the whole file.</p></div>'
             '<div class="sidebar"><ul><li><a href="/a">Sidebar link one</a></li></ul></div></div>'
             '<p>Closing words of the page.</p></body></html>')

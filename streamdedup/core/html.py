@@ -15,10 +15,10 @@ than by where it stands: it is dropped when it is fewer than four levels
 under ``<body>`` (every list of a ``<main><article>``) or when links make a
 fifth of its text (one linked phrase in three items), while the same lines
 as ``<p>`` or ``<div>`` are kept; and items are numbered ("1.") only where
-the markup numbers them. So before extracting, every ``<ul>`` and ``<ol>``
-that is not navigation becomes a ``<section>`` with the same attributes,
-judged as the blocks around it are, and no bullets or numbers are added. A
-list is navigation when its links hold more than half of its text (a menu,
+the markup numbers them. So before extracting, every ``<ul>`` that is not
+navigation becomes a ``<section>`` with the same attributes, judged as the
+blocks around it are (an ``<ol>`` already is), and no bullets or numbers
+are added. A list is navigation when its links hold more than half of its text (a menu,
 a table of contents, breadcrumbs): it is left as it is, so a ``<ul>`` of
 links is dropped as before wherever it stands. (In the pages measured, the
 lists of a page's own content have links in under a tenth of their text or
@@ -51,11 +51,18 @@ __all__ = ["main_text", "html_text"]
 
 NAVIGATION_LINK_SHARE = 0.5  # a list whose links hold more of its text than this is navigation
 
-_LIST_TAG = re.compile(  # each case spelt out, "<" taken out of the alternatives: faster than re.IGNORECASE
-    r"<(?:!--.*?-->"
-    r"|[sS][cC][rR][iI][pP][tT]\b.*?</[sS][cC][rR][iI][pP][tT]\s*>|[sS][tT][yY][lL][eE]\b.*?</[sS][tT][yY][lL][eE]\s*>"
-    r"|(?P<closing>/?)(?P<kind>[uUoO][lL])\b[^>]*>)", re.DOTALL)
-_ANY_LIST = re.compile(r"<[uUoO][lL]\b")
+
+def _any_case(word: str) -> str:
+    return "".join(f"[{letter}{letter.upper()}]" for letter in word)
+
+
+_SCRIPT, _STYLE = _any_case("script"), _any_case("style")
+_LIST_TAG = re.compile(  # "<" taken out, each case spelt out, no lazy ".*?": a third of the time of the plain pattern
+    r"<(?:!--[^-]*(?:-(?!->)[^-]*)*-->"
+    rf"|{_SCRIPT}\b[^<]*(?:<(?!/{_SCRIPT})[^<]*)*</{_SCRIPT}\s*>"
+    rf"|{_STYLE}\b[^<]*(?:<(?!/{_STYLE})[^<]*)*</{_STYLE}\s*>"
+    r"|(?P<closing>/?)(?P<kind>[uU][lL])\b[^>]*>)")
+_ANY_LIST = re.compile(r"<[uU][lL]\b")
 _MARKUP = re.compile(r"<!--.*?-->|</?[a-zA-Z][^>]*>", re.DOTALL)
 _LINK = re.compile(r"<a\b[^>]*>(.*?)</a\s*>", re.DOTALL | re.IGNORECASE)
 
@@ -83,7 +90,7 @@ def main_text(markup: str) -> str:
 
 
 def neutral_lists(markup: str) -> str:
-    """The markup with every ``<ul>``/``<ol>`` that is not navigation made a ``<section>`` (same attributes).
+    """The markup with every ``<ul>`` that is not navigation made a ``<section>`` (same attributes).
 
     A ``<section>``, not a ``<div>``: an HTML parser closes an open ``<li>`` at
     the next ``<li>`` unless a list or a section-like element stands between
@@ -108,7 +115,7 @@ def neutral_lists(markup: str) -> str:
 
 
 def _lists(markup: str) -> list[tuple[re.Match, re.Match]]:
-    """Each list of the markup as its start and end tag, paired as a parser nests them (unclosed ones left out).
+    """Each ``<ul>`` of the markup as its start and end tag, paired as a parser nests them (unclosed ones left out).
 
     Tags inside comments, scripts and styles are not tags and are passed over.
     """
@@ -116,15 +123,10 @@ def _lists(markup: str) -> list[tuple[re.Match, re.Match]]:
     for tag in _LIST_TAG.finditer(markup):
         if not tag.group("kind"):
             continue
-        kind = tag.group("kind").lower()
         if not tag.group("closing"):
-            open_tags.append((kind, tag))
-            continue
-        kinds = [k for k, _ in open_tags]
-        if kind in kinds:
-            at = len(kinds) - 1 - kinds[::-1].index(kind)
-            pairs.append((open_tags[at][1], tag))
-            del open_tags[at:]
+            open_tags.append(tag)
+        elif open_tags:
+            pairs.append((open_tags.pop(), tag))
     return pairs
 
 
