@@ -53,15 +53,31 @@ def test_the_same_body_under_any_markup_comes_out_as_the_same_text(markup):
     assert not TEMPLATE_WORDS & set(text.split()) - set(body.split())
 
 
-def test_a_list_is_navigation_when_links_hold_most_of_its_text_wherever_it_stands():
-    contents = "".join(f'<li><a href="#s{n}">Section {n} of the guide</a></li>' for n in range(4))
+def test_in_the_main_container_every_list_is_content_and_outside_it_a_list_of_links_is_navigation():
+    """A plain-paragraph copy keeps every line of a page's main content, links or not; outside ``<main>``,
+    ``<article>`` and ``role="main"`` a list whose links hold most of its text is navigation."""
+    contents = "".join(f'<li><a href="#s{n}">Section {n} of the guide</a></li>' for n in range(2))
     steps = ('<ul><li>Download the archive from <a href="/get">the mirror</a></li><li>Unpack it into the project '
              'folder<pre>tar xf webcache.tar.gz</pre></li></ul>')
-    page = html_markups.page("", f"<main><article><h1>Setting up</h1><ul class=\"toc\">{contents}</ul>"
-                                 f"<p>Two steps install everything the guide needs.</p>{steps}</article></main>")
-    assert normalize(main_text(page)) == ("setting up two steps install everything the guide needs download the "
-                                          "archive from the mirror unpack it into the project folder tar xf webcache "
-                                          "tar gz")  # the table of contents out, the steps and their code in
+    article = html_markups.page("", f"<main><article><h1>Setting up</h1><ul class=\"toc\">{contents}</ul>"
+                                    f"<p>Two steps install everything the guide needs.</p>{steps}</article></main>")
+    assert normalize(main_text(article)) == (
+        "setting up section 0 of the guide section 1 of the guide two steps install everything the guide needs "
+        "download the archive from the mirror unpack it into the project folder tar xf webcache tar gz")
+    tabs = "".join(f'<li><a href="/{n}.html"><span>{n}</span></a></li>' for n in ("Main Page", "Modules", "Files"))
+    soup = html_markups.page(f'<div id="top"><div id="navrow1" class="tabs"><ul class="tablist">{tabs}</ul></div>'
+                             f'</div>', '<div class="contents"><div class="textblock"><p>Two steps install '
+                             f'everything the guide needs.</p>{steps}</div></div>')
+    assert normalize(main_text(soup)) == (
+        "two steps install everything the guide needs download the archive from the mirror unpack it into the "
+        "project folder tar xf webcache tar gz")
+    sphinx = html_markups.page('<div class="related"><ul><li><a href="/">Webcache docs</a></li></ul></div>',
+                               '<div class="document"><div class="body" role="main"><p>See also:</p>'
+                               f'<ul class="simple">{contents}</ul>'
+                               '<p>Two steps install everything the guide needs.</p></div>'
+                               f'<div class="sphinxsidebar"><ul>{tabs}</ul></div></div>')
+    assert normalize(main_text(sphinx)) == ("see also section 0 of the guide section 1 of the guide two steps "
+                                            "install everything the guide needs")
 
 
 def _text_places(markup: str) -> list[tuple[str, str]]:

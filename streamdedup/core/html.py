@@ -18,11 +18,16 @@ as ``<p>`` or ``<div>`` are kept; and items are numbered ("1.") only where
 the markup numbers them. So before extracting, every ``<ul>`` that is not
 navigation becomes a ``<section>`` with the same attributes, judged as the
 blocks around it are (an ``<ol>`` already is), and no bullets or numbers
-are added. A list is navigation when its links hold more than half of its text (a menu,
-a table of contents, breadcrumbs): it is left as it is, so a ``<ul>`` of
-links is dropped as before wherever it stands. (In the pages measured, the
-lists of a page's own content have links in under a tenth of their text or
-in nearly all of it, so where the line falls between matters little.)
+are added. Inside the page's main container (``<main>``, ``<article>``, an
+element with ``role="main"``) no list is navigation: a copy of the page as
+plain paragraphs keeps those lines, links or not (a table of contents of
+the article, a javadoc class tree, the Node.js reference's lists of typed
+parameters). Elsewhere a list is navigation when its links hold more than
+half of its text (a menu, breadcrumbs, a sidebar's table of contents): it
+is left as it is, so Resiliparse drops it as before. (Outside the main
+containers, the lists of a page's own content have links in under a tenth
+of their text or in nearly all of it, in the pages measured, so where the
+line falls between matters little.)
 
 **Code, tables and lists are kept.** Someone deduplicating documentation
 wants two pages that differ only in their code examples or in a table of
@@ -63,6 +68,9 @@ _LIST_TAG = re.compile(  # "<" taken out, each case spelt out, no lazy ".*?": a 
     rf"|{_STYLE}\b[^<]*(?:<(?!/{_STYLE})[^<]*)*</{_STYLE}\s*>"
     r"|(?P<closing>/?)(?P<kind>[uU][lL])\b[^>]*>)")
 _ANY_LIST = re.compile(r"<[uU][lL]\b")
+_CONTAINER_TAG = re.compile(rf"<(?P<closing>/?)(?P<name>{_any_case('main')}|{_any_case('article')})\b[^>]*>")
+_ROLE_MAIN = re.compile(rf"role\s*=\s*[\"']?{_any_case('main')}[\"'\s/>]")  # "role" as written: a literal is fast
+_TAG_NAME = re.compile(r"<([a-zA-Z][a-zA-Z0-9]*)")
 _MARKUP = re.compile(r"<!--.*?-->|</?[a-zA-Z][^>]*>", re.DOTALL)
 _LINK = re.compile(r"<a\b[^>]*>(.*?)</a\s*>", re.DOTALL | re.IGNORECASE)
 
@@ -100,14 +108,16 @@ def neutral_lists(markup: str) -> str:
     """
     if not _ANY_LIST.search(markup):
         return markup
-    tags, navigation_ends = [], -1
+    tags, navigation_ends, containers = [], -1, None
     for start, end in sorted(_lists(markup), key=lambda pair: pair[0].start()):
         if start.start() < navigation_ends:
             continue  # inside a navigation list: left as it is, as the list is
         if _is_navigation(markup[start.end():end.start()]):
-            navigation_ends = end.end()
-        else:
-            tags += [start, end]
+            containers = _main_containers(markup) if containers is None else containers
+            if not any(begin <= start.start() < finish for begin, finish in containers):
+                navigation_ends = end.end()
+                continue
+        tags += [start, end]
     return _as_sections(markup, sorted(tags, key=re.Match.start)) if tags else markup
 
 
@@ -125,6 +135,38 @@ def _lists(markup: str) -> list[tuple[re.Match, re.Match]]:
         elif open_tags:
             pairs.append((open_tags.pop(), tag))
     return pairs
+
+
+def _main_containers(markup: str) -> list[tuple[int, int]]:
+    """Where each ``<main>``, ``<article>`` and element with ``role="main"`` of the markup begins and ends."""
+    spans, open_at = [], {"main": [], "article": []}
+    for tag in _CONTAINER_TAG.finditer(markup):
+        name = tag.group("name").lower()
+        if not tag.group("closing"):
+            open_at[name].append(tag.start())
+        elif open_at[name]:
+            spans.append((open_at[name].pop(), tag.end()))
+    for role in _ROLE_MAIN.finditer(markup):
+        element = _TAG_NAME.match(markup, markup.rfind("<", 0, role.start()))
+        if element and markup[role.start() - 1].isspace():
+            spans.append((element.start(), _element_end(markup, element.start(), element.group(1))))
+    return spans
+
+
+def _element_end(markup: str, start: int, name: str) -> int:
+    """Where the ``name`` element that begins at ``start`` ends: its end tag, paired by counting (or the end)."""
+    depth = 0
+    for tag in _tag_pattern(name.lower()).finditer(markup, start):
+        depth += -1 if tag.group(1) else 1
+        if not depth:
+            return tag.end()
+    return len(markup)
+
+
+@functools.lru_cache(maxsize=64)
+def _tag_pattern(name: str) -> re.Pattern:
+    """Start and end tags of the ``name`` elements (group 1: "/" for an end tag)."""
+    return re.compile(rf"<(/?){_any_case(name)}\b")
 
 
 def _is_navigation(inner: str) -> bool:
