@@ -37,183 +37,165 @@ FOOTER = "Copyright 2026 Webcache developers. Built with care."
 
 def body_text() -> str:
     """The text of the body, a line per paragraph, heading, item, code line and table row."""
-    parts = []
-    for kind, content in BODY:
-        items = content if isinstance(content, list) else [content]
-        for item in items:
-            parts.append(" ".join(item) if isinstance(item, list) else _plain(item))
-    return "\n".join(parts)
+    return "\n".join(" ".join(line) if isinstance(line, list) else re.sub(r"[`\[\]]", "", line)
+                     for _, content in BODY for line in (content if isinstance(content, list) else [content]))
 
 
-def _plain(text: str) -> str:
-    return re.sub(r"[`\[\]]", "", text)
+def page(head: str, body: str) -> str:
+    return ('<!DOCTYPE html><html><head><meta charset="utf-8"><title>Cache</title></head>'
+            f"<body>{head}{body}</body></html>")
 
 
-def _inline(text, code="<code>{}</code>", link='<a href="/guide.html">{}</a>'):
+def _inline(text: str, code: str = "<code>{}</code>", link: str = '<a href="/guide.html">{}</a>') -> str:
+    """``text`` with its `code` and [links] marked up."""
     text = _h.escape(text, quote=False)
     text = re.sub(r"`([^`]+)`", lambda m: code.format(m.group(1)), text)
     return re.sub(r"\[([^\]]+)\]", lambda m: link.format(m.group(1)), text)
 
 
-def _links(names, item="<li><a href=\"/{0}.html\">{1}</a></li>"):
-    return "".join(item.format(n.lower(), n) for n in names)
+def _links(names: list[str], item: str = '<li><a href="/{0}.html">{1}</a></li>', between: str = "") -> str:
+    return between.join(item.format(name.lower(), name) for name in names)
 
 
-def page(head: str, body: str) -> str:
-    return f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>Cache</title></head><body>{head}{body}</body></html>"
+def _list(kind: str, items: list[str], start: str = "<{}>", item: str = "<li>{}</li>", **inline) -> str:
+    return start.format(kind) + "".join(item.format(_inline(i, **inline)) for i in items) + f"</{kind}>"
+
+
+def _table(rows: list[list[str]], start: str = "<table>", head: str = "<thead><tr>{}</tr></thead>",
+           th: str = "<th>{}</th>", body: str = "<tbody>{}</tbody>", tr: str = "<tr>{}</tr>", td: str = "<td>{}</td>"
+           ) -> str:
+    first, *rest = rows
+    return (start + head.format("".join(th.format(cell) for cell in first))
+            + body.format("".join(tr.format("".join(td.format(cell) for cell in row)) for row in rest)) + "</table>")
+
+
+def _element(kind: str, content: str, **inline) -> str:
+    return f"<{kind}>{_inline(content, **inline)}</{kind}>"
+
+
+def _render(**writers) -> str:
+    """The body, each kind of block written by ``writers[kind](kind, content)`` or else as plain HTML5 writes it."""
+    plain = {"h1": _element, "h2": _element, "p": _element, "ul": _list, "ol": _list,
+             "blockquote": lambda kind, c: f"<blockquote><p>{_inline(c)}</p></blockquote>",
+             "pre": lambda kind, c: '<pre><code class="language-python">' + _h.escape("\n".join(c)) + "</code></pre>",
+             "table": lambda kind, c: _table(c)}
+    return "".join({**plain, **writers}[kind](kind, content) for kind, content in BODY)
 
 
 def semantic() -> str:
-    parts = []
-    for kind, c in BODY:
-        if kind in ("h1", "h2", "p"):
-            parts.append(f"<{kind}>{_inline(c)}</{kind}>")
-        elif kind in ("ul", "ol"):
-            parts.append(f"<{kind}>" + "".join(f"<li>{_inline(i)}</li>" for i in c) + f"</{kind}>")
-        elif kind == "pre":
-            parts.append("<pre><code class=\"language-python\">" + _h.escape("\n".join(c)) + "</code></pre>")
-        elif kind == "table":
-            head, *rows = c
-            parts.append("<table><thead><tr>" + "".join(f"<th>{x}</th>" for x in head) + "</tr></thead><tbody>"
-                         + "".join("<tr>" + "".join(f"<td>{x}</td>" for x in r) + "</tr>" for r in rows)
-                         + "</tbody></table>")
-        else:
-            parts.append(f"<blockquote><p>{_inline(c)}</p></blockquote>")
-    return page(f"<header><a class=\"logo\" href=\"/\">Webcache</a><nav><ul>{_links(NAV)}</ul></nav></header>",
-                f"<main><article>{''.join(parts)}</article><aside><h2>In this section</h2><ul>{_links(LOCAL)}</ul>"
+    return page(f'<header><a class="logo" href="/">Webcache</a><nav><ul>{_links(NAV)}</ul></nav></header>',
+                f"<main><article>{_render()}</article><aside><h2>In this section</h2><ul>{_links(LOCAL)}</ul>"
                 f"</aside></main><footer><p>{FOOTER}</p></footer>")
 
 
 def div_soup() -> str:
-    parts = []
-    for kind, c in BODY:
-        if kind == "h1":
-            parts.append(f"<div class=\"title\"><b>{_inline(c)}</b></div>")
-        elif kind == "h2":
-            parts.append(f"<div><b>{_inline(c)}</b></div>")
-        elif kind in ("p", "blockquote"):
-            parts.append(f"<div>{_inline(c)}</div>")
-        elif kind in ("ul", "ol"):
-            parts.append("<div>" + "<br>".join(f"&bull; {_inline(i)}" if kind == "ul" else _inline(i) for i in c) + "</div>")
-        elif kind == "pre":
-            parts.append("<div class=\"code\"><tt>" + "<br>".join(_h.escape(x) for x in c) + "</tt></div>")
-        else:
-            parts.append("<div>" + "<br>".join(" ".join(r) for r in c) + "</div>")
-    menu = " | ".join(f"<a href=\"/{n.lower()}.html\">{n}</a>" for n in NAV)
-    side = "<br>".join(f"<a href=\"/{n.lower()}.html\">{n}</a>" for n in LOCAL)
-    return page(f"<div id=\"top\"><div class=\"menu\">{menu}</div></div>",
-                f"<div id=\"wrap\"><div class=\"sidebar\">{side}</div><div class=\"content\">{''.join(parts)}</div></div>"
-                f"<div id=\"footer\">{FOOTER}</div>")
+    def lines(kind, c):
+        bullet = "&bull; " if kind == "ul" else ""
+        return "<div>" + "<br>".join(bullet + _inline(i) for i in c) + "</div>"
+
+    body = _render(h1=lambda kind, c: f'<div class="title"><b>{_inline(c)}</b></div>',
+                   h2=lambda kind, c: f"<div><b>{_inline(c)}</b></div>",
+                   p=lambda kind, c: f"<div>{_inline(c)}</div>", blockquote=lambda kind, c: f"<div>{_inline(c)}</div>",
+                   ul=lines, ol=lines,
+                   pre=lambda kind, c: '<div class="code"><tt>' + "<br>".join(map(_h.escape, c)) + "</tt></div>",
+                   table=lambda kind, c: "<div>" + "<br>".join(" ".join(row) for row in c) + "</div>")
+    menu = _links(NAV, '<a href="/{0}.html">{1}</a>', " | ")
+    side = _links(LOCAL, '<a href="/{0}.html">{1}</a>', "<br>")
+    return page(f'<div id="top"><div class="menu">{menu}</div></div>',
+                f'<div id="wrap"><div class="sidebar">{side}</div><div class="content">{body}</div></div>'
+                f'<div id="footer">{FOOTER}</div>')
 
 
 def sphinx() -> str:
-    code = "<code class=\"docutils literal notranslate\"><span class=\"pre\">{}</span></code>"
-    link = "<a class=\"reference internal\" href=\"guide.html\"><span class=\"doc\">{}</span></a>"
-    parts = []
-    for kind, c in BODY:
-        if kind in ("h1", "h2"):
-            parts.append(f"<{kind}>{_inline(c, code, link)}<a class=\"headerlink\" href=\"#x\" title=\"Link to this heading\">\u00b6</a></{kind}>")
-        elif kind == "p":
-            parts.append(f"<p>{_inline(c, code, link)}</p>")
-        elif kind in ("ul", "ol"):
-            cls = "simple" if kind == "ul" else "arabic simple"
-            parts.append(f"<{kind} class=\"{cls}\">" + "".join(f"<li><p>{_inline(i, code, link)}</p></li>" for i in c) + f"</{kind}>")
-        elif kind == "pre":
-            lines = "\n".join(" ".join(f"<span class=\"n\">{_h.escape(w)}</span>" for w in x.split(" ")) for x in c)
-            parts.append(f"<div class=\"highlight-python notranslate\"><div class=\"highlight\"><pre><span></span>{lines}\n</pre></div></div>")
-        elif kind == "table":
-            head, *rows = c
-            parts.append("<table class=\"docutils align-default\"><thead><tr class=\"row-odd\">"
-                         + "".join(f"<th class=\"head\"><p>{x}</p></th>" for x in head) + "</tr></thead><tbody>"
-                         + "".join("<tr class=\"row-even\">" + "".join(f"<td><p>{x}</p></td>" for x in r) + "</tr>" for r in rows)
-                         + "</tbody></table>")
-        else:
-            parts.append(f"<blockquote><div><p>{_inline(c, code, link)}</p></div></blockquote>")
-    related = ("<div class=\"related\" role=\"navigation\" aria-label=\"Related\"><h3>Navigation</h3><ul>"
-               + _links(NAV) + "</ul></div>")
-    side = ("<div class=\"sphinxsidebar\" role=\"navigation\" aria-label=\"Main\"><div class=\"sphinxsidebarwrapper\">"
-            "<h3>Table of Contents</h3><ul>" + _links(LOCAL, "<li class=\"toctree-l1\"><a class=\"reference internal\" href=\"{0}.html\">{1}</a></li>")
-            + "</ul><div id=\"searchbox\" role=\"search\"><h3>Quick search</h3><form><input type=\"text\"></form></div></div></div>")
-    return page(related, "<div class=\"document\"><div class=\"documentwrapper\"><div class=\"bodywrapper\">"
-                f"<div class=\"body\" role=\"main\"><section id=\"cache\">{''.join(parts)}</section></div></div></div>"
-                f"{side}<div class=\"clearer\"></div></div>{related}<div class=\"footer\" role=\"contentinfo\">{FOOTER}</div>")
+    inline = {"code": '<code class="docutils literal notranslate"><span class="pre">{}</span></code>',
+              "link": '<a class="reference internal" href="guide.html"><span class="doc">{}</span></a>'}
+
+    def heading(kind, c):
+        anchor = '<a class="headerlink" href="#x" title="Link to this heading">\u00b6</a>'
+        return f"<{kind}>{_inline(c, **inline)}{anchor}</{kind}>"
+
+    def listing(kind, c):
+        start = '<ul class="simple">' if kind == "ul" else '<ol class="arabic simple">'
+        return _list(kind, c, start, "<li><p>{}</p></li>", **inline)
+
+    def code(kind, c):
+        lines = "\n".join(" ".join(f'<span class="n">{_h.escape(word)}</span>' for word in line.split(" "))
+                          for line in c)
+        return ('<div class="highlight-python notranslate"><div class="highlight"><pre><span></span>'
+                f"{lines}\n</pre></div></div>")
+
+    body = _render(h1=heading, h2=heading, ul=listing, ol=listing, pre=code,
+                   p=lambda kind, c: _element(kind, c, **inline),
+                   blockquote=lambda kind, c: f"<blockquote><div><p>{_inline(c, **inline)}</p></div></blockquote>",
+                   table=lambda kind, c: _table(c, '<table class="docutils align-default">',
+                                                '<thead><tr class="row-odd">{}</tr></thead>',
+                                                '<th class="head"><p>{}</p></th>', tr='<tr class="row-even">{}</tr>',
+                                                td="<td><p>{}</p></td>"))
+    related = ('<div class="related" role="navigation" aria-label="Related"><h3>Navigation</h3>'
+               f"<ul>{_links(NAV)}</ul></div>")
+    toctree = _links(LOCAL, '<li class="toctree-l1"><a class="reference internal" href="{0}.html">{1}</a></li>')
+    side = ('<div class="sphinxsidebar" role="navigation" aria-label="Main"><div class="sphinxsidebarwrapper">'
+            f'<h3>Table of Contents</h3><ul>{toctree}</ul><div id="searchbox" role="search"><h3>Quick search</h3>'
+            '<form><input type="text"></form></div></div></div>')
+    return page(related, '<div class="document"><div class="documentwrapper"><div class="bodywrapper">'
+                f'<div class="body" role="main"><section id="cache">{body}</section></div></div></div>'
+                f'{side}<div class="clearer"></div></div>{related}'
+                f'<div class="footer" role="contentinfo">{FOOTER}</div>')
 
 
 def doxygen() -> str:
-    link = "<a class=\"el\" href=\"guide.html\">{}</a>"
-    parts = []
-    title = ""
-    for kind, c in BODY:
-        if kind == "h1":
-            title = _inline(c)
-        elif kind == "h2":
-            parts.append(f"<h2><a class=\"anchor\" id=\"autotoc\"></a>{_inline(c, link=link)}</h2>")
-        elif kind == "p":
-            parts.append(f"<p>{_inline(c, link=link)}</p>")
-        elif kind in ("ul", "ol"):
-            parts.append(f"<{kind}>" + "".join(f"<li>{_inline(i, link=link)}</li>" for i in c) + f"</{kind}>")
-        elif kind == "pre":
-            parts.append("<div class=\"fragment\">" + "".join(
-                f"<div class=\"line\"><a id=\"l{n:05d}\" name=\"l{n:05d}\"></a><span class=\"lineno\"> </span>{_h.escape(x)}</div>"
-                for n, x in enumerate(c, 1)) + "</div>")
-        elif kind == "table":
-            head, *rows = c
-            parts.append("<table class=\"markdownTable\"><tr class=\"markdownTableHead\">"
-                         + "".join(f"<th class=\"markdownTableHeadNone\">{x}</th>" for x in head) + "</tr>"
-                         + "".join("<tr class=\"markdownTableRowOdd\">" + "".join(f"<td class=\"markdownTableBodyNone\">{x}</td>" for x in r) + "</tr>" for r in rows)
-                         + "</table>")
-        else:
-            parts.append(f"<blockquote class=\"doxtable\"><p>{_inline(c, link=link)}</p></blockquote>")
-    top = ("<div id=\"top\"><div id=\"titlearea\"><table cellspacing=\"0\" cellpadding=\"0\"><tbody><tr><td id=\"projectalign\">"
-           "<div id=\"projectname\">Webcache</div><div id=\"projectbrief\">A response cache</div></td></tr></tbody></table></div>"
-           "<div id=\"navrow1\" class=\"tabs\"><ul class=\"tablist\">" + _links(NAV, "<li><a href=\"{0}.html\"><span>{1}</span></a></li>")
-           + "</ul></div></div>")
-    path = ("<div id=\"nav-path\" class=\"navpath\"><ul>" + _links(LOCAL, "<li class=\"navelem\"><a class=\"el\" href=\"{0}.html\">{1}</a></li>")
-            + "</ul></div>")
-    return page(top, f"<div><div class=\"header\"><div class=\"headertitle\"><div class=\"title\">{title}</div></div></div>"
-                f"<div class=\"contents\"><div class=\"textblock\">{''.join(parts)}</div></div></div>{path}"
-                f"<hr class=\"footer\"><address class=\"footer\"><small>{FOOTER}</small></address>")
+    link = '<a class="el" href="guide.html">{}</a>'
+    title = _inline(BODY[0][1])  # the page's title stands in the header, not in the contents
+    body = _render(h1=lambda kind, c: "", p=lambda kind, c: _element(kind, c, link=link),
+                   h2=lambda kind, c: f'<h2><a class="anchor" id="autotoc"></a>{_inline(c, link=link)}</h2>',
+                   ul=lambda kind, c: _list(kind, c, link=link), ol=lambda kind, c: _list(kind, c, link=link),
+                   pre=lambda kind, c: '<div class="fragment">' + "".join(
+                       f'<div class="line"><a id="l{n:05d}" name="l{n:05d}"></a><span class="lineno"> </span>'
+                       f"{_h.escape(line)}</div>" for n, line in enumerate(c, 1)) + "</div>",
+                   table=lambda kind, c: _table(c, '<table class="markdownTable">',
+                                                '<tr class="markdownTableHead">{}</tr>',
+                                                '<th class="markdownTableHeadNone">{}</th>', "{}",
+                                                '<tr class="markdownTableRowOdd">{}</tr>',
+                                                '<td class="markdownTableBodyNone">{}</td>'),
+                   blockquote=lambda kind, c: f'<blockquote class="doxtable"><p>{_inline(c, link=link)}</p>'
+                                              "</blockquote>")
+    tabs = _links(NAV, '<li><a href="{0}.html"><span>{1}</span></a></li>')
+    top = ('<div id="top"><div id="titlearea"><table cellspacing="0" cellpadding="0"><tbody><tr><td id="projectalign">'
+           '<div id="projectname">Webcache</div><div id="projectbrief">A response cache</div></td></tr></tbody></table>'
+           f'</div><div id="navrow1" class="tabs"><ul class="tablist">{tabs}</ul></div></div>')
+    path = _links(LOCAL, '<li class="navelem"><a class="el" href="{0}.html">{1}</a></li>')
+    return page(top, f'<div><div class="header"><div class="headertitle"><div class="title">{title}</div></div></div>'
+                f'<div class="contents"><div class="textblock">{body}</div></div></div>'
+                f'<div id="nav-path" class="navpath"><ul>{path}</ul></div>'
+                f'<hr class="footer"><address class="footer"><small>{FOOTER}</small></address>')
 
 
 def paragraphs() -> str:
-    lines = []
-    for kind, c in BODY:
-        items = c if isinstance(c, list) else [c]
-        for item in items:
-            lines.append(" ".join(item) if isinstance(item, list) else _inline(item))
-    menu = " ".join(f"<a href=\"/{n.lower()}.html\">{n}</a>" for n in NAV)
-    side = " ".join(f"<a href=\"/{n.lower()}.html\">{n}</a>" for n in LOCAL)
-    return page(f"<div id=\"header\"><p>{menu}</p></div><div id=\"sidebar\"><p>{side}</p></div>",
-                "".join(f"<p>{x}</p>" for x in lines) + f"<div id=\"footer\"><p>{FOOTER}</p></div>")
+    lines = [" ".join(line) if isinstance(line, list) else _inline(line)
+             for _, content in BODY for line in (content if isinstance(content, list) else [content])]
+    menu = _links(NAV, '<a href="/{0}.html">{1}</a>', " ")
+    side = _links(LOCAL, '<a href="/{0}.html">{1}</a>', " ")
+    return page(f'<div id="header"><p>{menu}</p></div><div id="sidebar"><p>{side}</p></div>',
+                "".join(f"<p>{line}</p>" for line in lines) + f'<div id="footer"><p>{FOOTER}</p></div>')
 
 
 def mdbook() -> str:
-    parts = []
-    for kind, c in BODY:
-        if kind in ("h1", "h2"):
-            parts.append(f"<{kind} id=\"x\"><a class=\"header\" href=\"#x\">{_inline(c)}</a></{kind}>")
-        elif kind == "pre":
-            parts.append("<pre><code class=\"language-python hljs\">" + "\n".join(
-                f"<span class=\"hljs-keyword\">{_h.escape(x)}</span>" for x in c) + "</code></pre>")
-        elif kind == "table":
-            head, *rows = c
-            parts.append("<div class=\"table-wrapper\"><table><thead><tr>" + "".join(f"<th>{x}</th>" for x in head)
-                         + "</tr></thead><tbody>" + "".join("<tr>" + "".join(f"<td>{x}</td>" for x in r) + "</tr>" for r in rows)
-                         + "</tbody></table></div>")
-        elif kind in ("ul", "ol"):
-            parts.append(f"<{kind}>" + "".join(f"<li>{_inline(i)}</li>" for i in c) + f"</{kind}>")
-        elif kind == "p":
-            parts.append(f"<p>{_inline(c)}</p>")
-        else:
-            parts.append(f"<blockquote><p>{_inline(c)}</p></blockquote>")
-    side = ("<nav id=\"sidebar\" class=\"sidebar\" aria-label=\"Table of contents\"><div class=\"sidebar-scrollbox\"><ol class=\"chapter\">"
-            + _links(LOCAL, "<li class=\"chapter-item expanded\"><a href=\"{0}.html\">{1}</a></li>") + "</ol></div></nav>")
-    bar = ("<div id=\"menu-bar\" class=\"menu-bar sticky\"><div class=\"left-buttons\"><button id=\"sidebar-toggle\">x</button></div>"
-           "<h1 class=\"menu-title\">The Webcache Book</h1><div class=\"right-buttons\">"
-           + " ".join(f"<a href=\"/{n.lower()}.html\">{n}</a>" for n in NAV) + "</div></div>")
-    return page(side, f"<div id=\"page-wrapper\" class=\"page-wrapper\"><div class=\"page\">{bar}<div id=\"content\" class=\"content\">"
-                f"<main>{''.join(parts)}</main><nav class=\"nav-wrapper\" aria-label=\"Page navigation\">"
-                f"<a rel=\"prev\" href=\"glossary.html\" class=\"mobile-nav-chapters previous\">Glossary</a></nav></div></div></div>"
+    def heading(kind, c):
+        return f'<{kind} id="x"><a class="header" href="#x">{_inline(c)}</a></{kind}>'
+
+    body = _render(h1=heading, h2=heading, table=lambda kind, c: f'<div class="table-wrapper">{_table(c)}</div>',
+                   pre=lambda kind, c: '<pre><code class="language-python hljs">' + "\n".join(
+                       f'<span class="hljs-keyword">{_h.escape(line)}</span>' for line in c) + "</code></pre>")
+    chapters = _links(LOCAL, '<li class="chapter-item expanded"><a href="{0}.html">{1}</a></li>')
+    side = ('<nav id="sidebar" class="sidebar" aria-label="Table of contents"><div class="sidebar-scrollbox">'
+            f'<ol class="chapter">{chapters}</ol></div></nav>')
+    bar = ('<div id="menu-bar" class="menu-bar sticky"><div class="left-buttons"><button id="sidebar-toggle">x</button>'
+           '</div><h1 class="menu-title">The Webcache Book</h1><div class="right-buttons">'
+           f'{_links(NAV, "<a href=/{0}.html>{1}</a>", " ")}</div></div>')
+    return page(side, f'<div id="page-wrapper" class="page-wrapper"><div class="page">{bar}'
+                f'<div id="content" class="content"><main>{body}</main>'
+                '<nav class="nav-wrapper" aria-label="Page navigation"><a rel="prev" href="glossary.html" '
+                'class="mobile-nav-chapters previous">Glossary</a></nav></div></div></div>'
                 f"<footer>{FOOTER}</footer>")
 
 
