@@ -110,6 +110,13 @@ def test_lists_made_sections_leave_every_other_element_where_it_was():
     assert ("body/div/div/list/li/list/li", "flag: r by default") in _text_places(made)
 
 
+def test_a_main_container_ends_where_its_element_ends_and_role_main_in_text_is_not_one():
+    links = '<ul><li><a href="/a">Section A</a></li></ul>'
+    page = (f'<html><body><p>Write <code>role="main"</code> on it.</p>{links}<div class="x" role="main"><div>{links}'
+            f'<div>inner</div></div></div>{links}</body></html>')
+    assert neutral_lists(page).count("<section>") == 1 and '<div>inner</div></div></div><ul>' in neutral_lists(page)
+
+
 JSON_HTML = InputSpec(html_field="page.html", url_field="page.url")
 
 

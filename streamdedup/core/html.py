@@ -142,9 +142,10 @@ def _main_containers(markup: str, elements: dict) -> list[tuple[int, int]]:
     """Where each ``<main>``, ``<article>`` and element with ``role="main"`` of the markup begins and ends."""
     spans = [(start.start(), end.end()) for name in ("main", "article") for start, end in elements[name]]
     for role in _ROLE_MAIN.finditer(markup):
-        element = _TAG_NAME.match(markup, markup.rfind("<", 0, role.start()))
-        if element and markup[role.start() - 1].isspace():
-            spans.append((element.start(), _element_end(markup, element.start(), element.group(1))))
+        opens = markup.rfind("<", 0, role.start())
+        element = _TAG_NAME.match(markup, opens) if opens >= 0 else None
+        if element and markup[role.start() - 1].isspace() and ">" not in markup[opens:role.start()]:
+            spans.append((opens, _element_end(markup, opens, element.group(1))))
     return spans
 
 
