@@ -47,6 +47,7 @@ paragraph copies of them.
 from __future__ import annotations
 
 import functools
+import importlib
 import re
 from typing import Optional, Union
 
@@ -78,9 +79,7 @@ def html_text(page: Union[bytes, str]) -> Optional[str]:
     """The page's markup as text: bytes decoded by their declared or detected encoding (None: undecodable)."""
     if isinstance(page, str):
         return page
-    _require_resiliparse()
-    from resiliparse.parse.encoding import bytes_to_str, detect_encoding
-
+    bytes_to_str, detect_encoding = _resiliparse("parse.encoding", "bytes_to_str", "detect_encoding")
     try:
         return bytes_to_str(page, detect_encoding(page))
     except (UnicodeDecodeError, LookupError):
@@ -89,8 +88,9 @@ def html_text(page: Union[bytes, str]) -> Optional[str]:
 
 def main_text(markup: str) -> str:
     """The main content of an HTML page as plain text ("" when it has none)."""
-    return _extractor()(neutral_lists(markup), main_content=True, list_bullets=False, alt_texts=False,
-                        noscript=False) or ""
+    extract_plain_text, = _resiliparse("extract.html2text", "extract_plain_text")
+    return extract_plain_text(neutral_lists(markup), main_content=True, list_bullets=False, alt_texts=False,
+                              noscript=False) or ""
 
 
 def neutral_lists(markup: str) -> str:
@@ -189,17 +189,11 @@ def _visible_length(markup: str) -> int:
 
 
 @functools.cache
-def _extractor():
-    """Resiliparse's ``extract_plain_text``, imported once (an import statement in ``main_text`` cost 7% of it)."""
-    _require_resiliparse()
-    from resiliparse.extract.html2text import extract_plain_text
-
-    return extract_plain_text
-
-
-@functools.cache
-def _require_resiliparse() -> None:
+def _resiliparse(module: str, *names: str) -> tuple:
+    """``names`` from Resiliparse's ``module``, imported on first use and kept (an import statement run for every
+    page cost 7% of an extraction)."""
     try:
-        import resiliparse  # noqa: F401
+        imported = importlib.import_module(f"resiliparse.{module}")
     except ImportError:
         raise ConfigError("HTML and WARC input need Resiliparse and FastWARC: pip install 'streamdedup[html]'") from None
+    return tuple(getattr(imported, name) for name in names)
