@@ -55,9 +55,6 @@ from ..errors import ConfigError
 
 __all__ = ["main_text", "html_text"]
 
-NAVIGATION_LINK_SHARE = 0.5  # a list whose links hold more of its text than this is navigation
-
-
 def _any_case(word: str) -> str:
     return "".join(f"[{letter}{letter.upper()}]" for letter in word)
 
@@ -72,7 +69,10 @@ _ANY_LIST = re.compile(r"<[uU][lL]\b")
 _ROLE_MAIN = re.compile(rf"role\s*=\s*[\"']?{_any_case('main')}[\"'\s/>]")  # "role" as written: a literal is fast
 _TAG_NAME = re.compile(r"<([a-zA-Z][a-zA-Z0-9]*)")
 _MARKUP = re.compile(r"<!--.*?-->|</?[a-zA-Z][^>]*>", re.DOTALL)
-_LINK = re.compile(r"<a\b[^>]*>(.*?)</a\s*>", re.DOTALL | re.IGNORECASE)
+_LINK = re.compile(r"<a\b[^>]*>.*?</a\s*>", re.DOTALL | re.IGNORECASE)
+_ITEM = re.compile(r"<[lL][iI]\b[^>]*>")
+_ENTITY = re.compile(r"&#?\w+;")
+_WORD = re.compile(r"\w")
 
 
 def html_text(page: Union[bytes, str]) -> Optional[str]:
@@ -166,9 +166,15 @@ def _tag_pattern(name: str) -> re.Pattern:
 
 
 def _is_navigation(inner: str) -> bool:
-    """Whether a list whose markup inside is ``inner`` is navigation: links hold most of its text, or it has none."""
-    text = _visible_length(inner)
-    return not text or _visible_length(" ".join(_LINK.findall(inner))) / text > NAVIGATION_LINK_SHARE
+    """Whether a list whose markup inside is ``inner`` is navigation: most of its items are a link and no other
+    words (a menu, breadcrumbs, a table of contents), or it has no items."""
+    items = _ITEM.split(inner)[1:]
+    return sum(map(_is_only_links, items)) * 2 > len(items) if items else True
+
+
+def _is_only_links(item: str) -> bool:
+    """Whether a list item's words are all inside its links (signs and entities between them do not count)."""
+    return not _WORD.search(_ENTITY.sub("", _MARKUP.sub("", _LINK.sub("", item))))
 
 
 def _as_sections(markup: str, tags: list[re.Match]) -> str:
@@ -181,11 +187,6 @@ def _as_sections(markup: str, tags: list[re.Match]) -> str:
         done = tag.end()
     pieces.append(markup[done:])
     return "".join(pieces)
-
-
-def _visible_length(markup: str) -> int:
-    """How many characters of text a stretch of markup shows, spaces left out."""
-    return len("".join(_MARKUP.sub("", markup).split()))
 
 
 @functools.cache
