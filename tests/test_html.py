@@ -65,12 +65,14 @@ def test_in_the_main_container_every_list_is_content_and_outside_it_a_list_of_li
         "setting up section 0 of the guide section 1 of the guide two steps install everything the guide needs "
         "download the archive from the mirror unpack it into the project folder tar xf webcache tar gz")
     tabs = "".join(f'<li><a href="/{n}.html"><span>{n}</span></a></li>' for n in ("Main Page", "Modules", "Files"))
+    crumbs = '<ul class="crumbs"><li><a href="/">Home</a> &raquo;</li><li><a href="/guide">Guide</a> &raquo;</li></ul>'
+    members = "".join(f'<li>{name} : <a href="/cache.html">webcache::Cache</a></li>' for name in ("capacity", "expiry"))
     soup = html_markups.page(f'<div id="top"><div id="navrow1" class="tabs"><ul class="tablist">{tabs}</ul></div>'
-                             f'</div>', '<div class="contents"><div class="textblock"><p>Two steps install '
-                             f'everything the guide needs.</p>{steps}</div></div>')
+                             f'</div>{crumbs}', '<div class="contents"><div class="textblock"><p>Two steps install '
+                             f'everything the guide needs.</p>{steps}<ul>{members}</ul></div></div>')
     assert normalize(main_text(soup)) == (
         "two steps install everything the guide needs download the archive from the mirror unpack it into the "
-        "project folder tar xf webcache tar gz")
+        "project folder tar xf webcache tar gz capacity webcache cache expiry webcache cache")  # tabs, crumbs out
     sphinx = html_markups.page('<div class="related"><ul><li><a href="/">Webcache docs</a></li></ul></div>',
                                '<div class="document"><div class="body" role="main"><p>See also:</p>'
                                f'<ul class="simple">{contents}</ul>'

@@ -22,12 +22,12 @@ are added. Inside the page's main container (``<main>``, ``<article>``, an
 element with ``role="main"``) no list is navigation: a copy of the page as
 plain paragraphs keeps those lines, links or not (a table of contents of
 the article, a javadoc class tree, the Node.js reference's lists of typed
-parameters). Elsewhere a list is navigation when its links hold more than
-half of its text (a menu, breadcrumbs, a sidebar's table of contents): it
-is left as it is, so Resiliparse drops it as before. (Outside the main
-containers, the lists of a page's own content have links in under a tenth
-of their text or in nearly all of it, in the pages measured, so where the
-line falls between matters little.)
+parameters). Elsewhere a list is navigation when most of its items are a
+link and no other words (a menu, breadcrumbs, a sidebar's table of
+contents): it is left as it is, so Resiliparse drops it as before. A list
+of terms with their types or classes linked (Doxygen's member index) is
+content: taken by the share of its text in links, twenty index pages of one
+Doxygen site came out as the same sentence and were merged.
 
 **Code, tables and lists are kept.** Someone deduplicating documentation
 wants two pages that differ only in their code examples or in a table of
