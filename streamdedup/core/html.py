@@ -108,15 +108,15 @@ def neutral_lists(markup: str) -> str:
     if not _ANY_LIST.search(markup):
         return markup
     elements = _elements(markup)
-    tags, navigation_ends, containers = [], -1, None
+    containers = _main_containers(markup, elements)
+    tags, navigation_ends = [], -1
     for start, end in sorted(elements["ul"], key=lambda pair: pair[0].start()):
         if start.start() < navigation_ends:
             continue  # inside a navigation list: left as it is, as the list is
-        if _is_navigation(markup[start.end():end.start()]):
-            containers = _main_containers(markup, elements) if containers is None else containers
-            if not any(begin <= start.start() < finish for begin, finish in containers):
-                navigation_ends = end.end()
-                continue
+        if not any(begin <= start.start() < finish for begin, finish in containers) \
+                and _is_navigation(markup[start.end():end.start()]):
+            navigation_ends = end.end()
+            continue
         tags += [start, end]
     return _as_sections(markup, sorted(tags, key=re.Match.start)) if tags else markup
 
