@@ -5,12 +5,15 @@ from __future__ import annotations
 import gzip
 import json
 
+import html_markups
 import pytest
 from conftest import read_jsonl, run_cli
 from kafka_helpers import Topics, header, produce, read_all, run_worker
 
 from streamdedup.core.decode import InputSpec, decode
+from streamdedup.core.html import main_text, neutral_lists
 from streamdedup.core.records import Document, Source
+from streamdedup.core.shingle import normalize
 from streamdedup.core.webcrawl import as_html, generate_web
 
 SRC = Source("t", 0, 1)
@@ -32,6 +35,88 @@ def test_html_pages_in_other_encodings_and_without_content():
     empty = decode(b"<html><body><nav>Home</nav></body></html>", SRC, HTML, key=b"k")
     assert (empty.reason, empty.id) == ("no_main_content", "k")
     assert decode(None, SRC, HTML).reason == "tombstone"
+
+
+TEMPLATE_WORDS = set(normalize(" ".join(html_markups.NAV + html_markups.LOCAL + [html_markups.FOOTER])).split())
+
+
+@pytest.mark.parametrize("markup", html_markups.MARKUPS)
+def test_the_same_body_under_any_markup_comes_out_as_the_same_text(markup):
+    """Lists, code, a table, a quote, headings and inline code and links: kept in every markup, in order, with no
+    bullets or numbers added; the navigation, sidebars and footers around them left out."""
+    text = normalize(main_text(html_markups.MARKUPS[markup]()))
+    body = normalize(html_markups.body_text())
+    if markup == "doxygen":  # its title area (project name and brief) is not recognised: the site's template
+        assert text.startswith("webcache a response cache ")
+        text = text[len("webcache a response cache "):]
+    assert text == body
+    assert not TEMPLATE_WORDS & set(text.split()) - set(body.split())
+
+
+def test_in_the_main_container_every_list_is_content_and_outside_it_a_list_of_links_is_navigation():
+    """A plain-paragraph copy keeps every line of a page's main content, links or not; outside ``<main>``,
+    ``<article>`` and ``role="main"`` a list whose links hold most of its text is navigation."""
+    contents = "".join(f'<li><a href="#s{n}">Section {n} of the guide</a></li>' for n in range(2))
+    steps = ('<ul><li>Download the archive from <a href="/get">the mirror</a></li><li>Unpack it into the project '
+             'folder<pre>tar xf webcache.tar.gz</pre></li></ul>')
+    article = html_markups.page("", f"<main><article><h1>Setting up</h1><ul class=\"toc\">{contents}</ul>"
+                                    f"<p>Two steps install everything the guide needs.</p>{steps}</article></main>")
+    assert normalize(main_text(article)) == (
+        "setting up section 0 of the guide section 1 of the guide two steps install everything the guide needs "
+        "download the archive from the mirror unpack it into the project folder tar xf webcache tar gz")
+    tabs = "".join(f'<li><a href="/{n}.html"><span>{n}</span></a></li>' for n in ("Main Page", "Modules", "Files"))
+    crumbs = '<ul class="crumbs"><li><a href="/">Home</a> &raquo;</li><li><a href="/guide">Guide</a> &raquo;</li></ul>'
+    members = "".join(f'<li>{name} : <a href="/cache.html">webcache::Cache</a></li>' for name in ("capacity", "expiry"))
+    soup = html_markups.page(f'<div id="top"><div id="navrow1" class="tabs"><ul class="tablist">{tabs}</ul></div>'
+                             f'</div>{crumbs}', '<div class="contents"><div class="textblock"><p>Two steps install '
+                             f'everything the guide needs.</p>{steps}<ul>{members}</ul></div></div>')
+    assert normalize(main_text(soup)) == (
+        "two steps install everything the guide needs download the archive from the mirror unpack it into the "
+        "project folder tar xf webcache tar gz capacity webcache cache expiry webcache cache")  # tabs, crumbs out
+    sphinx = html_markups.page('<div class="related"><ul><li><a href="/">Webcache docs</a></li></ul></div>',
+                               '<div class="document"><div class="body" role="main"><p>See also:</p>'
+                               f'<ul class="simple">{contents}</ul>'
+                               '<p>Two steps install everything the guide needs.</p></div>'
+                               f'<div class="sphinxsidebar"><ul>{tabs}</ul></div></div>')
+    assert normalize(main_text(sphinx)) == ("see also section 0 of the guide section 1 of the guide two steps "
+                                            "install everything the guide needs")
+
+
+def _text_places(markup: str) -> list[tuple[str, str]]:
+    """Each text of a page with the tags of the elements around it, a list and a section alike."""
+    from resiliparse.parse.html import HTMLTree
+
+    def walk(node, path):
+        for child in node.child_nodes:
+            if child.tag == "#text" and child.text.strip():
+                yield path, child.text.strip()
+            elif child.tag and not child.tag.startswith("#"):
+                tag = "list" if child.tag in ("ul", "ol", "section") else child.tag
+                yield from walk(child, f"{path}/{tag}")
+
+    return list(walk(HTMLTree.parse(markup).body, "body"))
+
+
+def test_lists_made_sections_leave_every_other_element_where_it_was():
+    """A parser closes an item at the next item's start unless a list or a section stands between them, so nested
+    lists made ``<div>``s would move what follows them; list tags in scripts and comments are not lists."""
+    page = ('<html><body><div class="wrapper"><div id="content"><h2>Options</h2>'
+            '<UL><li>path: where the file is</li><li>options: how it is read<ul><li>encoding: utf8 by default</li>'
+            '<li>flag: r by default</li></ul></li><li>callback: called at the end</li></UL>'
+            '<script>var menu = "</ul><ul>";</script><!-- <ol> --><p>Reads the whole file.</p></div>'
+            '<div class="sidebar"><ul><li><a href="/a">Sidebar link one</a></li></ul></div></div>'
+            '<p>Closing words of the page.</p></body></html>')
+    made = neutral_lists(page)
+    assert made.count("<section") == 2 and made.count("</section>") == 2 and 'var menu = "</ul><ul>"' in made
+    assert _text_places(made) == _text_places(page)
+    assert ("body/div/div/list/li/list/li", "flag: r by default") in _text_places(made)
+
+
+def test_a_main_container_ends_where_its_element_ends_and_role_main_in_text_is_not_one():
+    links = '<ul><li><a href="/a">Section A</a></li></ul>'
+    page = (f'<html><body><p>Write <code>role="main"</code> on it.</p>{links}<div class="x" role="main"><div>{links}'
+            f'<div>inner</div></div></div>{links}</body></html>')
+    assert neutral_lists(page).count("<section>") == 1 and '<div>inner</div></div></div><ul>' in neutral_lists(page)
 
 
 JSON_HTML = InputSpec(html_field="page.html", url_field="page.url")

@@ -6,25 +6,80 @@ pages a second as trafilatura's fast mode (and 20 times its default mode),
 and recovers every page's body, with more of the template left in (sidebars,
 boxes); the site templates learned downstream (``core.templates``) take
 that out. The import is deferred: only HTML and WARC input need it.
+
+**The same body under any markup gives the same content.** A near copy is
+often the same text in another site's markup: a documentation page
+republished as plain paragraphs, a Sphinx page rendered again by Doxygen.
+Resiliparse's main-content rules judge a ``<ul>`` by its own tag rather
+than by where it stands: it is dropped when it is fewer than four levels
+under ``<body>`` (every list of a ``<main><article>``) or when links make a
+fifth of its text (one linked phrase in three items), while the same lines
+as ``<p>`` or ``<div>`` are kept; and items are numbered ("1.") only where
+the markup numbers them. So before extracting, every ``<ul>`` that is not
+navigation becomes a ``<section>`` with the same attributes, judged as the
+blocks around it are (an ``<ol>`` already is), and no bullets or numbers
+are added. Inside the page's main container (``<main>``, ``<article>``, an
+element with ``role="main"``) no list is navigation: a copy of the page as
+plain paragraphs keeps those lines, links or not (a table of contents of
+the article, a javadoc class tree, the Node.js reference's lists of typed
+parameters). Elsewhere a list is navigation when most of its items are a
+link and no other words (a menu, breadcrumbs, a sidebar's table of
+contents): it is left as it is, so Resiliparse drops it as before. A list
+of terms with their types or classes linked (Doxygen's member index) is
+content: taken by the share of its text in links, twenty index pages of one
+Doxygen site came out as the same sentence and were merged.
+
+**Code, tables and lists are kept.** Someone deduplicating documentation
+wants two pages that differ only in their code examples or in a table of
+defaults to stay two pages; and dropping them the same way in every markup
+is impossible, since a copy that sets its code as ``<p>`` lines gives no
+sign that it is code. Resiliparse keeps ``<pre>`` blocks and tables where it
+keeps the text around them (in the generators' markups tried: Sphinx,
+Doxygen, mdBook, rustdoc, DocBook, the Node.js reference); what it dropped
+were the lists, and with them any code or table inside an item, which the
+pass above keeps. ``tests/test_html.py`` holds one body (paragraphs, lists,
+code, a table, a quote, inline code and links) in six site markups, each
+extracted to the same text with its navigation, sidebars and footer left
+out; ``bench/html_markup.py`` measures real documentation pages and plain
+paragraph copies of them.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
+import re
 from typing import Optional, Union
 
 from ..errors import ConfigError
 
 __all__ = ["main_text", "html_text"]
 
+def _any_case(word: str) -> str:
+    return "".join(f"[{letter}{letter.upper()}]" for letter in word)
+
+
+_SCRIPT, _STYLE = _any_case("script"), _any_case("style")
+_TAG = re.compile(  # "<" taken out, each case spelt out, no lazy ".*?": faster than re.IGNORECASE and ".*?"
+    r"<(?:!--[^-]*(?:-(?!->)[^-]*)*-->"
+    rf"|{_SCRIPT}\b[^<]*(?:<(?!/{_SCRIPT})[^<]*)*</{_SCRIPT}\s*>"
+    rf"|{_STYLE}\b[^<]*(?:<(?!/{_STYLE})[^<]*)*</{_STYLE}\s*>"
+    rf"|(?P<closing>/?)(?P<kind>[uU][lL]|{_any_case('main')}|{_any_case('article')})\b[^>]*>)")
+_ANY_LIST = re.compile(r"<[uU][lL]\b")
+_ROLE_MAIN = re.compile(rf"role\s*=\s*[\"']?{_any_case('main')}[\"'\s/>]")  # "role" as written: a literal is fast
+_TAG_NAME = re.compile(r"<([a-zA-Z][a-zA-Z0-9]*)")
+_MARKUP = re.compile(r"<!--.*?-->|</?[a-zA-Z][^>]*>", re.DOTALL)
+_LINK = re.compile(r"<a\b[^>]*>.*?</a\s*>", re.DOTALL | re.IGNORECASE)
+_ITEM = re.compile(r"<[lL][iI]\b[^>]*>")
+_ENTITY = re.compile(r"&#?\w+;")
+_WORD = re.compile(r"\w")
+
 
 def html_text(page: Union[bytes, str]) -> Optional[str]:
     """The page's markup as text: bytes decoded by their declared or detected encoding (None: undecodable)."""
     if isinstance(page, str):
         return page
-    _require_resiliparse()
-    from resiliparse.parse.encoding import bytes_to_str, detect_encoding
-
+    bytes_to_str, detect_encoding = _resiliparse("parse.encoding", "bytes_to_str", "detect_encoding")
     try:
         return bytes_to_str(page, detect_encoding(page))
     except (UnicodeDecodeError, LookupError):
@@ -33,15 +88,113 @@ def html_text(page: Union[bytes, str]) -> Optional[str]:
 
 def main_text(markup: str) -> str:
     """The main content of an HTML page as plain text ("" when it has none)."""
-    _require_resiliparse()
-    from resiliparse.extract.html2text import extract_plain_text
+    extract_plain_text, = _resiliparse("extract.html2text", "extract_plain_text")
+    return extract_plain_text(neutral_lists(markup), main_content=True, list_bullets=False, alt_texts=False,
+                              noscript=False) or ""
 
-    return extract_plain_text(markup, main_content=True, alt_texts=False, noscript=False) or ""
+
+def neutral_lists(markup: str) -> str:
+    """The markup with every ``<ul>`` that is not navigation made a ``<section>`` (same attributes).
+
+    A ``<section>``, not a ``<div>``: an HTML parser closes an open ``<li>`` at
+    the next ``<li>`` unless a list or a section-like element stands between
+    them, but not a ``<div>``, so items of a ``<div>`` nested in an item would
+    close it and the ``</div>`` would close an element around the list.
+
+    Done on the markup text, not on a parsed tree: Resiliparse's DOM makes a
+    Python object for every node an attribute read passes, and reading the
+    text of a page's lists that way cost 10 to 100 times its extraction.
+    """
+    if not _ANY_LIST.search(markup):
+        return markup
+    elements = _elements(markup)
+    containers = _main_containers(markup, elements)
+    tags, navigation_ends = [], -1
+    for start, end in sorted(elements["ul"], key=lambda pair: pair[0].start()):
+        if start.start() < navigation_ends:
+            continue  # inside a navigation list: left as it is, as the list is
+        if not any(begin <= start.start() < finish for begin, finish in containers) \
+                and _is_navigation(markup[start.end():end.start()]):
+            navigation_ends = end.end()
+            continue
+        tags += [start, end]
+    return _as_sections(markup, sorted(tags, key=re.Match.start)) if tags else markup
+
+
+def _elements(markup: str) -> dict[str, list[tuple[re.Match, re.Match]]]:
+    """Each ``<ul>``, ``<main>`` and ``<article>`` of the markup as its start and end tag, by name, paired as a parser
+    nests them (unclosed ones left out). Tags inside comments, scripts and styles are not tags and are passed over.
+    """
+    pairs = {"ul": [], "main": [], "article": []}
+    open_tags = {name: [] for name in pairs}
+    for tag in _TAG.finditer(markup):
+        if not tag.group("kind"):
+            continue
+        name = tag.group("kind").lower()
+        if not tag.group("closing"):
+            open_tags[name].append(tag)
+        elif open_tags[name]:
+            pairs[name].append((open_tags[name].pop(), tag))
+    return pairs
+
+
+def _main_containers(markup: str, elements: dict) -> list[tuple[int, int]]:
+    """Where each ``<main>``, ``<article>`` and element with ``role="main"`` of the markup begins and ends."""
+    spans = [(start.start(), end.end()) for name in ("main", "article") for start, end in elements[name]]
+    for role in _ROLE_MAIN.finditer(markup):
+        opens = markup.rfind("<", 0, role.start())
+        element = _TAG_NAME.match(markup, opens) if opens >= 0 else None
+        if element and markup[role.start() - 1].isspace() and ">" not in markup[opens:role.start()]:
+            spans.append((opens, _element_end(markup, opens, element.group(1))))
+    return spans
+
+
+def _element_end(markup: str, start: int, name: str) -> int:
+    """Where the ``name`` element that begins at ``start`` ends: its end tag, paired by counting (or the end)."""
+    depth = 0
+    for tag in _tag_pattern(name.lower()).finditer(markup, start):
+        depth += -1 if tag.group(1) else 1
+        if not depth:
+            return tag.end()
+    return len(markup)
+
+
+@functools.lru_cache(maxsize=64)
+def _tag_pattern(name: str) -> re.Pattern:
+    """Start and end tags of the ``name`` elements (group 1: "/" for an end tag)."""
+    return re.compile(rf"<(/?){_any_case(name)}\b")
+
+
+def _is_navigation(inner: str) -> bool:
+    """Whether a list whose markup inside is ``inner`` is navigation: most of its items are a link and no other
+    words (a menu, breadcrumbs, a table of contents), or it has no items."""
+    items = _ITEM.split(inner)[1:]
+    return sum(map(_is_only_links, items)) * 2 > len(items) if items else True
+
+
+def _is_only_links(item: str) -> bool:
+    """Whether a list item's words are all inside its links (signs and entities between them do not count)."""
+    return not _WORD.search(_ENTITY.sub("", _MARKUP.sub("", _LINK.sub("", item))))
+
+
+def _as_sections(markup: str, tags: list[re.Match]) -> str:
+    """The markup with each of ``tags`` (list tags, in order) made a ``section`` tag, its attributes kept."""
+    pieces, done = [], 0
+    for tag in tags:
+        name_ends = tag.start() + len(tag.group("closing")) + 3
+        name = "</section" if tag.group("closing") else "<section"
+        pieces += [markup[done:tag.start()], name, markup[name_ends:tag.end()]]
+        done = tag.end()
+    pieces.append(markup[done:])
+    return "".join(pieces)
 
 
 @functools.cache
-def _require_resiliparse() -> None:
+def _resiliparse(module: str, *names: str) -> tuple:
+    """``names`` from Resiliparse's ``module``, imported on first use and kept (an import statement run for every
+    page cost 7% of an extraction)."""
     try:
-        import resiliparse  # noqa: F401
+        imported = importlib.import_module(f"resiliparse.{module}")
     except ImportError:
         raise ConfigError("HTML and WARC input need Resiliparse and FastWARC: pip install 'streamdedup[html]'") from None
+    return tuple(getattr(imported, name) for name in names)
