@@ -99,7 +99,7 @@ class TemplateSettings:
     min_content_share: float = 0.05  # below this share of content left, a page is compared as a whole
     learn_without_url: bool = False  # pages without a URL form one site whose template is learned too
     window: int = 16  # recent new pages of a site where repeated blocks are looked for (0: none)
-    min_pages: int = 4  # a block on this many pages of the window (the new page included) is template
+    min_pages: int = 3  # a block on this many pages of the window (the new page included) is template
     min_block: int = 8  # shingles on exactly the same pages of the window that make a block
 
     def learns(self, site: int) -> bool:
@@ -122,7 +122,7 @@ class TemplateSettings:
         if text == "off":
             return cls(enabled=False)
         values = {part[0]: part[1:] for part in text.split("-")}
-        blocks = (int(values["w"]), int(values["k"]), int(values["b"])) if "w" in values else (0, 4, 8)  # 0: before them
+        blocks = (int(values["w"]), int(values["k"]), int(values["b"])) if "w" in values else (0, 3, 8)  # 0: before them
         return cls(True, int(values["p"]), float(values["s"]), int(values["r"]), int(values["m"]), float(values["c"]),
                    values["u"] == "1", *blocks)
 
