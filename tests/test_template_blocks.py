@@ -93,8 +93,10 @@ def test_the_window_and_the_blocks_are_bounded(writer, monkeypatch):
     settings = TemplateSettings(window=4, min_pages=2, min_block=4)
     state = SiteState()
     rng = np.random.default_rng(3)
+    block = np.zeros(0, dtype=np.uint32)
     for n in range(40):  # every two pages share a new block of 60 shingles beside 200 of their own
-        block = rng.integers(1, 2**32, 60, dtype=np.uint64).astype(np.uint32) if n % 2 == 0 else block
+        if n % 2 == 0:
+            block = rng.integers(1, 2**32, 60, dtype=np.uint64).astype(np.uint32)
         own = rng.integers(1, 2**32, 200 if n != 7 else 2 * MAX_WINDOW_PAGE, dtype=np.uint64).astype(np.uint32)
         state.add_page(np.unique(np.concatenate([block, own])), settings)
         assert len(state.window) <= 4 and all(len(page) <= MAX_WINDOW_PAGE for page in state.window)
