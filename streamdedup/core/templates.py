@@ -64,8 +64,8 @@ Memory, per site: the template (at most ``MAX_TEMPLATE`` shingles, 256 KiB;
 past that no block is added), the sample being learned (``sample_pages``
 pages), and with repeated blocks the window: ``window`` pages of at most
 ``MAX_WINDOW_PAGE`` shingles (16 pages: at most 256 KiB, about 50 KiB for
-pages of 800 words) and a table of counts over them (``BUCKETS`` 16-bit
-counters, 32 KiB), rebuilt from the window when the site is read from the index.
+pages of 800 words) and a count-min sketch of them (two rows of ``BUCKETS``
+8-bit counters, 64 KiB), rebuilt from the window when the site is read from the index.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ __all__ = ["TemplateSettings", "SiteState", "learned_template", "content_of", "i
 EMPTY = np.zeros(0, dtype=np.uint32)
 MAX_TEMPLATE = 65536  # template shingles a site gets from repeated blocks at most
 MAX_WINDOW_PAGE = 4096  # shingles a page keeps in the window (the lowest hashes: a fixed sample of a larger page)
-BUCKETS = 1 << 14  # counters of the window's shingles by their low bits: an upper bound of a shingle's pages
+BUCKETS = 1 << 15  # counters a row of the window's sketch (an upper bound of the pages a shingle is on)
 BLOCK_SHARE = 0.5  # a block is at most this share of the new shingles of each page it is on
 
 
@@ -137,7 +137,7 @@ class SiteState:
     sample: list = field(default_factory=list)  # sorted uint32 arrays: the pages sampled so far
     blocks: np.ndarray = field(default_factory=lambda: EMPTY)  # sorted uint32: the repeated blocks found
     window: list = field(default_factory=list)  # slot (new page number % window) -> its new shingles, sorted uint32
-    _counts: Optional[np.ndarray] = field(default=None, repr=False, compare=False)  # BUCKETS uint16, from ``window``
+    _counts: Optional[np.ndarray] = field(default=None, repr=False, compare=False)  # 2 x BUCKETS uint8, of ``window``
 
     def copy(self) -> "SiteState":
         counts = None if self._counts is None else self._counts.copy()
@@ -187,57 +187,96 @@ class SiteState:
         if len(self.window) + 1 >= settings.min_pages and len(self.blocks) < MAX_TEMPLATE:
             found = self._repeated_blocks(fresh, settings)
             if len(found):
-                self.blocks = np.union1d(self.blocks, found).astype(np.uint32)
+                self.blocks = _merged(self.blocks, found)
         self._into_window(fresh[:MAX_WINDOW_PAGE], settings.window)
         return len(found) > 0
 
     def _repeated_blocks(self, fresh: np.ndarray, settings: TemplateSettings) -> np.ndarray:
         """The shingles of ``fresh`` (a new page's) in blocks repeated on the window's pages (sorted uint32)."""
         need, window = settings.min_pages - 1, self.window
-        maybe = fresh[self._window_counts()[fresh & (BUCKETS - 1)] >= need]
+        counts = self._window_counts()
+        maybe = fresh[counts[0][fresh & (BUCKETS - 1)] >= need]  # the sketch's two rows, one after the other
+        if len(maybe) >= settings.min_block:
+            maybe = maybe[counts[1][(maybe >> 15) & (BUCKETS - 1)] >= need]
         if len(maybe) < settings.min_block:
             return EMPTY
-        on = np.stack([in_sorted(maybe, other) for other in window], axis=1)  # shingle x window page
-        often = on.sum(axis=1) >= need
-        maybe, on = maybe[often], on[often]
+        pages = np.zeros(len(maybe), dtype=np.uint64)  # bit j: on the window's page j (at most 64 pages)
+        times = np.zeros(len(maybe), dtype=np.int64)
+        for j, other in enumerate(window):
+            on = in_sorted(maybe, other)
+            pages |= on.astype(np.uint64) << np.uint64(j)
+            times += on
+        often = times >= need
+        maybe, pages = maybe[often], pages[often]
         if len(maybe) < settings.min_block:
             return EMPTY
-        patterns, which, sizes = np.unique(on, axis=0, return_inverse=True, return_counts=True)
-        chosen = [n for n, (pattern, size) in enumerate(zip(patterns, sizes))
+        patterns, which, sizes = np.unique(pages, return_inverse=True, return_counts=True)
+        chosen = [n for n, (pattern, size) in enumerate(zip(patterns.tolist(), sizes.tolist()))
                   if size >= settings.min_block and _beside_other_text(size, pattern, window, len(fresh))]
         if not chosen:
             return EMPTY
-        return maybe[np.isin(which.reshape(-1), chosen)]
+        return maybe[np.isin(which, chosen)]
+
+    def nbytes(self) -> int:
+        """The memory its arrays take."""
+        arrays = [self.template, self.blocks, *self.sample, *self.window]
+        return sum(a.nbytes for a in arrays) + (0 if self._counts is None else self._counts.nbytes)
+
+    def forget_window(self) -> None:
+        """Drop the window (to bound memory); the next pages start another."""
+        self.window, self._counts = [], None
 
     def _window_counts(self) -> np.ndarray:
+        """The window's count-min sketch: per row, how many of its pages' shingles fall in each bucket (mod 256)."""
         if self._counts is None:
-            self._counts = np.zeros(BUCKETS, dtype=np.uint16)
+            self._counts = np.zeros((2, BUCKETS), dtype=np.uint8)
             for page in self.window:
-                self._counts += np.bincount(page & (BUCKETS - 1), minlength=BUCKETS).astype(np.uint16)
+                _count(self._counts, page, 1)
         return self._counts
 
     def _into_window(self, fresh: np.ndarray, size: int) -> None:
         counts, slot = self._window_counts(), self.pages % size
         if slot < len(self.window):
-            counts -= np.bincount(self.window[slot] & (BUCKETS - 1), minlength=BUCKETS).astype(np.uint16)
+            _count(counts, self.window[slot], -1)
             self.window[slot] = fresh
         else:
             self.window.append(fresh)
-        counts += np.bincount(fresh & (BUCKETS - 1), minlength=BUCKETS).astype(np.uint16)
+        _count(counts, fresh, 1)
 
 
-def _beside_other_text(size: int, pattern: np.ndarray, window: list, fresh: int) -> bool:
+def _buckets(shingles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The sketch's two buckets of each shingle: two independent parts of its hash."""
+    return shingles & (BUCKETS - 1), (shingles >> 15) & (BUCKETS - 1)
+
+
+def _count(counts: np.ndarray, page: np.ndarray, step: int) -> None:
+    """Add (``step`` 1) or take out (-1) a page's shingles in the sketch; 8-bit counters wrap, and a page taken
+    out takes out exactly what it put in."""
+    low, high = _buckets(page)
+    delta = np.uint8(step & 0xFF)
+    np.add.at(counts[0], low, delta)
+    np.add.at(counts[1], high, delta)
+
+
+def _beside_other_text(size: int, pattern: int, window: list, fresh: int) -> bool:
     """Whether a block of ``size`` shingles, on the window's pages ``pattern`` and on the new page (``fresh``
-    new shingles), is at most ``BLOCK_SHARE`` of most of them: navigation beside each page's own text (a
+    new shingles; bit j of ``pattern``: on the window's page j), is at most ``BLOCK_SHARE`` of most of them: navigation beside each page's own text (a
     short page may be mostly navigation), not an article that is the main text of several pages."""
-    sizes = [fresh] + [len(window[j]) for j in np.flatnonzero(pattern).tolist()]
+    sizes = [fresh] + [len(page) for j, page in enumerate(window) if pattern >> j & 1]
     beside = sum(size <= BLOCK_SHARE * pages for pages in sizes)
     return 2 * beside > len(sizes)
 
 
 def _union(template: np.ndarray, blocks: np.ndarray) -> np.ndarray:
     """``template`` with ``blocks`` (``template`` itself when there are none)."""
-    return np.union1d(template, blocks).astype(np.uint32) if len(blocks) else template
+    return _merged(template, blocks) if len(blocks) else template
+
+
+def _merged(one: np.ndarray, other: np.ndarray) -> np.ndarray:
+    """The union of two sorted uint32 arrays (sorted; a stable sort merges the two runs in linear time)."""
+    both = np.concatenate([one, other]).astype(np.uint32)
+    both.sort(kind="stable")
+    return both[np.concatenate(([True], both[1:] != both[:-1]))] if len(both) else both
 
 
 def learned_template(pages: list[np.ndarray], share: float) -> np.ndarray:
