@@ -15,6 +15,7 @@ from streamdedup.core.shingle import normalize_batch, shingle_batch
 from streamdedup.core.templates import MAX_WINDOW_PAGE, SiteState, TemplateSettings, in_sorted
 from streamdedup.core.webcrawl import generate_web
 from streamdedup.engine.engine import Engine
+from streamdedup.engine.sitelearning import templates_in_advance
 from streamdedup.store.sites import load_site, save_site
 
 SETTINGS = TemplateSettings()
@@ -186,3 +187,20 @@ def test_the_sectioned_crawl_gets_the_same_decisions_whatever_the_batches_and_re
         with Engine(config_module.load(None, [], environ={}), str(tmp_path / f"cut{cut}")) as engine:
             second = _decide(engine, pages[cut:], batch=13)
         assert {**first, **second} == reference
+
+
+def test_learning_first_finds_each_sections_navigation_before_any_page_is_decided(tmp_path, writer):
+    """``dedup --learn-first``: blocks are looked for over the whole input (without them, a box on a third of
+    the pages is not in the template of the first sample)."""
+    pages, _ = _sectioned_crawl(writer)
+    items = [Document(i, text, Source("crawl", -1, n), url) for n, (i, url, text) in enumerate(pages)]
+    for window, expected in ((16, True), (0, False)):
+        settings = TemplateSettings(window=window)
+        with Engine(config_module.load(None, [f"templates.window={window}"], environ={}),
+                    str(tmp_path / str(window))) as engine:
+            learned, hosts = templates_in_advance([engine.prepare(items[:40]), engine.prepare(items[40:])], settings)
+        assert sorted(hosts.values()) == ["a.example", "b.example"]
+        for site, template in learned.items():
+            text = next(t for (i, u, t) in pages if u.startswith(f"https://{hosts[site]}/s1/"))
+            box = _shingles(text.split("\n")[1])
+            assert bool(in_sorted(box, template).mean() > 0.9) is expected
