@@ -15,6 +15,8 @@ quotes), with the engine's own normalization and word 3-gram shingles:
   0.8 in their source's cluster's representative, decided duplicates in that
   cluster (or of another page whose body contains them as much);
   target 95% (with ``excerpts.enabled = true``);
+- runs "blocks": repeated blocks on (``templates.window = 16``), in one pass
+  and with ``--learn-first``;
 - learning: the same, for pages among the first ``sample_pages`` of their site
   (republished: the copy or its source); settled: republished pages where
   neither is;
@@ -191,7 +193,8 @@ def main(argv=None) -> int:
 
     work = tempfile.mkdtemp(prefix="crawl-accuracy-")
     runs = {"templates off": ["templates.enabled=false", "excerpts.enabled=false"], "defaults": [],
-            "learn first": ["--learn-first"], "excerpts on": ["excerpts.enabled=true"]}
+            "learn first": ["--learn-first"], "excerpts on": ["excerpts.enabled=true"],
+            "blocks": ["templates.window=16"], "blocks, first": ["templates.window=16", "--learn-first"]}
     if args.set:
         runs = {"given": args.set}
     print(f"{'crawl':<10} {'run':<14} {'false merges':>13} {'false excerpts':>15} {'republished':>12} "

@@ -132,6 +132,9 @@ def test_killed_at_a_random_batch_and_resumed_with_other_batches_decides_as_one_
     assert b"consistent:" in checked.stdout
 
 
+BLOCKS = ["--set", "templates.window=16"]  # repeated blocks (off by default)
+
+
 @pytest.fixture(scope="module")
 def sectioned_file(tmp_path_factory):
     """A crawl of 12 sites whose navigation changes by section (``core.webcrawl``, ``navigation="sections"``)."""
@@ -144,7 +147,7 @@ def sectioned_file(tmp_path_factory):
 @pytest.fixture(scope="module")
 def sectioned_reference(tmp_path_factory, sectioned_file):
     folder = tmp_path_factory.mktemp("sectioned-reference")
-    _dedup(folder, sectioned_file, _settings(100, 100000, 1, 16, 100))
+    _dedup(folder, sectioned_file, _settings(100, 100000, 1, 16, 100) + BLOCKS)
     return folder
 
 
@@ -152,7 +155,7 @@ def sectioned_reference(tmp_path_factory, sectioned_file):
 def test_what_sectioned_sites_teach_does_not_depend_on_how_the_stream_is_cut(tmp_path, sectioned_file,
                                                                               sectioned_reference, way):
     """Repeated blocks (a section's navigation) are learned page by page, whatever the batches."""
-    _dedup(tmp_path, sectioned_file, _settings(*WAYS[way], 100))
+    _dedup(tmp_path, sectioned_file, _settings(*WAYS[way], 100) + BLOCKS)
     assert (tmp_path / "decisions.jsonl").read_bytes() == (sectioned_reference / "decisions.jsonl").read_bytes()
     assert (tmp_path / "clean.jsonl").read_bytes() == (sectioned_reference / "clean.jsonl").read_bytes()
     assert _decided(tmp_path / "state") == _decided(sectioned_reference / "state")
@@ -163,10 +166,10 @@ def test_sectioned_sites_killed_and_resumed_with_other_batches_decide_as_one_run
                                                                                  sectioned_reference, step, nth):
     """kill -9 in the middle of a batch, then a resume in batches of another size: the sites' windows and
     blocks come back from the index as the last committed batch left them."""
-    crashed = _dedup(tmp_path, sectioned_file, _settings(50, 200, 1, 16, 100), check=False,
+    crashed = _dedup(tmp_path, sectioned_file, _settings(50, 200, 1, 16, 100) + BLOCKS, check=False,
                      env={"STREAMDEDUP_TEST_CRASH_AT": f"{step}:{nth}"})
     assert crashed.returncode == 137, crashed.stderr.decode(errors="replace")
-    _dedup(tmp_path, sectioned_file, _settings(13, 450, 0, 16, 100))
+    _dedup(tmp_path, sectioned_file, _settings(13, 450, 0, 16, 100) + BLOCKS)
     assert (tmp_path / "decisions.jsonl").read_bytes() == (sectioned_reference / "decisions.jsonl").read_bytes()
     assert _decided(tmp_path / "state") == _decided(sectioned_reference / "state")
 

@@ -18,7 +18,8 @@ from streamdedup.engine.engine import Engine
 from streamdedup.engine.sitelearning import templates_in_advance
 from streamdedup.store.sites import load_site, save_site
 
-SETTINGS = TemplateSettings()
+SETTINGS = TemplateSettings(window=16)  # repeated blocks on (off by default)
+BLOCKS = ["templates.window=16"]
 
 
 def _shingles(text: str) -> np.ndarray:
@@ -85,7 +86,7 @@ def test_a_phrase_repeated_by_chance_is_not_a_block(writer):
     site = SectionedSite("blog", writer, sections=1)
     phrase = "as we said before"  # a few shingles on every page: fewer than min_block together
     texts = [site.text(0, f"{writer.article(6)} {phrase} {writer.article(3)}") for _ in range(20)]
-    state = _learn(texts, TemplateSettings(sample_pages=4, share=0.9, relearn_every=0))
+    state = _learn(texts, TemplateSettings(sample_pages=4, share=0.9, relearn_every=0, window=16))
     assert not in_sorted(_shingles(phrase)[1:-1], state.blocks).any()
 
 
@@ -109,7 +110,7 @@ def test_a_site_with_blocks_and_window_reads_back_as_it_was_written(tmp_path, wr
     site = SectionedSite("docs", writer)
     state = _learn([site.text(n % 2, writer.article(5)) for n in range(21)])
     assert len(state.blocks) and len(state.window) == SETTINGS.window
-    with Engine(config_module.load(None, [], environ={}), str(tmp_path / "i")) as engine:
+    with Engine(config_module.load(None, BLOCKS, environ={}), str(tmp_path / "i")) as engine:
         engine.index.write(lambda txn: save_site(txn, 7, state, SiteState(), "docs.example"))
         with engine.index.read() as txn:
             loaded = load_site(txn, 7)
@@ -163,7 +164,7 @@ def _found(decided: dict, republished: dict) -> int:
 
 def test_an_article_republished_under_another_sites_sectioned_template_is_found(tmp_path, writer):
     pages, republished = _sectioned_crawl(writer)
-    with Engine(config_module.load(None, [], environ={}), str(tmp_path / "on")) as engine:
+    with Engine(config_module.load(None, BLOCKS, environ={}), str(tmp_path / "on")) as engine:
         decided = _decide(engine, pages)
     with Engine(config_module.load(None, ["templates.window=0"], environ={}), str(tmp_path / "off")) as engine:
         before = _decide(engine, pages)
@@ -175,16 +176,16 @@ def test_an_article_republished_under_another_sites_sectioned_template_is_found(
 
 def test_the_sectioned_crawl_gets_the_same_decisions_whatever_the_batches_and_restarts(tmp_path):
     pages = [(p.id, p.url, p.text) for p in generate_web(240, 4, 9, navigation="sections")]
-    with Engine(config_module.load(None, [], environ={}), str(tmp_path / "one")) as engine:
+    with Engine(config_module.load(None, BLOCKS, environ={}), str(tmp_path / "one")) as engine:
         reference = _decide(engine, pages, batch=len(pages))
         assert sum(len(site.blocks) > 0 for site in engine.templates._sites.values()) == 4
     assert sum(d.status == "duplicate" for d in reference.values()) > 20
-    with Engine(config_module.load(None, [], environ={}), str(tmp_path / "small")) as engine:
+    with Engine(config_module.load(None, BLOCKS, environ={}), str(tmp_path / "small")) as engine:
         assert _decide(engine, pages, batch=1) == reference
     for cut in (31, 117):  # a restart after the first ``cut`` pages
-        with Engine(config_module.load(None, [], environ={}), str(tmp_path / f"cut{cut}")) as engine:
+        with Engine(config_module.load(None, BLOCKS, environ={}), str(tmp_path / f"cut{cut}")) as engine:
             first = _decide(engine, pages[:cut], batch=7)
-        with Engine(config_module.load(None, [], environ={}), str(tmp_path / f"cut{cut}")) as engine:
+        with Engine(config_module.load(None, BLOCKS, environ={}), str(tmp_path / f"cut{cut}")) as engine:
             second = _decide(engine, pages[cut:], batch=13)
         assert {**first, **second} == reference
 

@@ -34,19 +34,24 @@ filter, run per site and as pages arrive):
   by what was known then; when the site settles they are looked up again
   by their content under the settled template (``rekeyed``), so an article
   first seen on a site's first page is still found when republished.
-- **Repeated blocks.** Navigation that changes by section (a box listing
-  the section's pages, breadcrumbs, previous and next links, a section's
-  footer, a featured box) is on many of a site's pages but not on most of
-  them. The last ``window`` new pages of a site are kept (each as its
-  shingles that were not template when it came); a shingle of a new page is
-  template when it is on at least ``min_pages`` of them, the page included,
-  *in a block*: at least ``min_block`` of the page's shingles are on
-  exactly the same pages of the window (a box of navigation is; a common
-  phrase repeated by chance is not), and the block is at most half of the
-  new shingles of every page it is on (navigation is beside each page's own
-  text; an article shown on several pages of the site, a print version or a
-  page moved to another section, is the main text of its pages and stays
-  content). Blocks are added to the template and never taken out.
+- **Repeated blocks** (off unless ``window`` is set). Navigation that
+  changes by section (a box listing the section's pages, breadcrumbs,
+  previous and next links, a section's footer, a featured box) is on many
+  of a site's pages but not on most of them. The last ``window`` new pages
+  of a site are kept (each as its shingles that were not template when it
+  came); a shingle of a new page is template when it is on at least
+  ``min_pages`` of them, the page included, *in a block*: at least
+  ``min_block`` of the page's shingles are on exactly the same pages of the
+  window (a box of navigation is; a common phrase repeated by chance is
+  not), and the block is at most half of the new shingles of most of the
+  pages it is on (navigation is beside each page's own text; an article
+  shown on several pages of the site, a print version or a page moved to
+  another section, is the main text of its pages and stays content). Blocks
+  are added to the template and never taken out. Off by default: on real
+  documentation sites text repeated in the main content (API references'
+  inherited members, shared option descriptions) is learned too, and a page
+  republished on another site, which keeps that text, then matches its
+  source less (docs/pages/crawler-pages.md has the figures).
 - **Across sites.** A shingle in the settled templates of at least
   ``min_sites`` sites (a shared cookie banner, a CMS footer) is template on
   every page, of every site and of pages without a URL.
@@ -98,7 +103,7 @@ class TemplateSettings:
     min_sites: int = 3  # a shingle templated on this many sites is template everywhere
     min_content_share: float = 0.05  # below this share of content left, a page is compared as a whole
     learn_without_url: bool = False  # pages without a URL form one site whose template is learned too
-    window: int = 16  # recent new pages of a site where repeated blocks are looked for (0: none)
+    window: int = 0  # recent new pages of a site where repeated blocks are looked for (0: none; 16 to learn them)
     min_pages: int = 3  # a block on this many pages of the window (the new page included) is template
     min_block: int = 8  # shingles on exactly the same pages of the window that make a block
 
@@ -122,7 +127,7 @@ class TemplateSettings:
         if text == "off":
             return cls(enabled=False)
         values = {part[0]: part[1:] for part in text.split("-")}
-        blocks = (int(values["w"]), int(values["k"]), int(values["b"])) if "w" in values else (0, 3, 8)  # 0: before them
+        blocks = (int(values["w"]), int(values["k"]), int(values["b"])) if "w" in values else (0, 3, 8)  # none
         return cls(True, int(values["p"]), float(values["s"]), int(values["r"]), int(values["m"]), float(values["c"]),
                    values["u"] == "1", *blocks)
 
@@ -259,9 +264,9 @@ def _count(counts: np.ndarray, page: np.ndarray, step: int) -> None:
 
 
 def _beside_other_text(size: int, pattern: int, window: list, fresh: int) -> bool:
-    """Whether a block of ``size`` shingles, on the window's pages ``pattern`` and on the new page (``fresh``
-    new shingles; bit j of ``pattern``: on the window's page j), is at most ``BLOCK_SHARE`` of most of them: navigation beside each page's own text (a
-    short page may be mostly navigation), not an article that is the main text of several pages."""
+    """Whether a block of ``size`` shingles, on the window's pages ``pattern`` (bit j: page j) and on the new
+    page (``fresh`` new shingles), is at most ``BLOCK_SHARE`` of most of them: navigation beside each page's own
+    text (a short page may be mostly navigation), not an article that is the main text of several pages."""
     sizes = [fresh] + [len(page) for j, page in enumerate(window) if pattern >> j & 1]
     beside = sum(size <= BLOCK_SHARE * pages for pages in sizes)
     return 2 * beside > len(sizes)
