@@ -6,6 +6,7 @@ import random
 
 import numpy as np
 import pytest
+from test_templates import _decide
 
 from streamdedup import config as config_module
 from streamdedup.core import templates as templates_module
@@ -128,15 +129,6 @@ def test_a_site_with_blocks_and_window_reads_back_as_it_was_written(tmp_path, wr
 
 
 # -- decisions on a real index --------------------------------------------------
-
-
-def _decide(engine: Engine, pages: list[tuple[str, str, str]], batch: int = 50) -> dict:
-    """Decide (id, url, text) pages in batches; the decisions by id."""
-    items = [Document(i, text, Source("crawl", -1, n), url) for n, (i, url, text) in enumerate(pages)]
-    decided = []
-    for start in range(0, len(items), batch):
-        decided += engine.decide_batch(engine.prepare(items[start:start + batch]))
-    return {d.id: d for d in decided}
 
 
 def _sectioned_crawl(writer: _Writer) -> tuple[list[tuple[str, str, str]], dict[str, str]]:
