@@ -15,9 +15,11 @@ rekeyed_of     serial (8 B)                     that page's settled band keys (t
 ============== ================================ =====================================
 
 They change in the batch transaction that decides the pages, so they are
-always as of the last committed batch. Indexes made before repeated blocks
-(``templates.window``) have neither blocks nor window pages, and their site
-records four values: they read as sites without them.
+always as of the last committed batch. Without repeated blocks
+(``templates.window = 0``, and indexes made before them) a site has neither
+blocks nor window pages and its record four values, as before: the index is
+the same as one made by the version before. An index made with blocks is
+refused by that version (its template settings differ).
 """
 
 from __future__ import annotations
@@ -59,8 +61,8 @@ def load_site(txn: IndexTxn, site: int) -> SiteState:
 def save_site(txn: IndexTxn, site: int, state: SiteState, before: SiteState, host: str) -> None:
     """Write what changed of a site's state (``before``: the state as committed)."""
     key, raw, dbs = u64(site), txn.txn, txn.dbs
-    raw.put(key, msgpack.packb([state.pages, state.settled, len(state.sample), host, len(state.window)]),
-            db=dbs["sites"])
+    record = [state.pages, state.settled, len(state.sample), host] + ([len(state.window)] if state.window else [])
+    raw.put(key, msgpack.packb(record), db=dbs["sites"])
     if state.template is not before.template:
         raw.put(key, state.template.astype("<u4").tobytes(), db=dbs["site_templates"])
     if state.blocks is not before.blocks:
