@@ -3,7 +3,7 @@
 ============== ================================ =====================================
 table          key                              value
 ============== ================================ =====================================
-sites          site key (8 B)                   msgpack [new pages, settled, sampled, host, window pages]
+sites          site key (8 B)                   msgpack [new pages, settled, sampled, host(, window pages)]
 site_templates site key (8 B)                   its template: sorted uint32 (little-endian)
                site key + "b" (9 B)             its repeated blocks: sorted uint32
 site_samples   site key (8 B) + page (2 B)      a sampled page's shingles: sorted uint32
