@@ -89,7 +89,7 @@ EMPTY = np.zeros(0, dtype=np.uint32)
 MAX_TEMPLATE = 65536  # template shingles a site gets from repeated blocks at most
 MAX_WINDOW_PAGE = 4096  # shingles a page keeps in the window (the lowest hashes: a fixed sample of a larger page)
 BUCKETS = 1 << 15  # counters a row of the window's sketch (an upper bound of the pages a shingle is on)
-BLOCK_SHARE = 0.5  # a block is at most this share of the new shingles of each page it is on
+BLOCK_SHARE = 0.5  # a block is at most this share of the new shingles of most of the pages it is on
 
 
 @dataclass(frozen=True)
