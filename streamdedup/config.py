@@ -123,6 +123,10 @@ class TemplatesSection:
     min_content_share: float = _key(0.05, "a page with less content than this share of its shingles is compared "
                                     "whole", low=0.0, high=1.0)
     learn_without_url: bool = _key(False, "pages without a URL form one site whose template is learned too")
+    window: int = _key(0, "recent new pages of a site where blocks repeated on many of its pages are looked for "
+                       "(0: none; try 16)", low=0, high=64)
+    min_pages: int = _key(3, "a block on this many of those pages (the new one included) is template", low=2)
+    min_block: int = _key(8, "shingles on exactly the same pages of the window that make a block", low=1)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,9 @@
 
 Not of the batch size, of where a kill -9 and the resume cut the batches,
 of the preparing processes, of when the recent keys are merged into the
-tables, or of the band filter. The corpus makes band keys hot (documents
+tables, or of the band filter. The same holds for what site templates learn as pages arrive: a crawl of
+sites whose navigation changes by section (repeated blocks learned in a
+window of each site's recent pages) is cut the same ways. The corpus makes band keys hot (documents
 filled into a few boilerplate templates, and near copies), and a small
 ``lsh.max_candidates`` makes the per-key limit bite on most of them: where
 it bites, "the earliest kept documents of a key" must mean the same thing
@@ -17,6 +19,9 @@ import pytest
 from conftest import index_snapshot, run_cli
 
 from streamdedup.core import corpus
+from streamdedup.core.webcrawl import generate_web, write_web_jsonl
+from streamdedup.store.index import Index, IndexSettings
+from streamdedup.store.sites import load_site, site_summaries
 
 pytestmark = pytest.mark.system  # every test here starts processes
 
@@ -125,3 +130,55 @@ def test_killed_at_a_random_batch_and_resumed_with_other_batches_decides_as_one_
     assert _decided(tmp_path / "state") == _decided(expected / "state")
     checked = run_cli("check", "--state", str(tmp_path / "state"), "--set", f'lsh.cap="{cap}"')
     assert b"consistent:" in checked.stdout
+
+
+BLOCKS = ["--set", "templates.window=16"]  # repeated blocks (off by default)
+
+
+@pytest.fixture(scope="module")
+def sectioned_file(tmp_path_factory):
+    """A crawl of 12 sites whose navigation changes by section (``core.webcrawl``, ``navigation="sections"``)."""
+    path = tmp_path_factory.mktemp("sectioned") / "sectioned.jsonl"
+    with open(path, "w", encoding="utf-8") as handle:
+        write_web_jsonl(generate_web(1200, 12, 5, navigation="sections"), handle)
+    return path
+
+
+@pytest.fixture(scope="module")
+def sectioned_reference(tmp_path_factory, sectioned_file):
+    folder = tmp_path_factory.mktemp("sectioned-reference")
+    _dedup(folder, sectioned_file, _settings(100, 100000, 1, 16, 100) + BLOCKS)
+    return folder
+
+
+@pytest.mark.parametrize("way", list(WAYS))
+def test_what_sectioned_sites_teach_does_not_depend_on_how_the_stream_is_cut(tmp_path, sectioned_file,
+                                                                              sectioned_reference, way):
+    """Repeated blocks (a section's navigation) are learned page by page, whatever the batches."""
+    _dedup(tmp_path, sectioned_file, _settings(*WAYS[way], 100) + BLOCKS)
+    assert (tmp_path / "decisions.jsonl").read_bytes() == (sectioned_reference / "decisions.jsonl").read_bytes()
+    assert (tmp_path / "clean.jsonl").read_bytes() == (sectioned_reference / "clean.jsonl").read_bytes()
+    assert _decided(tmp_path / "state") == _decided(sectioned_reference / "state")
+
+
+@pytest.mark.parametrize("step,nth", [("file-decided", 4), ("file-committed", 9)])
+def test_sectioned_sites_killed_and_resumed_with_other_batches_decide_as_one_run(tmp_path, sectioned_file,
+                                                                                 sectioned_reference, step, nth):
+    """kill -9 in the middle of a batch, then a resume in batches of another size: the sites' windows and
+    blocks come back from the index as the last committed batch left them."""
+    crashed = _dedup(tmp_path, sectioned_file, _settings(50, 200, 1, 16, 100) + BLOCKS, check=False,
+                     env={"STREAMDEDUP_TEST_CRASH_AT": f"{step}:{nth}"})
+    assert crashed.returncode == 137, crashed.stderr.decode(errors="replace")
+    _dedup(tmp_path, sectioned_file, _settings(13, 450, 0, 16, 100) + BLOCKS)
+    assert (tmp_path / "decisions.jsonl").read_bytes() == (sectioned_reference / "decisions.jsonl").read_bytes()
+    assert _decided(tmp_path / "state") == _decided(sectioned_reference / "state")
+
+
+def test_the_sectioned_crawl_learns_blocks_and_finds_duplicates(sectioned_reference):
+    """The crawl is what the tests above need: blocks learned, and duplicates among the decisions."""
+    decided = (sectioned_reference / "decisions.jsonl").read_text().splitlines()
+    assert sum('"duplicate"' in line for line in decided) > 100
+    with Index(IndexSettings(path=str(sectioned_reference / "state")), None, readonly=True) as index:
+        with index.read() as txn:
+            blocks = [len(load_site(txn, site["site"]).blocks) for site in site_summaries(txn)]
+    assert len(blocks) == 12 and all(blocks)

@@ -64,8 +64,11 @@ def test_content_leaves_the_template_out_unless_too_little_is_left():
 
 def test_settings_survive_the_index_fingerprint():
     for settings in (TemplateSettings(), TemplateSettings(enabled=False),
-                     TemplateSettings(True, 16, 0.6, 0, 5, 0.1, True)):
+                     TemplateSettings(True, 16, 0.6, 0, 5, 0.1, True),
+                     TemplateSettings(window=16, min_pages=4, min_block=10)):
         assert TemplateSettings.from_fingerprint(settings.fingerprint()) == settings
+    assert TemplateSettings().fingerprint() == "p8-s0.5-r200-m3-c0.05-u0"  # as indexes made before repeated blocks
+    assert TemplateSettings.from_fingerprint("p8-s0.5-r200-m3-c0.05-u0").window == 0
 
 
 # -- decisions on a real index --------------------------------------------------

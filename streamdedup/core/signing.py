@@ -155,7 +155,8 @@ def template_settings(config: Config) -> TemplateSettings:
     """The ``[templates]`` section as the engine's settings."""
     section = config.templates
     return TemplateSettings(section.enabled, section.sample_pages, section.share, section.relearn_every,
-                            section.min_sites, section.min_content_share, section.learn_without_url)
+                            section.min_sites, section.min_content_share, section.learn_without_url,
+                            section.window, section.min_pages, section.min_block)
 
 
 def band_keys_of(sets: list[np.ndarray], signing: "SigningConfig") -> np.ndarray:

@@ -34,6 +34,24 @@ filter, run per site and as pages arrive):
   by what was known then; when the site settles they are looked up again
   by their content under the settled template (``rekeyed``), so an article
   first seen on a site's first page is still found when republished.
+- **Repeated blocks** (off unless ``window`` is set). Navigation that
+  changes by section (a box listing the section's pages, breadcrumbs,
+  previous and next links, a section's footer, a featured box) is on many
+  of a site's pages but not on most of them. The last ``window`` new pages
+  of a site are kept (each as its shingles that were not template when it
+  came); a shingle of a new page is template when it is on at least
+  ``min_pages`` of them, the page included, *in a block*: at least
+  ``min_block`` of the page's shingles are on exactly the same pages of the
+  window (a box of navigation is; a common phrase repeated by chance is
+  not), and the block is at most half of the new shingles of most of the
+  pages it is on (navigation is beside each page's own text; an article
+  shown on several pages of the site, a print version or a page moved to
+  another section, is the main text of its pages and stays content). Blocks
+  are added to the template and never taken out. Off by default: on real
+  documentation sites text repeated in the main content (API references'
+  inherited members, shared option descriptions) is learned too, and a page
+  republished on another site, which keeps that text, then matches its
+  source less (docs/pages/crawler-pages.md has the figures).
 - **Across sites.** A shingle in the settled templates of at least
   ``min_sites`` sites (a shared cookie banner, a CMS footer) is template on
   every page, of every site and of pages without a URL.
@@ -46,6 +64,13 @@ boundaries or timing: the state moves page by page and is committed with
 each batch's decisions, so a restart, a replay or a backfill learns and
 decides exactly as an uninterrupted run. Template shingles are kept as the
 top 32 bits of the shingle hashes.
+
+Memory, per site: the template (at most ``MAX_TEMPLATE`` shingles, 256 KiB;
+past that no block is added), the sample being learned (``sample_pages``
+pages), and with repeated blocks the window: ``window`` pages of at most
+``MAX_WINDOW_PAGE`` shingles (16 pages: at most 256 KiB, about 50 KiB for
+pages of 800 words) and a count-min sketch of them (two rows of ``BUCKETS``
+8-bit counters, 64 KiB), rebuilt from the window when the site is read from the index.
 """
 
 from __future__ import annotations
@@ -58,9 +83,13 @@ import numpy as np
 from .sites import NO_SITE
 
 __all__ = ["TemplateSettings", "SiteState", "learned_template", "content_of", "in_sorted",
-           "SiteTimeline", "EMPTY"]
+           "SiteTimeline", "EMPTY", "MAX_TEMPLATE", "MAX_WINDOW_PAGE"]
 
 EMPTY = np.zeros(0, dtype=np.uint32)
+MAX_TEMPLATE = 65536  # template shingles a site gets from repeated blocks at most
+MAX_WINDOW_PAGE = 4096  # shingles a page keeps in the window (the lowest hashes: a fixed sample of a larger page)
+BUCKETS = 1 << 15  # counters a row of the window's sketch (an upper bound of the pages a shingle is on)
+BLOCK_SHARE = 0.5  # a block is at most this share of the new shingles of most of the pages it is on
 
 
 @dataclass(frozen=True)
@@ -74,6 +103,9 @@ class TemplateSettings:
     min_sites: int = 3  # a shingle templated on this many sites is template everywhere
     min_content_share: float = 0.05  # below this share of content left, a page is compared as a whole
     learn_without_url: bool = False  # pages without a URL form one site whose template is learned too
+    window: int = 0  # recent new pages of a site where repeated blocks are looked for (0: none; 16 to learn them)
+    min_pages: int = 3  # a block on this many pages of the window (the new page included) is template
+    min_block: int = 8  # shingles on exactly the same pages of the window that make a block
 
     def learns(self, site: int) -> bool:
         """Whether pages of ``site`` teach and use a site template (pages without a URL: if asked to)."""
@@ -83,8 +115,11 @@ class TemplateSettings:
         """The settings as the index records them ("off", or each value after its letter)."""
         if not self.enabled:
             return "off"
-        return (f"p{self.sample_pages}-s{self.share:g}-r{self.relearn_every}-m{self.min_sites}"
+        text = (f"p{self.sample_pages}-s{self.share:g}-r{self.relearn_every}-m{self.min_sites}"
                 f"-c{self.min_content_share:g}-u{int(self.learn_without_url)}")
+        if self.window:
+            text += f"-w{self.window}-k{self.min_pages}-b{self.min_block}"
+        return text
 
     @classmethod
     def from_fingerprint(cls, text: str) -> "TemplateSettings":
@@ -92,8 +127,9 @@ class TemplateSettings:
         if text == "off":
             return cls(enabled=False)
         values = {part[0]: part[1:] for part in text.split("-")}
+        blocks = (int(values["w"]), int(values["k"]), int(values["b"])) if "w" in values else (0, 3, 8)  # none
         return cls(True, int(values["p"]), float(values["s"]), int(values["r"]), int(values["m"]), float(values["c"]),
-                   values["u"] == "1")
+                   values["u"] == "1", *blocks)
 
 
 @dataclass
@@ -104,9 +140,14 @@ class SiteState:
     settled: bool = False  # its first sample is full
     template: np.ndarray = field(default_factory=lambda: EMPTY)  # sorted uint32: the template in use
     sample: list = field(default_factory=list)  # sorted uint32 arrays: the pages sampled so far
+    blocks: np.ndarray = field(default_factory=lambda: EMPTY)  # sorted uint32: the repeated blocks found
+    window: list = field(default_factory=list)  # slot (new page number % window) -> its new shingles, sorted uint32
+    _counts: Optional[np.ndarray] = field(default=None, repr=False, compare=False)  # 2 x BUCKETS uint8, of ``window``
 
     def copy(self) -> "SiteState":
-        return SiteState(self.pages, self.settled, self.template, list(self.sample))
+        counts = None if self._counts is None else self._counts.copy()
+        return SiteState(self.pages, self.settled, self.template, list(self.sample), self.blocks, list(self.window),
+                         counts)
 
     def samples_next(self, settings: TemplateSettings) -> bool:
         """Whether the site's next new page goes into a sample."""
@@ -119,22 +160,128 @@ class SiteState:
         """Count a new page (``page``: its sorted uint32 shingles).
 
         Returns (old, new) settled template when the page completes a sample
-        (the across-site counts then move), else None.
+        or adds repeated blocks to a settled template (the across-site
+        counts then move), else None.
         """
         sampled = self.samples_next(settings)
+        grew = self._learn_blocks(page, settings)
         self.pages += 1
-        if not sampled:
-            return None
-        self.sample.append(page)
+        if sampled:
+            self.sample.append(page)
         if not self.settled:
-            self.template = learned_template(self.sample, settings.share)
-        if len(self.sample) < settings.sample_pages:
+            self.template = _union(learned_template(self.sample, settings.share), self.blocks)
+            if len(self.sample) < settings.sample_pages:
+                return None
+            self.settled, self.sample = True, []
+            return EMPTY, self.template
+        template = self.template
+        if sampled and len(self.sample) == settings.sample_pages:
+            template = np.union1d(template, learned_template(self.sample, settings.share)).astype(np.uint32)
+            self.sample = []
+        elif not grew:
             return None
-        old = self.template if self.settled else EMPTY
-        learned = learned_template(self.sample, settings.share)
-        self.template = np.union1d(old, learned).astype(np.uint32) if self.settled else learned
-        self.settled, self.sample = True, []
+        old, self.template = self.template, _union(template, self.blocks)
         return old, self.template
+
+    def _learn_blocks(self, page: np.ndarray, settings: TemplateSettings) -> bool:
+        """Put the page into the window, after adding the repeated blocks it shows; whether any was added."""
+        if not settings.window:
+            return False
+        fresh = page[~in_sorted(page, self.template)] if len(self.template) else page
+        found = EMPTY
+        if len(self.window) + 1 >= settings.min_pages and len(self.blocks) < MAX_TEMPLATE:
+            found = self._repeated_blocks(fresh, settings)
+            if len(found):
+                self.blocks = _merged(self.blocks, found)
+        self._into_window(fresh[:MAX_WINDOW_PAGE], settings.window)
+        return len(found) > 0
+
+    def _repeated_blocks(self, fresh: np.ndarray, settings: TemplateSettings) -> np.ndarray:
+        """The shingles of ``fresh`` (a new page's) in blocks repeated on the window's pages (sorted uint32)."""
+        need, window = settings.min_pages - 1, self.window
+        counts = self._window_counts()
+        maybe = fresh[counts[0][fresh & (BUCKETS - 1)] >= need]  # the sketch's two rows, one after the other
+        if len(maybe) >= settings.min_block:
+            maybe = maybe[counts[1][(maybe >> 15) & (BUCKETS - 1)] >= need]
+        if len(maybe) < settings.min_block:
+            return EMPTY
+        pages = np.zeros(len(maybe), dtype=np.uint64)  # bit j: on the window's page j (at most 64 pages)
+        times = np.zeros(len(maybe), dtype=np.int64)
+        for j, other in enumerate(window):
+            on = in_sorted(maybe, other)
+            pages |= on.astype(np.uint64) << np.uint64(j)
+            times += on
+        often = times >= need
+        maybe, pages = maybe[often], pages[often]
+        if len(maybe) < settings.min_block:
+            return EMPTY
+        patterns, which, sizes = np.unique(pages, return_inverse=True, return_counts=True)
+        chosen = [n for n, (pattern, size) in enumerate(zip(patterns.tolist(), sizes.tolist()))
+                  if size >= settings.min_block and _beside_other_text(size, pattern, window, len(fresh))]
+        if not chosen:
+            return EMPTY
+        return maybe[np.isin(which, chosen)]
+
+    def nbytes(self) -> int:
+        """The memory its arrays take."""
+        arrays = [self.template, self.blocks, *self.sample, *self.window]
+        return sum(a.nbytes for a in arrays) + (0 if self._counts is None else self._counts.nbytes)
+
+    def forget_window(self) -> None:
+        """Drop the window (to bound memory); the next pages start another."""
+        self.window, self._counts = [], None
+
+    def _window_counts(self) -> np.ndarray:
+        """The window's count-min sketch: per row, how many of its pages' shingles fall in each bucket (mod 256)."""
+        if self._counts is None:
+            self._counts = np.zeros((2, BUCKETS), dtype=np.uint8)
+            for page in self.window:
+                _count(self._counts, page, 1)
+        return self._counts
+
+    def _into_window(self, fresh: np.ndarray, size: int) -> None:
+        counts, slot = self._window_counts(), self.pages % size
+        if slot < len(self.window):
+            _count(counts, self.window[slot], -1)
+            self.window[slot] = fresh
+        else:
+            self.window.append(fresh)
+        _count(counts, fresh, 1)
+
+
+def _buckets(shingles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The sketch's two buckets of each shingle: two independent parts of its hash."""
+    return shingles & (BUCKETS - 1), (shingles >> 15) & (BUCKETS - 1)
+
+
+def _count(counts: np.ndarray, page: np.ndarray, step: int) -> None:
+    """Add (``step`` 1) or take out (-1) a page's shingles in the sketch; 8-bit counters wrap, and a page taken
+    out takes out exactly what it put in."""
+    low, high = _buckets(page)
+    delta = np.uint8(step & 0xFF)
+    np.add.at(counts[0], low, delta)
+    np.add.at(counts[1], high, delta)
+
+
+def _beside_other_text(size: int, pattern: int, window: list, fresh: int) -> bool:
+    """Whether a block of ``size`` shingles, on the window's pages ``pattern`` (bit j: page j) and on the new
+    page (``fresh`` new shingles), is at most ``BLOCK_SHARE`` of most of them: navigation beside each page's own
+    text (a short page may be mostly navigation), not an article that is the main text of several pages."""
+    sizes = [fresh] + [len(page) for j, page in enumerate(window) if pattern >> j & 1]
+    beside = sum(size <= BLOCK_SHARE * pages for pages in sizes)
+    return 2 * beside > len(sizes)
+
+
+def _union(template: np.ndarray, blocks: np.ndarray) -> np.ndarray:
+    """``template`` with ``blocks`` (``template`` itself when there are none)."""
+    return _merged(template, blocks) if len(blocks) else template
+
+
+def _merged(one: np.ndarray, other: np.ndarray) -> np.ndarray:
+    """The union of two sorted uint32 arrays (sorted; a stable sort merges the two runs in linear time)."""
+    both = np.concatenate([one, other]).astype(np.uint32)
+    both.sort(kind="stable")
+    return both[np.concatenate(([True], both[1:] != both[:-1]))] if len(both) else both
 
 
 def learned_template(pages: list[np.ndarray], share: float) -> np.ndarray:

@@ -19,6 +19,25 @@ same Python version). Each record carries its
 truth: site, kind, source page and the page's own body, so a deduplicator
 can be scored on what the page itself says (``bench/crawl_accuracy.py``).
 The same arguments give the same crawl.
+
+With ``navigation="sections"`` the sites are built as documentation and
+news sites are (the default, ``"constant"``, keeps one template a site):
+each site's pages fall into sections of 5 to 40 pages, and around a page's
+body, besides the site-wide blocks, come its section's navigation: a
+breadcrumb trail, a box listing every page title of the section, previous
+and next links, a footer of the section and an "on this page" list taken
+from the body's own sentences. The crawler meets two or three sections of
+a site at a time, interleaved. Two more kinds of pages appear:
+
+- ``repeated``: an earlier article of the *same* site on another page of it
+  (a print version, a page moved to another section);
+- pages carrying a ``featured`` box on some of a site's pages: the summary
+  (first two sentences) of one of the site's earlier articles, the same
+  summary on a run of pages.
+
+So a body can appear on several pages of one site, and a site's navigation
+is not on most of its pages; the truth (``body``) never includes the
+navigation or the featured box.
 """
 
 from __future__ import annotations
@@ -34,10 +53,13 @@ from typing import Iterator, Optional, TextIO
 
 from .corpus import _Writer, write_lines
 
-__all__ = ["WebPage", "generate_web", "write_web_jsonl", "stdlib_paragraphs", "KINDS"]
+__all__ = ["WebPage", "generate_web", "write_web_jsonl", "stdlib_paragraphs", "KINDS", "NAVIGATIONS"]
 
-KINDS = ("article", "short", "republished", "excerpt")
-_WEIGHTS = (55, 15, 18, 12)
+NAVIGATIONS = ("constant", "sections")
+
+KINDS = ("article", "short", "republished", "excerpt", "repeated")
+_WEIGHTS = (55, 15, 18, 12, 0)
+_SECTIONED_WEIGHTS = (52, 13, 18, 12, 5)
 _BANNERS = (
     "We use cookies and similar technologies to personalise content and ads, to provide social media features "
     "and to analyse our traffic. Accept all cookies. Reject all. Manage your privacy settings.",
@@ -79,6 +101,61 @@ class _Site:
         return f"https://www.{self.host}/{self.pages:05d}.html", text
 
 
+class _Section:
+    """A section of a site: its title, and the titles of its pages (all known up front, as a static site's)."""
+
+    def __init__(self, writer: _Writer, rng: random.Random):
+        self.title = " ".join(w.capitalize() for w in writer.words(rng.randint(2, 4)))
+        self.titles = [" ".join(writer.words(rng.randint(3, 7))).capitalize() for _ in range(rng.randint(5, 40))]
+        self.footer = f"More in {self.title}. " + writer.sentence() + " Edit this section. Report a problem."
+        self.used = 0
+
+
+class _SectionedSite(_Site):
+    """A site whose navigation changes by section; a featured box on runs of its pages."""
+
+    def __init__(self, number: int, writer: _Writer, rng: random.Random):
+        super().__init__(number, writer, rng)
+        self.writer, self.rng = writer, rng
+        self.open: list[_Section] = []
+        self.featured: Optional[str] = None  # the summary in the featured box, while a run lasts
+        self.featured_left = 0
+
+    def _section(self) -> tuple[_Section, int]:
+        """The section the crawler meets next on this site (two or three open at a time), and the page's place."""
+        while len(self.open) < 3 and (not self.open or self.rng.random() < 0.5):
+            self.open.append(_Section(self.writer, self.rng))
+        section = self.rng.choice(self.open)
+        place = section.used
+        section.used += 1
+        if section.used == len(section.titles):
+            self.open.remove(section)
+        return section, place
+
+    def feature(self, summary: str) -> None:
+        """Show ``summary`` in the featured box of the site's next 3 to 12 pages."""
+        self.featured, self.featured_left = summary, self.rng.randint(3, 12)
+
+    def page(self, body: str) -> tuple[str, str]:
+        section, place = self._section()
+        titles = section.titles
+        title = titles[place]
+        sentences = [s for s in re.split(r"(?<=\.) ", body) if s]
+        on_page = ". ".join(" ".join(s.split()[:4]) for s in sentences[:: max(1, len(sentences) // 5)][:6])
+        neighbours = ((f"Previous: {titles[place - 1]}. " if place else "")
+                      + (f"Next: {titles[place + 1]}." if place + 1 < len(titles) else ""))
+        blocks = [self.banner, self.header, f"Home > {section.title} > {title}",
+                  f"In {section.title}: " + ". ".join(titles) + ".", title, f"On this page: {on_page}.", body,
+                  neighbours, section.footer]
+        if self.featured_left:
+            blocks.insert(6, f"Featured. {self.featured} Read more.")
+            self.featured_left -= 1
+        blocks += [self.sidebar, self.newsletter, self.footer]
+        self.pages += 1
+        slug = section.title.lower().replace(" ", "-")
+        return f"https://www.{self.host}/{slug}/{self.pages:05d}.html", "\n".join(blocks)
+
+
 class _Bodies:
     """Article bodies: invented sentences, or paragraphs of real prose."""
 
@@ -106,21 +183,28 @@ class _Bodies:
         return " ".join(words)
 
 
-def generate_web(pages: int = 3000, sites: int = 40, seed: int = 42, prose: str = "invented") -> list[WebPage]:
-    """A crawl of ``pages`` pages over ``sites`` sites of varying size."""
+def generate_web(pages: int = 3000, sites: int = 40, seed: int = 42, prose: str = "invented",
+                 navigation: str = "constant") -> list[WebPage]:
+    """A crawl of ``pages`` pages over ``sites`` sites of varying size (``navigation``: "constant" or "sections")."""
+    if navigation not in NAVIGATIONS:
+        raise ValueError(f"navigation is one of {NAVIGATIONS}, not {navigation!r}")
     rng = random.Random(seed)
     writer = _Writer(rng)
     bodies = _Bodies(writer, rng, prose)
-    made = [_Site(i, writer, rng) for i in range(sites)]
+    sectioned = navigation == "sections"
+    made = [(_SectionedSite if sectioned else _Site)(i, writer, rng) for i in range(sites)]
     weights = [1.0 / (rank + 1) ** 0.8 for rank in range(sites)]
     articles: list[tuple[str, str, str]] = []  # (page id, site host, body)
     result: list[WebPage] = []
     for number in range(pages):
         site = rng.choices(made, weights=weights)[0]
-        kind = rng.choices(KINDS, weights=_WEIGHTS)[0]
+        kind = rng.choices(KINDS, weights=_SECTIONED_WEIGHTS if sectioned else _WEIGHTS)[0]
         others = [a for a in articles[-400:] if a[1] != site.host]
+        own = [a for a in articles[-400:] if a[1] == site.host]
         source = None
-        if kind == "republished" and others:
+        if kind == "repeated" and own:
+            source, _, body = rng.choice(own)
+        elif kind == "republished" and others:
             source, _, original = rng.choice(others)
             body = writer.edit(original, "light") if rng.random() < 0.3 else original
         elif kind == "excerpt" and (long := [a for a in others if len(a[2].split()) >= 240]):
@@ -133,6 +217,8 @@ def generate_web(pages: int = 3000, sites: int = 40, seed: int = 42, prose: str 
         page_id = f"page-{number:06d}"
         if kind == "article":
             articles.append((page_id, site.host, body))
+        if sectioned and not site.featured_left and own and rng.random() < 0.05:
+            site.feature(" ".join(re.split(r"(?<=\.) ", rng.choice(own)[2])[:2]))
         url, text = site.page(body)
         result.append(WebPage(page_id, url, text, site.host, kind, source, body))
     return result

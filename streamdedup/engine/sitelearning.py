@@ -26,6 +26,8 @@ from ..store.sites import load_site, move_site_counts, save_site, shared_templat
 __all__ = ["SiteTemplates", "BatchContent", "templates_in_advance"]
 
 CACHED_SITES = 200_000  # committed site states kept in memory (the rest are read from the index when needed)
+CACHED_BYTES = 1 << 30  # and at most about this much of them (a site's window and sketch: 100-200 KiB)
+ADVANCE_WINDOWS = 20_000  # sites whose windows the first pass of ``dedup --learn-first`` holds at once
 
 
 @dataclass
@@ -51,6 +53,7 @@ class SiteTemplates:
         self.settings = settings
         self.signing = signing
         self._sites: dict[int, SiteState] = {}
+        self._bytes = 0  # about what the cached states take (the states replaced by newer ones included)
         self._shared: Optional[np.ndarray] = None
 
     def content(self, txn: IndexTxn, view, batch: PreparedBatch) -> BatchContent:
@@ -100,10 +103,15 @@ class SiteTemplates:
         state = self._sites.get(site)
         if state is None:
             state = load_site(txn, site)
-            if len(self._sites) >= CACHED_SITES:
-                self._sites.clear()
-            self._sites[site] = state
+            self._cache(site, state)
         return state
+
+    def _cache(self, site: int, state: SiteState) -> None:
+        if len(self._sites) >= CACHED_SITES or self._bytes >= CACHED_BYTES:
+            self._sites.clear()
+            self._bytes = 0
+        self._sites[site] = state
+        self._bytes += state.nbytes()
 
     def _shared_now(self, txn: IndexTxn) -> np.ndarray:
         if self._shared is None:
@@ -124,7 +132,8 @@ class SiteTemplates:
                 save_site(txn, site, state, before, hosts.get(site, ""))
 
         def taken_in() -> None:
-            self._sites.update(copies)
+            for site, state in copies.items():
+                self._cache(site, state)
             self._shared = shared
 
         txn.after_commit.append(taken_in)
@@ -155,7 +164,8 @@ class SiteTemplates:
             shared = self._moved(txn, (EMPTY, template), shared)
 
         def taken_in() -> None:
-            self._sites.update(copies)
+            for site, state in copies.items():
+                self._cache(site, state)
             self._shared = shared
 
         txn.after_commit.append(taken_in)
@@ -164,19 +174,26 @@ class SiteTemplates:
     def forget_cache(self) -> None:
         """Drop the cached state (after the index changed under it: a rebuild)."""
         self._sites.clear()
+        self._bytes = 0
         self._shared = None
 
 
 def templates_in_advance(batches: Iterable[PreparedBatch], settings: TemplateSettings) -> tuple[dict, dict]:
-    """Each site's template as its first ``sample_pages`` new pages show it, and the sites' hosts.
+    """Each site's template as its first ``sample_pages`` new pages show it, with the repeated blocks all its
+    pages show, and the sites' hosts.
 
     The first pass of a two-pass offline run (``dedup --learn-first``): the
     same learning as the single pass (new pages only: an exact copy of a
     page read before is not one), done before any page is decided. Sites
-    with fewer new pages are left to learn as usual.
+    with fewer new pages are left to learn as usual. Repeated blocks
+    (``templates.window``) are looked for over the whole input, so a
+    section's navigation is template from the section's first page on; the
+    windows of at most ``ADVANCE_WINDOWS`` sites are held at once (a site
+    met again after others took its place starts a new window).
     """
-    learning: dict[int, SiteState] = {}
-    learned: dict[int, np.ndarray] = {}
+    learning: dict[int, SiteState] = {}  # with their windows, by the order sites were last met
+    resting: dict[int, SiteState] = {}  # without
+    first: dict[int, np.ndarray] = {}  # site -> the template its first sample shows
     hosts: dict[int, str] = {}
     seen: set[bytes] = set()
     for batch in batches:
@@ -186,11 +203,18 @@ def templates_in_advance(batches: Iterable[PreparedBatch], settings: TemplateSet
             if row < 0 or not isinstance(item, Document):
                 continue
             site, digest = sites[row], batch.contents[row]
-            if site in learned or not settings.learns(site) or digest in seen:
+            if (site in first and not settings.window) or not settings.learns(site) or digest in seen:
                 continue
             seen.add(digest)
-            state = learning.setdefault(site, SiteState())
+            state = learning.pop(site, None) or resting.pop(site, None) or SiteState()
+            learning[site] = state
             state.add_page(batch.shingles.of(row), settings)
-            if state.settled:
-                learned[site] = learning.pop(site).template
-    return learned, hosts
+            if state.settled and site not in first:
+                first[site] = state.template
+            if len(learning) > ADVANCE_WINDOWS:  # the site met longest ago rests without its window
+                rested = next(iter(learning))
+                resting[rested] = learning.pop(rested)
+                resting[rested].forget_window()
+    learning.update(resting)
+    return {site: np.union1d(template, learning[site].blocks).astype(np.uint32) for site, template in first.items()}, \
+        hosts

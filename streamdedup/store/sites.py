@@ -3,9 +3,11 @@
 ============== ================================ =====================================
 table          key                              value
 ============== ================================ =====================================
-sites          site key (8 B)                   msgpack [new pages, settled, sampled, host]
+sites          site key (8 B)                   msgpack [new pages, settled, sampled, host(, window pages)]
 site_templates site key (8 B)                   its template: sorted uint32 (little-endian)
+               site key + "b" (9 B)             its repeated blocks: sorted uint32
 site_samples   site key (8 B) + page (2 B)      a sampled page's shingles: sorted uint32
+               site key + 0x8000 + slot (2 B)   a window page's new shingles: sorted uint32
 template_sites shingle's top 32 bits (4 B)      how many sites' settled templates hold it
 site_provisional site key (8 B)                 kept pages of a learning site (serials, 8 B each)
 rekeyed        band (2 B) + band key (8 B)      a first page's serial, by its settled content
@@ -13,7 +15,11 @@ rekeyed_of     serial (8 B)                     that page's settled band keys (t
 ============== ================================ =====================================
 
 They change in the batch transaction that decides the pages, so they are
-always as of the last committed batch.
+always as of the last committed batch. Without repeated blocks
+(``templates.window = 0``, and indexes made before them) a site has neither
+blocks nor window pages and its record four values, as before: the index is
+the same as one made by the version before. An index made with blocks is
+refused by that version (its template settings differ).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ __all__ = ["load_site", "save_site", "move_site_counts", "shared_template", "sit
            "set_provisional_pages", "write_rekeyed", "remove_rekeyed"]
 
 _EMPTY = np.zeros(0, dtype=np.uint32)
+_WINDOW = 0x8000  # window slots in ``site_samples``, after the sample's pages
 
 
 def _u32_array(raw) -> np.ndarray:
@@ -42,18 +49,27 @@ def load_site(txn: IndexTxn, site: int) -> SiteState:
     raw = txn.get("sites", key)
     if raw is None:
         return SiteState()
-    pages, settled, sampled, _ = msgpack.unpackb(raw)
+    pages, settled, sampled, _, *windowed = msgpack.unpackb(raw)
     template = _u32_array(txn.get("site_templates", key))
     sample = [_u32_array(txn.get("site_samples", key + i.to_bytes(2, "big"))) for i in range(sampled)]
-    return SiteState(pages, settled, template, sample)
+    blocks = _u32_array(txn.get("site_templates", key + b"b"))
+    window = [_u32_array(txn.get("site_samples", key + (_WINDOW + i).to_bytes(2, "big")))
+              for i in range(windowed[0] if windowed else 0)]
+    return SiteState(pages, settled, template, sample, blocks, window)
 
 
 def save_site(txn: IndexTxn, site: int, state: SiteState, before: SiteState, host: str) -> None:
     """Write what changed of a site's state (``before``: the state as committed)."""
     key, raw, dbs = u64(site), txn.txn, txn.dbs
-    raw.put(key, msgpack.packb([state.pages, state.settled, len(state.sample), host]), db=dbs["sites"])
+    record = [state.pages, state.settled, len(state.sample), host] + ([len(state.window)] if state.window else [])
+    raw.put(key, msgpack.packb(record), db=dbs["sites"])
     if state.template is not before.template:
         raw.put(key, state.template.astype("<u4").tobytes(), db=dbs["site_templates"])
+    if state.blocks is not before.blocks:
+        raw.put(key + b"b", state.blocks.astype("<u4").tobytes(), db=dbs["site_templates"])
+    for i, page in enumerate(state.window):
+        if i >= len(before.window) or page is not before.window[i]:
+            raw.put(key + (_WINDOW + i).to_bytes(2, "big"), page.astype("<u4").tobytes(), db=dbs["site_samples"])
     for i in range(len(state.sample)):
         if i >= len(before.sample) or state.sample[i] is not before.sample[i]:
             raw.put(key + i.to_bytes(2, "big"), state.sample[i].astype("<u4").tobytes(), db=dbs["site_samples"])
@@ -96,7 +112,7 @@ def shared_template(txn: IndexTxn, min_sites: int) -> np.ndarray:
 def site_summaries(txn: IndexTxn) -> Iterator[dict]:
     """What was learned of every site: host, new pages, settled, template shingles, pages in its sample."""
     for key, raw in txn.table_entries("sites"):
-        pages, settled, sampled, host = msgpack.unpackb(raw)
+        pages, settled, sampled, host, *_ = msgpack.unpackb(raw)
         template = txn.get("site_templates", key)
         yield {"site": int.from_bytes(key, "big"), "host": host, "pages": pages, "settled": settled,
                "template_shingles": len(template) // 4 if template else 0, "sampled": sampled}
