@@ -244,3 +244,28 @@ def test_a_vshard_refuses_records_it_is_not_home_to_and_epochs_out_of_order(tmp_
         vshard.slice(0, elsewhere, list(range(1, len(elsewhere) + 1)), (1, len(elsewhere) + 1), NOW)
     with pytest.raises(ValueError, match="one after the other"):
         vshard.slice(1, [], [], (1, 1), NOW)
+
+
+@pytest.mark.parametrize("vshards", [1, 3])
+def test_a_forgotten_first_document_of_a_content_hands_on_to_the_next(tmp_path, vshards):
+    """As in one index's content table: forgetting the first document of a content makes the next one with
+    that content its first, and a copy made later is an exact copy of it, or not when that one's cluster was
+    dissolved (its representative forgotten)."""
+    rng = random.Random(5)
+    base = _words(rng, 120)
+    near = " ".join(_edited(base, rng, 3))
+    lone = " ".join(_words(rng, 120))
+    texts = [("k", " ".join(base)), ("a", near), ("b", near), ("x", lone), ("y", lone)]
+    later = [("c", near), ("z", lone)]
+    items = _items(texts + later)
+    forgotten = ("a", "x")  # a duplicate first of its content; a kept one, first of its content, with a member
+    config = _config(tmp_path)
+    with Engine(config, clock=lambda: NOW) as engine:
+        expected = engine.decide_batch(engine.prepare(items[:5]))
+        engine.forget(list(forgotten))
+        expected += engine.decide_batch(engine.prepare(items[5:]))
+    run = Simulator(config, vshards, seed=1, clock=lambda: NOW).decide([items[:5], Forget(forgotten), items[5:]])
+    assert run.decisions == expected
+    c, z = expected[5], expected[6]
+    assert c.exact and c.matched == "b" and c.cluster == "k"  # b is first now, still in k's cluster
+    assert not z.exact and z.status == "kept"  # y is first now, its cluster (x's) dissolved

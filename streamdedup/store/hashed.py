@@ -19,7 +19,7 @@ from typing import Iterable, Iterator
 
 from .index import IndexTxn, from_u64, serial_key
 
-__all__ = ["HASH_BYTES", "entry", "serials_of", "serials_of_many", "entries"]
+__all__ = ["each_serial_of", "HASH_BYTES", "entry", "serials_of", "serials_of_many", "entries"]
 
 HASH_BYTES = 8
 _BUCKET_BYTES = 2
@@ -33,16 +33,20 @@ def entry(digest: bytes, serial: int) -> tuple[bytes, bytes]:
 
 def serials_of(cursor, digest: bytes) -> list[int]:
     """The serials with the 8-byte hash ``digest`` (ascending), read through a cursor of the table."""
+    return list(each_serial_of(cursor, digest))
+
+
+def each_serial_of(cursor, digest: bytes) -> Iterator[int]:
+    """``serials_of``, read as they are asked for: a caller after the first of many (the first document of
+    a content copied a hundred thousand times) reads one."""
     bucket, rest = digest[:_BUCKET_BYTES], digest[_BUCKET_BYTES:HASH_BYTES]
-    found = []
     if cursor.set_range_dup(bucket, rest + _FIRST):
         value = cursor.value()
         while value[:-4] == rest:
-            found.append(from_u64(value[-4:]))
+            yield from_u64(value[-4:])
             if not cursor.next_dup():
                 break
             value = cursor.value()
-    return found
 
 
 def serials_of_many(txn: IndexTxn, table: str, digests: Iterable[bytes]) -> dict[bytes, list[int]]:

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..core import eliasfano
 from ..errors import IndexFullError
-from .hashed import serials_of_many
+from .hashed import each_serial_of
 from .index import MAX_SERIAL, DocRecord, IndexTxn, content_key, serial_key, u64
 from .mirror import RecentMirror, pack_recent, placed_entries
 
@@ -33,10 +33,10 @@ def _stored_first_documents(txn: IndexTxn, contents: list[bytes],
     The table is keyed by 8 bytes of the hash, which two contents may share:
     each hit's record (read by ``record``) must have the whole hash.
     """
-    held = serials_of_many(txn, "content", [content_key(c) for c in contents])
+    cursor = txn.txn.cursor(db=txn.dbs["content"])
     found = {}
-    for c in contents:
-        serial = next((s for s in held.get(content_key(c), ()) if record(s).content == c), None)
+    for c in sorted(set(contents), key=content_key):  # in table order: the pages read stay in cache
+        serial = next((s for s in each_serial_of(cursor, content_key(c)) if record(s).content == c), None)
         if serial is not None:
             found[c] = serial
     return found

@@ -119,7 +119,7 @@ class _Epoch:
     new: dict  # serial -> row, of the new documents (not replays)
     twins: dict = field(default_factory=dict)  # serial -> (twin serial, its home, stored)
     needed: set = field(default_factory=set)  # own serials another document of the epoch waits for
-    first_contents: dict = field(default_factory=dict)  # content -> (serial, home): owned, first seen here
+    contents: dict = field(default_factory=dict)  # owned content -> [serial, home, True] of each new document
     placed: tuple = (_NONE, _NONE)  # (slots, holders): places taken here under owned keys, sorted
     probes: tuple = (_NONE, _NONE)  # (slots, serials) this home asked owners about
     closed_probes: list = field(default_factory=list)  # (slot, serials, holders) of probes of closed keys
@@ -159,8 +159,9 @@ class VShard:
         self.places = KeyPlaces()  # owner: the holders of its band keys' places
         self.closed = ClosedKeys()  # home: closed keys it probes, answered here
         self.members: dict[int, list[int]] = {}  # home: cluster serial -> its own duplicates in that cluster
-        self.firsts: dict[bytes, tuple[int, int, bool]] = {}  # owner: content -> its first document (serial, home,
-        # whether it is still in a cluster: forgetting a cluster's representative dissolves it)
+        # owner: content -> [serial, home, still in a cluster] of every document with it, in order; the first
+        # is its twin's, the next is first once that one is forgotten (as in one index's content table)
+        self.firsts: dict[bytes, list[list]] = {}
         self.linked_rows = 0  # documents sent to every vshard, linked to another of their epoch
         self.decided: dict[int, list[Decision]] = {}  # epoch -> decisions of the home's items, in order
         self.epochs_done = 0  # epochs are numbered from 0 and decided one after the other
@@ -227,13 +228,13 @@ class VShard:
         needed: list[list] = [[] for _ in range(self.count)]
         for serial, content, home in asked:  # in the deployment's order
             stored = self.firsts.get(content)
-            if stored is not None:
-                answers[home].append((serial, stored[0], stored[1], True, stored[2]))
-                continue
-            first = e.first_contents.get(content)
-            if first is None:
-                e.first_contents[content] = (serial, home)
-            else:
+            seen = e.contents.setdefault(content, [])
+            seen.append([serial, home, True])
+            if stored:
+                first = stored[0]
+                answers[home].append((serial, first[0], first[1], True, first[2]))
+            elif len(seen) > 1:
+                first = seen[0]
                 answers[home].append((serial, first[0], first[1], False, True))
                 needed[first[1]].append(first[0])
         return [self._to(e, "twins", home, {"twins": answers[home], "needed": needed[home]})
@@ -451,7 +452,8 @@ class VShard:
             elif record.cluster:
                 self.members.setdefault(record.cluster, []).append(serial)
         self.places.add(*e.placed)
-        self.firsts.update((content, (serial, home, True)) for content, (serial, home) in e.first_contents.items())
+        for content, seen in e.contents.items():
+            self.firsts.setdefault(content, []).extend(seen)
 
     # -- a forget order ----------------------------------------------------------------------------------
 
@@ -493,16 +495,14 @@ class VShard:
             del self.ids[ident]
 
     def _on_forgotten(self, e: _Epoch, bodies: list[dict]) -> list[Message]:
-        """Free the forgotten kept documents' places under owned keys and their first contents; dissolve
-        their clusters' members living here."""
+        """Free the forgotten kept documents' places under owned keys, take every forgotten document out of
+        its content's documents; dissolve their clusters' members living here."""
         gone = [place for body in bodies for place in body["places"]]
         freed = self.places.remove(np.array([slot for slot, _ in gone], dtype=np.uint64),
                                    np.array([held for _, held in gone], dtype=np.int64)) if gone else _NONE
         for body in bodies:
             for content, serial in body["contents"]:
-                first = self.firsts.get(content)
-                if first is not None and first[0] == serial:
-                    del self.firsts[content]
+                self._without(content, serial)
         out: list[list] = [[] for _ in range(self.count)]
         for cluster in sorted({cluster for body in bodies for cluster in body["dissolved"]}):
             for member in self.members.pop(cluster, ()):
@@ -517,12 +517,21 @@ class VShard:
         for body in bodies:
             self.closed.reopened(_from_ints(body["freed"], np.uint64))
             for content, serial in body["dissolved"]:
-                first = self.firsts.get(content)
-                if first is not None and first[0] == serial:
-                    self.firsts[content] = (first[0], first[1], False)
+                for entry in self.firsts.get(content, ()):
+                    if entry[0] == serial:
+                        entry[2] = False
         self.decided[e.number] = []
         self._finished(e)
         return []
+
+    def _without(self, content: bytes, serial: int) -> None:
+        """A forgotten document out of its content's documents: the next one, if any, is the first now."""
+        held = self.firsts.get(content)
+        if held is None:
+            return
+        held[:] = [entry for entry in held if entry[0] != serial]
+        if not held:
+            del self.firsts[content]
 
     def _finished(self, e: _Epoch) -> None:
         del self._epochs[e.number]
