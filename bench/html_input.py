@@ -128,10 +128,13 @@ def main() -> None:
         print(f"\n2. streamdedup dedup, {len(crawl):,} pages of {args.sites} sites, each run a fresh process "
               f"(median of {args.runs})")
         rates = {}
-        for label, path in (("JSONL text", text_file), ("WARC, HTML", warc_file)):
+        off = ("templates.enabled=false",)
+        for label, path, settings in (("JSONL text", text_file, ()), ("WARC, HTML", warc_file, ()),
+                                      ("WARC, HTML, templates off", warc_file, off)):
             seconds = []
             for number in range(args.runs):
-                run = harness.dedup(str(path), str(work / f"state-{label.split()[0]}-{number}"), documents=len(crawl))
+                state = work / f"state-{label.replace(' ', '').replace(',', '-')}-{number}"
+                run = harness.dedup(str(path), str(state), settings, documents=len(crawl))
                 seconds.append(run.seconds)
             decisions = run.decisions()
             rates[label] = len(crawl) / statistics.median(seconds)
@@ -139,7 +142,7 @@ def main() -> None:
                 decisions = [dict(d, id=id_of_url[d["id"]], matched=id_of_url.get(d["matched"], d["matched"]))
                              for d in decisions]
             figures = score(records, decisions).rates()
-            print(f"   {label:11} {rates[label]:8,.0f} docs/s   false merges {figures['false_merges']:.2%}   "
+            print(f"   {label:26} {rates[label]:8,.0f} docs/s   false merges {figures['false_merges']:.2%}   "
                   f"republished found {figures['republished']:.2%}")
         print(f"   WARC/HTML against JSONL text: {rates['WARC, HTML'] / rates['JSONL text']:.2f}x docs/s")
 
