@@ -259,3 +259,30 @@ def _forget_and_rebuild(index):
     assert _places(index) == (entries, places)
     index.forget(["a"])
     assert _places(index) == (entries - bands, places)
+
+
+@pytest.mark.parametrize("cap", ["kept", "probes"])
+@pytest.mark.parametrize("max_candidates", [2, 100])
+def test_with_retention_decisions_do_not_depend_on_when_the_sweep_ran(tmp_path, cap, max_candidates):
+    """Kept documents past retention count towards no key's ``max_candidates``, swept or not yet: the same
+    decisions whether the sweep runs after every batch or never (it runs when the clock says it is due)."""
+    from streamdedup.core import corpus
+
+    items = [Document(d.id, d.text, Source("t", -1, n)) for n, d in enumerate(corpus.hot_keys(500, seed=5))]
+
+    def decided(sweep: bool, folder: str) -> list:
+        cfg = config_module.load(None, (f'lsh.cap="{cap}"', f"lsh.max_candidates={max_candidates}",
+                                        "index.retention_days=1", "templates.enabled=false"), environ={})
+        now = [1.7e9]
+        out = []
+        with Engine(cfg, str(tmp_path / folder), clock=lambda: now[0]) as engine:
+            for begin in range(0, len(items), 50):
+                out += engine.decide_batch(engine.prepare(items[begin:begin + 50]))
+                now[0] += 40000.0  # documents leave retention two batches after being kept
+                if sweep:
+                    assert engine.sweep(budget=10 ** 9) >= 0
+        return out
+
+    swept, never = decided(True, "swept"), decided(False, "never")
+    assert swept == never
+    assert sum(d.status == "duplicate" for d in swept) > 50

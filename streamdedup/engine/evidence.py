@@ -212,6 +212,8 @@ def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch:
     evidence = Evidence()
     asked, rows, _ = batch.sorted_slots(lookup_keys)
     found_keys, found_serials = bands.lookup(txn, mirror, asked)
+    if asking.cutoff is not None and len(found_keys):
+        found_keys, found_serials = _unexpired(found_keys, found_serials, records, asking.cutoff)
     if len(found_keys):
         found_keys, found_serials = earliest_of_each_key(found_keys, found_serials, asking.max_candidates)
         evidence.found_keys, evidence.found_serials = found_keys, found_serials
@@ -245,6 +247,29 @@ def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch:
         evidence.unmatchable = sorted(s for s in held
                                       if records.get(s).expired or records.get(s).time < asking.cutoff)
     return evidence
+
+
+def _unexpired(keys: np.ndarray, serials: np.ndarray, records: "_RecordCache",
+               cutoff: float) -> tuple[np.ndarray, np.ndarray]:
+    """The (key, serial) entries found, without those of kept documents past retention.
+
+    The retention sweep (``housekeeping.sweep_expired``) takes such entries
+    out of the tables whenever it runs, which the clock decides; left in
+    until then, they would count towards a key's ``max_candidates`` (its
+    earliest kept documents, or its places), and a decision would depend on
+    when the sweep last ran. Taken out here, sweeping changes nothing a look-up
+    sees. A duplicate's places never expire (the sweep keeps them too).
+    """
+    gone = [serial for serial in set(serials.tolist()) if records.holds(serial) and _past(records.get(serial), cutoff)]
+    if not gone:
+        return keys, serials
+    keep = ~np.isin(serials, np.array(gone, dtype=np.int64))
+    return keys[keep], serials[keep]
+
+
+def _past(record: DocRecord, cutoff: float) -> bool:
+    """Whether a kept document is past retention: swept already, or decided before the cutoff."""
+    return record.kept and (record.expired or record.time < cutoff)
 
 
 def _rows_to_verify(hits: Hits, asking: Asking, content: Optional[BatchContent], every: bool) -> list[int]:
