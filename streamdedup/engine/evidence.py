@@ -34,7 +34,7 @@ from .settings import ExcerptSettings
 from .sitelearning import BatchContent
 
 __all__ = ["ShardPlace", "Evidence", "Gathered", "Asking", "content_evidence", "band_evidence", "rows_settled", "OwnFirstPages",
-           "row_anchors", "row_items", "owner_of", "owners_of", "item_owners"]
+           "row_anchors", "row_items", "owner_of", "owners_of", "item_owners", "replay_of", "twin_of"]
 
 _NO_ANCHORS = np.zeros(0, dtype=np.uint64)
 
@@ -437,10 +437,20 @@ def _replays(txn: IndexTxn, mirror: RecentMirror, batch: PreparedBatch, place: S
         for serial in sorted({*(earlier or ()), *recent}):
             earlier = record(serial)
             if earlier.content == batch.contents[row] and earlier.id == batch.items[items[row]].id:
-                replays[row] = [earlier.id, earlier.kept, earlier.cluster_id, earlier.matched_id,
-                                earlier.similarity, earlier.exact, earlier.containment]
+                replays[row] = replay_of(earlier)
                 break
     return replays
+
+
+def replay_of(earlier: DocRecord) -> list:
+    """A replayed document's evidence: the earlier decision (``Evidence.replays``)."""
+    return [earlier.id, earlier.kept, earlier.cluster_id, earlier.matched_id, earlier.similarity, earlier.exact,
+            earlier.containment]
+
+
+def twin_of(twin: DocRecord) -> list:
+    """The first document of a content as evidence (``Evidence.twins``)."""
+    return [twin.serial, twin.cluster, twin.cluster_id, twin.id]
 
 
 def _twins(txn: IndexTxn, mirror: RecentMirror, contents: list[bytes], record) -> dict:
@@ -451,5 +461,5 @@ def _twins(txn: IndexTxn, mirror: RecentMirror, contents: list[bytes], record) -
         serial = first.get(content)
         if serial is not None:
             twin = record(serial)
-            twins[row] = [serial, twin.cluster, twin.cluster_id, twin.id]
+            twins[row] = twin_of(twin)
     return twins

@@ -59,10 +59,10 @@ class KeyPlaces:
         """Free the places of these (slot, holder) entries (``forget``); the slots freed, sorted."""
         gone = set(zip(np.asarray(slots, dtype=np.uint64).tolist(), np.asarray(holders, dtype=np.int64).tolist()))
         freed = set()
+        asked = np.array(sorted({slot for slot, _ in gone}), dtype=np.uint64)
         for level in (self._settled, self._recent):
             keys, values = level.entries()
-            lo = np.searchsorted(keys, np.array(sorted({slot for slot, _ in gone}), dtype=np.uint64), "left")
-            hi = np.searchsorted(keys, np.array(sorted({slot for slot, _ in gone}), dtype=np.uint64), "right")
+            lo, hi = np.searchsorted(keys, asked, "left"), np.searchsorted(keys, asked, "right")
             keep = np.ones(len(keys), dtype=bool)
             for begin, end in zip(lo.tolist(), hi.tolist()):
                 for at in range(begin, end):

@@ -65,15 +65,13 @@ from ...store.candidates import Hits, ranges
 from ...store.index import DocRecord
 from ..decide import decide_together
 from ..engine import collector_paused
-from ..evidence import Evidence, Gathered
+from ..evidence import Evidence, Gathered, replay_of, twin_of
 from ..settings import DedupSettings
 from .placement import homes_of, owners_of_contents, owners_of_slots
 from .stores import ClosedKeys, KeyPlaces, holder, holder_homes, holder_serials
 
-__all__ = ["Message", "VShard", "STAGES", "FORGET_STAGES", "check_supported"]
+__all__ = ["Message", "VShard", "check_supported"]
 
-STAGES = ("contents", "twins", "probes", "places", "verify", "verified", "linked", "kept")
-FORGET_STAGES = ("forgotten", "released")  # a forget order, an epoch of its own between two of the input
 _ELSEWHERE = Source("vshard", -1, -1)  # another home's document decided here: never written, never sent out
 _NONE = np.zeros(0, dtype=np.int64)
 
@@ -129,6 +127,7 @@ class _Epoch:
     unkept: set = field(default_factory=set)
     names: dict = field(default_factory=dict)
     twin_records: dict = field(default_factory=dict)  # serial -> [serial, cluster, cluster id, id] (stored)
+    waits: dict = field(default_factory=dict)  # serial -> ``waits_for`` it, once its evidence is gathered
 
     def waits_for(self, serial: int) -> list[int]:
         """The documents of the epoch a new document's decision depends on: its candidates of the epoch, and
@@ -266,11 +265,7 @@ class VShard:
     def _on_probes(self, e: _Epoch, bodies: list[dict]) -> list[Message]:
         """As a band key's owner: its places to its first probers (``candidates.file_prober``'s rule), and each
         prober the holders of the key's places before it, committed or of the epoch."""
-        serials = np.concatenate([_from_offsets(e, b["at"]) for b in bodies])
-        homes = np.concatenate([np.full(len(b["at"]) // 4, v, dtype=np.int64) for v, b in enumerate(bodies)])
-        slots = np.concatenate([_from_slots(b["slots"]) for b in bodies])
-        order = np.lexsort((serials, slots))
-        slots, serials, homes = slots[order], serials[order], homes[order]
+        slots, serials, homes = _slotted(e, bodies)
         starts = np.flatnonzero(np.concatenate(([True], slots[1:] != slots[:-1]))) if len(slots) else _NONE
         run = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(slots))))
         rank = np.arange(len(slots)) - starts[run]  # earlier probers of the key in the epoch
@@ -360,7 +355,7 @@ class VShard:
                         matches.append((serial, candidate, similarity))
                         if candidate < e.first:
                             names[candidate] = self.records[candidate].id
-            twins = [(serial, _twin_of(self.records[twin])) for serial, twin in body["twins"]]
+            twins = [(serial, twin_of(self.records[twin])) for serial, twin in body["twins"]]
             replies.append(self._to(e, "verified", home, {"matches": matches, "unkept": unkept, "names": names,
                                                            "twins": twins}))
         return replies
@@ -381,7 +376,8 @@ class VShard:
             e.unkept.update(body["unkept"])
             e.names.update(body["names"])
             e.twin_records.update((serial, twin) for serial, twin in body["twins"])
-        linked = [self._linked_row(e, serial) for serial in e.new if serial in e.needed or e.waits_for(serial)]
+        e.waits = {serial: e.waits_for(serial) for serial in e.new}  # once: the candidates and twins are all in
+        linked = [self._linked_row(e, serial) for serial in e.new if serial in e.needed or e.waits[serial]]
         self.linked_rows += len(linked)
         return [self._to(e, "linked", w, {"rows": linked}) for w in range(self.count)]
 
@@ -392,7 +388,7 @@ class VShard:
         names = {c: e.names[c] for c in candidates.tolist() if c in e.names}
         return [serial, doc.id, batch.id_keys[row], batch.contents[row], int(batch.sites[row]), _ints(candidates),
                 _ints(shared), e.matches.get(serial, []), [c for c in candidates.tolist() if c in e.unkept], names,
-                e.twin_records.get(serial), e.waits_for(serial)]
+                e.twin_records.get(serial), e.waits[serial]]
 
     def _on_linked(self, e: _Epoch, bodies: list[dict]) -> list[Message]:
         """Decide this vshard's records of the epoch and the linked documents of others they wait for, in
@@ -420,11 +416,8 @@ class VShard:
 
     def _on_kept(self, e: _Epoch, bodies: list[dict]) -> list[Message]:
         """As a band key's owner: file the kept documents past its cap after its places, then the epoch is done."""
-        serials = np.concatenate([_from_offsets(e, b["at"]) for b in bodies])
-        homes = np.concatenate([np.full(len(b["at"]) // 4, v, dtype=np.int64) for v, b in enumerate(bodies)])
-        slots = np.concatenate([_from_slots(b["slots"]) for b in bodies])
-        order = np.lexsort((serials, slots))
-        self.places.add(slots[order], holder(serials[order], homes[order]))
+        slots, serials, homes = _slotted(e, bodies)
+        self.places.add(slots, holder(serials, homes))
         self._finished(e)
         return []
 
@@ -433,7 +426,7 @@ class VShard:
         """The serials of the epoch's linked documents that this vshard's own ones wait for, directly or
         through others: a document's decision depends only on the documents it names (its candidates and
         the first of its content), so the others are left to the vshards that need them."""
-        wanted = {serial for own in e.new for serial in e.waits_for(own)}
+        wanted = {serial for waits in e.waits.values() for serial in waits}
         for serial in sorted(linked, reverse=True):
             if serial in wanted:
                 wanted.update(linked[serial][-1])
@@ -551,8 +544,7 @@ class VShard:
             for serial in sorted(serials):
                 earlier = self.records[serial]
                 if earlier.content == batch.contents[row] and earlier.id == doc_id:
-                    replays[row] = [earlier.id, earlier.kept, earlier.cluster_id, earlier.matched_id,
-                                    earlier.similarity, earlier.exact, earlier.containment]
+                    replays[row] = replay_of(earlier)
                     break
         return replays
 
@@ -675,8 +667,14 @@ def _by_slot(slots: np.ndarray, serials: np.ndarray):
     return [(int(slots[b]), serials[b:e]) for b, e in zip(starts.tolist(), ends.tolist())]
 
 
-def _twin_of(record: DocRecord) -> list:
-    return [record.serial, record.cluster, record.cluster_id, record.id]
+def _slotted(e: _Epoch, bodies: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The (slot, serial, home) of every vshard's message of band slots (``at``, ``slots``), sorted by slot,
+    then serial."""
+    serials = np.concatenate([_from_offsets(e, b["at"]) for b in bodies])
+    homes = np.concatenate([np.full(len(b["at"]) // 4, v, dtype=np.int64) for v, b in enumerate(bodies)])
+    slots = np.concatenate([_from_slots(b["slots"]) for b in bodies])
+    order = np.lexsort((serials, slots))
+    return slots[order], serials[order], homes[order]
 
 
 def _offsets(e: _Epoch, serials: np.ndarray) -> bytes:
