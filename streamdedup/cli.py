@@ -167,11 +167,14 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", parents=[common], help="the live worker: input topics -> clean / duplicates / "
                          "dead-letter topics, exactly one outcome per record")
     run.add_argument("--until-caught-up", action="store_true", help="stop (exit 0) once no input is left")
-    run.add_argument("--role", choices=("worker", "sign", "shard"), default="worker",
+    run.add_argument("--role", choices=("worker", "sign", "shard", "vshards"), default="worker",
                      help="worker: the single worker (default); sign and shard: the roles of a sharded deployment "
-                     "(shards.count shards, see deploy/README.md)")
+                     "(shards.count shards, see deploy/README.md); sign and vshards: those of one whose band tables "
+                     "are split by key (shards.design = \"keys\")")
     run.add_argument("--shard", type=int, metavar="N", help="with --role shard: this process's shard, 0 to "
                      "shards.count - 1 (its index is --state)")
+    run.add_argument("--vshards", metavar="LIST", help="with --role vshards: the virtual shards this process "
+                     "hosts, such as 0-7 or 0,2,4")
     run.add_argument("--until-idle", type=float, metavar="SECONDS", help="with --role sign: stop (exit 0) once "
                      "no input record came for this long")
     run.set_defaults(handler=_cmd_run)
@@ -583,6 +586,8 @@ def _run_role(args, cfg) -> int:
     log = _log(cfg)
     stopper = Stopper()
     stopper.install()
+    if args.role == "vshards":
+        return _run_vshards(args, cfg, log, stopper)
     if args.role == "sign":
         if args.shard is not None or args.until_caught_up:
             raise ConfigError("--role sign takes neither --shard nor --until-caught-up (see --until-idle)")
@@ -597,6 +602,23 @@ def _run_role(args, cfg) -> int:
     stats = run_shard(cfg, args.state, args.shard, args.until_caught_up, log, stopper)
     s = stats.summary
     log.info("stopped", role="shard", shard=args.shard, documents=s.total, kept=s.outcomes["kept"],
+             duplicate=s.outcomes["duplicate"], rejected=s.outcomes["rejected"], replayed=s.replayed)
+    return EXIT_OK
+
+
+def _run_vshards(args, cfg, log, stopper) -> int:
+    """``run --role vshards``: some of the virtual shards of a deployment whose band tables are split by key."""
+    from .runtime.vshards.host import parse_vshards, run_vshards
+
+    if cfg.shards.design != "keys":
+        raise ConfigError('--role vshards runs a deployment whose band tables are split by key: set '
+                          'shards.design = "keys" (in every role)')
+    if not args.vshards:
+        raise ConfigError(f"--role vshards needs --vshards, some of 0 to {cfg.shards.count - 1}, such as 0-3")
+    numbers = parse_vshards(args.vshards, cfg.shards.count)
+    stats = run_vshards(cfg, numbers, args.until_caught_up, log, stopper)
+    s = stats.summary
+    log.info("stopped", role="vshards", vshards=args.vshards, documents=s.total, kept=s.outcomes["kept"],
              duplicate=s.outcomes["duplicate"], rejected=s.outcomes["rejected"], replayed=s.replayed)
     return EXIT_OK
 

@@ -174,6 +174,9 @@ class ShardsSection:
     signed_topic: str = _key("streamdedup-signed", "internal topic of signed batches (1 partition: the decision "
                              "order); their records' bytes go to this name + \"-values\" (one partition per shard)")
     evidence_topic: str = _key("streamdedup-evidence", "internal topic of the shards' evidence (one partition per shard)")
+    design: str = _key("batches", "batches: every shard reads every signed batch (lockstep); keys: band tables split "
+                       "by key over shards.count virtual shards (run --role vshards; docs/pages/sharding.md)",
+                       choices=("batches", "keys"))
     batch_bytes: int = _key(4 << 20, "record bytes in one signed batch at most (a larger record travels alone)",
                             low=1 << 16)
 

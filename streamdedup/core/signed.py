@@ -24,7 +24,7 @@ from .records import Document, RawRecord, Source
 from .shingle import ShingleBatch
 
 __all__ = ["SignedBatch", "ForgetOrder", "pack_signed", "pack_values", "pack_forget", "unpack_signed",
-           "records_with_values", "SIGNED_FORMAT"]
+           "records_with_values", "packed_prepared", "prepared_of", "SIGNED_FORMAT"]
 
 SIGNED_FORMAT = 2  # bumped when the message changes; a shard reads this one and the one before (1: values inline)
 
@@ -59,15 +59,28 @@ def pack_signed(records: list[RawRecord], prepared: PreparedBatch, signed_at: fl
                 values_at: dict[int, int]) -> bytes:
     """The signed message of ``records`` (prepared as ``prepared``), whose bytes went to the values messages
     at ``values_at`` (shard -> offset)."""
-    items = [["d", i.id] if isinstance(i, Document) else ["r", i.reason, i.detail, i.id] for i in prepared.items]
-    shingles = prepared.shingles
     sources = [[r.source.name for r in records], [r.source.partition for r in records],
                [r.source.offset for r in records]]
-    return msgpack.packb([
-        SIGNED_FORMAT, "batch", signed_at, fingerprint, sources, sorted(values_at.items()), items, prepared.row,
-        prepared.contents, prepared.id_keys, _array(shingles.hashes), _array(shingles.offsets), _array(prepared.keys),
-        _array(prepared.sites), list(prepared.hosts.items()),
-    ], use_bin_type=True)
+    return msgpack.packb([SIGNED_FORMAT, "batch", signed_at, fingerprint, sources, sorted(values_at.items()),
+                          *packed_prepared(prepared)], use_bin_type=True)
+
+
+def packed_prepared(prepared: PreparedBatch) -> list:
+    """What preparing made of a batch as msgpack-ready fields (items, rows, hashes, shingles, keys, sites,
+    hosts); ``prepared_of`` turns them back."""
+    items = [["d", i.id] if isinstance(i, Document) else ["r", i.reason, i.detail, i.id] for i in prepared.items]
+    shingles = prepared.shingles
+    return [items, prepared.row, prepared.contents, prepared.id_keys, _array(shingles.hashes),
+            _array(shingles.offsets), _array(prepared.keys), _array(prepared.sites), list(prepared.hosts.items())]
+
+
+def prepared_of(fields: list, sources: list[Source]) -> PreparedBatch:
+    """The prepared batch of ``packed_prepared`` fields, its items placed at ``sources``."""
+    items, row, contents, id_keys, hashes, offsets, keys, sites, hosts = fields
+    batch = PreparedBatch([tuple(i) for i in items], row, contents, id_keys,
+                          ShingleBatch(_from_array(hashes), _from_array(offsets)), _from_array(keys),
+                          _from_array(sites), dict(hosts))
+    return restore_items(batch, sources)
 
 
 def pack_values(records: list[RawRecord]) -> bytes:
@@ -105,11 +118,7 @@ def unpack_signed(data: bytes) -> Union[SignedBatch, ForgetOrder]:
         _, _, signed_at, fingerprint, (names, partitions, offsets), values_at, *prepared = fields
         records = [RawRecord(None, Source(*where)) for where in zip(names, partitions, offsets)]
         values_at = dict(values_at)
-    items, row, contents, id_keys, hashes, offsets, keys, sites, hosts = prepared
-    batch = PreparedBatch([tuple(i) for i in items], row, contents, id_keys,
-                          ShingleBatch(_from_array(hashes), _from_array(offsets)), _from_array(keys),
-                          _from_array(sites), dict(hosts))
-    return SignedBatch(records, restore_items(batch, [r.source for r in records]), signed_at, fingerprint,
+    return SignedBatch(records, prepared_of(prepared, [r.source for r in records]), signed_at, fingerprint,
                        values_at)
 
 

@@ -174,15 +174,21 @@ class VShard:
               now: float) -> list[Message]:
         """Start ``epoch`` (serials ``span``) with the records it holds that this vshard is home to, in order,
         and the place of each in the deployment's order."""
+        return self.slice_prepared(epoch, prepare(items, self.signing), serials, span, now)
+
+    def slice_prepared(self, epoch: int, batch: PreparedBatch, serials: list[int], span: tuple[int, int],
+                       now: float) -> list[Message]:
+        """``slice`` of records a signing process prepared already (``core.prepare``, this vshard's signing
+        settings): each item of ``batch`` with its place in the order."""
         if epoch != self.epochs_done or self._epochs:
             raise ValueError(f"vshard {self.number}: epoch {epoch} started before epoch {self.epochs_done} was "
                              "decided here (epochs are decided one after the other)")
         with collector_paused():
-            return self._sliced(epoch, items, serials, span, now)
+            return self._sliced(epoch, batch, serials, span, now)
 
-    def _sliced(self, epoch: int, items: list[Item], serials: list[int], span: tuple[int, int],
+    def _sliced(self, epoch: int, batch: PreparedBatch, serials: list[int], span: tuple[int, int],
                 now: float) -> list[Message]:
-        batch = prepare(items, self.signing)  # one item for each record (a blank one becomes a Rejected)
+        """``batch`` holds one item for each record (a blank one is a Rejected)."""
         if batch.id_keys and (homes_of(batch.id_keys, self.count) != self.number).any():
             raise ValueError(f"vshard {self.number} was given documents it is not home to")
         item_serials = list(serials)

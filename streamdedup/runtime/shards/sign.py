@@ -23,7 +23,7 @@ from ...config import Config, kafka_client_settings
 from ...core.decode import InputSpec
 from ...core.prepare import prepare_raw, raw_payload
 from ...core.records import RawRecord
-from ...core.signed import pack_signed, pack_values
+from ...core.signed import pack_signed, pack_values, subset
 from ...core.signing import signing_config
 from ...engine.evidence import item_owners
 from ...faults import reached
@@ -33,6 +33,7 @@ from ..sink.admin import topic_limits
 from ..sink.messages import kept_record_bytes
 from ..sessions import SessionLoop
 from ..source import KafkaSource
+from ..vshards.messages import pack_epoch, pack_home
 from .topics import SIGNED_MESSAGE_BYTES, ensure_internal_topics, values_topic
 
 __all__ = ["run_signer", "signed_chunks", "queue_forget"]
@@ -110,8 +111,7 @@ class _Signer:
         values_at = [{shard: sent.get(timeout=timeout).offset for shard, sent in at.items()} for at in values_at]
         reached("values-sent")  # a crash here leaves values no signed batch names: the next signer sends its own
         for (chunk, prepared), at in zip(chunks, values_at):
-            self.producer.send(self.config.shards.signed_topic, partition=0,
-                               value=pack_signed(chunk, prepared, time.time(), self.fingerprint, at))
+            self.producer.send(self.config.shards.signed_topic, partition=0, value=self._order(chunk, prepared, at))
         self.producer.flush(timeout=timeout)
         reached("signed-sent")  # a crash here signs these records again: the shards take them once
         after: dict = {}
@@ -128,11 +128,29 @@ class _Signer:
         send's future."""
         count = self.config.shards.count
         owners = item_owners(prepared, count).tolist()
-        mine: dict[int, list[RawRecord]] = {}
-        for record, owner in zip(chunk, owners):
-            mine.setdefault(owner, []).append(record)
-        return {shard: self.producer.send(self.values_topic, partition=shard, value=pack_values(records))
-                for shard, records in sorted(mine.items())}
+        mine: dict[int, list[int]] = {}
+        for place, owner in enumerate(owners):
+            mine.setdefault(owner, []).append(place)
+        return {shard: self.producer.send(self.values_topic, partition=shard, value=self._values(chunk, prepared, at))
+                for shard, at in sorted(mine.items())}
+
+    def _values(self, chunk: list[RawRecord], prepared, places: list[int]) -> bytes:
+        """The values message of one shard's records (at ``places`` of ``chunk``): their bytes; with band tables
+        split by key (``shards.design = "keys"``), what preparing made of them too, for their home alone."""
+        records = [chunk[at] for at in places]
+        if self.config.shards.design != "keys":
+            return pack_values(records)
+        keep = [False] * len(chunk)
+        for at in places:
+            keep[at] = True
+        return pack_home(places, records, subset(prepared, keep))
+
+    def _order(self, chunk: list[RawRecord], prepared, values_at: dict) -> bytes:
+        """The signed topic's message of ``chunk``: the prepared batch every shard reads; with band tables split
+        by key, only where the chunk lies in the input and where each home's records are (an epoch)."""
+        if self.config.shards.design == "keys":
+            return pack_epoch(time.time(), self.fingerprint, chunk, values_at)
+        return pack_signed(chunk, prepared, time.time(), self.fingerprint, values_at)
 
     def _batch(self, timeout_ms: int) -> list[RawRecord]:
         """One poll's records, topped up for at most ``FILL_WAIT_S`` to ``worker.batch_size`` records (a fetch

@@ -1,0 +1,104 @@
+"""What the internal topics of a deployment with band tables split by key carry.
+
+- The **order topic** (``shards.signed_topic``, one partition) holds the
+  decision order: an *epoch* message per stretch of the input a signing
+  process read (no document's data: which input offsets it covers, how many
+  records, and where each home's records are), and forget orders. Every
+  vshard reads every one, so they are small.
+- The **records topic** (``shards.signed_topic`` + ``-values``, a partition
+  per vshard) holds a *home* message per epoch and vshard that is home to
+  records of it: those records whole, what preparing made of them, and each
+  one's place in the epoch. Only the home reads it.
+- The **exchange topic** (``shards.evidence_topic``, a partition per vshard)
+  holds the vshards' messages to each other (``engine.vshards.Message``),
+  on the receiver's partition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+import msgpack
+
+from ...core.prepare import PreparedBatch, raw_payload, raw_records
+from ...core.records import RawRecord
+from ...core.signed import ForgetOrder, pack_forget, packed_prepared, prepared_of
+from ...engine.vshards import Message
+
+__all__ = ["Epoch", "Home", "ForgetOrder", "pack_epoch", "pack_home", "pack_forget", "unpack_order", "unpack_home",
+           "pack_message", "unpack_message", "KEYS_FORMAT"]
+
+KEYS_FORMAT = 3  # the key-split deployment's messages (the lockstep one's signed batches are 1 and 2)
+
+
+@dataclass
+class Epoch:
+    """A stretch of the input in the decision order."""
+
+    signed_at: float  # the decision time of every record of it, the same on every vshard
+    fingerprint: str  # of the signing settings
+    count: int  # records, so places ``first .. first + count`` in the order
+    ranges: list[tuple[str, int, int, int]]  # (topic, partition, first offset, last offset) it read
+    homes: dict[int, int] = field(default_factory=dict)  # vshard -> offset of its home message
+
+    def fresh_after(self, next_offsets: dict) -> bool:
+        """Whether it holds a record past ``next_offsets`` ((topic, partition) -> the next offset not yet
+        taken), i.e. one not taken before (a signing process may read records again)."""
+        return any(last >= next_offsets.get((topic, partition), 0) for topic, partition, _, last in self.ranges)
+
+
+@dataclass
+class Home:
+    """One vshard's records of an epoch: whole, prepared, and each one's place in the epoch."""
+
+    places: list[int]
+    records: list[RawRecord]
+    prepared: PreparedBatch
+
+
+def pack_epoch(signed_at: float, fingerprint: str, records: list[RawRecord], homes: dict[int, int]) -> bytes:
+    ranges: dict = {}
+    for r in records:
+        where = (r.source.name, r.source.partition)
+        first, last = ranges.get(where, (r.source.offset, r.source.offset))
+        ranges[where] = (min(first, r.source.offset), max(last, r.source.offset))
+    return msgpack.packb([KEYS_FORMAT, "epoch", signed_at, fingerprint, len(records),
+                          [[topic, partition, first, last] for (topic, partition), (first, last) in ranges.items()],
+                          sorted(homes.items())], use_bin_type=True)
+
+
+def unpack_order(data: bytes) -> Union[Epoch, ForgetOrder]:
+    """An epoch or a forget order of the order topic; ValueError for anything else."""
+    fields = msgpack.unpackb(data, use_list=True)
+    if len(fields) >= 3 and fields[1] == "forget":
+        return ForgetOrder(fields[2])
+    if fields[:2] != [KEYS_FORMAT, "epoch"]:
+        raise ValueError(f"not an epoch of format {KEYS_FORMAT}: {fields[:2]!r} (a deployment of another design or "
+                         "version wrote this topic)")
+    _, _, signed_at, fingerprint, count, ranges, homes = fields
+    return Epoch(signed_at, fingerprint, count, [tuple(r) for r in ranges], dict(homes))
+
+
+def pack_home(places: list[int], records: list[RawRecord], prepared: PreparedBatch) -> bytes:
+    return msgpack.packb([KEYS_FORMAT, "home", places, list(raw_payload(records)), packed_prepared(prepared)],
+                         use_bin_type=True)
+
+
+def unpack_home(data: bytes) -> Home:
+    fields = msgpack.unpackb(data, use_list=True)
+    if fields[:2] != [KEYS_FORMAT, "home"]:
+        raise ValueError(f"not a home message of format {KEYS_FORMAT}: {fields[:2]!r}")
+    _, _, places, payload, prepared = fields
+    payload[2] = [tuple(tuple(h) for h in headers) for headers in payload[2]]
+    records = raw_records(tuple(payload))
+    return Home(places, records, prepared_of(prepared, [r.source for r in records]))
+
+
+def pack_message(message: Message) -> bytes:
+    return msgpack.packb([message.epoch, message.stage, message.sender, message.to, message.body],
+                         use_bin_type=True)
+
+
+def unpack_message(data: bytes) -> Message:
+    return Message(*msgpack.unpackb(data, use_list=False))

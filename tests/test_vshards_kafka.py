@@ -1,0 +1,62 @@
+"""A deployment whose band tables are split by key, on the real broker: signing processes and processes hosting
+virtual shards decide as one worker does, once each."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import uuid
+
+import pytest
+from kafka_helpers import (
+    Topics,
+    header,
+    outcome_summary,
+    outcomes,
+    produce,
+    role_command,
+    sharded_records,
+    sharded_topics,
+    single_worker_summary,
+    stop_processes,
+    wait_for_outcomes,
+)
+
+pytestmark = pytest.mark.kafka
+
+KEYS = ["--set", "templates.enabled=false", "--set", 'lsh.cap="probes"']
+DESIGN = ["--set", 'shards.design="keys"']
+
+
+def vshard_processes(topics, kafka, count: int, tag: str, hosts: list[str], *extra: str) -> list:
+    return [subprocess.Popen(role_command(topics, kafka, count, tag, "--role", "vshards", "--vshards", hosted,
+                                          *KEYS, *DESIGN, *extra),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for hosted in hosts]
+
+
+def signers(topics, kafka, count: int, tag: str, n: int, *extra: str) -> list:
+    return [subprocess.Popen(role_command(topics, kafka, count, tag, "--role", "sign", "--until-idle", "8",
+                                          *KEYS, *DESIGN, *extra),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for _ in range(n)]
+
+
+@pytest.mark.parametrize("count,hosts", [(1, ["0"]), (4, ["0-1", "2-3"]), (8, ["0,3,6", "1,4,7", "2,5"])],
+                         ids=["1-in-1", "4-in-2", "8-in-3"])
+def test_vshards_on_the_broker_decide_as_one_worker(kafka, count, hosts):
+    records = sharded_records(web=False)
+    expected = single_worker_summary(records, KEYS)
+    topics = sharded_topics(kafka, Topics.fresh(kafka).raw)
+    produce(kafka, topics.raw, records)
+    tag = uuid.uuid4().hex[:8]
+    processes = vshard_processes(topics, kafka, count, tag, hosts)
+    processes += signers(topics, kafka, count, tag, 2, "--set", "worker.batch_size=97")
+    try:
+        wait_for_outcomes(kafka, topics, len(expected), processes)
+        time.sleep(2)  # anything more (a second outcome) would show now
+        found = outcomes(kafka, topics)
+    finally:
+        stop_processes(processes)
+    assert outcome_summary(found) == expected
+    places = {where: tuple(map(int, header(outs[0][1], "streamdedup.order").split(b"/")))
+              for where, outs in found.items()}
+    assert sorted(places, key=places.get) == sorted(places)  # one input partition: its order is the decision order
