@@ -3,6 +3,7 @@ virtual shards decide as one worker does, once each."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 import uuid
@@ -60,3 +61,29 @@ def test_vshards_on_the_broker_decide_as_one_worker(kafka, count, hosts):
     places = {where: tuple(map(int, header(outs[0][1], "streamdedup.order").split(b"/")))
               for where, outs in found.items()}
     assert sorted(places, key=places.get) == sorted(places)  # one input partition: its order is the decision order
+
+
+@pytest.mark.parametrize("step", ["vshard-sent:9", "vshard-kafka-committed:3", "vshard-committed:4"])
+def test_a_vshards_process_killed_at_any_step_loses_nothing_and_repeats_nothing(kafka, tmp_path, step):
+    """Killed (exit 137, as kill -9) between two steps of the protocol, then started again: every record has one
+    outcome, the single worker's. The other process waits for it meanwhile."""
+    records = sharded_records(web=False, articles=160, seed=5)
+    expected = single_worker_summary(records, KEYS)
+    topics = sharded_topics(kafka, Topics.fresh(kafka).raw)
+    produce(kafka, topics.raw, records)
+    tag = uuid.uuid4().hex[:8]
+    steady = vshard_processes(topics, kafka, 4, tag, ["2-3"])
+    crashing = subprocess.Popen(role_command(topics, kafka, 4, tag, "--role", "vshards", "--vshards", "0-1", *KEYS,
+                                             *DESIGN),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                env=dict(os.environ, STREAMDEDUP_TEST_CRASH_AT=step))
+    processes = steady + [crashing] + signers(topics, kafka, 4, tag, 1, "--set", "worker.batch_size=61")
+    try:
+        assert crashing.wait(timeout=120) == 137, crashing.stderr.read().decode()[-2000:]
+        processes += vshard_processes(topics, kafka, 4, tag, ["0-1"])
+        wait_for_outcomes(kafka, topics, len(expected), [p for p in processes if p is not crashing])
+        time.sleep(2)
+        found = outcomes(kafka, topics)
+    finally:
+        stop_processes(processes)
+    assert outcome_summary(found) == expected

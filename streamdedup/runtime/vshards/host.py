@@ -84,6 +84,7 @@ class _Hosted:
     flight: Optional[_InFlight] = None
     floors: dict = field(default_factory=dict)  # epoch -> lowest exchange offset read of a message of it
     exchange_at: Optional[int] = None  # where to read its exchange partition from after a restart
+    records_at: Optional[int] = None  # where to read its records partition from: after the last home message
 
     @property
     def number(self) -> int:
@@ -91,48 +92,81 @@ class _Hosted:
 
     def positions(self) -> dict:
         return {"order_at": self.order_at, "next_input": [[t, p, o] for (t, p), o in sorted(self.next_input.items())],
-                "next_serial": self.next_serial, "exchange_at": self.exchange_at}
+                "next_serial": self.next_serial, "exchange_at": self.exchange_at, "records_at": self.records_at}
 
 
-class _Reader:
-    """A consumer of some partitions of one topic, without a group (positions are the vshards'), holding what it
-    read by (partition, offset) until asked for it."""
+class _Inbound:
+    """One consumer, without a group (the positions are the vshards'), of all the hosted vshards read: the order
+    topic, and their partitions of the records and exchange topics. One poll waits for any of them; what comes
+    is held until taken (order messages by offset, home messages by vshard and offset, stage messages in the
+    order they came)."""
 
-    def __init__(self, topic: str, partitions: list[int], settings: dict, starts: dict):
+    def __init__(self, config: Config, settings: dict, hosted: dict[int, _Hosted]):
         from kafka import TopicPartition
 
-        self.topic = topic
-        self.source = KafkaSource([topic], settings, None, 1000)
-        self.partitions = {n: TopicPartition(topic, n) for n in partitions}
-        self.source.assign(list(self.partitions.values()))
-        for n, tp in self.partitions.items():
-            self.source.seek(tp, starts.get(n))
-        self.held: dict[tuple[int, int], bytes] = {}
+        self.source = KafkaSource([], settings, None, 1000)
+        self.order_tp = TopicPartition(config.shards.signed_topic, 0)
+        self.records_topic, self.exchange_topic = values_topic(config), config.shards.evidence_topic
+        self.records = {n: TopicPartition(self.records_topic, n) for n in hosted}
+        self.exchange = {n: TopicPartition(self.exchange_topic, n) for n in hosted}
+        self.source.assign([self.order_tp, *self.records.values(), *self.exchange.values()])
+        first = self.source.consumer.beginning_offsets([self.order_tp])[self.order_tp]
+        for n, h in hosted.items():
+            h.order_at = first if h.order_at is None else h.order_at
+            self.source.seek(self.records[n], h.records_at)
+            self.source.seek(self.exchange[n], h.exchange_at)
+        self.source.seek(self.order_tp, min(h.order_at for h in hosted.values()))
+        self.orders: dict[int, bytes] = {}
+        self.homes: dict[tuple[int, int], bytes] = {}
+        self.stages: list[tuple[int, int, bytes]] = []
 
-    def poll(self, timeout_ms: int) -> list:
-        """What came: (partition, offset, value) each, in offset order per partition."""
-        return [(r.source.partition, r.source.offset, r.value)
-                for r in self.source.poll_batch(timeout_ms, max_records=1000)]
+    def poll(self, timeout_ms: int) -> bool:
+        """Read what has come, waiting at most ``timeout_ms`` for something; whether anything came."""
+        records = self.source.poll_batch(timeout_ms, max_records=5000)
+        for r in records:
+            where = r.source
+            if where.name == self.exchange_topic:
+                self.stages.append((where.partition, where.offset, r.value))
+            elif where.name == self.records_topic:
+                self.homes[(where.partition, where.offset)] = r.value
+            else:
+                self.orders[where.offset] = r.value
+        return bool(records)
 
-    def at(self, partition: int, offset: int, stopper: Stopper, step: Callable) -> bytes:
-        """The message at ``offset`` of ``partition``, reading on to it (it was written before the message naming
-        it, so it comes; BrokerUnavailableError past ``WAIT_S``: the session starts again)."""
-        tp = self.partitions[partition]
-        if (partition, offset) not in self.held and self.source.position(tp) != offset:
+    def order(self, offset: int) -> Optional[tuple[int, bytes]]:
+        """The order message at ``offset``, or the first after it (a transaction marker's offset holds none), if
+        it has come."""
+        later = [at for at in self.orders if at >= offset]
+        return (min(later), self.orders[min(later)]) if later else None
+
+    def drop_orders_before(self, offset: int) -> None:
+        for at in [at for at in self.orders if at < offset]:
+            del self.orders[at]
+
+    def home(self, vshard: int, offset: int, stopper: Stopper, step: Callable) -> bytes:
+        """The home message at ``offset`` of ``vshard``'s records partition, reading on to it (it was written
+        before the order message naming it, so it comes; BrokerUnavailableError past ``WAIT_S``: the session
+        starts again)."""
+        tp = self.records[vshard]
+        if (vshard, offset) not in self.homes and self.source.position(tp) != offset:
             self._check_kept(tp, offset)
             self.source.seek(tp, offset)
         deadline = time.monotonic() + WAIT_S
-        while (partition, offset) not in self.held:
+        while (vshard, offset) not in self.homes:
             if stopper.stopped:
-                raise BrokerUnavailableError(f"stopping while reading {self.topic}/{partition} at {offset}")
+                raise BrokerUnavailableError(f"stopping while reading {tp.topic}/{vshard} at {offset}")
             if time.monotonic() > deadline:
-                raise BrokerUnavailableError(f"message {offset} of {self.topic}/{partition} did not come in "
-                                             f"{WAIT_S:.0f} s")
-            step(f"message {offset} of {self.topic}/{partition}")
-            for n, at, value in self.poll(200):
-                self.held[(n, at)] = value
-        self.drop_before(partition, offset)
-        return self.held.pop((partition, offset))
+                raise BrokerUnavailableError(f"message {offset} of {tp.topic}/{vshard}, named by the order topic, "
+                                             f"did not come in {WAIT_S:.0f} s")
+            step(f"message {offset} of {tp.topic}/{vshard}")
+            self.poll(100)
+        for key in [k for k in self.homes if k[0] == vshard and k[1] < offset]:
+            del self.homes[key]
+        return self.homes.pop((vshard, offset))
+
+    def take_stages(self) -> list[tuple[int, int, bytes]]:
+        taken, self.stages = self.stages, []
+        return taken
 
     def _check_kept(self, tp, offset: int) -> None:
         first = self.source.consumer.beginning_offsets([tp])[tp]
@@ -141,9 +175,11 @@ class _Reader:
                                      f"{first}): the internal topics' retention must keep what the vshards have not "
                                      "committed (deploy/README.md)")
 
-    def drop_before(self, partition: int, offset: int) -> None:
-        for key in [k for k in self.held if k[0] == partition and k[1] < offset]:
-            del self.held[key]
+    def exchange_position(self, vshard: int) -> int:
+        return self.source.position(self.exchange[vshard])
+
+    def order_end(self) -> int:
+        return self.source.end_offsets([self.order_tp])[self.order_tp]
 
     def close(self) -> None:
         self.source.close()
@@ -166,7 +202,7 @@ class VShardHost:
         producer_settings = kafka_client_settings(config.kafka, "producer")
         self.order_topic = config.shards.signed_topic
         self.sinks: dict[int, KafkaSink] = {}
-        self.order = self.records = self.exchange = self.publisher = None
+        self.inbound = self.publisher = None
         try:
             self.publisher = KafkaProducer(**{"acks": "all", "linger_ms": 0, "max_request_size": SIGNED_MESSAGE_BYTES,
                                               **producer_settings})
@@ -176,18 +212,10 @@ class VShardHost:
                                           {"clean": out.clean_topic, "duplicates": out.duplicates_topic,
                                            "dead_letter": out.dead_letter_topic}, out.dead_letter_max_bytes)
             self._recover_positions(settings)
-            self.order = _Reader(self.order_topic, [0], settings, {})
-            first = self.order.source.consumer.beginning_offsets([self.order.partitions[0]])[self.order.partitions[0]]
-            for h in self.hosted.values():
-                h.order_at = first if h.order_at is None else h.order_at
-            self.order.source.seek(self.order.partitions[0], min(h.order_at for h in self.hosted.values()))
-            self.records = _Reader(values_topic(config), list(self.hosted), settings, {})
-            self.exchange = _Reader(config.shards.evidence_topic, list(self.hosted), settings,
-                                    {n: h.exchange_at for n, h in self.hosted.items()})
+            self.inbound = _Inbound(config, settings, self.hosted)
         except BaseException:
             self.close()
             raise
-        self.orders: dict[int, bytes] = {}  # order offset -> message, read ahead for the slower vshards
         self.decided = 0
         self.outcomes = WorkerStats()
 
@@ -221,30 +249,24 @@ class VShardHost:
     def run(self, until_caught_up: bool) -> None:
         """Epochs until stopped, or until every hosted vshard has taken the whole order topic."""
         self.publisher.partitions_for(self.config.shards.evidence_topic)
+        inbound = self.inbound
         while not self.stopper.stopped:
             started = any([self._start(h) for h in self.hosted.values() if h.flight is None])
-            received = self._receive(0 if started else 100)
-            if until_caught_up and not started and not received and self._caught_up():
+            received = self._receive(inbound.take_stages())
+            if started or received:
+                inbound.poll(0)
+            elif not inbound.poll(50) and until_caught_up and self._caught_up():
                 return
 
     def _caught_up(self) -> bool:
         if any(h.flight is not None for h in self.hosted.values()):
             return False
-        end = self.order.source.end_offsets(list(self.order.partitions.values()))[self.order.partitions[0]]
+        end = self.inbound.order_end()
         return all(h.order_at >= end for h in self.hosted.values())
-
-    def _order_message(self, offset: int) -> Optional[tuple[int, bytes]]:
-        """The order message at ``offset``, or the next one after it (offsets of transaction markers hold
-        none), if it has come."""
-        if not any(at >= offset for at in self.orders):
-            for _, at, value in self.order.poll(0):
-                self.orders[at] = value
-        later = [at for at in self.orders if at >= offset]
-        return (min(later), self.orders[min(later)]) if later else None
 
     def _start(self, h: _Hosted) -> bool:
         """Start ``h``'s next epoch if its order message is in; whether it started one."""
-        found = self._order_message(h.order_at)
+        found = self.inbound.order(h.order_at)
         if found is None:
             return False
         offset, value = found
@@ -262,7 +284,6 @@ class VShardHost:
                                      "and [templates] settings")
         if not order.fresh_after(h.next_input):  # every record of it taken before (signed twice)
             h.order_at = offset + 1
-            self._forget_order_before(h.order_at)
             return True
         records, batch, places = self._home_records(h, order)
         span = (h.next_serial, h.next_serial + order.count)
@@ -279,14 +300,14 @@ class VShardHost:
         at = order.homes.get(h.number)
         if at is None:
             return [], prepare([], h.vshard.signing), []
-        home: Home = unpack_home(self.records.at(h.number, at, self.stopper, self.step))
+        home: Home = unpack_home(self.inbound.home(h.number, at, self.stopper, self.step))
+        h.records_at = at + 1
         keep = [r.source.offset >= h.next_input.get((r.source.name, r.source.partition), 0) for r in home.records]
         return ([r for r, k in zip(home.records, keep) if k], subset(home.prepared, keep),
                 [p for p, k in zip(home.places, keep) if k])
 
-    def _receive(self, timeout_ms: int) -> bool:
+    def _receive(self, polled: list) -> bool:
         """Deliver what the exchange brought; whether anything came."""
-        polled = self.exchange.poll(timeout_ms)
         for partition, offset, value in polled:
             message = unpack_message(value)
             h = self.hosted[partition]
@@ -312,6 +333,7 @@ class VShardHost:
                 self.publisher.send(self.config.shards.evidence_topic, partition=message.to,
                                     value=pack_message(message))
         self.publisher.flush(timeout=self.config.worker.kafka_timeout_s)
+        reached("vshard-sent")  # a crash here: the messages are decided again after the restart, the same
         for message in own:
             self._deliver(self.hosted[message.to], message)
 
@@ -331,7 +353,7 @@ class VShardHost:
         reached("vshard-committed")
         self.outcomes.summary.add(decisions)
         self.decided += len(decisions)
-        self._forget_order_before(min(x.order_at for x in self.hosted.values()))
+        self.inbound.drop_orders_before(min(x.order_at for x in self.hosted.values()))
 
     def _exchange_floor(self, h: _Hosted, epoch: int) -> int:
         """Where a restart reads ``h``'s exchange partition from once ``epoch`` is committed: the first message
@@ -340,7 +362,7 @@ class VShardHost:
             del h.floors[done]
         if h.floors:
             return min(h.floors.values())
-        return self.exchange.source.position(self.exchange.partitions[h.number])
+        return self.inbound.exchange_position(h.number)
 
     def _kafka_transaction(self, h: _Hosted, flight: _InFlight, decisions: list) -> None:
         """The epoch's outcomes of this home and the order offset after it, for the vshard's group, in one
@@ -360,12 +382,8 @@ class VShardHost:
                      sink.transaction_error)
         sink.commit(self.config.worker.kafka_timeout_s)
 
-    def _forget_order_before(self, offset: int) -> None:
-        for at in [at for at in self.orders if at < offset]:
-            del self.orders[at]
-
     def close(self) -> None:
-        close_quietly(*self.sinks.values(), self.order, self.records, self.exchange)
+        close_quietly(*self.sinks.values(), self.inbound)
         if self.publisher is not None:
             try:
                 self.publisher.close(timeout=5)
