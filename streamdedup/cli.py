@@ -174,7 +174,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--shard", type=int, metavar="N", help="with --role shard: this process's shard, 0 to "
                      "shards.count - 1 (its index is --state)")
     run.add_argument("--vshards", metavar="LIST", help="with --role vshards: the virtual shards this process "
-                     "hosts, such as 0-7 or 0,2,4")
+                     "hosts, such as 0-7 or 0,2,4 (default: those the consumer group gives it)")
     run.add_argument("--until-idle", type=float, metavar="SECONDS", help="with --role sign: stop (exit 0) once "
                      "no input record came for this long")
     run.set_defaults(handler=_cmd_run)
@@ -613,12 +613,10 @@ def _run_vshards(args, cfg, log, stopper) -> int:
     if cfg.shards.design != "keys":
         raise ConfigError('--role vshards runs a deployment whose band tables are split by key: set '
                           'shards.design = "keys" (in every role)')
-    if not args.vshards:
-        raise ConfigError(f"--role vshards needs --vshards, some of 0 to {cfg.shards.count - 1}, such as 0-3")
-    numbers = parse_vshards(args.vshards, cfg.shards.count)
+    numbers = parse_vshards(args.vshards, cfg.shards.count) if args.vshards else None
     stats = run_vshards(cfg, numbers, args.until_caught_up, log, stopper)
     s = stats.summary
-    log.info("stopped", role="vshards", vshards=args.vshards, documents=s.total, kept=s.outcomes["kept"],
+    log.info("stopped", role="vshards", documents=s.total, kept=s.outcomes["kept"],
              duplicate=s.outcomes["duplicate"], rejected=s.outcomes["rejected"], replayed=s.replayed)
     return EXIT_OK
 

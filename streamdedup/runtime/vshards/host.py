@@ -35,6 +35,7 @@ from ...ops.logs import Log
 from ...ops.telemetry import WorkerTelemetry
 from ..sessions import SessionLoop, Stopper
 from ..shards.topics import SIGNED_MESSAGE_BYTES, ensure_internal_topics, values_topic
+from ..shards.sign import GROUP_SESSION
 from ..sink.producer import KafkaSink
 from ..source import KafkaSource
 from ..worker import WorkerStats, close_quietly
@@ -85,10 +86,18 @@ class _Hosted:
     floors: dict = field(default_factory=dict)  # epoch -> lowest exchange offset read of a message of it
     exchange_at: Optional[int] = None  # where to read its exchange partition from after a restart
     records_at: Optional[int] = None  # where to read its records partition from: after the last home message
+    sink: Optional[KafkaSink] = None  # its transactional producer, while hosted
 
     @property
     def number(self) -> int:
         return self.vshard.number
+
+    def close(self) -> None:
+        if self.sink is not None:
+            self.sink.close()
+        close = getattr(self.vshard, "close", None)
+        if close is not None:
+            close()
 
     def positions(self) -> dict:
         return {"order_at": self.order_at, "next_input": [[t, p, o] for (t, p), o in sorted(self.next_input.items())],
@@ -96,42 +105,76 @@ class _Hosted:
 
 
 class _Inbound:
-    """One consumer, without a group (the positions are the vshards'), of all the hosted vshards read: the order
-    topic, and their partitions of the records and exchange topics. One poll waits for any of them; what comes
-    is held until taken (order messages by offset, home messages by vshard and offset, stage messages in the
-    order they came)."""
+    """Everything the hosted vshards read, held until taken: order messages by offset, home messages by vshard
+    and offset, stage messages in the order they came.
 
-    def __init__(self, config: Config, settings: dict, hosted: dict[int, _Hosted]):
-        from kafka import TopicPartition
+    Two consumers: one without a group reads the order topic and the hosted vshards' exchange partitions (their
+    positions are the vshards'); the other reads the records topic and, in a consumer group
+    (``<group_id>-vshards``), says which vshards this process hosts: Kafka moves them between processes. With
+    ``--vshards`` it reads the named ones, without a group.
+    """
 
-        self.source = KafkaSource([], settings, None, 1000)
+    def __init__(self, config: Config, settings: dict, fixed: Optional[list[int]]):
+        from kafka import ConsumerRebalanceListener, TopicPartition
+
         self.order_tp = TopicPartition(config.shards.signed_topic, 0)
         self.records_topic, self.exchange_topic = values_topic(config), config.shards.evidence_topic
-        self.records = {n: TopicPartition(self.records_topic, n) for n in hosted}
-        self.exchange = {n: TopicPartition(self.exchange_topic, n) for n in hosted}
-        self.source.assign([self.order_tp, *self.records.values(), *self.exchange.values()])
-        first = self.source.consumer.beginning_offsets([self.order_tp])[self.order_tp]
-        for n, h in hosted.items():
-            h.order_at = first if h.order_at is None else h.order_at
-            self.source.seek(self.records[n], h.records_at)
-            self.source.seek(self.exchange[n], h.exchange_at)
-        self.source.seek(self.order_tp, min(h.order_at for h in hosted.values()))
+        self.direct = KafkaSource([], settings, None, 1000)
+        self.direct.assign([self.order_tp])
+        self.first_order = self.direct.consumer.beginning_offsets([self.order_tp])[self.order_tp]
+        self.exchange: dict[int, object] = {}
+        self.given: set[int] = set()  # the vshards the group gives this process (or --vshards names)
+        if fixed is None:
+            inbound = self
+
+            class Listener(ConsumerRebalanceListener):
+                def on_partitions_revoked(self, revoked):
+                    pass  # the vshards still hosted when the new assignment comes stay, with their epochs
+
+                def on_partitions_assigned(self, assigned):
+                    inbound.given = {tp.partition for tp in assigned}
+
+            self.group = KafkaSource([], {**GROUP_SESSION, **settings}, f"{config.kafka.group_id}-vshards", 1000)
+            self.group.consumer.subscribe([self.records_topic], listener=Listener())
+        else:
+            self.group = KafkaSource([], settings, None, 1000)
+            self.group.assign([TopicPartition(self.records_topic, n) for n in fixed])
+            self.given = set(fixed)
         self.orders: dict[int, bytes] = {}
         self.homes: dict[tuple[int, int], bytes] = {}
         self.stages: list[tuple[int, int, bytes]] = []
 
+    def host(self, hosted: dict[int, _Hosted], new: list[int]) -> None:
+        """Read the exchange partitions of ``hosted`` (the ``new`` ones from their positions), and the order topic
+        from the first message one of them has not taken."""
+        from kafka import TopicPartition
+
+        for n in new:
+            h = hosted[n]
+            h.order_at = self.first_order if h.order_at is None else h.order_at
+        self.exchange = {n: TopicPartition(self.exchange_topic, n) for n in hosted}
+        self.direct.assign([self.order_tp, *self.exchange.values()])
+        for n in new:
+            self.direct.seek(self.exchange[n], hosted[n].exchange_at)
+            self.group.seek(TopicPartition(self.records_topic, n), hosted[n].records_at)
+        self.stages = [stage for stage in self.stages if stage[0] in hosted and stage[0] not in new]
+        if new and hosted:
+            self.direct.seek(self.order_tp, min(h.order_at for h in hosted.values()))
+            self.orders.clear()
+
     def poll(self, timeout_ms: int) -> bool:
         """Read what has come, waiting at most ``timeout_ms`` for something; whether anything came."""
-        records = self.source.poll_batch(timeout_ms, max_records=5000)
+        homes = self.group.poll_batch(0, max_records=100)
+        for r in homes:
+            self.homes[(r.source.partition, r.source.offset)] = r.value
+        records = self.direct.poll_batch(0 if homes else timeout_ms, max_records=5000)
         for r in records:
             where = r.source
             if where.name == self.exchange_topic:
                 self.stages.append((where.partition, where.offset, r.value))
-            elif where.name == self.records_topic:
-                self.homes[(where.partition, where.offset)] = r.value
             else:
                 self.orders[where.offset] = r.value
-        return bool(records)
+        return bool(records or homes)
 
     def order(self, offset: int) -> Optional[tuple[int, bytes]]:
         """The order message at ``offset``, or the first after it (a transaction marker's offset holds none), if
@@ -147,10 +190,12 @@ class _Inbound:
         """The home message at ``offset`` of ``vshard``'s records partition, reading on to it (it was written
         before the order message naming it, so it comes; BrokerUnavailableError past ``WAIT_S``: the session
         starts again)."""
-        tp = self.records[vshard]
-        if (vshard, offset) not in self.homes and self.source.position(tp) != offset:
+        from kafka import TopicPartition
+
+        tp = TopicPartition(self.records_topic, vshard)
+        if (vshard, offset) not in self.homes and self.group.position(tp) != offset:
             self._check_kept(tp, offset)
-            self.source.seek(tp, offset)
+            self.group.seek(tp, offset)
         deadline = time.monotonic() + WAIT_S
         while (vshard, offset) not in self.homes:
             if stopper.stopped:
@@ -169,54 +214,50 @@ class _Inbound:
         return taken
 
     def _check_kept(self, tp, offset: int) -> None:
-        first = self.source.consumer.beginning_offsets([tp])[tp]
+        first = self.group.consumer.beginning_offsets([tp])[tp]
         if first > offset:
             raise IndexUnusableError(f"{tp.topic}/{tp.partition} no longer holds offset {offset} (it begins at "
                                      f"{first}): the internal topics' retention must keep what the vshards have not "
                                      "committed (deploy/README.md)")
 
     def exchange_position(self, vshard: int) -> int:
-        return self.source.position(self.exchange[vshard])
+        return self.direct.position(self.exchange[vshard])
 
     def order_end(self) -> int:
-        return self.source.end_offsets([self.order_tp])[self.order_tp]
+        return self.direct.end_offsets([self.order_tp])[self.order_tp]
 
     def close(self) -> None:
-        self.source.close()
+        close_quietly(self.group, self.direct)
 
 
 class VShardHost:
-    """One connection to the broker for the hosted vshards: the order, records and exchange readers, a producer
-    for the exchange, and a transactional producer per vshard for its outcomes."""
+    """One connection to the broker for the vshards this process hosts: what they read (``_Inbound``), a producer
+    for their messages to others, and a transactional producer per vshard for its outcomes. Which vshards it
+    hosts can change between any two steps (the consumer group moves them): one it no longer hosts is dropped
+    with its epoch in flight (its new host decides that epoch again), one it is given is opened where its state
+    stands."""
 
-    def __init__(self, config: Config, hosted: list[_Hosted], log: Log, stopper: Stopper,
-                 step: Callable[[Optional[str]], None]):
+    def __init__(self, config: Config, open_vshard: Callable[[int], _Hosted], fixed: Optional[list[int]], log: Log,
+                 stopper: Stopper, step: Callable[[Optional[str]], None]):
         from kafka import KafkaProducer
 
         ensure_internal_topics(config)
         self.config, self.log, self.stopper, self.step = config, log, stopper, step
-        self.hosted = {h.number: h for h in hosted}
+        self.open_vshard = open_vshard
+        self.hosted: dict[int, _Hosted] = {}
         self.count = config.shards.count
         self.fingerprint = signing_config(config).fingerprint()
-        settings = kafka_client_settings(config.kafka, "consumer")
-        producer_settings = kafka_client_settings(config.kafka, "producer")
+        self.settings = kafka_client_settings(config.kafka, "consumer")
+        self.producer_settings = kafka_client_settings(config.kafka, "producer")
         self.order_topic = config.shards.signed_topic
-        self.sinks: dict[int, KafkaSink] = {}
         self.inbound = self.publisher = None
         try:
             self.publisher = KafkaProducer(**{"acks": "all", "linger_ms": 0, "max_request_size": SIGNED_MESSAGE_BYTES,
-                                              **producer_settings})
-            out = config.output
-            for n in self.hosted:
-                self.sinks[n] = KafkaSink(producer_settings, self.transactional_id(n),
-                                          {"clean": out.clean_topic, "duplicates": out.duplicates_topic,
-                                           "dead_letter": out.dead_letter_topic}, out.dead_letter_max_bytes)
-            self._recover_positions(settings)
-            self.inbound = _Inbound(config, settings, self.hosted)
+                                              **self.producer_settings})
+            self.inbound = _Inbound(config, self.settings, fixed)
         except BaseException:
             self.close()
             raise
-        self.decided = 0
         self.outcomes = WorkerStats()
 
     # -- names ---------------------------------------------------------------------------------------------
@@ -228,21 +269,47 @@ class VShardHost:
     def group_id(self, number: int) -> str:
         return f"{self.config.kafka.group_id}-vshard-{number}"
 
-    # -- recovery -------------------------------------------------------------------------------------------
+    # -- which vshards ---------------------------------------------------------------------------------------
 
-    def _recover_positions(self, settings: dict) -> None:
-        """Which order messages have their outcomes in Kafka already, for each hosted vshard (its group's
-        committed offset on the order topic): those are decided again without emitting."""
+    def _follow_assignment(self) -> None:
+        """Drop the vshards this process no longer hosts, open those it is given."""
+        given = self.inbound.given
+        gone = sorted(set(self.hosted) - given)
+        new = sorted(given - set(self.hosted))
+        if not gone and not new:
+            return
+        for n in gone:
+            close_quietly(self.hosted.pop(n))
+        for n in new:
+            self.hosted[n] = self._adopted(n)
+        self.inbound.host(self.hosted, new)
+        self.log.info("vshards_moved", role="vshards", hosted=",".join(map(str, sorted(self.hosted))) or "none",
+                      dropped=",".join(map(str, gone)) or "none", taken=",".join(map(str, new)) or "none")
+
+    def _adopted(self, number: int) -> _Hosted:
+        """Vshard ``number`` opened where its state stands, with its transactional producer (which fences a
+        former host's and aborts its open transaction), knowing which order messages have their outcomes in
+        Kafka already (its group's committed offset on the order topic: decided again without emitting)."""
         from kafka import KafkaConsumer, TopicPartition
 
-        tp = TopicPartition(self.order_topic, 0)
-        for n, h in self.hosted.items():
-            consumer = KafkaConsumer(**{"group_id": self.group_id(n), "enable_auto_commit": False, **settings})
+        h = self.open_vshard(number)
+        out = self.config.output
+        try:
+            h.sink = KafkaSink(self.producer_settings, self.transactional_id(number),
+                               {"clean": out.clean_topic, "duplicates": out.duplicates_topic,
+                                "dead_letter": out.dead_letter_topic}, out.dead_letter_max_bytes)
+            consumer = KafkaConsumer(**{"group_id": self.group_id(number), "enable_auto_commit": False,
+                                        **self.settings})
             try:
-                committed = consumer.committed(tp, timeout_ms=int(self.config.worker.kafka_timeout_s * 1000))
+                committed = consumer.committed(TopicPartition(self.order_topic, 0),
+                                               timeout_ms=int(self.config.worker.kafka_timeout_s * 1000))
             finally:
                 consumer.close()
-            h.emitted_before = committed or 0
+        except BaseException:
+            close_quietly(h)
+            raise
+        h.emitted_before = committed or 0
+        return h
 
     # -- the loop ------------------------------------------------------------------------------------------
 
@@ -251,7 +318,8 @@ class VShardHost:
         self.publisher.partitions_for(self.config.shards.evidence_topic)
         inbound = self.inbound
         while not self.stopper.stopped:
-            started = any([self._start(h) for h in self.hosted.values() if h.flight is None])
+            self._follow_assignment()
+            started = any([self._start(h) for h in list(self.hosted.values()) if h.flight is None])
             received = self._receive(inbound.take_stages())
             if started or received:
                 inbound.poll(0)
@@ -259,7 +327,7 @@ class VShardHost:
                 return
 
     def _caught_up(self) -> bool:
-        if any(h.flight is not None for h in self.hosted.values()):
+        if not self.hosted or any(h.flight is not None for h in self.hosted.values()):
             return False
         end = self.inbound.order_end()
         return all(h.order_at >= end for h in self.hosted.values())
@@ -352,7 +420,6 @@ class VShardHost:
             commit(h.positions())
         reached("vshard-committed")
         self.outcomes.summary.add(decisions)
-        self.decided += len(decisions)
         self.inbound.drop_orders_before(min(x.order_at for x in self.hosted.values()))
 
     def _exchange_floor(self, h: _Hosted, epoch: int) -> int:
@@ -369,7 +436,7 @@ class VShardHost:
         Kafka transaction; each outcome says its place in the order (epoch's order offset / serial)."""
         from kafka import TopicPartition
 
-        sink = self.sinks[h.number]
+        sink = h.sink
         sink.begin()
         offsets = sink.send_offsets({TopicPartition(self.order_topic, 0): flight.offset + 1}, self.group_id(h.number))
         messages = sink.messages(flight.records, decisions)
@@ -383,7 +450,7 @@ class VShardHost:
         sink.commit(self.config.worker.kafka_timeout_s)
 
     def close(self) -> None:
-        close_quietly(*self.sinks.values(), self.inbound)
+        close_quietly(*self.hosted.values(), self.inbound)
         if self.publisher is not None:
             try:
                 self.publisher.close(timeout=5)
@@ -391,26 +458,29 @@ class VShardHost:
                 pass
 
 
-def run_vshards(config: Config, numbers: list[int], until_caught_up: bool, log: Log,
+def run_vshards(config: Config, numbers: Optional[list[int]], until_caught_up: bool, log: Log,
                 stopper: Optional[Stopper] = None) -> WorkerStats:
-    """The ``run --role vshards`` command: host ``numbers`` of the ``shards.count`` vshards until stopped (or
-    caught up)."""
+    """The ``run --role vshards`` command: host the vshards the consumer group gives this process (or ``numbers``
+    of the ``shards.count``) until stopped (or caught up)."""
     check_supported(config)
     stopper = stopper or Stopper()
     telemetry = WorkerTelemetry(None, config.metrics.address if config.metrics.enabled else None)
     telemetry.start()
-    log.info("started", role="vshards", vshards=",".join(map(str, numbers)), count=config.shards.count,
-             order_topic=config.shards.signed_topic, bootstrap=config.kafka.bootstrap_servers)
+    log.info("started", role="vshards", vshards=",".join(map(str, numbers)) if numbers else "from the group",
+             count=config.shards.count, order_topic=config.shards.signed_topic,
+             bootstrap=config.kafka.bootstrap_servers)
     settings = DedupSettings.of(config, signing_config(config))
     loop = SessionLoop(config, log, stopper, telemetry, role="vshards")
     stats = WorkerStats()
     began = time.monotonic()
 
+    def opened(number: int) -> _Hosted:
+        return _Hosted(VShard(number, config.shards.count, settings))  # in memory: decided again from the start
+
     def session(connected: Callable[..., None]) -> WorkerStats:
-        hosted = [_Hosted(VShard(n, config.shards.count, settings)) for n in numbers]  # in memory: from the start
-        host = VShardHost(config, hosted, log, stopper, loop.watchdog.phase)
+        host = VShardHost(config, opened, numbers, log, stopper, loop.watchdog.phase)
         try:
-            connected(vshards=",".join(map(str, numbers)))
+            connected()
             host.run(until_caught_up)
             return host.outcomes
         finally:
