@@ -69,7 +69,6 @@ _TABLES = {
     "closed": {},
 }
 _PLACE = np.dtype([("slot", ">u8"), ("holder", ">i8")])  # a places row as ``getmulti`` returns it
-_FIRST = np.dtype([("serial", ">u4"), ("home", ">u2"), ("in_cluster", "u1")])
 
 
 class _VShardIndex(Index):
@@ -240,10 +239,11 @@ class LmdbState:
             return None
         return _first(cursor.value())
 
-    def add_contents(self, content: bytes, entries: list[list]) -> None:
-        """File documents with ``content`` after those stored: [serial, home, still in a cluster] each."""
-        rows = np.array([tuple(e) for e in entries], dtype=_FIRST)
-        self.cursor("firsts").putmulti([(content, row) for row in as_bytes_list(rows)], dupdata=True)
+    def add_contents(self, contents: dict[bytes, list[list]]) -> None:
+        """File documents after those stored with the same content: content -> [serial, home, still in a
+        cluster] of each."""
+        rows = [(content, _first_value(*entry)) for content, entries in contents.items() for entry in entries]
+        self.cursor("firsts").putmulti(rows, dupdata=True)
 
     def drop_content(self, content: bytes, serial: int) -> None:
         """A forgotten document out of its content's documents (the next one is the first then)."""
@@ -257,7 +257,7 @@ class LmdbState:
         if cursor is not None:
             serial_, home, _ = _first(cursor.value())
             cursor.delete()
-            self._put("firsts", content, as_bytes_list(np.array([(serial_, home, 0)], dtype=_FIRST))[0])
+            self._put("firsts", content, _first_value(serial_, home, False))
 
     def _found_content(self, content: bytes, serial: int):
         """A cursor on the entry of ``serial`` under ``content``, or None."""
@@ -320,6 +320,11 @@ class _StoredPlaces:
         return np.array(sorted(freed), dtype=np.uint64)
 
 
+def _first_value(serial: int, home: int, in_cluster: bool) -> bytes:
+    """A firsts value: serial (4 B), home (2 B), still in a cluster (1 B)."""
+    return serial_key(serial) + home.to_bytes(2, "big") + (b"\1" if in_cluster else b"\0")
+
+
 def _first(value: bytes) -> tuple[int, int, bool]:
-    row = np.frombuffer(value, dtype=_FIRST)[0]
-    return int(row["serial"]), int(row["home"]), bool(row["in_cluster"])
+    """(serial, home, still in a cluster) of a firsts value (``_first_value``)."""
+    return int.from_bytes(value[:4], "big"), int.from_bytes(value[4:6], "big"), value[6] == 1

@@ -31,7 +31,7 @@ import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Optional, TypeVar
 
 from ...config import Config
 from ...core.records import Decision, Item, id_key
@@ -42,6 +42,8 @@ from .placement import homes_of
 from .vshard import Message, VShard, check_supported
 
 __all__ = ["Simulator", "Run", "Forget", "cut_epochs", "homes_of_items"]
+
+T = TypeVar("T")
 
 _STAGES = 8  # of an epoch: a vshard takes a message from each vshard for each
 
@@ -127,7 +129,8 @@ class Simulator:
         for vshard in list(self.vshards):
             if self._drawn():
                 self._restarted(vshard.number, "uncommitted")
-            self.vshards[vshard.number].commit({"epoch": number})
+            committing = self.vshards[vshard.number]
+            self._call(vshard.number, "commit", lambda: committing.commit({"epoch": number}))
             self.vshards[vshard.number].decided.pop(number)
         for vshard in list(self.vshards):
             if self._drawn():
@@ -202,7 +205,7 @@ class Simulator:
             self._given[number].append((call, sent))
         return sent
 
-    def _call(self, vshard: int, stage: str, work: Callable[[], list[Message]]) -> list[Message]:
+    def _call(self, vshard: int, stage: str, work: Callable[[], T]) -> T:
         """Run ``work`` on ``vshard``'s behalf, charged to its process. The cycle collector is off meanwhile:
         it would walk every vshard's objects (one heap here, one per process in a deployment) in whichever
         call it fell on."""

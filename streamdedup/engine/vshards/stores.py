@@ -222,8 +222,9 @@ class MemoryState:
         held = self._firsts.get(content)
         return tuple(held[0]) if held else None
 
-    def add_contents(self, content: bytes, entries: list[list]) -> None:
-        self._firsts.setdefault(content, []).extend(list(entry) for entry in entries)
+    def add_contents(self, contents: dict[bytes, list[list]]) -> None:
+        for content, entries in contents.items():
+            self._firsts.setdefault(content, []).extend(list(entry) for entry in entries)
 
     def drop_content(self, content: bytes, serial: int) -> None:
         held = self._firsts.get(content)

@@ -492,8 +492,7 @@ class VShard:
             elif record.cluster:
                 self.state.add_member(record.cluster, serial)
         self.state.places.add(*e.placed)
-        for content, seen in e.contents.items():
-            self.state.add_contents(content, seen)
+        self.state.add_contents(e.contents)
 
     # -- a forget order ----------------------------------------------------------------------------------
 
