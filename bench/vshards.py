@@ -17,13 +17,15 @@ packed, delivered in a seeded order). Measured:
   topics would carry), and the documents linked within their epoch.
 
 Then the throughput those costs give machines of 16 cores (one process a
-core): 1 / (a + b / cores), and what caps it. The vshards' stores are in
-memory in the simulator (the LMDB stores come with the Kafka runtime), and
-Kafka's own costs (client, broker) are not in these figures: the projection
-is the engine's ceiling, to be checked end to end by ``bench/sharded.py``.
+core): 1 / (a + b / cores), and what caps it. The vshards' state is in
+memory (``--store memory``, the default) or in LMDB (``--store lmdb``: one
+environment a vshard in a temporary folder, each epoch committed with a
+sync, as a deployment runs them), and Kafka's own costs (client, broker)
+are not in these figures: the projection is the engine's ceiling, to be
+checked end to end by ``bench/sharded.py``.
 
     .venv/bin/python -m bench.vshards [--docs 100000] [--shards 1,4,16,64] [--epoch 250] [--rounds 3]
-        [--corpus crawl|hot-key|copies]
+        [--corpus crawl|hot-key|copies] [--store memory|lmdb]
 """
 
 from __future__ import annotations
@@ -126,7 +128,7 @@ def _warm_up(config) -> None:
     Simulator(config, 2).decide(cut_epochs([_items(200)], seed=1, largest=100))
 
 
-def child_vshards(docs: int, shards: int, epoch: int, corpus: str) -> dict:
+def child_vshards(docs: int, shards: int, epoch: int, corpus: str, store: str) -> dict:
     from streamdedup.engine.vshards.simulator import Simulator, cut_epochs
 
     with tempfile.TemporaryDirectory() as folder:
@@ -134,10 +136,11 @@ def child_vshards(docs: int, shards: int, epoch: int, corpus: str) -> dict:
         _warm_up(config)
         items = _corpus(corpus, docs)
         epochs = cut_epochs([items], seed=3, largest=2 * epoch * shards)
-        simulator = Simulator(config, shards, shards, seed=5)
-        begin = time.perf_counter()
-        run = simulator.decide(epochs)
-        wall = time.perf_counter() - begin
+        with Simulator(config, shards, shards, seed=5, state=folder + "/vshards" if store == "lmdb" else None) \
+                as simulator:
+            begin = time.perf_counter()
+            run = simulator.decide(epochs)
+            wall = time.perf_counter() - begin
     linked = sum(v.linked_rows for v in simulator.vshards)
     return {"docs": len(run.order), "cpu": run.cpu, "stage_cpu": dict(run.stage_cpu), "bytes": dict(run.bytes),
             "messages": dict(run.messages), "wall": wall, "linked": linked,
@@ -179,6 +182,8 @@ def main() -> None:
     parser.add_argument("--corpus", default="crawl", choices=("crawl", "hot-key", "copies"),
                         help="the synthetic crawl; with one band key in half the documents; half of it exact "
                              "copies of one page")
+    parser.add_argument("--store", default="memory", choices=("memory", "lmdb"),
+                        help="where each vshard keeps its state: in memory, or in LMDB committed every epoch")
     parser.add_argument("--child", nargs="*")
     args = parser.parse_args()
     if args.child is not None:
@@ -186,7 +191,7 @@ def main() -> None:
         if kind == "single":
             result = child_single(args.docs, args.epoch, args.corpus)
         else:
-            result = child_vshards(args.docs, int(rest[0]), args.epoch, args.corpus)
+            result = child_vshards(args.docs, int(rest[0]), args.epoch, args.corpus, args.store)
         print(json.dumps(result))
         return
     counts = [int(s) for s in args.shards.split(",")]
@@ -198,7 +203,7 @@ def main() -> None:
         common = ("--docs", str(args.docs), "--epoch", str(args.epoch), "--corpus", args.corpus)
         single.append(harness.child("bench.vshards", "single", *common))
         for s in counts:
-            runs[s].append(harness.child("bench.vshards", "vshards", str(s), *common))
+            runs[s].append(harness.child("bench.vshards", "vshards", str(s), *common, "--store", args.store))
     report(runs, single, args)
 
 
@@ -208,7 +213,7 @@ def report(runs: dict[int, list[dict]], single: list[dict], args) -> None:
 
     single_us = harness.median(per_doc(r["cpu"], r) for r in single)
     print(f"# Band tables split by key: {args.docs:,} documents ({args.corpus}), epochs of "
-          f"{args.epoch:,} documents a vshard, median of {args.rounds} round(s)\n")
+          f"{args.epoch:,} documents a vshard, state in {args.store}, median of {args.rounds} round(s)\n")
     print(f"single worker (Engine, LMDB, lsh.cap=probes): {single_us:.1f} µs CPU a document\n")
     print("| vshards = processes | µs/doc per process: mean | busiest | max/mean | all processes | vs single "
           "worker | linked rows/doc | wall s |")

@@ -44,12 +44,14 @@ def _single_worker(config, order, batch=89):
 
 
 def _assert_same_as_single_worker(tmp_path, items, vshards, processes, seed, extra=(), largest=48, duplicates=0.1,
-                                  partitions=1):
+                                  partitions=1, **options):
     """The deployment on ``items`` (one input partition, or dealt into several) against a single worker fed the
-    deployment's order: on one partition, the partition's own order."""
+    deployment's order: on one partition, the partition's own order. ``options`` go to the simulator."""
     config = _config(tmp_path, *extra)
-    simulator = Simulator(config, vshards, processes, seed=seed, duplicates=duplicates, clock=lambda: NOW)
-    run = simulator.decide(cut_epochs([items[p::partitions] for p in range(partitions)], seed=seed, largest=largest))
+    with Simulator(config, vshards, processes, seed=seed, duplicates=duplicates, clock=lambda: NOW,
+                   **options) as simulator:
+        run = simulator.decide(cut_epochs([items[p::partitions] for p in range(partitions)], seed=seed,
+                                          largest=largest))
     if partitions == 1:
         assert run.order == items
     assert sorted(item.source.offset for item in run.order) == list(range(len(items)))
@@ -193,6 +195,11 @@ def test_forget_in_the_middle_is_decided_as_by_one_worker(tmp_path, vshards, pro
     their places freed, hot keys reopened), duplicates (their places stay), first documents of a content,
     every version of an id, and an unknown id; then more of the same input, exact copies of the forgotten
     and of dissolved members among it."""
+    _assert_forget_in_the_middle_as_by_one_worker(tmp_path, vshards, processes)
+
+
+def _assert_forget_in_the_middle_as_by_one_worker(tmp_path, vshards, processes, **options):
+    """``test_forget_in_the_middle_is_decided_as_by_one_worker``; ``options`` go to the simulator. The run."""
     rng = random.Random(vshards)
     texts = _chains_and_ties(seed=7)
     first, rest = texts[:200], texts[200:]
@@ -203,7 +210,9 @@ def test_forget_in_the_middle_is_decided_as_by_one_worker(tmp_path, vshards, pro
     config = _config(tmp_path, "lsh.max_candidates=3")
     epochs = cut_epochs([items[:200]], seed=vshards, largest=30) + [Forget(tuple(forgotten))] \
         + cut_epochs([items[200:]], seed=vshards + 1, largest=30)
-    run = Simulator(config, vshards, processes, seed=vshards, duplicates=0.1, clock=lambda: NOW).decide(epochs)
+    with Simulator(config, vshards, processes, seed=vshards, duplicates=0.1, clock=lambda: NOW,
+                   **options) as simulator:
+        run = simulator.decide(epochs)
     assert run.order == items
     expected = []
     with Engine(config, clock=lambda: NOW) as engine:
@@ -215,6 +224,7 @@ def test_forget_in_the_middle_is_decided_as_by_one_worker(tmp_path, vshards, pro
     for item, got, want in zip(run.order, run.decisions, expected):
         assert got == want, item.id
     assert any(d.status == "kept" for item, d in zip(items, expected) if item.id.startswith("again-"))
+    return run
 
 
 def test_forgetting_reopens_closed_keys_in_every_home(tmp_path):

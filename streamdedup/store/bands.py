@@ -42,7 +42,7 @@ from ..core.signing import sign_batch
 from .index import DocRecord, Index, IndexTxn
 from ..core.lsh import KEY_MASK, band_slots
 
-__all__ = ["BandTables", "band_entries", "stored_keys", "record_band_keys", "KEY_ROW", "BAND_ROW", "BAND_KEY_BYTES"]
+__all__ = ["BandTables", "as_bytes_list", "band_entries", "stored_keys", "record_band_keys", "KEY_ROW", "BAND_ROW", "BAND_KEY_BYTES"]
 
 BAND_KEY_BYTES = 4  # a band key is 32 bits (``lsh.band_keys``): in records, the recent log and the table
 KEY_ROW = np.dtype([("band", ">u2"), ("key", ">u8")])  # a key of the ``rekeyed`` table
@@ -178,7 +178,7 @@ class BandTables:
         stored_bands, stored_keys_, stored_serials = _decoded(_stored_rows(txn, wanted_band, wanted_key))
         rekeyed = np.zeros(0, dtype=BAND_ROW)  # sites' first pages by their settled content
         if txn.txn.stat(txn.dbs["rekeyed"])["entries"]:
-            found = txn.txn.cursor(db=txn.dbs["rekeyed"]).getmulti(_as_bytes_list(everything), dupdata=True,
+            found = txn.txn.cursor(db=txn.dbs["rekeyed"]).getmulti(as_bytes_list(everything), dupdata=True,
                                                                    dupfixed_bytes=8, keyfixed=True)
             rekeyed = np.frombuffer(found, dtype=BAND_ROW)
         recent_slots, recent_serials = mirror.band_rows(slots)
@@ -247,6 +247,6 @@ def _stored_rows(txn: IndexTxn, bands: np.ndarray, keys: np.ndarray) -> bytes:
     return b"".join(found)
 
 
-def _as_bytes_list(rows: np.ndarray) -> list[bytes]:
+def as_bytes_list(rows: np.ndarray) -> list[bytes]:
     """Each row of a structured array as one bytes object (void fields keep trailing zero bytes)."""
     return rows.view(np.dtype((np.void, rows.dtype.itemsize))).tolist()

@@ -248,6 +248,8 @@ def take_writer_lock(path: str):
 class Index:
     """An LMDB environment holding one deduplication index."""
 
+    tables: dict[str, dict] = _DATABASES  # name -> flags; a store of another shape (``vshardstate``) has its own
+
     def __init__(self, settings: IndexSettings, signing: Optional[SigningConfig], readonly: bool = False,
                  adopt_bands: bool = False):
         """Open (or create, with ``signing``) the index at ``settings.path``.
@@ -287,7 +289,7 @@ class Index:
             return lmdb.open(
                 self.path,
                 map_size=max(self.settings.map_size, 1 << 20),
-                max_dbs=len(_DATABASES) + 2,
+                max_dbs=len(self.tables) + 2,
                 sync=self.settings.sync,
                 metasync=self.settings.sync,
                 readonly=self.readonly,
@@ -302,9 +304,9 @@ class Index:
 
     def _open_databases(self) -> dict[str, Any]:
         if self.readonly:
-            return {name: self.env.open_db(name.encode(), create=False, **flags) for name, flags in _DATABASES.items()}
+            return {name: self.env.open_db(name.encode(), create=False, **flags) for name, flags in self.tables.items()}
         with self.env.begin(write=True) as txn:
-            return {name: self.env.open_db(name.encode(), txn=txn, **flags) for name, flags in _DATABASES.items()}
+            return {name: self.env.open_db(name.encode(), txn=txn, **flags) for name, flags in self.tables.items()}
 
     def _load_or_create_meta(self, signing: Optional[SigningConfig], adopt_bands: bool) -> dict:
         with self.env.begin(db=self.dbs["meta"]) as txn:

@@ -13,7 +13,8 @@ A document's keys go only to their owners, a candidate is verified where
 its shingles live, and a document linked to another of its epoch is
 decided by every vshard whose own documents wait for it. The stages of an epoch
 are in ``vshard`` (what one vshard does with the messages of a stage),
-where keys and documents live in ``placement``, and ``simulator`` runs a
+where keys and documents live in ``placement``, a vshard's state in memory
+in ``stores`` (in LMDB: ``store.vshardstate``), and ``simulator`` runs a
 deployment in one process, delivering messages in an order drawn from a
 seed. Decisions are ``engine.decide.decide_together``'s, the single worker's.
 """

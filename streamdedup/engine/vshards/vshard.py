@@ -40,9 +40,16 @@ key's places go to its first probers whatever they are then decided, so a
 key's owner answers before the decisions of the epoch are known, and only
 the documents linked within the epoch wait for each other.
 
-A vshard keeps its state in memory here: the stores it will keep in LMDB
-(records, shingles and ids at home; places and first contents for the keys
-it owns), with the same content.
+A vshard keeps its state (records, shingles, ids and members at home;
+places and each content's documents for the keys it owns) in memory
+(``stores.MemoryState``) or, given a folder, in LMDB
+(``store.vshardstate.LmdbState``), through the same methods. Each epoch's
+changes are one LMDB transaction, committed when the caller says so
+(``commit``, with its input positions), and the next epoch may not start
+before: a vshard that dies before its commit comes back as of the epoch
+before, and given the same records and messages again it sends the same
+messages, byte for byte, and decides the same (nothing else it holds
+changes what it does: its cache of closed keys is kept with the state).
 """
 
 from __future__ import annotations
@@ -63,12 +70,13 @@ from ...core.verify import jaccard
 from ...errors import ConfigError
 from ...store.candidates import Hits, ranges
 from ...store.index import DocRecord
+from ...store.vshardstate import LmdbState
 from ..decide import decide_together
 from ..engine import collector_paused
 from ..evidence import Evidence, Gathered, replay_of, twin_of
 from ..settings import DedupSettings
 from .placement import homes_of, owners_of_contents, owners_of_slots
-from .stores import ClosedKeys, KeyPlaces, holder, holder_homes, holder_serials
+from .stores import ClosedKeys, MemoryState, holder, holder_homes, holder_serials
 
 __all__ = ["Message", "VShard", "check_supported"]
 
@@ -128,6 +136,7 @@ class _Epoch:
     names: dict = field(default_factory=dict)
     twin_records: dict = field(default_factory=dict)  # serial -> [serial, cluster, cluster id, id] (stored)
     waits: dict = field(default_factory=dict)  # serial -> ``waits_for`` it, once its evidence is gathered
+    kept: set = field(default_factory=set)  # own serials kept (once committed)
 
     def waits_for(self, serial: int) -> list[int]:
         """The documents of the epoch a new document's decision depends on: its candidates of the epoch, and
@@ -143,32 +152,40 @@ class _Epoch:
 
 
 class VShard:
-    """Virtual shard ``number`` of ``count``: ``slice`` starts an epoch, ``receive`` takes every message."""
+    """Virtual shard ``number`` of ``count``: ``slice`` starts an epoch, ``receive`` takes every message,
+    ``commit`` keeps the epoch once it is done here (``epochs_done`` has grown).
 
-    def __init__(self, number: int, count: int, settings: DedupSettings):
+    Its state is in memory, or with ``path`` in the LMDB environment there (made if need be, else read as
+    of its last commit; ``sync``: each commit durable at power loss), which refuses another vshard's number,
+    count or settings."""
+
+    def __init__(self, number: int, count: int, settings: DedupSettings, path: Optional[str] = None,
+                 sync: bool = True):
         if settings.signing.cap != "probes":
             raise ConfigError('a deployment with band tables split by key needs lsh.cap = "probes"')
         if settings.signing.bands > 256:  # a band's number crosses the network in a byte (``_slots``)
             raise ConfigError(f"a deployment with band tables split by key takes at most 256 bands, not "
                               f"{settings.signing.bands}: lower lsh.bands")
         self.number, self.count, self.settings, self.signing = number, count, settings, settings.signing
-        self.records: dict[int, DocRecord] = {}  # home: its documents
-        self.shingles: dict[int, np.ndarray] = {}  # home: its kept documents' content shingles
-        self.ids: dict[bytes, list[int]] = {}  # home: id hash -> serials
-        self.places = KeyPlaces()  # owner: the holders of its band keys' places
+        # home: records, shingles, ids, members; owner: places, and content -> [serial, home, still in a
+        # cluster] of every document with it, in order: the first is its twin's, the next is first once that
+        # one is forgotten (as in one index's content table)
+        self.state = MemoryState() if path is None else LmdbState(path, self.identity(), self.signing, sync)
         self.closed = ClosedKeys()  # home: closed keys it probes, answered here
-        self.members: dict[int, list[int]] = {}  # home: cluster serial -> its own duplicates in that cluster
-        # owner: content -> [serial, home, still in a cluster] of every document with it, in order; the first
-        # is its twin's, the next is first once that one is forgotten (as in one index's content table)
-        self.firsts: dict[bytes, list[list]] = {}
+        self.closed.add(self.state.closed_keys())
         self.linked_rows = 0  # documents sent to every vshard, linked to another of their epoch
         self.decided: dict[int, list[Decision]] = {}  # epoch -> decisions of the home's items, in order
-        self.epochs_done = 0  # epochs are numbered from 0 and decided one after the other
+        self.epochs_done = self.state.epochs_done  # epochs are numbered from 0 and decided one after the other
         self._inbox: dict[tuple[int, str], dict[int, bytes]] = {}
         self._stages_done: dict[int, set[str]] = {}
         self._epochs: dict[int, _Epoch] = {}
 
-    # -- the two ways in --------------------------------------------------------------------------------
+    def identity(self) -> dict:
+        """What a vshard's stored state must have been made by: its number and count, its settings."""
+        return {"number": self.number, "count": self.count, "settings": self.signing.fingerprint(),
+                "threshold": self.settings.threshold, "max_candidates": self.settings.max_candidates}
+
+    # -- the ways in --------------------------------------------------------------------------------------
 
     def slice(self, epoch: int, items: list[Item], serials: list[int], span: tuple[int, int],
               now: float) -> list[Message]:
@@ -180,11 +197,35 @@ class VShard:
                        now: float) -> list[Message]:
         """``slice`` of records a signing process prepared already (``core.prepare``, this vshard's signing
         settings): each item of ``batch`` with its place in the order."""
-        if epoch != self.epochs_done or self._epochs:
-            raise ValueError(f"vshard {self.number}: epoch {epoch} started before epoch {self.epochs_done} was "
-                             "decided here (epochs are decided one after the other)")
+        self._starting(epoch, "epoch")
         with collector_paused():
             return self._sliced(epoch, batch, serials, span, now)
+
+    def _starting(self, epoch: int, kind: str) -> None:
+        """Refuse an epoch out of turn; begin the state's transaction for it."""
+        if epoch != self.epochs_done or self._epochs:
+            raise ValueError(f"vshard {self.number}: {kind} {epoch} started before epoch {self.epochs_done} was "
+                             "decided here (epochs are decided one after the other)")
+        if self.state.epochs_done != self.epochs_done:
+            raise ValueError(f"vshard {self.number}: {kind} {epoch} started before epoch {epoch - 1} was "
+                             "committed: call commit(meta) once an epoch is done, before the next one starts")
+        self.state.begin()
+
+    def commit(self, meta: dict) -> None:
+        """Keep the epoch done here, with ``meta`` (the caller's input positions: str -> JSON-able), in one
+        LMDB transaction (in memory: the metadata alone)."""
+        if self._epochs or self.state.epochs_done == self.epochs_done:
+            raise ValueError(f"vshard {self.number}: nothing to commit (epoch {self.epochs_done} is "
+                             f"{'in flight' if self._epochs else 'not started'}): commit once an epoch is done")
+        self.state.commit(self.epochs_done, meta)
+
+    def meta(self) -> dict:
+        """The metadata of the last commit ({} before the first)."""
+        return self.state.meta()
+
+    def close(self) -> None:
+        """Close the state; an epoch done but not committed is thrown away, as when the process dies."""
+        self.state.close()
 
     def _sliced(self, epoch: int, batch: PreparedBatch, serials: list[int], span: tuple[int, int],
                 now: float) -> list[Message]:
@@ -232,11 +273,10 @@ class VShard:
         answers: list[list] = [[] for _ in range(self.count)]
         needed: list[list] = [[] for _ in range(self.count)]
         for serial, content, home in asked:  # in the deployment's order
-            stored = self.firsts.get(content)
+            first = self.state.first_of(content)
             seen = e.contents.setdefault(content, [])
             seen.append([serial, home, True])
-            if stored:
-                first = stored[0]
+            if first is not None:
                 answers[home].append((serial, first[0], first[1], True, first[2]))
             elif len(seen) > 1:
                 first = seen[0]
@@ -275,7 +315,7 @@ class VShard:
         starts = np.flatnonzero(np.concatenate(([True], slots[1:] != slots[:-1]))) if len(slots) else _NONE
         run = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(slots))))
         rank = np.arange(len(slots)) - starts[run]  # earlier probers of the key in the epoch
-        held_start, held_count, held = self.places.holders(slots[starts])
+        held_start, held_count, held = self.state.places.holders(slots[starts])
         room = np.maximum(self.settings.max_candidates - held_count, 0)[run]
         placed = rank < room
         e.placed = (slots[placed], holder(serials[placed], homes[placed]))
@@ -311,7 +351,7 @@ class VShard:
         holders = [_from_ints(b["holders"]) for b in bodies]
         closed = {slot: _from_ints(packed) for body in bodies for slot, packed in body["closed"]}
         if closed:
-            self.closed.add(closed)
+            self.state.closed_changed(*self.closed.add(closed))
             for slot, asked in _by_slot(*e.probes):
                 if slot in closed:
                     e.closed_probes.append((slot, asked, closed[slot]))
@@ -360,8 +400,8 @@ class VShard:
                     if similarity >= self.settings.threshold:
                         matches.append((serial, candidate, similarity))
                         if candidate < e.first:
-                            names[candidate] = self.records[candidate].id
-            twins = [(serial, twin_of(self.records[twin])) for serial, twin in body["twins"]]
+                            names[candidate] = self.state.record(candidate).id
+            twins = [(serial, twin_of(self.state.record(twin))) for serial, twin in body["twins"]]
             replies.append(self._to(e, "verified", home, {"matches": matches, "unkept": unkept, "names": names,
                                                            "twins": twins}))
         return replies
@@ -372,7 +412,7 @@ class VShard:
         if serial >= e.first:
             e.needed.add(serial)
             return e.batch.shingles.of(e.new[serial])
-        return self.shingles.get(serial)
+        return self.state.shingles(serial)
 
     def _on_verified(self, e: _Epoch, bodies: list[dict]) -> list[Message]:
         """Gather each document's evidence; send every vshard what decides those linked within the epoch."""
@@ -414,7 +454,7 @@ class VShard:
         prober does."""
         slots = np.concatenate([slots for slots, _ in e.beyond]) if e.beyond else np.zeros(0, dtype=np.uint64)
         serials = np.concatenate([serials for _, serials in e.beyond]) if e.beyond else _NONE
-        kept = np.array([self.records[serial].kept for serial in serials.tolist()], dtype=bool)
+        kept = np.array([serial in e.kept for serial in serials.tolist()], dtype=bool)
         slots, serials = slots[kept], serials[kept]
         owners = owners_of_slots(slots, self.count)
         return [self._to(e, "kept", w, {"at": _offsets(e, serials[owners == w]), "slots": _slots(slots[owners == w])})
@@ -423,7 +463,7 @@ class VShard:
     def _on_kept(self, e: _Epoch, bodies: list[dict]) -> list[Message]:
         """As a band key's owner: file the kept documents past its cap after its places, then the epoch is done."""
         slots, serials, homes = _slotted(e, bodies)
-        self.places.add(slots, holder(serials, homes))
+        self.state.places.add(slots, holder(serials, homes))
         self._finished(e)
         return []
 
@@ -444,15 +484,15 @@ class VShard:
             own = own_rows.get(row)
             if own is None:
                 continue
-            self.records[serial] = record
-            self.ids.setdefault(e.batch.id_keys[own], []).append(serial)
+            self.state.put_record(record)
+            self.state.add_id(e.batch.id_keys[own], serial)
             if record.kept:
-                self.shingles[serial] = e.batch.shingles.of(own)
+                self.state.put_shingles(serial, e.batch.shingles.of(own))
+                e.kept.add(serial)
             elif record.cluster:
-                self.members.setdefault(record.cluster, []).append(serial)
-        self.places.add(*e.placed)
-        for content, seen in e.contents.items():
-            self.firsts.setdefault(content, []).extend(seen)
+                self.state.add_member(record.cluster, serial)
+        self.state.places.add(*e.placed)
+        self.state.add_contents(e.contents)
 
     # -- a forget order ----------------------------------------------------------------------------------
 
@@ -461,9 +501,7 @@ class VShard:
         home to) removed, as ``housekeeping.forget`` removes them from one index. A kept document's places
         are freed (a duplicate's stay taken), its cluster dissolved (its members, wherever they live, belong
         to none: a copy of one is no longer an exact copy), a content's first document forgotten with it."""
-        if epoch != self.epochs_done or self._epochs:
-            raise ValueError(f"vshard {self.number}: forget order {epoch} before epoch {self.epochs_done} was "
-                             "decided here")
+        self._starting(epoch, "forget order")
         with collector_paused():
             e = self._epochs[epoch] = _Epoch(epoch, 0.0, 0, 0, prepare([], self.signing), [], [], {}, {})
             places: list[list] = [[] for _ in range(self.count)]
@@ -471,42 +509,42 @@ class VShard:
             dissolved: list[int] = []
             for doc_id in ids:
                 ident = id_key(doc_id)
-                for serial in sorted(self.ids.get(ident, ())):
-                    if self.records[serial].id == doc_id:
-                        self._forget_one(self.records[serial], ident, places, contents, dissolved)
+                for serial in self.state.serials_of_id(ident):
+                    record = self.state.record(serial)
+                    if record.id == doc_id:
+                        self._forget_one(record, ident, places, contents, dissolved)
             return [self._to(e, "forgotten", w, {"places": places[w], "contents": contents[w],
                                                  "dissolved": dissolved}) for w in range(self.count)]
 
     def _forget_one(self, record: DocRecord, ident: bytes, places: list, contents: list, dissolved: list) -> None:
         serial = record.serial
         if record.kept:
-            keys = band_keys_of([self.shingles.pop(serial)], self.signing)
+            keys = band_keys_of([self.state.pop_shingles(serial)], self.signing)
             slots = band_slots(np.arange(self.signing.bands, dtype=np.uint64)[None, :], keys).ravel()
             for slot, owner in zip(slots.tolist(), owners_of_slots(slots, self.count).tolist()):
                 places[owner].append((slot, int(holder(serial, self.number))))
             dissolved.append(serial)
         elif record.cluster:
-            self.members[record.cluster].remove(serial)
+            self.state.remove_member(record.cluster, serial)
         contents[int(owners_of_contents([record.content], self.count)[0])].append((record.content, serial))
-        del self.records[serial]
-        self.ids[ident].remove(serial)
-        if not self.ids[ident]:
-            del self.ids[ident]
+        self.state.delete_record(serial)
+        self.state.remove_id(ident, serial)
 
     def _on_forgotten(self, e: _Epoch, bodies: list[dict]) -> list[Message]:
         """Free the forgotten kept documents' places under owned keys, take every forgotten document out of
         its content's documents; dissolve their clusters' members living here."""
         gone = [place for body in bodies for place in body["places"]]
-        freed = self.places.remove(np.array([slot for slot, _ in gone], dtype=np.uint64),
+        freed = self.state.places.remove(np.array([slot for slot, _ in gone], dtype=np.uint64),
                                    np.array([held for _, held in gone], dtype=np.int64)) if gone else _NONE
         for body in bodies:
             for content, serial in body["contents"]:
-                self._without(content, serial)
+                self.state.drop_content(content, serial)
         out: list[list] = [[] for _ in range(self.count)]
         for cluster in sorted({cluster for body in bodies for cluster in body["dissolved"]}):
-            for member in self.members.pop(cluster, ()):
-                record = self.records[member]
+            for member in self.state.pop_members(cluster):
+                record = self.state.record(member)
                 record.cluster, record.cluster_id = 0, ""
+                self.state.put_record(record)
                 out[int(owners_of_contents([record.content], self.count)[0])].append((record.content, member))
         return [self._to(e, "released", w, {"freed": _ints(freed), "dissolved": out[w]}) for w in range(self.count)]
 
@@ -514,23 +552,12 @@ class VShard:
         """Closed keys whose places were freed are open again (no home answers them from its cache); a first
         document whose cluster was dissolved makes no exact copies."""
         for body in bodies:
-            self.closed.reopened(_from_ints(body["freed"], np.uint64))
+            self.state.closed_changed({}, self.closed.reopened(_from_ints(body["freed"], np.uint64)))
             for content, serial in body["dissolved"]:
-                for entry in self.firsts.get(content, ()):
-                    if entry[0] == serial:
-                        entry[2] = False
+                self.state.leave_cluster(content, serial)
         self.decided[e.number] = []
         self._finished(e)
         return []
-
-    def _without(self, content: bytes, serial: int) -> None:
-        """A forgotten document out of its content's documents: the next one, if any, is the first now."""
-        held = self.firsts.get(content)
-        if held is None:
-            return
-        held[:] = [entry for entry in held if entry[0] != serial]
-        if not held:
-            del self.firsts[content]
 
     def _finished(self, e: _Epoch) -> None:
         del self._epochs[e.number]
@@ -543,12 +570,12 @@ class VShard:
         """Row -> the earlier decision of that very document (same id, same content) this home holds."""
         replays = {}
         for row, ident in enumerate(batch.id_keys):
-            serials = self.ids.get(ident)
+            serials = self.state.serials_of_id(ident)
             if not serials:
                 continue
             doc_id = documents[row].id
-            for serial in sorted(serials):
-                earlier = self.records[serial]
+            for serial in serials:
+                earlier = self.state.record(serial)
                 if earlier.content == batch.contents[row] and earlier.id == doc_id:
                     replays[row] = replay_of(earlier)
                     break

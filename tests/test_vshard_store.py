@@ -1,0 +1,138 @@
+"""A vshard's state in LMDB (``store.vshardstate``): the same decisions as a single worker, whatever dies when.
+
+The key-split deployment of ``test_vshards`` with each vshard's state in
+LMDB under ``tmp_path`` (real files), committed after each epoch; vshards
+die and start again from their folders in the middle of an epoch, at its
+end before the commit, and between epochs, and must send again, byte for
+byte, what they sent, and decide the same.
+"""
+
+from __future__ import annotations
+
+import pytest
+from test_vshards import (
+    NOW,
+    _assert_forget_in_the_middle_as_by_one_worker,
+    _assert_same_as_single_worker,
+    _chains_and_ties,
+    _config,
+    _items,
+)
+
+from streamdedup.core import corpus
+from streamdedup.core.signing import signing_config
+from streamdedup.engine.engine import Engine
+from streamdedup.engine.settings import DedupSettings
+from streamdedup.engine.vshards import VShard
+from streamdedup.errors import IncompatibleIndexError, IndexUnusableError
+
+
+def _settings(config):
+    return DedupSettings.of(config, signing_config(config))
+
+
+def _assert_restarts_changed_nothing(run):
+    assert not run.differences, run.differences
+    assert all(run.restarts[when] for when in ("mid-epoch", "uncommitted", "committed")), run.restarts
+
+
+@pytest.mark.parametrize("vshards, processes", [(1, 1), (3, 2), (8, 4)])
+def test_vshards_in_lmdb_decide_as_one_worker(tmp_path, vshards, processes):
+    items = _items((doc.id, doc.text) for doc in corpus.generate(150, seed=vshards))
+    run, expected = _assert_same_as_single_worker(tmp_path, items, vshards, processes, seed=vshards,
+                                                  state=str(tmp_path / "vshards"), sync=False)
+    assert sum(d.status == "duplicate" for d in expected) > 50
+
+
+@pytest.mark.parametrize("vshards, largest, partitions", [(1, 8, 3), (3, 48, 1), (5, 200, 2)])
+def test_vshards_dying_anywhere_decide_as_one_worker(tmp_path, vshards, largest, partitions):
+    """Chains, ties, copies, replays and versions, with vshards dying in the middle of epochs, before their
+    commits and between epochs: each, given its epoch's slice and messages again, sends what it sent."""
+    items = _items(_chains_and_ties(seed=largest))
+    run, _ = _assert_same_as_single_worker(tmp_path, items, vshards, 2, seed=vshards, largest=largest,
+                                           partitions=partitions, state=str(tmp_path / "vshards"), sync=False,
+                                           restarts=0.15)
+    _assert_restarts_changed_nothing(run)
+
+
+@pytest.mark.parametrize("max_candidates", [1, 3])
+def test_hot_keys_and_the_closed_keys_cache_survive_restarts(tmp_path, max_candidates):
+    """With a small cap most keys close and are answered from each home's cache, which decides what the home
+    sends: the cache comes back with the state, so a restarted home sends the same probes."""
+    items = _items((doc.id, doc.text) for doc in corpus.hot_keys(300, seed=5))
+    run, _ = _assert_same_as_single_worker(tmp_path, items, 4, 2, seed=max_candidates,
+                                           extra=[f"lsh.max_candidates={max_candidates}"],
+                                           state=str(tmp_path / "vshards"), sync=False, restarts=0.15)
+    _assert_restarts_changed_nothing(run)
+
+
+@pytest.mark.parametrize("vshards", [1, 3])
+def test_forget_in_the_middle_with_vshards_in_lmdb(tmp_path, vshards):
+    run = _assert_forget_in_the_middle_as_by_one_worker(tmp_path, vshards, 2, state=str(tmp_path / "vshards"),
+                                                        sync=False, restarts=0.15)
+    assert not run.differences, run.differences
+    assert sum(run.restarts.values()) > 0
+
+
+def test_a_vshard_reopens_at_its_next_epoch_with_its_metadata(tmp_path):
+    """A commit keeps the epoch and the caller's metadata; an epoch is refused until the one before is
+    committed; a vshard closed before its commit comes back as of the epoch before."""
+    config = _config(tmp_path)
+    settings, folder = _settings(config), str(tmp_path / "v0")
+    items = _items((f"doc-{i}", f"words of document number {i} and some more words") for i in range(30))
+    vshard = VShard(0, 1, settings, folder, sync=False)
+    assert vshard.epochs_done == 0 and vshard.meta() == {}
+    for epoch, begin in enumerate((0, 10)):
+        sent = vshard.slice(epoch, items[begin:begin + 10], list(range(begin + 1, begin + 11)),
+                            (begin + 1, begin + 11), NOW)
+        _deliver(vshard, sent)
+        assert vshard.epochs_done == epoch + 1
+        with pytest.raises(ValueError, match="commit"):
+            vshard.slice(epoch + 1, [], [], (begin + 11, begin + 11), NOW)
+        vshard.commit({"in": [{"partition": 0, "offset": begin + 10}]})
+    with pytest.raises(ValueError, match="nothing to commit"):
+        vshard.commit({})
+    _deliver(vshard, vshard.slice(2, items[20:], list(range(21, 31)), (21, 31), NOW))
+    third = vshard.decided[2]
+    vshard.close()  # epoch 2 done, not committed: as if the process died
+    vshard = VShard(0, 1, settings, folder, sync=False)
+    assert vshard.epochs_done == 2 and vshard.meta() == {"in": [{"partition": 0, "offset": 20}]}
+    _deliver(vshard, vshard.slice(2, items[20:], list(range(21, 31)), (21, 31), NOW))
+    assert vshard.decided[2] == third
+    vshard.close()
+
+
+def test_a_vshard_state_refuses_another_vshard_count_or_settings(tmp_path):
+    config = _config(tmp_path)
+    folder = str(tmp_path / "v1")
+    VShard(1, 4, _settings(config), folder, sync=False).close()
+    for number, count, other in [(2, 4, config), (1, 8, config), (1, 4, _config(tmp_path, "lsh.threshold=0.9")),
+                                 (1, 4, _config(tmp_path, "signing.k=4"))]:
+        with pytest.raises(IncompatibleIndexError, match="open each vshard's own folder") as refused:
+            VShard(number, count, _settings(other), folder, sync=False)
+        assert "vshard count is fixed" in str(refused.value)
+    Engine(config).close()  # a single worker's index in tmp_path / "single"
+    with pytest.raises(IndexUnusableError, match="single worker's index"):
+        VShard(0, 1, _settings(config), str(tmp_path / "single"), sync=False)
+
+
+def test_a_vshard_in_lmdb_keeps_no_record_in_python(tmp_path):
+    """The point of the LMDB form: a state larger than memory. Its records, shingles, ids and places are read
+    from the environment; only the bounded cache of closed keys is in Python."""
+    config = _config(tmp_path, "lsh.max_candidates=1")
+    items = _items((doc.id, doc.text) for doc in corpus.hot_keys(200, seed=2))
+    vshard = VShard(0, 1, _settings(config), str(tmp_path / "v0"), sync=False)
+    _deliver(vshard, vshard.slice(0, items, list(range(1, 201)), (1, 201), NOW))
+    vshard.commit({})
+    state = vshard.state
+    assert not [name for name, value in vars(state).items() if isinstance(value, (dict, list, set))
+                and len(value) > vshard.closed.keys and name != "_meta"]
+    with state.index.read() as txn:
+        assert sum(1 for _ in txn.table_entries("docs")) == 200
+    vshard.close()
+
+
+def _deliver(vshard, messages):
+    """Every message a one-vshard deployment sends, delivered to itself in order."""
+    while messages:
+        messages = [sent for message in messages for sent in vshard.receive(message)]
