@@ -614,7 +614,7 @@ def _run_vshards(args, cfg, log, stopper) -> int:
         raise ConfigError('--role vshards runs a deployment whose band tables are split by key: set '
                           'shards.design = "keys" (in every role)')
     numbers = parse_vshards(args.vshards, cfg.shards.count) if args.vshards else None
-    stats = run_vshards(cfg, numbers, args.until_caught_up, log, stopper)
+    stats = run_vshards(cfg, args.state or cfg.index.path, numbers, args.until_caught_up, log, stopper)
     s = stats.summary
     log.info("stopped", role="vshards", documents=s.total, kept=s.outcomes["kept"],
              duplicate=s.outcomes["duplicate"], rejected=s.outcomes["rejected"], replayed=s.replayed)

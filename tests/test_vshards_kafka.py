@@ -29,9 +29,10 @@ KEYS = ["--set", "templates.enabled=false", "--set", 'lsh.cap="probes"']
 DESIGN = ["--set", 'shards.design="keys"']
 
 
-def vshard_processes(topics, kafka, count: int, tag: str, hosts: list[str], *extra: str) -> list:
+def vshard_processes(topics, kafka, count: int, tag: str, hosts: list[str], state, *extra: str) -> list:
+    """Processes hosting the vshards ``hosts`` names (one list a process), their states in the folder ``state``."""
     return [subprocess.Popen(role_command(topics, kafka, count, tag, "--role", "vshards", "--vshards", hosted,
-                                          *KEYS, *DESIGN, *extra),
+                                          "--state", str(state), *KEYS, *DESIGN, *extra),
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for hosted in hosts]
 
 
@@ -43,13 +44,13 @@ def signers(topics, kafka, count: int, tag: str, n: int, *extra: str) -> list:
 
 @pytest.mark.parametrize("count,hosts", [(1, ["0"]), (4, ["0-1", "2-3"]), (8, ["0,3,6", "1,4,7", "2,5"])],
                          ids=["1-in-1", "4-in-2", "8-in-3"])
-def test_vshards_on_the_broker_decide_as_one_worker(kafka, count, hosts):
+def test_vshards_on_the_broker_decide_as_one_worker(kafka, tmp_path, count, hosts):
     records = sharded_records(web=False)
     expected = single_worker_summary(records, KEYS)
     topics = sharded_topics(kafka, Topics.fresh(kafka).raw)
     produce(kafka, topics.raw, records)
     tag = uuid.uuid4().hex[:8]
-    processes = vshard_processes(topics, kafka, count, tag, hosts)
+    processes = vshard_processes(topics, kafka, count, tag, hosts, tmp_path)
     processes += signers(topics, kafka, count, tag, 2, "--set", "worker.batch_size=97")
     try:
         wait_for_outcomes(kafka, topics, len(expected), processes)
@@ -72,15 +73,15 @@ def test_a_vshards_process_killed_at_any_step_loses_nothing_and_repeats_nothing(
     topics = sharded_topics(kafka, Topics.fresh(kafka).raw)
     produce(kafka, topics.raw, records)
     tag = uuid.uuid4().hex[:8]
-    steady = vshard_processes(topics, kafka, 4, tag, ["2-3"])
-    crashing = subprocess.Popen(role_command(topics, kafka, 4, tag, "--role", "vshards", "--vshards", "0-1", *KEYS,
-                                             *DESIGN),
+    steady = vshard_processes(topics, kafka, 4, tag, ["2-3"], tmp_path)
+    crashing = subprocess.Popen(role_command(topics, kafka, 4, tag, "--role", "vshards", "--vshards", "0-1",
+                                             "--state", str(tmp_path), *KEYS, *DESIGN),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 env=dict(os.environ, STREAMDEDUP_TEST_CRASH_AT=step))
     processes = steady + [crashing] + signers(topics, kafka, 4, tag, 1, "--set", "worker.batch_size=61")
     try:
         assert crashing.wait(timeout=120) == 137, crashing.stderr.read().decode()[-2000:]
-        processes += vshard_processes(topics, kafka, 4, tag, ["0-1"])
+        processes += vshard_processes(topics, kafka, 4, tag, ["0-1"], tmp_path)
         wait_for_outcomes(kafka, topics, len(expected), [p for p in processes if p is not crashing])
         time.sleep(2)
         found = outcomes(kafka, topics)

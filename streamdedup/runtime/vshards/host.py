@@ -18,6 +18,7 @@ which epochs Kafka has and decides them again without emitting.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -29,7 +30,7 @@ from ...core.signed import ForgetOrder, subset
 from ...core.signing import signing_config
 from ...engine.settings import DedupSettings
 from ...engine.vshards import Message, VShard, check_supported, homes_of
-from ...errors import BrokerUnavailableError, ConfigError, IndexUnusableError
+from ...errors import BrokerUnavailableError, ConfigError, IndexLockedError, IndexUnusableError
 from ...faults import reached
 from ...ops.logs import Log
 from ...ops.telemetry import WorkerTelemetry
@@ -95,13 +96,19 @@ class _Hosted:
     def close(self) -> None:
         if self.sink is not None:
             self.sink.close()
-        close = getattr(self.vshard, "close", None)
-        if close is not None:
-            close()
+        self.vshard.close()
 
     def positions(self) -> dict:
         return {"order_at": self.order_at, "next_input": [[t, p, o] for (t, p), o in sorted(self.next_input.items())],
                 "next_serial": self.next_serial, "exchange_at": self.exchange_at, "records_at": self.records_at}
+
+
+def hosted_at(vshard: VShard, positions: dict) -> _Hosted:
+    """A vshard where its last commit left it (``_Hosted.positions``; {}: at the beginning)."""
+    return _Hosted(vshard, order_at=positions.get("order_at"),
+                   next_input={(t, p): o for t, p, o in positions.get("next_input", [])},
+                   next_serial=positions.get("next_serial", 1), exchange_at=positions.get("exchange_at"),
+                   records_at=positions.get("records_at"))
 
 
 class _Inbound:
@@ -245,6 +252,7 @@ class VShardHost:
         self.config, self.log, self.stopper, self.step = config, log, stopper, step
         self.open_vshard = open_vshard
         self.hosted: dict[int, _Hosted] = {}
+        self.waiting: set[int] = set()  # given, but another process holds their state
         self.count = config.shards.count
         self.fingerprint = signing_config(config).fingerprint()
         self.settings = kafka_client_settings(config.kafka, "consumer")
@@ -280,11 +288,23 @@ class VShardHost:
             return
         for n in gone:
             close_quietly(self.hosted.pop(n))
-        for n in new:
-            self.hosted[n] = self._adopted(n)
+        new = [n for n in new if self._adopt(n)]
         self.inbound.host(self.hosted, new)
         self.log.info("vshards_moved", role="vshards", hosted=",".join(map(str, sorted(self.hosted))) or "none",
                       dropped=",".join(map(str, gone)) or "none", taken=",".join(map(str, new)) or "none")
+
+    def _adopt(self, number: int) -> bool:
+        """Host vshard ``number``; False while its state is still held by another process (its former host, not
+        yet told it lost it, or paused): tried again on the next turn of the loop."""
+        try:
+            self.hosted[number] = self._adopted(number)
+            return True
+        except IndexLockedError:
+            if number not in self.waiting:
+                self.waiting.add(number)
+                self.log.warning("vshard_state_busy", role="vshards", vshard=number,
+                                 waiting_for="its former host to let go of its state")
+            return False
 
     def _adopted(self, number: int) -> _Hosted:
         """Vshard ``number`` opened where its state stands, with its transactional producer (which fences a
@@ -309,6 +329,7 @@ class VShardHost:
             close_quietly(h)
             raise
         h.emitted_before = committed or 0
+        self.waiting.discard(number)
         return h
 
     # -- the loop ------------------------------------------------------------------------------------------
@@ -415,9 +436,7 @@ class VShardHost:
         if flight.emit and flight.records:
             self._kafka_transaction(h, flight, decisions)
         reached("vshard-kafka-committed")
-        commit = getattr(h.vshard, "commit", None)
-        if commit is not None:
-            commit(h.positions())
+        h.vshard.commit(h.positions())
         reached("vshard-committed")
         self.outcomes.summary.add(decisions)
         self.inbound.drop_orders_before(min(x.order_at for x in self.hosted.values()))
@@ -458,10 +477,12 @@ class VShardHost:
                 pass
 
 
-def run_vshards(config: Config, numbers: Optional[list[int]], until_caught_up: bool, log: Log,
+def run_vshards(config: Config, state: Optional[str], numbers: Optional[list[int]], until_caught_up: bool, log: Log,
                 stopper: Optional[Stopper] = None) -> WorkerStats:
     """The ``run --role vshards`` command: host the vshards the consumer group gives this process (or ``numbers``
-    of the ``shards.count``) until stopped (or caught up)."""
+    of the ``shards.count``) until stopped (or caught up). Each vshard's state is its folder ``vshard-N`` in
+    ``state``, which every process that may host it reaches (without ``state``: in memory, so a vshard given
+    to a process is decided again from the topics' beginning, emitting nothing Kafka has)."""
     check_supported(config)
     stopper = stopper or Stopper()
     telemetry = WorkerTelemetry(None, config.metrics.address if config.metrics.enabled else None)
@@ -475,7 +496,13 @@ def run_vshards(config: Config, numbers: Optional[list[int]], until_caught_up: b
     began = time.monotonic()
 
     def opened(number: int) -> _Hosted:
-        return _Hosted(VShard(number, config.shards.count, settings))  # in memory: decided again from the start
+        path = os.path.join(state, f"vshard-{number}") if state else None
+        vshard = VShard(number, config.shards.count, settings, path=path)
+        try:
+            return hosted_at(vshard, vshard.meta())
+        except BaseException:
+            vshard.close()
+            raise
 
     def session(connected: Callable[..., None]) -> WorkerStats:
         host = VShardHost(config, opened, numbers, log, stopper, loop.watchdog.phase)
