@@ -88,3 +88,39 @@ def test_a_vshards_process_killed_at_any_step_loses_nothing_and_repeats_nothing(
     finally:
         stop_processes(processes)
     assert outcome_summary(found) == expected
+
+
+def test_the_consumer_group_moves_vshards_as_processes_come_and_go(kafka, tmp_path):
+    """No --vshards: the group gives 8 vshards to 2 processes; a third joins in the middle, then one of the first
+    two stops (SIGTERM) and another is killed; their vshards move, each decided on from its state in the shared
+    folder, and every record has one outcome, the single worker's."""
+    records = sharded_records(web=False, articles=300, seed=8)
+    expected = single_worker_summary(records, KEYS)
+    topics = sharded_topics(kafka, Topics.fresh(kafka).raw)
+    tag = uuid.uuid4().hex[:8]
+    command = role_command(topics, kafka, 8, tag, "--role", "vshards", "--state", str(tmp_path), *KEYS, *DESIGN)
+
+    def host() -> subprocess.Popen:
+        return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    processes = [host(), host()]
+    third = len(records) // 3
+    try:
+        produce(kafka, topics.raw, records[:third])
+        processes += signers(topics, kafka, 8, tag, 1, "--set", "worker.batch_size=53")
+        wait_for_outcomes(kafka, topics, sum(1 for where in expected if where[1] < third) // 2, processes)
+        processes.append(host())
+        produce(kafka, topics.raw, records[third:2 * third])
+        wait_for_outcomes(kafka, topics, sum(1 for where in expected if where[1] < third), processes)
+        processes[0].terminate()
+        assert processes[0].wait(timeout=60) == 0
+        produce(kafka, topics.raw, records[2 * third:])
+        processes[1].kill()
+        processes[1].wait()
+        processes.append(host())
+        wait_for_outcomes(kafka, topics, len(expected), processes[2:])
+        time.sleep(2)
+        found = outcomes(kafka, topics)
+    finally:
+        stop_processes(processes)
+    assert outcome_summary(found) == expected

@@ -111,77 +111,95 @@ def hosted_at(vshard: VShard, positions: dict) -> _Hosted:
                    records_at=positions.get("records_at"))
 
 
+class _Membership:
+    """This process's place in the consumer group ``<group_id>-vshards`` on the records topic, which says which
+    vshards it hosts (a partition a vshard): Kafka moves them when processes come and go. Its own thread polls
+    the group (every partition paused: it reads nothing), so the group hears from the process however long a
+    step of an epoch takes."""
+
+    def __init__(self, config: Config, settings: dict):
+        import threading
+
+        from kafka import ConsumerRebalanceListener
+
+        membership = self
+        self.given: set[int] = set()
+        self.stopping = threading.Event()
+
+        class Listener(ConsumerRebalanceListener):
+            def on_partitions_revoked(self, revoked):
+                pass  # the vshards still given when the new assignment comes stay, with their epochs
+
+            def on_partitions_assigned(self, assigned):
+                membership.source.consumer.pause(*assigned)
+                membership.given = {tp.partition for tp in assigned}
+
+        self.source = KafkaSource([], {**GROUP_SESSION, **settings}, f"{config.kafka.group_id}-vshards", 1)
+        self.source.consumer.subscribe([values_topic(config)], listener=Listener())
+        self.thread = threading.Thread(target=self._poll, name="streamdedup-vshards-group", daemon=True)
+        self.thread.start()
+
+    def _poll(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                self.source.consumer.poll(timeout_ms=200)
+            except Exception:  # the broker away: the group is joined again once it answers
+                self.stopping.wait(1.0)
+
+    def close(self) -> None:
+        self.stopping.set()
+        self.thread.join(timeout=5)
+        self.source.close()
+
+
 class _Inbound:
-    """Everything the hosted vshards read, held until taken: order messages by offset, home messages by vshard
-    and offset, stage messages in the order they came.
+    """Everything the hosted vshards read, by one consumer without a group (their positions are theirs), held
+    until taken: order messages by offset, home messages by vshard and offset, stage messages in the order they
+    came."""
 
-    Two consumers: one without a group reads the order topic and the hosted vshards' exchange partitions (their
-    positions are the vshards'); the other reads the records topic and, in a consumer group
-    (``<group_id>-vshards``), says which vshards this process hosts: Kafka moves them between processes. With
-    ``--vshards`` it reads the named ones, without a group.
-    """
-
-    def __init__(self, config: Config, settings: dict, fixed: Optional[list[int]]):
-        from kafka import ConsumerRebalanceListener, TopicPartition
+    def __init__(self, config: Config, settings: dict):
+        from kafka import TopicPartition
 
         self.order_tp = TopicPartition(config.shards.signed_topic, 0)
         self.records_topic, self.exchange_topic = values_topic(config), config.shards.evidence_topic
-        self.direct = KafkaSource([], settings, None, 1000)
-        self.direct.assign([self.order_tp])
-        self.first_order = self.direct.consumer.beginning_offsets([self.order_tp])[self.order_tp]
-        self.exchange: dict[int, object] = {}
-        self.given: set[int] = set()  # the vshards the group gives this process (or --vshards names)
-        if fixed is None:
-            inbound = self
-
-            class Listener(ConsumerRebalanceListener):
-                def on_partitions_revoked(self, revoked):
-                    pass  # the vshards still hosted when the new assignment comes stay, with their epochs
-
-                def on_partitions_assigned(self, assigned):
-                    inbound.given = {tp.partition for tp in assigned}
-
-            self.group = KafkaSource([], {**GROUP_SESSION, **settings}, f"{config.kafka.group_id}-vshards", 1000)
-            self.group.consumer.subscribe([self.records_topic], listener=Listener())
-        else:
-            self.group = KafkaSource([], settings, None, 1000)
-            self.group.assign([TopicPartition(self.records_topic, n) for n in fixed])
-            self.given = set(fixed)
+        self.source = KafkaSource([], settings, None, 1000)
+        self.source.assign([self.order_tp])
+        self.first_order = self.source.consumer.beginning_offsets([self.order_tp])[self.order_tp]
         self.orders: dict[int, bytes] = {}
         self.homes: dict[tuple[int, int], bytes] = {}
         self.stages: list[tuple[int, int, bytes]] = []
 
     def host(self, hosted: dict[int, _Hosted], new: list[int]) -> None:
-        """Read the exchange partitions of ``hosted`` (the ``new`` ones from their positions), and the order topic
-        from the first message one of them has not taken."""
+        """Read the records and exchange partitions of ``hosted`` (the ``new`` ones from their positions), and
+        the order topic from the first message one of them has not taken."""
         from kafka import TopicPartition
 
         for n in new:
             h = hosted[n]
             h.order_at = self.first_order if h.order_at is None else h.order_at
-        self.exchange = {n: TopicPartition(self.exchange_topic, n) for n in hosted}
-        self.direct.assign([self.order_tp, *self.exchange.values()])
+        self.source.assign([self.order_tp, *(TopicPartition(topic, n) for n in hosted
+                                             for topic in (self.records_topic, self.exchange_topic))])
         for n in new:
-            self.direct.seek(self.exchange[n], hosted[n].exchange_at)
-            self.group.seek(TopicPartition(self.records_topic, n), hosted[n].records_at)
+            self.source.seek(TopicPartition(self.exchange_topic, n), hosted[n].exchange_at)
+            self.source.seek(TopicPartition(self.records_topic, n), hosted[n].records_at)
         self.stages = [stage for stage in self.stages if stage[0] in hosted and stage[0] not in new]
+        self.homes = {key: value for key, value in self.homes.items() if key[0] in hosted and key[0] not in new}
         if new and hosted:
-            self.direct.seek(self.order_tp, min(h.order_at for h in hosted.values()))
+            self.source.seek(self.order_tp, min(h.order_at for h in hosted.values()))
             self.orders.clear()
 
     def poll(self, timeout_ms: int) -> bool:
         """Read what has come, waiting at most ``timeout_ms`` for something; whether anything came."""
-        homes = self.group.poll_batch(0, max_records=100)
-        for r in homes:
-            self.homes[(r.source.partition, r.source.offset)] = r.value
-        records = self.direct.poll_batch(0 if homes else timeout_ms, max_records=5000)
+        records = self.source.poll_batch(timeout_ms, max_records=5000)
         for r in records:
             where = r.source
             if where.name == self.exchange_topic:
                 self.stages.append((where.partition, where.offset, r.value))
+            elif where.name == self.records_topic:
+                self.homes[(where.partition, where.offset)] = r.value
             else:
                 self.orders[where.offset] = r.value
-        return bool(records or homes)
+        return bool(records)
 
     def order(self, offset: int) -> Optional[tuple[int, bytes]]:
         """The order message at ``offset``, or the first after it (a transaction marker's offset holds none), if
@@ -200,9 +218,9 @@ class _Inbound:
         from kafka import TopicPartition
 
         tp = TopicPartition(self.records_topic, vshard)
-        if (vshard, offset) not in self.homes and self.group.position(tp) != offset:
+        if (vshard, offset) not in self.homes and self.source.position(tp) != offset:
             self._check_kept(tp, offset)
-            self.group.seek(tp, offset)
+            self.source.seek(tp, offset)
         deadline = time.monotonic() + WAIT_S
         while (vshard, offset) not in self.homes:
             if stopper.stopped:
@@ -212,6 +230,7 @@ class _Inbound:
                                              f"did not come in {WAIT_S:.0f} s")
             step(f"message {offset} of {tp.topic}/{vshard}")
             self.poll(100)
+        step(None)
         for key in [k for k in self.homes if k[0] == vshard and k[1] < offset]:
             del self.homes[key]
         return self.homes.pop((vshard, offset))
@@ -221,20 +240,22 @@ class _Inbound:
         return taken
 
     def _check_kept(self, tp, offset: int) -> None:
-        first = self.group.consumer.beginning_offsets([tp])[tp]
+        first = self.source.consumer.beginning_offsets([tp])[tp]
         if first > offset:
             raise IndexUnusableError(f"{tp.topic}/{tp.partition} no longer holds offset {offset} (it begins at "
                                      f"{first}): the internal topics' retention must keep what the vshards have not "
                                      "committed (deploy/README.md)")
 
     def exchange_position(self, vshard: int) -> int:
-        return self.direct.position(self.exchange[vshard])
+        from kafka import TopicPartition
+
+        return self.source.position(TopicPartition(self.exchange_topic, vshard))
 
     def order_end(self) -> int:
-        return self.direct.end_offsets([self.order_tp])[self.order_tp]
+        return self.source.end_offsets([self.order_tp])[self.order_tp]
 
     def close(self) -> None:
-        close_quietly(self.group, self.direct)
+        self.source.close()
 
 
 class VShardHost:
@@ -258,11 +279,14 @@ class VShardHost:
         self.settings = kafka_client_settings(config.kafka, "consumer")
         self.producer_settings = kafka_client_settings(config.kafka, "producer")
         self.order_topic = config.shards.signed_topic
-        self.inbound = self.publisher = None
+        self.inbound = self.publisher = self.membership = None
+        self.fixed = fixed
         try:
             self.publisher = KafkaProducer(**{"acks": "all", "linger_ms": 0, "max_request_size": SIGNED_MESSAGE_BYTES,
                                               **self.producer_settings})
-            self.inbound = _Inbound(config, self.settings, fixed)
+            self.inbound = _Inbound(config, self.settings)
+            if fixed is None:
+                self.membership = _Membership(config, self.settings)
         except BaseException:
             self.close()
             raise
@@ -281,7 +305,7 @@ class VShardHost:
 
     def _follow_assignment(self) -> None:
         """Drop the vshards this process no longer hosts, open those it is given."""
-        given = self.inbound.given
+        given = set(self.fixed) if self.membership is None else self.membership.given
         gone = sorted(set(self.hosted) - given)
         new = sorted(given - set(self.hosted))
         if not gone and not new:
@@ -469,7 +493,7 @@ class VShardHost:
         sink.commit(self.config.worker.kafka_timeout_s)
 
     def close(self) -> None:
-        close_quietly(*self.hosted.values(), self.inbound)
+        close_quietly(self.membership, *self.hosted.values(), self.inbound)
         if self.publisher is not None:
             try:
                 self.publisher.close(timeout=5)
