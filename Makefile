@@ -19,8 +19,8 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python deploy/demo.py
 
-# The same crawl through a sharded deployment (3 shards, 2 signing processes) on a local broker, checked
-# record by record against the single worker on the same input.
+# The same crawl through a sharded deployment (band tables split by key over 8 virtual shards in 2 processes, 2
+# signing processes) on a local broker, checked record by record against the single worker on the same input.
 demo-sharded: $(STAMP)
 	$(BIN)/python deploy/demo_sharded.py
 

@@ -1,4 +1,5 @@
-"""The sample crawl through a sharded deployment on a local broker: 3 shards and 2 signing processes.
+"""The sample crawl through a sharded deployment on a local broker: its band tables split by key over 8 virtual
+shards hosted by 2 processes, and 2 signing processes.
 
 1. start a local Apache Kafka broker (as ``make demo``: deploy/kafka/start.sh),
    unless KAFKA_BOOTSTRAP names one already running;
@@ -6,9 +7,11 @@
    order is the input's and every decision can be compared with the single
    worker's) and the output topics, names unique to this run;
 3. feed the sample crawl and one malformed record (``demo.feed_sample``);
-4. start 3 shard processes (``run --role shard --shard N``, each with its
-   own index folder) and 2 signing processes (``run --role sign``, one
-   consumer group: with a one-partition input one signs, the other stands by);
+4. start 2 processes hosting the virtual shards (``run --role vshards``: a
+   consumer group gives each some of the 8; their states are folders
+   ``vshard-N`` of one folder) and 2 signing processes (``run --role sign``,
+   one consumer group: with a one-partition input one signs, the other
+   stands by);
 5. wait until every input record has exactly one outcome in the output
    topics (read back with read_committed), then stop the processes;
 6. run the single worker (``run --until-caught-up``) on the same input into
@@ -16,8 +19,10 @@
    matched document, similarity) must be the same;
 7. print a summary as ``make demo`` does, and stop the broker it started.
 
-The roles use config.toml as it is (its site templates on: the sample crawl
-has no URLs, so no template is learned).
+The roles, and the single worker compared with, use config.toml with what a
+deployment split by key needs (``KEYS``: site templates off, which learn
+nothing on the sample crawl anyway, as it has no URLs; a band key's places
+counted over its probers, ``lsh.cap = "probes"``).
 
 Run: ``make demo-sharded`` (or ``python deploy/demo_sharded.py`` inside the virtualenv). Exit status 1 when
 an outcome is missing, doubled, or differs from the single worker's.
@@ -40,8 +45,10 @@ from kafka.admin import NewTopic
 from demo import ROOT, feed_sample, read_topic, start_local_broker, stop_local_broker, stop_processes
 
 WORK = Path(os.environ.get("DEMO_DIR", ROOT / "build" / "demo-sharded"))  # emptied at start
-SHARDS = 3
+VSHARDS = 8
+HOSTS = 2
 SIGNERS = 2
+KEYS = ("--set", "templates.enabled=false", "--set", 'lsh.cap="probes"')
 KINDS = ("clean", "duplicates", "dead_letter")
 TIMEOUT_S = float(os.environ.get("DEMO_TIMEOUT_S", "300"))
 
@@ -75,7 +82,8 @@ def demo(bootstrap: str) -> int:
     print(f"fed {fed:,} records (the sample crawl and one malformed record) into {raw} (1 partition) on {bootstrap}",
           flush=True)
 
-    print(f"starting {SHARDS} shards and {SIGNERS} signing processes (logs in {WORK / 'logs'}) ...", flush=True)
+    print(f"starting {HOSTS} processes hosting {VSHARDS} virtual shards and {SIGNERS} signing processes (logs in "
+          f"{WORK / 'logs'}) ...", flush=True)
     began = time.monotonic()
     processes = start_deployment(bootstrap, raw, sharded, tag)
     try:
@@ -89,7 +97,7 @@ def demo(bootstrap: str) -> int:
     doubled = sorted(where for where, outs in found.items() if len(outs) != 1)
 
     print("running the single worker (run --until-caught-up) on the same input ...", flush=True)
-    worker = subprocess.run(role_command(bootstrap, raw, single, f"single-{tag}", WORK / "single"),
+    worker = subprocess.run(role_command(bootstrap, raw, single, f"single-{tag}", WORK / "single", *KEYS),
                             stdout=subprocess.DEVNULL, stderr=open(WORK / "logs" / "single.log", "wb"))
     if worker.returncode != 0:
         print(f"the single worker failed: see {WORK / 'logs' / 'single.log'}", file=sys.stderr)
@@ -99,14 +107,16 @@ def demo(bootstrap: str) -> int:
 
     counts = {k: sum(1 for outs in found.values() for out in outs if out[0] == k) for k in KINDS}
     print()
-    print(f"summary ({SHARDS} shards, {SIGNERS} signing processes; read back from the output topics, read_committed)")
+    print(f"summary ({VSHARDS} virtual shards in {HOSTS} processes, {SIGNERS} signing processes; read back from the "
+          "output topics, read_committed)")
     print(f"  records     {sum(counts.values()):>7,}   ({fed / seconds:,.0f} records/s, deployment start to the last "
           f"outcome: {seconds:.1f} s)")
     print(f"  kept        {counts['clean']:>7,}   -> {sharded['clean']}")
     print(f"  duplicates  {counts['duplicates']:>7,}   -> {sharded['duplicates']}")
     print(f"  rejected    {counts['dead_letter']:>7,}   -> {sharded['dead_letter']}")
-    print(f"  indexes     {WORK}/shard-0 .. shard-{SHARDS - 1}")
-    print("  settings    config.toml, shards.count=3")
+    print(f"  states      {WORK}/vshards/vshard-0 .. vshard-{VSHARDS - 1}")
+    print(f"  settings    config.toml, shards.count={VSHARDS}, shards.design=\"keys\", templates.enabled=false, "
+          "lsh.cap=\"probes\"")
     alone = {k: sum(1 for outs in expected.values() for out in outs if out[0] == k) for k in KINDS}
     print(f"  one worker  kept {alone['clean']:,}, duplicates {alone['duplicates']:,}, rejected "
           f"{alone['dead_letter']:,}   (run --until-caught-up on the same input)")
@@ -141,11 +151,11 @@ def role_command(bootstrap: str, raw: str, outputs: dict, group: str, state, *ex
 
 
 def start_deployment(bootstrap: str, raw: str, outputs: dict, tag: str) -> list[subprocess.Popen]:
-    """The shard processes, then the signing processes; each logs to WORK/logs."""
-    shared = ("--set", f"shards.count={SHARDS}", "--set", f"shards.signed_topic=signed-{tag}",
-              "--set", f"shards.evidence_topic=evidence-{tag}")
+    """The processes hosting the virtual shards, then the signing processes; each logs to WORK/logs."""
+    shared = ("--set", f"shards.count={VSHARDS}", "--set", 'shards.design="keys"',
+              "--set", f"shards.signed_topic=signed-{tag}", "--set", f"shards.evidence_topic=exchange-{tag}", *KEYS)
     group = f"sharded-{tag}"
-    roles = [(f"shard-{n}", WORK / f"shard-{n}", ("--role", "shard", "--shard", str(n))) for n in range(SHARDS)]
+    roles = [(f"vshards-{n}", WORK / "vshards", ("--role", "vshards")) for n in range(HOSTS)]
     roles += [(f"sign-{n}", None, ("--role", "sign")) for n in range(SIGNERS)]
     processes = []
     for name, state, role in roles:

@@ -169,20 +169,6 @@ def test_three_input_partitions_decisions_record_their_order_and_agree_with_the_
     assert sharded >= alone - 1 / len(records) and sharded > 0.99, (sharded, alone)
 
 
-def test_make_demo_sharded_runs_the_sample_crawl_as_one_worker_decides(kafka, tmp_path):
-    """``make demo-sharded``: 3 shards and 2 signers on the broker, every record once, the single worker's outcome."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, KAFKA_BOOTSTRAP=kafka, DEMO_DIR=str(tmp_path / "demo"), DEMO_TIMEOUT_S="240")
-    result = subprocess.run([sys.executable, os.path.join(root, "deploy", "demo_sharded.py")], capture_output=True,
-                            timeout=400, env=env)
-    out = result.stdout.decode()
-    assert result.returncode == 0, out + result.stderr.decode()
-    assert "records       1,191" in out and "rejected          1" in out
-    assert "same as the single worker (1,191 of 1,191 records)" in out
-    assert sorted(os.listdir(tmp_path / "demo" / "logs")) == ["shard-0.log", "shard-1.log", "shard-2.log",
-                                                              "sign-0.log", "sign-1.log", "single.log"]
-
-
 def test_the_values_board_reads_a_named_message_in_any_order_and_refuses_one_the_topic_lost(kafka):
     """Signed batches name their values messages in any order (two signing processes): the board reads ahead,
     goes back, says what to do when retention deleted a message a batch still names, and gives up (the session

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 import uuid
 
@@ -124,3 +125,19 @@ def test_the_consumer_group_moves_vshards_as_processes_come_and_go(kafka, tmp_pa
     finally:
         stop_processes(processes)
     assert outcome_summary(found) == expected
+
+
+def test_make_demo_sharded_runs_the_sample_crawl_as_one_worker_decides(kafka, tmp_path):
+    """``make demo-sharded``: 8 vshards in 2 processes and 2 signers on the broker, every record once, the single
+    worker's outcome."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, KAFKA_BOOTSTRAP=kafka, DEMO_DIR=str(tmp_path / "demo"), DEMO_TIMEOUT_S="240")
+    result = subprocess.run([sys.executable, os.path.join(root, "deploy", "demo_sharded.py")], capture_output=True,
+                            timeout=400, env=env)
+    out = result.stdout.decode()
+    assert result.returncode == 0, out + result.stderr.decode()
+    assert "records       1,191" in out and "rejected          1" in out
+    assert "same as the single worker (1,191 of 1,191 records)" in out
+    assert sorted(os.listdir(tmp_path / "demo" / "logs")) == ["sign-0.log", "sign-1.log", "single.log",
+                                                              "vshards-0.log", "vshards-1.log"]
+    assert sorted(os.listdir(tmp_path / "demo" / "vshards")) == [f"vshard-{n}" for n in range(8)]
