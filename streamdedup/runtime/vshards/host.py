@@ -274,6 +274,7 @@ class VShardHost:
         self.open_vshard = open_vshard
         self.hosted: dict[int, _Hosted] = {}
         self.waiting: set[int] = set()  # given, but another process holds their state
+        self.unflushed = False  # messages sent to other vshards that the broker may not have yet
         self.count = config.shards.count
         self.fingerprint = signing_config(config).fingerprint()
         self.settings = kafka_client_settings(config.kafka, "consumer")
@@ -366,6 +367,7 @@ class VShardHost:
             self._follow_assignment()
             started = any([self._start(h) for h in list(self.hosted.values()) if h.flight is None])
             received = self._receive(inbound.take_stages())
+            self._flush()
             if started or received:
                 inbound.poll(0)
             elif not inbound.poll(50) and until_caught_up and self._caught_up():
@@ -436,8 +438,8 @@ class VShardHost:
             self._finish(h)
 
     def _send(self, messages: list[Message]) -> None:
-        """Messages to other vshards through their exchange partitions (flushed: they wait for them); to itself,
-        at once."""
+        """Messages to other vshards through their exchange partitions (flushed once a turn of the loop has
+        sent all it sends, ``_flush``); to itself, at once."""
         own = []
         for message in messages:
             if message.to == message.sender:
@@ -445,14 +447,21 @@ class VShardHost:
             else:
                 self.publisher.send(self.config.shards.evidence_topic, partition=message.to,
                                     value=pack_message(message))
-        self.publisher.flush(timeout=self.config.worker.kafka_timeout_s)
-        reached("vshard-sent")  # a crash here: the messages are decided again after the restart, the same
+                self.unflushed = True
         for message in own:
             self._deliver(self.hosted[message.to], message)
+
+    def _flush(self) -> None:
+        """Wait until the broker has every message sent (the other vshards wait for them)."""
+        if self.unflushed:
+            self.publisher.flush(timeout=self.config.worker.kafka_timeout_s)
+            self.unflushed = False
+            reached("vshard-sent")  # a crash here: the messages are decided again after the restart, the same
 
     def _finish(self, h: _Hosted) -> None:
         """The epoch is decided here: its outcomes out and its state committed (``VShardCommit``)."""
         flight = h.flight
+        self._flush()  # a vshard past an epoch never sends its messages of it again: they must be in Kafka first
         decisions = h.vshard.decided.pop(flight.number)
         h.order_at = flight.offset + 1
         h.flight = None
