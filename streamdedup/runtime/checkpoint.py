@@ -116,6 +116,37 @@ shard records where it starts on the signed topic before its first batch,
 so that window has a gap to replay on the first batch too. A batch waits
 in step 3 for every shard; a shard that is down stops the deployment's
 decisions (not its signing) until it is back.
+
+A virtual shard of a deployment split by key
+============================================
+
+A vshard (``runtime.vshards``) decides an epoch in stages, exchanging
+messages with the other vshards through the exchange topic; its own
+messages go out without a transaction (they are deterministic: the vshard's
+state as of the epoch before, and the messages it received, so one sent
+twice is the same, and a receiver keeps the first). Once the epoch is
+decided here (``VShardCommit.commit``):
+
+1. wait until the broker has every message the vshard sent in the epoch (a
+   vshard past an epoch never sends its messages of it again, and the
+   others wait for them);
+2. in one Kafka transaction of the vshard's own producer (its
+   transactional id fences a former host): the outcomes of its records of
+   the epoch, and the order topic's offset after the epoch for the
+   vshard's group ``<group_id>-vshard-N``;
+3. commit the vshard's state (LMDB, every change of the epoch in the one
+   write transaction it began with it) with its positions: the next order
+   message, each input partition's next offset, the next serial, where to
+   read its records and exchange partitions from.
+
+Why a crash anywhere is safe: before step 2 commits, Kafka holds no outcome
+of the epoch and the state is the epoch before's; the restarted vshard
+reads the epoch's order message, its records and the messages the others
+sent it again, sends its own again (the same), and decides the epoch again,
+alike. Between steps 2 and 3 Kafka has the outcomes and the order offset,
+the state has neither: at start the vshard reads its group's committed
+offset and decides every epoch before it again *without emitting*. A
+vshard moved to another process is the same restart, there.
 """
 
 from __future__ import annotations
@@ -137,7 +168,8 @@ from .sink import FileOutputs
 from .sink.messages import HEADER_PREFIX
 from .source import FilePosition
 
-__all__ = ["FileRun", "Resume", "KafkaCommit", "ShardCommit", "StartPlan", "start_plan", "WORKER_POSITIONS"]
+__all__ = ["FileRun", "Resume", "KafkaCommit", "ShardCommit", "VShardCommit", "StartPlan", "start_plan",
+           "WORKER_POSITIONS"]
 
 WORKER_POSITIONS = "kafka"  # the prefix of the live worker's input positions in the index (``KafkaCommit``)
 
@@ -528,3 +560,41 @@ def _input_positions_after(records: list) -> dict:
         where = f"{r.source.name}:{r.source.partition}"
         after[where] = max(after.get(where, 0), r.source.offset + 1)
     return after
+
+
+class VShardCommit:
+    """Steps 1-3 of a vshard's protocol for one epoch (see the module's docstring)."""
+
+    def __init__(self, publisher, order_topic: str, kafka_timeout_s: float):
+        """``publisher``: the producer (not transactional) of the vshards' messages to each other."""
+        self.publisher = publisher
+        self.order_topic = order_topic
+        self.kafka_timeout_s = kafka_timeout_s
+
+    def commit(self, vshard, sink, group_id: str, offset: int, records: list, serials: list[int],
+               decisions: list[Decision], positions: dict, emit: bool) -> None:
+        """The epoch whose order message is at ``offset``, decided: ``records`` (this home's, whole, with their
+        ``serials``) and their ``decisions`` out (unless ``emit`` is False: Kafka has them), then the state."""
+        self.publisher.flush(timeout=self.kafka_timeout_s)  # Step 1.
+        if emit and records:
+            self._kafka_transaction(sink, group_id, offset, records, serials, decisions)  # Step 2.
+        reached("vshard-kafka-committed")
+        vshard.commit(positions)  # Step 3.
+        reached("vshard-committed")
+
+    def _kafka_transaction(self, sink, group_id: str, offset: int, records: list, serials: list[int],
+                           decisions: list[Decision]) -> None:
+        """Step 2; each outcome says its place in the order (``streamdedup.order``: the epoch's order offset /
+        the record's serial)."""
+        from kafka import TopicPartition
+
+        sink.begin()
+        reached("vshard-kafka-begun")
+        offsets = sink.send_offsets({TopicPartition(self.order_topic, 0): offset + 1}, group_id)
+        messages = sink.messages(records, decisions)
+        places = [f"{offset}/{serial}".encode() for serial, d in zip(serials, decisions) if not d.replayed]
+        for (_, message), place in zip(messages, places):
+            message["headers"] = message["headers"] + [(ORDER_HEADER, place)]
+        sink.send(messages)
+        offsets.wait(self.kafka_timeout_s, "the order offset to join the Kafka transaction", sink.transaction_error)
+        sink.commit(self.kafka_timeout_s)

@@ -6,7 +6,7 @@ home's records of the epoch (its partition of the records topic), and its
 messages to the other vshards go to their partitions of the exchange
 topic, from which it reads theirs; a message to itself stays in the
 process. Once a vshard has decided an epoch, ``VShardCommit`` puts its
-outcomes out and commits (``checkpoint``'s steps for a vshard).
+outcomes out and commits (``checkpoint.VShardCommit``: where offsets move).
 
 Where offsets move: a vshard's positions (the next order message, each input
 partition's next offset, the next serial, where to read its exchange
@@ -34,6 +34,7 @@ from ...errors import BrokerUnavailableError, ConfigError, IndexLockedError, Ind
 from ...faults import reached
 from ...ops.logs import Log
 from ...ops.telemetry import WorkerTelemetry
+from ..checkpoint import VShardCommit
 from ..sessions import SessionLoop, Stopper
 from ..shards.topics import SIGNED_MESSAGE_BYTES, ensure_internal_topics, values_topic
 from ..shards.sign import GROUP_SESSION
@@ -45,7 +46,6 @@ from .messages import Epoch, Home, pack_message, unpack_home, unpack_message, un
 __all__ = ["run_vshards", "parse_vshards", "VShardHost"]
 
 WAIT_S = 60.0  # longest wait for a message named by another (a home message, the order topic's next)
-ORDER_HEADER = "streamdedup.order"
 
 
 def parse_vshards(text: str, count: int) -> list[int]:
@@ -286,6 +286,7 @@ class VShardHost:
             self.publisher = KafkaProducer(**{"acks": "all", "linger_ms": 0, "max_request_size": SIGNED_MESSAGE_BYTES,
                                               **self.producer_settings})
             self.inbound = _Inbound(config, self.settings)
+            self.commit = VShardCommit(self.publisher, self.order_topic, config.worker.kafka_timeout_s)
             if fixed is None:
                 self.membership = _Membership(config, self.settings)
         except BaseException:
@@ -459,18 +460,15 @@ class VShardHost:
             reached("vshard-sent")  # a crash here: the messages are decided again after the restart, the same
 
     def _finish(self, h: _Hosted) -> None:
-        """The epoch is decided here: its outcomes out and its state committed (``VShardCommit``)."""
+        """The epoch is decided here: its outcomes out and its state committed (``checkpoint.VShardCommit``)."""
         flight = h.flight
-        self._flush()  # a vshard past an epoch never sends its messages of it again: they must be in Kafka first
         decisions = h.vshard.decided.pop(flight.number)
         h.order_at = flight.offset + 1
         h.flight = None
         h.exchange_at = self._exchange_floor(h, flight.number)
-        if flight.emit and flight.records:
-            self._kafka_transaction(h, flight, decisions)
-        reached("vshard-kafka-committed")
-        h.vshard.commit(h.positions())
-        reached("vshard-committed")
+        self.unflushed = False  # the commit's first step
+        self.commit.commit(h.vshard, h.sink, self.group_id(h.number), flight.offset, flight.records, flight.serials,
+                           decisions, h.positions(), flight.emit)
         self.outcomes.summary.add(decisions)
         self.inbound.drop_orders_before(min(x.order_at for x in self.hosted.values()))
 
@@ -482,24 +480,6 @@ class VShardHost:
         if h.floors:
             return min(h.floors.values())
         return self.inbound.exchange_position(h.number)
-
-    def _kafka_transaction(self, h: _Hosted, flight: _InFlight, decisions: list) -> None:
-        """The epoch's outcomes of this home and the order offset after it, for the vshard's group, in one
-        Kafka transaction; each outcome says its place in the order (epoch's order offset / serial)."""
-        from kafka import TopicPartition
-
-        sink = h.sink
-        sink.begin()
-        offsets = sink.send_offsets({TopicPartition(self.order_topic, 0): flight.offset + 1}, self.group_id(h.number))
-        messages = sink.messages(flight.records, decisions)
-        places = [f"{flight.offset}/{serial}".encode() for serial, d in zip(flight.serials, decisions)
-                  if not d.replayed]
-        for (_, message), place in zip(messages, places):
-            message["headers"] = message["headers"] + [(ORDER_HEADER, place)]
-        sink.send(messages)
-        offsets.wait(self.config.worker.kafka_timeout_s, "the order offset to join the Kafka transaction",
-                     sink.transaction_error)
-        sink.commit(self.config.worker.kafka_timeout_s)
 
     def close(self) -> None:
         close_quietly(self.membership, *self.hosted.values(), self.inbound)
