@@ -141,3 +141,26 @@ def test_make_demo_sharded_runs_the_sample_crawl_as_one_worker_decides(kafka, tm
     assert sorted(os.listdir(tmp_path / "demo" / "logs")) == ["sign-0.log", "sign-1.log", "single.log",
                                                               "vshards-0.log", "vshards-1.log"]
     assert sorted(os.listdir(tmp_path / "demo" / "vshards")) == [f"vshard-{n}" for n in range(8)]
+
+
+def test_a_backfill_in_large_epochs_decides_as_streaming_in_small_ones(kafka, tmp_path):
+    """A topic replayed through the deployment (signers reading it whole, epochs of thousands of records: what a
+    backfill is) gives the outcomes a stream of small epochs gives, the single worker's."""
+    records = sharded_records(web=False, articles=400, seed=13)
+    expected = single_worker_summary(records, KEYS)
+    raw = Topics.fresh(kafka).raw
+    produce(kafka, raw, records)
+    found = {}
+    for name, epochs in (("stream", ["--set", "worker.batch_size=37"]),
+                         ("backfill", ["--set", "worker.batch_size=20000", "--set", "shards.batch_bytes=67108864"])):
+        topics = sharded_topics(kafka, raw)
+        tag = uuid.uuid4().hex[:8]
+        processes = vshard_processes(topics, kafka, 4, tag, ["0,2", "1,3"], tmp_path / name)
+        processes += signers(topics, kafka, 4, tag, 1, *epochs)
+        try:
+            wait_for_outcomes(kafka, topics, len(expected), processes)
+            time.sleep(2)
+            found[name] = outcome_summary(outcomes(kafka, topics))
+        finally:
+            stop_processes(processes)
+    assert found["backfill"] == found["stream"] == expected
