@@ -3,6 +3,7 @@ virtual shards decide as one worker does, once each."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from kafka_helpers import (
     outcome_summary,
     outcomes,
     produce,
+    run_worker,
     role_command,
     sharded_records,
     sharded_topics,
@@ -164,3 +166,40 @@ def test_a_backfill_in_large_epochs_decides_as_streaming_in_small_ones(kafka, tm
         finally:
             stop_processes(processes)
     assert found["backfill"] == found["stream"] == expected
+
+
+def test_forgetting_in_the_middle_of_the_stream_decides_as_one_worker(kafka, tmp_path):
+    """``streamdedup forget`` puts its order in the order topic, where every vshard meets it at the same place;
+    later copies of forgotten texts are decided as the single worker decides them after ``forget``."""
+    records = sharded_records(web=False, articles=150, seed=3)
+    half = len(records) // 2
+    ids = sorted({json.loads(v)["id"] for _, v in records[:half] if v.startswith(b"{")})[:25] + ["nobody"]
+    single = Topics.fresh(kafka)
+    produce(kafka, single.raw, records[:half])
+    assert run_worker(tmp_path / "single", single, kafka, *KEYS).returncode == 0
+    subprocess.run([sys.executable, "-m", "streamdedup", "forget", *ids, "--state", str(tmp_path / "single"),
+                    *KEYS], check=True, capture_output=True)
+    produce(kafka, single.raw, records[half:])
+    assert run_worker(tmp_path / "single", single, kafka, *KEYS).returncode == 0
+    expected = outcome_summary(outcomes(kafka, single))
+
+    topics = sharded_topics(kafka, Topics.fresh(kafka).raw)
+    tag = uuid.uuid4().hex[:8]
+    hosts = vshard_processes(topics, kafka, 4, tag, ["0-1", "2-3"], tmp_path / "vshards")
+    try:
+        produce(kafka, topics.raw, records[:half])
+        signing = signers(topics, kafka, 4, tag, 1)
+        wait_for_outcomes(kafka, topics, sum(1 for where in expected if where[1] < half), hosts + signing)
+        assert signing[0].wait(timeout=60) == 0
+        signing[0].stderr.close()
+        queued = subprocess.run(role_command(topics, kafka, 4, tag, *ids, *KEYS, *DESIGN, command="forget"),
+                                capture_output=True, timeout=60)
+        assert queued.returncode == 0 and b"queued" in queued.stdout, queued.stderr.decode()
+        produce(kafka, topics.raw, records[half:])
+        signing = signers(topics, kafka, 4, tag, 1)
+        wait_for_outcomes(kafka, topics, len(expected), hosts + signing)
+        time.sleep(2)
+        got = outcome_summary(outcomes(kafka, topics))
+    finally:
+        stop_processes(hosts + signing)
+    assert got == expected
