@@ -9,6 +9,8 @@ byte, what they sent, and decide the same.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from test_vshards import (
     NOW,
@@ -25,6 +27,7 @@ from streamdedup.engine.engine import Engine
 from streamdedup.engine.settings import DedupSettings
 from streamdedup.engine.vshards import VShard
 from streamdedup.errors import IncompatibleIndexError, IndexUnusableError
+from streamdedup.store import vshardstate
 
 
 def _settings(config):
@@ -136,3 +139,36 @@ def _deliver(vshard, messages):
     """Every message a one-vshard deployment sends, delivered to itself in order."""
     while messages:
         messages = [sent for message in messages for sent in vshard.receive(message)]
+
+
+@pytest.mark.parametrize("vshards, max_candidates", [(1, 3), (3, 1), (4, 20)])
+def test_places_settled_every_few_epochs_decide_as_one_worker(tmp_path, monkeypatch, vshards, max_candidates):
+    """With a tiny recent level the places are merged into the settled table every epoch or two: lookups of
+    both levels, through the filter, find what memory finds, and restarts send the same bytes."""
+    monkeypatch.setattr(vshardstate, "RECENT_PLACES", 40)
+    items = _items(_chains_and_ties(seed=vshards))
+    run, _ = _assert_same_as_single_worker(tmp_path, items, vshards, 2, seed=vshards, largest=24,
+                                           extra=[f"lsh.max_candidates={max_candidates}"],
+                                           state=str(tmp_path / "vshards"), sync=False, restarts=0.15)
+    _assert_restarts_changed_nothing(run)
+
+
+def test_forget_with_places_settled(tmp_path, monkeypatch):
+    monkeypatch.setattr(vshardstate, "RECENT_PLACES", 40)
+    run = _assert_forget_in_the_middle_as_by_one_worker(tmp_path, 3, 2, state=str(tmp_path / "vshards"),
+                                                        sync=False, restarts=0.15)
+    assert not run.differences, run.differences
+
+
+def test_a_vshard_state_of_another_format_is_refused_saying_what_to_do(tmp_path):
+    config = _config(tmp_path)
+    folder = str(tmp_path / "v0")
+    VShard(0, 1, _settings(config), folder, sync=False).close()
+    index = vshardstate._VShardIndex(folder, VShard(0, 1, _settings(config)).identity(), _settings(config).signing,
+                                     sync=False)
+    with index.env.begin(write=True, db=index.dbs["meta"]) as txn:
+        meta = json.loads(txn.get(b"vshard"))
+        txn.put(b"vshard", json.dumps({**meta, "format": 1}).encode())
+    index.close()
+    with pytest.raises(IncompatibleIndexError, match="start the deployment over in new folders and replay"):
+        VShard(0, 1, _settings(config), folder, sync=False)

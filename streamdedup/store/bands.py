@@ -30,6 +30,7 @@ which is harmless.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from typing import Iterator, Optional
 
 import numpy as np
@@ -42,56 +43,109 @@ from ..core.signing import sign_batch
 from .index import DocRecord, Index, IndexTxn
 from ..core.lsh import KEY_MASK, band_slots
 
-__all__ = ["BandTables", "as_bytes_list", "band_entries", "stored_keys", "record_band_keys", "KEY_ROW", "BAND_ROW", "BAND_KEY_BYTES"]
+__all__ = ["BandRows", "BandTables", "as_bytes_list", "band_entries", "stored_keys", "record_band_keys", "KEY_ROW", "BAND_ROW", "BAND_KEY_BYTES"]
 
 BAND_KEY_BYTES = 4  # a band key is 32 bits (``lsh.band_keys``): in records, the recent log and the table
 KEY_ROW = np.dtype([("band", ">u2"), ("key", ">u8")])  # a key of the ``rekeyed`` table
 BAND_ROW = np.dtype([("band", ">u2"), ("key", ">u8"), ("serial", ">u8")])  # a ``rekeyed`` key and one value
 _KEY_BYTES, _VALUE_BYTES = 4, 6  # a ``bands`` row: key (band, bucket), value (band key's low bits, serial's)
-_ROW_BYTES = _KEY_BYTES + _VALUE_BYTES
 _HIGH_BITS = 7  # a bucket holds band keys of the same high 7 bits...
 _EPOCH_BITS = 23  # ...and serials of the same epoch: serial >> 23 (an epoch numbers 2^23 documents)
 _LOW_BITS = 32 - _HIGH_BITS  # the band key's bits in a value, before the serial's 23
 _U64 = np.uint64
 
 
-def _entry_words(bands: np.ndarray, keys: np.ndarray, serials: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(key, value) of table rows as integers: (band, key's high bits, serial's epoch), (key's low bits, serial's)."""
-    keys, serials = keys.astype(np.uint64), serials.astype(np.uint64)
-    bucket = ((bands.astype(np.uint64) << _U64(16)) | ((keys >> _U64(_LOW_BITS)) << _U64(16 - _HIGH_BITS))
-              | (serials >> _U64(_EPOCH_BITS)))
-    low_key, low_serial = keys & _U64((1 << _LOW_BITS) - 1), serials & _U64((1 << _EPOCH_BITS) - 1)
-    return bucket, (low_key << _U64(_EPOCH_BITS)) | low_serial
+@dataclass(frozen=True)
+class BandRows:
+    """How a bucketed band table holds its entries: the index's ``bands`` rows (6-byte values), or with
+    ``home_bits`` a vshard's settled places (``store.vshardstate``), whose values carry the holder's home in
+    their low bits after the serial's (8 bytes: ``home_bits`` 16). Buckets, order and lookups are the same."""
+
+    table: str = "bands"
+    home_bits: int = 0
+
+    @property
+    def value_bytes(self) -> int:
+        return _VALUE_BYTES + self.home_bits // 8
+
+    def words(self, bands: np.ndarray, keys: np.ndarray, serials: np.ndarray,
+              homes: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
+        """(key, value) of table rows as integers, in the table's order: (band, key's high bits, serial's
+        epoch), (key's low bits, serial's, and the home's)."""
+        keys, serials = keys.astype(np.uint64), serials.astype(np.uint64)
+        bucket = ((bands.astype(np.uint64) << _U64(16)) | ((keys >> _U64(_LOW_BITS)) << _U64(16 - _HIGH_BITS))
+                  | (serials >> _U64(_EPOCH_BITS)))
+        low_key, low_serial = keys & _U64((1 << _LOW_BITS) - 1), serials & _U64((1 << _EPOCH_BITS) - 1)
+        value = (low_key << _U64(_EPOCH_BITS)) | low_serial
+        if self.home_bits:
+            value = (value << _U64(self.home_bits)) | homes.astype(np.uint64)
+        order = np.lexsort((value, bucket))
+        return bucket[order], value[order]
+
+    def entries(self, bands: np.ndarray, keys: np.ndarray, serials: np.ndarray,
+                homes: Optional[np.ndarray] = None) -> tuple[list[bytes], list[bytes]]:
+        """Table rows (key bytes, value bytes) of these (band, 32-bit band key, serial[, home]), in the table's
+        order."""
+        bucket, value = self.words(bands, keys, serials, homes)
+        return _big_endian(bucket, _KEY_BYTES), _big_endian(value, self.value_bytes)
+
+    def decoded(self, rows: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(band, band key, serial, home) of table rows (key and value bytes, one after the other; home 0
+        without ``home_bits``)."""
+        raw = np.frombuffer(rows, dtype=np.uint8).reshape(-1, _KEY_BYTES + self.value_bytes).astype(np.uint64)
+        bucket, value = _big_endian_int(raw, 0, _KEY_BYTES), _big_endian_int(raw, _KEY_BYTES, self.value_bytes)
+        homes = (value & _U64((1 << self.home_bits) - 1)).astype(np.int64)
+        value >>= _U64(self.home_bits)
+        high = (bucket >> _U64(16 - _HIGH_BITS)) & _U64((1 << _HIGH_BITS) - 1)
+        epoch = bucket & _U64((1 << (16 - _HIGH_BITS)) - 1)
+        keys = (high << _U64(_LOW_BITS)) | (value >> _U64(_EPOCH_BITS))
+        serials = (epoch << _U64(_EPOCH_BITS)) | (value & _U64((1 << _EPOCH_BITS) - 1))
+        return (bucket >> _U64(16)).astype(np.int64), keys, serials.astype(np.int64), homes
+
+    def stored_keys(self, txn: IndexTxn, chunk: int) -> Iterator[np.ndarray]:
+        """Every band key stored in the table (once per entry), as uint64 arrays of at most ``chunk`` keys."""
+        pairs = txn.txn.cursor(db=txn.dbs[self.table]).iternext(keys=True, values=True)
+        while rows := list(itertools.islice(pairs, chunk)):
+            yield self.decoded(b"".join(k + v for k, v in rows))[1]
+
+    def stored_rows(self, txn: IndexTxn, bands: np.ndarray, keys: np.ndarray, last_serial: int) -> bytes:
+        """The table rows (key and value bytes) of these (band, band key) pairs, asked in table order (the
+        table holds serials up to ``last_serial``).
+
+        A bucket holds thousands of entries, so each key is found by positioning
+        the cursor at its first possible value (``set_range_dup``:
+        MDB_GET_BOTH_RANGE) and reading on up to its last possible one, once in
+        every epoch of serials the table has reached.
+        """
+        epochs = (last_serial >> _EPOCH_BITS) + 1
+        floors = np.repeat(np.arange(epochs, dtype=np.uint64) << _U64(_EPOCH_BITS), len(keys))
+        bands, keys = np.tile(bands, epochs), np.tile(keys, epochs)
+        bucket, first = self.words(bands, keys, floors, np.zeros(len(floors), dtype=np.uint64))
+        last = first | _U64((1 << (_EPOCH_BITS + self.home_bits)) - 1)  # the epoch's last serial and home
+        buckets = _big_endian(bucket, _KEY_BYTES)
+        firsts, lasts = _big_endian(first, self.value_bytes), _big_endian(last, self.value_bytes)
+        cursor = txn.txn.cursor(db=txn.dbs[self.table])
+        seek, value, next_value = cursor.set_range_dup, cursor.value, cursor.next_dup
+        found = []
+        for bucket, first, last in zip(buckets, firsts, lasts):
+            if not seek(bucket, first):
+                continue
+            stored = value()
+            while stored <= last:  # big-endian bytes of one width compare as their numbers
+                found.append(bucket + stored)
+                if not next_value():
+                    break
+                stored = value()
+        return b"".join(found)
 
 
-def _entries(bands: np.ndarray, keys: np.ndarray, serials: np.ndarray) -> tuple[list[bytes], list[bytes]]:
-    """Table rows (key bytes, value bytes) of these (band, 32-bit band key, serial), in the table's order."""
-    bucket, value = _sorted_entry_words(bands, keys, serials)
-    return _big_endian(bucket, _KEY_BYTES), _big_endian(value, _VALUE_BYTES)
-
-
-def _sorted_entry_words(bands: np.ndarray, keys: np.ndarray, serials: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``_entry_words`` in the table's order."""
-    bucket, value = _entry_words(bands, keys, serials)
-    order = np.lexsort((value, bucket))
-    return bucket[order], value[order]
+_INDEX_ROWS = BandRows()
 
 
 def _big_endian(words: np.ndarray, width: int) -> list[bytes]:
     """Each integer as its ``width`` low bytes, big-endian."""
     raw = words.astype(">u8").view(np.uint8).reshape(-1, 8)[:, 8 - width:]
     return np.ascontiguousarray(raw).view(np.dtype((np.void, width))).ravel().tolist()
-
-
-def _decoded(rows: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(band, band key, serial) of table rows (key and value bytes, one after the other)."""
-    raw = np.frombuffer(rows, dtype=np.uint8).reshape(-1, _ROW_BYTES).astype(np.uint64)
-    bucket, value = _big_endian_int(raw, 0, _KEY_BYTES), _big_endian_int(raw, _KEY_BYTES, _VALUE_BYTES)
-    high = (bucket >> _U64(16 - _HIGH_BITS)) & _U64((1 << _HIGH_BITS) - 1)
-    epoch = bucket & _U64((1 << (16 - _HIGH_BITS)) - 1)
-    keys = (high << _U64(_LOW_BITS)) | (value >> _U64(_EPOCH_BITS))
-    serials = (epoch << _U64(_EPOCH_BITS)) | (value & _U64((1 << _EPOCH_BITS) - 1))
-    return (bucket >> _U64(16)).astype(np.int64), keys, serials.astype(np.int64)
 
 
 def _big_endian_int(raw: np.ndarray, first: int, width: int) -> np.ndarray:
@@ -105,15 +159,13 @@ def _big_endian_int(raw: np.ndarray, first: int, width: int) -> np.ndarray:
 def band_entries(txn: IndexTxn) -> Iterator[tuple[int, bytes, int]]:
     """Every (band, band key bytes, serial) of the table, in table order."""
     for key, value in txn.txn.cursor(db=txn.dbs["bands"]):
-        band, keys, serials = _decoded(key + value)
+        band, keys, serials, _ = _INDEX_ROWS.decoded(key + value)
         yield int(band[0]), int(keys[0]).to_bytes(BAND_KEY_BYTES, "big"), int(serials[0])
 
 
 def stored_keys(txn: IndexTxn, chunk: int) -> Iterator[np.ndarray]:
-    """Every band key stored in the table (once per entry), as uint64 arrays of at most ``chunk`` keys."""
-    pairs = txn.txn.cursor(db=txn.dbs["bands"]).iternext(keys=True, values=True)
-    while rows := list(itertools.islice(pairs, chunk)):
-        yield _decoded(b"".join(k + v for k, v in rows))[1]
+    """Every band key stored in the index's table (once per entry), as uint64 arrays of at most ``chunk`` keys."""
+    return _INDEX_ROWS.stored_keys(txn, chunk)
 
 
 def record_band_keys(txn: IndexTxn, record: DocRecord) -> np.ndarray:
@@ -175,7 +227,8 @@ class BandTables:
         if band_filter is not None:
             maybe = band_filter.may_hold(in_order_key[first])
             wanted_band, wanted_key = wanted_band[maybe], wanted_key[maybe]
-        stored_bands, stored_keys_, stored_serials = _decoded(_stored_rows(txn, wanted_band, wanted_key))
+        stored_bands, stored_keys_, stored_serials, _ = _INDEX_ROWS.decoded(
+            _INDEX_ROWS.stored_rows(txn, wanted_band, wanted_key, txn.counters.get("next_serial", 0)))
         rekeyed = np.zeros(0, dtype=BAND_ROW)  # sites' first pages by their settled content
         if txn.txn.stat(txn.dbs["rekeyed"])["entries"]:
             found = txn.txn.cursor(db=txn.dbs["rekeyed"]).getmulti(as_bytes_list(everything), dupdata=True,
@@ -196,7 +249,7 @@ class BandTables:
         band_keys, bands = mirror.keys, mirror.bands  # the band keys are worked out of the slots: once a slice
         where = (bands.astype(np.int64) << _HIGH_BITS) | (band_keys >> _U64(_LOW_BITS)).astype(np.int64)
         chosen = (where >= number * span // slices) & (where < (number + 1) * span // slices)
-        keys, values = _entries(bands[chosen], band_keys[chosen], mirror.serials[chosen])
+        keys, values = _INDEX_ROWS.entries(bands[chosen], band_keys[chosen], mirror.serials[chosen])
         txn.txn.cursor(db=txn.dbs["bands"]).putmulti(list(zip(keys, values)), dupdata=True)
 
     def inserted(self, keys: np.ndarray) -> None:
@@ -208,7 +261,7 @@ class BandTables:
 
     def remove(self, txn: IndexTxn, serial: int, keys: np.ndarray) -> None:
         """Delete a kept document's entries (``keys``: its band keys, ``record_band_keys``)."""
-        table_keys, values = _entries(np.arange(len(keys)), keys, np.full(len(keys), serial))
+        table_keys, values = _INDEX_ROWS.entries(np.arange(len(keys)), keys, np.full(len(keys), serial))
         for key, value in zip(table_keys, values):
             txn.delete("bands", key, value)
 
@@ -216,35 +269,6 @@ class BandTables:
         """Before the table is rebuilt from the records: no filter is trusted until one is built from it."""
         bandfilter.forget_saved(self.index)
         self._filter = None
-
-
-def _stored_rows(txn: IndexTxn, bands: np.ndarray, keys: np.ndarray) -> bytes:
-    """The table rows (key and value bytes) of these (band, band key) pairs, asked in table order.
-
-    A bucket holds thousands of entries, so each key is found by positioning
-    the cursor at its first possible value (``set_range_dup``:
-    MDB_GET_BOTH_RANGE) and reading on up to its last possible one, once in
-    every epoch of serials the index has reached.
-    """
-    epochs = (txn.counters.get("next_serial", 0) >> _EPOCH_BITS) + 1
-    floors = np.repeat(np.arange(epochs, dtype=np.uint64) << _U64(_EPOCH_BITS), len(keys))
-    bands, keys = np.tile(bands, epochs), np.tile(keys, epochs)
-    bucket, first = _sorted_entry_words(bands, keys, floors)
-    buckets, firsts = _big_endian(bucket, _KEY_BYTES), _big_endian(first, _VALUE_BYTES)
-    lasts = _big_endian(first | _U64((1 << _EPOCH_BITS) - 1), _VALUE_BYTES)  # the epoch's last serial
-    cursor = txn.txn.cursor(db=txn.dbs["bands"])
-    seek, value, next_value = cursor.set_range_dup, cursor.value, cursor.next_dup
-    found = []
-    for bucket, first, last in zip(buckets, firsts, lasts):
-        if not seek(bucket, first):
-            continue
-        stored = value()
-        while stored <= last:  # big-endian bytes of one width compare as their numbers
-            found.append(bucket + stored)
-            if not next_value():
-                break
-            stored = value()
-    return b"".join(found)
 
 
 def as_bytes_list(rows: np.ndarray) -> list[bytes]:

@@ -110,6 +110,7 @@ class IndexSettings:
     path: str = "state"
     map_size: int = 1 << 30  # 1 GiB to start; grows by itself
     sync: bool = True  # fsync on every commit: nothing committed is lost at power loss
+    metasync: bool = True  # with sync, the meta page too (False: power loss may undo the last commit, never more)
     max_map_size: int = 1 << 40  # 1 TiB: never grow beyond (not a configuration key)
 
 
@@ -291,7 +292,7 @@ class Index:
                 map_size=max(self.settings.map_size, 1 << 20),
                 max_dbs=len(self.tables) + 2,
                 sync=self.settings.sync,
-                metasync=self.settings.sync,
+                metasync=self.settings.sync and self.settings.metasync,
                 readonly=self.readonly,
                 readahead=False,
                 max_readers=256,

@@ -32,7 +32,7 @@ try:
 except ImportError:  # built without a C compiler: numpy does it
     _kernel = None
 
-__all__ = ["RecentMirror", "SortedEntries", "pack_recent", "unpack_recent", "place_masks", "placed_entries", "FRESH_ENTRIES",
+__all__ = ["KeyPlaces", "RecentMirror", "SortedEntries", "pack_recent", "unpack_recent", "place_masks", "placed_entries", "FRESH_ENTRIES",
            "KEY_BITS_LOG2"]
 
 
@@ -300,6 +300,80 @@ class SortedEntries:
         kept = int(np.count_nonzero(which))
         self._keys[:kept], self._serials[:kept] = keys[which], serials[which]
         self._size = kept
+
+
+class KeyPlaces:
+    """(band slot, holder) entries of the keys a vshard owns, sorted by slot, then by serial (the order the
+    places were taken in): a vshard's places in memory (``engine.vshards.stores``), or the recent ones of its
+    LMDB state (``store.vshardstate``). Two levels, so that taking in an epoch's places costs what the epoch
+    brings, not what the store holds: recent entries merged in place, folded into the settled ones now and
+    then."""
+
+    def __init__(self) -> None:
+        self._settled = SortedEntries()
+        self._recent = SortedEntries()
+
+    def __len__(self) -> int:
+        return len(self._settled) + len(self._recent)
+
+    def holders(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For sorted unique ``slots``: where each slot's holders start in the returned array, how many it has,
+        and the holders (slot by slot, each slot's in the order its places were taken)."""
+        settled = _found(self._settled.entries(), slots)
+        recent = _found(self._recent.entries(), slots)
+        counts = settled[1] + recent[1]
+        starts = (np.cumsum(counts) - counts).astype(np.int64)
+        found = np.empty(int(counts.sum()), dtype=np.int64)
+        found[ranges(starts, settled[1])] = self._settled.entries()[1][ranges(settled[0], settled[1])]
+        found[ranges(starts + settled[1], recent[1])] = self._recent.entries()[1][ranges(recent[0], recent[1])]
+        return starts, counts, found
+
+    def entries(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every (slot, holder) entry, sorted by slot, then in the order taken (the levels folded into one)."""
+        if len(self._recent):
+            self._settled.merge(self._recent.entries())
+            self._recent.clear()
+        return self._settled.entries()
+
+    def clear(self) -> None:
+        self._settled.clear()
+        self._recent.clear()
+
+    def remove(self, slots: np.ndarray, holders: np.ndarray) -> np.ndarray:
+        """Free the places of these (slot, holder) entries (``forget``); the slots freed, sorted."""
+        gone = set(zip(np.asarray(slots, dtype=np.uint64).tolist(), np.asarray(holders, dtype=np.int64).tolist()))
+        freed = set()
+        asked = np.array(sorted({slot for slot, _ in gone}), dtype=np.uint64)
+        for level in (self._settled, self._recent):
+            keys, values = level.entries()
+            lo, hi = np.searchsorted(keys, asked, "left"), np.searchsorted(keys, asked, "right")
+            keep = np.ones(len(keys), dtype=bool)
+            for begin, end in zip(lo.tolist(), hi.tolist()):
+                for at in range(begin, end):
+                    if (int(keys[at]), int(values[at])) in gone:
+                        keep[at] = False
+                        freed.add(int(keys[at]))
+            if not keep.all():
+                level.keep(keep)
+        return np.array(sorted(freed), dtype=np.uint64)
+
+    def add(self, slots: np.ndarray, holders: np.ndarray) -> None:
+        """Take in places given after every one held (``slots`` sorted, a slot's holders in order)."""
+        if not len(slots):
+            return
+        self._recent.merge((np.asarray(slots, dtype=np.uint64), np.asarray(holders, dtype=np.int64)))
+        if len(self._recent) > max(FRESH_ENTRIES, len(self._settled) // 4):
+            self._settled.merge(self._recent.entries())
+            self._recent.clear()
+
+
+def _found(entries: tuple[np.ndarray, np.ndarray], slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each of ``slots`` starts among sorted ``entries``, and how many entries it has."""
+    keys = entries[0]
+    if not len(keys):
+        return np.zeros(len(slots), dtype=np.int64), np.zeros(len(slots), dtype=np.int64)
+    begin = np.searchsorted(keys, slots, "left")
+    return begin.astype(np.int64), (np.searchsorted(keys, slots, "right") - begin).astype(np.int64)
 
 
 def _grown(values: np.ndarray, size: int, room: int) -> np.ndarray:

@@ -18,9 +18,11 @@ source_names  as one index's                      a record stores its source nam
 firsts        content hash (16 B)                 every document with that content, in order: serial
                                                   (4 B), home (2 B), still in a cluster (1 B)
                                                   (dupsort, 7 B each)
-places        band slot (8 B)                     a holder of one of the key's places (serial << 16 |
-                                                  home, 8 B; dupsort, so in serial order: the order
-                                                  the places were taken in)
+places        band (2 B) + band key's high 7 bits   the settled places: the key's low 25 bits, the
+              + the serial's epoch (``bands``)    holder's serial's low 23 bits and its home (16
+                                                  bits; dupsort, 8 B each: ``bands.BandRows``)
+recent        run number (8 B)                    the places one call took since the last merge:
+                                                  (band slot, holder) 16 B each, sorted by slot
 closed        order cached (8 B)                  a closed key the home answers itself: its slot (8 B)
                                                   and holders (8 B each), as ``ClosedKeys`` holds it
 ============  ==================================  ===================================================
@@ -32,11 +34,21 @@ epoch's stages read what its earlier stages wrote, as in memory.
 commits: a process that dies before that leaves the state of the epoch
 before, and running the epoch again from the same messages does the same.
 
-The places table is one LMDB entry a place (dupsort keyed by the slot): an
-epoch's lookups are one ``getmulti`` call, its new places one ``putmulti``,
-and a place costs about 16 B of entry and LMDB's node and sub-page headers
-(single index: buckets of thousands, ``bands``). Nothing is cached in
-Python but the closed keys (bounded): LMDB's pages are the cache.
+Places take the single index's shape (``mirror``, ``bands``): an epoch's
+new places are one sequential write (a run appended to ``recent``) and are
+held in memory too (``mirror.KeyPlaces``, read back from ``recent`` at
+open), until ``RECENT_PLACES`` of them are merged, sorted, into the
+bucketed ``places`` table in the epoch's transaction. Random inserts into
+a B-tree keyed by the slot dirtied a page each, all written again at every
+commit. An epoch's lookups search the recent places in numpy and ask the
+settled table only for keys a Bloom filter of its keys may hold
+(``bandfilter``, built at open); a place costs 8 B there. Nothing else is
+cached in Python but the closed keys (bounded): LMDB's pages are the cache.
+
+Commits sync the data but not the meta page (``metasync=False``): power
+loss may undo the last commit, never more and never corrupting the state,
+and a vshard that lost its last epoch decides it again from its messages
+as after a crash before its commit, emitting nothing Kafka has.
 """
 
 from __future__ import annotations
@@ -45,18 +57,27 @@ import json
 import time
 from typing import Any, Optional
 
+import msgpack
 import numpy as np
 
 from ..core import eliasfano
+from ..core.lsh import KEY_MASK, band_slots
 from ..core.signing import SigningConfig
 from ..errors import IncompatibleIndexError, IndexUnusableError
-from .bands import as_bytes_list
+from .bandfilter import SCAN_CHUNK, BandFilter
+from .bands import BandRows
 from .hashed import entry, serials_of
-from .index import DocRecord, Index, IndexSettings, IndexTxn, MapFull, serial_key, u64
+from .index import DocRecord, Index, IndexSettings, IndexTxn, MapFull, from_u64, serial_key, u64
+from .mirror import KeyPlaces
 
-__all__ = ["LmdbState", "VSHARD_FORMAT"]
+__all__ = ["LmdbState", "RECENT_PLACES", "VSHARD_FORMAT", "holder", "holder_homes", "holder_serials"]
 
-VSHARD_FORMAT = 1
+VSHARD_FORMAT = 2  # 2: places settled in buckets with a recent level (1: one entry a place, keyed by the slot)
+RECENT_PLACES = 1 << 20  # recent places (16 B each in memory) merged into the settled table past this many
+FILTER_BYTES = 4 << 20  # the filter of the settled table's keys (fixed: a larger state has more false positives)
+_HOME_BITS = 16  # a holder is its serial and its home in one number: serial << 16 | home
+_SETTLED = BandRows("places", home_bits=_HOME_BITS)
+_RUN = np.dtype([("slot", ">u8"), ("holder", ">i8")])  # a recent run's entry
 _TABLES = {
     "meta": {},
     "docs": {},
@@ -66,9 +87,21 @@ _TABLES = {
     "source_names": {},
     "firsts": {"dupsort": True, "dupfixed": True},
     "places": {"dupsort": True, "dupfixed": True},
+    "recent": {},
     "closed": {},
 }
-_PLACE = np.dtype([("slot", ">u8"), ("holder", ">i8")])  # a places row as ``getmulti`` returns it
+
+
+def holder(serials: np.ndarray, homes: np.ndarray) -> np.ndarray:
+    return (np.asarray(serials, dtype=np.int64) << _HOME_BITS) | np.asarray(homes, dtype=np.int64)
+
+
+def holder_serials(holders: np.ndarray) -> np.ndarray:
+    return holders >> _HOME_BITS
+
+
+def holder_homes(holders: np.ndarray) -> np.ndarray:
+    return holders & ((1 << _HOME_BITS) - 1)
 
 
 class _VShardIndex(Index):
@@ -78,7 +111,7 @@ class _VShardIndex(Index):
 
     def __init__(self, path: str, identity: dict, signing: SigningConfig, sync: bool):
         self.identity = identity
-        super().__init__(IndexSettings(path=path, sync=sync), signing)
+        super().__init__(IndexSettings(path=path, sync=sync, metasync=False), signing)
 
     def _load_or_create_meta(self, signing: Optional[SigningConfig], adopt_bands: bool) -> dict:
         with self.env.begin(db=self.dbs["meta"]) as txn:
@@ -96,7 +129,7 @@ class _VShardIndex(Index):
         if meta.get("format") != VSHARD_FORMAT:
             raise IncompatibleIndexError(f"the vshard state at {self.path!r} has format {meta.get('format')}, this "
                                          f"streamdedup reads format {VSHARD_FORMAT}: start the deployment over in "
-                                         "new folders and replay its input")
+                                         "new folders and replay its input (or run the streamdedup that made it)")
         self._refuse_another_vshard(meta["vshard"])
         return meta
 
@@ -123,14 +156,15 @@ class LmdbState:
     def __init__(self, path: str, identity: dict, signing: SigningConfig, sync: bool = True):
         self.index = _VShardIndex(path, identity, signing, sync)
         self._txn: Optional[IndexTxn] = None
+        self._cursors: dict[str, Any] = {}  # of the epoch's transaction, by table
         with self.index.read() as txn:
             raw = txn.get("meta", b"epoch")
             self._closed_order = {int.from_bytes(value[:8], "big"): int.from_bytes(key, "big")
                                   for key, value in txn.table_entries("closed")}  # slot -> its key
+            self.places = _StoredPlaces(self, txn)
         committed = json.loads(raw) if raw else {"epochs_done": 0, "meta": {}}
         self.epochs_done: int = committed["epochs_done"]
         self._meta: dict = committed["meta"]
-        self.places = _StoredPlaces(self)
 
     # -- epochs ------------------------------------------------------------------------------------------
 
@@ -144,14 +178,18 @@ class LmdbState:
     def commit(self, epochs_done: int, meta: dict[str, Any]) -> None:
         """Commit the epoch's changes with ``meta`` (JSON-able), durably: all of them or none."""
         txn = self.txn
+        if self.places.recent() > RECENT_PLACES:
+            self.places.settle()
         txn.txn.put(b"epoch", json.dumps({"epochs_done": epochs_done, "meta": meta}, sort_keys=True).encode(),
                     db=txn.dbs["meta"])
         txn.seal()
-        self._txn = None
+        self._txn, self._cursors = None, {}
         try:
             txn.commit()
         except MapFull:
             self.index.grow_map()
+            with self.index.read() as committed:
+                self.places = _StoredPlaces(self, committed)  # the recent places in memory went past the state
             raise IndexUnusableError(f"the vshard state at {self.index.path!r} filled its map while committing; "
                                      "the map has grown and the state is as of the epoch before: reopen the vshard "
                                      "and run the epoch again from its messages") from None
@@ -165,7 +203,7 @@ class LmdbState:
         """Close the environment; an epoch not committed is thrown away (as when the process dies)."""
         if self._txn is not None:
             self._txn.abort()
-            self._txn = None
+            self._txn, self._cursors = None, {}
         self.index.close()
 
     @property
@@ -176,9 +214,12 @@ class LmdbState:
         return self._txn
 
     def cursor(self, table: str):
-        """A cursor of ``table`` in the epoch's transaction."""
-        txn = self.txn
-        return txn.txn.cursor(db=txn.dbs[table])
+        """The cursor of ``table`` in the epoch's transaction (one a table: every use positions it anew)."""
+        cursor = self._cursors.get(table)
+        if cursor is None:
+            txn = self.txn
+            cursor = self._cursors[table] = txn.txn.cursor(db=txn.dbs[table])
+        return cursor
 
     def _put(self, table: str, key: bytes, value: bytes) -> None:
         txn = self.txn
@@ -192,15 +233,27 @@ class LmdbState:
     def put_record(self, record: DocRecord) -> None:
         self.txn.put_record(record)
 
+    def put_documents(self, records: list[DocRecord], ids: list[bytes], shingles: dict[int, np.ndarray],
+                      members: list[tuple[int, int]]) -> None:
+        """File an epoch's own decided documents at once: their ``records`` (with each one's id hash in
+        ``ids``), the kept ones' ``shingles`` (serial -> shingles) and the duplicates' places in their clusters
+        ((cluster, serial) each). One ``putmulti`` a table, in key order: a home's serials only grow, so the
+        records and shingles are appended."""
+        txn = self.txn
+        packer = msgpack.Packer()
+        self.cursor("docs").putmulti(sorted((serial_key(r.serial), txn.pack_record(r, packer)) for r in records))
+        self.cursor("ids").putmulti(sorted(entry(ident, r.serial) for ident, r in zip(ids, records)), dupdata=True)
+        self.cursor("shingles").putmulti(sorted((u64(serial), eliasfano.encode(kept))
+                                                for serial, kept in shingles.items()))
+        self.cursor("members").putmulti(sorted((serial_key(cluster), serial_key(serial))
+                                               for cluster, serial in members), dupdata=True)
+
     def delete_record(self, serial: int) -> None:
         self.txn.delete("docs", serial_key(serial))
 
     def shingles(self, serial: int) -> Optional[np.ndarray]:
         """A kept document's shingles; None for a duplicate."""
         return self.txn.stored_shingles(serial)
-
-    def put_shingles(self, serial: int, shingles: np.ndarray) -> None:
-        self._put("shingles", u64(serial), eliasfano.encode(shingles))
 
     def pop_shingles(self, serial: int) -> np.ndarray:
         shingles = self.txn.shingles(serial)
@@ -211,14 +264,8 @@ class LmdbState:
         """The serials of the documents with this id hash, ascending."""
         return serials_of(self.cursor("ids"), ident)
 
-    def add_id(self, ident: bytes, serial: int) -> None:
-        self._put("ids", *entry(ident, serial))
-
     def remove_id(self, ident: bytes, serial: int) -> None:
         self.txn.delete("ids", *entry(ident, serial))
-
-    def add_member(self, cluster: int, serial: int) -> None:
-        self._put("members", serial_key(cluster), serial_key(serial))
 
     def remove_member(self, cluster: int, serial: int) -> None:
         self.txn.delete("members", serial_key(cluster), serial_key(serial))
@@ -286,38 +333,94 @@ class LmdbState:
 
 
 class _StoredPlaces:
-    """``KeyPlaces`` (``engine.vshards.stores``) on the places table, read and written by the epoch's transaction."""
+    """``KeyPlaces`` (``mirror``) on LMDB, read and written by the epoch's transaction: the recent places in
+    ``recent`` and in memory, the settled ones in the bucketed ``places`` table (``bands.BandRows``) behind a
+    filter of its keys. Every place of a key settled was taken before any of its recent ones."""
 
-    def __init__(self, state: LmdbState):
+    def __init__(self, state: "LmdbState", txn: IndexTxn):
+        """The places as committed, read through ``txn``."""
         self._state = state
+        self._recent = KeyPlaces()
+        self._runs = 0  # the next run's number
+        for key, value in txn.table_entries("recent"):
+            run = np.frombuffer(value, dtype=_RUN)
+            self._recent.add(run["slot"].astype(np.uint64), run["holder"].astype(np.int64))
+            self._runs = from_u64(key) + 1
+        self._filter = BandFilter.of_keys(_SETTLED.stored_keys(txn, SCAN_CHUNK), FILTER_BYTES)
+        raw = txn.get("meta", b"places")
+        self._last_serial: Optional[int] = json.loads(raw)["last_serial"] if raw else None  # settled
+
+    def recent(self) -> int:
+        """How many places are recent (not settled yet)."""
+        return len(self._recent)
 
     def holders(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For sorted unique ``slots``: where each slot's holders start in the returned array, how many it has,
         and the holders (slot by slot, each slot's in the order its places were taken)."""
         slots = np.asarray(slots, dtype=np.uint64)
-        asked = as_bytes_list(np.ascontiguousarray(slots, dtype=">u8"))
-        raw = self._state.cursor("places").getmulti(asked, dupdata=True, dupfixed_bytes=8, keyfixed=True) \
-            if len(slots) else b""
-        found = np.frombuffer(raw, dtype=_PLACE)
-        found_slots = found["slot"].astype(np.uint64)
-        counts = (np.searchsorted(found_slots, slots, "right") - np.searchsorted(found_slots, slots, "left"))
-        counts = counts.astype(np.int64)
-        return (np.cumsum(counts) - counts).astype(np.int64), counts, found["holder"].astype(np.int64)
+        starts, counts, found = self._recent.holders(slots)
+        settled_slots, settled = self._settled(slots)
+        if not len(settled):
+            return starts, counts, found
+        every_slot = np.concatenate((settled_slots, np.repeat(slots, counts)))
+        every = np.concatenate((settled, found))
+        order = np.lexsort((every, every_slot))  # a holder's serial orders a key's places
+        every_slot = every_slot[order]
+        begin = np.searchsorted(every_slot, slots, "left")
+        return begin.astype(np.int64), (np.searchsorted(every_slot, slots, "right") - begin).astype(np.int64), \
+            every[order]
+
+    def _settled(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(slot, holder) of the settled places under ``slots``, asked of the table for keys the filter may hold."""
+        keys = slots & KEY_MASK
+        maybe = self._filter.may_hold(keys) if self._last_serial is not None else np.zeros(len(slots), dtype=bool)
+        if not maybe.any():
+            return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
+        rows = _SETTLED.stored_rows(self._state.txn, slots[maybe] >> np.uint64(32), keys[maybe], self._last_serial)
+        bands, found_keys, serials, homes = _SETTLED.decoded(rows)
+        return band_slots(bands, found_keys), holder(serials, homes)
 
     def add(self, slots: np.ndarray, holders: np.ndarray) -> None:
-        """Take in places given after every one held."""
-        if len(slots):
-            rows = zip(as_bytes_list(np.ascontiguousarray(slots, dtype=">u8")),
-                       as_bytes_list(np.ascontiguousarray(holders, dtype=">i8")))
-            self._state.cursor("places").putmulti(list(rows), dupdata=True)
+        """Take in places given after every one held (``slots`` sorted, a slot's holders in order): a run
+        appended to ``recent``."""
+        if not len(slots):
+            return
+        run = np.empty(len(slots), dtype=_RUN)
+        run["slot"], run["holder"] = slots, holders
+        self._state.txn.txn.put(u64(self._runs), run.tobytes(), db=self._state.txn.dbs["recent"], append=True)
+        self._runs += 1
+        self._recent.add(np.asarray(slots, dtype=np.uint64), np.asarray(holders, dtype=np.int64))
+
+    def settle(self) -> None:
+        """Merge the recent places into the settled table, sorted, and empty ``recent``, in the epoch's
+        transaction (committed with it, or neither)."""
+        slots, holders = self._recent.entries()
+        if not len(slots):
+            return
+        txn = self._state.txn
+        keys, values = _SETTLED.entries(slots >> np.uint64(32), slots & KEY_MASK, holder_serials(holders),
+                                        holder_homes(holders))
+        self._state.cursor("places").putmulti(list(zip(keys, values)), dupdata=True)
+        txn.txn.drop(txn.dbs["recent"], delete=False)
+        self._last_serial = max(self._last_serial or 0, int(holder_serials(holders).max()))
+        txn.txn.put(b"places", json.dumps({"last_serial": self._last_serial}).encode(), db=txn.dbs["meta"])
+        self._filter.add(slots & KEY_MASK)  # a key the filter lacks would hide its places
+        self._recent.clear()
+        self._runs = 0
 
     def remove(self, slots: np.ndarray, holders: np.ndarray) -> np.ndarray:
-        """Free the places of these (slot, holder) entries (``forget``); the slots freed, sorted."""
-        freed = {slot for slot, key, value in zip(np.asarray(slots, dtype=np.uint64).tolist(),
-                                                  as_bytes_list(np.ascontiguousarray(slots, dtype=">u8")),
-                                                  as_bytes_list(np.ascontiguousarray(holders, dtype=">i8")))
-                 if self._state.txn.delete("places", key, value)}
-        return np.array(sorted(freed), dtype=np.uint64)
+        """Free the places of these (slot, holder) entries (``forget``); the slots freed, sorted. The recent
+        places are settled first (forget orders are rare; a run is never rewritten)."""
+        self.settle()
+        slots, holders = np.asarray(slots, dtype=np.uint64), np.asarray(holders, dtype=np.int64)
+        keys, values = _SETTLED.entries(slots >> np.uint64(32), slots & KEY_MASK, holder_serials(holders),
+                                        holder_homes(holders))
+        txn = self._state.txn
+        deleted = [key + value for key, value in zip(keys, values) if txn.delete("places", key, value)]
+        if not deleted:
+            return np.zeros(0, dtype=np.uint64)
+        bands, found_keys, _, _ = _SETTLED.decoded(b"".join(deleted))
+        return np.unique(band_slots(bands, found_keys))
 
 
 def _first_value(serial: int, home: int, in_cluster: bool) -> bytes:

@@ -6,9 +6,9 @@ process) and ``store.vshardstate.LmdbState`` (durable: each epoch's changes
 in one LMDB transaction, committed with the caller's input positions). Both
 hold the same things: as home, records, kept documents' shingles, id hashes
 and clusters' members; as owner, each band key's place holders
-(``KeyPlaces`` here: shaped as the single index holds its recent keys,
-``store.mirror``, sorted arrays a sorted run is merged into, looked up for
-a whole epoch at once, so no Python work is done per key of a document)
+(``store.mirror.KeyPlaces``: shaped as the single index holds its recent
+keys, sorted arrays a sorted run is merged into, looked up for a whole
+epoch at once, so no Python work is done per key of a document)
 and each content's documents in order. A home's cache of closed keys
 (``ClosedKeys``) is in memory in both; the LMDB form keeps a copy of it
 too, since what it holds decides which probes a home sends.
@@ -20,88 +20,11 @@ import numpy as np
 
 from typing import Any, Optional
 
-from ...store.candidates import ranges
 from ...store.index import DocRecord
-from ...store.mirror import SortedEntries
+from ...store.mirror import KeyPlaces
+from ...store.vshardstate import holder, holder_homes, holder_serials
 
 __all__ = ["ClosedKeys", "KeyPlaces", "MemoryState", "holder", "holder_serials", "holder_homes"]
-
-_HOME_BITS = 16  # a holder is its serial and its home in one number: serial << 16 | home
-_SETTLE_AT = 1 << 20  # recent entries folded into the settled ones past this many (amortized: each moves twice)
-
-
-def holder(serials: np.ndarray, homes: np.ndarray) -> np.ndarray:
-    return (np.asarray(serials, dtype=np.int64) << _HOME_BITS) | np.asarray(homes, dtype=np.int64)
-
-
-def holder_serials(holders: np.ndarray) -> np.ndarray:
-    return holders >> _HOME_BITS
-
-
-def holder_homes(holders: np.ndarray) -> np.ndarray:
-    return holders & ((1 << _HOME_BITS) - 1)
-
-
-class KeyPlaces:
-    """(band slot, holder) entries of the keys a vshard owns, sorted by slot, then by serial (the order the
-    places were taken in). Two levels, so that taking in an epoch's places costs what the epoch brings, not
-    what the store holds: recent entries merged in place, folded into the settled ones now and then."""
-
-    def __init__(self) -> None:
-        self._settled = SortedEntries()
-        self._recent = SortedEntries()
-
-    def __len__(self) -> int:
-        return len(self._settled) + len(self._recent)
-
-    def holders(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """For sorted unique ``slots``: where each slot's holders start in the returned array, how many it has,
-        and the holders (slot by slot, each slot's in the order its places were taken)."""
-        settled = _found(self._settled.entries(), slots)
-        recent = _found(self._recent.entries(), slots)
-        counts = settled[1] + recent[1]
-        starts = (np.cumsum(counts) - counts).astype(np.int64)
-        found = np.empty(int(counts.sum()), dtype=np.int64)
-        found[ranges(starts, settled[1])] = self._settled.entries()[1][ranges(settled[0], settled[1])]
-        found[ranges(starts + settled[1], recent[1])] = self._recent.entries()[1][ranges(recent[0], recent[1])]
-        return starts, counts, found
-
-    def remove(self, slots: np.ndarray, holders: np.ndarray) -> np.ndarray:
-        """Free the places of these (slot, holder) entries (``forget``); the slots freed, sorted."""
-        gone = set(zip(np.asarray(slots, dtype=np.uint64).tolist(), np.asarray(holders, dtype=np.int64).tolist()))
-        freed = set()
-        asked = np.array(sorted({slot for slot, _ in gone}), dtype=np.uint64)
-        for level in (self._settled, self._recent):
-            keys, values = level.entries()
-            lo, hi = np.searchsorted(keys, asked, "left"), np.searchsorted(keys, asked, "right")
-            keep = np.ones(len(keys), dtype=bool)
-            for begin, end in zip(lo.tolist(), hi.tolist()):
-                for at in range(begin, end):
-                    if (int(keys[at]), int(values[at])) in gone:
-                        keep[at] = False
-                        freed.add(int(keys[at]))
-            if not keep.all():
-                level.keep(keep)
-        return np.array(sorted(freed), dtype=np.uint64)
-
-    def add(self, slots: np.ndarray, holders: np.ndarray) -> None:
-        """Take in places given after every one held (``slots`` sorted, a slot's holders in order)."""
-        if not len(slots):
-            return
-        self._recent.merge((np.asarray(slots, dtype=np.uint64), np.asarray(holders, dtype=np.int64)))
-        if len(self._recent) > max(_SETTLE_AT, len(self._settled) // 4):
-            self._settled.merge(self._recent.entries())
-            self._recent.clear()
-
-
-def _found(entries: tuple[np.ndarray, np.ndarray], slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Where each of ``slots`` starts among sorted ``entries``, and how many entries it has."""
-    keys = entries[0]
-    if not len(keys):
-        return np.zeros(len(slots), dtype=np.int64), np.zeros(len(slots), dtype=np.int64)
-    begin = np.searchsorted(keys, slots, "left")
-    return begin.astype(np.int64), (np.searchsorted(keys, slots, "right") - begin).astype(np.int64)
-
 
 class ClosedKeys:
     """A home's copy of band keys that are closed (their ``max_candidates`` places all taken, so their
@@ -186,14 +109,20 @@ class MemoryState:
     def put_record(self, record: DocRecord) -> None:
         self._records[record.serial] = record
 
+    def put_documents(self, records: list[DocRecord], ids: list[bytes], shingles: dict[int, np.ndarray],
+                      members: list[tuple[int, int]]) -> None:
+        for record, ident in zip(records, ids):
+            self._records[record.serial] = record
+            self._ids.setdefault(ident, []).append(record.serial)
+        self._shingles.update(shingles)
+        for cluster, serial in members:
+            self._members.setdefault(cluster, []).append(serial)
+
     def delete_record(self, serial: int) -> None:
         del self._records[serial]
 
     def shingles(self, serial: int) -> Optional[np.ndarray]:
         return self._shingles.get(serial)
-
-    def put_shingles(self, serial: int, shingles: np.ndarray) -> None:
-        self._shingles[serial] = shingles
 
     def pop_shingles(self, serial: int) -> np.ndarray:
         return self._shingles.pop(serial)
@@ -201,16 +130,10 @@ class MemoryState:
     def serials_of_id(self, ident: bytes) -> list[int]:
         return sorted(self._ids.get(ident, ()))
 
-    def add_id(self, ident: bytes, serial: int) -> None:
-        self._ids.setdefault(ident, []).append(serial)
-
     def remove_id(self, ident: bytes, serial: int) -> None:
         self._ids[ident].remove(serial)
         if not self._ids[ident]:
             del self._ids[ident]
-
-    def add_member(self, cluster: int, serial: int) -> None:
-        self._members.setdefault(cluster, []).append(serial)
 
     def remove_member(self, cluster: int, serial: int) -> None:
         self._members[cluster].remove(serial)

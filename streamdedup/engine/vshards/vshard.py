@@ -480,17 +480,19 @@ class VShard:
 
     def _commit(self, e: _Epoch, together, own_rows: dict[int, int]) -> None:
         """Keep what the epoch decided: own documents (home), places and first contents (owner)."""
+        records, ids, shingles, members = [], [], {}, []
         for serial, (record, row) in together.records.items():
             own = own_rows.get(row)
             if own is None:
                 continue
-            self.state.put_record(record)
-            self.state.add_id(e.batch.id_keys[own], serial)
+            records.append(record)
+            ids.append(e.batch.id_keys[own])
             if record.kept:
-                self.state.put_shingles(serial, e.batch.shingles.of(own))
+                shingles[serial] = e.batch.shingles.of(own)
                 e.kept.add(serial)
             elif record.cluster:
-                self.state.add_member(record.cluster, serial)
+                members.append((record.cluster, serial))
+        self.state.put_documents(records, ids, shingles, members)
         self.state.places.add(*e.placed)
         self.state.add_contents(e.contents)
 
