@@ -20,12 +20,13 @@ Then the throughput those costs give machines of 16 cores (one process a
 core): 1 / (a + b / cores), and what caps it. The vshards' state is in
 memory (``--store memory``, the default) or in LMDB (``--store lmdb``: one
 environment a vshard in a temporary folder, each epoch committed with a
-sync, as a deployment runs them), and Kafka's own costs (client, broker)
+sync of its data, as a deployment runs them; then the bytes a document the
+states take on disk are printed too), and Kafka's own costs (client, broker)
 are not in these figures: the projection is the engine's ceiling, to be
 checked end to end by ``bench/sharded.py``.
 
     .venv/bin/python -m bench.vshards [--docs 100000] [--shards 1,4,16,64] [--epoch 250] [--rounds 3]
-        [--corpus crawl|hot-key|copies] [--store memory|lmdb]
+        [--corpus crawl|hot-key|copies] [--store memory|lmdb] [--recent-places N]
 """
 
 from __future__ import annotations
@@ -128,8 +129,12 @@ def _warm_up(config) -> None:
     Simulator(config, 2).decide(cut_epochs([_items(200)], seed=1, largest=100))
 
 
-def child_vshards(docs: int, shards: int, epoch: int, corpus: str, store: str) -> dict:
+def child_vshards(docs: int, shards: int, epoch: int, corpus: str, store: str, recent_places: int) -> dict:
     from streamdedup.engine.vshards.simulator import Simulator, cut_epochs
+    from streamdedup.store import vshardstate
+
+    if recent_places:
+        vshardstate.RECENT_PLACES = recent_places
 
     with tempfile.TemporaryDirectory() as folder:
         config = _config(folder + "/unused")
@@ -141,10 +146,28 @@ def child_vshards(docs: int, shards: int, epoch: int, corpus: str, store: str) -
             begin = time.perf_counter()
             run = simulator.decide(epochs)
             wall = time.perf_counter() - begin
+            tables = _table_bytes(simulator) if store == "lmdb" else {}
+        disk = _folder_bytes(folder + "/vshards")
     linked = sum(v.linked_rows for v in simulator.vshards)
     return {"docs": len(run.order), "cpu": run.cpu, "stage_cpu": dict(run.stage_cpu), "bytes": dict(run.bytes),
-            "messages": dict(run.messages), "wall": wall, "linked": linked,
+            "messages": dict(run.messages), "wall": wall, "linked": linked, "disk": disk, "tables": tables,
             "duplicates": sum(d.status == "duplicate" for d in run.decisions)}
+
+
+def _table_bytes(simulator) -> dict:
+    """The pages each table of the vshards' states uses, in bytes, summed over the vshards."""
+    tables: dict[str, int] = {}
+    for vshard in simulator.vshards:
+        for name, used in vshard.state.index.database_bytes().items():
+            tables[name] = tables.get(name, 0) + used
+    return tables
+
+
+def _folder_bytes(folder: str) -> int:
+    """The bytes of the files under ``folder`` (0 if there is none): the states' size on disk."""
+    import os
+
+    return sum(os.path.getsize(os.path.join(at, name)) for at, _, names in os.walk(folder) for name in names)
 
 
 def child_single(docs: int, epoch: int, corpus: str) -> dict:
@@ -184,6 +207,9 @@ def main() -> None:
                              "copies of one page")
     parser.add_argument("--store", default="memory", choices=("memory", "lmdb"),
                         help="where each vshard keeps its state: in memory, or in LMDB committed every epoch")
+    parser.add_argument("--recent-places", type=int, default=0,
+                        help="with --store lmdb: a vshard's recent places merged into its settled table past this "
+                             "many (default: the state's, RECENT_PLACES); lower, to measure merges on a short corpus")
     parser.add_argument("--child", nargs="*")
     args = parser.parse_args()
     if args.child is not None:
@@ -191,7 +217,7 @@ def main() -> None:
         if kind == "single":
             result = child_single(args.docs, args.epoch, args.corpus)
         else:
-            result = child_vshards(args.docs, int(rest[0]), args.epoch, args.corpus, args.store)
+            result = child_vshards(args.docs, int(rest[0]), args.epoch, args.corpus, args.store, args.recent_places)
         print(json.dumps(result))
         return
     counts = [int(s) for s in args.shards.split(",")]
@@ -203,8 +229,12 @@ def main() -> None:
         common = ("--docs", str(args.docs), "--epoch", str(args.epoch), "--corpus", args.corpus)
         single.append(harness.child("bench.vshards", "single", *common))
         for s in counts:
-            runs[s].append(harness.child("bench.vshards", "vshards", str(s), *common, "--store", args.store))
+            runs[s].append(harness.child("bench.vshards", "vshards", str(s), *common, "--store", args.store,
+                                         "--recent-places", str(args.recent_places)))
     report(runs, single, args)
+
+
+_BIG_TABLES = ("shingles", "places", "recent", "docs", "firsts", "ids")
 
 
 def report(runs: dict[int, list[dict]], single: list[dict], args) -> None:
@@ -212,8 +242,9 @@ def report(runs: dict[int, list[dict]], single: list[dict], args) -> None:
         return seconds / run["docs"] * 1e6
 
     single_us = harness.median(per_doc(r["cpu"], r) for r in single)
+    merged = f" (recent places merged past {args.recent_places:,})" if args.recent_places else ""
     print(f"# Band tables split by key: {args.docs:,} documents ({args.corpus}), epochs of "
-          f"{args.epoch:,} documents a vshard, state in {args.store}, median of {args.rounds} round(s)\n")
+          f"{args.epoch:,} documents a vshard, state in {args.store}{merged}, median of {args.rounds} round(s)\n")
     print(f"single worker (Engine, LMDB, lsh.cap=probes): {single_us:.1f} µs CPU a document\n")
     print("| vshards = processes | µs/doc per process: mean | busiest | max/mean | all processes | vs single "
           "worker | linked rows/doc | wall s |")
@@ -229,6 +260,14 @@ def report(runs: dict[int, list[dict]], single: list[dict], args) -> None:
         busiest.append((s, top))
         print(f"| {s} | {mean:.2f} | {top:.2f} | {top / mean:.2f} | {total:.1f} | {total / single_us:.2f}x | "
               f"{linked:.3f} | {wall:.1f} |")
+    if args.store == "lmdb":
+        print("\nstate on disk, bytes a document (the vshards' files; pages of the largest tables):\n")
+        print("| vshards | files | " + " | ".join(_BIG_TABLES) + " |")
+        print("|---|---|" + "---|" * len(_BIG_TABLES))
+        for s, measured in runs.items():
+            disk = harness.median(r["disk"] / r["docs"] for r in measured)
+            pages = [harness.median(r["tables"].get(name, 0) / r["docs"] for r in measured) for name in _BIG_TABLES]
+            print(f"| {s} | {disk:,.0f} | " + " | ".join(f"{used:,.0f}" for used in pages) + " |")
     a, b = fit(means)
     a_top, b_top = fit(busiest)
     print(f"\nfit a + b/S, mean process: a = {a:.2f} µs, b = {b:.1f} µs; busiest process: a = {a_top:.2f} µs, "
