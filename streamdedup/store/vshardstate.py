@@ -10,6 +10,7 @@ meta          ``vshard``                          JSON: the vshard's number and 
                                                   fingerprint (refused if another opens it)
               ``epoch``                           JSON: epochs done and the caller's metadata of the
                                                   last commit (input positions)
+              ``places``                          JSON: the last serial the settled places hold
 docs          serial (4 B)                        the record, as one index stores it (``DocRecord``)
 shingles      serial (8 B)                        a kept document's shingles, Elias-Fano coded
 ids           id hash's first 2 B (``hashed``)    its other 6 B + a serial (dupsort, 10 B each)
@@ -45,10 +46,12 @@ settled table only for keys a Bloom filter of its keys may hold
 (``bandfilter``, built at open); a place costs 8 B there. Nothing else is
 cached in Python but the closed keys (bounded): LMDB's pages are the cache.
 
-Commits sync the data but not the meta page (``metasync=False``): power
-loss may undo the last commit, never more and never corrupting the state,
-and a vshard that lost its last epoch decides it again from its messages
-as after a crash before its commit, emitting nothing Kafka has.
+With ``sync``, commits sync the data but not the meta page
+(``metasync=False``: one flush a commit, not two): power loss may undo the
+last commit, never more and never corrupting the state. A vshard that lost
+its last epoch so is where a crash between its Kafka transaction and its
+commit leaves it (``checkpoint.VShardCommit``): it decides the epoch again
+from its messages, sending the same ones, and emits nothing Kafka has.
 """
 
 from __future__ import annotations
@@ -176,7 +179,7 @@ class LmdbState:
         self._txn = self.index.begin_epoch()
 
     def commit(self, epochs_done: int, meta: dict[str, Any]) -> None:
-        """Commit the epoch's changes with ``meta`` (JSON-able), durably: all of them or none."""
+        """Commit the epoch's changes with ``meta`` (JSON-able): all of them or none (see the module on power loss)."""
         txn = self.txn
         if self.places.recent() > RECENT_PLACES:
             self.places.settle()

@@ -156,8 +156,8 @@ class VShard:
     ``commit`` keeps the epoch once it is done here (``epochs_done`` has grown).
 
     Its state is in memory, or with ``path`` in the LMDB environment there (made if need be, else read as
-    of its last commit; ``sync``: each commit durable at power loss), which refuses another vshard's number,
-    count or settings."""
+    of its last commit; ``sync``: each commit's data flushed, so power loss undoes the last commit at most),
+    which refuses another vshard's number, count or settings."""
 
     def __init__(self, number: int, count: int, settings: DedupSettings, path: Optional[str] = None,
                  sync: bool = True):
