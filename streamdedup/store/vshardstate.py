@@ -403,7 +403,7 @@ class _StoredPlaces:
         txn = self._state.txn
         keys, values = _SETTLED.entries(slots >> np.uint64(32), slots & KEY_MASK, holder_serials(holders),
                                         holder_homes(holders))
-        self._state.cursor("places").putmulti(list(zip(keys, values)), dupdata=True)
+        self._state.cursor("places").putmulti(zip(keys, values), dupdata=True)
         txn.txn.drop(txn.dbs["recent"], delete=False)
         self._last_serial = max(self._last_serial or 0, int(holder_serials(holders).max()))
         txn.txn.put(b"places", json.dumps({"last_serial": self._last_serial}).encode(), db=txn.dbs["meta"])
