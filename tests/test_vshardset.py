@@ -24,7 +24,10 @@ from test_vshards import NOW, _chains_and_ties, _config, _items
 import streamdedup
 from streamdedup import cli
 from streamdedup.core import corpus
+from streamdedup.core.signing import signing_config
 from streamdedup.engine.engine import Engine
+from streamdedup.engine.settings import DedupSettings
+from streamdedup.engine.vshards import VShard
 from streamdedup.engine.vshards.simulator import Forget, Simulator, cut_epochs
 from streamdedup.errors import ConfigError, StreamdedupError
 
@@ -171,22 +174,33 @@ def test_explain_across_vshards_answers_as_one_index(built):
 def test_an_incomplete_or_mixed_set_of_vshards_is_refused_with_what_to_do(built, tmp_path):
     root, config, _, _, _ = built
     folders = [str(root / "v4" / f"vshard-{n}") for n in range(4)]
-    with pytest.raises(ConfigError, match=r"4 vshards, and vshard\(s\) 1 is not given: give every vshard's folder"):
-        streamdedup.open_shards([folders[0], *folders[2:]], config)
     copy = tmp_path / "copy-of-vshard-2"
     shutil.copytree(folders[2], copy)
-    with pytest.raises(ConfigError, match="vshard 2 in .* and .*: give each vshard once"):
-        streamdedup.open_shards(folders + [str(copy)], config)
-    with pytest.raises(ConfigError, match="more than once"):
-        streamdedup.open_shards(folders + folders[:1], config)
-    with pytest.raises(ConfigError, match="different sizes.*give the vshards of one deployment"):
-        streamdedup.open_shards(folders + [str(root / "v1" / "vshard-0")], config)
-    with pytest.raises(ConfigError, match="mix vshard states .* with indexes .*: give the vshard-N folders"):
-        streamdedup.open_shards(folders + [str(root / "single")], config)
+    refused = [
+        ([folders[0], *folders[2:]], r"4 vshards, and vshard\(s\) 1 is not given: give every vshard's folder"),
+        (folders + [str(copy)], "vshard 2 in .* and .*: give each vshard once"),
+        (folders + folders[:1], "more than once"),
+        (folders + [str(root / "v1" / "vshard-0")], "different sizes.*give the vshards of one deployment"),
+        (folders + [str(root / "single")], "mix vshard states .* with indexes .*: give the vshard-N folders"),
+        (_made_with_two_thresholds(tmp_path / "two"), "made with different settings .*: give the vshards of one"),
+        ([tmp_path / "nothing-here"], "no such folder"),
+    ]
+    for given, message in refused:
+        with pytest.raises(ConfigError, match=message):
+            streamdedup.open_shards(given, config)
     with streamdedup.open_shards(folders[::-1], config) as vshards:  # in any order: read in vshard order
         assert vshards.paths == [str(root / "v4" / f"vshard-{n}") for n in range(4)]
         with pytest.raises(StreamdedupError, match="no site templates"):
             vshards.sites("example.com")
+
+
+def _made_with_two_thresholds(folder):
+    """The (empty) states of a deployment of two vshards, made with two thresholds."""
+    for number, threshold in enumerate((0.7, 0.8)):
+        config = _config(folder, f"lsh.threshold={threshold}")
+        settings = DedupSettings.of(config, signing_config(config))
+        VShard(number, 2, settings, str(folder / f"vshard-{number}"), sync=False).close()
+    return [str(folder)]
 
 
 def _cli_json(capsys, *args):

@@ -15,6 +15,7 @@ without saying so; it is refused instead, as is a set mixing the two.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 from collections import Counter
@@ -165,20 +166,14 @@ class VShardSet:
         for reader in self.readers:
             reader.close()
 
-    def __enter__(self) -> "VShardSet":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
 
 def _refuse_other_settings(readers: list[VShardReader]) -> None:
-    """Refuse vshards made with other settings (another deployment of the same size)."""
-    settings = {reader.index.path: reader.state.identity["settings"] for reader in readers}
-    if len(set(settings.values())) > 1:
-        raise ConfigError("these vshards were made with different settings (" + ", ".join(
-            f"{path}: {fingerprint}" for path, fingerprint in settings.items())
-            + "): give the vshards of one deployment")
+    """Refuse vshards made with other settings (signing, threshold, cap: another deployment of the same size)."""
+    made = {reader.index.path: json.dumps({key: value for key, value in reader.state.identity.items()
+                                           if key != "number"}, sort_keys=True) for reader in readers}
+    if len(set(made.values())) > 1:
+        raise ConfigError("these vshards were made with different settings (" + "; ".join(
+            f"{path}: {settings}" for path, settings in made.items()) + "): give the vshards of one deployment")
 
 
 class ShardSet:
