@@ -232,3 +232,15 @@ def test_the_commands_read_every_vshard_as_one_index(built, capsys):
     assert f"cluster {near.cluster}" in capsys.readouterr().out
     assert cli.main(["stats", "--shards", ",".join(as_list[1].split(",")[1:])]) == 2
     assert "vshard(s) 0 is not given" in capsys.readouterr().err
+
+
+def test_a_query_is_judged_by_the_threshold_the_vshards_were_made_with(built):
+    """Not the reader's config's: a reader given another threshold still answers as the deployment decides."""
+    root, config, items, decided, _ = built
+    other = _config(root, f"lsh.threshold={config.lsh.threshold - 0.3}")
+    text = next(item.text for item, d in zip(items, decided) if d.status == "duplicate" and not d.exact)
+    with _vshards(root, config, 4) as vshards:
+        expected = [m.as_dict() for m in vshards.query(text)]
+    with _vshards(root, other, 4) as vshards:
+        assert [m.as_dict() for m in vshards.query(text)] == expected
+        assert vshards.explain(decided[0].id).threshold == config.lsh.threshold

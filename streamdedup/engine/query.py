@@ -4,7 +4,9 @@ Both run in one short read transaction, so they are safe while the worker
 writes, and see the index as of its last commit. Over the shards of a
 sharded index (``near_duplicates_in``, ``cluster_in``; ``shardset`` opens
 them) each shard is read in a transaction of its own: each shard as of its
-last commit.
+last commit. A key-split deployment's vshard states are read by the same
+rules (``near_matches`` and ``best_first`` for a query, ``cluster_in``),
+their keys asked of their owners (``vshards.reading``).
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ by ``engine.query``'s own rules.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional, Sequence
 
 import numpy as np
@@ -30,13 +31,17 @@ __all__ = ["VShardReader", "holders_across", "first_document"]
 
 class VShardReader:
     """A vshard's state opened read-only, as the read-only questions take an index (``query.Readable``): its
-    tables, its stored signing settings, and ``config``'s threshold (as ``Engine`` reads an index)."""
+    tables, and the settings the deployment decides with, stored with the state (signing, threshold, cap;
+    ``config`` gives the rest, as to ``Engine``), so a query is signed and judged as the deployment's
+    documents were, whatever config the reader is given."""
 
     def __init__(self, config: Config, path: str):
         self.state = StoredVShard(path)
         self.index = self.state.index
         self.signing = self.index.signing
-        self.settings = DedupSettings.of(config, self.signing)
+        identity = self.state.identity
+        self.settings = dataclasses.replace(DedupSettings.of(config, self.signing), threshold=identity["threshold"],
+                                            max_candidates=identity["max_candidates"])
         self.template_settings = TemplateSettings.from_fingerprint(self.signing.templates)
 
     @property
