@@ -42,6 +42,7 @@ from ..store.index import DocRecord, IndexTxn
 from ..store.mirror import RecentMirror
 from ..store.sites import load_site, shared_template
 from .engine import Engine
+from .query import Readable
 
 __all__ = ["Explanation", "Passage", "Side", "explain", "explain_in"]
 
@@ -107,12 +108,13 @@ def explain(engine: Engine, doc_id: str, other: Optional[str] = None,
     return explain_in([engine], doc_id, other, texts, lambda _: 0)
 
 
-def explain_in(engines: list[Engine], doc_id: str, other: Optional[str] = None,
+def explain_in(engines: Sequence[Readable], doc_id: str, other: Optional[str] = None,
                texts: Optional[Mapping[str, Union[str, Sequence[str]]]] = None,
                owner: Callable[[str], int] = lambda _: 0) -> Explanation:
-    """``explain`` over the shards of a sharded index: ``engines[owner(id)]`` holds that id's documents, so
-    each record, its stored shingles and band keys are read from its own shard (site templates are the
-    same in every shard); one read transaction per shard, all open together."""
+    """``explain`` over the shards of a sharded index, or the vshards of a key-split deployment:
+    ``engines[owner(id)]`` holds that id's documents, so each record, its stored shingles and band keys are
+    read from its own shard (site templates are the same in every shard); one read transaction per shard,
+    all open together."""
     texts = texts or {}
     engine = engines[0]
     with contextlib.ExitStack() as stack:
@@ -197,7 +199,7 @@ def _relation(record: DocRecord) -> Optional[str]:
     return "exact" if record.exact else "near" if record.containment is None else "excerpt"
 
 
-def _shingles_of(engine: Engine, txn: IndexTxn, record: DocRecord, text: Union[str, Sequence[str], None],
+def _shingles_of(engine: Readable, txn: IndexTxn, record: DocRecord, text: Union[str, Sequence[str], None],
                  notes: list[str]) -> tuple[Optional[np.ndarray], Optional[str], Optional[list[str]]]:
     """A document's whole shingles, where they came from ("index" or "text"), and its normalized words.
 
@@ -227,7 +229,7 @@ def _shingles_of(engine: Engine, txn: IndexTxn, record: DocRecord, text: Union[s
     return stored, origin, None
 
 
-def _content(engine: Engine, txn: IndexTxn, record: DocRecord, shingles: np.ndarray) -> np.ndarray:
+def _content(engine: Readable, txn: IndexTxn, record: DocRecord, shingles: np.ndarray) -> np.ndarray:
     """A document's shingles without its site's template as the index knows it now (what is compared)."""
     settings = engine.template_settings
     if not settings.enabled:
@@ -236,7 +238,7 @@ def _content(engine: Engine, txn: IndexTxn, record: DocRecord, shingles: np.ndar
     return content_of(shingles, template, shared_template(txn, settings.min_sites), settings.min_content_share)
 
 
-def _compare(engine: Engine, txn_of: Callable[[DocRecord], IndexTxn], result: Explanation, record_a: DocRecord, record_b: DocRecord,
+def _compare(engine: Readable, txn_of: Callable[[DocRecord], IndexTxn], result: Explanation, record_a: DocRecord, record_b: DocRecord,
              content_a: np.ndarray, content_b: np.ndarray) -> None:
     at = np.searchsorted(content_b, content_a)
     at[at == len(content_b)] = 0
@@ -253,7 +255,7 @@ def _compare(engine: Engine, txn_of: Callable[[DocRecord], IndexTxn], result: Ex
                             "changed what counts as content (the decision stands)")
 
 
-def _keys(engine: Engine, txn: IndexTxn, record: DocRecord, content: np.ndarray) -> np.ndarray:
+def _keys(engine: Readable, txn: IndexTxn, record: DocRecord, content: np.ndarray) -> np.ndarray:
     """The band keys a document is looked up by: a live kept one's as indexed, else its content's signature's."""
     if record.kept and not record.expired:
         return record_band_keys(txn, record)

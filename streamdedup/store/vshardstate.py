@@ -37,6 +37,10 @@ epoch's lookups are one ``getmulti`` call, its new places one ``putmulti``,
 and a place costs about 16 B of entry and LMDB's node and sub-page headers
 (single index: buckets of thousands, ``bands``). Nothing is cached in
 Python but the closed keys (bounded): LMDB's pages are the cache.
+
+``StoredVShard`` opens a state read-only, to answer questions across a
+deployment (``stats``, ``query``, ``cluster``, ``explain``): each in short
+read transactions, so it is safe while the vshard runs.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ import json
 import time
 from typing import Any, Optional
 
+import lmdb
 import numpy as np
 
 from ..core import eliasfano
@@ -54,7 +59,7 @@ from .bands import as_bytes_list
 from .hashed import entry, serials_of
 from .index import DocRecord, Index, IndexSettings, IndexTxn, MapFull, serial_key, u64
 
-__all__ = ["LmdbState", "VSHARD_FORMAT"]
+__all__ = ["LmdbState", "StoredVShard", "VSHARD_FORMAT", "is_vshard_state"]
 
 VSHARD_FORMAT = 1
 _TABLES = {
@@ -76,9 +81,10 @@ class _VShardIndex(Index):
 
     tables = _TABLES
 
-    def __init__(self, path: str, identity: dict, signing: SigningConfig, sync: bool):
-        self.identity = identity
-        super().__init__(IndexSettings(path=path, sync=sync), signing)
+    def __init__(self, path: str, identity: Optional[dict], signing: Optional[SigningConfig], sync: bool,
+                 readonly: bool = False):
+        self.identity = identity  # None: read whichever vshard the folder holds (read-only)
+        super().__init__(IndexSettings(path=path, sync=sync), signing, readonly=readonly)
 
     def _load_or_create_meta(self, signing: Optional[SigningConfig], adopt_bands: bool) -> dict:
         with self.env.begin(db=self.dbs["meta"]) as txn:
@@ -86,6 +92,9 @@ class _VShardIndex(Index):
         if index is not None:
             raise IndexUnusableError(f"{self.path!r} holds a single worker's index, not a vshard's state: give "
                                      "each vshard a folder of its own")
+        if raw is None and self.readonly:
+            raise IndexUnusableError(f"{self.path!r} holds no vshard's state (its metadata names no vshard): give "
+                                     "the folders of a deployment's vshards, vshard-0 ... vshard-N, or their parent")
         if raw is None:
             meta = {"format": VSHARD_FORMAT, "created": time.time(), "config": signing.as_dict(),
                     "vshard": self.identity}
@@ -97,7 +106,8 @@ class _VShardIndex(Index):
             raise IncompatibleIndexError(f"the vshard state at {self.path!r} has format {meta.get('format')}, this "
                                          f"streamdedup reads format {VSHARD_FORMAT}: start the deployment over in "
                                          "new folders and replay its input")
-        self._refuse_another_vshard(meta["vshard"])
+        if self.identity is not None:
+            self._refuse_another_vshard(meta["vshard"])
         return meta
 
     def _refuse_another_vshard(self, stored: dict) -> None:
@@ -234,10 +244,7 @@ class LmdbState:
 
     def first_of(self, content: bytes) -> Optional[tuple[int, int, bool]]:
         """(serial, home, still in a cluster) of the first stored document with ``content``, if any."""
-        cursor = self.cursor("firsts")
-        if not cursor.set_key(content):
-            return None
-        return _first(cursor.value())
+        return _first_in(self.cursor("firsts"), content)
 
     def add_contents(self, contents: dict[bytes, list[list]]) -> None:
         """File documents after those stored with the same content: content -> [serial, home, still in a
@@ -294,15 +301,7 @@ class _StoredPlaces:
     def holders(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For sorted unique ``slots``: where each slot's holders start in the returned array, how many it has,
         and the holders (slot by slot, each slot's in the order its places were taken)."""
-        slots = np.asarray(slots, dtype=np.uint64)
-        asked = as_bytes_list(np.ascontiguousarray(slots, dtype=">u8"))
-        raw = self._state.cursor("places").getmulti(asked, dupdata=True, dupfixed_bytes=8, keyfixed=True) \
-            if len(slots) else b""
-        found = np.frombuffer(raw, dtype=_PLACE)
-        found_slots = found["slot"].astype(np.uint64)
-        counts = (np.searchsorted(found_slots, slots, "right") - np.searchsorted(found_slots, slots, "left"))
-        counts = counts.astype(np.int64)
-        return (np.cumsum(counts) - counts).astype(np.int64), counts, found["holder"].astype(np.int64)
+        return _holders_in(self._state.cursor("places"), slots)
 
     def add(self, slots: np.ndarray, holders: np.ndarray) -> None:
         """Take in places given after every one held."""
@@ -320,6 +319,25 @@ class _StoredPlaces:
         return np.array(sorted(freed), dtype=np.uint64)
 
 
+def _holders_in(cursor, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``_StoredPlaces.holders`` read through ``cursor``, a cursor of the places table."""
+    slots = np.asarray(slots, dtype=np.uint64)
+    asked = as_bytes_list(np.ascontiguousarray(slots, dtype=">u8"))
+    raw = cursor.getmulti(asked, dupdata=True, dupfixed_bytes=8, keyfixed=True) if len(slots) else b""
+    found = np.frombuffer(raw, dtype=_PLACE)
+    found_slots = found["slot"].astype(np.uint64)
+    counts = (np.searchsorted(found_slots, slots, "right") - np.searchsorted(found_slots, slots, "left"))
+    counts = counts.astype(np.int64)
+    return (np.cumsum(counts) - counts).astype(np.int64), counts, found["holder"].astype(np.int64)
+
+
+def _first_in(cursor, content: bytes) -> Optional[tuple[int, int, bool]]:
+    """``LmdbState.first_of`` read through ``cursor``, a cursor of the firsts table."""
+    if not cursor.set_key(content):
+        return None
+    return _first(cursor.value())
+
+
 def _first_value(serial: int, home: int, in_cluster: bool) -> bytes:
     """A firsts value: serial (4 B), home (2 B), still in a cluster (1 B)."""
     return serial_key(serial) + home.to_bytes(2, "big") + (b"\1" if in_cluster else b"\0")
@@ -328,3 +346,54 @@ def _first_value(serial: int, home: int, in_cluster: bool) -> bytes:
 def _first(value: bytes) -> tuple[int, int, bool]:
     """(serial, home, still in a cluster) of a firsts value (``_first_value``)."""
     return int.from_bytes(value[:4], "big"), int.from_bytes(value[4:6], "big"), value[6] == 1
+
+
+class StoredVShard:
+    """A vshard's state opened read-only, whichever vshard it is (``identity`` says: its number, count and
+    settings). Each question is asked in a read transaction the caller holds (``index.read()``), so answers
+    are as of the vshard's last commit, and the running vshard is never held up."""
+
+    def __init__(self, path: str):
+        self.index = _VShardIndex(path, None, None, sync=False, readonly=True)
+        self.identity: dict = self.index.meta["vshard"]
+
+    @property
+    def path(self) -> str:
+        return self.index.path
+
+    def holders(self, txn: IndexTxn, slots: np.ndarray) -> np.ndarray:
+        """The holders (serial << 16 | home) of the places under these sorted unique band slots, which this
+        vshard owns: slot by slot, each slot's in the order its places were taken."""
+        return _holders_in(txn.txn.cursor(db=txn.dbs["places"]), slots)[2]
+
+    def first_of(self, txn: IndexTxn, content: bytes) -> Optional[tuple[int, int, bool]]:
+        """(serial, home, still in a cluster) of the first document with ``content``, which this vshard owns."""
+        return _first_in(txn.txn.cursor(db=txn.dbs["firsts"]), content)
+
+    def sizes(self, txn: IndexTxn) -> dict[str, int]:
+        """How many documents live here, how many of them are kept (they alone have shingles), and how many
+        places the band keys owned here hold (LMDB counts them: nothing is read)."""
+        entries = {name: txn.txn.stat(txn.dbs[name])["entries"] for name in ("docs", "shingles", "places")}
+        return {"documents": entries["docs"], "kept": entries["shingles"], "places": entries["places"]}
+
+    def committed(self, txn: IndexTxn) -> dict[str, Any]:
+        """The epochs committed and the metadata of the last commit (the host's input positions)."""
+        raw = txn.get("meta", b"epoch")
+        return json.loads(raw) if raw else {"epochs_done": 0, "meta": {}}
+
+    def close(self) -> None:
+        self.index.close()
+
+
+def is_vshard_state(path: str) -> bool:
+    """Whether the LMDB environment in the folder ``path`` holds a vshard's state (its metadata names a
+    vshard), not an index of a single worker or of a shard."""
+    try:
+        with lmdb.open(path, readonly=True, max_dbs=len(_TABLES) + 2, readahead=False) as env:
+            with env.begin() as txn:
+                if txn.get(b"meta") is None:
+                    return False
+            with env.begin(db=env.open_db(b"meta", create=False)) as txn:
+                return txn.get(b"vshard") is not None
+    except lmdb.Error as exc:
+        raise IndexUnusableError(f"cannot open the LMDB environment at {path!r}: {exc}") from exc
