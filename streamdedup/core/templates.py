@@ -49,9 +49,10 @@ filter, run per site and as pages arrive):
   another section, is the main text of its pages and stays content). Blocks
   are added to the template and never taken out. Off by default: on real
   documentation sites text repeated in the main content (API references'
-  inherited members, shared option descriptions) is learned too, and a page
-  republished on another site, which keeps that text, then matches its
-  source less (docs/pages/crawler-pages.md has the figures).
+  inherited members, shared option descriptions) is learned too, and pages
+  of one site that are mostly that text (a family of class templates) lose
+  most of their content to it, so near duplicates among them are missed
+  (docs/pages/crawler-pages.md has the figures).
 - **Across sites.** A shingle in the settled templates of at least
   ``min_sites`` sites (a shared cookie banner, a CMS footer) is template on
   every page, of every site and of pages without a URL.
