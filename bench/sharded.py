@@ -211,6 +211,7 @@ def internal_bytes(run: Run) -> dict:
                         ("exchange", f"exchange-{run.tag}")):
         consumer = KafkaConsumer(bootstrap_servers=run.bootstrap, enable_auto_commit=False, consumer_timeout_ms=3000,
                                  fetch_max_bytes=64 << 20, max_partition_fetch_bytes=64 << 20)
+        consumer.topics()  # the cluster's metadata, so that the topic's partitions are known
         partitions = consumer.partitions_for_topic(topic) or set()
         consumer.assign([TopicPartition(topic, p) for p in partitions])
         totals[name] = sum(len(m.value or b"") + len(m.key or b"") for m in consumer)

@@ -26,7 +26,7 @@ are not in these figures: the projection is the engine's ceiling, to be
 checked end to end by ``bench/sharded.py``.
 
     .venv/bin/python -m bench.vshards [--docs 100000] [--shards 1,4,16,64] [--epoch 250] [--rounds 3]
-        [--corpus crawl|hot-key|copies] [--store memory|lmdb] [--recent-places N]
+        [--corpus crawl|hot-key|copies|big-site] [--store memory|lmdb] [--recent-places N]
 """
 
 from __future__ import annotations
@@ -92,8 +92,24 @@ def _copies(items, copies: int, seed: int = 13):
     return out
 
 
+def _big_site(items, share: float = 0.3, seed: int = 17):
+    """``items`` with ``share`` of them pages of one site: its navigation (a header of 40 words, a footer of 30,
+    the same on every page) around the article."""
+    import random
+
+    from streamdedup.core.records import Document
+
+    draw = random.Random(seed)
+    words = [f"nav{n}" for n in range(70)]
+    header, footer = " ".join(words[:40]), " ".join(words[40:])
+    return [Document(item.id, f"{header} . {item.text} . {footer}", item.source) if draw.random() < share else item
+            for item in items]
+
+
 def _corpus(name: str, docs: int):
     items = _items(docs)
+    if name == "big-site":
+        return _big_site(items)
     if name == "hot-key":
         return _hot_band(items)
     if name == "copies":
@@ -202,7 +218,7 @@ def main() -> None:
     parser.add_argument("--shards", default="1,4,16,64")
     parser.add_argument("--epoch", type=int, default=250, help="documents per vshard per epoch (on average)")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--corpus", default="crawl", choices=("crawl", "hot-key", "copies"),
+    parser.add_argument("--corpus", default="crawl", choices=("crawl", "hot-key", "copies", "big-site"),
                         help="the synthetic crawl; with one band key in half the documents; half of it exact "
                              "copies of one page")
     parser.add_argument("--store", default="memory", choices=("memory", "lmdb"),

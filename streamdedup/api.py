@@ -28,8 +28,8 @@ from .core.decode import InputSpec, decode, decode_object, decode_pair
 from .core.records import Decision, Document, Item, Source
 from .engine.engine import Engine, collector_paused
 from .engine.explain import Explanation, explain
-from .engine.query import ClusterView, Match, cluster_of, near_duplicates, templates_learned
-from .engine.shardset import ShardSet
+from .engine.query import ClusterView, Match, cluster_of, near_duplicates, stats_of, templates_learned
+from .engine.shardset import ShardSet, VShardSet, opened_set
 from .errors import ConfigError, StreamdedupError
 from .store.check import CheckReport, check_index
 from .store.housekeeping import ForgetReport
@@ -198,7 +198,7 @@ class Index:
 
     def stats(self) -> dict[str, Any]:
         """Counts, sizes, positions and configuration of the index (the ``stats --json`` object)."""
-        return _stats_of(self._engine)
+        return stats_of(self._engine)
 
     def sites(self, host: Optional[str] = None, top: int = 10) -> dict[str, Any]:
         """What was learned of site templates: totals and the largest sites, or the one site ``host``."""
@@ -245,66 +245,48 @@ def _explained(explain_pair, id: str, other: Optional[str], texts, spec: InputSp
     return explain_pair(id, other, texts_in_files([os.fspath(p) for p in paths], set(wanted), spec))
 
 
-def _stats_of(engine: Engine) -> dict[str, Any]:
-    """``Index.stats`` of one index (or one shard's)."""
-    index = engine.index
-    with index.read() as txn:
-        counters = dict(txn.counters)
-        positions = txn.positions()
-    used, map_size = index.map_use()
-    documents = counters["documents"]
-    return {
-        "path": index.path,
-        "documents": documents,
-        "clusters": counters["kept"],
-        "kept": counters["kept"],
-        "duplicates": counters["duplicates"],
-        "exact_duplicates": counters["exact"],
-        "duplicate_rate": counters["duplicates"] / documents if documents else 0.0,
-        "next_serial": counters["next_serial"],
-        "index_bytes": os.path.getsize(os.path.join(index.path, "data.mdb")),
-        "map_used_bytes": used,
-        "map_size_bytes": map_size,
-        "positions": positions,
-        "fingerprint": index.signing.fingerprint(),
-        "config": index.signing.as_dict(),
-        "index_id": index.meta["index_id"],
-        "templates": templates_learned(engine),
-    }
-
-
 def open_shards(paths: Sequence[PathLike], config: Union[config_module.Config, PathLike, None] = None,
                 **sections: Mapping[str, Any]) -> "ShardedIndex":
-    """Open the shards of a sharded index read-only, to ask them questions as one index (safe while they run).
+    """Open the shards of a sharded deployment read-only, to ask them questions as one index (safe while they run).
 
-    ``paths``: every shard's index folder, or a folder holding ``shard-0`` ...
-    ``shard-N``. Each shard's index names its place, so an incomplete set (a
-    shard missing, given twice, or of another deployment) is refused with a
-    ``ConfigError``. ``config`` and ``sections`` as for ``open``.
+    ``paths``: every vshard's state folder of a deployment whose band tables
+    are split by key (``vshard-0`` ... ``vshard-N``), or every shard's index
+    folder of a lockstep one (``shard-0`` ... ``shard-N``), or the folder
+    holding them. Each names its place, so an incomplete set (one missing,
+    given twice, of another deployment, or a mix of the two designs) is
+    refused with a ``ConfigError``. ``config`` and ``sections`` as for
+    ``open`` (the threshold of ``query``, the input fields of ``explain``'s
+    texts).
     """
     cfg = config_of(config, sections)
-    return ShardedIndex(ShardSet(cfg, [os.fspath(p) for p in paths]), InputSpec.from_section(cfg.input))
+    return ShardedIndex(opened_set(cfg, [os.fspath(p) for p in paths]), InputSpec.from_section(cfg.input))
 
 
 class ShardedIndex:
-    """The shards of a sharded index, read as one (see ``open_shards``). Close it, or use it in a ``with`` block."""
+    """The shards of a sharded deployment, read as one index (see ``open_shards``). Close it, or use it in a
+    ``with`` block."""
 
-    def __init__(self, shards: ShardSet, spec: InputSpec):
+    def __init__(self, shards: Union[VShardSet, ShardSet], spec: InputSpec):
         self._shards = shards
         self._spec = spec
 
     @property
     def paths(self) -> list[str]:
-        """Every shard's index folder (absolute), in shard order."""
-        return [engine.index.path for engine in self._shards.engines]
+        """Every shard's folder (absolute), in shard order."""
+        return self._shards.paths
 
     @property
-    def engines(self) -> list[Engine]:
-        """The shards' engines, in shard order, for the command line and the tests."""
-        return self._shards.engines
+    def count(self) -> int:
+        """How many shards (or vshards) the deployment has."""
+        return self._shards.count
+
+    def owner(self, id: str) -> int:
+        """The shard (or vshard) every version of ``id`` lives in."""
+        return self._shards.owner(id)
 
     def query(self, text: str, *, min_similarity: Optional[float] = None, limit: int = 20) -> list[Match]:
-        """``Index.query`` over every shard: each verifies its own kept documents; merged best first."""
+        """``Index.query`` over every shard: the candidates of one index, each verified where it lives; best
+        first, as one index ranks them."""
         return self._shards.query(text, min_similarity, limit)
 
     def cluster(self, id: str, *, limit: Optional[int] = None) -> ClusterView:
@@ -320,27 +302,14 @@ class ShardedIndex:
         return _explained(self._shards.explain, id, other, texts, self._spec)
 
     def sites(self, host: Optional[str] = None, top: int = 10) -> dict[str, Any]:
-        """``Index.sites``: every shard learns every site's template alike, so the first shard answers."""
-        return templates_learned(self._shards.engines[0], host, top)
+        """``Index.sites``: what the shards learned of site templates (a key-split deployment learns none)."""
+        return self._shards.sites(host, top)
 
     def stats(self) -> dict[str, Any]:
-        """Counts and sizes summed over the shards, with each shard's own ``Index.stats`` under ``shards``.
-
-        Each shard counts its own documents; ``next_serial`` is the deployment's, as of the last batch each
-        shard committed, so the totals take the highest (a shard behind the others shows a lower one).
-        """
-        each = [_stats_of(engine) for engine in self._shards.engines]
-        total = {key: sum(s[key] for s in each) for key in _SUMMED}
-        documents = total["documents"]
-        return {
-            **total,
-            "shards": each,
-            "count": len(each),
-            "duplicate_rate": total["duplicates"] / documents if documents else 0.0,
-            "next_serial": max(s["next_serial"] for s in each),
-            "fingerprint": each[0]["fingerprint"],
-            "config": each[0]["config"],
-        }
+        """The deployment's counts and sizes (``design``: "keys" or "lockstep"), with each shard's own under
+        ``vshards`` (a key-split deployment: documents, places, bytes, last commit) or ``shards`` (a
+        lockstep one: its ``Index.stats``)."""
+        return self._shards.stats()
 
     def close(self) -> None:
         """Release every shard."""
@@ -354,10 +323,6 @@ class ShardedIndex:
 
     def __repr__(self) -> str:
         return f"<streamdedup.ShardedIndex of {len(self.paths)} shards>"
-
-
-_SUMMED = ("documents", "clusters", "kept", "duplicates", "exact_duplicates", "index_bytes", "map_used_bytes",
-           "map_size_bytes")
 
 
 def texts_in_files(paths: Sequence[str], ids: set[str], spec: InputSpec) -> dict[str, list[str]]:

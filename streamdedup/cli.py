@@ -48,8 +48,9 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--state", metavar="DIR", help="index folder (overrides index.path)")
     sharded = argparse.ArgumentParser(add_help=False)
     sharded.add_argument("--shards", metavar="DIR[,DIR...]", action="append", default=[],
-                         help="read a sharded index instead of --state: every shard's index folder (comma-separated "
-                         "or repeated), or the folder holding shard-0 ... shard-N; an incomplete set is refused")
+                         help="read a sharded deployment instead of --state: every vshard's state folder (band "
+                         "tables split by key) or every shard's index folder (comma-separated or repeated), or the "
+                         "folder holding vshard-0 ... vshard-N (shard-0 ... shard-N); an incomplete set is refused")
 
     parser = argparse.ArgumentParser(prog="streamdedup", description="Streaming near-duplicate deduplication "
                                      "of text with MinHash LSH and an on-disk LMDB index.")
@@ -328,16 +329,29 @@ def _print_sharded_stats(args) -> int:
     if args.json:
         print(json.dumps(stats, indent=2, sort_keys=True))
         return EXIT_OK
-    print(f"{'shards':<18} {stats['count']}")
+    vshards = stats["design"] == "keys"
+    print(f"{'vshards' if vshards else 'shards':<18} {stats['count']}")
     for key in ("documents", "clusters", "duplicates", "exact_duplicates"):
-        print(f"{key:<18} {stats[key]:,}")
+        if key in stats:
+            print(f"{key:<18} {stats[key]:,}")
     print(f"{'duplicate_rate':<18} {stats['duplicate_rate']:.2%}")
-    print(f"{'next_serial':<18} {stats['next_serial']:,} (the deployment's serials given so far)")
+    if not vshards:
+        print(f"{'next_serial':<18} {stats['next_serial']:,} (the deployment's serials given so far)")
     print(f"{'index_bytes':<18} {stats['index_bytes']:,}")
     print(f"{'fingerprint':<18} {stats['fingerprint']}")
-    for number, shard in enumerate(stats["shards"]):
-        print(f"{'shard ' + str(number):<18} {_shard_line(shard)}")
+    for number, shard in enumerate(stats["vshards"] if vshards else stats["shards"]):
+        name = f"{'vshard' if vshards else 'shard'} {number}"
+        print(f"{name:<18} {_vshard_line(shard) if vshards else _shard_line(shard)}")
     return EXIT_OK
+
+
+def _vshard_line(vshard: dict) -> str:
+    """One vshard's figures in ``stats --shards``: its documents (home), its keys' places (owner), its bytes,
+    and its last commit (epochs, and the host's input positions)."""
+    committed = vshard["committed"]
+    return (f"{vshard['path']}: {vshard['documents']:,} documents, {vshard['kept']:,} kept, {vshard['places']:,} "
+            f"places, {vshard['index_bytes']:,} bytes, {committed['epochs_done']:,} epochs committed "
+            f"{json.dumps(committed['meta'], sort_keys=True)}")
 
 
 def _shard_line(shard: dict) -> str:

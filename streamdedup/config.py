@@ -177,7 +177,11 @@ class ShardsSection:
     design: str = _key("batches", "batches: every shard reads every signed batch (lockstep); keys: band tables split "
                        "by key over shards.count virtual shards (run --role vshards; docs/pages/sharding.md)",
                        choices=("batches", "keys"))
-    batch_bytes: int = _key(4 << 20, "record bytes in one signed batch at most (a larger record travels alone)",
+    epoch_records: int = _key(10000, "with design = \"keys\": records of one epoch at most (a signing process cuts one "
+                              "at each poll, so a light stream makes small ones; larger ones cost the vshards less a "
+                              "document, and make each record wait longer)", low=1, high=1000000)
+    batch_bytes: int = _key(4 << 20, "record bytes in one signed batch at most, or with design = \"keys\" in an epoch "
+                                     "per vshard (a larger record travels alone)",
                             low=1 << 16)
 
 

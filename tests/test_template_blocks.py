@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import numpy as np
@@ -13,10 +14,13 @@ from streamdedup.core import templates as templates_module
 from streamdedup.core.corpus import _Writer
 from streamdedup.core.records import Document, Source
 from streamdedup.core.shingle import normalize_batch, shingle_batch
+from streamdedup.core.signing import signing_config, template_settings
 from streamdedup.core.templates import MAX_WINDOW_PAGE, SiteState, TemplateSettings, in_sorted
 from streamdedup.core.webcrawl import generate_web
 from streamdedup.engine.engine import Engine
+from streamdedup.engine.explain import explain
 from streamdedup.engine.sitelearning import templates_in_advance
+from streamdedup.store.index import Index, IndexSettings
 from streamdedup.store.sites import load_site, save_site
 
 SETTINGS = TemplateSettings(window=16)  # repeated blocks on (off by default)
@@ -131,16 +135,20 @@ def test_a_site_with_blocks_and_window_reads_back_as_it_was_written(tmp_path, wr
 # -- decisions on a real index --------------------------------------------------
 
 
-def _sectioned_crawl(writer: _Writer) -> tuple[list[tuple[str, str, str]], dict[str, str]]:
+def _sectioned_crawl(writer: _Writer, carried: bool = False) -> tuple[list[tuple[str, str, str]], dict[str, str]]:
     """Two sites of three sections each (a box of 60 words per section), 45 pages each, interleaved; from the
-    24th page on, every third page of b republishes an article of a inside b's template."""
+    24th page on, every third page of b republishes an article of a inside b's template. ``carried``: the
+    article takes its section's box of a along (an API page's inherited members: main content its site
+    repeats, which a learns as a block), and the articles come from a's three sections in turn (so that b
+    does not learn one of a's boxes as a block of its own)."""
     sites = {name: SectionedSite(name, writer) for name in "ab"}
     articles, pages, republished = [], [], {}
     for n in range(45):
         for name, site in sites.items():
             if name == "b" and n >= 24 and n % 3 == 0:
-                source = articles[n - 24]
-                body = source[1]
+                taken = n - 24 + ((n // 3) % 3 if carried else 0)  # a's page, in section taken % 3
+                source = articles[taken]
+                body = f"{sites['a'].boxes[taken % 3]}\n{source[1]}" if carried else source[1]
                 republished[f"b{n}"] = source[0]
             else:
                 body = writer.article(6)
@@ -164,6 +172,58 @@ def test_an_article_republished_under_another_sites_sectioned_template_is_found(
     assert _found(before, republished) == 0  # the section boxes (a third of the page) stay in the content
     others = [d for i, d in decided.items() if i not in republished]
     assert all(d.status == "kept" for d in others)
+
+
+def _made_before_neither(path, settings: list[str]) -> None:
+    """An index as the version before pairs were verified on neither site's template makes it."""
+    config = config_module.load(None, settings, environ={})
+    before = dataclasses.replace(template_settings(config), neither=False).fingerprint()
+    Index(IndexSettings(path=str(path)), dataclasses.replace(signing_config(config), templates=before)).close()
+
+
+def test_a_body_carrying_text_its_site_repeats_is_found_on_what_is_template_on_neither_site(tmp_path, writer):
+    """The source's section box is in a's template (a block), so out of the source's content, but in its copy
+    on b: compared on their own contents the pair is at J ~0.55; on what neither template holds, 1."""
+    pages, republished = _sectioned_crawl(writer, carried=True)
+    with Engine(config_module.load(None, BLOCKS, environ={}), str(tmp_path / "neither")) as engine:
+        decided = _decide(engine, pages)
+    _made_before_neither(tmp_path / "own", BLOCKS)
+    with Engine(config_module.load(None, BLOCKS, environ={}), str(tmp_path / "own")) as engine:
+        assert not engine.template_settings.neither  # an index made before keeps its rule
+        before = _decide(engine, pages)
+    assert _found(decided, republished) == len(republished) == 7
+    assert _found(before, republished) == 0
+    assert all(d.status == "kept" for i, d in decided.items() if i not in republished)
+    assert all(d.status == "kept" for i, d in before.items() if i not in republished)
+
+
+def test_explain_reports_the_similarity_the_decision_verified(tmp_path, writer):
+    pages, republished = _sectioned_crawl(writer, carried=True)
+    texts = {i: text for i, _, text in pages}
+    with Engine(config_module.load(None, BLOCKS, environ={}), str(tmp_path)) as engine:
+        decided = _decide(engine, pages)
+        for copy, source in republished.items():
+            explained = explain(engine, copy, texts={copy: texts[copy], source: texts[source]})
+            assert explained.b_is_match and explained.b.id == source
+            assert explained.similarity == round(decided[copy].similarity, 6) > 0.9  # own contents: ~0.55
+            assert explained.notes == []
+
+
+def test_pairs_verified_on_neither_template_get_the_same_decisions_whatever_the_batches(tmp_path, writer):
+    """A candidate of the same batch (``decide``) and a stored one (``evidence``) are verified alike."""
+    pages, republished = _sectioned_crawl(writer, carried=True)
+    with Engine(config_module.load(None, BLOCKS, environ={}), str(tmp_path / "one")) as engine:
+        reference = _decide(engine, pages, batch=len(pages))
+    assert _found(reference, republished) == len(republished)
+    for batch in (1, 7):
+        with Engine(config_module.load(None, BLOCKS, environ={}), str(tmp_path / f"by{batch}")) as engine:
+            assert _decide(engine, pages, batch=batch) == reference
+    for cut in (50, 61):  # a restart after the first ``cut`` pages: the sources stored, the copies to come
+        with Engine(config_module.load(None, BLOCKS, environ={}), str(tmp_path / f"cut{cut}")) as engine:
+            first = _decide(engine, pages[:cut], batch=9)
+        with Engine(config_module.load(None, BLOCKS, environ={}), str(tmp_path / f"cut{cut}")) as engine:
+            second = _decide(engine, pages[cut:], batch=11)
+        assert {**first, **second} == reference
 
 
 def test_the_sectioned_crawl_gets_the_same_decisions_whatever_the_batches_and_restarts(tmp_path):

@@ -10,7 +10,8 @@ import pytest
 from streamdedup import config as config_module
 from streamdedup.core.corpus import _Writer
 from streamdedup.core.records import Document, Source
-from streamdedup.core.templates import SiteState, TemplateSettings, content_of, learned_template
+from streamdedup.core.templates import SiteState, TemplateSettings, content_of, kept_rule, learned_template
+from streamdedup.core.verify import jaccard
 from streamdedup.engine.engine import Engine
 from streamdedup.errors import IncompatibleIndexError
 
@@ -67,8 +68,35 @@ def test_settings_survive_the_index_fingerprint():
                      TemplateSettings(True, 16, 0.6, 0, 5, 0.1, True),
                      TemplateSettings(window=16, min_pages=4, min_block=10)):
         assert TemplateSettings.from_fingerprint(settings.fingerprint()) == settings
-    assert TemplateSettings().fingerprint() == "p8-s0.5-r200-m3-c0.05-u0"  # as indexes made before repeated blocks
+    assert TemplateSettings(neither=False).fingerprint() == "p8-s0.5-r200-m3-c0.05-u0"  # as indexes made before
     assert TemplateSettings.from_fingerprint("p8-s0.5-r200-m3-c0.05-u0").window == 0
+    assert not TemplateSettings.from_fingerprint("p8-s0.5-r200-m3-c0.05-u0").neither
+
+
+def test_an_index_made_before_pairs_were_verified_on_neither_template_keeps_its_rule():
+    before, now = TemplateSettings(neither=False).fingerprint(), TemplateSettings().fingerprint()
+    assert kept_rule(before, now) == before
+    assert kept_rule(now, now) == now
+    other = TemplateSettings(window=16).fingerprint()
+    assert kept_rule(before, other) == other  # other settings: refused as before (``Index``)
+
+
+def test_a_pair_is_verified_on_what_is_template_on_neither_site():
+    """A body whose first 40 shingles its source's site repeats over its pages (in that site's template),
+    republished on a site whose template does not hold them."""
+    body = np.arange(100, 200, dtype=np.uint32)
+    template_a = np.union1d(np.arange(1000, 1030), body[:40]).astype(np.uint32)
+    template_b = np.arange(2000, 2030, dtype=np.uint32)
+    source, copy = body[40:], body  # each page's own content
+    assert jaccard(copy, source) == 0.6
+    neither = TemplateSettings()
+    assert jaccard(*neither.pair_contents(copy, source, template_b, template_a)) == 1.0
+    own = TemplateSettings(neither=False)
+    assert jaccard(*own.pair_contents(copy, source, template_b, template_a)) == 0.6
+    same_site = neither.pair_contents(copy, source, template_a, template_a)
+    assert same_site[0] is copy and same_site[1] is source  # pages of one site: as they are
+    few = np.union1d(body[:40], [7]).astype(np.uint32)  # 1 shingle of 41 would be left: below 5%, kept whole
+    assert neither.pair_contents(few, source, template_b, template_a)[0] is few
 
 
 # -- decisions on a real index --------------------------------------------------

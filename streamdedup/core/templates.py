@@ -49,15 +49,23 @@ filter, run per site and as pages arrive):
   another section, is the main text of its pages and stays content). Blocks
   are added to the template and never taken out. Off by default: on real
   documentation sites text repeated in the main content (API references'
-  inherited members, shared option descriptions) is learned too, and a page
-  republished on another site, which keeps that text, then matches its
-  source less (docs/pages/crawler-pages.md has the figures).
+  inherited members, shared option descriptions) is learned too, and pages
+  of one site that are mostly that text (a family of class templates) lose
+  most of their content to it, so near duplicates among them are missed
+  (docs/pages/crawler-pages.md has the figures).
 - **Across sites.** A shingle in the settled templates of at least
   ``min_sites`` sites (a shared cookie banner, a CMS footer) is template on
   every page, of every site and of pages without a URL.
 - **Nothing left.** A page whose content is less than ``min_content_share``
   of its shingles (a page that is all template, a crawler trap's pages with a
   few changing words) is compared as a whole.
+- **A pair of pages** is verified on what is template on *neither* of their
+  sites (``TemplateSettings.pair_contents``): each page's content less the other site's
+  template too. A site's template may hold text of its pages' main content
+  (repeated blocks learn an API reference's inherited members), which the
+  same body republished on another site keeps; compared so, the copy loses
+  it as its source did. Indexes made before keep comparing each page's own
+  content (``TemplateSettings.neither``, ``kept_rule``).
 
 Everything here is a function of the input in its order, never of batch
 boundaries or timing: the state moves page by page and is committed with
@@ -83,13 +91,14 @@ import numpy as np
 from .sites import NO_SITE
 
 __all__ = ["TemplateSettings", "SiteState", "learned_template", "content_of", "in_sorted",
-           "SiteTimeline", "EMPTY", "MAX_TEMPLATE", "MAX_WINDOW_PAGE"]
+           "kept_rule", "SiteTimeline", "EMPTY", "MAX_TEMPLATE", "MAX_WINDOW_PAGE"]
 
 EMPTY = np.zeros(0, dtype=np.uint32)
 MAX_TEMPLATE = 65536  # template shingles a site gets from repeated blocks at most
 MAX_WINDOW_PAGE = 4096  # shingles a page keeps in the window (the lowest hashes: a fixed sample of a larger page)
 BUCKETS = 1 << 15  # counters a row of the window's sketch (an upper bound of the pages a shingle is on)
 BLOCK_SHARE = 0.5  # a block is at most this share of the new shingles of most of the pages it is on
+_NEITHER = "-v2"  # the fingerprint's mark of pairs verified on what is template on neither site
 
 
 @dataclass(frozen=True)
@@ -106,6 +115,7 @@ class TemplateSettings:
     window: int = 0  # recent new pages of a site where repeated blocks are looked for (0: none; 16 to learn them)
     min_pages: int = 3  # a block on this many pages of the window (the new page included) is template
     min_block: int = 8  # shingles on exactly the same pages of the window that make a block
+    neither: bool = True  # a pair is verified on what is template on neither site (False: indexes made before)
 
     def learns(self, site: int) -> bool:
         """Whether pages of ``site`` teach and use a site template (pages without a URL: if asked to)."""
@@ -119,7 +129,27 @@ class TemplateSettings:
                 f"-c{self.min_content_share:g}-u{int(self.learn_without_url)}")
         if self.window:
             text += f"-w{self.window}-k{self.min_pages}-b{self.min_block}"
-        return text
+        return text + _NEITHER if self.neither else text
+
+    def pair_contents(self, own: np.ndarray, other: np.ndarray, own_template: np.ndarray,
+                      other_template: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Two pages' contents as their pair is verified: with ``neither``, each without the other's site
+        template too (``own_template``, ``other_template``: their sites' templates as they stand).
+
+        A page's content is its shingles less its own site's template. Text a
+        site repeats over its pages' main content (an API reference's
+        inherited members, learned as repeated blocks) is out of its pages'
+        content, yet in a copy republished on another site, whose template
+        does not hold it: compared on their own contents, a copy and its
+        source diverge by all of it. Compared on what is template on neither
+        site, the copy loses it too. Pages of one site (one template) are
+        compared as they are; a page with less than ``min_content_share`` of
+        its content left keeps it (``content_of``).
+        """
+        if not self.neither or own_template is other_template:
+            return own, other
+        share = self.min_content_share
+        return content_of(own, other_template, EMPTY, share), content_of(other, own_template, EMPTY, share)
 
     @classmethod
     def from_fingerprint(cls, text: str) -> "TemplateSettings":
@@ -129,7 +159,7 @@ class TemplateSettings:
         values = {part[0]: part[1:] for part in text.split("-")}
         blocks = (int(values["w"]), int(values["k"]), int(values["b"])) if "w" in values else (0, 3, 8)  # none
         return cls(True, int(values["p"]), float(values["s"]), int(values["r"]), int(values["m"]), float(values["c"]),
-                   values["u"] == "1", *blocks)
+                   values["u"] == "1", *blocks, "v" in values)
 
 
 @dataclass
@@ -319,6 +349,13 @@ def content_of(shingles: np.ndarray, template: np.ndarray, shared: np.ndarray, m
     if left == 0 or left < min_share * len(shingles):
         return shingles
     return shingles[~drop]
+
+
+def kept_rule(stored: str, wanted: str) -> str:
+    """The template fingerprint an index with ``stored`` is used with when ``wanted`` is asked for: ``stored``
+    when the two differ only in ``neither`` (an index made before it goes on deciding as it always has),
+    else ``wanted``."""
+    return stored if wanted == stored + _NEITHER else wanted
 
 
 class SiteTimeline:

@@ -214,6 +214,14 @@ class _State:
             return shingles
         return self.content.content_of_stored(shingles, self.record(serial).site)
 
+    def pair_with_batch(self, row: int, own: np.ndarray, serial: int) -> tuple[np.ndarray, np.ndarray]:
+        """Row ``row``'s content ``own`` and this batch's kept document ``serial``'s, as the pair is verified
+        (``BatchContent.pair_contents``)."""
+        other = self.batch_content(serial)
+        if self.content is None:
+            return own, other
+        return self.content.pair_contents(own, self.sites[row], other, self.record(serial).site)
+
     def templates_at(self, row: int) -> None:
         """The templates as they stand at ``row``; learning sites changing there have their first pages rekeyed."""
         content = self.content
@@ -267,8 +275,8 @@ class _State:
             if not self._matchable(serial):
                 continue
             if serial >= self.first_serial:
-                whole = self.batch_content(serial)
-                similarity, share = jaccard(own, whole), containment(own, whole)
+                compared, whole = self.pair_with_batch(row, own, serial)
+                similarity, share = jaccard(compared, whole), containment(compared, whole)
             else:
                 similarity, share = self.sources[(row, serial)]
             if similarity >= self.rules.threshold:
@@ -428,7 +436,7 @@ class _State:
         own = self.own_content(row) if self.gathered is None else None
         for serial in chosen:
             if own is not None and serial >= self.first_serial:
-                similarity = jaccard(own, self.batch_content(serial))
+                similarity = jaccard(*self.pair_with_batch(row, own, serial))
             else:
                 similarity = self.similarity.get((row, serial), -1.0)
             if similarity >= rules.threshold and (

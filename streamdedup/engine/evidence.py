@@ -322,11 +322,10 @@ class _Sources:
             return
         need = need_of(anchors, self.settings.anchor_share)
         serials, shared = self.stored.holders(row, need)
-        own = matches.own(row)
         for serial, count in zip(serials.tolist(), shared.tolist()):
             if count < need:
                 continue
-            whole = matches.stored_content(serial, timeline)
+            own, whole = matches.pair(row, serial, timeline)
             self.evidence.sources.append((row, serial, jaccard(own, whole), containment(own, whole)))
 
 
@@ -371,6 +370,15 @@ class _Matches:
     def own(self, row: int) -> np.ndarray:
         return self.batch.shingles.of(row) if self.content is None else self.content.shingles[row]
 
+    def pair(self, row: int, serial: int, timeline) -> tuple[np.ndarray, np.ndarray]:
+        """Row ``row``'s content and the stored ``serial``'s, as the pair is verified (``decide._State.pair_with_batch``
+        for a stored candidate)."""
+        own, other = self.own(row), self.stored_content(serial, timeline)
+        if timeline is None:
+            return own, other
+        return self.content.pair_contents(own, int(self.batch.sites[row]), other, self.records.get(serial).site,
+                                          timeline)
+
     def verify(self, row: int, serial: int, timeline) -> None:
         if serial in self.unkept:
             return
@@ -380,7 +388,7 @@ class _Matches:
                 self.unkept.add(serial)
                 return
             self._shingles[serial] = shingles
-        similarity = jaccard(self.own(row), self.stored_content(serial, timeline))
+        similarity = jaccard(*self.pair(row, serial, timeline))
         if similarity >= self.threshold:
             self.found.append((row, serial, similarity))
 

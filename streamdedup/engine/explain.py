@@ -7,7 +7,8 @@ texts the caller hands in:
 - always: the decision record (status, relation, cluster, match, the
   similarity and containment recorded when it was decided);
 - with both documents' shingles, the exact similarity of their *content*
-  (shingles without their sites' templates as the index knows them now) and
+  (shingles without their sites' templates as the index knows them now,
+  each less the other site's template too, as a decision verifies a pair) and
   the bands of the signatures they share. A kept document's shingles are
   stored; a duplicate's are not (the index stays small), so for a duplicate
   they come from its text;
@@ -42,6 +43,7 @@ from ..store.index import DocRecord, IndexTxn
 from ..store.mirror import RecentMirror
 from ..store.sites import load_site, shared_template
 from .engine import Engine
+from .query import Readable
 
 __all__ = ["Explanation", "Passage", "Side", "explain", "explain_in"]
 
@@ -107,12 +109,13 @@ def explain(engine: Engine, doc_id: str, other: Optional[str] = None,
     return explain_in([engine], doc_id, other, texts, lambda _: 0)
 
 
-def explain_in(engines: list[Engine], doc_id: str, other: Optional[str] = None,
+def explain_in(engines: Sequence[Readable], doc_id: str, other: Optional[str] = None,
                texts: Optional[Mapping[str, Union[str, Sequence[str]]]] = None,
                owner: Callable[[str], int] = lambda _: 0) -> Explanation:
-    """``explain`` over the shards of a sharded index: ``engines[owner(id)]`` holds that id's documents, so
-    each record, its stored shingles and band keys are read from its own shard (site templates are the
-    same in every shard); one read transaction per shard, all open together."""
+    """``explain`` over the shards of a sharded index, or the vshards of a key-split deployment:
+    ``engines[owner(id)]`` holds that id's documents, so each record, its stored shingles and band keys are
+    read from its own shard (site templates are the same in every shard); one read transaction per shard,
+    all open together."""
     texts = texts or {}
     engine = engines[0]
     with contextlib.ExitStack() as stack:
@@ -143,16 +146,20 @@ def explain_in(engines: list[Engine], doc_id: str, other: Optional[str] = None,
             return result
         words = {}
         contents = {}
+        templates = {}
         for side, record in (("a", record_a), ("b", record_b)):
             shingles, origin, words[side] = _shingles_of(engine, txn_of(record), record, texts.get(record.id),
                                                          result.notes)
             described = getattr(result, side)
             described.text_given = words[side] is not None
             if shingles is not None:
-                contents[side] = _content(engine, txn_of(record), record, shingles)
+                templates[side] = _template(engine, txn_of(record), record)
+                contents[side] = _content(engine, txn_of(record), templates[side], shingles)
                 described.shingles, described.shingles_from = len(contents[side]), origin
         if len(contents) == 2:
-            _compare(engine, txn_of, result, record_a, record_b, contents["a"], contents["b"])
+            compared = engine.template_settings.pair_contents(contents["a"], contents["b"], templates["a"],
+                                                              templates["b"])
+            _compare(engine, txn_of, result, record_a, record_b, contents["a"], contents["b"], compared)
         if words["a"] is not None and words["b"] is not None:
             result.passages = passages(words["a"], words["b"])
         else:
@@ -197,7 +204,7 @@ def _relation(record: DocRecord) -> Optional[str]:
     return "exact" if record.exact else "near" if record.containment is None else "excerpt"
 
 
-def _shingles_of(engine: Engine, txn: IndexTxn, record: DocRecord, text: Union[str, Sequence[str], None],
+def _shingles_of(engine: Readable, txn: IndexTxn, record: DocRecord, text: Union[str, Sequence[str], None],
                  notes: list[str]) -> tuple[Optional[np.ndarray], Optional[str], Optional[list[str]]]:
     """A document's whole shingles, where they came from ("index" or "text"), and its normalized words.
 
@@ -227,23 +234,34 @@ def _shingles_of(engine: Engine, txn: IndexTxn, record: DocRecord, text: Union[s
     return stored, origin, None
 
 
-def _content(engine: Engine, txn: IndexTxn, record: DocRecord, shingles: np.ndarray) -> np.ndarray:
-    """A document's shingles without its site's template as the index knows it now (what is compared)."""
+def _template(engine: Readable, txn: IndexTxn, record: DocRecord) -> np.ndarray:
+    """A document's site template as the index knows it now (EMPTY: none learned, or templates off)."""
+    settings = engine.template_settings
+    if not settings.enabled or not settings.learns(record.site):
+        return EMPTY
+    return load_site(txn, record.site).template
+
+
+def _content(engine: Readable, txn: IndexTxn, template: np.ndarray, shingles: np.ndarray) -> np.ndarray:
+    """A document's shingles without its site's ``template`` and the shared one (its content)."""
     settings = engine.template_settings
     if not settings.enabled:
         return shingles
-    template = load_site(txn, record.site).template if settings.learns(record.site) else EMPTY
     return content_of(shingles, template, shared_template(txn, settings.min_sites), settings.min_content_share)
 
 
-def _compare(engine: Engine, txn_of: Callable[[DocRecord], IndexTxn], result: Explanation, record_a: DocRecord, record_b: DocRecord,
-             content_a: np.ndarray, content_b: np.ndarray) -> None:
-    at = np.searchsorted(content_b, content_a)
-    at[at == len(content_b)] = 0
-    result.shared_shingles = int(np.count_nonzero(content_b[at] == content_a)) if len(content_b) else 0
-    similarity = jaccard(content_a, content_b)
+def _compare(engine: Readable, txn_of: Callable[[DocRecord], IndexTxn], result: Explanation, record_a: DocRecord,
+             record_b: DocRecord, content_a: np.ndarray, content_b: np.ndarray,
+             compared: tuple[np.ndarray, np.ndarray]) -> None:
+    """The similarity, containment and shared shingles of the pair as a decision verifies it (``compared``:
+    ``TemplateSettings.pair_contents`` of the two contents), and the bands their contents share."""
+    part, whole = compared
+    at = np.searchsorted(whole, part)
+    at[at == len(whole)] = 0
+    result.shared_shingles = int(np.count_nonzero(whole[at] == part)) if len(whole) else 0
+    similarity = jaccard(part, whole)
     result.similarity = round(similarity, 6)
-    result.containment = round(containment(content_a, content_b), 6)
+    result.containment = round(containment(part, whole), 6)
     keys_a = _keys(engine, txn_of(record_a), record_a, content_a)
     keys_b = _keys(engine, txn_of(record_b), record_b, content_b)
     result.shared_bands = np.flatnonzero(keys_a == keys_b).tolist()
@@ -253,7 +271,7 @@ def _compare(engine: Engine, txn_of: Callable[[DocRecord], IndexTxn], result: Ex
                             "changed what counts as content (the decision stands)")
 
 
-def _keys(engine: Engine, txn: IndexTxn, record: DocRecord, content: np.ndarray) -> np.ndarray:
+def _keys(engine: Readable, txn: IndexTxn, record: DocRecord, content: np.ndarray) -> np.ndarray:
     """The band keys a document is looked up by: a live kept one's as indexed, else its content's signature's."""
     if record.kept and not record.expired:
         return record_band_keys(txn, record)

@@ -4,7 +4,9 @@ Both run in one short read transaction, so they are safe while the worker
 writes, and see the index as of its last commit. Over the shards of a
 sharded index (``near_duplicates_in``, ``cluster_in``; ``shardset`` opens
 them) each shard is read in a transaction of its own: each shard as of its
-last commit.
+last commit. A key-split deployment's vshard states are read by the same
+rules (``near_matches`` and ``best_first`` for a query, ``cluster_in``),
+their keys asked of their owners (``vshards.reading``).
 """
 
 from __future__ import annotations
@@ -12,28 +14,42 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
+import os
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, Protocol, Sequence
 
 import numpy as np
 
 from ..core.excerpts import anchors_of, containment, likely_sources
-from ..core.prepare import prepare
+from ..core.prepare import PreparedBatch, prepare
 from ..core.records import Document, Rejected, Source
+from ..core.signing import SigningConfig
+from ..core.sites import site_host, site_key
+from ..core.templates import TemplateSettings
 from ..core.verify import jaccard
 from ..errors import StreamdedupError, UnknownDocumentError
 from ..store.anchors import BatchAnchors
 from ..store.bands import BandTables
 from ..store.housekeeping import serials_with_id
-from ..store.index import DocRecord
+from ..store.index import DocRecord, Index, IndexTxn
 from ..store.mirror import RecentMirror
 from ..store.view import first_documents
 from ..store.sites import shared_template, site_summaries
-from ..core.sites import site_host, site_key
 from .engine import Engine
+from .settings import DedupSettings
 
-__all__ = ["Match", "ClusterView", "near_duplicates", "near_duplicates_in", "cluster_of", "cluster_in",
-           "templates_learned"]
+__all__ = ["Match", "ClusterView", "Readable", "near_duplicates", "near_duplicates_in", "query_of", "best_first",
+           "near_matches", "exact_copy", "cluster_of", "cluster_in", "templates_learned", "stats_of"]
+
+
+class Readable(Protocol):
+    """What the read-only questions take an index as: an ``Engine``, or a vshard's state opened to be read
+    (``vshards.reading.VShardReader``), whose tables are one index's where they hold the same things."""
+
+    index: Index
+    signing: SigningConfig
+    settings: DedupSettings
+    template_settings: TemplateSettings
 
 
 @dataclass
@@ -72,20 +88,33 @@ def near_duplicates(engine: Engine, text: str, min_similarity: Optional[float] =
     return near_duplicates_in([engine], text, min_similarity, limit)
 
 
-def near_duplicates_in(engines: list[Engine], text: str, min_similarity: Optional[float] = None,
+def near_duplicates_in(engines: Sequence[Readable], text: str, min_similarity: Optional[float] = None,
                        limit: int = 20) -> list[Match]:
     """``near_duplicates`` over the shards of a sharded index (or one index): each shard verifies its own
     kept documents; the first document with the same text is the earliest any shard holds."""
-    floor = engines[0].settings.threshold if min_similarity is None else min_similarity
-    batch = prepare([Document("", text, Source("query", -1, 0))], engines[0].signing)
+    floor, batch = query_of(engines[0], text, min_similarity)
+    return best_first([_looked_up(engine, batch, floor) for engine in engines], limit)
+
+
+def query_of(reader: Readable, text: str, min_similarity: Optional[float]) -> tuple[float, PreparedBatch]:
+    """The similarity a match must reach (default: the threshold), and ``text`` prepared as the index
+    prepares a document (its shingles, band keys and content)."""
+    floor = reader.settings.threshold if min_similarity is None else min_similarity
+    batch = prepare([Document("", text, Source("query", -1, 0))], reader.signing)
     if isinstance(batch.items[0], Rejected):
         raise StreamdedupError(f"nothing to look for: {batch.items[0].message()}")
-    found = _merged([_looked_up(engine, batch, floor) for engine in engines])
+    return floor, batch
+
+
+def best_first(answers: list[tuple[dict, Optional[tuple], dict]], limit: int) -> list[Match]:
+    """The answers of every index (``_looked_up``'s) merged as one index's, best first: near and exact
+    matches by similarity, then the documents the text is an excerpt of; ties by serial."""
+    found = _merged(answers)
     ranked = sorted(found.items(), key=lambda item: (item[1].containment is not None, -item[1].similarity, item[0]))
     return [match for _, match in ranked[:limit]]
 
 
-def _looked_up(engine: Engine, batch, floor: float) -> tuple[dict, Optional[tuple], dict]:
+def _looked_up(engine: Readable, batch, floor: float) -> tuple[dict, Optional[tuple], dict]:
     """One index's answers for the query ``batch``: serial -> Match of its candidates at or above ``floor``,
     its first document with the same content as (serial, Match) or None, and the documents the text is an
     excerpt of."""
@@ -93,18 +122,34 @@ def _looked_up(engine: Engine, batch, floor: float) -> tuple[dict, Optional[tupl
     with engine.index.read() as txn:
         mirror = RecentMirror.load(txn)
         _, found = BandTables(engine.index).lookup(txn, mirror, batch.sorted_slots()[0])
-        near: dict[int, Match] = {}
-        for serial in np.unique(found).tolist():  # every document sharing a band, not only the first of a key
-            record = txn.record(serial) if txn.has_record(serial) else None
-            if record is None or not record.kept or record.expired:  # a duplicate's place proposes nothing
-                continue
-            similarity = jaccard(shingles, txn.shingles(serial))
-            if similarity >= floor:
-                near[serial] = _match(record, similarity, False)
+        near = near_matches(np.unique(found).tolist(), lambda _: txn, shingles, floor)
         serial = first_documents(txn, mirror, batch.contents, txn.record).get(batch.contents[0])
-        twin = None if serial is None else (serial, _match(txn.record(serial), 1.0, True))
+        twin = None if serial is None else exact_copy(serial, txn.record(serial))
         seen = near if twin is None else {**near, twin[0]: twin[1]}
         return near, twin, _sources_containing(engine, txn, shingles, seen)
+
+
+def near_matches(serials: list[int], txn_of: Callable[[int], IndexTxn], shingles: np.ndarray,
+                 floor: float) -> dict[int, Match]:
+    """Serial -> Match of the documents among ``serials`` (every one sharing a band key with the query, not
+    only the first of a key) that are kept and at least ``floor`` like ``shingles``: a duplicate's place
+    proposes nothing, a forgotten or expired document matches nothing. ``txn_of(serial)``: the read
+    transaction of the index holding that document."""
+    near: dict[int, Match] = {}
+    for serial in serials:
+        txn = txn_of(serial)
+        record = txn.record(serial) if txn.has_record(serial) else None
+        if record is None or not record.kept or record.expired:
+            continue
+        similarity = jaccard(shingles, txn.shingles(serial))
+        if similarity >= floor:
+            near[serial] = _match(record, similarity, False)
+    return near
+
+
+def exact_copy(serial: int, record: DocRecord) -> tuple[int, Match]:
+    """The first document with the query's very content, as an answer: (serial, its Match)."""
+    return serial, _match(record, 1.0, True)
 
 
 def _merged(answers: list[tuple[dict, Optional[tuple], dict]]) -> dict[int, Match]:
@@ -121,7 +166,7 @@ def _merged(answers: list[tuple[dict, Optional[tuple], dict]]) -> dict[int, Matc
     return found
 
 
-def _sources_containing(engine: Engine, txn, shingles, found: dict) -> dict[int, Match]:
+def _sources_containing(engine: Readable, txn, shingles, found: dict) -> dict[int, Match]:
     """Kept documents the text is an excerpt of (containment at least ``excerpts.containment``)."""
     settings = engine.settings.excerpts
     if not settings.sampling or len(shingles) < settings.min_shingles:
@@ -151,7 +196,7 @@ def cluster_of(engine: Engine, doc_id: str, limit: Optional[int] = None) -> Clus
     return cluster_in([engine], doc_id, limit, lambda _: 0)
 
 
-def cluster_in(engines: list[Engine], doc_id: str, limit: Optional[int], owner: Callable[[str], int]
+def cluster_in(engines: Sequence[Readable], doc_id: str, limit: Optional[int], owner: Callable[[str], int]
                ) -> ClusterView:
     """``cluster_of`` over the shards of a sharded index: ``engines[owner(id)]`` holds that id's documents;
     the members are every shard's own, listed under the representative's serial, merged in serial order.
@@ -206,4 +251,32 @@ def templates_learned(engine: Engine, host: Optional[str] = None, top: int = 10)
         "template_shingles": sum(s["template_shingles"] for s in sites),
         "shared_template_shingles": len(shared),
         "largest": sites[:top],
+    }
+
+
+def stats_of(engine: Engine) -> dict:
+    """Counts, sizes, positions and configuration of one index (or one shard's): ``Index.stats``."""
+    index = engine.index
+    with index.read() as txn:
+        counters = dict(txn.counters)
+        positions = txn.positions()
+    used, map_size = index.map_use()
+    documents = counters["documents"]
+    return {
+        "path": index.path,
+        "documents": documents,
+        "clusters": counters["kept"],
+        "kept": counters["kept"],
+        "duplicates": counters["duplicates"],
+        "exact_duplicates": counters["exact"],
+        "duplicate_rate": counters["duplicates"] / documents if documents else 0.0,
+        "next_serial": counters["next_serial"],
+        "index_bytes": os.path.getsize(os.path.join(index.path, "data.mdb")),
+        "map_used_bytes": used,
+        "map_size_bytes": map_size,
+        "positions": positions,
+        "fingerprint": index.signing.fingerprint(),
+        "config": index.signing.as_dict(),
+        "index_id": index.meta["index_id"],
+        "templates": templates_learned(engine),
     }

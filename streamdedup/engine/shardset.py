@@ -1,48 +1,77 @@
 """The shards of a sharded index opened together, to be read as one index (``stats``, ``query``, ``cluster``,
 ``explain``).
 
-Each shard's index names its place (position ``shard``: [number, count],
-written at its first start by ``ShardEngine``), so the set given is checked
-against it: every number from 0 to count - 1 once, one count. A set with a
-shard missing would answer for part of the documents only, without saying
-so; it is refused instead.
+Two deployments are read so: a key-split one's vshard states (``VShardSet``:
+``engine.vshards``, each state names its vshard, [number, count]) and a
+lockstep one's shard indexes (``ShardSet``: ``engine.shards``, each index
+names its place, position ``shard``: [number, count], written at its first
+start by ``ShardEngine``; it goes when that design does). ``opened_set``
+tells them apart by what their folders hold. Either set given is checked
+against the places: every number from 0 to count - 1 once, one count. A
+set with a shard missing would answer for part of the documents only,
+without saying so; it is refused instead, as is a set mixing the two.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 from collections import Counter
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 from ..config import Config
 from ..core.records import id_key
-from ..errors import ConfigError
+from ..errors import ConfigError, StreamdedupError
+from ..store.vshardstate import is_vshard_state
 from .engine import Engine
 from .explain import Explanation, explain_in
-from .query import ClusterView, Match, cluster_in, near_duplicates_in
+from .query import (ClusterView, Match, best_first, cluster_in, exact_copy, near_duplicates_in, near_matches,
+                    query_of, stats_of, templates_learned)
 from .evidence import owner_of
 from .shards.shard import PLACE
+from .vshards.placement import homes_of
+from .vshards.reading import VShardReader, first_document, holders_across
 
-__all__ = ["ShardSet", "shard_folders"]
+__all__ = ["ShardSet", "VShardSet", "opened_set", "shard_folders"]
 
-_SHARD_FOLDER = re.compile(r"shard-(\d+)")
+_SHARD_FOLDER = re.compile(r"v?shard-(\d+)")
+_SUMMED = ("documents", "clusters", "kept", "duplicates", "exact_duplicates", "index_bytes", "map_used_bytes",
+           "map_size_bytes")
+
+
+def opened_set(config: Config, paths: Sequence[str]) -> Union["VShardSet", "ShardSet"]:
+    """The set ``paths`` name, opened read-only: a key-split deployment's vshard states, or a lockstep
+    deployment's shard indexes (``shard_folders``); a set of both is refused."""
+    folders = shard_folders(paths)
+    vshards = [folder for folder in folders if is_vshard_state(folder)]
+    if len(vshards) == len(folders):
+        return VShardSet(config, folders)
+    if vshards:
+        others = sorted(set(folders) - set(vshards))
+        raise ConfigError(f"these folders mix vshard states of a key-split deployment ({', '.join(vshards)}) with "
+                          f"indexes ({', '.join(others)}): give the vshard-N folders of one deployment, or the "
+                          "shard-N folders of one lockstep deployment")
+    return ShardSet(config, folders)
 
 
 def shard_folders(paths: Sequence[str]) -> list[str]:
-    """The index folders ``paths`` name: a folder holding an index (``data.mdb``) is one shard's; a folder
-    holding none is the parent of ``shard-0`` ... ``shard-N`` folders (the layout of deploy/ and the demo)."""
+    """The folders ``paths`` name: a folder holding an LMDB environment (``data.mdb``) is one shard's or
+    vshard's; a folder holding none is the parent of ``shard-0`` ... ``shard-N`` or ``vshard-0`` ...
+    ``vshard-N`` folders (the layouts of deploy/, the demo and ``run --role vshards --state``)."""
     folders = []
     for path in paths:
         if os.path.isfile(os.path.join(path, "data.mdb")):
             folders.append(path)
             continue
-        children = sorted((int(m.group(1)), m.group(0)) for m in map(_SHARD_FOLDER.fullmatch, _listing(path)) if m)
-        found = [os.path.join(path, name) for _, name in children if os.path.isfile(os.path.join(path, name,
-                                                                                                  "data.mdb"))]
+        children = sorted((m.group(0).startswith("v"), int(m.group(1)), m.group(0))
+                          for m in map(_SHARD_FOLDER.fullmatch, _listing(path)) if m)
+        found = [os.path.join(path, name) for _, _, name in children
+                 if os.path.isfile(os.path.join(path, name, "data.mdb"))]
         if not found:
-            raise ConfigError(f"{path} holds no index (data.mdb) and no shard-N folders with one: give each "
-                              "shard's index folder, or the folder holding shard-0 ... shard-N")
+            raise ConfigError(f"{path} holds no index (data.mdb) and no shard-N or vshard-N folders with one: give "
+                              "each shard's folder, or the folder holding shard-0 ... shard-N (vshard-0 ... vshard-N)")
         folders += found
     twice = sorted(path for path, n in Counter(os.path.realpath(f) for f in folders).items() if n > 1)
     if twice:
@@ -60,14 +89,101 @@ def _listing(path: str) -> list[str]:
         raise ConfigError(f"cannot read the index folder {path!r}: {exc.strerror or exc}") from None
 
 
+class VShardSet:
+    """Every vshard state of a key-split deployment, opened read-only, in vshard order, answering as one index
+    (safe while the vshards run: each question reads every state in a short transaction of its own)."""
+
+    def __init__(self, config: Config, folders: Sequence[str]):
+        self.readers: list[VShardReader] = []
+        try:
+            for path in folders:
+                self.readers.append(VShardReader(config, path))
+            order = complete_set([(reader.index.path, reader.place) for reader in self.readers], "vshard")
+            self.readers = [self.readers[n] for n in order]
+            _refuse_other_settings(self.readers)
+        except BaseException:
+            self.close()
+            raise
+        self.count = len(self.readers)
+
+    @property
+    def paths(self) -> list[str]:
+        return [reader.index.path for reader in self.readers]
+
+    def owner(self, doc_id: str) -> int:
+        """The home of every version of ``doc_id``."""
+        return int(homes_of([id_key(doc_id)], self.count)[0])
+
+    def query(self, text: str, min_similarity: Optional[float] = None, limit: int = 20) -> list[Match]:
+        """``near_duplicates`` of one index: each band key's holders from its owner, each verified at its home,
+        the first document of the text's content from the content's owner."""
+        floor, batch = query_of(self.readers[0], text, min_similarity)
+        with contextlib.ExitStack() as stack:
+            txns = [stack.enter_context(reader.index.read()) for reader in self.readers]
+            homes = holders_across(self.readers, txns, batch.sorted_slots()[0])
+            near = near_matches(list(homes), lambda serial: txns[homes[serial]], batch.shingles.of(0), floor)
+            first = first_document(self.readers, txns, batch.contents[0])
+            twin = None if first is None else exact_copy(first[0], txns[first[1]].record(first[0]))
+        return best_first([(near, twin, {})], limit)
+
+    def cluster(self, doc_id: str, limit: Optional[int] = None) -> ClusterView:
+        return cluster_in(self.readers, doc_id, limit, self.owner)
+
+    def explain(self, doc_id: str, other: Optional[str] = None, texts: Optional[dict] = None) -> Explanation:
+        return explain_in(self.readers, doc_id, other, texts, self.owner)
+
+    def sites(self, host: Optional[str] = None, top: int = 10) -> dict:
+        raise StreamdedupError("a deployment with band tables split by key learns no site templates (it refuses "
+                               "templates.enabled): there is nothing to show of a site")
+
+    def stats(self) -> dict:
+        """The deployment's counts (documents, kept, duplicates: a document is kept where it has shingles), and
+        each vshard's under ``vshards``: its documents, the places its band keys hold, its bytes, its last
+        commit. Each vshard is counted as of its last commit."""
+        each = []
+        for reader in self.readers:
+            with reader.index.read() as txn:
+                each.append({"path": reader.index.path, "number": reader.place[0], **reader.state.sizes(txn),
+                             "index_bytes": os.path.getsize(os.path.join(reader.index.path, "data.mdb")),
+                             "committed": reader.state.committed(txn)})
+        documents, kept = sum(v["documents"] for v in each), sum(v["kept"] for v in each)
+        return {
+            "design": "keys",
+            "count": self.count,
+            "documents": documents,
+            "kept": kept,
+            "clusters": kept,
+            "duplicates": documents - kept,
+            "duplicate_rate": (documents - kept) / documents if documents else 0.0,
+            "places": sum(v["places"] for v in each),
+            "index_bytes": sum(v["index_bytes"] for v in each),
+            "fingerprint": self.readers[0].signing.fingerprint(),
+            "config": self.readers[0].signing.as_dict(),
+            "vshards": each,
+        }
+
+    def close(self) -> None:
+        for reader in self.readers:
+            reader.close()
+
+
+def _refuse_other_settings(readers: list[VShardReader]) -> None:
+    """Refuse vshards made with other settings (signing, threshold, cap: another deployment of the same size)."""
+    made = {reader.index.path: json.dumps({key: value for key, value in reader.state.identity.items()
+                                           if key != "number"}, sort_keys=True) for reader in readers}
+    if len(set(made.values())) > 1:
+        raise ConfigError("these vshards were made with different settings (" + "; ".join(
+            f"{path}: {settings}" for path, settings in made.items()) + "): give the vshards of one deployment")
+
+
 class ShardSet:
     """Every shard of a sharded index, opened read-only, in shard order (safe while the shards run)."""
 
-    def __init__(self, config: Config, paths: Sequence[str]):
+    def __init__(self, config: Config, folders: Sequence[str]):
         self.engines: list[Engine] = []
         try:
             places = []
-            for path in shard_folders(paths):
+            for path in folders:
                 engine = Engine(config, path, readonly=True)
                 self.engines.append(engine)
                 places.append((engine.index.path, _place_of(engine)))
@@ -91,6 +207,34 @@ class ShardSet:
     def explain(self, doc_id: str, other: Optional[str] = None, texts: Optional[dict] = None) -> Explanation:
         return explain_in(self.engines, doc_id, other, texts, self.owner)
 
+    def sites(self, host: Optional[str] = None, top: int = 10) -> dict:
+        """Every shard learns every site's template alike, so the first shard answers."""
+        return templates_learned(self.engines[0], host, top)
+
+    def stats(self) -> dict:
+        """Counts and sizes summed over the shards, with each shard's own ``stats_of`` under ``shards``.
+
+        Each shard counts its own documents; ``next_serial`` is the deployment's, as of the last batch each
+        shard committed, so the totals take the highest (a shard behind the others shows a lower one).
+        """
+        each = [stats_of(engine) for engine in self.engines]
+        total = {key: sum(s[key] for s in each) for key in _SUMMED}
+        documents = total["documents"]
+        return {
+            **total,
+            "design": "lockstep",
+            "shards": each,
+            "count": len(each),
+            "duplicate_rate": total["duplicates"] / documents if documents else 0.0,
+            "next_serial": max(s["next_serial"] for s in each),
+            "fingerprint": each[0]["fingerprint"],
+            "config": each[0]["config"],
+        }
+
+    @property
+    def paths(self) -> list[str]:
+        return [engine.index.path for engine in self.engines]
+
     def close(self) -> None:
         for engine in self.engines:
             engine.close()
@@ -111,28 +255,28 @@ def _place_of(engine: Engine) -> list:
     return place
 
 
-def complete_set(places: list[tuple[str, list]]) -> list[int]:
+def complete_set(places: list[tuple[str, list]], noun: str = "shard") -> list[int]:
     """The positions in ``places`` ((folder, [number, count]) each) in shard order, once they are every shard
-    of one index, each once."""
+    (``noun``: or vshard) of one deployment, each once."""
     if not places:
-        raise ConfigError("no shard given: give every shard's index folder")
+        raise ConfigError(f"no {noun} given: give every {noun}'s folder")
     counts = sorted({count for _, (_, count) in places})
     if len(counts) > 1:
-        raise ConfigError("these folders hold shards of deployments of different sizes ("
-                          + ", ".join(f"{path}: shard {n} of {c}" for path, (n, c) in places)
-                          + "): give the shards of one sharded index")
+        raise ConfigError(f"these folders hold {noun}s of deployments of different sizes ("
+                          + ", ".join(f"{path}: {noun} {n} of {c}" for path, (n, c) in places)
+                          + f"): give the {noun}s of one deployment")
     count = counts[0]
     holders: dict[int, list[str]] = {}
     for path, (number, _) in places:
         holders.setdefault(number, []).append(path)
     twice = {n: paths for n, paths in holders.items() if len(paths) > 1}
     if twice:
-        raise ConfigError("the same shard is given more than once: " + "; ".join(
-            f"shard {n} in {' and '.join(sorted(paths))}" for n, paths in sorted(twice.items()))
-            + " (a backup and its shard, or a folder given twice?): give each shard once")
+        raise ConfigError(f"the same {noun} is given more than once: " + "; ".join(
+            f"{noun} {n} in {' and '.join(sorted(paths))}" for n, paths in sorted(twice.items()))
+            + f" (a backup and its {noun}, or a folder given twice?): give each {noun} once")
     missing = sorted(set(range(count)) - set(holders))
     if missing:
-        raise ConfigError(f"the index has {count} shards, and shard(s) {', '.join(map(str, missing))} "
-                          f"{'is' if len(missing) == 1 else 'are'} not given: give every shard's folder "
-                          "(answers from part of the shards would miss documents)")
+        raise ConfigError(f"the deployment has {count} {noun}s, and {noun}(s) {', '.join(map(str, missing))} "
+                          f"{'is' if len(missing) == 1 else 'are'} not given: give every {noun}'s folder "
+                          f"(answers from part of the {noun}s would miss documents)")
     return sorted(range(len(places)), key=lambda i: places[i][1][0])

@@ -45,6 +45,14 @@ class BatchContent:
         timeline = self.timeline
         return content_of(shingles, timeline.template(site), timeline.shared, self.settings.min_content_share)
 
+    def pair_contents(self, own: np.ndarray, own_site: int, other: np.ndarray, other_site: int,
+                      timeline: Optional[SiteTimeline] = None) -> tuple[np.ndarray, np.ndarray]:
+        """Two contents (a row's of ``own_site``, a candidate's of ``other_site``) as their pair is verified
+        (``TemplateSettings.pair_contents``), by the templates as they stand in ``timeline`` (default: the
+        batch's, where deciding is)."""
+        timeline = self.timeline if timeline is None else timeline
+        return self.settings.pair_contents(own, other, timeline.template(own_site), timeline.template(other_site))
+
 
 class SiteTemplates:
     """The writer's view of the learned templates: committed state cached, batches planned on copies."""

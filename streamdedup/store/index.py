@@ -61,6 +61,7 @@ import numpy as np
 from ..core import eliasfano
 from ..core.records import id_key
 from ..core.signing import SigningConfig
+from ..core.templates import kept_rule
 from ..errors import (
     DiskFullError,
     IncompatibleIndexError,
@@ -328,6 +329,7 @@ class Index:
             meta["config"].setdefault("cap", "kept")
             if signing is not None:
                 wanted = signing.as_dict()
+                wanted["templates"] = kept_rule(meta["config"].get("templates", "off"), wanted["templates"])
                 if adopt_bands:
                     stored = meta["config"]
                     wanted.update(bands=stored["bands"], rows=stored["rows"], min_shared=stored["min_shared"])

@@ -97,8 +97,11 @@ class RecentMirror:
 
     @classmethod
     def load(cls, txn: IndexTxn) -> "RecentMirror":
-        """Read the ``recent`` table back (at start, after a crash, or for a reader)."""
+        """Read the ``recent`` table back (at start, after a crash, or for a reader). A vshard's state
+        (``vshardstate``) has none: every entry of it is in its tables, so nothing is mirrored."""
         mirror = cls()
+        if "recent" not in txn.dbs:
+            return mirror
         entries, kept_serials, kept_keys, placed = [], [], [], ([], [], [])
         bands = txn.index.signing.bands
         for key, value in txn.txn.cursor(db=txn.dbs["recent"]):

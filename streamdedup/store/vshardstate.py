@@ -22,7 +22,7 @@ firsts        content hash (16 B)                 every document with that conte
 places        band (2 B) + band key's high 7 bits   the settled places: the key's low 25 bits, the
               + the serial's epoch (``bands``)    holder's serial's low 23 bits and its home (16
                                                   bits; dupsort, 8 B each: ``bands.BandRows``)
-recent        run number (8 B)                    the places one call took since the last merge:
+recent_places run number (8 B)                    the places one call took since the last merge:
                                                   (band slot, holder) 16 B each, sorted by slot
 closed        order cached (8 B)                  a closed key the home answers itself: its slot (8 B)
                                                   and holders (8 B each), as ``ClosedKeys`` holds it
@@ -36,9 +36,8 @@ commits: a process that dies before that leaves the state of the epoch
 before, and running the epoch again from the same messages does the same.
 
 Places take the single index's shape (``mirror``, ``bands``): an epoch's
-new places are one sequential write (a run appended to ``recent``) and are
-held in memory too (``mirror.KeyPlaces``, read back from ``recent`` at
-open), until ``RECENT_PLACES`` of them are merged, sorted, into the
+new places are one sequential write (a run appended to ``recent_places``)
+and are held in memory too (``mirror.KeyPlaces``, read back at open), until ``RECENT_PLACES`` of them are merged, sorted, into the
 bucketed ``places`` table in the epoch's transaction. Random inserts into
 a B-tree keyed by the slot dirtied a page each, all written again at every
 commit. An epoch's lookups search the recent places in numpy and ask the
@@ -52,6 +51,10 @@ last commit, never more and never corrupting the state. A vshard that lost
 its last epoch so is where a crash between its Kafka transaction and its
 commit leaves it (``checkpoint.VShardCommit``): it decides the epoch again
 from its messages, sending the same ones, and emits nothing Kafka has.
+
+``StoredVShard`` opens a state read-only, to answer questions across a
+deployment (``stats``, ``query``, ``cluster``, ``explain``): each in short
+read transactions, so it is safe while the vshard runs.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ import json
 import time
 from typing import Any, Optional
 
+import lmdb
 import msgpack
 import numpy as np
 
@@ -73,7 +77,8 @@ from .hashed import entry, serials_of
 from .index import DocRecord, Index, IndexSettings, IndexTxn, MapFull, from_u64, serial_key, u64
 from .mirror import KeyPlaces
 
-__all__ = ["LmdbState", "RECENT_PLACES", "VSHARD_FORMAT", "holder", "holder_homes", "holder_serials"]
+__all__ = ["LmdbState", "RECENT_PLACES", "StoredVShard", "VSHARD_FORMAT", "holder", "holder_homes", "holder_serials",
+           "is_vshard_state"]
 
 VSHARD_FORMAT = 2  # 2: places settled in buckets with a recent level (1: one entry a place, keyed by the slot)
 RECENT_PLACES = 1 << 20  # recent places (16 B each in memory) merged into the settled table past this many
@@ -90,7 +95,7 @@ _TABLES = {
     "source_names": {},
     "firsts": {"dupsort": True, "dupfixed": True},
     "places": {"dupsort": True, "dupfixed": True},
-    "recent": {},
+    "recent_places": {},
     "closed": {},
 }
 
@@ -112,9 +117,10 @@ class _VShardIndex(Index):
 
     tables = _TABLES
 
-    def __init__(self, path: str, identity: dict, signing: SigningConfig, sync: bool):
-        self.identity = identity
-        super().__init__(IndexSettings(path=path, sync=sync, metasync=False), signing)
+    def __init__(self, path: str, identity: Optional[dict], signing: Optional[SigningConfig], sync: bool,
+                 readonly: bool = False):
+        self.identity = identity  # None: read whichever vshard the folder holds (read-only)
+        super().__init__(IndexSettings(path=path, sync=sync, metasync=False), signing, readonly=readonly)
 
     def _load_or_create_meta(self, signing: Optional[SigningConfig], adopt_bands: bool) -> dict:
         with self.env.begin(db=self.dbs["meta"]) as txn:
@@ -122,6 +128,9 @@ class _VShardIndex(Index):
         if index is not None:
             raise IndexUnusableError(f"{self.path!r} holds a single worker's index, not a vshard's state: give "
                                      "each vshard a folder of its own")
+        if raw is None and self.readonly:
+            raise IndexUnusableError(f"{self.path!r} holds no vshard's state (its metadata names no vshard): give "
+                                     "the folders of a deployment's vshards, vshard-0 ... vshard-N, or their parent")
         if raw is None:
             meta = {"format": VSHARD_FORMAT, "created": time.time(), "config": signing.as_dict(),
                     "vshard": self.identity}
@@ -133,7 +142,8 @@ class _VShardIndex(Index):
             raise IncompatibleIndexError(f"the vshard state at {self.path!r} has format {meta.get('format')}, this "
                                          f"streamdedup reads format {VSHARD_FORMAT}: start the deployment over in "
                                          "new folders and replay its input (or run the streamdedup that made it)")
-        self._refuse_another_vshard(meta["vshard"])
+        if self.identity is not None:
+            self._refuse_another_vshard(meta["vshard"])
         return meta
 
     def _refuse_another_vshard(self, stored: dict) -> None:
@@ -284,10 +294,7 @@ class LmdbState:
 
     def first_of(self, content: bytes) -> Optional[tuple[int, int, bool]]:
         """(serial, home, still in a cluster) of the first stored document with ``content``, if any."""
-        cursor = self.cursor("firsts")
-        if not cursor.set_key(content):
-            return None
-        return _first(cursor.value())
+        return _first_in(self.cursor("firsts"), content)
 
     def add_contents(self, contents: dict[bytes, list[list]]) -> None:
         """File documents after those stored with the same content: content -> [serial, home, still in a
@@ -337,21 +344,15 @@ class LmdbState:
 
 class _StoredPlaces:
     """``KeyPlaces`` (``mirror``) on LMDB, read and written by the epoch's transaction: the recent places in
-    ``recent`` and in memory, the settled ones in the bucketed ``places`` table (``bands.BandRows``) behind a
-    filter of its keys. Every place of a key settled was taken before any of its recent ones."""
+    ``recent_places`` and in memory, the settled ones in the bucketed ``places`` table (``bands.BandRows``)
+    behind a filter of its keys. Every place of a key settled was taken before any of its recent ones."""
 
     def __init__(self, state: "LmdbState", txn: IndexTxn):
         """The places as committed, read through ``txn``."""
         self._state = state
-        self._recent = KeyPlaces()
-        self._runs = 0  # the next run's number
-        for key, value in txn.table_entries("recent"):
-            run = np.frombuffer(value, dtype=_RUN)
-            self._recent.add(run["slot"].astype(np.uint64), run["holder"].astype(np.int64))
-            self._runs = from_u64(key) + 1
+        self._recent, self._runs = _recent_places(txn)  # and the next run's number
         self._filter = BandFilter.of_keys(_SETTLED.stored_keys(txn, SCAN_CHUNK), FILTER_BYTES)
-        raw = txn.get("meta", b"places")
-        self._last_serial: Optional[int] = json.loads(raw)["last_serial"] if raw else None  # settled
+        self._last_serial = _last_settled_serial(txn)
 
     def recent(self) -> int:
         """How many places are recent (not settled yet)."""
@@ -361,41 +362,24 @@ class _StoredPlaces:
         """For sorted unique ``slots``: where each slot's holders start in the returned array, how many it has,
         and the holders (slot by slot, each slot's in the order its places were taken)."""
         slots = np.asarray(slots, dtype=np.uint64)
-        starts, counts, found = self._recent.holders(slots)
-        settled_slots, settled = self._settled(slots)
-        if not len(settled):
-            return starts, counts, found
-        every_slot = np.concatenate((settled_slots, np.repeat(slots, counts)))
-        every = np.concatenate((settled, found))
-        order = np.lexsort((every, every_slot))  # a holder's serial orders a key's places
-        every_slot = every_slot[order]
-        begin = np.searchsorted(every_slot, slots, "left")
-        return begin.astype(np.int64), (np.searchsorted(every_slot, slots, "right") - begin).astype(np.int64), \
-            every[order]
-
-    def _settled(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(slot, holder) of the settled places under ``slots``, asked of the table for keys the filter may hold."""
-        keys = slots & KEY_MASK
-        maybe = self._filter.may_hold(keys) if self._last_serial is not None else np.zeros(len(slots), dtype=bool)
-        if not maybe.any():
-            return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
-        rows = _SETTLED.stored_rows(self._state.txn, slots[maybe] >> np.uint64(32), keys[maybe], self._last_serial)
-        bands, found_keys, serials, homes = _SETTLED.decoded(rows)
-        return band_slots(bands, found_keys), holder(serials, homes)
+        asked = slots[self._filter.may_hold(slots & KEY_MASK)] if self._last_serial is not None else slots[:0]
+        return _both_levels(slots, _settled_places(self._state.txn, asked, self._last_serial),
+                            self._recent.holders(slots))
 
     def add(self, slots: np.ndarray, holders: np.ndarray) -> None:
         """Take in places given after every one held (``slots`` sorted, a slot's holders in order): a run
-        appended to ``recent``."""
+        appended to ``recent_places``."""
         if not len(slots):
             return
         run = np.empty(len(slots), dtype=_RUN)
         run["slot"], run["holder"] = slots, holders
-        self._state.txn.txn.put(u64(self._runs), run.tobytes(), db=self._state.txn.dbs["recent"], append=True)
+        txn = self._state.txn
+        txn.txn.put(u64(self._runs), run.tobytes(), db=txn.dbs["recent_places"], append=True)
         self._runs += 1
         self._recent.add(np.asarray(slots, dtype=np.uint64), np.asarray(holders, dtype=np.int64))
 
     def settle(self) -> None:
-        """Merge the recent places into the settled table, sorted, and empty ``recent``, in the epoch's
+        """Merge the recent places into the settled table, sorted, and empty ``recent_places``, in the epoch's
         transaction (committed with it, or neither)."""
         slots, holders = self._recent.entries()
         if not len(slots):
@@ -404,7 +388,7 @@ class _StoredPlaces:
         keys, values = _SETTLED.entries(slots >> np.uint64(32), slots & KEY_MASK, holder_serials(holders),
                                         holder_homes(holders))
         self._state.cursor("places").putmulti(zip(keys, values), dupdata=True)
-        txn.txn.drop(txn.dbs["recent"], delete=False)
+        txn.txn.drop(txn.dbs["recent_places"], delete=False)
         self._last_serial = max(self._last_serial or 0, int(holder_serials(holders).max()))
         txn.txn.put(b"places", json.dumps({"last_serial": self._last_serial}).encode(), db=txn.dbs["meta"])
         self._filter.add(slots & KEY_MASK)  # a key the filter lacks would hide its places
@@ -426,6 +410,58 @@ class _StoredPlaces:
         return np.unique(band_slots(bands, found_keys))
 
 
+def _recent_places(txn: IndexTxn) -> tuple[KeyPlaces, int]:
+    """The recent places as committed (every run, sorted by slot, then holder: the order taken), and the next
+    run's number."""
+    runs = [(from_u64(key), np.frombuffer(value, dtype=_RUN)) for key, value in txn.table_entries("recent_places")]
+    recent = KeyPlaces()
+    if runs:
+        every = np.concatenate([run for _, run in runs])
+        slots, holders = every["slot"].astype(np.uint64), every["holder"].astype(np.int64)
+        order = np.lexsort((holders, slots))
+        recent.add(slots[order], holders[order])
+    return recent, (runs[-1][0] + 1 if runs else 0)
+
+
+def _last_settled_serial(txn: IndexTxn) -> Optional[int]:
+    """The highest serial of the settled places (None: none are settled)."""
+    raw = txn.get("meta", b"places")
+    return json.loads(raw)["last_serial"] if raw else None
+
+
+def _settled_places(txn: IndexTxn, slots: np.ndarray, last_serial: Optional[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(slot, holder) of the settled places under these band slots."""
+    if last_serial is None or not len(slots):
+        return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
+    rows = _SETTLED.stored_rows(txn, slots >> np.uint64(32), slots & KEY_MASK, last_serial)
+    bands, keys, serials, homes = _SETTLED.decoded(rows)
+    return band_slots(bands, keys), holder(serials, homes)
+
+
+def _both_levels(slots: np.ndarray, settled: tuple[np.ndarray, np.ndarray],
+                 recent: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``holders`` of sorted unique ``slots`` from the settled places ((slot, holder) each) and the recent ones
+    (``KeyPlaces.holders``): each slot's in the order taken, which a holder's serial gives."""
+    starts, counts, found = recent
+    settled_slots, settled = settled
+    if not len(settled):
+        return starts, counts, found
+    every_slot = np.concatenate((settled_slots, np.repeat(slots, counts)))
+    every = np.concatenate((settled, found))
+    order = np.lexsort((every, every_slot))
+    every_slot = every_slot[order]
+    begin = np.searchsorted(every_slot, slots, "left")
+    return begin.astype(np.int64), (np.searchsorted(every_slot, slots, "right") - begin).astype(np.int64), \
+        every[order]
+
+
+def _first_in(cursor, content: bytes) -> Optional[tuple[int, int, bool]]:
+    """``LmdbState.first_of`` read through ``cursor``, a cursor of the firsts table."""
+    if not cursor.set_key(content):
+        return None
+    return _first(cursor.value())
+
+
 def _first_value(serial: int, home: int, in_cluster: bool) -> bytes:
     """A firsts value: serial (4 B), home (2 B), still in a cluster (1 B)."""
     return serial_key(serial) + home.to_bytes(2, "big") + (b"\1" if in_cluster else b"\0")
@@ -434,3 +470,58 @@ def _first_value(serial: int, home: int, in_cluster: bool) -> bytes:
 def _first(value: bytes) -> tuple[int, int, bool]:
     """(serial, home, still in a cluster) of a firsts value (``_first_value``)."""
     return int.from_bytes(value[:4], "big"), int.from_bytes(value[4:6], "big"), value[6] == 1
+
+
+class StoredVShard:
+    """A vshard's state opened read-only, whichever vshard it is (``identity`` says: its number, count and
+    settings). Each question is asked in a read transaction the caller holds (``index.read()``), so answers
+    are as of the vshard's last commit, and the running vshard is never held up."""
+
+    def __init__(self, path: str):
+        self.index = _VShardIndex(path, None, None, sync=False, readonly=True)
+        self.identity: dict = self.index.meta["vshard"]
+
+    @property
+    def path(self) -> str:
+        return self.index.path
+
+    def holders(self, txn: IndexTxn, slots: np.ndarray) -> np.ndarray:
+        """The holders (serial << 16 | home) of the places under these sorted unique band slots, which this
+        vshard owns: slot by slot, each slot's in the order its places were taken. The recent places are read
+        whole (a reader keeps none in memory): at most ``RECENT_PLACES``."""
+        slots = np.asarray(slots, dtype=np.uint64)
+        recent, _ = _recent_places(txn)
+        return _both_levels(slots, _settled_places(txn, slots, _last_settled_serial(txn)), recent.holders(slots))[2]
+
+    def first_of(self, txn: IndexTxn, content: bytes) -> Optional[tuple[int, int, bool]]:
+        """(serial, home, still in a cluster) of the first document with ``content``, which this vshard owns."""
+        return _first_in(txn.txn.cursor(db=txn.dbs["firsts"]), content)
+
+    def sizes(self, txn: IndexTxn) -> dict[str, int]:
+        """How many documents live here, how many of them are kept (they alone have shingles), and how many
+        places the band keys owned here hold (LMDB counts the settled ones; the recent runs are measured)."""
+        entries = {name: txn.txn.stat(txn.dbs[name])["entries"] for name in ("docs", "shingles", "places")}
+        recent = sum(len(run) for _, run in txn.table_entries("recent_places")) // _RUN.itemsize
+        return {"documents": entries["docs"], "kept": entries["shingles"], "places": entries["places"] + recent}
+
+    def committed(self, txn: IndexTxn) -> dict[str, Any]:
+        """The epochs committed and the metadata of the last commit (the host's input positions)."""
+        raw = txn.get("meta", b"epoch")
+        return json.loads(raw) if raw else {"epochs_done": 0, "meta": {}}
+
+    def close(self) -> None:
+        self.index.close()
+
+
+def is_vshard_state(path: str) -> bool:
+    """Whether the LMDB environment in the folder ``path`` holds a vshard's state (its metadata names a
+    vshard), not an index of a single worker or of a shard."""
+    try:
+        with lmdb.open(path, readonly=True, max_dbs=len(_TABLES) + 2, readahead=False) as env:
+            with env.begin() as txn:
+                if txn.get(b"meta") is None:
+                    return False
+            with env.begin(db=env.open_db(b"meta", create=False)) as txn:
+                return txn.get(b"vshard") is not None
+    except lmdb.Error as exc:
+        raise IndexUnusableError(f"cannot open the LMDB environment at {path!r}: {exc}") from exc

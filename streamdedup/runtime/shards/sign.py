@@ -75,7 +75,7 @@ class _Signer:
         producer_settings = kafka_client_settings(config.kafka, "producer")
         self.spec = self._input_spec(consumer_settings)
         self.source = KafkaSource(config.input.topics, {**GROUP_SESSION, **consumer_settings},
-                                  f"{config.kafka.group_id}-sign", config.worker.batch_size)
+                                  f"{config.kafka.group_id}-sign", self._most_records())
         self.source.consumer.subscribe(config.input.topics)
         self.producer = KafkaProducer(**{"acks": "all", "linger_ms": 5, "max_request_size": SIGNED_MESSAGE_BYTES,
                                          "batch_size": 1 << 20, **producer_settings})
@@ -105,7 +105,7 @@ class _Signer:
             return 0
         step("the signed batch sent")
         chunks = [(chunk, prepare_raw(raw_payload(chunk), self.spec, self.signing))
-                  for chunk in signed_chunks(records, self.config.shards.batch_bytes)]
+                  for chunk in signed_chunks(records, self._most_bytes())]
         values_at = [self._send_values(chunk, prepared) for chunk, prepared in chunks]
         timeout = self.config.worker.kafka_timeout_s
         values_at = [{shard: sent.get(timeout=timeout).offset for shard, sent in at.items()} for at in values_at]
@@ -152,11 +152,23 @@ class _Signer:
             return pack_epoch(time.time(), self.fingerprint, chunk, values_at)
         return pack_signed(chunk, prepared, time.time(), self.fingerprint, values_at)
 
+    def _most_records(self) -> int:
+        """Records a poll takes at most: a signed batch's, or an epoch's (``shards.epoch_records``: larger epochs
+        cost the vshards less a document, and an epoch is cut at each poll, so a light stream makes small ones)."""
+        shards = self.config.shards
+        return shards.epoch_records if shards.design == "keys" else self.config.worker.batch_size
+
+    def _most_bytes(self) -> int:
+        """Record bytes in one signed batch, or in one epoch: ``shards.batch_bytes`` in each vshard's home message
+        on average."""
+        shards = self.config.shards
+        return shards.batch_bytes * (shards.count if shards.design == "keys" else 1)
+
     def _batch(self, timeout_ms: int) -> list[RawRecord]:
         """One poll's records, topped up for at most ``FILL_WAIT_S`` to ``worker.batch_size`` records (a fetch
         brings about a megabyte): every signed batch costs the shards a round of evidence, so fuller ones
         cost them less a document."""
-        limit = self.config.shards.batch_bytes
+        limit = self._most_bytes()
         deadline = time.monotonic() + FILL_WAIT_S
         return self.source.topped_up(
             self.source.poll_batch(timeout_ms), int(FILL_WAIT_S * 1000),

@@ -33,12 +33,16 @@ class RecordAppender:
     bookkeeping changes.
 
     Built only for the kafka-python releases it was checked against
-    (``APPENDER_KAFKA_PYTHON``), for a transactional producer without
-    serializers (``of``); otherwise the sink uses ``send`` for everything.
+    (``APPENDER_KAFKA_PYTHON``), for a producer without serializers,
+    transactional unless asked otherwise (``of``); otherwise the sink uses
+    ``send`` for everything. A producer without transactions (the vshards'
+    messages to each other, which are many and small) gains the most: a
+    record's partition has a full batch at once there too.
     """
 
-    def __init__(self, producer) -> None:
+    def __init__(self, producer, transactional: bool = True) -> None:
         self._producer = producer
+        self._transactional = transactional
         self._accumulator = producer._accumulator
         self._transactions = producer._transaction_manager
         self._sender = producer._sender
@@ -46,21 +50,22 @@ class RecordAppender:
         self._joined: dict = {}  # (topic, partition) -> TopicPartition added to the open transaction
 
     @classmethod
-    def of(cls, producer) -> Optional["RecordAppender"]:
-        """An appender for ``producer``, or None where its client is not the kafka-python this was written for."""
+    def of(cls, producer, transactional: bool = True) -> Optional["RecordAppender"]:
+        """An appender for ``producer`` (``transactional``: its records are of its transactions), or None where its
+        client is not the kafka-python this was written for."""
         import kafka
 
         if not kafka.__version__.startswith(APPENDER_KAFKA_PYTHON):  # the internals below may have moved
             return None
         config = producer.config
         parts = ("_accumulator", "_transaction_manager", "_sender")
-        if not all(hasattr(producer, part) for part in parts) or not _transactional(producer):
+        if not all(hasattr(producer, part) for part in parts) or _transactional(producer) != transactional:
             return None
         if config.get("key_serializer") is not None or config.get("value_serializer") is not None:
             return None
         if producer.max_usable_produce_magic(config["api_version"]) != 2:
             return None
-        return cls(producer)
+        return cls(producer, transactional)
 
     def append(self, topic: str, partition: int, key: Optional[bytes], value: Optional[bytes],
                headers: list) -> bool:
@@ -76,7 +81,8 @@ class RecordAppender:
             if partition not in self._producer.partitions_for(topic):  # waits for the topic's metadata, as send
                 return False
             tp = TopicPartition(topic, partition)
-            self._transactions.maybe_add_partition_to_transaction(tp)
+            if self._transactional:
+                self._transactions.maybe_add_partition_to_transaction(tp)
             self._joined[(topic, partition)] = tp
         self._accumulator.append(tp, None, key, value, headers)
         return True

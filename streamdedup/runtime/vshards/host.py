@@ -38,6 +38,7 @@ from ..checkpoint import VShardCommit
 from ..sessions import SessionLoop, Stopper
 from ..shards.topics import SIGNED_MESSAGE_BYTES, ensure_internal_topics, values_topic
 from ..shards.sign import GROUP_SESSION
+from ..sink.appender import RecordAppender
 from ..sink.producer import KafkaSink
 from ..source import KafkaSource
 from ..worker import WorkerStats, close_quietly
@@ -287,6 +288,7 @@ class VShardHost:
                                               **self.producer_settings})
             self.inbound = _Inbound(config, self.settings)
             self.commit = VShardCommit(self.publisher, self.order_topic, config.worker.kafka_timeout_s)
+            self.appender = RecordAppender.of(self.publisher, transactional=False)
             if fixed is None:
                 self.membership = _Membership(config, self.settings)
         except BaseException:
@@ -446,15 +448,21 @@ class VShardHost:
             if message.to == message.sender:
                 own.append(message)
             else:
-                self.publisher.send(self.config.shards.evidence_topic, partition=message.to,
-                                    value=pack_message(message))
+                self._publish(message)
                 self.unflushed = True
         for message in own:
             self._deliver(self.hosted[message.to], message)
 
+    def _publish(self, message: Message) -> None:
+        topic, value = self.config.shards.evidence_topic, pack_message(message)
+        if self.appender is None or not self.appender.append(topic, message.to, None, value, []):
+            self.publisher.send(topic, partition=message.to, value=value)
+
     def _flush(self) -> None:
         """Wait until the broker has every message sent (the other vshards wait for them)."""
         if self.unflushed:
+            if self.appender is not None:
+                self.appender.done()
             self.publisher.flush(timeout=self.config.worker.kafka_timeout_s)
             self.unflushed = False
             reached("vshard-sent")  # a crash here: the messages are decided again after the restart, the same
