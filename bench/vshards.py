@@ -250,7 +250,7 @@ def main() -> None:
     report(runs, single, args)
 
 
-_BIG_TABLES = ("shingles", "places", "recent", "docs", "firsts", "ids")
+_BIG_TABLES = ("shingles", "places", "recent_places", "docs", "firsts", "ids")
 
 
 def report(runs: dict[int, list[dict]], single: list[dict], args) -> None:
