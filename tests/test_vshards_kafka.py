@@ -53,7 +53,7 @@ def test_vshards_on_the_broker_decide_as_one_worker(kafka, tmp_path, count, host
     produce(kafka, topics.raw, records)
     tag = uuid.uuid4().hex[:8]
     processes = vshard_processes(topics, kafka, count, tag, hosts, tmp_path)
-    processes += signers(topics, kafka, count, tag, 2, "--set", "worker.batch_size=97")
+    processes += signers(topics, kafka, count, tag, 2, "--set", "shards.epoch_records=97")
     try:
         wait_for_outcomes(kafka, topics, len(expected), processes)
         time.sleep(2)  # anything more (a second outcome) would show now
@@ -80,7 +80,7 @@ def test_a_vshards_process_killed_at_any_step_loses_nothing_and_repeats_nothing(
                                              "--state", str(tmp_path), *KEYS),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 env=dict(os.environ, STREAMDEDUP_TEST_CRASH_AT=step))
-    processes = steady + [crashing] + signers(topics, kafka, 4, tag, 1, "--set", "worker.batch_size=61")
+    processes = steady + [crashing] + signers(topics, kafka, 4, tag, 1, "--set", "shards.epoch_records=61")
     try:
         assert crashing.wait(timeout=120) == 137, crashing.stderr.read().decode()[-2000:]
         processes += vshard_processes(topics, kafka, 4, tag, ["0-1"], tmp_path)
@@ -109,7 +109,7 @@ def test_the_consumer_group_moves_vshards_as_processes_come_and_go(kafka, tmp_pa
     third = len(records) // 3
     try:
         produce(kafka, topics.raw, records[:third])
-        processes += signers(topics, kafka, 8, tag, 1, "--set", "worker.batch_size=53")
+        processes += signers(topics, kafka, 8, tag, 1, "--set", "shards.epoch_records=53")
         wait_for_outcomes(kafka, topics, sum(1 for where in expected if where[1] < third) // 2, processes)
         processes.append(host())
         produce(kafka, topics.raw, records[third:2 * third])
@@ -152,8 +152,8 @@ def test_a_backfill_in_large_epochs_decides_as_streaming_in_small_ones(kafka, tm
     raw = Topics.fresh(kafka).raw
     produce(kafka, raw, records)
     found = {}
-    for name, epochs in (("stream", ["--set", "worker.batch_size=37"]),
-                         ("backfill", ["--set", "worker.batch_size=20000", "--set", "shards.batch_bytes=67108864"])):
+    for name, epochs in (("stream", ["--set", "shards.epoch_records=37"]),
+                         ("backfill", ["--set", "shards.epoch_records=20000", "--set", "shards.batch_bytes=67108864"])):
         topics = sharded_topics(kafka, raw)
         tag = uuid.uuid4().hex[:8]
         processes = vshard_processes(topics, kafka, 4, tag, ["0,2", "1,3"], tmp_path / name)
