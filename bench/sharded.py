@@ -75,7 +75,7 @@ class Run:
         self.bootstrap, self.raw, self.work = bootstrap, raw, work
         self.outs = {kind: f"bench-{kind.replace('_', '-')}-{self.tag}" for kind in KINDS}
         create(bootstrap, list(self.outs.values()))
-        self.shards = ["--set", f"shards.count={vshards}", "--set", 'shards.design="keys"',
+        self.shards = ["--set", f"shards.count={vshards}",
                        "--set", f"shards.signed_topic=order-{self.tag}",
                        "--set", f"shards.evidence_topic=exchange-{self.tag}"]
 

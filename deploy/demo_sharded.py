@@ -115,7 +115,7 @@ def demo(bootstrap: str) -> int:
     print(f"  duplicates  {counts['duplicates']:>7,}   -> {sharded['duplicates']}")
     print(f"  rejected    {counts['dead_letter']:>7,}   -> {sharded['dead_letter']}")
     print(f"  states      {WORK}/vshards/vshard-0 .. vshard-{VSHARDS - 1}")
-    print(f"  settings    config.toml, shards.count={VSHARDS}, shards.design=\"keys\", templates.enabled=false, "
+    print(f"  settings    config.toml, shards.count={VSHARDS}, templates.enabled=false, "
           "lsh.cap=\"probes\"")
     alone = {k: sum(1 for outs in expected.values() for out in outs if out[0] == k) for k in KINDS}
     print(f"  one worker  kept {alone['clean']:,}, duplicates {alone['duplicates']:,}, rejected "
@@ -152,8 +152,7 @@ def role_command(bootstrap: str, raw: str, outputs: dict, group: str, state, *ex
 
 def start_deployment(bootstrap: str, raw: str, outputs: dict, tag: str) -> list[subprocess.Popen]:
     """The processes hosting the virtual shards, then the signing processes; each logs to WORK/logs."""
-    shared = ("--set", f"shards.count={VSHARDS}", "--set", 'shards.design="keys"',
-              "--set", f"shards.signed_topic=signed-{tag}", "--set", f"shards.evidence_topic=exchange-{tag}", *KEYS)
+    shared = ("--set", f"shards.count={VSHARDS}", "--set", f"shards.signed_topic=signed-{tag}", "--set", f"shards.evidence_topic=exchange-{tag}", *KEYS)
     group = f"sharded-{tag}"
     roles = [(f"vshards-{n}", WORK / "vshards", ("--role", "vshards")) for n in range(HOSTS)]
     roles += [(f"sign-{n}", None, ("--role", "sign")) for n in range(SIGNERS)]

@@ -29,7 +29,7 @@ from .core.records import Decision, Document, Item, Source
 from .engine.engine import Engine, collector_paused
 from .engine.explain import Explanation, explain
 from .engine.query import ClusterView, Match, cluster_of, near_duplicates, stats_of, templates_learned
-from .engine.shardset import ShardSet, VShardSet, opened_set
+from .engine.shardset import VShardSet, opened_set
 from .errors import ConfigError, StreamdedupError
 from .store.check import CheckReport, check_index
 from .store.housekeeping import ForgetReport
@@ -247,14 +247,12 @@ def _explained(explain_pair, id: str, other: Optional[str], texts, spec: InputSp
 
 def open_shards(paths: Sequence[PathLike], config: Union[config_module.Config, PathLike, None] = None,
                 **sections: Mapping[str, Any]) -> "ShardedIndex":
-    """Open the shards of a sharded deployment read-only, to ask them questions as one index (safe while they run).
+    """Open the vshards of a sharded deployment read-only, to ask them questions as one index (safe while they run).
 
-    ``paths``: every vshard's state folder of a deployment whose band tables
-    are split by key (``vshard-0`` ... ``vshard-N``), or every shard's index
-    folder of a lockstep one (``shard-0`` ... ``shard-N``), or the folder
-    holding them. Each names its place, so an incomplete set (one missing,
-    given twice, of another deployment, or a mix of the two designs) is
-    refused with a ``ConfigError``. ``config`` and ``sections`` as for
+    ``paths``: every vshard's state folder (``vshard-0`` ... ``vshard-N``),
+    or the folder holding them. Each names its place, so an incomplete set
+    (one missing, given twice, of another deployment, or a single worker's
+    index among them) is refused with a ``ConfigError``. ``config`` and ``sections`` as for
     ``open`` (the threshold of ``query``, the input fields of ``explain``'s
     texts).
     """
@@ -263,56 +261,54 @@ def open_shards(paths: Sequence[PathLike], config: Union[config_module.Config, P
 
 
 class ShardedIndex:
-    """The shards of a sharded deployment, read as one index (see ``open_shards``). Close it, or use it in a
+    """The vshards of a sharded deployment, read as one index (see ``open_shards``). Close it, or use it in a
     ``with`` block."""
 
-    def __init__(self, shards: Union[VShardSet, ShardSet], spec: InputSpec):
+    def __init__(self, shards: VShardSet, spec: InputSpec):
         self._shards = shards
         self._spec = spec
 
     @property
     def paths(self) -> list[str]:
-        """Every shard's folder (absolute), in shard order."""
+        """Every vshard's folder (absolute), in vshard order."""
         return self._shards.paths
 
     @property
     def count(self) -> int:
-        """How many shards (or vshards) the deployment has."""
+        """How many vshards the deployment has (``shards.count``)."""
         return self._shards.count
 
     def owner(self, id: str) -> int:
-        """The shard (or vshard) every version of ``id`` lives in."""
+        """The vshard every version of ``id`` lives in (its home)."""
         return self._shards.owner(id)
 
     def query(self, text: str, *, min_similarity: Optional[float] = None, limit: int = 20) -> list[Match]:
-        """``Index.query`` over every shard: the candidates of one index, each verified where it lives; best
+        """``Index.query`` over every vshard: the candidates of one index, each verified where it lives; best
         first, as one index ranks them."""
         return self._shards.query(text, min_similarity, limit)
 
     def cluster(self, id: str, *, limit: Optional[int] = None) -> ClusterView:
-        """``Index.cluster`` over every shard: the representative from the shard owning its id, the members
-        from every shard, in decision order."""
+        """``Index.cluster`` over every vshard: the representative from its home, the members from every
+        vshard, in decision order."""
         return self._shards.cluster(id, limit)
 
     def explain(self, id: str, other: Optional[str] = None, *,
                 texts: Union[Mapping[str, Union[str, Sequence[str]]], PathLike, Sequence[PathLike], None] = None
                 ) -> Explanation:
-        """``Index.explain`` over every shard: each document's record, stored shingles and band keys from the
-        shard owning its id."""
+        """``Index.explain`` over every vshard: each document's record and stored shingles from its home."""
         return _explained(self._shards.explain, id, other, texts, self._spec)
 
     def sites(self, host: Optional[str] = None, top: int = 10) -> dict[str, Any]:
-        """``Index.sites``: what the shards learned of site templates (a key-split deployment learns none)."""
+        """``Index.sites``: refused (a sharded deployment learns no site templates)."""
         return self._shards.sites(host, top)
 
     def stats(self) -> dict[str, Any]:
-        """The deployment's counts and sizes (``design``: "keys" or "lockstep"), with each shard's own under
-        ``vshards`` (a key-split deployment: documents, places, bytes, last commit) or ``shards`` (a
-        lockstep one: its ``Index.stats``)."""
+        """The deployment's counts and sizes, with each vshard's own under ``vshards``: documents, places,
+        bytes, last commit."""
         return self._shards.stats()
 
     def close(self) -> None:
-        """Release every shard."""
+        """Release every vshard."""
         self._shards.close()
 
     def __enter__(self) -> "ShardedIndex":
@@ -322,7 +318,7 @@ class ShardedIndex:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<streamdedup.ShardedIndex of {len(self.paths)} shards>"
+        return f"<streamdedup.ShardedIndex of {len(self.paths)} vshards>"
 
 
 def texts_in_files(paths: Sequence[str], ids: set[str], spec: InputSpec) -> dict[str, list[str]]:

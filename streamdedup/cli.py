@@ -48,9 +48,9 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--state", metavar="DIR", help="index folder (overrides index.path)")
     sharded = argparse.ArgumentParser(add_help=False)
     sharded.add_argument("--shards", metavar="DIR[,DIR...]", action="append", default=[],
-                         help="read a sharded deployment instead of --state: every vshard's state folder (band "
-                         "tables split by key) or every shard's index folder (comma-separated or repeated), or the "
-                         "folder holding vshard-0 ... vshard-N (shard-0 ... shard-N); an incomplete set is refused")
+                         help="read a sharded deployment instead of --state: every vshard's state folder "
+                         "(comma-separated or repeated), or the folder holding vshard-0 ... vshard-N; an incomplete "
+                         "set is refused")
 
     parser = argparse.ArgumentParser(prog="streamdedup", description="Streaming near-duplicate deduplication "
                                      "of text with MinHash LSH and an on-disk LMDB index.")
@@ -168,12 +168,9 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", parents=[common], help="the live worker: input topics -> clean / duplicates / "
                          "dead-letter topics, exactly one outcome per record")
     run.add_argument("--until-caught-up", action="store_true", help="stop (exit 0) once no input is left")
-    run.add_argument("--role", choices=("worker", "sign", "shard", "vshards"), default="worker",
-                     help="worker: the single worker (default); sign and shard: the roles of a sharded deployment "
-                     "(shards.count shards, see deploy/README.md); sign and vshards: those of one whose band tables "
-                     "are split by key (shards.design = \"keys\")")
-    run.add_argument("--shard", type=int, metavar="N", help="with --role shard: this process's shard, 0 to "
-                     "shards.count - 1 (its index is --state)")
+    run.add_argument("--role", choices=("worker", "sign", "vshards"), default="worker",
+                     help="worker: the single worker (default); sign and vshards: the roles of a sharded deployment "
+                     "(shards.count virtual shards, see deploy/README.md)")
     run.add_argument("--vshards", metavar="LIST", help="with --role vshards: the virtual shards this process "
                      "hosts, such as 0-7 or 0,2,4 (default: those the consumer group gives it)")
     run.add_argument("--until-idle", type=float, metavar="SECONDS", help="with --role sign: stop (exit 0) once "
@@ -288,7 +285,7 @@ def _open_read(args):
     from . import api
 
     if args.state:
-        raise ConfigError("give --state (one index) or --shards (every shard of a sharded index), not both")
+        raise ConfigError("give --state (one index) or --shards (every vshard of a sharded deployment), not both")
     folders = [folder for given in args.shards for folder in given.split(",") if folder]
     return api.open_shards(folders, _config(args))
 
@@ -329,19 +326,14 @@ def _print_sharded_stats(args) -> int:
     if args.json:
         print(json.dumps(stats, indent=2, sort_keys=True))
         return EXIT_OK
-    vshards = stats["design"] == "keys"
-    print(f"{'vshards' if vshards else 'shards':<18} {stats['count']}")
-    for key in ("documents", "clusters", "duplicates", "exact_duplicates"):
-        if key in stats:
-            print(f"{key:<18} {stats[key]:,}")
+    print(f"{'vshards':<18} {stats['count']}")
+    for key in ("documents", "clusters", "duplicates"):
+        print(f"{key:<18} {stats[key]:,}")
     print(f"{'duplicate_rate':<18} {stats['duplicate_rate']:.2%}")
-    if not vshards:
-        print(f"{'next_serial':<18} {stats['next_serial']:,} (the deployment's serials given so far)")
     print(f"{'index_bytes':<18} {stats['index_bytes']:,}")
     print(f"{'fingerprint':<18} {stats['fingerprint']}")
-    for number, shard in enumerate(stats["vshards"] if vshards else stats["shards"]):
-        name = f"{'vshard' if vshards else 'shard'} {number}"
-        print(f"{name:<18} {_vshard_line(shard) if vshards else _shard_line(shard)}")
+    for number, vshard in enumerate(stats["vshards"]):
+        print(f"{f'vshard {number}':<18} {_vshard_line(vshard)}")
     return EXIT_OK
 
 
@@ -352,15 +344,6 @@ def _vshard_line(vshard: dict) -> str:
     return (f"{vshard['path']}: {vshard['documents']:,} documents, {vshard['kept']:,} kept, {vshard['places']:,} "
             f"places, {vshard['index_bytes']:,} bytes, {committed['epochs_done']:,} epochs committed "
             f"{json.dumps(committed['meta'], sort_keys=True)}")
-
-
-def _shard_line(shard: dict) -> str:
-    """One shard's figures in ``stats --shards``, with its position in the signed topic when it has one."""
-    line = (f"{shard['path']}: {shard['documents']:,} documents, {shard['kept']:,} kept, {shard['duplicates']:,} "
-            f"duplicates ({shard['exact_duplicates']:,} exact), {shard['index_bytes']:,} bytes, "
-            f"next_serial {shard['next_serial']:,}")
-    signed = shard["positions"].get("shards:signed")
-    return line if signed is None else f"{line}, shards:signed {signed}"
 
 
 def _cmd_check(args) -> int:
@@ -502,11 +485,11 @@ def _cmd_forget(args) -> int:
         raise ConfigError("forget: name at least one id, or --file with one id per line")
     cfg = _config(args)
     if cfg.shards.count:
-        from .runtime.shards.sign import queue_forget
+        from .runtime.vshards.sign import queue_forget
 
         offset = queue_forget(cfg, ids)
         print(f"queued the forgetting of {len(ids)} id(s) at offset {offset} of {cfg.shards.signed_topic}; every "
-              "shard applies it there, in order with the documents (its log says `forgotten`)")
+              "vshard applies it there, in order with the documents (its host's log says `forgotten`)")
         return EXIT_OK
     try:
         with _open(args, readonly=False, cfg=cfg) as index:
@@ -535,13 +518,33 @@ def _cmd_backup(args) -> int:
     if os.path.exists(os.path.join(dest, "data.mdb")):
         raise ConfigError(f"{dest} already holds an index (data.mdb): choose an empty or new folder")
     os.makedirs(dest, exist_ok=True)
-    with _open(args) as index:
-        index.engine.index.backup(dest)
-        with index.engine.index.read() as txn:
-            documents = txn.counters["documents"]
+    documents = _backup_vshard(args, dest)
+    if documents is None:
+        with _open(args) as index:
+            index.engine.index.backup(dest)
+            with index.engine.index.read() as txn:
+                documents = txn.counters["documents"]
     size = os.path.getsize(os.path.join(dest, "data.mdb"))
     print(f"copied {documents:,} documents to {dest}/data.mdb ({size:,} bytes, compacted)")
     return EXIT_OK
+
+
+def _backup_vshard(args, dest: str) -> Optional[int]:
+    """When ``--state`` is a vshard's folder (``vshard-N`` of a sharded deployment): its state copied to ``dest``
+    in one read transaction (safe while its host runs), and its documents; None for any other folder."""
+    from .engine.engine import index_settings
+    from .store.vshardstate import StoredVShard, is_vshard_state
+
+    path = index_settings(_config(args), args.state).path
+    if not os.path.isfile(os.path.join(path, "data.mdb")) or not is_vshard_state(path):
+        return None
+    stored = StoredVShard(path)
+    try:
+        stored.index.backup(dest)
+        with stored.index.read() as txn:
+            return stored.sizes(txn)["documents"]
+    finally:
+        stored.close()
 
 
 def _cmd_restore(args) -> int:
@@ -571,8 +574,8 @@ def _cmd_run(args) -> int:
     cfg = _config(args)
     if args.role != "worker":
         return _run_role(args, cfg)
-    if args.shard is not None or args.until_idle is not None:
-        raise ConfigError("--shard goes with --role shard, --until-idle with --role sign")
+    if args.until_idle is not None or args.vshards is not None:
+        raise ConfigError("--until-idle goes with --role sign, --vshards with --role vshards")
     spawned = _spawn_feed(cfg)
     try:
         from .runtime.worker import Stopper, run_worker
@@ -592,41 +595,31 @@ def _cmd_run(args) -> int:
 
 
 def _run_role(args, cfg) -> int:
-    """``run --role sign`` or ``run --role shard``: one process of a sharded deployment."""
+    """``run --role sign`` or ``run --role vshards``: one process of a sharded deployment."""
     from .runtime.worker import Stopper
 
     if cfg.shards.count < 1:
-        raise ConfigError(f"--role {args.role} needs shards.count, the deployment's number of shards (1 or more)")
+        raise ConfigError(f"--role {args.role} needs shards.count, the deployment's number of virtual shards (1 or "
+                          "more)")
     log = _log(cfg)
     stopper = Stopper()
     stopper.install()
     if args.role == "vshards":
         return _run_vshards(args, cfg, log, stopper)
-    if args.role == "sign":
-        if args.shard is not None or args.until_caught_up:
-            raise ConfigError("--role sign takes neither --shard nor --until-caught-up (see --until-idle)")
-        from .runtime.shards.sign import run_signer
+    if args.vshards is not None or args.until_caught_up:
+        raise ConfigError("--role sign takes neither --vshards nor --until-caught-up (see --until-idle)")
+    from .runtime.vshards.sign import run_signer
 
-        run_signer(cfg, log, stopper, args.until_idle)
-        return EXIT_OK
-    if args.shard is None or not 0 <= args.shard < cfg.shards.count:
-        raise ConfigError(f"--role shard needs --shard N, 0 to {cfg.shards.count - 1} (shards.count - 1)")
-    from .runtime.shards.shard import run_shard
-
-    stats = run_shard(cfg, args.state, args.shard, args.until_caught_up, log, stopper)
-    s = stats.summary
-    log.info("stopped", role="shard", shard=args.shard, documents=s.total, kept=s.outcomes["kept"],
-             duplicate=s.outcomes["duplicate"], rejected=s.outcomes["rejected"], replayed=s.replayed)
+    run_signer(cfg, log, stopper, args.until_idle)
     return EXIT_OK
 
 
 def _run_vshards(args, cfg, log, stopper) -> int:
-    """``run --role vshards``: some of the virtual shards of a deployment whose band tables are split by key."""
+    """``run --role vshards``: some of the virtual shards of a sharded deployment."""
     from .runtime.vshards.host import parse_vshards, run_vshards
 
-    if cfg.shards.design != "keys":
-        raise ConfigError('--role vshards runs a deployment whose band tables are split by key: set '
-                          'shards.design = "keys" (in every role)')
+    if args.until_idle is not None:
+        raise ConfigError("--until-idle goes with --role sign (a vshards host stops with --until-caught-up)")
     numbers = parse_vshards(args.vshards, cfg.shards.count) if args.vshards else None
     stats = run_vshards(cfg, args.state or cfg.index.path, numbers, args.until_caught_up, log, stopper)
     s = stats.summary

@@ -169,19 +169,16 @@ class WorkerSection:
 
 @dataclass(frozen=True)
 class ShardsSection:
-    count: int = _key(0, "shards of a sharded deployment (run --role sign / shard), fixed when its indexes are made "
+    count: int = _key(0, "virtual shards of a sharded deployment (run --role sign / vshards), fixed when it is made "
                          "(0: the single worker)", low=0, high=256)
-    signed_topic: str = _key("streamdedup-signed", "internal topic of signed batches (1 partition: the decision "
-                             "order); their records' bytes go to this name + \"-values\" (one partition per shard)")
-    evidence_topic: str = _key("streamdedup-evidence", "internal topic of the shards' evidence (one partition per shard)")
-    design: str = _key("batches", "batches: every shard reads every signed batch (lockstep); keys: band tables split "
-                       "by key over shards.count virtual shards (run --role vshards; docs/pages/sharding.md)",
-                       choices=("batches", "keys"))
-    epoch_records: int = _key(10000, "with design = \"keys\": records of one epoch at most (a signing process cuts one "
-                              "at each poll, so a light stream makes small ones; larger ones cost the vshards less a "
-                              "document, and make each record wait longer)", low=1, high=1000000)
-    batch_bytes: int = _key(4 << 20, "record bytes in one signed batch at most, or with design = \"keys\" in an epoch "
-                                     "per vshard (a larger record travels alone)",
+    signed_topic: str = _key("streamdedup-signed", "internal order topic (1 partition: the decision order); the records "
+                             "go to this name + \"-values\" (one partition per vshard)")
+    evidence_topic: str = _key("streamdedup-evidence", "internal exchange topic of the vshards' messages to each other "
+                               "(one partition per vshard)")
+    epoch_records: int = _key(10000, "records of one epoch at most (a signing process cuts one at each poll, so a light "
+                              "stream makes small ones; larger ones cost the vshards less a document, and make each "
+                              "record wait longer)", low=1, high=1000000)
+    batch_bytes: int = _key(4 << 20, "record bytes in an epoch per vshard at most (a larger record travels alone)",
                             low=1 << 16)
 
 

@@ -172,23 +172,18 @@ def wait_for_line(process: subprocess.Popen, needle: bytes, timeout: float = 60)
     raise AssertionError(f"the worker never logged {needle!r}")
 
 
-def sharded_records(web: bool, articles=220, seed=11, replays=30):
-    """The synthetic crawl (or pages of sites with their templates), with replays of ``replays`` records, as
-    many exact copies under new ids and a rejected record."""
-    from streamdedup.core.webcrawl import generate_web
-
+def sharded_records(articles=220, seed=11, replays=30):
+    """The synthetic crawl, with replays of ``replays`` records, as many exact copies under new ids and a rejected
+    record."""
     rng = random.Random(seed)
-    if web:
-        docs = [(p.id, p.text, p.url) for p in generate_web(450, 12, seed)]
-    else:
-        docs = [(d.id, d.text, None) for d in corpus.generate(articles, seed=seed)]
+    docs = [(d.id, d.text) for d in corpus.generate(articles, seed=seed)]
     extra = []
-    for doc_id, text, url in rng.sample(docs, replays):
-        extra += [(doc_id, text, url), (doc_id + "-copy", text, url)]
+    for doc_id, text in rng.sample(docs, replays):
+        extra += [(doc_id, text), (doc_id + "-copy", text)]
     stream = docs + extra
     rng.shuffle(stream)
-    records = [(doc_id.encode(), json.dumps({"id": doc_id, "text": text, "url": url}).encode())
-               for doc_id, text, url in stream]
+    records = [(doc_id.encode(), json.dumps({"id": doc_id, "text": text, "url": None}).encode())
+               for doc_id, text in stream]
     return records + [(b"bad", b"{not json")]
 
 
@@ -202,7 +197,7 @@ def sharded_topics(kafka, raw: str) -> Topics:
 
 def role_command(topics: Topics, kafka: str, count: int, tag: str, *extra: str, command: str = "run") -> list[str]:
     """``streamdedup run`` (or ``command``) of a sharded deployment named ``tag`` (its group and internal topics),
-    ``count`` shards."""
+    ``count`` vshards."""
     return [sys.executable, "-m", "streamdedup", command, *topics.settings(kafka),
             "--set", f"kafka.group_id=sharded-{tag}", "--set", f"shards.count={count}",
             "--set", f"shards.signed_topic=signed-{tag}", "--set", f"shards.evidence_topic=evidence-{tag}",

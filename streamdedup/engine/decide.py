@@ -1,11 +1,11 @@
 """Where a document is decided: kept, duplicate, or the earlier decision replayed.
 
 One decision function, ``decide_together``, for the single worker and for
-every shard of a sharded deployment. It reads no index: it is a pure
-function of the batch (prepared by ``core.prepare``: normalized, hashed,
-shingled, signed, cut into band keys) and of the *evidence* gathered for it
-(``evidence``: what the index, or every shard's index, says about each of
-its documents), so a rule changes in one place. ``engine.Engine`` gathers
+every vshard of a sharded deployment (``engine.vshards``). It reads no
+index: it is a pure function of the batch (prepared by ``core.prepare``:
+normalized, hashed, shingled, signed, cut into band keys) and of the
+*evidence* gathered for it (``evidence``: what the index, or the vshards,
+say about each of its documents), so a rule changes in one place. ``engine.Engine`` gathers
 the evidence from its index, calls it, and writes the outcome.
 
 Document by document in batch order, each seeing the decisions before it:
@@ -66,9 +66,8 @@ __all__ = ["Together", "decide_together"]
 @dataclass
 class Together:
     """A batch's decisions (one per item; None: kept, not asked for), the records of the documents it looked
-    at, by serial in order (record, row; record None: not made, see ``decide_together``; the serials of the
-    documents passed over have none), and the first pages each learning site it touched has now (to write
-    into every shard's index)."""
+    at, by serial in order (record, row; record None: not made, see ``decide_together``), and the first pages
+    each learning site it touched has now (to write into the index)."""
 
     decisions: list[Optional[Decision]]
     records: dict[int, tuple[Optional[DocRecord], int]]
@@ -90,11 +89,10 @@ def decide_together(batch: PreparedBatch, evidences: list[Evidence], rules: Dedu
     signed keys); with site templates, ``content`` (``SiteTemplates.content``)
     and the committed first pages of a site (``provisional_pages``).
     ``mine``: the items whose decisions and records the caller wants
-    (default: all). The others get no decision (None, but for replays): those
-    no wanted one depends on (through the batch's shared ids, contents and
-    band keys) only take their serials; the rest are decided as usual, and
-    the record of one kept is made only if a later document names it. A
-    shard of many looks at few documents of a batch one by one.
+    (default: all; with ``gathered`` only). The others get no decision
+    (None, but for replays): one surely kept (``alone_rows``) only takes its
+    serial, the rest are decided as usual, and the record of one kept is
+    made only if a later document names it.
 
     ``gathered``: the batch's candidates, in-batch ones included, with their
     similarities and each row's serial, gathered outside it (``Gathered``:
@@ -115,12 +113,7 @@ def decide_together(batch: PreparedBatch, evidences: list[Evidence], rules: Dedu
                    provisional_pages, gathered)
     decisions: list[Optional[Decision]] = [None] * len(batch.items)
     alone = state.alone_rows()
-    done = 0  # the items before this one are decided or passed over
-    look = range(len(batch.items)) if gathered is not None else state.items_to_look_at(mine, asked, rows)
-    for i in look:
-        state.pass_over(done, i)
-        item, row = batch.items[i], batch.row[i]
-        done = i + 1
+    for i, (item, row) in enumerate(zip(batch.items, batch.row)):
         if isinstance(item, Rejected):
             decisions[i] = Decision.rejected(item)
             continue
@@ -135,7 +128,6 @@ def decide_together(batch: PreparedBatch, evidences: list[Evidence], rules: Dedu
             decisions[i] = state.decide(item, row, wanted)
     if gathered is not None:  # the key owners filed the places, and the serials are the caller's
         return Together(decisions, state.records, first_serial, 0, np.zeros((len(batch.contents), 0), dtype=bool))
-    state.pass_over(done, len(batch.items))
     serials = state.next_serial - first_serial
     filed = _places_taken(state, asked, rows, bands, lookup_keys.shape, found_keys)
     if state.first is None:
@@ -305,40 +297,6 @@ class _State:
         alone &= ~self._rows_templates_touch() & self.alike_ids.first_of_each() & self.alike_contents.first_of_each()
         return alone[:n]
 
-    def items_to_look_at(self, mine: Optional[list[bool]], asked: np.ndarray, rows: np.ndarray) -> list[int]:
-        """The items ``decide_together`` takes one by one, in order: all of them, or with ``mine``, those
-        rejected, and the documents linked to one wanted (or that must be seen in order) through the
-        batch's shared ids, contents and band keys (``_linked_groups``; ``asked``, ``rows``: the batch's
-        sorted lookup keys). Each of the others (most, for a shard of many) is a document whose decision
-        nobody here asks for, kept or matched within its group or to a stored one: it only takes the next
-        serial (``pass_over``)."""
-        items = self.batch.items
-        if mine is None or self.anchors is not None:  # excerpts: every kept row's anchors serve later rows
-            return list(range(len(items)))
-        wanted = np.asarray(mine, dtype=bool)
-        if wanted.all():
-            return list(range(len(items)))
-        item_rows = np.asarray(self.batch.row, dtype=np.int64)
-        documents = item_rows >= 0
-        seeds = self._rows_seen_in_order()
-        seeds[item_rows[wanted & documents]] = True
-        group = _linked_groups(len(seeds), [_neighbours(asked, rows), self.alike_ids.neighbours(),
-                                            self.alike_contents.neighbours()])
-        reached = np.zeros(len(seeds), dtype=bool)
-        reached[group[seeds]] = True
-        look = wanted | ~documents
-        look[documents] |= reached[group[item_rows[documents]]]
-        return np.flatnonzero(look).tolist()
-
-    def _rows_seen_in_order(self) -> np.ndarray:
-        """The rows taken one by one whoever wants them: those sharing an id with another row (a replay in
-        the batch takes no serial), replays of stored documents, and with site templates, learning sites'
-        first pages and every row from where a site settles."""
-        seen = ~self.alike_ids.only_one() | self._rows_templates_touch()
-        if self.replays:
-            seen[list(self.replays)] = True
-        return seen
-
     def _rows_templates_touch(self) -> np.ndarray:
         """The rows whose keeping touches the site templates: learning sites' first pages, and every row from
         where a site settles (it may rekey first pages)."""
@@ -349,11 +307,6 @@ class _State:
             if self.content.settles:
                 touched[min(self.content.settles):] = True
         return touched
-
-    def pass_over(self, begin: int, end: int) -> None:
-        """Items ``begin`` to ``end`` (documents nobody here wants, nor any row looked at: ``items_to_look_at``)
-        take the next serials, without a decision or a record."""
-        self.next_serial += end - begin
 
     def kept_unwanted(self, doc, row: int) -> None:
         """Row ``row``, one of ``alone_rows``, kept as the next serial without a decision or record (made if a
@@ -483,28 +436,19 @@ def _places_taken(state: "_State", asked: np.ndarray, rows: np.ndarray, bands: n
 
 class _Alike:
     """A batch's hashes (ids or contents) sorted once by their first 8 bytes (``_heads``; two hashes alike
-    there count as equal, which only costs a closer look): the first of each kind, the only ones of their
-    kind, and each two neighbours alike."""
+    there count as equal, which only costs a closer look): the first of each kind."""
 
     def __init__(self, values: list[bytes], width: int):
         heads = _heads(values, width)
         self._order = np.argsort(heads, kind="stable")  # equal hashes in row order
-        self._sorted = heads[self._order]
-        same = self._sorted[1:] == self._sorted[:-1]
-        self._later, self._earlier = self._order[1:][same], self._order[:-1][same]
+        ordered = heads[self._order]
+        self._later = self._order[1:][ordered[1:] == ordered[:-1]]
 
     def first_of_each(self) -> np.ndarray:
         first = np.ones(len(self._order), dtype=bool)
         first[self._later] = False
         return first
 
-    def only_one(self) -> np.ndarray:
-        only = self.first_of_each()
-        only[self._earlier] = False
-        return only
-
-    def neighbours(self) -> np.ndarray:
-        return _neighbours(self._sorted, self._order)
 
 
 def _heads(values: list[bytes], width: int) -> np.ndarray:
@@ -513,38 +457,6 @@ def _heads(values: list[bytes], width: int) -> np.ndarray:
     if len(joined) == width * len(values) and width % 8 == 0:
         return np.frombuffer(joined, dtype=np.uint64)[::width // 8]
     return np.array([int.from_bytes(value[:8].ljust(8, b"\0"), "little") for value in values], dtype=np.uint64)
-
-
-def _linked_groups(n: int, links: list[np.ndarray]) -> np.ndarray:
-    """A group number for each of ``n`` rows: rows ``links`` joins (``_neighbours``: sharing a band key, an
-    id or a content), directly or through others, share one. A row's decision depends only on the stored
-    documents and the earlier rows of its group."""
-    links = np.unique(np.concatenate(links))
-    parent = np.arange(n, dtype=np.int64)
-    if not len(links):
-        return parent
-    up = parent.tolist()
-
-    def root(row: int) -> int:
-        while up[row] != row:
-            up[row] = up[up[row]]
-            row = up[row]
-        return row
-
-    for link in links.tolist():
-        a, b = root(link >> 32), root(link & 0xFFFFFFFF)
-        if a != b:
-            up[max(a, b)] = min(a, b)
-    touched = np.unique(np.concatenate([links >> 32, links & 0xFFFFFFFF])).tolist()
-    parent[touched] = [root(row) for row in touched]
-    return parent
-
-
-def _neighbours(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Each two neighbouring rows with equal ``values`` (sorted), as (lower row << 32) | higher row."""
-    same = values[1:] == values[:-1]
-    a, b = rows[:-1][same].astype(np.int64), rows[1:][same].astype(np.int64)
-    return (np.minimum(a, b) << 32) | np.maximum(a, b)
 
 
 class _UnionAnchors(BatchAnchors):

@@ -34,15 +34,13 @@ from ..store.sites import provisional_pages, remove_rekeyed, set_provisional_pag
 from ..store.view import write_documents
 from ..core.templates import TemplateSettings
 from .decide import Together, decide_together
-from .evidence import (Asking, Evidence, OwnFirstPages, ShardPlace, band_evidence, content_evidence, row_anchors,
-                       rows_settled)
+from .evidence import Asking, Evidence, OwnFirstPages, band_evidence, content_evidence, row_anchors, rows_settled
 from .settings import DedupSettings
 from .sitelearning import SiteTemplates, templates_in_advance
 
 __all__ = ["Engine", "DecidedBatch", "collector_paused", "index_settings"]
 
 Bookkeeping = Callable[[IndexTxn, list[Decision]], None]  # the front end's own writes: positions, checkpoints
-Exchange = Callable[[Evidence], list[Evidence]]  # publish this index's evidence, return every index's
 
 
 @dataclass
@@ -71,21 +69,17 @@ def index_settings(config: Config, path: Optional[str] = None) -> IndexSettings:
 class Engine:
     """One index and the settings to decide documents against it.
 
-    A batch is decided in three steps, the same for a single worker and for
-    each shard of a sharded deployment (``shards.ShardEngine``):
+    A batch is decided in three steps (a vshard of a sharded deployment
+    gathers from other vshards, and decides with the same function):
 
     1. *gather* (``evidence``): what the index says about each document of
        the batch: the earlier decision of a replay, the first document of
        each content, the kept documents under its band keys and their exact
-       Jaccard (a shard gathers from its own index, and every shard's
-       evidence is put together);
+       Jaccard;
     2. *decide* (``decide.decide_together``): a pure function of the batch
        and the evidence, in input order;
-    3. *write* the documents this index holds (all of them, for a single
-       worker) and their band keys.
+    3. *write* the batch's documents and their band keys.
     """
-
-    place = ShardPlace(0, 1)  # a single worker: the one shard of one
 
     def __init__(self, config: Config, state: Optional[str] = None, readonly: bool = False,
                  clock: Callable[[], float] = time.time):
@@ -114,15 +108,12 @@ class Engine:
         """Decide a prepared batch in a new index transaction, with ``bookkeeping`` in it; leave it prepared."""
         return self._decided(batch, self.clock(), bookkeeping)
 
-    def _decided(self, batch: PreparedBatch, now: float, bookkeeping: Optional[Bookkeeping],
-                 first_round: Optional[list[Evidence]] = None, exchange: Optional[Exchange] = None) -> DecidedBatch:
-        """``batch`` decided at ``now`` in a prepared transaction. ``first_round``: every index's first-round
-        evidence (None: this index's own, read in the transaction); ``exchange``: see ``ShardEngine``."""
+    def _decided(self, batch: PreparedBatch, now: float, bookkeeping: Optional[Bookkeeping]) -> DecidedBatch:
+        """``batch`` decided at ``now`` in a prepared transaction."""
         self.bands.loaded_filter()  # before the transaction: building it reads the index
 
         def work(txn: IndexTxn) -> list[Decision]:
-            evidences = first_round if first_round is not None else [self._first_round(txn, batch)]
-            decisions = self._decide_in(txn, batch, now, evidences, exchange)
+            decisions = self._decide_in(txn, batch, now, [self._first_round(txn, batch)])
             if bookkeeping is not None:
                 bookkeeping(txn, decisions)
             return decisions
@@ -133,23 +124,15 @@ class Engine:
     @property
     def two_rounds(self) -> bool:
         """Whether a batch needs a second round of evidence: with site templates, pages are looked up by their
-        content, which depends on which contents every index has seen (round one); with retention, whether
-        the first round's twins still match is asked of their representatives' indexes."""
+        content, which depends on which contents were seen before (round one); with retention, whether the
+        first round's twins still match is asked after the look-ups by content."""
         return self.templates is not None or self.settings.retention_s > 0
 
-    def evidence(self, batch: PreparedBatch) -> Evidence:
-        """This index's first-round evidence on ``batch``, against its last committed state (with the band
-        lookups too when there is no second round)."""
-        self.bands.loaded_filter()
-        with self.index.read() as txn:
-            return self._first_round(txn, batch)
-
     def _first_round(self, txn: IndexTxn, batch: PreparedBatch) -> Evidence:
-        evidence = content_evidence(txn, self.mirror, batch, self.place)
+        evidence = content_evidence(txn, self.mirror, batch)
         if self.two_rounds:
             return evidence
-        known = [evidence] if self.place.count == 1 else []  # a shard alone does not know every twin
-        found = self._band_evidence(txn, batch, batch.keys, None, None, first_round=known)
+        found = self._band_evidence(txn, batch, batch.keys, None, None, first_round=[evidence])
         found.replays, found.twins = evidence.replays, evidence.twins
         return found
 
@@ -163,14 +146,9 @@ class Engine:
                         rows_settled(first_round, settings.retention_s > 0))
         return band_evidence(txn, self.mirror, self.bands, batch, lookup_keys, content, first, asking)
 
-    def owned(self, batch: PreparedBatch) -> Optional[list[bool]]:
-        """Which of the batch's items this index stores and sends out (None: all of them)."""
-        return None
-
-    def _decide_in(self, txn: IndexTxn, batch: PreparedBatch, now: float, evidences: list[Evidence],
-                   exchange: Optional[Exchange]) -> list[Optional[Decision]]:
-        """Decide ``batch`` from ``evidences`` (and the second round's, with ``exchange``: None, this index's
-        own) and write this index's documents of it in ``txn``."""
+    def _decide_in(self, txn: IndexTxn, batch: PreparedBatch, now: float,
+                   evidences: list[Evidence]) -> list[Decision]:
+        """Decide ``batch`` from ``evidences`` (and the second round's) and write its documents in ``txn``."""
         lookup_keys, content, first = batch.keys, None, None
         if self.templates is not None:
             seen = _SeenContents(evidences).for_batch(batch)
@@ -179,43 +157,38 @@ class Engine:
             first = OwnFirstPages(txn, self.signing)
         if self.two_rounds:
             own = self._band_evidence(txn, batch, lookup_keys, content, first, now, evidences)
-            evidences = evidences + (exchange(own) if exchange is not None else [own])
+            evidences = evidences + [own]
         together = decide_together(batch, evidences, self.settings, txn.counters.get("next_serial", 0) + 1, now,
-                                   lookup_keys, content, lambda site: provisional_pages(txn, site), self.owned(batch))
+                                   lookup_keys, content, lambda site: provisional_pages(txn, site))
         for site, pages in together.provisional.items():
             set_provisional_pages(txn, site, pages)
-        self._write_rekeyed(txn, batch, together)
+        self._write_rekeyed(txn, together)
         self._write_anchors(txn, batch, together, content)
         txn.after_commit.append(self._write_own(txn, batch, together, lookup_keys))
         return together.decisions
 
     def _write_anchors(self, txn: IndexTxn, batch: PreparedBatch, together: Together, content) -> None:
-        """Excerpts: the anchors of this index's kept documents of the batch."""
+        """Excerpts: the anchors of the batch's kept documents."""
         excerpts = self.settings.excerpts
         if not excerpts.sampling:
             return
         anchors = BatchAnchors(txn, excerpts.max_postings, row_anchors(batch, content, excerpts))
         for record, row in together.records.values():
-            if record is not None and record.kept and self.place.owns(batch.id_keys[row]):
+            if record is not None and record.kept:
                 anchors.kept(row, record.serial)
         anchors.flush()
 
-    def _write_rekeyed(self, txn: IndexTxn, batch: PreparedBatch, together: Together) -> None:
-        """The band keys of this index's own first pages of the batch, rekeyed in it."""
+    def _write_rekeyed(self, txn: IndexTxn, together: Together) -> None:
+        """The band keys of the batch's first pages, rekeyed in it."""
         for serial, keys in together.rekeyed.items():
-            if self.place.owns(batch.id_keys[together.records[serial][1]]):
-                remove_rekeyed(txn, serial)
-                write_rekeyed(txn, serial, keys)
+            remove_rekeyed(txn, serial)
+            write_rekeyed(txn, serial, keys)
 
     def _write_own(self, txn: IndexTxn, batch: PreparedBatch, together: Together, lookup_keys):
         inserted, kept_rows, shingles, placed = [], {}, {}, {}
-        everything = self.place.count == 1
         masks = place_masks(together.filed)
         for record, row in together.records.values():
-            ident = batch.id_keys[row]
-            if not everything and not self.place.owns(ident):
-                continue
-            inserted.append((record, ident))
+            inserted.append((record, batch.id_keys[row]))
             if record.kept:
                 kept_rows[row] = record.serial
                 shingles[record.serial] = batch.shingles.of(row)

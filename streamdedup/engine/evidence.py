@@ -1,11 +1,9 @@
-"""What one index says about each document of a batch: the evidence ``decide.decide_together`` decides on.
+"""What an index says about each document of a batch: the evidence ``decide.decide_together`` decides on.
 
 A single worker gathers it from its index inside the batch's write
-transaction. A shard of a sharded deployment reads it in a read transaction
-of its last committed state: the batch before has been applied everywhere
-before any shard looks this batch up, so every shard answers against the
-same point of the order, and the shards' evidence put together is what one
-index would say.
+transaction. A deployment whose band tables are split by key gathers the
+same answers from its vshards (``engine.vshards``): ``Evidence`` for what
+they know of stored documents, ``Gathered`` for each row's candidates.
 """
 
 from __future__ import annotations
@@ -13,12 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-import msgpack
 import numpy as np
 
 from ..core.excerpts import anchors_of, containment, need_of
 from ..core.prepare import PreparedBatch
-from ..core.records import id_key
 from ..core.signing import band_keys_of
 from ..core.templates import content_of
 from ..core.verify import jaccard
@@ -33,58 +29,15 @@ from ..store.sites import provisional_pages, remove_rekeyed, write_rekeyed
 from .settings import ExcerptSettings
 from .sitelearning import BatchContent
 
-__all__ = ["ShardPlace", "Evidence", "Gathered", "Asking", "content_evidence", "band_evidence", "rows_settled", "OwnFirstPages",
-           "row_anchors", "row_items", "owner_of", "owners_of", "item_owners", "replay_of", "twin_of"]
+__all__ = ["Evidence", "Gathered", "Asking", "content_evidence", "band_evidence", "rows_settled", "OwnFirstPages",
+           "row_anchors", "row_items", "replay_of", "twin_of"]
 
 _NO_ANCHORS = np.zeros(0, dtype=np.uint64)
 
 
-@dataclass(frozen=True)
-class ShardPlace:
-    """Shard ``number`` of ``count``."""
-
-    number: int
-    count: int
-
-    def owns(self, ident: bytes) -> bool:
-        """Whether the document with id hash ``ident`` lives in this shard (its last 4 bytes, modulo count)."""
-        return owner_of(ident, self.count) == self.number
-
-    def owns_each(self, idents: list[bytes]) -> np.ndarray:
-        """``owns`` of each id hash, at once."""
-        return owners_of(idents, self.count) == self.number
-
-
-def owner_of(ident: bytes, count: int) -> int:
-    """The shard holding the documents with id hash ``ident`` (every version of an id lives in one shard)."""
-    return int.from_bytes(ident[-4:], "big") % count
-
-
-def item_owners(batch: PreparedBatch, count: int) -> np.ndarray:
-    """The shard of each item of ``batch``, which stores it and sends it out: a document's by its id hash, a
-    rejected record's by where it came from (so the signing processes and every shard agree on it, whatever
-    else the batch holds)."""
-    rows = np.asarray(batch.row, dtype=np.int64)
-    documents = rows >= 0
-    owners = np.empty(len(rows), dtype=np.int64)
-    owners[documents] = owners_of(batch.id_keys, count)[rows[documents]]
-    for i in np.flatnonzero(~documents).tolist():
-        source = batch.items[i].source
-        owners[i] = owner_of(id_key(f"{source.name}:{source.partition}:{source.offset}"), count)
-    return owners
-
-
-def owners_of(idents: list[bytes], count: int) -> np.ndarray:
-    """``owner_of`` of each id hash (8 bytes, as ``records.id_key`` makes them; others one by one)."""
-    joined = b"".join(idents)
-    if len(joined) != 8 * len(idents):
-        return np.array([owner_of(ident, count) for ident in idents], dtype=np.int64)
-    return np.frombuffer(joined, dtype=">u4")[1::2].astype(np.int64) % count
-
-
 @dataclass
 class Evidence:
-    """One shard's answers for one batch (rows are the batch's document rows).
+    """One index's answers for one batch (rows are the batch's document rows).
 
     ``replays``: row -> the earlier decision of that very document (same id,
     same content), as (id, kept, cluster id, matched id, similarity, exact,
@@ -96,7 +49,7 @@ class Evidence:
     proposes nothing: ``unkept`` names those among the candidates verified
     here). ``matches``: (row, serial, Jaccard) of
     every candidate at or above the threshold, and ``names`` their ids.
-    ``rekeys``: (row, serial, band keys) of the shard's first pages rekeyed at
+    ``rekeys``: (row, serial, band keys) of the index's first pages rekeyed at
     that row (site templates). ``unmatchable``: the kept documents among
     them, and among the first round's twins' representatives, past
     retention. Excerpts: ``anchor_keys``/``anchor_serials``, the stored
@@ -118,24 +71,6 @@ class Evidence:
     sources: list = field(default_factory=list)
     unkept: list = field(default_factory=list)
 
-    def pack(self) -> bytes:
-        return msgpack.packb([self.replays, self.twins, _packed(self.found_keys, "<u8"),
-                              _packed(self.found_serials, "<i8"), self.matches, self.names, self.rekeys,
-                              self.unmatchable, _packed(self.anchor_keys, "<u8"), _packed(self.anchor_serials, "<i8"),
-                              self.sources, self.unkept], use_bin_type=True)
-
-    @classmethod
-    def unpack(cls, data: bytes) -> "Evidence":
-        fields = msgpack.unpackb(data, strict_map_key=False)
-        if len(fields) == 11:  # a shard of the version before, whose entries were all kept documents
-            fields.append([])
-        (replays, twins, keys, serials, matches, names, rekeys, unmatchable, anchor_keys, anchor_serials,
-         sources, unkept) = fields
-        return cls(replays, twins, _unpacked(keys, "<u8", np.uint64), _unpacked(serials, "<i8", np.int64),
-                   [tuple(m) for m in matches], names, [tuple(r) for r in rekeys], unmatchable,
-                   _unpacked(anchor_keys, "<u8", np.uint64), _unpacked(anchor_serials, "<i8", np.int64),
-                   [tuple(x) for x in sources], unkept)
-
 
 @dataclass
 class Gathered:
@@ -154,29 +89,21 @@ class Gathered:
     serial_of: list[int]
 
 
-def _packed(values: np.ndarray, dtype: str) -> bytes:
-    return values.astype(dtype).tobytes()
-
-
-def _unpacked(data: bytes, dtype: str, to) -> np.ndarray:
-    return np.frombuffer(data, dtype).astype(to)
-
-
 def row_items(batch: PreparedBatch) -> np.ndarray:
     """The item of each row of the batch (its place in ``batch.items``)."""
     return np.flatnonzero(np.asarray(batch.row, dtype=np.int64) >= 0)
 
 
-def content_evidence(txn: IndexTxn, mirror: RecentMirror, batch: PreparedBatch, place: ShardPlace) -> Evidence:
+def content_evidence(txn: IndexTxn, mirror: RecentMirror, batch: PreparedBatch) -> Evidence:
     """Round one: replays and twins (what site templates must know before any band key is looked up)."""
     records = _RecordCache(txn)
-    return Evidence(replays=_replays(txn, mirror, batch, place, records.get),
+    return Evidence(replays=_replays(txn, mirror, batch, records.get),
                     twins=_twins(txn, mirror, batch.contents, records.get))
 
 
 @dataclass(frozen=True)
 class Asking:
-    """What a shard's second-round lookups need besides the batch."""
+    """What the second-round lookups need besides the batch."""
 
     threshold: float
     max_candidates: int
@@ -197,13 +124,13 @@ def row_anchors(batch: PreparedBatch, content: Optional[BatchContent], settings:
 def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch: PreparedBatch,
                   lookup_keys: np.ndarray, content: Optional[BatchContent], first: Optional["OwnFirstPages"],
                   asking: Asking) -> Evidence:
-    """Round two: the stored band entries under the batch's lookup keys and this shard's matches.
+    """Round two: the stored band entries under the batch's lookup keys and this index's matches.
 
     With site templates (``content``), a row's content and each candidate's
     are as the templates stand at that row, and ``first`` rekeys this
-    shard's first pages of sites that settle in the batch (as
+    index's first pages of sites that settle in the batch (as
     ``decide._FirstPages`` does), which makes them candidates of later rows.
-    With retention (``asking.cutoff``), the shard's kept documents among the
+    With retention (``asking.cutoff``), the index's kept documents among the
     candidates and the first round's twins' representatives decided before
     it are named unmatchable. With excerpts, the anchor postings it holds
     and the Jaccard and containment of every possible source it holds.
@@ -305,7 +232,7 @@ def rows_settled(first_round: list[Evidence], retention: bool) -> frozenset:
 
 
 class _Sources:
-    """Excerpts: this shard's anchor postings under the batch's anchors, and its possible sources verified."""
+    """Excerpts: this index's anchor postings under the batch's anchors, and its possible sources verified."""
 
     def __init__(self, txn: IndexTxn, batch: PreparedBatch, content: Optional[BatchContent],
                  settings: ExcerptSettings, evidence: Evidence):
@@ -348,7 +275,7 @@ class _RecordCache:
 
 
 class _Matches:
-    """This shard's candidates verified: (row, serial, Jaccard) at or above the threshold."""
+    """This index's candidates verified: (row, serial, Jaccard) at or above the threshold."""
 
     def __init__(self, txn: IndexTxn, records: _RecordCache, batch: PreparedBatch, content: Optional[BatchContent],
                  threshold: float):
@@ -431,13 +358,12 @@ class OwnFirstPages:
         return [serial for serial, own in self._keys.items() for _ in range(int(np.count_nonzero(own == keys)))]
 
 
-def _replays(txn: IndexTxn, mirror: RecentMirror, batch: PreparedBatch, place: ShardPlace, record) -> dict:
-    """Row -> the earlier decision of that document, for the rows whose id this shard owns."""
-    owned = range(len(batch.id_keys)) if place.count == 1 else np.flatnonzero(place.owns_each(batch.id_keys)).tolist()
-    stored = serials_of_many(txn, "ids", [batch.id_keys[row] for row in owned])
+def _replays(txn: IndexTxn, mirror: RecentMirror, batch: PreparedBatch, record) -> dict:
+    """Row -> the earlier decision of that document (same id, same content)."""
+    stored = serials_of_many(txn, "ids", batch.id_keys)
     items = row_items(batch)
     replays = {}
-    for row in owned:
+    for row in range(len(batch.id_keys)):
         ident = batch.id_keys[row]
         earlier, recent = stored.get(ident), mirror.serials_of_id(ident)
         if not earlier and not recent:  # most documents: a new id

@@ -112,10 +112,9 @@ def explain(engine: Engine, doc_id: str, other: Optional[str] = None,
 def explain_in(engines: Sequence[Readable], doc_id: str, other: Optional[str] = None,
                texts: Optional[Mapping[str, Union[str, Sequence[str]]]] = None,
                owner: Callable[[str], int] = lambda _: 0) -> Explanation:
-    """``explain`` over the shards of a sharded index, or the vshards of a key-split deployment:
-    ``engines[owner(id)]`` holds that id's documents, so each record, its stored shingles and band keys are
-    read from its own shard (site templates are the same in every shard); one read transaction per shard,
-    all open together."""
+    """``explain`` over the vshards of a sharded deployment (or one index): ``engines[owner(id)]`` holds that
+    id's documents, so each record and its stored shingles are read from its home; one read transaction
+    per vshard, all open together."""
     texts = texts or {}
     engine = engines[0]
     with contextlib.ExitStack() as stack:

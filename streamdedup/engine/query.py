@@ -1,12 +1,11 @@
 """Read-only questions to the index: what does this text duplicate, what is in this cluster.
 
 Both run in one short read transaction, so they are safe while the worker
-writes, and see the index as of its last commit. Over the shards of a
-sharded index (``near_duplicates_in``, ``cluster_in``; ``shardset`` opens
-them) each shard is read in a transaction of its own: each shard as of its
-last commit. A key-split deployment's vshard states are read by the same
-rules (``near_matches`` and ``best_first`` for a query, ``cluster_in``),
-their keys asked of their owners (``vshards.reading``).
+writes, and see the index as of its last commit. A sharded deployment's
+vshard states (``shardset`` opens them) are read by the same rules
+(``near_matches`` and ``best_first`` for a query, ``cluster_in``), each in a
+transaction of its own, their keys asked of their owners
+(``vshards.reading``).
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ from ..store.sites import shared_template, site_summaries
 from .engine import Engine
 from .settings import DedupSettings
 
-__all__ = ["Match", "ClusterView", "Readable", "near_duplicates", "near_duplicates_in", "query_of", "best_first",
+__all__ = ["Match", "ClusterView", "Readable", "near_duplicates", "query_of", "best_first",
            "near_matches", "exact_copy", "cluster_of", "cluster_in", "templates_learned", "stats_of"]
 
 
@@ -85,15 +84,8 @@ def near_duplicates(engine: Engine, text: str, min_similarity: Optional[float] =
     """Kept documents whose exact similarity to ``text`` is at least ``min_similarity`` (default: the
     threshold), plus the first document with the very same normalized text, best first; then the kept
     documents ``text`` is an excerpt of (whole texts: the query has no site, so no template is left out)."""
-    return near_duplicates_in([engine], text, min_similarity, limit)
-
-
-def near_duplicates_in(engines: Sequence[Readable], text: str, min_similarity: Optional[float] = None,
-                       limit: int = 20) -> list[Match]:
-    """``near_duplicates`` over the shards of a sharded index (or one index): each shard verifies its own
-    kept documents; the first document with the same text is the earliest any shard holds."""
-    floor, batch = query_of(engines[0], text, min_similarity)
-    return best_first([_looked_up(engine, batch, floor) for engine in engines], limit)
+    floor, batch = query_of(engine, text, min_similarity)
+    return best_first([_looked_up(engine, batch, floor)], limit)
 
 
 def query_of(reader: Readable, text: str, min_similarity: Optional[float]) -> tuple[float, PreparedBatch]:
@@ -198,9 +190,9 @@ def cluster_of(engine: Engine, doc_id: str, limit: Optional[int] = None) -> Clus
 
 def cluster_in(engines: Sequence[Readable], doc_id: str, limit: Optional[int], owner: Callable[[str], int]
                ) -> ClusterView:
-    """``cluster_of`` over the shards of a sharded index: ``engines[owner(id)]`` holds that id's documents;
-    the members are every shard's own, listed under the representative's serial, merged in serial order.
-    One read transaction per shard, all open together."""
+    """``cluster_of`` over the vshards of a sharded deployment (or one index): ``engines[owner(id)]`` holds
+    that id's documents; the members are every vshard's own, listed under the representative's serial,
+    merged in serial order. One read transaction per vshard, all open together."""
     with contextlib.ExitStack() as stack:
         txns = [stack.enter_context(engine.index.read()) for engine in engines]
         txn = txns[owner(doc_id)]

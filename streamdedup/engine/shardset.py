@@ -1,15 +1,11 @@
-"""The shards of a sharded index opened together, to be read as one index (``stats``, ``query``, ``cluster``,
-``explain``).
+"""The vshard states of a sharded deployment opened together, to be read as one index (``stats``, ``query``,
+``cluster``, ``explain``).
 
-Two deployments are read so: a key-split one's vshard states (``VShardSet``:
-``engine.vshards``, each state names its vshard, [number, count]) and a
-lockstep one's shard indexes (``ShardSet``: ``engine.shards``, each index
-names its place, position ``shard``: [number, count], written at its first
-start by ``ShardEngine``; it goes when that design does). ``opened_set``
-tells them apart by what their folders hold. Either set given is checked
-against the places: every number from 0 to count - 1 once, one count. A
-set with a shard missing would answer for part of the documents only,
-without saying so; it is refused instead, as is a set mixing the two.
+Each state names its vshard, [number, count] (``engine.vshards``). The set
+given is checked against them: every number from 0 to count - 1 once, one
+count, one deployment's settings. A set with a vshard missing would answer
+for part of the documents only, without saying so; it is refused instead,
+as is a folder holding a single worker's index.
 """
 
 from __future__ import annotations
@@ -19,70 +15,61 @@ import json
 import os
 import re
 from collections import Counter
-from typing import Optional, Sequence, Union
+from typing import Optional, Sequence
 
 from ..config import Config
 from ..core.records import id_key
 from ..errors import ConfigError, StreamdedupError
 from ..store.vshardstate import is_vshard_state
-from .engine import Engine
 from .explain import Explanation, explain_in
-from .query import (ClusterView, Match, best_first, cluster_in, exact_copy, near_duplicates_in, near_matches,
-                    query_of, stats_of, templates_learned)
-from .evidence import owner_of
-from .shards.shard import PLACE
+from .query import ClusterView, Match, best_first, cluster_in, exact_copy, near_matches, query_of
 from .vshards.placement import homes_of
 from .vshards.reading import VShardReader, first_document, holders_across
 
-__all__ = ["ShardSet", "VShardSet", "opened_set", "shard_folders"]
+__all__ = ["VShardSet", "opened_set", "shard_folders"]
 
-_SHARD_FOLDER = re.compile(r"v?shard-(\d+)")
+_SHARD_FOLDER = re.compile(r"vshard-(\d+)")
 _SUMMED = ("documents", "clusters", "kept", "duplicates", "exact_duplicates", "index_bytes", "map_used_bytes",
            "map_size_bytes")
 
 
-def opened_set(config: Config, paths: Sequence[str]) -> Union["VShardSet", "ShardSet"]:
-    """The set ``paths`` name, opened read-only: a key-split deployment's vshard states, or a lockstep
-    deployment's shard indexes (``shard_folders``); a set of both is refused."""
+def opened_set(config: Config, paths: Sequence[str]) -> "VShardSet":
+    """The vshard states ``paths`` name (``shard_folders``), opened read-only; a folder holding an index is
+    refused."""
     folders = shard_folders(paths)
-    vshards = [folder for folder in folders if is_vshard_state(folder)]
-    if len(vshards) == len(folders):
-        return VShardSet(config, folders)
-    if vshards:
-        others = sorted(set(folders) - set(vshards))
-        raise ConfigError(f"these folders mix vshard states of a key-split deployment ({', '.join(vshards)}) with "
-                          f"indexes ({', '.join(others)}): give the vshard-N folders of one deployment, or the "
-                          "shard-N folders of one lockstep deployment")
-    return ShardSet(config, folders)
+    indexes = [folder for folder in folders if not is_vshard_state(folder)]
+    if indexes:
+        raise ConfigError(f"{', '.join(indexes)} hold(s) an index, not a vshard's state: give the vshard-N folders "
+                          "of one sharded deployment (a single worker's index is read with --state alone)")
+    return VShardSet(config, folders)
 
 
 def shard_folders(paths: Sequence[str]) -> list[str]:
-    """The folders ``paths`` name: a folder holding an LMDB environment (``data.mdb``) is one shard's or
-    vshard's; a folder holding none is the parent of ``shard-0`` ... ``shard-N`` or ``vshard-0`` ...
-    ``vshard-N`` folders (the layouts of deploy/, the demo and ``run --role vshards --state``)."""
+    """The folders ``paths`` name: a folder holding an LMDB environment (``data.mdb``) is one vshard's; a
+    folder holding none is the parent of ``vshard-0`` ... ``vshard-N`` folders (the layout of
+    ``run --role vshards --state``)."""
     folders = []
     for path in paths:
         if os.path.isfile(os.path.join(path, "data.mdb")):
             folders.append(path)
             continue
-        children = sorted((m.group(0).startswith("v"), int(m.group(1)), m.group(0))
-                          for m in map(_SHARD_FOLDER.fullmatch, _listing(path)) if m)
-        found = [os.path.join(path, name) for _, _, name in children
+        children = sorted((int(m.group(1)), m.group(0)) for m in map(_SHARD_FOLDER.fullmatch, _listing(path)) if m)
+        found = [os.path.join(path, name) for _, name in children
                  if os.path.isfile(os.path.join(path, name, "data.mdb"))]
         if not found:
-            raise ConfigError(f"{path} holds no index (data.mdb) and no shard-N or vshard-N folders with one: give "
-                              "each shard's folder, or the folder holding shard-0 ... shard-N (vshard-0 ... vshard-N)")
+            raise ConfigError(f"{path} holds no vshard state (data.mdb) and no vshard-N folders with one: give each "
+                              "vshard's folder, or the folder holding vshard-0 ... vshard-N")
         folders += found
     twice = sorted(path for path, n in Counter(os.path.realpath(f) for f in folders).items() if n > 1)
     if twice:
-        raise ConfigError(f"the same shard is given more than once: {', '.join(twice)}: give each shard once")
+        raise ConfigError(f"the same vshard is given more than once: {', '.join(twice)}: give each vshard once")
     return folders
 
 
 def _listing(path: str) -> list[str]:
     if not os.path.isdir(path):
-        raise ConfigError(f"no index at {path!r}: no such folder; give each shard's index folder, or the folder "
-                          "holding shard-0 ... shard-N")
+        raise ConfigError(f"no vshard state at {path!r}: no such folder; give each vshard's folder, or the folder "
+                          "holding vshard-0 ... vshard-N")
     try:
         return os.listdir(path)
     except OSError as exc:
@@ -90,7 +77,7 @@ def _listing(path: str) -> list[str]:
 
 
 class VShardSet:
-    """Every vshard state of a key-split deployment, opened read-only, in vshard order, answering as one index
+    """Every vshard state of a sharded deployment, opened read-only, in vshard order, answering as one index
     (safe while the vshards run: each question reads every state in a short transaction of its own)."""
 
     def __init__(self, config: Config, folders: Sequence[str]):
@@ -98,7 +85,7 @@ class VShardSet:
         try:
             for path in folders:
                 self.readers.append(VShardReader(config, path))
-            order = complete_set([(reader.index.path, reader.place) for reader in self.readers], "vshard")
+            order = complete_set([(reader.index.path, reader.place) for reader in self.readers])
             self.readers = [self.readers[n] for n in order]
             _refuse_other_settings(self.readers)
         except BaseException:
@@ -148,7 +135,6 @@ class VShardSet:
                              "committed": reader.state.committed(txn)})
         documents, kept = sum(v["documents"] for v in each), sum(v["kept"] for v in each)
         return {
-            "design": "keys",
             "count": self.count,
             "documents": documents,
             "kept": kept,
@@ -176,107 +162,28 @@ def _refuse_other_settings(readers: list[VShardReader]) -> None:
             f"{path}: {settings}" for path, settings in made.items()) + "): give the vshards of one deployment")
 
 
-class ShardSet:
-    """Every shard of a sharded index, opened read-only, in shard order (safe while the shards run)."""
-
-    def __init__(self, config: Config, folders: Sequence[str]):
-        self.engines: list[Engine] = []
-        try:
-            places = []
-            for path in folders:
-                engine = Engine(config, path, readonly=True)
-                self.engines.append(engine)
-                places.append((engine.index.path, _place_of(engine)))
-            order = complete_set(places)
-            self.engines = [self.engines[n] for n in order]
-        except BaseException:
-            self.close()
-            raise
-        self.count = len(self.engines)
-
-    def owner(self, doc_id: str) -> int:
-        """The shard holding every version of ``doc_id``."""
-        return owner_of(id_key(doc_id), self.count)
-
-    def query(self, text: str, min_similarity: Optional[float] = None, limit: int = 20) -> list[Match]:
-        return near_duplicates_in(self.engines, text, min_similarity, limit)
-
-    def cluster(self, doc_id: str, limit: Optional[int] = None) -> ClusterView:
-        return cluster_in(self.engines, doc_id, limit, self.owner)
-
-    def explain(self, doc_id: str, other: Optional[str] = None, texts: Optional[dict] = None) -> Explanation:
-        return explain_in(self.engines, doc_id, other, texts, self.owner)
-
-    def sites(self, host: Optional[str] = None, top: int = 10) -> dict:
-        """Every shard learns every site's template alike, so the first shard answers."""
-        return templates_learned(self.engines[0], host, top)
-
-    def stats(self) -> dict:
-        """Counts and sizes summed over the shards, with each shard's own ``stats_of`` under ``shards``.
-
-        Each shard counts its own documents; ``next_serial`` is the deployment's, as of the last batch each
-        shard committed, so the totals take the highest (a shard behind the others shows a lower one).
-        """
-        each = [stats_of(engine) for engine in self.engines]
-        total = {key: sum(s[key] for s in each) for key in _SUMMED}
-        documents = total["documents"]
-        return {
-            **total,
-            "design": "lockstep",
-            "shards": each,
-            "count": len(each),
-            "duplicate_rate": total["duplicates"] / documents if documents else 0.0,
-            "next_serial": max(s["next_serial"] for s in each),
-            "fingerprint": each[0]["fingerprint"],
-            "config": each[0]["config"],
-        }
-
-    @property
-    def paths(self) -> list[str]:
-        return [engine.index.path for engine in self.engines]
-
-    def close(self) -> None:
-        for engine in self.engines:
-            engine.close()
-
-    def __enter__(self) -> "ShardSet":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-def _place_of(engine: Engine) -> list:
-    with engine.index.read() as txn:
-        place = txn.position(PLACE)
-    if place is None:
-        raise ConfigError(f"{engine.index.path} is not a shard's index (it names no shard): a single worker's "
-                          "index is read with --state alone")
-    return place
-
-
-def complete_set(places: list[tuple[str, list]], noun: str = "shard") -> list[int]:
-    """The positions in ``places`` ((folder, [number, count]) each) in shard order, once they are every shard
-    (``noun``: or vshard) of one deployment, each once."""
+def complete_set(places: list[tuple[str, list]]) -> list[int]:
+    """The positions in ``places`` ((folder, [number, count]) each) in vshard order, once they are every vshard
+    of one deployment, each once."""
     if not places:
-        raise ConfigError(f"no {noun} given: give every {noun}'s folder")
+        raise ConfigError("no vshard given: give every vshard's folder")
     counts = sorted({count for _, (_, count) in places})
     if len(counts) > 1:
-        raise ConfigError(f"these folders hold {noun}s of deployments of different sizes ("
-                          + ", ".join(f"{path}: {noun} {n} of {c}" for path, (n, c) in places)
-                          + f"): give the {noun}s of one deployment")
+        raise ConfigError("these folders hold vshards of deployments of different sizes ("
+                          + ", ".join(f"{path}: vshard {n} of {c}" for path, (n, c) in places)
+                          + "): give the vshards of one deployment")
     count = counts[0]
     holders: dict[int, list[str]] = {}
     for path, (number, _) in places:
         holders.setdefault(number, []).append(path)
     twice = {n: paths for n, paths in holders.items() if len(paths) > 1}
     if twice:
-        raise ConfigError(f"the same {noun} is given more than once: " + "; ".join(
-            f"{noun} {n} in {' and '.join(sorted(paths))}" for n, paths in sorted(twice.items()))
-            + f" (a backup and its {noun}, or a folder given twice?): give each {noun} once")
+        raise ConfigError("the same vshard is given more than once: " + "; ".join(
+            f"vshard {n} in {' and '.join(sorted(paths))}" for n, paths in sorted(twice.items()))
+            + " (a backup and its vshard, or a folder given twice?): give each vshard once")
     missing = sorted(set(range(count)) - set(holders))
     if missing:
-        raise ConfigError(f"the deployment has {count} {noun}s, and {noun}(s) {', '.join(map(str, missing))} "
-                          f"{'is' if len(missing) == 1 else 'are'} not given: give every {noun}'s folder "
-                          f"(answers from part of the {noun}s would miss documents)")
+        raise ConfigError(f"the deployment has {count} vshards, and vshard(s) {', '.join(map(str, missing))} "
+                          f"{'is' if len(missing) == 1 else 'are'} not given: give every vshard's folder "
+                          "(answers from part of the vshards would miss documents)")
     return sorted(range(len(places)), key=lambda i: places[i][1][0])

@@ -78,47 +78,8 @@ group with committed offsets and an index that never consumed those
 partitions means another index was used with this group: that is refused.
 What to do at start, partition by partition, is decided by ``start_plan``.
 
-A shard of a sharded deployment
-===============================
-
-A shard reads the signed topic (``runtime.shards``) as the worker reads
-its input, with one step more: before deciding, it must hear every
-shard. Each signed batch (``ShardCommit.commit``):
-
-1. keep the batch's records the shards have not taken yet (a signing
-   process may send a record twice): each input partition's next offset
-   is in the index, the same in every shard;
-2. look the batch up in this shard's index and publish the evidence to
-   this shard's partition of the evidence topic (keyed ``offset/a``; no
-   transaction: the evidence is the same however often it is sent);
-3. read every shard's evidence for the batch from the evidence topic
-   (waiting for the slowest shard);
-4. in an index write transaction: with site templates, learn the batch's
-   sites, look its pages up by their content and exchange that evidence
-   as in steps 2-3 (``offset/b``); decide the batch from the evidence,
-   write this shard's documents and the positions after the batch (signed
-   offset, evidence offsets, input offsets), and leave it prepared;
-5. read this shard's records of the batch whole (the values message the
-   signed batch names for this shard, on its partition of the values
-   topic); in one Kafka transaction: produce the outcomes of this shard's
-   records and send the signed topic's offset after the batch for the
-   shard's group, commit;
-6. commit the index transaction.
-
-Why a crash anywhere is safe: steps 1-3 (and step 5's read) change
-nothing but the evidence topic, whose messages are keyed by the batch's
-signed offset and deterministic (the shard's index as of the batch
-before), so a repeated one is the same and readers keep the first. Steps 4-6 are the worker's
-3-5, with the same recovery: where the group's committed offset is ahead
-of the index's, the batches in between are decided again without
-emitting, from the evidence still in the topic; as the worker does, a
-shard records where it starts on the signed topic before its first batch,
-so that window has a gap to replay on the first batch too. A batch waits
-in step 3 for every shard; a shard that is down stops the deployment's
-decisions (not its signing) until it is back.
-
-A virtual shard of a deployment split by key
-============================================
+A virtual shard of a sharded deployment
+=======================================
 
 A vshard (``runtime.vshards``) decides an epoch in stages, exchanging
 messages with the other vshards through the exchange topic; its own
@@ -159,16 +120,15 @@ from typing import Callable, Optional
 
 from ..core.prepare import PreparedBatch
 from ..core.records import Decision, FileBatch
-from ..engine.evidence import Evidence
 from ..engine.engine import Engine, collector_paused
-from ..errors import ConfigError, IndexUnusableError
+from ..errors import IndexUnusableError
 from ..faults import reached
 from ..store.index import Index, IndexTxn
 from .sink import FileOutputs
 from .sink.messages import HEADER_PREFIX
 from .source import FilePosition
 
-__all__ = ["FileRun", "Resume", "KafkaCommit", "ShardCommit", "VShardCommit", "StartPlan", "start_plan",
+__all__ = ["FileRun", "Resume", "KafkaCommit", "VShardCommit", "StartPlan", "start_plan",
            "WORKER_POSITIONS"]
 
 WORKER_POSITIONS = "kafka"  # the prefix of the live worker's input positions in the index (``KafkaCommit``)
@@ -378,188 +338,6 @@ def start_plan(stored: dict, committed: dict, beginnings: dict, has_sink: bool, 
 
 
 ORDER_HEADER = HEADER_PREFIX + "order"  # an outcome's place in a sharded deployment's decision order
-SHARD_POSITIONS = "shards:"  # the prefix of every position a shard keeps
-SHARD_SIGNED = "shards:signed"  # a shard's next signed offset to decide (``ShardCommit``)
-SHARD_EVIDENCE = "shards:evidence:"  # + shard number: where to read that shard's evidence from
-SHARD_INPUT = "shards:input:"  # + topic:partition: the next input offset the shards take
-
-
-class ShardCommit:
-    """Steps 1-6 of a shard's protocol for one signed batch (see the module's docstring).
-
-    ``board`` reads the evidence topic: ``gather(offset, round)`` returns
-    every shard's packed evidence of that round on the signed message at that
-    offset, in shard order, and the evidence offsets to read from after it.
-    """
-
-    def __init__(self, engine, sink, board, values, publisher, group_id: str, evidence_topic: str,
-                 kafka_timeout_s: float = 60.0):
-        """``values`` reads this shard's partition of the values topic: ``at(offset)`` is the values message
-        there. ``publisher``: a producer (not transactional) for the evidence, which is the same however often
-        it is sent, so it waits for no transaction."""
-        self.engine = engine
-        self.sink = sink
-        self.board = board
-        self.values = values
-        self.publisher = publisher
-        self.group_id = group_id
-        self.evidence_topic = evidence_topic
-        self.kafka_timeout_s = kafka_timeout_s
-
-    def stored_position(self) -> Optional[int]:
-        with self.engine.index.read() as txn:
-            return txn.position(SHARD_SIGNED)
-
-    def set_start(self, offset: int) -> None:
-        """Record the signed offset a shard that never read the signed topic starts from, before its first
-        batch: a crash between that batch's Kafka commit and its index commit then leaves a gap to replay,
-        not a group offset on a topic the index never read (which is refused as another index)."""
-        self.engine.index.write(lambda txn: txn.set_position(SHARD_SIGNED, offset))
-
-    def evidence_positions(self) -> dict:
-        """Shard number -> evidence offset to read from (None: the beginning)."""
-        with self.engine.index.read() as txn:
-            return {n: txn.position(f"{SHARD_EVIDENCE}{n}") for n in range(self.engine.place.count)}
-
-    def commit(self, offset: int, signed, emit: bool = True) -> list[Decision]:
-        """The signed batch at ``offset`` through steps 1-6; returns the decisions of this shard's items."""
-        from ..core.signed import ForgetOrder
-
-        if isinstance(signed, ForgetOrder):
-            self.forget(offset, signed.ids)
-            return []
-        engine = self.engine
-        batch = self._fresh(signed)  # Step 1. Only records not taken before.
-        if not batch.records:
-            engine.index.write(lambda txn: txn.set_position(SHARD_SIGNED, offset + 1))
-            return []
-        with collector_paused():
-            # Step 2. This shard's evidence, published in a Kafka transaction of its own.
-            self._publish(offset, "a", engine.evidence(batch.prepared).pack())
-            reached("shard-evidence-sent")
-            # Step 3. Every shard's evidence on the batch.
-            packed, evidence_after = self.board.gather(offset, "a")
-            evidences = [Evidence.unpack(p) for p in packed]
-            # Step 4. Decide together (with site templates, after a second round of evidence looked up by
-            # content); this shard's documents and the positions after, in a prepared transaction.
-            inputs_after = _input_positions_after(batch.records)
-
-            def second_round(evidence) -> list:
-                self._publish(offset, "b", evidence.pack())
-                reached("shard-evidence-b-sent")
-                found, after = self.board.gather(offset, "b")
-                evidence_after.update(after)
-                return [Evidence.unpack(p) for p in found]
-
-            def positions(txn: IndexTxn, _) -> None:
-                _save_shard_positions(txn, offset, evidence_after)
-                for where, next_offset in inputs_after.items():
-                    txn.set_position(f"{SHARD_INPUT}{where}", next_offset)
-
-            decided = engine.decide_together(batch.prepared, evidences, batch.signed_at, second_round, positions)
-            reached("shard-decided")
-            owned = engine.owned(batch.prepared)
-            records = [r for r, mine in zip(batch.records, owned) if mine]
-            decisions = [d for d, mine in zip(decided.decisions, owned) if mine]
-            places = [f"{offset}/{i}".encode() for i, mine in enumerate(owned) if mine]
-            # Step 5. This shard's records whole; their outcomes and the group's signed offset in one Kafka
-            # transaction.
-            try:
-                if emit:
-                    records = self._whole(batch, records)
-                    self._kafka_transaction(records, decisions, places, offset + 1)
-            except BaseException:
-                decided.abort()
-                raise
-            # Step 6. Commit the index transaction.
-            engine.commit(decided)
-        reached("shard-index-committed")
-        return decisions
-
-    def forget(self, offset: int, ids: list[str]):
-        """A forget order at ``offset``: every shard names the versions of the ids it holds (a round of
-        evidence, ``offset/f``), then each forgets its own and releases its members of their clusters; the
-        index commits with the positions after it (nothing goes out)."""
-        import msgpack
-
-        engine = self.engine
-        self._publish(offset, "f", msgpack.packb(engine.forget_evidence(ids)))
-        packed, evidence_after = self.board.gather(offset, "f")
-
-        found = [pair for p in packed for pair in msgpack.unpackb(p)]
-        return engine.forget_together(ids, found, lambda txn: _save_shard_positions(txn, offset, evidence_after))
-
-    def _fresh(self, signed):
-        """Step 1: the batch without the records the shards took before; refuses other signing settings."""
-        if signed.fingerprint != self.engine.signing.fingerprint():
-            raise IndexUnusableError(
-                f"a signed batch was signed with {signed.fingerprint}, this shard's index with "
-                f"{self.engine.signing.fingerprint()}: give the sign and shard roles the same [signing], [lsh] "
-                "and [templates] settings")
-        with self.engine.index.read() as txn:
-            expected: dict = {}
-            keep = []
-            for record in signed.records:
-                source = record.source
-                start = expected.get((source.name, source.partition))
-                if start is None:
-                    start = expected[(source.name, source.partition)] = \
-                        txn.position(f"{SHARD_INPUT}{source.name}:{source.partition}") or 0
-                keep.append(source.offset >= start)
-        return signed if all(keep) else signed.taken(keep)
-
-    def _whole(self, batch, records: list) -> list:
-        """Step 5: this shard's ``records`` of the signed ``batch`` with their bytes, from the values message
-        the batch names for this shard (records signed whole need none)."""
-        from ..core.signed import records_with_values
-
-        if not records or not batch.values_at:
-            return records
-        at = batch.values_at.get(self.engine.place.number)
-        if at is None:
-            raise ConfigError(f"a signed batch names no values message for shard {self.engine.place.number}, "
-                              "which owns records of it: the signing processes count shards otherwise; give "
-                              "every role the same shards.count")
-        return records_with_values(records, self.values.at(at))
-
-    def _publish(self, offset: int, round_: str, value: bytes) -> None:
-        sent = self.publisher.send(self.evidence_topic, partition=self.engine.place.number,
-                                   key=f"{offset}/{round_}".encode(), value=value)
-        sent.get(timeout=self.kafka_timeout_s)
-
-    def _kafka_transaction(self, records: list, decisions: list[Decision], places: list[bytes], after: int) -> None:
-        """Step 5; each outcome says its place in the deployment's decision order (``streamdedup.order``:
-        signed offset / item of the batch)."""
-        from kafka import TopicPartition
-
-        sink = self.sink
-        sink.begin()
-        reached("shard-kafka-begun")
-        offsets = sink.send_offsets({TopicPartition(self.board.signed_topic, 0): after}, self.group_id)
-        messages = sink.messages(records, decisions)
-        for (_, message), place in zip(messages, [p for p, d in zip(places, decisions) if not d.replayed]):
-            message["headers"] = message["headers"] + [(ORDER_HEADER, place)]
-        sink.send(messages)
-        offsets.wait(self.kafka_timeout_s, "the signed offset to join the Kafka transaction", sink.transaction_error)
-        sink.commit(self.kafka_timeout_s)
-        reached("shard-kafka-committed")
-
-
-def _save_shard_positions(txn: IndexTxn, offset: int, evidence_after: dict) -> None:
-    """A shard's positions after the signed message at ``offset``: the next one, and where to read each
-    shard's evidence from."""
-    txn.set_position(SHARD_SIGNED, offset + 1)
-    for number, next_offset in evidence_after.items():
-        txn.set_position(f"{SHARD_EVIDENCE}{number}", next_offset)
-
-
-def _input_positions_after(records: list) -> dict:
-    """``topic:partition`` -> the offset after the batch's last record there."""
-    after: dict = {}
-    for r in records:
-        where = f"{r.source.name}:{r.source.partition}"
-        after[where] = max(after.get(where, 0), r.source.offset + 1)
-    return after
 
 
 class VShardCommit:

@@ -21,14 +21,17 @@ put an index with the right positions in place, and the worker does the rest:
   are gone: the index never learns them, so a later copy of one of them is
   kept and emitted to the clean topic a second time.
 
-A shard's index of a sharded deployment is restored from its backup the
-same way: it keeps its place (shard number and count) and its positions in
-the signed and evidence topics, and at its next start the shard decides
-again, without emitting, the signed batches its group committed after them
-(``runtime.shards.shard.ShardSession.recover``), from every shard's evidence
-still in the evidence topic. Shards are restored one by one, each from any
-backup of its own taken since the topics' retention: their backups need not
-be taken at the same moment. A shard cannot be rebuilt from the input topics.
+A vshard's state of a sharded deployment (its folder ``vshard-N``: an
+LMDB environment with a vshard's tables, ``store.vshardstate``) is backed up
+and restored the same way, checked against the deployment's settings and
+against the folder's number. It keeps its positions (the next order
+message, the input offsets, the next serial, where to read its records and
+exchange partitions from), and the next host given the vshard decides the
+epochs after them again from the order, records and exchange topics,
+emitting nothing its group committed (``checkpoint``, "A virtual shard").
+Vshards are restored one by one, each from any backup of its own taken
+since the topics' retention. A vshard cannot be rebuilt from the input
+topics.
 
 The folder's writer lock is held throughout, so a running worker is never
 swapped out from under.
@@ -36,18 +39,22 @@ swapped out from under.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from dataclasses import dataclass, field
 from typing import Optional
 
 from ..config import Config
+from ..core.signing import signing_config
 from ..engine.engine import Engine, index_settings
-from ..engine.shards.shard import PLACE as SHARD_PLACE
+from ..engine.settings import DedupSettings
+from ..engine.vshards import VShard
 from ..errors import ConfigError, IndexUnusableError
 from ..store.bandfilter import FILE_NAME as BAND_FILTER_FILE
 from ..store.index import take_writer_lock
-from .checkpoint import SHARD_POSITIONS, WORKER_POSITIONS, KafkaCommit
+from ..store.vshardstate import StoredVShard, is_vshard_state
+from .checkpoint import WORKER_POSITIONS, KafkaCommit
 
 __all__ = ["Restored", "restore_backup", "restore_from_topics"]
 
@@ -61,27 +68,33 @@ class Restored:
 
     path: str
     documents: int
-    index_id: str
+    index_id: str  # a vshard's state has none
     positions: dict = field(default_factory=dict)
-    shard: Optional[list] = None  # a shard's index: [number, count]
+    vshard: Optional[list] = None  # a vshard's state: [number, count]
 
     def lines(self) -> list[str]:
-        found = [f"restored {self.documents:,} documents into {self.path} (index {self.index_id[:16]})"
-                 + ("" if self.shard is None else f", shard {self.shard[0]} of {self.shard[1]}")]
-        for name, offset in sorted(self.positions.items()):
-            found.append(f"position {name} {offset}")
-        if self.shard is None:
-            found.append("start the worker: it replays what was emitted after these positions (the group's "
-                         "committed offsets) into the index without emitting it again, then carries on")
-        else:
-            found.append(f"start the shard (run --role shard --shard {self.shard[0]}): it decides again, without "
-                         "emitting, the signed batches its group committed after shards:signed, from every shard's "
-                         "evidence still in the evidence topic, then carries on")
+        if self.vshard is not None:
+            return self._vshard_lines()
+        found = [f"restored {self.documents:,} documents into {self.path} (index {self.index_id[:16]})"]
+        found += [f"position {name} {offset}" for name, offset in sorted(self.positions.items())]
+        found.append("start the worker: it replays what was emitted after these positions (the group's "
+                     "committed offsets) into the index without emitting it again, then carries on")
+        return found
+
+    def _vshard_lines(self) -> list[str]:
+        number, count = self.vshard
+        found = [f"restored {self.documents:,} documents into {self.path}, vshard {number} of {count}"]
+        found += [f"position {name} {json.dumps(value, sort_keys=True)}"
+                  for name, value in sorted(self.positions.items())]
+        found.append("start the vshards hosts (run --role vshards, --state the folder holding vshard-N): the one given "
+                     f"vshard {number} decides again the epochs after these positions from the order, records and "
+                     "exchange topics, emitting nothing its group committed, then carries on")
         return found
 
 
 def restore_backup(config: Config, state: Optional[str], backup: str, replace: bool = False) -> Restored:
-    """Put the backup at ``backup`` (a folder holding ``data.mdb``, or the file) in the index folder ``state``."""
+    """Put the backup at ``backup`` (a folder holding ``data.mdb``, or the file) in the index folder ``state``: an
+    index, or a vshard's state."""
     source = backup if os.path.basename(backup) == "data.mdb" else os.path.join(backup, "data.mdb")
     if not os.path.isfile(source):
         raise ConfigError(f"no backup at {backup!r}: give the folder `streamdedup backup` wrote (it holds data.mdb)")
@@ -92,8 +105,11 @@ def restore_backup(config: Config, state: Optional[str], backup: str, replace: b
         staging = _fresh_staging(path)
         shutil.copyfile(source, os.path.join(staging, "data.mdb"))
         _sync(os.path.join(staging, "data.mdb"))
-        with Engine(config, staging) as engine:  # refuses another format or another signing configuration
-            restored = _described(engine, path)
+        if is_vshard_state(staging):
+            restored = _checked_vshard(config, staging, path)
+        else:
+            with Engine(config, staging) as engine:  # refuses another format or another signing configuration
+                restored = _described(engine, path)
         _swap_in(path, staging)
         return restored
     finally:
@@ -105,10 +121,9 @@ def restore_from_topics(config: Config, state: Optional[str], replace: bool = Fa
     from .feed import kafka_reading
 
     if config.shards.count:
-        raise ConfigError("a shard's index cannot be rebuilt from the input topics (it needs every signed batch and "
-                          "every shard's evidence since the deployment began): restore it from its backup, or "
-                          "rebuild the whole sharded index (deploy/README.md, \"Backing up and restoring a sharded "
-                          "index\")")
+        raise ConfigError("a vshard's state cannot be rebuilt from the input topics (it needs every epoch and every "
+                          "vshard's messages since the deployment began): restore it from its backup (deploy/README.md, "
+                          "\"Backing up and restoring a vshard\")")
     path = index_settings(config, state).path
     lock = take_writer_lock(path)
     try:
@@ -148,10 +163,30 @@ def _described(engine: Engine, path: str) -> Restored:
     with engine.index.read() as txn:
         documents = txn.counters["documents"]
         every = txn.positions()
-    shard = every.get(SHARD_PLACE)
-    prefix = SHARD_POSITIONS if shard is not None else WORKER_POSITIONS + ":"
-    positions = {name: value for name, value in every.items() if name.startswith(prefix)}
-    return Restored(path, documents, engine.index.meta["index_id"], positions, shard)
+    positions = {name: value for name, value in every.items() if name.startswith(WORKER_POSITIONS + ":")}
+    return Restored(path, documents, engine.index.meta["index_id"], positions)
+
+
+def _checked_vshard(config: Config, staging: str, path: str) -> Restored:
+    """The vshard state staged at ``staging`` for the folder ``path``, refused unless it is the vshard the folder
+    is named for (``vshard-N``) with the deployment's count and settings (``VShard`` refuses another)."""
+    stored = StoredVShard(staging)
+    try:
+        number, count = stored.identity["number"], stored.identity["count"]
+        with stored.index.read() as txn:
+            documents, committed = stored.sizes(txn)["documents"], stored.committed(txn)
+    finally:
+        stored.close()
+    named = os.path.basename(path.rstrip(os.sep))
+    if named.startswith("vshard-") and named != f"vshard-{number}":
+        raise IndexUnusableError(f"the backup holds vshard {number}, not {named}: restore each vshard's backup "
+                                 f"into its own folder (vshard-{number})")
+    if count != config.shards.count:
+        raise ConfigError(f"the backup holds vshard {number} of {count}, the configuration has shards.count = "
+                          f"{config.shards.count}: give the deployment's configuration")
+    VShard(number, count, DedupSettings.of(config, signing_config(config)), path=staging).close()
+    positions = {"epochs_done": committed["epochs_done"], **committed["meta"]}
+    return Restored(path, documents, "", positions, [number, count])
 
 
 def _swap_in(path: str, staging: str) -> None:

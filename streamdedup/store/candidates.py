@@ -2,7 +2,7 @@
 
 Pure functions over arrays of band slots (``core.lsh.band_slots``) and the
 serials found under them, shared by the single index (``view``) and the
-shards (``engine.shards``): a rule about candidates is written once.
+vshards (``engine.vshards``): a rule about candidates is written once.
 """
 
 from __future__ import annotations

@@ -1,26 +1,49 @@
 """Where a document lives and where a key is answered, among ``count`` virtual shards.
 
 Stable across processes and machines (never Python's ``hash``): a document's
-home is its id hash's (``records.id_key``) last 4 bytes modulo ``count``, as
-the shards of today's deployment place documents; a band slot (``lsh.band_slots``)
-and a content hash are mixed by a fixed multiplier first, so keys spread over
-vshards whatever their bits.
+home is its id hash's (``records.id_key``) last 4 bytes modulo ``count`` (a
+rejected record's, the hash of where it came from); a band slot
+(``lsh.band_slots``) and a content hash are mixed by a fixed multiplier
+first, so keys spread over vshards whatever their bits.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..evidence import owners_of
+from ...core.prepare import PreparedBatch
+from ...core.records import id_key
 
-__all__ = ["homes_of", "owners_of_slots", "owners_of_contents"]
+__all__ = ["home_of", "homes_of", "item_homes", "owners_of_slots", "owners_of_contents"]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / golden ratio: a multiplier that spreads every bit upwards
 
 
+def home_of(ident: bytes, count: int) -> int:
+    """The home vshard of the documents with id hash ``ident`` (every version of an id has one home)."""
+    return int.from_bytes(ident[-4:], "big") % count
+
+
 def homes_of(id_keys: list[bytes], count: int) -> np.ndarray:
-    """The home vshard of each document, by its id hash (every version of an id has one home)."""
-    return owners_of(id_keys, count)
+    """``home_of`` of each id hash (8 bytes, as ``records.id_key`` makes them; others one by one)."""
+    joined = b"".join(id_keys)
+    if len(joined) != 8 * len(id_keys):
+        return np.array([home_of(ident, count) for ident in id_keys], dtype=np.int64)
+    return np.frombuffer(joined, dtype=">u4")[1::2].astype(np.int64) % count
+
+
+def item_homes(batch: PreparedBatch, count: int) -> np.ndarray:
+    """The home of each item of ``batch``, which stores it and sends it out: a document's by its id hash, a
+    rejected record's by where it came from (so every signing process agrees on it, whatever else the batch
+    holds)."""
+    rows = np.asarray(batch.row, dtype=np.int64)
+    documents = rows >= 0
+    homes = np.empty(len(rows), dtype=np.int64)
+    homes[documents] = homes_of(batch.id_keys, count)[rows[documents]]
+    for i in np.flatnonzero(~documents).tolist():
+        source = batch.items[i].source
+        homes[i] = home_of(id_key(f"{source.name}:{source.partition}:{source.offset}"), count)
+    return homes
 
 
 def owners_of_slots(slots: np.ndarray, count: int) -> np.ndarray:

@@ -3,7 +3,7 @@
 A vshard's state holds, for its own documents, what one index holds for
 all of them (records, shingles, ids and members, in the index's formats),
 so ``engine.query``'s ``cluster_in`` and ``engine.explain``'s ``explain_in``
-read it as they read a lockstep shard's index, through a ``VShardReader``.
+read it as they read one index, through a ``VShardReader``.
 A query asks what one index answers from its band and content tables,
 which are split by key here: each band key's holders from the key's owner
 (``holders_across``) and a content's first document from the content's

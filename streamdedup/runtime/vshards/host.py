@@ -36,13 +36,13 @@ from ...ops.logs import Log
 from ...ops.telemetry import WorkerTelemetry
 from ..checkpoint import VShardCommit
 from ..sessions import SessionLoop, Stopper
-from ..shards.topics import SIGNED_MESSAGE_BYTES, ensure_internal_topics, values_topic
-from ..shards.sign import GROUP_SESSION
 from ..sink.appender import RecordAppender
 from ..sink.producer import KafkaSink
 from ..source import KafkaSource
 from ..worker import WorkerStats, close_quietly
 from .messages import Epoch, Home, pack_message, unpack_home, unpack_message, unpack_order
+from .sign import GROUP_SESSION
+from .topics import SIGNED_MESSAGE_BYTES, ensure_internal_topics, values_topic
 
 __all__ = ["run_vshards", "parse_vshards", "VShardHost"]
 

@@ -29,7 +29,7 @@ from ...engine.vshards import Message
 __all__ = ["Epoch", "Home", "ForgetOrder", "pack_epoch", "pack_home", "pack_forget", "unpack_order", "unpack_home",
            "pack_message", "unpack_message", "KEYS_FORMAT"]
 
-KEYS_FORMAT = 3  # the key-split deployment's messages (the lockstep one's signed batches are 1 and 2)
+KEYS_FORMAT = 3  # the sharded deployment's messages (1 and 2 were the signed batches of the deployment before)
 
 
 @dataclass
@@ -74,7 +74,7 @@ def unpack_order(data: bytes) -> Union[Epoch, ForgetOrder]:
     if len(fields) >= 3 and fields[1] == "forget":
         return ForgetOrder(fields[2])
     if fields[:2] != [KEYS_FORMAT, "epoch"]:
-        raise ValueError(f"not an epoch of format {KEYS_FORMAT}: {fields[:2]!r} (a deployment of another design or "
+        raise ValueError(f"not an epoch of format {KEYS_FORMAT}: {fields[:2]!r} (a deployment of another "
                          "version wrote this topic)")
     _, _, signed_at, fingerprint, count, ranges, homes = fields
     return Epoch(signed_at, fingerprint, count, [tuple(r) for r in ranges], dict(homes))

@@ -1,16 +1,17 @@
-"""The ``sign`` role: input records in, signed batches out, in a consumer group of any size.
+"""The ``sign`` role: input records in, epochs out, in a consumer group of any size.
 
-Each poll's records are decoded and prepared (``core.prepare``). The records
-themselves go to the values topic, a message to the partition of each shard
-that owns some (``core.signed``); once the broker has those, the prepared
-batch naming them goes to the signed topic as one message, or several of at
-most ``shards.batch_bytes`` of record bytes; once the broker has them all,
-the group's offsets after them are committed. A process that dies between
-two of these (values no signed batch names are never read), or loses
+Each poll's records are decoded and prepared (``core.prepare``), and cut
+into epochs of at most ``shards.batch_bytes`` record bytes per vshard. Each
+vshard home to records of an epoch gets a home message on its partition of
+the records topic: those records whole and what preparing made of them
+(``messages.pack_home``); once the broker has those, the epoch naming them
+goes to the order topic (``messages.pack_epoch``); once the broker has every
+epoch, the group's offsets after them are committed. A process that dies
+between two of these (home messages no epoch names are never read), or loses
 its partitions in a rebalance, leaves records that the next owner signs
-again: the shards take each input record once, by its partition and offset
-(``shard.fresh_records``), so signing needs no transaction. Nothing here
-depends on earlier batches: processes come and go freely.
+again: the vshards take each input record once, by its partition and offset
+(``Epoch.fresh_after``), so signing needs no transaction. Nothing here
+depends on earlier epochs: processes come and go freely.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ from ...config import Config, kafka_client_settings
 from ...core.decode import InputSpec
 from ...core.prepare import prepare_raw, raw_payload
 from ...core.records import RawRecord
-from ...core.signed import pack_signed, pack_values, subset
+from ...core.signed import subset
 from ...core.signing import signing_config
-from ...engine.evidence import item_owners
+from ...engine.vshards.placement import item_homes
 from ...faults import reached
 from ...ops.logs import Log
 from ...ops.telemetry import WorkerTelemetry
@@ -33,13 +34,13 @@ from ..sink.admin import topic_limits
 from ..sink.messages import kept_record_bytes
 from ..sessions import SessionLoop
 from ..source import KafkaSource
-from ..vshards.messages import pack_epoch, pack_home
+from .messages import pack_epoch, pack_home
 from .topics import SIGNED_MESSAGE_BYTES, ensure_internal_topics, values_topic
 
 __all__ = ["run_signer", "signed_chunks", "queue_forget"]
 
-FILL_WAIT_S = 0.1  # longest wait to fill a batch to worker.batch_size records
-ORDER_HEADER_BYTES = 64  # room for the ``streamdedup.order`` header a shard adds to a kept record
+FILL_WAIT_S = 0.1  # longest wait to fill an epoch to its record bytes
+ORDER_HEADER_BYTES = 64  # room for the ``streamdedup.order`` header a vshard adds to a kept record
 # A signer killed without leaving the group holds its input partitions until the group drops it after
 # ``session_timeout_ms`` (kafka-python: 45 s), and signing stops meanwhile; a signer's heartbeats run on
 # their own thread, so a shorter session costs nothing. [kafka.consumer] settings replace these.
@@ -61,7 +62,7 @@ def signed_chunks(records: list[RawRecord], limit: int) -> list[list[RawRecord]]
 
 
 class _Signer:
-    """One connection: a group member reading the input topics, a producer to the signed topic."""
+    """One connection: a group member reading the input topics, a producer to the order and records topics."""
 
     def __init__(self, config: Config):
         from kafka import KafkaProducer
@@ -91,7 +92,8 @@ class _Signer:
                                    kept_bytes=lambda *record: kept_record_bytes(*record) + ORDER_HEADER_BYTES)
 
     def sign_once(self, timeout_ms: int, step: Callable[[Optional[str]], None] = lambda name: None) -> int:
-        """Read a batch, sign and send it, then commit the group's offsets; returns how many records.
+        """Read a poll's records, sign them and send their epochs, then commit the group's offsets; returns how
+        many records.
 
         ``step`` is told each step that waits for the broker (``Watchdog.phase``).
         """
@@ -103,17 +105,18 @@ class _Signer:
         if not records:
             step(None)
             return 0
-        step("the signed batch sent")
+        step("the epochs sent")
         chunks = [(chunk, prepare_raw(raw_payload(chunk), self.spec, self.signing))
                   for chunk in signed_chunks(records, self._most_bytes())]
-        values_at = [self._send_values(chunk, prepared) for chunk, prepared in chunks]
+        homes_at = [self._send_homes(chunk, prepared) for chunk, prepared in chunks]
         timeout = self.config.worker.kafka_timeout_s
-        values_at = [{shard: sent.get(timeout=timeout).offset for shard, sent in at.items()} for at in values_at]
-        reached("values-sent")  # a crash here leaves values no signed batch names: the next signer sends its own
-        for (chunk, prepared), at in zip(chunks, values_at):
-            self.producer.send(self.config.shards.signed_topic, partition=0, value=self._order(chunk, prepared, at))
+        homes_at = [{home: sent.get(timeout=timeout).offset for home, sent in at.items()} for at in homes_at]
+        reached("values-sent")  # a crash here leaves home messages no epoch names: the next signer sends its own
+        for (chunk, _), at in zip(chunks, homes_at):
+            epoch = pack_epoch(time.time(), self.fingerprint, chunk, at)
+            self.producer.send(self.config.shards.signed_topic, partition=0, value=epoch)
         self.producer.flush(timeout=timeout)
-        reached("signed-sent")  # a crash here signs these records again: the shards take them once
+        reached("signed-sent")  # a crash here signs these records again: the vshards take them once
         after: dict = {}
         for r in records:
             tp = TopicPartition(r.source.name, r.source.partition)
@@ -123,51 +126,37 @@ class _Signer:
         step(None)
         return len(records)
 
-    def _send_values(self, chunk: list[RawRecord], prepared) -> dict:
-        """Send the values message of each shard owning records of ``chunk`` (``item_owners``); shard -> its
+    def _send_homes(self, chunk: list[RawRecord], prepared) -> dict:
+        """Send the home message of each vshard home to records of ``chunk`` (``item_homes``); vshard -> its
         send's future."""
-        count = self.config.shards.count
-        owners = item_owners(prepared, count).tolist()
         mine: dict[int, list[int]] = {}
-        for place, owner in enumerate(owners):
-            mine.setdefault(owner, []).append(place)
-        return {shard: self.producer.send(self.values_topic, partition=shard, value=self._values(chunk, prepared, at))
-                for shard, at in sorted(mine.items())}
+        for place, home in enumerate(item_homes(prepared, self.config.shards.count).tolist()):
+            mine.setdefault(home, []).append(place)
+        return {home: self.producer.send(self.values_topic, partition=home, value=self._home(chunk, prepared, at))
+                for home, at in sorted(mine.items())}
 
-    def _values(self, chunk: list[RawRecord], prepared, places: list[int]) -> bytes:
-        """The values message of one shard's records (at ``places`` of ``chunk``): their bytes; with band tables
-        split by key (``shards.design = "keys"``), what preparing made of them too, for their home alone."""
-        records = [chunk[at] for at in places]
-        if self.config.shards.design != "keys":
-            return pack_values(records)
+    @staticmethod
+    def _home(chunk: list[RawRecord], prepared, places: list[int]) -> bytes:
+        """The home message of one vshard's records (at ``places`` of ``chunk``): their bytes, and what preparing
+        made of them, for their home alone."""
         keep = [False] * len(chunk)
         for at in places:
             keep[at] = True
-        return pack_home(places, records, subset(prepared, keep))
-
-    def _order(self, chunk: list[RawRecord], prepared, values_at: dict) -> bytes:
-        """The signed topic's message of ``chunk``: the prepared batch every shard reads; with band tables split
-        by key, only where the chunk lies in the input and where each home's records are (an epoch)."""
-        if self.config.shards.design == "keys":
-            return pack_epoch(time.time(), self.fingerprint, chunk, values_at)
-        return pack_signed(chunk, prepared, time.time(), self.fingerprint, values_at)
+        return pack_home(places, [chunk[at] for at in places], subset(prepared, keep))
 
     def _most_records(self) -> int:
-        """Records a poll takes at most: a signed batch's, or an epoch's (``shards.epoch_records``: larger epochs
-        cost the vshards less a document, and an epoch is cut at each poll, so a light stream makes small ones)."""
-        shards = self.config.shards
-        return shards.epoch_records if shards.design == "keys" else self.config.worker.batch_size
+        """Records a poll takes at most: an epoch's (``shards.epoch_records``: larger epochs cost the vshards less
+        a document, and an epoch is cut at each poll, so a light stream makes small ones)."""
+        return self.config.shards.epoch_records
 
     def _most_bytes(self) -> int:
-        """Record bytes in one signed batch, or in one epoch: ``shards.batch_bytes`` in each vshard's home message
-        on average."""
-        shards = self.config.shards
-        return shards.batch_bytes * (shards.count if shards.design == "keys" else 1)
+        """Record bytes in one epoch: ``shards.batch_bytes`` in each vshard's home message on average."""
+        return self.config.shards.batch_bytes * self.config.shards.count
 
     def _batch(self, timeout_ms: int) -> list[RawRecord]:
-        """One poll's records, topped up for at most ``FILL_WAIT_S`` to ``worker.batch_size`` records (a fetch
-        brings about a megabyte): every signed batch costs the shards a round of evidence, so fuller ones
-        cost them less a document."""
+        """One poll's records, topped up for at most ``FILL_WAIT_S`` to an epoch's record bytes (a fetch brings
+        about a megabyte): every epoch costs the vshards rounds of messages, so fuller ones cost them less a
+        document."""
         limit = self._most_bytes()
         deadline = time.monotonic() + FILL_WAIT_S
         return self.source.topped_up(
@@ -176,7 +165,7 @@ class _Signer:
 
     def _commit(self, offsets: dict) -> None:
         """Commit the group's offsets; a rebalance that took the partitions away is no loss (they are signed
-        again by their new owner, and the shards take each record once)."""
+        again by their new owner, and the vshards take each record once)."""
         from kafka.errors import CommitFailedError
 
         try:
@@ -233,7 +222,7 @@ def run_signer(config: Config, log: Log, stopper, until_idle_s: Optional[float] 
 
 
 def queue_forget(config: Config, ids: list[str]) -> int:
-    """``streamdedup forget`` on a sharded deployment: the order goes into the signed topic, where every shard
+    """``streamdedup forget`` on a sharded deployment: the order goes into the order topic, where every vshard
     meets it at the same place in the decision order; returns its offset there."""
     from kafka import KafkaProducer
 

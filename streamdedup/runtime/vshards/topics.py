@@ -1,5 +1,5 @@
-"""The internal topics of a sharded deployment: signed batches (one partition), the values of their records and
-evidence (one partition per shard each)."""
+"""The internal topics of a sharded deployment (``messages``): the order (one partition), the records and the
+exchange (one partition per vshard each)."""
 
 from __future__ import annotations
 
@@ -9,21 +9,20 @@ from ..sink.admin import create_output_topics
 
 __all__ = ["ensure_internal_topics", "values_topic", "SIGNED_MESSAGE_BYTES"]
 
-SIGNED_MESSAGE_BYTES = 64 << 20  # the internal topics' max.message.bytes: a batch, or one large record, fits
+SIGNED_MESSAGE_BYTES = 64 << 20  # the internal topics' max.message.bytes: a home message, or one large record, fits
 
 
 def values_topic(config: Config) -> str:
-    """The topic of the signed batches' record values, a partition per shard: the signed topic's name and
-    ``-values``."""
+    """The records topic, a partition per vshard: the order topic's name and ``-values``."""
     return f"{config.shards.signed_topic}-values"
 
 
 def ensure_internal_topics(config: Config) -> list[str]:
-    """Create the signed, values and evidence topics if they are missing (and the output topics, with
+    """Create the order, records and exchange topics if they are missing (and the output topics, with
     ``output.create_topics``); returns the ones made.
 
-    Existing values and evidence topics must have one partition per shard (``shards.count``), and the
-    signed topic one partition: otherwise the deployment was made with another count, which is refused.
+    Existing records and exchange topics must have one partition per vshard (``shards.count``), and the
+    order topic one partition: otherwise the deployment was made with another count, which is refused.
     """
     from kafka import KafkaAdminClient
     from kafka.errors import TopicAlreadyExistsError, for_code
@@ -53,8 +52,8 @@ def ensure_internal_topics(config: Config) -> list[str]:
             name, partitions = described["name"], len(described.get("partitions") or ())
             if partitions != wanted[name]:
                 raise BrokerError(f"topic {name} has {partitions} partitions, a deployment of {shards.count} "
-                                  f"shards needs {wanted[name]}: shards.count must stay what the deployment was "
-                                  "made with (or use new internal topics and indexes)")
+                                  f"vshards needs {wanted[name]}: shards.count must stay what the deployment was "
+                                  "made with (or use new internal topics and vshard folders)")
     finally:
         admin.close()
     out = config.output
