@@ -16,6 +16,7 @@ Bad *input* is never an exception: it is a ``Rejected`` value with a reason
     ├── MissingExtraError            a command needs an optional extra that is not installed
     └── BrokerError                  Kafka cannot be used as configured
         └── BrokerUnavailableError   the broker does not answer (retriable)
+            └── TransactionFencedError  a Kafka transaction did not land: the session starts again (retriable)
 
 ``kafka_trouble`` sorts every error met while reading, deciding and writing
 into transient (retried), permanent for one record (rejected with a reason)
@@ -83,6 +84,13 @@ class BrokerUnavailableError(BrokerError):
     """The broker does not answer; the worker waits and retries."""
 
     retriable = True
+
+
+class TransactionFencedError(BrokerUnavailableError):
+    """A Kafka transaction did not land although the client may say it did: the broker aborted it (the process
+    was paused past ``transaction_timeout_ms``) or a newer producer fenced it. Retriable: the session is thrown
+    away, nothing of the batch is committed anywhere else, and the next session's recovery finds what Kafka
+    has."""
 
 
 # What a kafka-python error means for the worker (see ``kafka_trouble``), by class name so this

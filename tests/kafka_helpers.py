@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -225,6 +226,11 @@ def single_worker_summary(records: list[tuple], settings=()) -> dict:
     decided here in process: a decision is a function of the input order and the settings alone, so the
     sharded tests share this one baseline instead of running a worker through the broker for it. A replay
     emits nothing. ``settings``: the ``--set`` flags the deployment runs with."""
+    return single_worker_run(records, settings)[0]
+
+
+def single_worker_run(records: list[tuple], settings=()) -> tuple[dict, dict]:
+    """``single_worker_summary`` and what its index holds at the end (``held_decisions``)."""
     import tempfile
 
     from streamdedup import config as config_module
@@ -251,7 +257,41 @@ def single_worker_summary(records: list[tuple], settings=()) -> dict:
                     summary[where] = ("duplicates", d.cluster, d.matched, similarity, d.exact)
                 else:
                     summary[where] = ("dead_letter",)
-    return summary
+        with engine.index.read() as txn:
+            held = held_decisions(txn.records())
+    return summary, held
+
+
+def held_decisions(records) -> dict:
+    """Input (partition, offset) -> what an index or the vshards' states hold of the document read there: id,
+    kept, its cluster and the document it matched (each as where it was read, so stores that numbered the
+    order differently compare), similarity, exact, content."""
+    records = list(records)
+    read_at = {r.serial: tuple(r.source[1:]) for r in records}
+    return {tuple(r.source[1:]): (r.id, r.kept, read_at.get(r.cluster), r.cluster_id,
+                                  None if r.matched is None else read_at.get(r.matched), r.matched_id,
+                                  None if r.similarity is None else round(r.similarity, 6), r.exact, r.content)
+            for r in records}
+
+
+def vshard_decisions(folder: Path, count: int, settings=()) -> dict:
+    """``held_decisions`` of the states of vshards 0 .. ``count`` - 1 in ``folder`` (``vshard-N``), read after
+    their processes ended; ``settings``: the ``--set`` flags the deployment ran with."""
+    from streamdedup import config as config_module
+    from streamdedup.core.signing import signing_config
+    from streamdedup.engine.settings import DedupSettings
+    from streamdedup.engine.vshards import VShard
+
+    cfg = config_module.load(None, [s for s in settings if s != "--set"], environ={})
+    dedup = DedupSettings.of(cfg, signing_config(cfg))
+    records = []
+    for number in range(count):
+        vshard = VShard(number, count, dedup, path=str(folder / f"vshard-{number}"))
+        try:
+            records += vshard.state.records()
+        finally:
+            vshard.close()
+    return held_decisions(records)
 
 
 def wait_for_outcomes(kafka, topics, expected: int, processes, timeout=240) -> dict:
@@ -268,3 +308,101 @@ def wait_for_outcomes(kafka, topics, expected: int, processes, timeout=240) -> d
         if time.monotonic() > deadline:
             raise AssertionError(f"{sum(len(v) for v in found.values())} of {expected} outcomes after {timeout} s")
         time.sleep(1)
+
+
+class Deployment:
+    """The processes of a deployment under chaos, by name, each restartable, logging to its own file in
+    ``folder`` (appended); what happens to them is said in ``chaos_log`` (with the time) so a run can be read
+    and replayed. A process started with a crash switch (``crash_at``) ends by itself at that step with 137:
+    ``check_running`` starts it again, without the switch, and counts the step in ``crashed_at``."""
+
+    def __init__(self, commands: dict[str, list[str]], folder: Path, chaos_log):
+        self.commands = commands
+        self.folder = folder
+        self.chaos_log = chaos_log
+        self.processes: dict[str, subprocess.Popen] = {}
+        self.armed: dict[str, str] = {}  # name -> the step its crash switch names
+        self.crashed_at: list[str] = []  # steps processes died at by their switches
+        self.began = time.monotonic()
+
+    def say(self, what: str) -> None:
+        line = f"{time.monotonic() - self.began:7.2f}s {what}"
+        print(line)
+        self.chaos_log.write(line + "\n")
+        self.chaos_log.flush()
+
+    def log_of(self, name: str) -> str:
+        return (self.folder / f"{name}.log").read_text(errors="replace")
+
+    def start(self, name: str, crash_at: str = "", env: dict | None = None) -> None:
+        """Start ``name``; ``crash_at``: a ``STREAMDEDUP_TEST_CRASH_AT`` switch; ``env``: more variables."""
+        extra = dict(env or {}, **({"STREAMDEDUP_TEST_CRASH_AT": crash_at} if crash_at else {}))
+        with open(self.folder / f"{name}.log", "ab") as log:
+            self.processes[name] = subprocess.Popen(self.commands[name], stdout=subprocess.DEVNULL, stderr=log,
+                                                    env=dict(os.environ, **extra))
+        self.armed.pop(name, None)
+        if crash_at:
+            self.armed[name] = crash_at
+        self.say(f"started {name} (pid {self.processes[name].pid})" + (f", to crash at {crash_at}" if crash_at else "")
+                 + (f", with {env}" if env else ""))
+
+    def kill(self, name: str) -> None:
+        """SIGKILL ``name`` (one that has just crashed at its step is left as it is)."""
+        process = self.processes[name]
+        if self._crashed_by_switch(name):
+            return
+        ended = process.poll()
+        assert ended is None, f"{name} ended by itself with {ended}: see {self.folder / (name + '.log')}"
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+        self.armed.pop(name, None)
+        self.say(f"killed {name} (pid {process.pid})")
+
+    def _crashed_by_switch(self, name: str) -> bool:
+        """Whether ``name`` ended at the step its crash switch names (then counted in ``crashed_at``)."""
+        if self.processes[name].poll() != 137 or name not in self.armed:
+            return False
+        step = self.armed.pop(name)
+        self.crashed_at.append(step)
+        self.say(f"{name} crashed at {step}")
+        return True
+
+    def send_signal(self, name: str, sig: int) -> None:
+        os.kill(self.processes[name].pid, sig)
+        self.say(f"sent {signal.Signals(sig).name} to {name} (pid {self.processes[name].pid})")
+
+    def remove(self, name: str) -> None:
+        """Stop ``name`` as an operator does (SIGTERM; it must end cleanly) and keep it stopped."""
+        process = self.processes.pop(name)
+        process.terminate()
+        assert process.wait(timeout=60) == 0, f"{name} ended with {process.returncode}:\n{self.log_of(name)[-3000:]}"
+        self.say(f"removed {name} (pid {process.pid})")
+
+    def running(self) -> list[str]:
+        return sorted(name for name, process in self.processes.items() if process.poll() is None)
+
+    def check_running(self) -> None:
+        """Fail if a process ended other than by its crash switch; start those that did again."""
+        for name, process in sorted(self.processes.items()):
+            if self._crashed_by_switch(name):
+                self.start(name)
+            else:
+                assert process.poll() is None, f"{name} ended with {process.returncode}:\n{self.log_of(name)[-3000:]}"
+
+    def wait_for_every_outcome(self, bootstrap: str, topics: Topics, expected: int, timeout: float = 300) -> dict:
+        """Every outcome once at least ``expected`` are out, the processes kept running meanwhile."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = outcomes(bootstrap, topics)
+            total = sum(len(v) for v in found.values())
+            if total >= expected:
+                return found
+            self.check_running()
+            assert time.monotonic() < deadline, f"{total} of {expected} outcomes {timeout} s after the last kill"
+            time.sleep(1)
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                os.kill(process.pid, signal.SIGCONT)  # a paused one must hear the stop
+        stop_processes(list(self.processes.values()))

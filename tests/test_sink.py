@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 import pytest
 from kafka.partitioner.default import murmur2
@@ -125,3 +126,35 @@ def test_offsets_after_a_batch_are_the_next_offset_of_each_partition():
                for topic, partition, offset in [("a", 0, 5), ("a", 1, 9), ("a", 0, 7), ("b", 0, 2), ("a", 0, 6)]]
     assert _offsets_after(records) == {TopicPartition("a", 0): 8, TopicPartition("a", 1): 10,
                                        TopicPartition("b", 0): 3}
+
+
+class _EpochBumpingProducer:
+    """A transactional producer as kafka-python behaves when the broker aborted its open transaction: the
+    commit returns, but the client bumped the producer's epoch on the way (KIP-360), dropping the transaction."""
+
+    def __init__(self, bump: bool):
+        self.bump = bump
+        self._transaction_manager = SimpleNamespace(producer_id_and_epoch=SimpleNamespace(producer_id=8, epoch=2),
+                                                    has_error=lambda: False)
+
+    def begin_transaction(self) -> None:
+        pass
+
+    def commit_transaction(self) -> None:
+        if self.bump:
+            self._transaction_manager.producer_id_and_epoch = SimpleNamespace(producer_id=8, epoch=3)
+
+
+@pytest.mark.parametrize("bump", [False, True], ids=["committed", "aborted-by-the-broker"])
+def test_a_commit_under_another_producer_epoch_than_its_begin_is_not_taken_for_landed(bump):
+    from streamdedup.errors import TransactionFencedError
+    from streamdedup.runtime.sink.producer import KafkaSink
+
+    sink = object.__new__(KafkaSink)  # the producer alone: no broker
+    sink.producer = _EpochBumpingProducer(bump)
+    sink.begin()
+    if bump:
+        with pytest.raises(TransactionFencedError, match="transaction_timeout_ms"):
+            sink.commit(5)
+    else:
+        sink.commit(5)

@@ -107,7 +107,10 @@ sent it again, sends its own again (the same), and decides the epoch again,
 alike. Between steps 2 and 3 Kafka has the outcomes and the order offset,
 the state has neither: at start the vshard reads its group's committed
 offset and decides every epoch before it again *without emitting*. A
-vshard moved to another process is the same restart, there.
+vshard moved to another process is the same restart, there. A transaction
+the broker aborted (the process paused past ``transaction_timeout_ms``) or
+a fenced producer never gets to step 3: ``TransactionFencedError`` ends the
+session (not the process), its epochs in flight thrown away uncommitted.
 """
 
 from __future__ import annotations
@@ -121,7 +124,7 @@ from typing import Callable, Optional
 from ..core.prepare import PreparedBatch
 from ..core.records import Decision, FileBatch
 from ..engine.engine import Engine, collector_paused
-from ..errors import IndexUnusableError
+from ..errors import IndexUnusableError, TransactionFencedError
 from ..faults import reached
 from ..store.index import Index, IndexTxn
 from .sink import FileOutputs
@@ -355,7 +358,8 @@ class VShardCommit:
         ``serials``) and their ``decisions`` out (unless ``emit`` is False: Kafka has them), then the state."""
         self.publisher.flush(timeout=self.kafka_timeout_s)  # Step 1.
         if emit and records:
-            self._kafka_transaction(sink, group_id, offset, records, serials, decisions)  # Step 2.
+            self._fenced_as_retriable(vshard.number, lambda: self._kafka_transaction(  # Step 2.
+                sink, group_id, offset, records, serials, decisions))
         reached("vshard-kafka-committed")
         vshard.commit(positions)  # Step 3.
         reached("vshard-committed")
@@ -375,4 +379,24 @@ class VShardCommit:
             message["headers"] = message["headers"] + [(ORDER_HEADER, place)]
         sink.send(messages)
         offsets.wait(self.kafka_timeout_s, "the order offset to join the Kafka transaction", sink.transaction_error)
+        reached("vshard-kafka-sent")  # the transaction is open at the broker now (a pause here outlives it)
         sink.commit(self.kafka_timeout_s)
+
+    @staticmethod
+    def _fenced_as_retriable(number: int, transaction: Callable[[], None]) -> None:
+        """Run ``transaction``; a fenced producer ends the session (``TransactionFencedError``), not the process.
+
+        For one worker a fenced producer means another worker took its index (fatal, ``kafka_trouble``);
+        for vshard ``number`` it means its transaction outlived ``transaction_timeout_ms`` (the process was
+        paused) and the broker aborted it, or its new host fenced it: the epoch's outcomes are not in Kafka,
+        the session is thrown away with its epochs in flight (their LMDB transactions aborted), and the
+        vshard's next host decides them again."""
+        from kafka.errors import InvalidProducerEpochError, ProducerFencedError
+
+        try:
+            transaction()
+        except (ProducerFencedError, InvalidProducerEpochError) as exc:
+            raise TransactionFencedError(
+                f"vshard {number}'s Kafka transaction was fenced ({type(exc).__name__}): its epoch is decided "
+                "again in a new session; if this recurs without pauses, raise [kafka.producer] "
+                "transaction_timeout_ms above the longest epoch") from exc

@@ -212,6 +212,11 @@ class LmdbState:
         """The metadata of the last commit."""
         return json.loads(json.dumps(self._meta))
 
+    def records(self) -> list[DocRecord]:
+        """Every document this vshard is home to, as of the last commit, in serial order (what it decided)."""
+        with self.index.read() as txn:
+            return list(txn.records())
+
     def close(self) -> None:
         """Close the environment; an epoch not committed is thrown away (as when the process dies)."""
         if self._txn is not None:

@@ -6,7 +6,7 @@ import time
 from typing import Callable, Optional
 
 from ...core.records import Decision, RawRecord
-from ...errors import BrokerUnavailableError
+from ...errors import BrokerUnavailableError, TransactionFencedError
 from .admin import topic_limits
 from .appender import RecordAppender, transaction_error
 from .messages import clean_message, dead_letter_message, duplicate_message, without_key_if_too_large
@@ -37,6 +37,7 @@ class KafkaSink:
         self.limits = {topic: min(limit, request) for topic, limit in accepted.items()}
         self._appender = RecordAppender.of(self.producer)
         self.producer.init_transactions()  # fences an older worker and aborts its open transaction
+        self._began_under: Optional[tuple[int, int]] = None
 
     def limit(self, kind: str) -> int:
         """The largest record the topic of ``kind`` ("clean", "duplicates", "dead_letter") takes (0: none)."""
@@ -66,7 +67,14 @@ class KafkaSink:
                 self.producer.partitions_for(topic)
 
     def begin(self) -> None:
+        self._began_under = self.producer_epoch()
         self.producer.begin_transaction()
+
+    def producer_epoch(self) -> Optional[tuple[int, int]]:
+        """(producer id, epoch) this producer's transactions run under now; None where the client does not say."""
+        manager = getattr(self.producer, "_transaction_manager", None)
+        found = getattr(manager, "producer_id_and_epoch", None)
+        return None if found is None else (found.producer_id, found.epoch)
 
     def send(self, messages: list[tuple[str, dict]]) -> None:
         """Produce the messages, each to the partition Kafka's default partitioner would pick.
@@ -113,6 +121,22 @@ class KafkaSink:
         """
         Pending(self.producer.commit_transaction, "streamdedup-commit").wait(timeout_s, "the Kafka commit",
                                                                             self.transaction_error)
+        self._check_landed()
+
+    def _check_landed(self) -> None:
+        """Raise ``TransactionFencedError`` if the producer's epoch moved during the transaction.
+
+        The broker aborts a transaction open longer than ``transaction_timeout_ms`` (a process paused with
+        SIGSTOP, say) and bumps the producer's epoch; a send of the transaction then fails with
+        INVALID_PRODUCER_EPOCH, on which kafka-python bumps the epoch itself (KIP-360), dropping the
+        transaction, and its ``commit_transaction`` then returns as if it had committed. Nothing of the
+        transaction is in Kafka, so the caller must not commit its own state after it."""
+        now = self.producer_epoch()
+        if now != self._began_under:
+            raise TransactionFencedError(
+                f"the Kafka transaction was fenced: the producer went from (id, epoch) {self._began_under} to {now} "
+                "while it was open, so the broker aborted it (open longer than transaction_timeout_ms: was the "
+                "process paused?); starting a new session, which decides the batch again")
 
     def transaction_error(self) -> Optional[BaseException]:
         """The error the open transaction failed with, if the client holds one (``appender.transaction_error``):

@@ -317,6 +317,8 @@ class VShardHost:
         for n in gone:
             close_quietly(self.hosted.pop(n))
         new = [n for n in new if self._adopt(n)]
+        if not gone and not new:  # every vshard given is still held by another process: nothing moved
+            return
         self.inbound.host(self.hosted, new)
         self.log.info("vshards_moved", role="vshards", hosted=",".join(map(str, sorted(self.hosted))) or "none",
                       dropped=",".join(map(str, gone)) or "none", taken=",".join(map(str, new)) or "none")
