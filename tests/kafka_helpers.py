@@ -124,6 +124,11 @@ def outcomes(bootstrap: str, topics: Topics, client: dict | None = None) -> dict
     return found
 
 
+def outcomes_out(bootstrap: str, topics: Topics) -> int:
+    """How many outcomes (committed) the output topics hold."""
+    return sum(len(outs) for outs in outcomes(bootstrap, topics).values())
+
+
 class RawHeaderKey(str):
     """A header key written as the given bytes, UTF-8 or not (kafka-python's producer encodes str keys)."""
 
@@ -294,13 +299,16 @@ def vshard_decisions(folder: Path, count: int, settings=()) -> dict:
     return held_decisions(records)
 
 
-def wait_for_outcomes(kafka, topics, expected: int, processes, timeout=240) -> dict:
-    """Every outcome once at least ``expected`` are out; fails if a process ended badly or time ran out."""
+def wait_for_outcomes(kafka, topics, expected: int, processes, timeout=240, check=None) -> dict:
+    """Every outcome once at least ``expected`` are out; fails if a process ended badly or time ran out.
+    ``check``: called while waiting instead of looking at ``processes`` (``Deployment.check_running``)."""
     deadline = time.monotonic() + timeout
     while True:
         found = outcomes(kafka, topics)
         if sum(len(v) for v in found.values()) >= expected:
             return found
+        if check is not None:
+            check()
         for process in processes:
             if process.poll() not in (None, 0):
                 raise AssertionError(process.stderr.read().decode()[-3000:] if process.stderr else
@@ -388,18 +396,6 @@ class Deployment:
                 self.start(name)
             else:
                 assert process.poll() is None, f"{name} ended with {process.returncode}:\n{self.log_of(name)[-3000:]}"
-
-    def wait_for_every_outcome(self, bootstrap: str, topics: Topics, expected: int, timeout: float = 300) -> dict:
-        """Every outcome once at least ``expected`` are out, the processes kept running meanwhile."""
-        deadline = time.monotonic() + timeout
-        while True:
-            found = outcomes(bootstrap, topics)
-            total = sum(len(v) for v in found.values())
-            if total >= expected:
-                return found
-            self.check_running()
-            assert time.monotonic() < deadline, f"{total} of {expected} outcomes {timeout} s after the last kill"
-            time.sleep(1)
 
     def stop(self) -> None:
         for process in self.processes.values():

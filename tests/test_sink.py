@@ -6,6 +6,7 @@ import random
 from types import SimpleNamespace
 
 import pytest
+from kafka.errors import KafkaError
 from kafka.partitioner.default import murmur2
 
 from streamdedup.runtime.sink.messages import record_bytes, without_key_if_too_large
@@ -129,32 +130,38 @@ def test_offsets_after_a_batch_are_the_next_offset_of_each_partition():
 
 
 class _EpochBumpingProducer:
-    """A transactional producer as kafka-python behaves when the broker aborted its open transaction: the
-    commit returns, but the client bumped the producer's epoch on the way (KIP-360), dropping the transaction."""
+    """A transactional producer as kafka-python behaves when the broker aborted its open transaction: the client
+    bumps the producer's epoch (KIP-360), dropping the transaction, and the commit then returns as if it had
+    committed (``bumped``) or fails on an invalid state transition while the bump is under way (``bumping``)."""
 
-    def __init__(self, bump: bool):
-        self.bump = bump
+    def __init__(self, how: str):
+        self.how = how
         self._transaction_manager = SimpleNamespace(producer_id_and_epoch=SimpleNamespace(producer_id=8, epoch=2),
-                                                    has_error=lambda: False)
+                                                    has_error=lambda: False, _current_state=None)
 
     def begin_transaction(self) -> None:
         pass
 
     def commit_transaction(self) -> None:
-        if self.bump:
-            self._transaction_manager.producer_id_and_epoch = SimpleNamespace(producer_id=8, epoch=3)
+        manager = self._transaction_manager
+        if self.how == "bumped":
+            manager.producer_id_and_epoch = SimpleNamespace(producer_id=8, epoch=3)
+        elif self.how == "bumping":
+            manager._current_state = SimpleNamespace(name="BUMPING_PRODUCER_EPOCH")
+            raise KafkaError("Invalid transition attempted from state BUMPING_PRODUCER_EPOCH to state "
+                             "COMMITTING_TRANSACTION")
 
 
-@pytest.mark.parametrize("bump", [False, True], ids=["committed", "aborted-by-the-broker"])
-def test_a_commit_under_another_producer_epoch_than_its_begin_is_not_taken_for_landed(bump):
+@pytest.mark.parametrize("how", ["committed", "bumped", "bumping"])
+def test_a_commit_under_another_producer_epoch_than_its_begin_is_not_taken_for_landed(how):
     from streamdedup.errors import TransactionFencedError
     from streamdedup.runtime.sink.producer import KafkaSink
 
     sink = object.__new__(KafkaSink)  # the producer alone: no broker
-    sink.producer = _EpochBumpingProducer(bump)
+    sink.producer = _EpochBumpingProducer(how)
     sink.begin()
-    if bump:
+    if how == "committed":
+        sink.commit(5)
+    else:
         with pytest.raises(TransactionFencedError, match="transaction_timeout_ms"):
             sink.commit(5)
-    else:
-        sink.commit(5)

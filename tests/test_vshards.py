@@ -18,7 +18,7 @@ from streamdedup import config as configuration
 from streamdedup.core import corpus
 from streamdedup.core.records import Document, Source
 from streamdedup.engine.engine import Engine
-from streamdedup.engine.vshards import VShard, check_supported
+from streamdedup.engine.vshards import Message, VShard, check_supported
 from streamdedup.engine.vshards.simulator import Forget, Simulator, cut_epochs
 from streamdedup.errors import ConfigError
 
@@ -284,3 +284,37 @@ def test_a_forgotten_first_document_of_a_content_hands_on_to_the_next(tmp_path, 
     c, z = expected[5], expected[6]
     assert c.exact and c.matched == "b" and c.cluster == "k"  # b is first now, still in k's cluster
     assert not z.exact and z.status == "kept"  # y is first now, its cluster (x's) dissolved
+
+
+def _host_of(vshard_number: int, epochs_done: int, stages: list, position: int):
+    """A ``VShardHost`` with one hosted vshard and an inbound of ``stages`` polled but not taken: no broker."""
+    from types import SimpleNamespace
+
+    from streamdedup.runtime.vshards.host import VShardHost, _Hosted
+
+    host = object.__new__(VShardHost)
+    host.inbound = SimpleNamespace(stages=stages, exchange_position=lambda number: position)
+    h = _Hosted(SimpleNamespace(number=vshard_number, epochs_done=epochs_done))
+    host.hosted = {vshard_number: h}
+    return host, h
+
+
+def test_the_exchange_position_committed_with_an_epoch_passes_no_message_still_to_be_delivered():
+    """An epoch committed while messages of the next are polled but not delivered (in the batch being
+    delivered, or polled while an epoch started) must keep them for a restart: its exchange floor is the
+    lowest of them, else the first of a later epoch read, else the consumer's position."""
+    from streamdedup.runtime.vshards.messages import pack_message
+
+    host, h = _host_of(3, 5, [(3, 17, b""), (4, 2, b"")], position=40)
+    h.floors = {5: 12, 6: 20}
+    assert host._exchange_floor(h, 5) == 17
+    host.inbound.stages = []
+    assert host._exchange_floor(h, 5) == 20
+    h.floors = {}
+    assert host._exchange_floor(h, 6) == 40
+
+    floors_at_delivery = []
+    host._deliver = lambda hosted, message: floors_at_delivery.append(dict(hosted.floors))
+    host._receive([(3, 30, pack_message(Message(5, "contents", 1, 3, b""))),
+                   (3, 31, pack_message(Message(6, "contents", 1, 3, b"")))])
+    assert floors_at_delivery[0] == {5: 30, 6: 31}  # epoch 6's message counts before epoch 5 may commit

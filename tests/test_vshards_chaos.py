@@ -37,11 +37,13 @@ from kafka_helpers import (
     Topics,
     outcome_summary,
     outcomes,
+    outcomes_out,
     produce,
     role_command,
     sharded_records,
     single_worker_run,
     vshard_decisions,
+    wait_for_outcomes,
 )
 
 pytestmark = pytest.mark.kafka
@@ -72,7 +74,7 @@ def _commands(topics: Topics, bootstrap: str, folder) -> dict[str, list[str]]:
     return commands
 
 
-def _events(rng: random.Random) -> list[str]:
+def _events() -> list[str]:
     """The chaos in order: the random kills, with a host added, a host paused, the broker restarted and a host
     removed at fixed places among them."""
     events = ["kill"] * RANDOM_KILLS
@@ -139,6 +141,42 @@ def _pause_past_the_transaction_timeout(deployment: Deployment, steps: _Steps, n
     deployment.say(f"{name} fenced")
 
 
+def _outcomes_after_progress(bootstrap: str, topics: Topics, deployment: Deployment, before: int,
+                             patience_s: float = 8.0) -> int:
+    """How many outcomes are out once more than ``before`` are, or ``patience_s`` later (the deployment may be
+    waiting for a dead host's vshards to move), so that the next event lands while epochs are under way."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        out = outcomes_out(bootstrap, topics)
+        if out > before or time.monotonic() > deadline:
+            return out
+        deployment.check_running()
+        time.sleep(0.3)
+
+
+def _happen(event: str, deployment: Deployment, broker: OwnBroker, rng: random.Random, steps: _Steps,
+            hosts: list[str]) -> None:
+    """Do ``event`` (``_events``) to the deployment whose hosts now are ``hosts`` (changed when one is added or
+    removed)."""
+    if event == "kill":
+        _kill_and_restart(deployment, rng, steps, rng.choice([*hosts, "sign"]))
+    elif event == "add":
+        hosts.append("host-2")
+        deployment.start("host-2")
+    elif event == "pause":
+        _pause_past_the_transaction_timeout(deployment, steps, rng.choice(hosts), deployment.folder)
+    elif event == "broker":
+        broker.stop("kill")
+        deployment.say("broker killed")
+        time.sleep(2)
+        broker.start()
+        deployment.say("broker started")
+    elif event == "remove":
+        removed = rng.choice([h for h in hosts if h not in deployment.armed])
+        hosts.remove(removed)
+        deployment.remove(removed)
+
+
 def test_vshards_under_chaos_decide_every_record_once_as_one_worker(tmp_path_factory, tmp_path):
     broker = OwnBroker(tmp_path_factory.mktemp("vchaos"))
     bootstrap = broker.bootstrap
@@ -149,7 +187,7 @@ def test_vshards_under_chaos_decide_every_record_once_as_one_worker(tmp_path_fac
 
         topics = Topics.fresh(bootstrap)
         rng = random.Random(SEED)
-        events = _events(rng)
+        events = _events()
         steps = _Steps(rng)
         parts = len(events) + 1
         chunk = -(-len(records) // parts)
@@ -161,31 +199,18 @@ def test_vshards_under_chaos_decide_every_record_once_as_one_worker(tmp_path_fac
                 for name in [*hosts, "sign"]:
                     deployment.start(name)
                 produce(bootstrap, topics.raw, records[:chunk])
+                out = 0
                 for part, event in enumerate(events, start=1):
-                    time.sleep(rng.uniform(0.5, 3.0))
+                    out = _outcomes_after_progress(bootstrap, topics, deployment, out)
+                    time.sleep(rng.uniform(0.0, 1.5))
                     deployment.check_running()
-                    if event == "kill":
-                        _kill_and_restart(deployment, rng, steps, rng.choice([*hosts, "sign"]))
-                    elif event == "add":
-                        hosts.append("host-2")
-                        deployment.start("host-2")
-                    elif event == "pause":
-                        _pause_past_the_transaction_timeout(deployment, steps, rng.choice(hosts), tmp_path)
-                    elif event == "broker":
-                        broker.stop("kill")
-                        deployment.say("broker killed")
-                        time.sleep(2)
-                        broker.start()
-                        deployment.say("broker started")
-                    elif event == "remove":
-                        removed = rng.choice([h for h in hosts if h not in deployment.armed])
-                        hosts.remove(removed)
-                        deployment.remove(removed)
+                    deployment.say(f"{event} ({out} outcomes out)")
+                    _happen(event, deployment, broker, rng, steps, hosts)
                     produce(bootstrap, topics.raw, records[part * chunk:(part + 1) * chunk])
-                under_way = sum(len(v) for v in outcomes(bootstrap, topics).values())
+                under_way = outcomes_out(bootstrap, topics)
                 deployment.say(f"chaos done; {under_way} of {len(expected)} outcomes out")
-                assert under_way < len(expected), "the deployment finished before the last kill"
-                deployment.wait_for_every_outcome(bootstrap, topics, len(expected))
+                assert under_way < len(expected), "the deployment finished before the chaos did"
+                wait_for_outcomes(bootstrap, topics, len(expected), [], timeout=300, check=deployment.check_running)
                 deployment.say("every outcome out")
                 time.sleep(3)  # anything more (a second outcome) would show now
                 found = outcomes(bootstrap, topics)

@@ -119,24 +119,35 @@ class KafkaSink:
         is thrown away. Whether the commit happened is then settled by the
         next session's recovery.
         """
-        Pending(self.producer.commit_transaction, "streamdedup-commit").wait(timeout_s, "the Kafka commit",
-                                                                            self.transaction_error)
+        try:
+            Pending(self.producer.commit_transaction, "streamdedup-commit").wait(timeout_s, "the Kafka commit",
+                                                                                self.transaction_error)
+        except Exception as exc:
+            self._check_landed(exc)
+            raise
         self._check_landed()
 
-    def _check_landed(self) -> None:
-        """Raise ``TransactionFencedError`` if the producer's epoch moved during the transaction.
+    def _check_landed(self, failed: Optional[BaseException] = None) -> None:
+        """Raise ``TransactionFencedError`` (from ``failed``, the commit's own error) if the producer's epoch
+        moved during the transaction.
 
         The broker aborts a transaction open longer than ``transaction_timeout_ms`` (a process paused with
         SIGSTOP, say) and bumps the producer's epoch; a send of the transaction then fails with
         INVALID_PRODUCER_EPOCH, on which kafka-python bumps the epoch itself (KIP-360), dropping the
-        transaction, and its ``commit_transaction`` then returns as if it had committed. Nothing of the
-        transaction is in Kafka, so the caller must not commit its own state after it."""
+        transaction, and its ``commit_transaction`` then returns as if it had committed (or fails with an
+        invalid state transition, depending on timing). Nothing of the transaction is in Kafka, so the
+        caller must not commit its own state after it."""
         now = self.producer_epoch()
-        if now != self._began_under:
+        if now != self._began_under or self._bumping_epoch():
             raise TransactionFencedError(
                 f"the Kafka transaction was fenced: the producer went from (id, epoch) {self._began_under} to {now} "
                 "while it was open, so the broker aborted it (open longer than transaction_timeout_ms: was the "
-                "process paused?); starting a new session, which decides the batch again")
+                "process paused?); starting a new session, which decides the batch again") from failed
+
+    def _bumping_epoch(self) -> bool:
+        """Whether the client is bumping the producer's epoch now (its open transaction dropped)."""
+        state = getattr(getattr(self.producer, "_transaction_manager", None), "_current_state", None)
+        return getattr(state, "name", None) == "BUMPING_PRODUCER_EPOCH"
 
     def transaction_error(self) -> Optional[BaseException]:
         """The error the open transaction failed with, if the client holds one (``appender.transaction_error``):

@@ -427,12 +427,14 @@ class VShardHost:
                 [p for p, k in zip(home.places, keep) if k])
 
     def _receive(self, polled: list) -> bool:
-        """Deliver what the exchange brought; whether anything came."""
-        for partition, offset, value in polled:
-            message = unpack_message(value)
-            h = self.hosted[partition]
+        """Deliver what the exchange brought; whether anything came. Every message's offset counts in its
+        epoch's floor before any is delivered: a delivery may finish and commit an epoch, and the exchange
+        position it commits must not pass a message of a later epoch still to be delivered."""
+        messages = [(self.hosted[partition], offset, unpack_message(value)) for partition, offset, value in polled]
+        for h, offset, message in messages:
             if message.epoch >= h.vshard.epochs_done:
                 h.floors[message.epoch] = min(h.floors.get(message.epoch, offset), offset)
+        for h, _, message in messages:
             self._deliver(h, message)
         return bool(polled)
 
@@ -484,12 +486,12 @@ class VShardHost:
 
     def _exchange_floor(self, h: _Hosted, epoch: int) -> int:
         """Where a restart reads ``h``'s exchange partition from once ``epoch`` is committed: the first message
-        read of a later epoch, or what comes next."""
+        read of a later epoch, or polled but not taken yet (``home`` polls while an epoch starts), or what
+        comes next."""
         for done in [e for e in h.floors if e <= epoch]:
             del h.floors[done]
-        if h.floors:
-            return min(h.floors.values())
-        return self.inbound.exchange_position(h.number)
+        unread = [offset for partition, offset, _ in self.inbound.stages if partition == h.number]
+        return min([*h.floors.values(), *unread], default=self.inbound.exchange_position(h.number))
 
     def close(self) -> None:
         close_quietly(self.membership, *self.hosted.values(), self.inbound)
