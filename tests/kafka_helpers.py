@@ -397,6 +397,14 @@ class Deployment:
             else:
                 assert process.poll() is None, f"{name} ended with {process.returncode}:\n{self.log_of(name)[-3000:]}"
 
+    def settled_outcomes(self, bootstrap: str, topics: Topics, expected: int, timeout: float = 300) -> dict:
+        """Every outcome, read again a few seconds after at least ``expected`` are out (a second outcome of a
+        record would show by then), the processes kept running (``check_running``) meanwhile."""
+        wait_for_outcomes(bootstrap, topics, expected, [], timeout=timeout, check=self.check_running)
+        self.say("every outcome out")
+        time.sleep(3)
+        return outcomes(bootstrap, topics)
+
     def stop(self) -> None:
         for process in self.processes.values():
             if process.poll() is None:

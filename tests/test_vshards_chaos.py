@@ -36,14 +36,12 @@ from kafka_helpers import (
     Deployment,
     Topics,
     outcome_summary,
-    outcomes,
     outcomes_out,
     produce,
     role_command,
     sharded_records,
     single_worker_run,
     vshard_decisions,
-    wait_for_outcomes,
 )
 
 pytestmark = pytest.mark.kafka
@@ -210,10 +208,7 @@ def test_vshards_under_chaos_decide_every_record_once_as_one_worker(tmp_path_fac
                 under_way = outcomes_out(bootstrap, topics)
                 deployment.say(f"chaos done; {under_way} of {len(expected)} outcomes out")
                 assert under_way < len(expected), "the deployment finished before the chaos did"
-                wait_for_outcomes(bootstrap, topics, len(expected), [], timeout=300, check=deployment.check_running)
-                deployment.say("every outcome out")
-                time.sleep(3)  # anything more (a second outcome) would show now
-                found = outcomes(bootstrap, topics)
+                found = deployment.settled_outcomes(bootstrap, topics, len(expected))
                 deployment.check_running()
                 deployment.say(f"crashed at {', '.join(sorted(deployment.crashed_at))}")
             finally:
