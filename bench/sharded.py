@@ -109,14 +109,26 @@ class Run:
             consumer.close()
         return found
 
-    def committed_count(self) -> int:
-        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, isolation_level="read_committed")
-        tps = [TopicPartition(t, 0) for t in self.outs.values()]
-        consumer.assign(tps)
-        consumer.seek_to_end(*tps)
-        count = sum(consumer.position(tp) for tp in tps)  # transaction markers count too: an upper bound
-        consumer.close()
-        return count
+    def counter(self) -> "OutcomeCounter":
+        return OutcomeCounter(self.bootstrap, list(self.outs.values()))
+
+
+class OutcomeCounter:
+    """Outcomes committed so far in the output topics, read as they come (read_committed)."""
+
+    def __init__(self, bootstrap: str, topics: list[str]):
+        self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                                      auto_offset_reset="earliest", enable_auto_commit=False)
+        self.consumer.assign([TopicPartition(t, 0) for t in topics])
+        self.count = 0
+
+    def read(self) -> int:
+        for messages in self.consumer.poll(timeout_ms=200, max_records=100000).values():
+            self.count += len(messages)
+        return self.count
+
+    def close(self) -> None:
+        self.consumer.close()
 
 
 def cpu_seconds(pid: int) -> float:
@@ -158,13 +170,14 @@ def deployment_round(bootstrap: str, raw: str, work: Path, args, expected: int, 
     processes = [subprocess.Popen(run.role(role), stdout=subprocess.DEVNULL, stderr=log)
                  for role, log in zip(roles, logs)]
     try:
-        while run.committed_count() < expected or len(run.outcomes()) < expected:
+        counter = run.counter()
+        while counter.read() < expected:
             if any(p.poll() is not None for p in processes):
                 raise RuntimeError(f"a process of the deployment stopped: see {work}")
             if time.monotonic() - began > args.timeout:
                 raise RuntimeError(f"not done after {args.timeout} s: see {work}")
-            time.sleep(0.25)
         seconds = time.monotonic() - began
+        counter.close()
         cpu = {f"{role}-{n}": max(cpu_seconds(p.pid) - start_up[role], 0.0)
                for n, (role, p) in enumerate(zip(roles, processes))}
         paced = paced_latencies(run, bootstrap, raw, args) if args.paced_rate else []
@@ -210,7 +223,8 @@ def internal_bytes(run: Run) -> dict:
     for name, topic in (("order", f"order-{run.tag}"), ("records", f"order-{run.tag}-values"),
                         ("exchange", f"exchange-{run.tag}")):
         consumer = KafkaConsumer(bootstrap_servers=run.bootstrap, enable_auto_commit=False, consumer_timeout_ms=3000,
-                                 fetch_max_bytes=64 << 20, max_partition_fetch_bytes=64 << 20)
+                                 auto_offset_reset="earliest", fetch_max_bytes=64 << 20,
+                                 max_partition_fetch_bytes=64 << 20)
         consumer.topics()  # the cluster's metadata, so that the topic's partitions are known
         partitions = consumer.partitions_for_topic(topic) or set()
         consumer.assign([TopicPartition(topic, p) for p in partitions])
