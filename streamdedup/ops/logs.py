@@ -32,6 +32,9 @@ class Log:
         self.stream.write(line + "\n")
         self.stream.flush()
 
+    def debug(self, name: str, **fields: Any) -> None:
+        self.event("debug", name, **fields)
+
     def info(self, name: str, **fields: Any) -> None:
         self.event("info", name, **fields)
 
