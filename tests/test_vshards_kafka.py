@@ -43,6 +43,13 @@ def signers(topics, kafka, count: int, tag: str, n: int, *extra: str) -> list:
                                           *KEYS, *extra),
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for _ in range(n)]
 
+def settled(kafka, topics, expected: int, processes) -> dict:
+    """Every outcome, read again a moment after ``expected`` are out (a second outcome of a record would show by
+    then)."""
+    wait_for_outcomes(kafka, topics, expected, processes)
+    time.sleep(2)
+    return outcomes(kafka, topics)
+
 
 @pytest.mark.parametrize("count,hosts", [(1, ["0"]), (4, ["0-1", "2-3"]), (8, ["0,3,6", "1,4,7", "2,5"])],
                          ids=["1-in-1", "4-in-2", "8-in-3"])
@@ -55,9 +62,7 @@ def test_vshards_on_the_broker_decide_as_one_worker(kafka, tmp_path, count, host
     processes = vshard_processes(topics, kafka, count, tag, hosts, tmp_path)
     processes += signers(topics, kafka, count, tag, 2, "--set", "shards.epoch_records=97")
     try:
-        wait_for_outcomes(kafka, topics, len(expected), processes)
-        time.sleep(2)  # anything more (a second outcome) would show now
-        found = outcomes(kafka, topics)
+        found = settled(kafka, topics, len(expected), processes)
     finally:
         stop_processes(processes)
     assert outcome_summary(found) == expected
@@ -84,9 +89,7 @@ def test_a_vshards_process_killed_at_any_step_loses_nothing_and_repeats_nothing(
     try:
         assert crashing.wait(timeout=120) == 137, crashing.stderr.read().decode()[-2000:]
         processes += vshard_processes(topics, kafka, 4, tag, ["0-1"], tmp_path)
-        wait_for_outcomes(kafka, topics, len(expected), [p for p in processes if p is not crashing])
-        time.sleep(2)
-        found = outcomes(kafka, topics)
+        found = settled(kafka, topics, len(expected), [p for p in processes if p is not crashing])
     finally:
         stop_processes(processes)
     assert outcome_summary(found) == expected
@@ -120,9 +123,7 @@ def test_the_consumer_group_moves_vshards_as_processes_come_and_go(kafka, tmp_pa
         processes[1].kill()
         processes[1].wait()
         processes.append(host())
-        wait_for_outcomes(kafka, topics, len(expected), processes[2:])
-        time.sleep(2)
-        found = outcomes(kafka, topics)
+        found = settled(kafka, topics, len(expected), processes[2:])
     finally:
         stop_processes(processes)
     assert outcome_summary(found) == expected
@@ -159,9 +160,7 @@ def test_a_backfill_in_large_epochs_decides_as_streaming_in_small_ones(kafka, tm
         processes = vshard_processes(topics, kafka, 4, tag, ["0,2", "1,3"], tmp_path / name)
         processes += signers(topics, kafka, 4, tag, 1, *epochs)
         try:
-            wait_for_outcomes(kafka, topics, len(expected), processes)
-            time.sleep(2)
-            found[name] = outcome_summary(outcomes(kafka, topics))
+            found[name] = outcome_summary(settled(kafka, topics, len(expected), processes))
         finally:
             stop_processes(processes)
     assert found["backfill"] == found["stream"] == expected
@@ -196,9 +195,7 @@ def test_forgetting_in_the_middle_of_the_stream_decides_as_one_worker(kafka, tmp
         assert queued.returncode == 0 and b"queued" in queued.stdout, queued.stderr.decode()
         produce(kafka, topics.raw, records[half:])
         signing = signers(topics, kafka, 4, tag, 1)
-        wait_for_outcomes(kafka, topics, len(expected), hosts + signing)
-        time.sleep(2)
-        got = outcome_summary(outcomes(kafka, topics))
+        got = outcome_summary(settled(kafka, topics, len(expected), hosts + signing))
     finally:
         stop_processes(hosts + signing)
     assert got == expected
