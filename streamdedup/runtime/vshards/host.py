@@ -5,8 +5,8 @@ one message after the other (``messages``): an epoch starts it with its
 home's records of the epoch (its partition of the records topic), and its
 messages to the other vshards go to their partitions of the exchange
 topic, from which it reads theirs; a message to itself stays in the
-process. Once a vshard has decided an epoch, ``VShardCommit`` puts its
-outcomes out and commits (``checkpoint.VShardCommit``: where offsets move).
+process. Once a vshard has decided an epoch, ``checkpoint.VShardCommit``
+puts its outcomes out and commits its state.
 
 Where offsets move: a vshard's positions (the next order message, each input
 partition's next offset, the next serial, where to read its exchange
@@ -19,6 +19,7 @@ which epochs Kafka has and decides them again without emitting.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -124,8 +125,6 @@ class _Membership:
     step of an epoch takes."""
 
     def __init__(self, config: Config, settings: dict):
-        import threading
-
         from kafka import ConsumerRebalanceListener
 
         membership = self
@@ -210,8 +209,8 @@ class _Inbound:
     def order(self, offset: int) -> Optional[tuple[int, bytes]]:
         """The order message at ``offset``, or the first after it (a transaction marker's offset holds none), if
         it has come."""
-        later = [at for at in self.orders if at >= offset]
-        return (min(later), self.orders[min(later)]) if later else None
+        at = min((at for at in self.orders if at >= offset), default=None)
+        return None if at is None else (at, self.orders[at])
 
     def drop_orders_before(self, offset: int) -> None:
         for at in [at for at in self.orders if at < offset]:
@@ -428,6 +427,8 @@ class VShardHost:
         home: Home = unpack_home(self.inbound.home(h.number, at, self.stopper, self.step))
         h.records_at = at + 1
         keep = [r.source.offset >= h.next_input.get((r.source.name, r.source.partition), 0) for r in home.records]
+        if all(keep):  # the usual case: nothing signed twice, nothing to copy
+            return home.records, home.prepared, home.places
         return ([r for r, k in zip(home.records, keep) if k], subset(home.prepared, keep),
                 [p for p, k in zip(home.places, keep) if k])
 
