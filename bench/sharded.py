@@ -5,14 +5,16 @@ Every round, on the same pre-loaded input (the synthetic crawl, one partition, s
 input's and its outcomes can be compared with the single worker's), each contender is started fresh (new
 processes, states, topics and groups):
 
-- the single worker (``run --until-caught-up``), timed from its start to its exit, its CPU from
-  ``getrusage(RUSAGE_CHILDREN)``;
+- the single worker (``run --until-caught-up``), timed from its start until every record has its outcome in the
+  output topics (read_committed), its CPU from ``getrusage(RUSAGE_CHILDREN)``;
 - the deployment: ``--signers`` signing processes and ``--hosts`` processes hosting ``--vshards`` virtual shards
   (a consumer group gives each its share), timed from their start until every record has its outcome in the
   output topics (read_committed); each process's CPU read from /proc/PID/stat then, less the CPU an idle
   process of its role spends starting (measured once).
 
-Then, per document: the CPU of each role, the bytes of each internal topic (order, records, exchange), the outcomes
+Each is timed twice: the whole run, and once running (from its first outcome to its last: a deployment starts
+more processes, which join a group and open their vshards, and a long stream pays that once). Then, per
+document: the CPU of each role, the bytes of each internal topic (order, records, exchange), the outcomes
 compared record by record with the single worker's, and where the deployment's time goes (why it is slower or
 faster). With ``--paced-rate``, the latency from a record in to its outcome out (median, p99): documents fed at a
 steady rate well below capacity, each latency from its input record's timestamp to its outcome's.
@@ -141,12 +143,34 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def single_round(bootstrap: str, raw: str, work: Path) -> dict:
+def single_round(bootstrap: str, raw: str, work: Path, expected: int, timeout: float) -> dict:
     run = Run(bootstrap, raw, work, 1)
     cpu, began = children_cpu(), time.monotonic()
-    subprocess.run(run.role("worker"), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    seconds, cpu = time.monotonic() - began, children_cpu() - cpu
-    return {"seconds": seconds, "cpu": cpu, "outcomes": run.outcomes()}
+    process = subprocess.Popen(run.role("worker"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        first, last = watch(run, [process], began, expected, timeout, work)
+    finally:
+        stop_processes([process])
+    return {"seconds": last, "cpu": children_cpu() - cpu, "first": first, "last": last, "outcomes": run.outcomes()}
+
+
+def watch(run: Run, processes: list, began: float, expected: int, timeout: float, work: Path) -> tuple[float, float]:
+    """Seconds from ``began`` to the first outcome committed, and to the one that makes ``expected``."""
+    counter, first = run.counter(), None
+    try:
+        while True:
+            count = counter.read()
+            now = time.monotonic() - began
+            if count and first is None:
+                first = now
+            if count >= expected:
+                return first, now
+            if any(p.poll() not in (None, 0) for p in processes):
+                raise RuntimeError(f"a process stopped: see {work}")
+            if now > timeout:
+                raise RuntimeError(f"not done after {timeout} s: see {work}")
+    finally:
+        counter.close()
 
 
 def start_up_cpu(bootstrap: str, raw: str, work: Path, vshards: int) -> dict:
@@ -170,14 +194,7 @@ def deployment_round(bootstrap: str, raw: str, work: Path, args, expected: int, 
     processes = [subprocess.Popen(run.role(role), stdout=subprocess.DEVNULL, stderr=log)
                  for role, log in zip(roles, logs)]
     try:
-        counter = run.counter()
-        while counter.read() < expected:
-            if any(p.poll() is not None for p in processes):
-                raise RuntimeError(f"a process of the deployment stopped: see {work}")
-            if time.monotonic() - began > args.timeout:
-                raise RuntimeError(f"not done after {args.timeout} s: see {work}")
-        seconds = time.monotonic() - began
-        counter.close()
+        first, seconds = watch(run, processes, began, expected, args.timeout, work)
         cpu = {f"{role}-{n}": max(cpu_seconds(p.pid) - start_up[role], 0.0)
                for n, (role, p) in enumerate(zip(roles, processes))}
         paced = paced_latencies(run, bootstrap, raw, args) if args.paced_rate else []
@@ -185,8 +202,8 @@ def deployment_round(bootstrap: str, raw: str, work: Path, args, expected: int, 
         stop_processes(processes)
         for log in logs:
             log.close()
-    return {"seconds": seconds, "cpu": cpu, "outcomes": run.outcomes(), "bytes": internal_bytes(run),
-            "latency": paced}
+    return {"seconds": seconds, "cpu": cpu, "first": first, "last": seconds, "outcomes": run.outcomes(),
+            "bytes": internal_bytes(run), "latency": paced}
 
 
 def paced_latencies(run: Run, bootstrap: str, raw: str, args) -> list[float]:
@@ -265,8 +282,8 @@ def main(argv=None) -> int:
         start_up = start_up_cpu(bootstrap, raw, work, args.vshards)
         singles, deployed = [], []
         for n in range(args.rounds):
-            singles.append(single_round(bootstrap, raw, work))
-            deployed.append(deployment_round(bootstrap, raw, work, args, len(singles[-1]["outcomes"]), start_up))
+            singles.append(single_round(bootstrap, raw, work, len(docs), args.timeout))
+            deployed.append(deployment_round(bootstrap, raw, work, args, len(docs), start_up))
             print(f"round {n + 1}: single worker {singles[-1]['seconds']:.1f} s, deployment "
                   f"{deployed[-1]['seconds']:.1f} s", flush=True)
         report(args, len(docs), singles, deployed, start_up)
@@ -280,6 +297,12 @@ def report(args, docs: int, singles: list[dict], deployed: list[dict], start_up:
     ratios = [s["seconds"] / d["seconds"] for s, d in zip(singles, deployed)]
     print(f"\nthroughput (median of {args.rounds}): single worker {single_rate:,.0f} docs/s, deployment "
           f"{rate:,.0f} docs/s: {med(ratios):.2f}x (paired rounds {', '.join(f'{r:.2f}' for r in ratios)})")
+    running = [(s["last"] - s["first"]) / (d["last"] - d["first"]) for s, d in zip(singles, deployed)]
+    print(f"  once running (first outcome to last): single worker "
+          f"{med(docs / (s['last'] - s['first']) for s in singles):,.0f} docs/s, deployment "
+          f"{med(docs / (d['last'] - d['first']) for d in deployed):,.0f} docs/s: {med(running):.2f}x (paired "
+          f"{', '.join(f'{r:.2f}' for r in running)}); first outcome after {med(s['first'] for s in singles):.1f} s "
+          f"and {med(d['first'] for d in deployed):.1f} s (processes started, group joined, vshards opened)")
     single_cpu = med(s["cpu"] for s in singles) / docs * 1e6
     roles = sorted(deployed[0]["cpu"])
     per_role = {role: med(d["cpu"][role] for d in deployed) / docs * 1e6 for role in roles}

@@ -195,6 +195,14 @@ class KafkaSource:
     def assign(self, partitions: list) -> None:
         self.consumer.assign(partitions)
 
+    def subscribe(self, topics: list[str], listener=None) -> None:
+        """Join the group on ``topics``, their partitions learnt first: a member whose client has not yet
+        heard of a topic (one created a moment ago) is assigned none of it, and the group rebalances again
+        once it has (half a second or more of a starting process, for nothing)."""
+        for topic in topics:
+            self.consumer.partitions_for_topic(topic)
+        self.consumer.subscribe(topics, **({} if listener is None else {"listener": listener}))
+
     def committed(self, partition, timeout_s: float) -> Optional[int]:
         """The group's committed offset of a partition (None if it has none).
 

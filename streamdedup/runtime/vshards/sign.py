@@ -1,7 +1,8 @@
 """The ``sign`` role: input records in, epochs out, in a consumer group of any size.
 
-Each poll's records are decoded and prepared (``core.prepare``), and cut
-into epochs of at most ``shards.batch_bytes`` record bytes per vshard. Each
+Each poll's records (topped up while the input is behind, ``_batch``) are
+decoded and prepared (``core.prepare``), and cut into epochs of at most
+``shards.batch_bytes`` record bytes per vshard. Each
 vshard home to records of an epoch gets a home message on its partition of
 the records topic: those records whole and what preparing made of them
 (``messages.pack_home``); once the broker has those, the epoch naming them
@@ -39,7 +40,7 @@ from .topics import SIGNED_MESSAGE_BYTES, ensure_internal_topics, values_topic
 
 __all__ = ["run_signer", "signed_chunks", "queue_forget"]
 
-FILL_WAIT_S = 0.1  # longest wait to fill an epoch to its record bytes
+FILL_WAIT_S = 0.5  # longest time spent filling an epoch while the input is behind
 ORDER_HEADER_BYTES = 64  # room for the ``streamdedup.order`` header a vshard adds to a kept record
 # A signer killed without leaving the group holds its input partitions until the group drops it after
 # ``session_timeout_ms`` (kafka-python: 45 s), and signing stops meanwhile; a signer's heartbeats run on
@@ -77,7 +78,7 @@ class _Signer:
         self.spec = self._input_spec(consumer_settings)
         self.source = KafkaSource(config.input.topics, {**GROUP_SESSION, **consumer_settings},
                                   f"{config.kafka.group_id}-sign", self._most_records())
-        self.source.consumer.subscribe(config.input.topics)
+        self.source.subscribe(config.input.topics)
         self.producer = KafkaProducer(**{"acks": "all", "linger_ms": 5, "max_request_size": SIGNED_MESSAGE_BYTES,
                                          "batch_size": 1 << 20, **producer_settings})
 
@@ -146,7 +147,7 @@ class _Signer:
 
     def _most_records(self) -> int:
         """Records a poll takes at most: an epoch's (``shards.epoch_records``: larger epochs cost the vshards less
-        a document, and an epoch is cut at each poll, so a light stream makes small ones)."""
+        a document)."""
         return self.config.shards.epoch_records
 
     def _most_bytes(self) -> int:
@@ -154,14 +155,19 @@ class _Signer:
         return self.config.shards.batch_bytes * self.config.shards.count
 
     def _batch(self, timeout_ms: int) -> list[RawRecord]:
-        """One poll's records, topped up for at most ``FILL_WAIT_S`` to an epoch's record bytes (a fetch brings
-        about a megabyte): every epoch costs the vshards rounds of messages, so fuller ones cost them less a
-        document."""
+        """One poll's records, topped up while the input is behind (records are waiting beyond them, as the last
+        fetch says), to an epoch's records and bytes, for at most ``FILL_WAIT_S``. Every epoch costs the vshards
+        rounds of messages and a commit each, so a backlog is cut into full epochs; a stream that is caught up
+        is cut at once (its records wait for nothing)."""
         limit = self._most_bytes()
         deadline = time.monotonic() + FILL_WAIT_S
-        return self.source.topped_up(
-            self.source.poll_batch(timeout_ms), int(FILL_WAIT_S * 1000),
-            lambda records: time.monotonic() < deadline and sum(len(r.value or b"") for r in records) < limit)
+        source = self.source
+
+        def behind(records: list) -> bool:
+            return (time.monotonic() < deadline and sum(len(r.value or b"") for r in records) < limit
+                    and not source.read_to_end(source.consumer.assignment()))
+
+        return source.topped_up(source.poll_batch(timeout_ms), 100, behind)
 
     def _commit(self, offsets: dict) -> None:
         """Commit the group's offsets; a rebalance that took the partitions away is no loss (they are signed
