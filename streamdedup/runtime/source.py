@@ -261,17 +261,21 @@ class KafkaSource:
                 records.append(_raw_record(m))
         return canonical_order(records)
 
-    def topped_up(self, records: list[RawRecord], wait_ms: int, more_wanted: Callable[[list], bool],
+    def topped_up(self, records: list[RawRecord], wait_ms: int, more_wanted: Callable[[int], bool],
                   limit: Optional[dict] = None) -> list[RawRecord]:
-        """``records`` (a poll's) topped up towards ``batch_size`` while ``more_wanted(records)`` says so, each
-        poll waiting at most ``wait_ms``; stops at the first poll that brings nothing. A fetch often holds
-        less than a batch, and whole batches share the costs of whatever follows each one."""
-        while records and len(records) < self.batch_size and more_wanted(records):
-            more = self.poll_batch(wait_ms, limit=limit, max_records=self.batch_size - len(records))
+        """``records`` (a poll's) topped up towards ``batch_size`` while ``more_wanted(value bytes so far)`` says
+        so, each poll waiting at most ``wait_ms``; stops at the first poll that brings nothing. A fetch often
+        holds less than a batch, and whole batches share the costs of whatever follows each one."""
+        polls, count = [records], len(records)
+        size = sum(len(r.value or b"") for r in records)
+        while count and count < self.batch_size and more_wanted(size):
+            more = self.poll_batch(wait_ms, limit=limit, max_records=self.batch_size - count)
             if not more:
                 break
-            records = canonical_order(records + more)
-        return records
+            polls.append(more)
+            count += len(more)
+            size += sum(len(r.value or b"") for r in more)
+        return records if len(polls) == 1 else canonical_order([r for poll in polls for r in poll])
 
     def _skip_unreadable(self, exc: Exception, limit: Optional[dict]) -> list[RawRecord]:
         """A record the client cannot read, as a record of its own to reject; the consumer moves past it.

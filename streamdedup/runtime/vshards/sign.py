@@ -25,7 +25,7 @@ from ...config import Config, kafka_client_settings
 from ...core.decode import InputSpec
 from ...core.prepare import prepare_raw, raw_payload
 from ...core.records import RawRecord
-from ...core.signed import subset
+from ...core.signed import joined, subset
 from ...core.signing import signing_config
 from ...engine.vshards.placement import item_homes
 from ...faults import reached
@@ -41,6 +41,7 @@ from .topics import SIGNED_MESSAGE_BYTES, ensure_internal_topics, values_topic
 __all__ = ["run_signer", "signed_chunks", "queue_forget"]
 
 FILL_WAIT_S = 0.5  # longest time spent filling an epoch while the input is behind
+PREPARE_RECORDS = 2000  # records prepared at once (``_prepared``)
 ORDER_HEADER_BYTES = 64  # room for the ``streamdedup.order`` header a vshard adds to a kept record
 # A signer killed without leaving the group holds its input partitions until the group drops it after
 # ``session_timeout_ms`` (kafka-python: 45 s), and signing stops meanwhile; a signer's heartbeats run on
@@ -107,8 +108,7 @@ class _Signer:
             step(None)
             return 0
         step("the epochs sent")
-        chunks = [(chunk, prepare_raw(raw_payload(chunk), self.spec, self.signing))
-                  for chunk in signed_chunks(records, self._most_bytes())]
+        chunks = [(chunk, self._prepared(chunk)) for chunk in signed_chunks(records, self._most_bytes())]
         homes_at = [self._send_homes(chunk, prepared) for chunk, prepared in chunks]
         timeout = self.config.worker.kafka_timeout_s
         homes_at = [{home: sent.get(timeout=timeout).offset for home, sent in at.items()} for at in homes_at]
@@ -126,6 +126,12 @@ class _Signer:
         self._commit({tp: OffsetAndMetadata(offset, "", -1) for tp, offset in after.items()})
         step(None)
         return len(records)
+
+    def _prepared(self, chunk: list[RawRecord]):
+        """``chunk`` decoded and prepared, ``PREPARE_RECORDS`` at a time (an epoch's arrays at once outgrow the
+        caches: preparing 10,000 records in one go cost a fifth more a record than in pieces of 2,000)."""
+        return joined([prepare_raw(raw_payload(chunk[at:at + PREPARE_RECORDS]), self.spec, self.signing)
+                       for at in range(0, len(chunk), PREPARE_RECORDS)])
 
     def _send_homes(self, chunk: list[RawRecord], prepared) -> dict:
         """Send the home message of each vshard home to records of ``chunk`` (``item_homes``); vshard -> its
@@ -163,9 +169,8 @@ class _Signer:
         deadline = time.monotonic() + FILL_WAIT_S
         source = self.source
 
-        def behind(records: list) -> bool:
-            return (time.monotonic() < deadline and sum(len(r.value or b"") for r in records) < limit
-                    and not source.read_to_end(source.consumer.assignment()))
+        def behind(size: int) -> bool:
+            return time.monotonic() < deadline and size < limit and not source.read_to_end(source.consumer.assignment())
 
         return source.topped_up(source.poll_batch(timeout_ms), 100, behind)
 
