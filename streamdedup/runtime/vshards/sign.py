@@ -41,6 +41,7 @@ from .topics import SIGNED_MESSAGE_BYTES, ensure_internal_topics, values_topic
 __all__ = ["run_signer", "signed_chunks", "queue_forget"]
 
 FILL_WAIT_S = 0.5  # longest time spent filling an epoch while the input is behind
+EPOCH_S = 0.1  # shortest time an epoch fills for while records keep coming (each costs its vshards as much)
 PREPARE_RECORDS = 2000  # records prepared at once (``_prepared``)
 ORDER_HEADER_BYTES = 64  # room for the ``streamdedup.order`` header a vshard adds to a kept record
 # A signer killed without leaving the group holds its input partitions until the group drops it after
@@ -161,18 +162,21 @@ class _Signer:
         return self.config.shards.batch_bytes * self.config.shards.count
 
     def _batch(self, timeout_ms: int) -> list[RawRecord]:
-        """One poll's records, topped up while the input is behind (records are waiting beyond them, as the last
-        fetch says), to an epoch's records and bytes, for at most ``FILL_WAIT_S``. Every epoch costs the vshards
-        rounds of messages and a commit each, so a backlog is cut into full epochs; a stream that is caught up
-        is cut at once (its records wait for nothing)."""
+        """One poll's records, topped up to an epoch's records and bytes while the input is behind (records are
+        waiting beyond them, as the last fetch says), for at most ``FILL_WAIT_S``, and for ``EPOCH_S`` in any
+        case while records keep coming. Every epoch costs the vshards rounds of messages and a commit each
+        (about as much for ten records as for ten thousand): a backlog is cut into full epochs, a steady light
+        stream into ten a second, and a lone record goes at once."""
         limit = self._most_bytes()
-        deadline = time.monotonic() + FILL_WAIT_S
+        began = time.monotonic()
         source = self.source
 
-        def behind(size: int) -> bool:
-            return time.monotonic() < deadline and size < limit and not source.read_to_end(source.consumer.assignment())
+        def fill(size: int) -> bool:
+            now = time.monotonic()
+            return size < limit and (now < began + EPOCH_S or (
+                now < began + FILL_WAIT_S and not source.read_to_end(source.consumer.assignment())))
 
-        return source.topped_up(source.poll_batch(timeout_ms), 100, behind)
+        return source.topped_up(source.poll_batch(timeout_ms), int(EPOCH_S * 1000), fill)
 
     def _commit(self, offsets: dict) -> None:
         """Commit the group's offsets; a rebalance that took the partitions away is no loss (they are signed
