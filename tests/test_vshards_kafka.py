@@ -21,8 +21,10 @@ from kafka_helpers import (
     role_command,
     sharded_records,
     sharded_topics,
+    single_worker_run,
     single_worker_summary,
     stop_processes,
+    vshard_decisions,
     wait_for_outcomes,
 )
 
@@ -199,3 +201,45 @@ def test_forgetting_in_the_middle_of_the_stream_decides_as_one_worker(kafka, tmp
     finally:
         stop_processes(hosts + signing)
     assert got == expected
+
+
+def test_a_vshard_restored_from_an_older_backup_decides_its_epochs_again_without_emitting(kafka, tmp_path):
+    """Vshard 1's state is backed up a third of the way in; the deployment goes on to the end; then that state is
+    replaced by the backup (``restore --replace``). Its host decides the epochs after the backup's positions again
+    from the order, records and exchange topics, emitting nothing its group committed: every record still has one
+    outcome, the single worker's, and the vshards' states hold what the single worker's index holds."""
+    records = sharded_records(articles=180, seed=6)
+    expected, held = single_worker_run(records, KEYS)
+    topics = sharded_topics(kafka, Topics.fresh(kafka).raw)
+    tag, state, third = uuid.uuid4().hex[:8], tmp_path / "vshards", len(records) // 3
+
+    def run(batch: list, wanted: int) -> None:
+        produce(kafka, topics.raw, batch)
+        processes = vshard_processes(topics, kafka, 4, tag, ["0-1", "2-3"], state)
+        processes += signers(topics, kafka, 4, tag, 1, "--set", "shards.epoch_records=59")
+        try:
+            wait_for_outcomes(kafka, topics, wanted, processes)
+        finally:
+            stop_processes(processes)
+
+    def command(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "streamdedup", *args, "--set", "shards.count=4", *KEYS],
+                              capture_output=True, timeout=120)
+
+    run(records[:third], sum(1 for where in expected if where[1] < third))
+    backup = command("backup", "--state", str(state / "vshard-1"), str(tmp_path / "backup-1"))
+    assert backup.returncode == 0, backup.stderr.decode()
+    run(records[third:], len(expected))
+    restored = command("restore", "--state", str(state / "vshard-1"), "--replace", str(tmp_path / "backup-1"))
+    assert restored.returncode == 0, restored.stderr.decode()
+    assert vshard_decisions(state, 4, KEYS) != held  # vshard 1 is back where the backup left it
+    hosts = [subprocess.Popen(role_command(topics, kafka, 4, tag, "--role", "vshards", "--vshards", hosted, "--state",
+                                           str(state), "--until-caught-up", *KEYS),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for hosted in ("0-1", "2-3")]
+    try:
+        for host in hosts:
+            assert host.wait(timeout=180) == 0, host.stderr.read().decode()[-2000:]
+    finally:
+        stop_processes(hosts)
+    assert outcome_summary(outcomes(kafka, topics)) == expected
+    assert vshard_decisions(state, 4, KEYS) == held
