@@ -165,3 +165,43 @@ def test_the_mirror_merges_runs_in_place_as_numpy_does(monkeypatch, seed):
     expected = keys[order], np.concatenate([run[1] for run in runs])[order]
     for keys_found, serials_found in merged:
         assert np.array_equal(keys_found, expected[0]) and np.array_equal(serials_found, expected[1])
+
+
+def test_kernel_blake2b_equals_hashlib():
+    """The content hash made in the kernel (``prepare_ascii``) is hashlib's BLAKE2b, at every block boundary."""
+    import hashlib
+
+    from streamdedup.core import _kernel
+
+    rng = np.random.default_rng(3)
+    for n in [*range(0, 300), 1000, 4096, 10_000]:
+        data = rng.integers(0, 256, size=n, dtype=np.uint8).tobytes()
+        for size in (8, 16, 32, 64):
+            assert _kernel.blake2b(data, size) == hashlib.blake2b(data, digest_size=size).digest(), (n, size)
+
+
+@pytest.mark.parametrize("kind, k, bands, rows", [("word", 3, 32, 4), ("word", 1, 20, 6), ("char", 5, 16, 8)])
+def test_kernel_prepares_ascii_batches_as_the_steps_do(monkeypatch, kind, k, bands, rows):
+    """``prepare`` in one kernel call (every text ASCII) gives the contents, shingles and band keys of the
+    steps one by one; a batch with a text that is not ASCII, or left empty, takes the steps."""
+    import dataclasses
+
+    from streamdedup.core import corpus, prepare as prepare_module
+    from streamdedup.core.records import Document, Source
+
+    signing_config = dataclasses.replace(signing.SigningConfig(), shingle=kind, k=k, bands=bands, rows=rows)
+    texts = [d.text for d in corpus.generate(300, seed=5)] + ["a", "a b", "A, b; C!", "x" * 300, "one two three"]
+    batches = [texts, texts[:50] + ["é n'est pas ASCII"], texts[:20] + ["!!! ???"]]
+    for batch_texts in batches:
+        items = [Document(str(i), text, Source("t", -1, i)) for i, text in enumerate(batch_texts)]
+        fused = prepare_module.prepare(items, signing_config)
+        monkeypatch.setattr(prepare_module, "_kernel", None)
+        steps = prepare_module.prepare(items, signing_config)
+        monkeypatch.undo()
+        assert fused.row == steps.row and fused.contents == steps.contents
+        assert [type(i) for i in fused.items] == [type(i) for i in steps.items]
+        assert fused.keys.dtype == steps.keys.dtype and np.array_equal(fused.keys, steps.keys)
+        assert fused.shingles.hashes.dtype == steps.shingles.hashes.dtype
+        assert np.array_equal(fused.shingles.hashes, steps.shingles.hashes)
+        assert np.array_equal(fused.shingles.offsets, steps.shingles.offsets)
+    assert prepare_module._prepared_ascii(texts, signing_config) is not None
