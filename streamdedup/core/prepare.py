@@ -16,7 +16,7 @@ from typing import Optional
 
 import numpy as np
 
-from .decode import decode, decode_warc_line
+from .decode import decode_many, decode_warc_line
 from .lsh import BAND_BASE, band_keys, sorted_slots
 from .memory import keep_freed_memory
 from .records import Document, Item, RawRecord, Rejected, Source, id_key
@@ -176,11 +176,12 @@ def prepare_raw(payload, spec, signing: SigningConfig) -> PreparedBatch:
     """Decode ``raw_payload`` columns (or the lines of a ``FileBatch``) and prepare them."""
     if isinstance(payload, tuple):
         values, keys, headers, _, names, partitions, offsets, rejected = payload
-        items = [decode(v, Source(n, p, o), spec, k, h, u)
-                 for v, k, h, n, p, o, u in zip(values, keys, headers, names, partitions, offsets, rejected)]
+        items = decode_many(values, [Source(n, p, o) for n, p, o in zip(names, partitions, offsets)], spec, keys,
+                            headers, rejected)
+    elif payload.format == "warc":
+        items = [decode_warc_line(v, source, spec) for v, source in zip(payload.values(), payload.sources())]
     else:
-        read = decode_warc_line if payload.format == "warc" else decode
-        items = [read(v, source, spec) for v, source in zip(payload.values(), payload.sources())]
+        items = decode_many(payload.values(), payload.sources(), spec)
     return prepare(items, signing)
 
 
