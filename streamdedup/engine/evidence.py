@@ -70,6 +70,13 @@ class Evidence:
     anchor_serials: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     sources: list = field(default_factory=list)
     unkept: list = field(default_factory=list)
+    hits: Optional[tuple] = field(default=None, repr=False, compare=False)  # (asked, per key, Hits) of found_*
+
+    def hits_of(self, asked: np.ndarray, per_key: int) -> Optional[Hits]:
+        """``Hits.found`` of this evidence's found entries under ``asked`` (the batch's sorted slots), if
+        ``band_evidence`` made it already for the same keys and cap (else None)."""
+        made = self.hits
+        return made[2] if made is not None and made[0] is asked and made[1] == per_key else None
 
 
 @dataclass
@@ -145,6 +152,7 @@ def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch:
         found_keys, found_serials = earliest_of_each_key(found_keys, found_serials, asking.max_candidates)
         evidence.found_keys, evidence.found_serials = found_keys, found_serials
     hits = Hits.found(asked, rows, len(batch.contents), found_keys, found_serials, asking.max_candidates)
+    evidence.hits = (asked, asking.max_candidates, hits)  # the batch's decision asks for the same
     matches = _Matches(txn, records, batch, content, asking.threshold)
     sources = _Sources(txn, batch, content, asking.excerpts, evidence) if asking.excerpts else None
     timeline = content.timeline.rewound() if content is not None else None
