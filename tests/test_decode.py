@@ -186,9 +186,9 @@ def test_decoding_a_batch_gives_what_decoding_each_record_gives():
         values.append(text.encode("utf-8", "surrogatepass") + rng.choice([b"", b"\n", b" ", b"\xff", b"}"]))
     values += [None, b'{"id": "a", "text": "' + b"y" * 3000 + b'"}']
     sources = [Source("raw", 0, i) for i in range(len(values))]
-    keys = [rng.choice([None, None, b"k", b"\xff"]) for _ in values]
+    keys = [rng.choice([None, None, b"k", b"", b"\xff", "é".encode()]) for _ in values]
     refused = [rng.choice([None] * 9 + ["unreadable_record: CRC"]) for _ in values]
-    specs = [SPEC, InputSpec(text_field="a.text", id_field="a.id"), InputSpec(url_field=""), InputSpec(id_field=""),
+    specs = [SPEC, InputSpec(binary_keys="ignore"), InputSpec(text_field="a.text", id_field="a.id"), InputSpec(url_field=""), InputSpec(id_field=""),
              InputSpec(max_text_bytes=50, max_record_bytes=200), InputSpec(format="text"),
              InputSpec(max_output_bytes=1200, kept_bytes=kept_record_bytes)]
     documents = 0

@@ -205,3 +205,40 @@ def test_kernel_prepares_ascii_batches_as_the_steps_do(monkeypatch, kind, k, ban
         assert np.array_equal(fused.shingles.hashes, steps.shingles.hashes)
         assert np.array_equal(fused.shingles.offsets, steps.shingles.offsets)
     assert prepare_module._prepared_ascii(texts, signing_config) is not None
+
+
+@pytest.mark.parametrize("overrides", [(), ("excerpts.enabled=true",), ("lsh.cap=\"probes\"",)])
+def test_decisions_without_the_kernel_are_the_decisions_with_it(tmp_path, monkeypatch, overrides):
+    """An install without a C compiler decides every document as one with the kernel: the whole offline loop
+    (prepared in this process), on articles and copies, a web crawl with templates, excerpts and non-ASCII pages."""
+    import io
+    import json
+    import random
+
+    from streamdedup import config as config_module
+    from streamdedup.core import corpus, eliasfano, prepare as prepare_module, verify, webcrawl
+    from streamdedup.core.decode import InputSpec
+    from streamdedup.engine.engine import Engine
+    from streamdedup.runtime.offline import dedup_files
+    from streamdedup.store import mirror
+
+    web = io.StringIO()
+    webcrawl.write_web_jsonl(webcrawl.generate_web(600, 12, seed=3), web)
+    lines = [json.dumps({"id": d.id, "text": d.text}) for d in corpus.generate(300, seed=9)]
+    lines += web.getvalue().splitlines()
+    lines += [json.dumps({"id": f"x{i}", "text": text + " é"}) for i, text in enumerate(TEXTS)]
+    random.Random(4).shuffle(lines)
+    source = tmp_path / "in.jsonl"
+    source.write_text("\n".join(lines) + "\n")
+    cfg = config_module.load(None, overrides, environ={})
+
+    def decisions(name: str) -> bytes:
+        with Engine(cfg, str(tmp_path / name)) as engine:
+            dedup_files(engine, [str(source)], InputSpec(), None, str(tmp_path / f"{name}.jsonl"), 300)
+        return (tmp_path / f"{name}.jsonl").read_bytes()
+
+    compiled = decisions("kernel")
+    for module in (shingle, signing, prepare_module, verify, eliasfano, mirror):
+        monkeypatch.setattr(module, "_kernel", None)
+    assert decisions("numpy") == compiled
+    assert compiled.count(b'"duplicate"') > 200

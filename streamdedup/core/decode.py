@@ -119,7 +119,7 @@ def decode_many(values: list, sources: list, spec: InputSpec, keys: Optional[lis
 
     The common record (a JSON object read by ``orjson`` with a nonblank ASCII
     text string under the size limits, a nonempty ASCII string or integer id,
-    no key, nothing rejected) is taken on a short path that makes the very
+    no key or an ASCII one (the id is the id field's), nothing rejected) is taken on a short path that makes the very
     Document ``decode`` makes; every other record goes through ``decode``
     (tested against it on records of every kind).
     """
@@ -135,7 +135,7 @@ def decode_many(values: list, sources: list, spec: InputSpec, keys: Optional[lis
     items: list[Item] = []
     append = items.append
     for value, source, key, header, refused in zip(values, sources, keys, headers, rejected):
-        if key is None and refused is None and value is not None and len(value) <= max_record:
+        if (key is None or key.isascii()) and refused is None and value is not None and len(value) <= max_record:
             try:
                 fields = loads(value)
             except JSONDecodeError:

@@ -165,9 +165,10 @@ def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch:
         serials, shared = hits.of(row)
         if first is not None and first.rekeyed:
             serials, shared = with_extra_candidates(serials, shared, first.candidates(lookup_keys[row]))
-        for serial, count in zip(serials.tolist(), shared.tolist()):
-            if count >= asking.min_shared:
-                matches.verify(row, serial, timeline)
+        if len(serials):
+            least = asking.min_shared
+            matches.verify_row(row, [serial for serial, count in zip(serials.tolist(), shared.tolist())
+                                     if count >= least], timeline)
         if sources is not None:
             sources.verify(row, matches, timeline)
     evidence.matches = matches.found
@@ -314,18 +315,33 @@ class _Matches:
         return self.content.pair_contents(own, int(self.batch.sites[row]), other, self.records.get(serial).site,
                                           timeline)
 
-    def verify(self, row: int, serial: int, timeline) -> None:
-        if serial in self.unkept:
+    def verify_row(self, row: int, serials: list[int], timeline) -> None:
+        """``verify`` of each of ``serials`` (in order) for row ``row``, its content and site looked up once."""
+        if not serials:
             return
-        if serial not in self._shingles:
-            shingles = self.txn.stored_shingles(serial)
-            if shingles is None:  # a duplicate's place (only live kept documents have their shingles stored)
-                self.unkept.add(serial)
-                return
-            self._shingles[serial] = shingles
-        similarity = jaccard(*self.pair(row, serial, timeline))
-        if similarity >= self.threshold:
-            self.found.append((row, serial, similarity))
+        own, unkept, stored, found, threshold = self.own(row), self.unkept, self._shingles, self.found, self.threshold
+        if timeline is not None:
+            site, settings, pair = int(self.batch.sites[row]), self.content.settings, self.content.pair_contents
+        for serial in serials:
+            if serial in unkept:
+                continue
+            shingles = stored.get(serial)
+            if shingles is None:
+                shingles = self.txn.stored_shingles(serial)
+                if shingles is None:  # a duplicate's place (only live kept documents have their shingles stored)
+                    unkept.add(serial)
+                    continue
+                stored[serial] = shingles
+            if timeline is None:
+                similarity = jaccard(own, shingles)
+            else:  # ``pair``
+                other_site = self.records.get(serial).site
+                other = content_of(shingles, timeline.template(other_site), timeline.shared,
+                                   settings.min_content_share)
+                similarity = jaccard(*pair(own, site, other, other_site, timeline))
+            if similarity >= threshold:
+                found.append((row, serial, similarity))
+
 
 
 class OwnFirstPages:
