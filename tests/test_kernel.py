@@ -242,3 +242,21 @@ def test_decisions_without_the_kernel_are_the_decisions_with_it(tmp_path, monkey
         monkeypatch.setattr(module, "_kernel", None)
     assert decisions("numpy") == compiled
     assert compiled.count(b'"duplicate"') > 200
+
+
+def test_shingles_that_came_through_pickle_are_verified_by_the_kernel(monkeypatch):
+    """Arrays from the feed process are unpickled, with a dtype instance of their own: still uint32 for the
+    kernel (``verify.jaccard`` took them for another type and verified them in numpy, several times slower)."""
+    import pickle
+
+    from streamdedup.core import verify
+
+    a = np.array([1, 5, 9, 12], dtype=np.uint32)
+    b = pickle.loads(pickle.dumps(np.array([5, 9, 13], dtype=np.uint32), protocol=5))
+    assert b.dtype is not np.dtype(np.uint32)
+
+    def refuse(*_):
+        raise AssertionError("the numpy path")
+
+    monkeypatch.setattr(verify, "shared_count_numpy", refuse)
+    assert verify.jaccard(a, b) == verify.jaccard(b, a) == 2 / 5
