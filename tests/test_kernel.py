@@ -260,3 +260,29 @@ def test_shingles_that_came_through_pickle_are_verified_by_the_kernel(monkeypatc
 
     monkeypatch.setattr(verify, "shared_count_numpy", refuse)
     assert verify.jaccard(a, b) == verify.jaccard(b, a) == 2 / 5
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_kernel_pairs_hits_as_numpy_does(monkeypatch, seed):
+    """``Hits.found`` by the kernel (``_kernel.hits``) against the numpy path: keys asked by several rows,
+    entries of one key past the cap, serials found under several of a row's keys, rows with none."""
+    from streamdedup.core.lsh import sorted_slots
+    from streamdedup.store import candidates
+    from streamdedup.store.candidates import Hits
+
+    rng = np.random.default_rng(seed)
+    keys = rng.integers(0, 400, size=(300, 8), dtype=np.uint64)  # few values: rows share many keys
+    asked, rows, _ = sorted_slots(keys)
+    found_keys = rng.choice(asked, size=2000)
+    found_keys = np.concatenate([found_keys, np.full(150, asked[7], dtype=np.uint64),
+                                 np.array([asked[-1] + 1], dtype=np.uint64)])  # a hot key; one asked by no row
+    found_serials = rng.integers(0, 5000, size=len(found_keys)).astype(np.int64)
+    for per_key in (None, 100, 3):
+        compiled = Hits.found(asked, rows, 300, found_keys, found_serials, per_key)
+        with monkeypatch.context() as patch:
+            patch.setattr(candidates, "_kernel", None)
+            vectorized = Hits.found(asked, rows, 300, found_keys, found_serials, per_key)
+        assert compiled.bounds == vectorized.bounds
+        assert np.array_equal(compiled.serials, vectorized.serials) and compiled.serials.dtype == np.int64
+        assert np.array_equal(compiled.shared, vectorized.shared)
+        assert compiled.bounds[-1] > 1000

@@ -772,6 +772,107 @@ done:
     return PyLong_FromSsize_t(written);
 }
 
+/* hits(asked, rows, n, found_keys, found_serials) -> (serials, shared, bounds, most)
+ *
+ * candidates.Hits.found's pairs: every found (key, serial) entry meets each place of its key among
+ * the batch's sorted keys ``asked`` (the row of place p is rows[p]); each (row, serial) met, its
+ * serials ascending within each row and how many places met it (int64, as bytearrays), the
+ * (n + 1) bounds of each row's pairs, and the most found entries of any one asked key. */
+static int compare_i64(const void *x, const void *y) {
+    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+    return (a > b) - (a < b);
+}
+
+static PyObject *hits(PyObject *self, PyObject *args) {
+    PyObject *o[4];
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "OOnOO", &o[0], &o[1], &n, &o[2], &o[3])) return NULL;
+    static const char *names[4] = {"asked", "rows", "found_keys", "found_serials"};
+    Py_buffer v[4];
+    int got = 0;
+    PyObject *result = NULL;
+    int64_t *met = NULL, *per_row = NULL, *start = NULL, *sorted_serials = NULL;
+    Py_ssize_t *key_count = NULL;
+    for (; got < 4; got++)
+        if (get_buffer(o[got], &v[got], 8, 0, names[got]) < 0) goto done;
+    Py_ssize_t a = v[0].len / 8, f = v[2].len / 8;
+    const uint64_t *asked = v[0].buf, *keys = v[2].buf;
+    const int64_t *rows = v[1].buf, *serials = v[3].buf;
+    if (v[1].len / 8 != a || v[3].len / 8 != f || n < 0) {
+        PyErr_SetString(PyExc_ValueError, "hits: asked and rows, or found keys and serials, differ in length");
+        goto done;
+    }
+    for (Py_ssize_t p = 0; p < a; p++)
+        if (rows[p] < 0 || rows[p] >= n) { PyErr_SetString(PyExc_ValueError, "hits: a row out of range"); goto done; }
+    /* each found entry's places: [lo, hi) of its key in asked */
+    Py_ssize_t total = 0, most = 0;
+    met = malloc((size_t)(2 * f + 1) * sizeof(int64_t));
+    key_count = calloc((size_t)a + 1, sizeof(Py_ssize_t));
+    per_row = calloc((size_t)n + 1, sizeof(int64_t));
+    start = malloc((size_t)(n + 1) * sizeof(int64_t));
+    if (!met || !key_count || !per_row || !start) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t i = 0; i < f; i++) {
+        Py_ssize_t lo = 0, hi = a;
+        while (lo < hi) { Py_ssize_t mid = lo + (hi - lo) / 2; if (asked[mid] < keys[i]) lo = mid + 1; else hi = mid; }
+        Py_ssize_t end = lo;
+        while (end < a && asked[end] == keys[i]) end++;
+        met[2 * i] = lo;
+        met[2 * i + 1] = end;
+        if (end > lo) {
+            Py_ssize_t c = ++key_count[lo];
+            if (c > most) most = c;
+            for (Py_ssize_t p = lo; p < end; p++) per_row[rows[p]]++;
+            total += end - lo;
+        }
+    }
+    /* the serials met, bucketed by row (a counting sort), then sorted within each row */
+    sorted_serials = malloc((size_t)(total ? total : 1) * sizeof(int64_t));
+    if (!sorted_serials) { PyErr_NoMemory(); goto done; }
+    int64_t at = 0;
+    for (Py_ssize_t r = 0; r < n; r++) { start[r] = at; at += per_row[r]; }
+    start[n] = at;
+    for (Py_ssize_t r = 0; r < n; r++) per_row[r] = start[r]; /* next free place of each row */
+    for (Py_ssize_t i = 0; i < f; i++)
+        for (Py_ssize_t p = met[2 * i]; p < met[2 * i + 1]; p++) sorted_serials[per_row[rows[p]]++] = serials[i];
+    Py_ssize_t unique = 0;
+    for (Py_ssize_t r = 0; r < n; r++) {
+        Py_ssize_t size = start[r + 1] - start[r];
+        int64_t *s = sorted_serials + start[r];
+        if (size > 16) qsort(s, (size_t)size, sizeof(int64_t), compare_i64);
+        else for (Py_ssize_t i = 1; i < size; i++) {
+            int64_t x = s[i];
+            Py_ssize_t j = i;
+            while (j > 0 && s[j - 1] > x) { s[j] = s[j - 1]; j--; }
+            s[j] = x;
+        }
+        for (Py_ssize_t i = 0; i < size; i++) unique += i == 0 || s[i] != s[i - 1];
+    }
+    PyObject *o_serials = PyByteArray_FromStringAndSize(NULL, unique * 8);
+    PyObject *o_shared = PyByteArray_FromStringAndSize(NULL, unique * 8);
+    PyObject *o_bounds = PyByteArray_FromStringAndSize(NULL, (n + 1) * 8);
+    if (!o_serials || !o_shared || !o_bounds) {
+        Py_XDECREF(o_serials); Py_XDECREF(o_shared); Py_XDECREF(o_bounds);
+        goto done;
+    }
+    int64_t *out_serials = (int64_t *)PyByteArray_AS_STRING(o_serials);
+    int64_t *out_shared = (int64_t *)PyByteArray_AS_STRING(o_shared), *bounds = (int64_t *)PyByteArray_AS_STRING(o_bounds);
+    Py_ssize_t w = 0;
+    for (Py_ssize_t r = 0; r < n; r++) {
+        bounds[r] = w;
+        for (int64_t i = start[r]; i < start[r + 1]; i++) {
+            if (i > start[r] && sorted_serials[i] == sorted_serials[i - 1]) { out_shared[w - 1]++; continue; }
+            out_serials[w] = sorted_serials[i];
+            out_shared[w++] = 1;
+        }
+    }
+    bounds[n] = w;
+    result = Py_BuildValue("NNNn", o_serials, o_shared, o_bounds, most);
+done:
+    free(met); free(key_count); free(per_row); free(start); free(sorted_serials);
+    for (int i = 0; i < got; i++) PyBuffer_Release(&v[i]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"shingles", shingles, METH_VARARGS, "Sorted unique shingle hashes of every document (see the module)."},
     {"minhash", minhash, METH_VARARGS, "MinHash signatures of every document (see the module)."},
@@ -783,6 +884,7 @@ static PyMethodDef methods[] = {
     {"merge_into", merge_into, METH_VARARGS, "A sorted run merged into sorted entries, in place (see the module)."},
     {"blake2b", blake2b_digest, METH_VARARGS, "hashlib.blake2b(data, digest_size=n).digest(), unkeyed."},
     {"prepare_ascii", prepare_ascii, METH_VARARGS, "Normalize, hash, shingle, narrow, sign and band ASCII texts (see the module)."},
+    {"hits", hits, METH_VARARGS, "The (row, serial) pairs a batch's found entries meet, counted (see candidates.Hits)."},
     {NULL, NULL, 0, NULL},
 };
 
