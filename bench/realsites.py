@@ -39,6 +39,7 @@ packages of the same generators)::
     python -m bench.realsites [--holdout] [--seed 31] [--forms text,html,warc] [--detail] [--out DIR]
     python -m bench.realsites --set templates.share=0.3 --set ...   # one run with these settings
     python -m bench.realsites --sample      # the committed sample (bench/data/realsites), no network
+    python -m bench.realsites --blocks      # what repeated blocks learn on each site, and how much is main content
     python -m bench.realsites --build-only --out DIR   # the corpus alone: text.jsonl, html.jsonl, crawl.warc.gz,
                                                        # truth.jsonl (site, kind, source, main content), manifest.json
 
@@ -605,6 +606,34 @@ def shingles(records: list[Record]) -> list[np.ndarray]:
     return shingle_sets([r.main for r in records])
 
 
+def learned_blocks(records: list[Record], window: int = 16) -> dict[str, tuple[int, float]]:
+    """Site -> (shingles its repeated blocks hold, the share of them in the main content of the page that taught
+    them): each site's new pages (whole visible text, in corpus order, an exact repeat counted once) through
+    the engine's template learning with ``templates.window = window``. Navigation learned is outside the main
+    content; what is inside is text the site repeats in its pages (see docs, "Real sites")."""
+    from streamdedup.core.shingle import narrow, normalize_texts, shingle_batch
+    from streamdedup.core.templates import SiteState, TemplateSettings, in_sorted
+
+    settings = TemplateSettings(window=window)
+    states: dict[str, SiteState] = {}
+    learned: dict[str, list[int]] = {}
+    seen: set[bytes] = set()
+    for record in records:
+        texts = normalize_texts([record.text, record.main])
+        if texts.contents[0] in seen:
+            continue
+        seen.add(texts.contents[0])
+        shingles = narrow(shingle_batch(texts))
+        state = states.setdefault(record.site, SiteState())
+        before = state.blocks
+        state.add_page(shingles.of(0), settings)
+        new = np.setdiff1d(state.blocks, before)
+        counts = learned.setdefault(record.site, [0, 0])
+        counts[0] += len(new)
+        counts[1] += int(np.count_nonzero(in_sorted(new, shingles.of(1))))
+    return {site: (total, inside / total if total else 0.0) for site, (total, inside) in sorted(learned.items())}
+
+
 # -- the command -----------------------------------------------------------------------------------
 
 
@@ -675,6 +704,8 @@ def main(argv=None) -> int:
     parser.add_argument("--build-only", action="store_true", help="write the corpus (to --out) and score nothing")
     parser.add_argument("--detail", action="store_true", help="where the false merges and misses are, by site")
     parser.add_argument("--set", action="append", default=[], help="settings of one run scored (repeatable)")
+    parser.add_argument("--blocks", action="store_true",
+                        help="what repeated blocks (templates.window=16) learn on each site, and how much is main content")
     parser.add_argument("--write-sample", type=int, default=0, metavar="N", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else 32 if args.holdout else 31
@@ -698,6 +729,10 @@ def main(argv=None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     (work / "manifest.json").write_text(json.dumps(
         {"seed": seed, "packages": [{"package": p, "version": v, "generator": g} for p, v, g in versions]}, indent=1))
+    if args.blocks:
+        for site, (shingles, inside) in learned_blocks(records).items():
+            print(f"  {site:<36} repeated blocks: {shingles:>6,} shingles, {inside:.0%} of them main content")
+        return 0
     if args.build_only:
         paths = write_corpus(records, work)
         print("wrote " + ", ".join(str(path) for path in paths.values()))

@@ -5,14 +5,16 @@ Every round, on the same pre-loaded input (the synthetic crawl, one partition, s
 input's and its outcomes can be compared with the single worker's), each contender is started fresh (new
 processes, states, topics and groups):
 
-- the single worker (``run --until-caught-up``), timed from its start to its exit, its CPU from
-  ``getrusage(RUSAGE_CHILDREN)``;
+- the single worker (``run --until-caught-up``), timed from its start until every record has its outcome in the
+  output topics (read_committed), its CPU from ``getrusage(RUSAGE_CHILDREN)``;
 - the deployment: ``--signers`` signing processes and ``--hosts`` processes hosting ``--vshards`` virtual shards
   (a consumer group gives each its share), timed from their start until every record has its outcome in the
   output topics (read_committed); each process's CPU read from /proc/PID/stat then, less the CPU an idle
   process of its role spends starting (measured once).
 
-Then, per document: the CPU of each role, the bytes of each internal topic (order, records, exchange), the outcomes
+Each is also started on an input of one record, timed to its outcome: its start-up (a deployment starts more
+processes, which join a group and open their vshards; a long stream pays that once), which the figures "less
+start-up" take off the whole run's. Then, per document: the CPU of each role, the bytes of each internal topic (order, records, exchange), the outcomes
 compared record by record with the single worker's, and where the deployment's time goes (why it is slower or
 faster). With ``--paced-rate``, the latency from a record in to its outcome out (median, p99): documents fed at a
 steady rate well below capacity, each latency from its input record's timestamp to its outcome's.
@@ -141,19 +143,42 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def single_round(bootstrap: str, raw: str, work: Path) -> dict:
+def single_round(bootstrap: str, raw: str, work: Path, expected: int, timeout: float) -> dict:
     run = Run(bootstrap, raw, work, 1)
     cpu, began = children_cpu(), time.monotonic()
-    subprocess.run(run.role("worker"), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    seconds, cpu = time.monotonic() - began, children_cpu() - cpu
-    return {"seconds": seconds, "cpu": cpu, "outcomes": run.outcomes()}
+    process = subprocess.Popen(run.role("worker"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        seconds = watch(run, [process], began, expected, timeout, work)
+    finally:
+        stop_processes([process])
+    return {"seconds": seconds, "cpu": children_cpu() - cpu, "outcomes": run.outcomes()}
 
 
-def start_up_cpu(bootstrap: str, raw: str, work: Path, vshards: int) -> dict:
-    """The CPU a process of each role spends starting and connecting, with nothing to do (subtracted)."""
+def watch(run: Run, processes: list, began: float, expected: int, timeout: float, work: Path) -> float:
+    """Seconds from ``began`` until ``expected`` outcomes are committed."""
+    counter = run.counter()
+    try:
+        while True:
+            count = counter.read()
+            now = time.monotonic() - began
+            if count >= expected:
+                return now
+            if any(p.poll() not in (None, 0) for p in processes):
+                raise RuntimeError(f"a process stopped: see {work}")
+            if now > timeout:
+                raise RuntimeError(f"not done after {timeout} s: see {work}")
+    finally:
+        counter.close()
+
+
+def start_up_cpu(bootstrap: str, work: Path, vshards: int) -> dict:
+    """The CPU a process of each role spends starting and connecting, with nothing to do (subtracted): the single
+    worker's two processes until they stop, caught up; the deployment's roles for 6 s."""
     run = Run(bootstrap, f"idle-{uuid.uuid4().hex[:6]}", work, vshards)
     create(bootstrap, [run.raw])
-    found = {}
+    cpu = children_cpu()
+    subprocess.run(run.role("worker"), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    found = {"worker": children_cpu() - cpu}
     for role in ("sign", "vshards"):
         process = subprocess.Popen(run.role(role), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(6)
@@ -162,31 +187,54 @@ def start_up_cpu(bootstrap: str, raw: str, work: Path, vshards: int) -> dict:
     return found
 
 
+class Deployment:
+    """A deployment's processes, started: ``--hosts`` vshards hosts and ``--signers`` signing processes."""
+
+    def __init__(self, run: Run, work: Path, args):
+        self.run, self.work, self.args = run, work, args
+        self.roles = ["vshards"] * args.hosts + ["sign"] * args.signers
+        self.logs = [open(work / f"{role}-{n}-{run.tag}.log", "wb") for n, role in enumerate(self.roles)]
+        self.began = time.monotonic()
+        self.processes = [subprocess.Popen(run.role(role), stdout=subprocess.DEVNULL, stderr=log)
+                          for role, log in zip(self.roles, self.logs)]
+
+    def seconds_to(self, expected: int) -> float:
+        return watch(self.run, self.processes, self.began, expected, self.args.timeout, self.work)
+
+    def cpu(self, start_up: dict) -> dict:
+        return {f"{role}-{n}": max(cpu_seconds(p.pid) - start_up[role], 0.0)
+                for n, (role, p) in enumerate(zip(self.roles, self.processes))}
+
+    def stop(self) -> None:
+        stop_processes(self.processes)
+        for log in self.logs:
+            log.close()
+
+
 def deployment_round(bootstrap: str, raw: str, work: Path, args, expected: int, start_up: dict) -> dict:
     run = Run(bootstrap, raw, work, args.vshards)
-    roles = ["vshards"] * args.hosts + ["sign"] * args.signers
-    logs = [open(work / f"{role}-{n}-{run.tag}.log", "wb") for n, role in enumerate(roles)]
-    began = time.monotonic()
-    processes = [subprocess.Popen(run.role(role), stdout=subprocess.DEVNULL, stderr=log)
-                 for role, log in zip(roles, logs)]
+    deployment = Deployment(run, work, args)
     try:
-        counter = run.counter()
-        while counter.read() < expected:
-            if any(p.poll() is not None for p in processes):
-                raise RuntimeError(f"a process of the deployment stopped: see {work}")
-            if time.monotonic() - began > args.timeout:
-                raise RuntimeError(f"not done after {args.timeout} s: see {work}")
-        seconds = time.monotonic() - began
-        counter.close()
-        cpu = {f"{role}-{n}": max(cpu_seconds(p.pid) - start_up[role], 0.0)
-               for n, (role, p) in enumerate(zip(roles, processes))}
+        seconds = deployment.seconds_to(expected)
+        cpu = deployment.cpu(start_up)
         paced = paced_latencies(run, bootstrap, raw, args) if args.paced_rate else []
     finally:
-        stop_processes(processes)
-        for log in logs:
-            log.close()
+        deployment.stop()
     return {"seconds": seconds, "cpu": cpu, "outcomes": run.outcomes(), "bytes": internal_bytes(run),
             "latency": paced}
+
+
+def start_up_seconds(bootstrap: str, work: Path, args) -> dict:
+    """Seconds from each contender's start to the outcome of the one record of a fresh input."""
+    raw = f"bench-one-{uuid.uuid4().hex[:8]}"
+    create(bootstrap, [raw])
+    feed(bootstrap, raw, corpus.generate(1, seed=7)[:1])
+    single = single_round(bootstrap, raw, work, 1, args.timeout)["seconds"]
+    deployment = Deployment(Run(bootstrap, raw, work, args.vshards), work, args)
+    try:
+        return {"single": single, "deployment": deployment.seconds_to(1)}
+    finally:
+        deployment.stop()
 
 
 def paced_latencies(run: Run, bootstrap: str, raw: str, args) -> list[float]:
@@ -262,29 +310,37 @@ def main(argv=None) -> int:
         print(f"{len(docs):,} documents of the synthetic crawl in {raw} (1 partition); deployment: {args.vshards} "
               f"vshards in {args.hosts} processes, {args.signers} signing process(es); {os.cpu_count()} cores",
               flush=True)
-        start_up = start_up_cpu(bootstrap, raw, work, args.vshards)
-        singles, deployed = [], []
+        start_up = start_up_cpu(bootstrap, work, args.vshards)
+        singles, deployed, starts = [], [], []
         for n in range(args.rounds):
-            singles.append(single_round(bootstrap, raw, work))
-            deployed.append(deployment_round(bootstrap, raw, work, args, len(singles[-1]["outcomes"]), start_up))
+            singles.append(single_round(bootstrap, raw, work, len(docs), args.timeout))
+            deployed.append(deployment_round(bootstrap, raw, work, args, len(docs), start_up))
+            starts.append(start_up_seconds(bootstrap, work, args))
             print(f"round {n + 1}: single worker {singles[-1]['seconds']:.1f} s, deployment "
-                  f"{deployed[-1]['seconds']:.1f} s", flush=True)
-        report(args, len(docs), singles, deployed, start_up)
+                  f"{deployed[-1]['seconds']:.1f} s (start-up {starts[-1]['single']:.1f} s and "
+                  f"{starts[-1]['deployment']:.1f} s)", flush=True)
+        report(args, len(docs), singles, deployed, start_up, starts)
     return 0
 
 
-def report(args, docs: int, singles: list[dict], deployed: list[dict], start_up: dict) -> None:
+def report(args, docs: int, singles: list[dict], deployed: list[dict], start_up: dict, starts: list[dict]) -> None:
     med = statistics.median
     single_rate = med(docs / s["seconds"] for s in singles)
     rate = med(docs / d["seconds"] for d in deployed)
     ratios = [s["seconds"] / d["seconds"] for s, d in zip(singles, deployed)]
     print(f"\nthroughput (median of {args.rounds}): single worker {single_rate:,.0f} docs/s, deployment "
           f"{rate:,.0f} docs/s: {med(ratios):.2f}x (paired rounds {', '.join(f'{r:.2f}' for r in ratios)})")
-    single_cpu = med(s["cpu"] for s in singles) / docs * 1e6
+    running = [(s["seconds"] - t["single"]) / (d["seconds"] - t["deployment"])
+               for s, d, t in zip(singles, deployed, starts)]
+    print(f"  less start-up: single worker {med(docs / (s['seconds'] - t['single']) for s, t in zip(singles, starts)):,.0f}"
+          f" docs/s, deployment {med(docs / (d['seconds'] - t['deployment']) for d, t in zip(deployed, starts)):,.0f} "
+          f"docs/s: {med(running):.2f}x (paired {', '.join(f'{r:.2f}' for r in running)}); start-up (to the outcome "
+          f"of a first record) {med(t['single'] for t in starts):.1f} s and {med(t['deployment'] for t in starts):.1f} s")
+    single_cpu = max(med(s["cpu"] for s in singles) - start_up["worker"], 0.0) / docs * 1e6
     roles = sorted(deployed[0]["cpu"])
     per_role = {role: med(d["cpu"][role] for d in deployed) / docs * 1e6 for role in roles}
     total = sum(per_role.values())
-    print(f"CPU per document: single worker {single_cpu:.1f} µs (its two processes, start-up included); deployment "
+    print(f"CPU per document: single worker {single_cpu:.1f} µs (its two processes); deployment "
           f"{total:.1f} µs ({total / single_cpu:.2f}x), per process (start-up CPU subtracted: "
           + ", ".join(f"{role} {start_up[role]:.2f} s" for role in sorted(start_up)) + ")")
     for role in roles:

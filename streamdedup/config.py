@@ -175,9 +175,9 @@ class ShardsSection:
                              "go to this name + \"-values\" (one partition per vshard)")
     evidence_topic: str = _key("streamdedup-evidence", "internal exchange topic of the vshards' messages to each other "
                                "(one partition per vshard)")
-    epoch_records: int = _key(10000, "records of one epoch at most (a signing process cuts one at each poll, so a light "
-                              "stream makes small ones; larger ones cost the vshards less a document, and make each "
-                              "record wait longer)", low=1, high=1000000)
+    epoch_records: int = _key(10000, "records of one epoch at most (a signing process fills one for a tenth of a "
+                              "second, longer while its input is behind, so a light stream makes small ones; larger ones "
+                              "cost the vshards less a document, and make each record wait longer)", low=1, high=1000000)
     batch_bytes: int = _key(4 << 20, "record bytes in an epoch per vshard at most (a larger record travels alone)",
                             low=1 << 16)
 

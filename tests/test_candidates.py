@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from streamdedup.core.lsh import band_slots
-from streamdedup.store.candidates import file_prober, filed_places, room_under
+from streamdedup.store.candidates import RekeyedKeys, file_prober, filed_places, room_under
 
 
 def _batch(rng, rows, bands, values):
@@ -62,3 +62,17 @@ def _filed(slots, probers, committed, per_key):
     rows, bands = order // slots.shape[1], order % slots.shape[1]
     return filed_places(slots.ravel()[order], rows, bands, slots.shape, probers, committed, per_key)
 
+
+
+def test_rekeyed_pages_are_found_once_per_shared_band_with_their_latest_keys():
+    rng = np.random.default_rng(5)
+    rekeyed, latest = RekeyedKeys(), {}
+    assert not rekeyed
+    for step in range(40):
+        serial = int(rng.integers(1, 12))  # some serials rekeyed again: their latest keys count, in their first place
+        keys = rng.integers(0, 4, 8).astype(np.uint64)
+        rekeyed[serial] = latest[serial] = keys
+        row = rng.integers(0, 4, 8).astype(np.uint64)
+        expected = [s for s, own in latest.items() for _ in range(int(np.count_nonzero(own == row)))]
+        assert rekeyed.candidates(row) == expected
+    assert rekeyed

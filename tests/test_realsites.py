@@ -168,3 +168,27 @@ def test_dedup_runs_on_both_forms_and_wears_the_same_names(tmp_path, corpus):
     assert html == warc
     text = (tmp_path / "text.jsonl").read_text(encoding="utf-8")
     assert text.count("\n") == len(corpus) and '"html"' not in text
+
+
+def test_learned_blocks_tell_navigation_from_text_a_site_repeats_in_its_pages():
+    """Sections' boxes (outside the main content, each on a third of a site's pages) learned as blocks count as
+    navigation; a notice repeated in the main content of some pages of another site, learned too, counts as
+    main content."""
+    import random
+
+    from streamdedup.core.corpus import _Writer
+
+    writer = _Writer(random.Random(3))
+    boxes = ["in this section " + " ".join(writer.words(40)) for _ in range(3)]
+    notice = "note " + " ".join(writer.words(40))
+    records = []
+    for n in range(24):
+        body = writer.article(6) + (f"\n{notice}\n" + writer.article(3) if n % 4 == 0 else "")
+        site = "nav.example" if n % 2 else "text.example"
+        text = f"{boxes[n // 2 % 3]}\n{body}" if site == "nav.example" else body
+        records.append(rs.Record(f"p{n}", f"https://{site}/{n}", "", site, "sphinx", "page", None, main=body,
+                                 text=text))
+    learned = rs.learned_blocks(records)
+    assert learned["nav.example"][0] >= 30 and learned["nav.example"][1] < 0.1
+    assert learned["text.example"][0] >= 30 and learned["text.example"][1] > 0.9
+    assert all(shingles == 0 for shingles, _ in rs.learned_blocks(records, window=0).values())

@@ -12,7 +12,7 @@ from streamdedup import config as config_module
 from streamdedup.core.decode import InputSpec
 from streamdedup.core.prepare import prepare_raw, raw_payload
 from streamdedup.core.records import RawRecord, Rejected, Source
-from streamdedup.core.signed import ForgetOrder, pack_forget, subset
+from streamdedup.core.signed import ForgetOrder, joined, pack_forget, subset
 from streamdedup.core.signing import signing_config
 from streamdedup.engine.vshards.placement import item_homes
 from streamdedup.runtime.vshards.messages import pack_epoch, pack_home, unpack_home, unpack_order
@@ -45,6 +45,20 @@ def test_a_home_message_carries_its_records_whole_and_what_preparing_made_of_the
         assert [i.id for i in got.prepared.items] == [i.id for i in mine.items]
         assert got.prepared.contents == mine.contents and np.array_equal(got.prepared.keys, mine.keys)
         assert [i.source for i in got.prepared.items] == [records[i].source for i in places]
+
+
+@pytest.mark.parametrize("cuts", [[3], [1, 4], [2, 3, 5]], ids=["halves", "thirds", "around-the-rejected"])
+def test_batches_prepared_apart_and_joined_are_the_batch_prepared_whole(cuts):
+    records = _records() + _records(first_offset=6)
+    whole = _prepared(records)
+    bounds = [0, *cuts, len(records)]
+    parts = joined([_prepared(records[a:b]) for a, b in zip(bounds, bounds[1:])])
+    assert [type(i) for i in parts.items] == [type(i) for i in whole.items]
+    assert parts.row == whole.row and parts.contents == whole.contents and parts.id_keys == whole.id_keys
+    assert np.array_equal(parts.shingles.hashes, whole.shingles.hashes)
+    assert np.array_equal(parts.shingles.offsets, whole.shingles.offsets)
+    assert np.array_equal(parts.keys, whole.keys) and np.array_equal(parts.sites, whole.sites)
+    assert parts.hosts == whole.hosts
 
 
 def test_the_order_topic_holds_epochs_and_forget_orders_and_refuses_anything_else():

@@ -3,7 +3,8 @@
 A signing process sends each vshard the records it is home to with what
 preparing made of them (content and id hashes, shingles, band keys, sites:
 ``packed_prepared``, read back with ``prepared_of``), so no vshard signs
-again; ``subset`` cuts one home's part out of a prepared batch. A forget
+again; ``subset`` cuts one home's part out of a prepared batch, ``joined``
+makes one of batches prepared apart. A forget
 order (``pack_forget``) travels in the decision order, between epochs.
 """
 
@@ -18,7 +19,7 @@ from .prepare import PreparedBatch, restore_items
 from .records import Document, Source
 from .shingle import ShingleBatch
 
-__all__ = ["ForgetOrder", "pack_forget", "packed_prepared", "prepared_of", "subset"]
+__all__ = ["ForgetOrder", "joined", "pack_forget", "packed_prepared", "prepared_of", "subset"]
 
 _FORGET_FORMAT = 2  # the first field of a forget order, as the deployments before wrote it too
 
@@ -68,6 +69,27 @@ def subset(batch: PreparedBatch, keep: list[bool]) -> PreparedBatch:
     hashes = np.concatenate(parts) if parts else shingles.hashes[:0]
     return PreparedBatch(items, row, [batch.contents[r] for r in rows], [batch.id_keys[r] for r in rows],
                          ShingleBatch(hashes, offsets), batch.keys[rows], batch.sites[rows], batch.hosts)
+
+
+def joined(batches: list[PreparedBatch]) -> PreparedBatch:
+    """One prepared batch of ``batches``' items in turn, rows renumbered: the same as preparing their items
+    together (preparing is per document), in pieces whose arrays stay in the caches."""
+    if len(batches) == 1:
+        return batches[0]
+    items, row, before = [], [], 0
+    for batch in batches:
+        items += batch.items
+        row += [r + before if r >= 0 else -1 for r in batch.row]
+        before += len(batch.contents)
+    sizes = np.concatenate([np.diff(b.shingles.offsets) for b in batches])
+    offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    hosts: dict = {}
+    for batch in batches:
+        hosts.update(batch.hosts)
+    return PreparedBatch(items, row, [c for b in batches for c in b.contents], [k for b in batches for k in b.id_keys],
+                         ShingleBatch(np.concatenate([b.shingles.hashes for b in batches]), offsets),
+                         np.concatenate([b.keys for b in batches]), np.concatenate([b.sites for b in batches]), hosts)
 
 
 def _array(a: np.ndarray) -> list:

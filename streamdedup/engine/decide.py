@@ -54,8 +54,8 @@ from ..core.signing import band_keys_of
 from ..core.verify import jaccard
 from ..store.index import DocRecord
 from ..store.anchors import BatchAnchors
-from ..store.candidates import (Hits, SharedKeys, chosen_candidates, earliest_of_each_key, file_prober, filed_places,
-                                 keys_shared_within, room_under)
+from ..store.candidates import (Hits, RekeyedKeys, SharedKeys, chosen_candidates, earliest_of_each_key, file_prober,
+                                 filed_places, keys_shared_within, room_under)
 from .settings import DedupSettings, ExcerptSettings
 from .sitelearning import BatchContent
 from .evidence import Evidence, Gathered, row_anchors
@@ -511,7 +511,7 @@ class _FirstPages:
         self.rekeys = rekeys
         self.provisional_pages = provisional_pages
         self.pages: dict[int, list[int]] = {}  # site -> first pages (as this batch left them)
-        self._keys: dict[int, np.ndarray] = {}  # serial -> its keys rekeyed in this batch
+        self._keys = RekeyedKeys()  # serial -> its keys rekeyed in this batch
         self.rekeyed_here: dict[int, np.ndarray] = {}  # the same, of the batch's own pages (their shards write them)
 
     def _of(self, site: int) -> list[int]:
@@ -542,7 +542,7 @@ class _FirstPages:
 
     def candidates(self, keys: np.ndarray) -> list[int]:
         """Pages rekeyed in this batch, once per band whose key they share with ``keys``."""
-        return [serial for serial, own in self._keys.items() for _ in range(int(np.count_nonzero(own == keys)))]
+        return self._keys.candidates(keys)
 
 
 def _as_decision(record: DocRecord, replayed: bool = False, candidates: int = 0, verified: int = 0) -> Decision:

@@ -22,7 +22,7 @@ from ..store.anchors import BatchAnchors
 from ..store.bands import BandTables
 from ..store.hashed import serials_of_many
 from ..store.index import DocRecord, IndexTxn
-from ..store.candidates import Hits, earliest_of_each_key, with_extra_candidates
+from ..store.candidates import Hits, RekeyedKeys, earliest_of_each_key, with_extra_candidates
 from ..store.mirror import RecentMirror
 from ..store.view import first_documents
 from ..store.sites import provisional_pages, remove_rekeyed, write_rekeyed
@@ -352,7 +352,7 @@ class OwnFirstPages:
         self.txn = txn
         self.signing = signing
         self._pages: dict[int, list[int]] = {}
-        self._keys: dict[int, np.ndarray] = {}  # serial -> its keys rekeyed in this batch
+        self._keys = RekeyedKeys()  # serial -> its keys rekeyed in this batch
 
     def _of(self, site: int) -> list[int]:
         pages = self._pages.get(site)
@@ -379,7 +379,7 @@ class OwnFirstPages:
 
     def candidates(self, keys: np.ndarray) -> list[int]:
         """Own pages rekeyed in this batch, once per band whose key they share with ``keys``."""
-        return [serial for serial, own in self._keys.items() for _ in range(int(np.count_nonzero(own == keys)))]
+        return self._keys.candidates(keys)
 
 
 def _replays(txn: IndexTxn, mirror: RecentMirror, batch: PreparedBatch, record) -> dict:

@@ -86,7 +86,9 @@ messages with the other vshards through the exchange topic; its own
 messages go out without a transaction (they are deterministic: the vshard's
 state as of the epoch before, and the messages it received, so one sent
 twice is the same, and a receiver keeps the first). Once the epoch is
-decided here (``VShardCommit.commit``):
+decided here (``VShardCommit.commit``, for every vshard of the process that
+decided one in the same turn of its loop, each step for all of them before
+the next):
 
 1. wait until the broker has every message the vshard sent in the epoch (a
    vshard past an epoch never sends its messages of it again, and the
@@ -94,7 +96,9 @@ decided here (``VShardCommit.commit``):
 2. in one Kafka transaction of the vshard's own producer (its
    transactional id fences a former host): the outcomes of its records of
    the epoch, and the order topic's offset after the epoch for the
-   vshard's group ``<group_id>-vshard-N``;
+   vshard's group ``<group_id>-vshard-N``; the vshards' transactions are
+   sent and committed side by side (each is its own: one may commit and
+   another not, as if the process died between them);
 3. commit the vshard's state (LMDB, every change of the epoch in the one
    write transaction it began with it) with its positions: the next order
    message, each input partition's next offset, the next serial, where to
@@ -131,7 +135,7 @@ from .sink import FileOutputs
 from .sink.messages import HEADER_PREFIX
 from .source import FilePosition
 
-__all__ = ["FileRun", "Resume", "KafkaCommit", "VShardCommit", "StartPlan", "start_plan",
+__all__ = ["FileRun", "Resume", "KafkaCommit", "VShardCommit", "VShardEpoch", "StartPlan", "start_plan",
            "WORKER_POSITIONS"]
 
 WORKER_POSITIONS = "kafka"  # the prefix of the live worker's input positions in the index (``KafkaCommit``)
@@ -343,8 +347,27 @@ def start_plan(stored: dict, committed: dict, beginnings: dict, has_sink: bool, 
 ORDER_HEADER = HEADER_PREFIX + "order"  # an outcome's place in a sharded deployment's decision order
 
 
+@dataclass
+class VShardEpoch:
+    """A vshard's epoch, decided: what ``VShardCommit`` puts out and commits."""
+
+    vshard: object  # engine.vshards.VShard
+    sink: object  # its transactional producer (sink.KafkaSink)
+    group_id: str  # its group, which holds the order topic's offset after its last epoch in Kafka
+    offset: int  # the epoch's order message's
+    records: list  # this home's records of it, whole, with their ``serials`` and ``decisions``
+    serials: list
+    decisions: list
+    positions: dict  # what its state commits with the epoch
+    emit: bool  # False: Kafka has its outcomes already (decided again after a crash)
+
+    @property
+    def emits(self) -> bool:
+        return self.emit and bool(self.records)
+
+
 class VShardCommit:
-    """Steps 1-3 of a vshard's protocol for one epoch (see the module's docstring)."""
+    """Steps 1-3 of the vshards' protocol for epochs decided together (see the module's docstring)."""
 
     def __init__(self, publisher, order_topic: str, kafka_timeout_s: float):
         """``publisher``: the producer (not transactional) of the vshards' messages to each other."""
@@ -352,51 +375,57 @@ class VShardCommit:
         self.order_topic = order_topic
         self.kafka_timeout_s = kafka_timeout_s
 
-    def commit(self, vshard, sink, group_id: str, offset: int, records: list, serials: list[int],
-               decisions: list[Decision], positions: dict, emit: bool) -> None:
-        """The epoch whose order message is at ``offset``, decided: ``records`` (this home's, whole, with their
-        ``serials``) and their ``decisions`` out (unless ``emit`` is False: Kafka has them), then the state."""
+    def commit(self, epochs: list[VShardEpoch]) -> None:
+        """Each epoch's outcomes out (unless Kafka has them), then each vshard's state."""
         self.publisher.flush(timeout=self.kafka_timeout_s)  # Step 1.
-        if emit and records:
-            self._fenced_as_retriable(vshard.number, lambda: self._kafka_transaction(  # Step 2.
-                sink, group_id, offset, records, serials, decisions))
+        out = [e for e in epochs if e.emits]  # Step 2, the vshards' transactions side by side:
+        joining = [(e, self._fenced_as_retriable(e, self._sent)) for e in out]
+        for e, offsets in joining:
+            self._fenced_as_retriable(e, lambda e: self._joined(e, offsets))
+        committing = [(e, e.sink.committing()) for e in out]
+        for e, pending in committing:
+            self._fenced_as_retriable(e, lambda e: e.sink.committed(pending, self.kafka_timeout_s))
         reached("vshard-kafka-committed")
-        vshard.commit(positions)  # Step 3.
-        reached("vshard-committed")
+        for e in epochs:
+            e.vshard.commit(e.positions)  # Step 3.
+            reached("vshard-committed")
 
-    def _kafka_transaction(self, sink, group_id: str, offset: int, records: list, serials: list[int],
-                           decisions: list[Decision]) -> None:
-        """Step 2; each outcome says its place in the order (``streamdedup.order``: the epoch's order offset /
-        the record's serial)."""
+    def _sent(self, e: VShardEpoch):
+        """Step 2 begun: the transaction open, the outcomes sent in it, each saying its place in the order
+        (``streamdedup.order``: the epoch's order offset / the record's serial); returns the order offset's
+        way into it (``sink.Pending``)."""
         from kafka import TopicPartition
 
-        sink.begin()
+        e.sink.begin()
         reached("vshard-kafka-begun")
-        offsets = sink.send_offsets({TopicPartition(self.order_topic, 0): offset + 1}, group_id)
-        messages = sink.messages(records, decisions)
-        places = [f"{offset}/{serial}".encode() for serial, d in zip(serials, decisions) if not d.replayed]
+        offsets = e.sink.send_offsets({TopicPartition(self.order_topic, 0): e.offset + 1}, e.group_id)
+        messages = e.sink.messages(e.records, e.decisions)
+        places = [f"{e.offset}/{serial}".encode() for serial, d in zip(e.serials, e.decisions) if not d.replayed]
         for (_, message), place in zip(messages, places):
             message["headers"] = message["headers"] + [(ORDER_HEADER, place)]
-        sink.send(messages)
-        offsets.wait(self.kafka_timeout_s, "the order offset to join the Kafka transaction", sink.transaction_error)
+        e.sink.send(messages)
+        return offsets
+
+    def _joined(self, e: VShardEpoch, offsets) -> None:
+        offsets.wait(self.kafka_timeout_s, "the order offset to join the Kafka transaction", e.sink.transaction_error)
         reached("vshard-kafka-sent")  # the transaction is open at the broker now (a pause here outlives it)
-        sink.commit(self.kafka_timeout_s)
 
     @staticmethod
-    def _fenced_as_retriable(number: int, transaction: Callable[[], None]) -> None:
-        """Run ``transaction``; a fenced producer ends the session (``TransactionFencedError``), not the process.
+    def _fenced_as_retriable(e: VShardEpoch, step: Callable[[VShardEpoch], object]):
+        """Run ``step`` of ``e``'s transaction; a fenced producer ends the session (``TransactionFencedError``),
+        not the process.
 
         For one worker a fenced producer means another worker took its index (fatal, ``kafka_trouble``);
-        for vshard ``number`` it means its transaction outlived ``transaction_timeout_ms`` (the process was
+        for a vshard it means its transaction outlived ``transaction_timeout_ms`` (the process was
         paused) and the broker aborted it, or its new host fenced it: the epoch's outcomes are not in Kafka,
         the session is thrown away with its epochs in flight (their LMDB transactions aborted), and the
         vshard's next host decides them again."""
         from kafka.errors import InvalidProducerEpochError, ProducerFencedError
 
         try:
-            transaction()
+            return step(e)
         except (ProducerFencedError, InvalidProducerEpochError) as exc:
             raise TransactionFencedError(
-                f"vshard {number}'s Kafka transaction was fenced ({type(exc).__name__}): its epoch is decided "
-                "again in a new session; if this recurs without pauses, raise [kafka.producer] "
+                f"vshard {e.vshard.number}'s Kafka transaction was fenced ({type(exc).__name__}): its epoch is "
+                "decided again in a new session; if this recurs without pauses, raise [kafka.producer] "
                 "transaction_timeout_ms above the longest epoch") from exc

@@ -195,6 +195,14 @@ class KafkaSource:
     def assign(self, partitions: list) -> None:
         self.consumer.assign(partitions)
 
+    def subscribe(self, topics: list[str], listener=None) -> None:
+        """Join the group on ``topics``, their partitions learnt first: a member whose client has not yet
+        heard of a topic (one created a moment ago) is assigned none of it, and the group rebalances again
+        once it has (half a second or more of a starting process, for nothing)."""
+        for topic in topics:
+            self.consumer.partitions_for_topic(topic)
+        self.consumer.subscribe(topics, **({} if listener is None else {"listener": listener}))
+
     def committed(self, partition, timeout_s: float) -> Optional[int]:
         """The group's committed offset of a partition (None if it has none).
 
@@ -253,17 +261,21 @@ class KafkaSource:
                 records.append(_raw_record(m))
         return canonical_order(records)
 
-    def topped_up(self, records: list[RawRecord], wait_ms: int, more_wanted: Callable[[list], bool],
+    def topped_up(self, records: list[RawRecord], wait_ms: int, more_wanted: Callable[[int], bool],
                   limit: Optional[dict] = None) -> list[RawRecord]:
-        """``records`` (a poll's) topped up towards ``batch_size`` while ``more_wanted(records)`` says so, each
-        poll waiting at most ``wait_ms``; stops at the first poll that brings nothing. A fetch often holds
-        less than a batch, and whole batches share the costs of whatever follows each one."""
-        while records and len(records) < self.batch_size and more_wanted(records):
-            more = self.poll_batch(wait_ms, limit=limit, max_records=self.batch_size - len(records))
+        """``records`` (a poll's) topped up towards ``batch_size`` while ``more_wanted(value bytes so far)`` says
+        so, each poll waiting at most ``wait_ms``; stops at the first poll that brings nothing. A fetch often
+        holds less than a batch, and whole batches share the costs of whatever follows each one."""
+        polls, count = [records], len(records)
+        size = sum(len(r.value or b"") for r in records)
+        while count and count < self.batch_size and more_wanted(size):
+            more = self.poll_batch(wait_ms, limit=limit, max_records=self.batch_size - count)
             if not more:
                 break
-            records = canonical_order(records + more)
-        return records
+            polls.append(more)
+            count += len(more)
+            size += sum(len(r.value or b"") for r in more)
+        return records if len(polls) == 1 else canonical_order([r for poll in polls for r in poll])
 
     def _skip_unreadable(self, exc: Exception, limit: Optional[dict]) -> list[RawRecord]:
         """A record the client cannot read, as a record of its own to reject; the consumer moves past it.

@@ -16,7 +16,7 @@ try:
 except ImportError:  # built by ``pip install`` when a C compiler is there; numpy gives the same below
     _kernel = None
 
-__all__ = ["Hits", "SharedKeys", "keys_shared_within", "chosen_candidates", "file_prober", "filed_places",
+__all__ = ["Hits", "SharedKeys", "RekeyedKeys", "keys_shared_within", "chosen_candidates", "file_prober", "filed_places",
            "with_extra_candidates", "earliest_of_each_key", "room_under", "ranges"]
 
 
@@ -29,6 +29,30 @@ def with_extra_candidates(serials: np.ndarray, shared: np.ndarray, extra: Sequen
         counts[serial] = counts.get(serial, 0) + 1
     ordered = sorted(counts)
     return np.array(ordered, dtype=np.int64), np.array([counts[s] for s in ordered], dtype=np.int64)
+
+
+class RekeyedKeys:
+    """The band keys of the pages rekeyed in a batch (serial -> its latest keys, in the order first rekeyed),
+    and which of them a row's keys find: one array comparison a row, the keys stacked again after a rekey."""
+
+    def __init__(self):
+        self._keys: dict[int, np.ndarray] = {}
+        self._stacked: Optional[tuple[np.ndarray, np.ndarray]] = None  # (serials, serials x bands keys)
+
+    def __setitem__(self, serial: int, keys: np.ndarray) -> None:
+        self._keys[serial] = keys
+        self._stacked = None
+
+    def __bool__(self) -> bool:
+        return bool(self._keys)
+
+    def candidates(self, keys: np.ndarray) -> list[int]:
+        """The rekeyed pages, each once per band whose key it shares with ``keys``."""
+        if self._stacked is None:
+            self._stacked = (np.fromiter(self._keys, dtype=np.int64, count=len(self._keys)),
+                             np.stack(list(self._keys.values())))
+        serials, stacked = self._stacked
+        return np.repeat(serials, np.count_nonzero(stacked == keys, axis=1)).tolist()
 
 
 def chosen_candidates(serials: np.ndarray, shared: np.ndarray, extra: Iterable[int], min_shared: int,

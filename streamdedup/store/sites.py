@@ -29,7 +29,7 @@ from typing import Iterator
 import msgpack
 import numpy as np
 
-from ..core.templates import SiteState
+from ..core.templates import SiteState, in_sorted
 from .index import IndexTxn, u64
 
 __all__ = ["load_site", "save_site", "move_site_counts", "shared_template", "site_summaries", "provisional_pages",
@@ -78,12 +78,12 @@ def save_site(txn: IndexTxn, site: int, state: SiteState, before: SiteState, hos
 
 
 def move_site_counts(txn: IndexTxn, old: np.ndarray, new: np.ndarray, min_sites: int) -> tuple[np.ndarray, np.ndarray]:
-    """A site's settled template went from ``old`` to ``new``: move the across-site counts.
+    """A site's settled template went from ``old`` to ``new`` (sorted, unique): move the across-site counts.
 
     Returns (shingles that reached ``min_sites`` sites, shingles that fell below it).
     """
     raw, db = txn.txn, txn.dbs["template_sites"]
-    gone, came = np.setdiff1d(old, new), np.setdiff1d(new, old)
+    gone, came = old[~in_sorted(old, new)], new[~in_sorted(new, old)]  # both sorted and unique: no sort again
     reached, fell = [], []
     for values, step in ((gone, -1), (came, 1)):
         for value in values.tolist():

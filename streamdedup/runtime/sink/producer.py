@@ -119,9 +119,17 @@ class KafkaSink:
         is thrown away. Whether the commit happened is then settled by the
         next session's recovery.
         """
+        self.committed(self.committing(), timeout_s)
+
+    def committing(self) -> "Pending":
+        """The commit of the open transaction, begun (several producers' commits then run side by side);
+        ``committed`` waits for it."""
+        return Pending(self.producer.commit_transaction, "streamdedup-commit")
+
+    def committed(self, committing: "Pending", timeout_s: float) -> None:
+        """Wait at most ``timeout_s`` for the commit ``committing`` to be confirmed (``commit``)."""
         try:
-            Pending(self.producer.commit_transaction, "streamdedup-commit").wait(timeout_s, "the Kafka commit",
-                                                                                self.transaction_error)
+            committing.wait(timeout_s, "the Kafka commit", self.transaction_error)
         except Exception as exc:
             self._check_landed(exc)
             raise

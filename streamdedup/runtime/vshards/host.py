@@ -35,10 +35,10 @@ from ...errors import BrokerUnavailableError, ConfigError, IndexLockedError, Ind
 from ...faults import reached
 from ...ops.logs import Log
 from ...ops.telemetry import WorkerTelemetry
-from ..checkpoint import VShardCommit
+from ..checkpoint import VShardCommit, VShardEpoch
 from ..sessions import SessionLoop, Stopper
 from ..sink.appender import RecordAppender
-from ..sink.producer import KafkaSink
+from ..sink.producer import KafkaSink, Pending
 from ..source import KafkaSource
 from ..worker import WorkerStats, close_quietly
 from .messages import Epoch, Home, pack_message, unpack_home, unpack_message, unpack_order
@@ -140,7 +140,7 @@ class _Membership:
                 membership.given = {tp.partition for tp in assigned}
 
         self.source = KafkaSource([], {**GROUP_SESSION, **settings}, f"{config.kafka.group_id}-vshards", 1)
-        self.source.consumer.subscribe([values_topic(config)], listener=Listener())
+        self.source.subscribe([values_topic(config)], Listener())
         self.thread = threading.Thread(target=self._poll, name="streamdedup-vshards-group", daemon=True)
         self.thread.start()
 
@@ -279,6 +279,7 @@ class VShardHost:
         self.open_vshard = open_vshard
         self.hosted: dict[int, _Hosted] = {}
         self.waiting: set[int] = set()  # given, but another process holds their state
+        self.decided: list[_Hosted] = []  # those whose epoch in flight is decided: committed at the turn's end
         self.unflushed = False  # messages sent to other vshards that the broker may not have yet
         self.count = config.shards.count
         self.fingerprint = signing_config(config).fingerprint()
@@ -320,39 +321,53 @@ class VShardHost:
             return
         for n in gone:
             close_quietly(self.hosted.pop(n))
-        new = [n for n in new if self._adopt(n)]
+        new = self._adopt(new)
         if not gone and not new:  # every vshard given is still held by another process: nothing moved
             return
         self.inbound.host(self.hosted, new)
         self.log.info("vshards_moved", role="vshards", hosted=",".join(map(str, sorted(self.hosted))) or "none",
                       dropped=",".join(map(str, gone)) or "none", taken=",".join(map(str, new)) or "none")
 
-    def _adopt(self, number: int) -> bool:
-        """Host vshard ``number``; False while its state is still held by another process (its former host, not
-        yet told it lost it, or paused): tried again on the next turn of the loop."""
+    def _adopt(self, numbers: list[int]) -> list[int]:
+        """Host the vshards ``numbers``; returns those taken. One whose state another process still holds (its
+        former host, not yet told it lost it, or paused) is tried again on the next turn of the loop. Their
+        Kafka sides connect together (a transactional producer takes a fifth of a second to start)."""
+        opened = {}
+        for number in numbers:
+            try:
+                opened[number] = self.open_vshard(number)
+            except IndexLockedError:
+                if number not in self.waiting:
+                    self.waiting.add(number)
+                    self.log.warning("vshard_state_busy", role="vshards", vshard=number,
+                                     waiting_for="its former host to let go of its state")
+        connecting = {number: Pending(lambda h=h: self._connected(h), "streamdedup-adopt")
+                      for number, h in opened.items()}
         try:
-            self.hosted[number] = self._adopted(number)
-            return True
-        except IndexLockedError:
-            if number not in self.waiting:
-                self.waiting.add(number)
-                self.log.warning("vshard_state_busy", role="vshards", vshard=number,
-                                 waiting_for="its former host to let go of its state")
-            return False
+            for number, pending in connecting.items():
+                pending.wait(self.config.worker.kafka_timeout_s, f"vshard {number}'s producer to start")
+        except BaseException:
+            for pending in connecting.values():
+                pending.discard(lambda h: h.sink.close(0))
+            close_quietly(*opened.values())
+            raise
+        self.hosted.update(opened)
+        self.waiting.difference_update(opened)
+        return sorted(opened)
 
-    def _adopted(self, number: int) -> _Hosted:
-        """Vshard ``number`` opened where its state stands, with its transactional producer (which fences a
-        former host's and aborts its open transaction), knowing which order messages have their outcomes in
-        Kafka already (its group's committed offset on the order topic: decided again without emitting)."""
+    def _connected(self, h: _Hosted) -> _Hosted:
+        """``h`` (opened where its state stands) with its transactional producer, which fences a former host's
+        and aborts its open transaction, knowing which order messages have their outcomes in Kafka already (its
+        group's committed offset on the order topic: decided again without emitting)."""
         from kafka import KafkaConsumer, TopicPartition
 
-        h = self.open_vshard(number)
         out = self.config.output
+        sink = KafkaSink(self.producer_settings, self.transactional_id(h.number),
+                         {"clean": out.clean_topic, "duplicates": out.duplicates_topic,
+                          "dead_letter": out.dead_letter_topic}, out.dead_letter_max_bytes)
         try:
-            h.sink = KafkaSink(self.producer_settings, self.transactional_id(number),
-                               {"clean": out.clean_topic, "duplicates": out.duplicates_topic,
-                                "dead_letter": out.dead_letter_topic}, out.dead_letter_max_bytes)
-            consumer = KafkaConsumer(**{"group_id": self.group_id(number), "enable_auto_commit": False,
+            sink.learn_topics()
+            consumer = KafkaConsumer(**{"group_id": self.group_id(h.number), "enable_auto_commit": False,
                                         **self.settings})
             try:
                 committed = consumer.committed(TopicPartition(self.order_topic, 0),
@@ -360,10 +375,9 @@ class VShardHost:
             finally:
                 consumer.close()
         except BaseException:
-            close_quietly(h)
+            sink.close(0)
             raise
-        h.emitted_before = committed or 0
-        self.waiting.discard(number)
+        h.sink, h.emitted_before = sink, committed or 0
         return h
 
     # -- the loop ------------------------------------------------------------------------------------------
@@ -377,6 +391,7 @@ class VShardHost:
             started = any([self._start(h) for h in list(self.hosted.values()) if h.flight is None])
             received = self._receive(inbound.take_stages())
             self._flush()
+            self._commit_decided()
             if started or received:
                 inbound.poll(0)
             elif not inbound.poll(50) and until_caught_up and self._caught_up():
@@ -447,8 +462,8 @@ class VShardHost:
     def _deliver(self, h: _Hosted, message: Message) -> None:
         self._send(h.vshard.receive(message))
         flight = h.flight
-        if flight is not None and h.vshard.epochs_done > flight.number:
-            self._finish(h)
+        if flight is not None and h.vshard.epochs_done > flight.number and h not in self.decided:
+            self.decided.append(h)
 
     def _send(self, messages: list[Message]) -> None:
         """Messages to other vshards through their exchange partitions (flushed once a turn of the loop has
@@ -477,21 +492,32 @@ class VShardHost:
             self.unflushed = False
             reached("vshard-sent")  # a crash here: the messages are decided again after the restart, the same
 
-    def _finish(self, h: _Hosted) -> None:
-        """The epoch is decided here: its outcomes out and its state committed (``checkpoint.VShardCommit``)."""
+    def _commit_decided(self) -> None:
+        """The epochs decided in this turn of the loop: their outcomes out and their states committed, together
+        (``checkpoint.VShardCommit``: one wait for each step, not one for each vshard)."""
+        if not self.decided:
+            return
+        done, self.decided = self.decided, []
+        flights = [h.flight for h in done]
+        epochs = [self._decided_epoch(h) for h in done]
+        self.unflushed = False  # the commit's first step
+        decided = time.monotonic()
+        self.commit.commit(epochs)
+        for h, flight, epoch in zip(done, flights, epochs):
+            self.log.debug("epoch_committed", vshard=h.number, epoch=flight.number, records=len(flight.records),
+                           decided_s=round(decided - flight.began, 3), commit_s=round(time.monotonic() - decided, 3),
+                           together=len(done))
+            self.outcomes.summary.add(epoch.decisions)
+        self.inbound.drop_orders_before(min(x.order_at for x in self.hosted.values()))
+
+    def _decided_epoch(self, h: _Hosted) -> VShardEpoch:
+        """``h``'s epoch in flight, decided, as it commits; ``h`` moved past it."""
         flight = h.flight
-        decisions = h.vshard.decided.pop(flight.number)
         h.order_at = flight.offset + 1
         h.flight = None
         h.exchange_at = self._exchange_floor(h, flight.number)
-        self.unflushed = False  # the commit's first step
-        decided = time.monotonic()
-        self.commit.commit(h.vshard, h.sink, self.group_id(h.number), flight.offset, flight.records, flight.serials,
-                           decisions, h.positions(), flight.emit)
-        self.log.debug("epoch_committed", vshard=h.number, epoch=flight.number, records=len(flight.records),
-                       decided_s=round(decided - flight.began, 3), commit_s=round(time.monotonic() - decided, 3))
-        self.outcomes.summary.add(decisions)
-        self.inbound.drop_orders_before(min(x.order_at for x in self.hosted.values()))
+        return VShardEpoch(h.vshard, h.sink, self.group_id(h.number), flight.offset, flight.records, flight.serials,
+                           h.vshard.decided.pop(flight.number), h.positions(), flight.emit)
 
     def _exchange_floor(self, h: _Hosted, epoch: int) -> int:
         """Where a restart reads ``h``'s exchange partition from once ``epoch`` is committed: the first message
