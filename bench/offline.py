@@ -79,14 +79,14 @@ def ours_sign_numpy(texts: list[str]) -> None:
 
 def _without_kernel() -> None:
     """Sign on the numpy path, as an install without a C compiler does."""
-    from streamdedup.core import shingle, signing
+    from streamdedup.core import prepare, shingle, signing
 
-    shingle._kernel = signing._kernel = None
+    shingle._kernel = signing._kernel = prepare._kernel = None
 
 
 def ours_stages(lines: list[bytes]) -> dict:
     """Seconds in each step of ``prepare`` over the lines, batch by batch."""
-    from streamdedup.core.decode import InputSpec, decode
+    from streamdedup.core.decode import InputSpec, decode_many
     from streamdedup.core.lsh import band_keys
     from streamdedup.core.prepare import prepare
     from streamdedup.core.records import Source
@@ -97,8 +97,8 @@ def ours_stages(lines: list[bytes]) -> dict:
     spent = dict.fromkeys(("decode", "normalize", "shingle", "sign", "band keys", "prepare"), 0.0)
     for start in range(0, len(lines), BATCH):
         clock = time.perf_counter()
-        items = [decode(line, Source("bench", -1, start + i), InputSpec())
-                 for i, line in enumerate(lines[start:start + BATCH])]
+        block = lines[start:start + BATCH]
+        items = decode_many(block, [Source("bench", -1, start + i) for i in range(len(block))], InputSpec())
         spent["decode"] += time.perf_counter() - clock
         texts = [item.text for item in items]
         steps = (("normalize", normalize_texts), ("shingle", lambda n: shingle_batch(n, signing.shingle, signing.k)),

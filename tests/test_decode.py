@@ -163,3 +163,39 @@ def test_the_worker_text_limit_leaves_room_for_the_rest_of_a_record_on_the_clean
     assert text_limit_for_output(1 << 20, 1048588) == 1048588 - RECORD_ROOM  # Kafka's default: lowered
     assert text_limit_for_output(1 << 20, 8 << 20) == 1 << 20  # a topic with room: as configured
     assert text_limit_for_output(1000, 10) == 1  # a topic too small for anything still has a limit
+
+
+def test_decoding_a_batch_gives_what_decoding_each_record_gives():
+    """``decode_many``'s short path for the common JSON line makes the Document ``decode`` makes; every other
+    record (rejections, keys, odd ids and texts, other formats) is left to ``decode``."""
+    from streamdedup.core.decode import decode_many
+    from streamdedup.runtime.sink.messages import kept_record_bytes
+
+    rng = random.Random(12)
+    values = []
+    for i in range(3000):
+        text = _random_json(rng)
+        shape = rng.random()
+        if shape < 0.3:
+            text = '{"id": ' + _random_json(rng, 3) + ', "text": ' + text + "}"
+        elif shape < 0.6:
+            ident = rng.choice(['"d"', '""', "7", "-3", "true", "1.5", '"é"', '"' + "x" * 1100 + '"', "null"])
+            words = rng.choice(['"some words"', '"  "', '"x"', '"é à"', '"' + "w " * 80 + '"', "3"])
+            url = rng.choice(["", ', "url": "http://a.example/p"', ', "url": ""', ', "url": 5'])
+            text = '{"id": ' + ident + ', "text": ' + words + url + "}"
+        values.append(text.encode("utf-8", "surrogatepass") + rng.choice([b"", b"\n", b" ", b"\xff", b"}"]))
+    values += [None, b'{"id": "a", "text": "' + b"y" * 3000 + b'"}']
+    sources = [Source("raw", 0, i) for i in range(len(values))]
+    keys = [rng.choice([None, None, b"k", b"", b"\xff", "é".encode()]) for _ in values]
+    refused = [rng.choice([None] * 9 + ["unreadable_record: CRC"]) for _ in values]
+    specs = [SPEC, InputSpec(binary_keys="ignore"), InputSpec(text_field="a.text", id_field="a.id"), InputSpec(url_field=""), InputSpec(id_field=""),
+             InputSpec(max_text_bytes=50, max_record_bytes=200), InputSpec(format="text"),
+             InputSpec(max_output_bytes=1200, kept_bytes=kept_record_bytes)]
+    documents = 0
+    for spec in specs:
+        one_by_one = [decode(v, s, spec) for v, s in zip(values, sources)]
+        assert repr(decode_many(values, sources, spec)) == repr(one_by_one)
+        with_keys = [decode(v, s, spec, k, (), r) for v, s, k, r in zip(values, sources, keys, refused)]
+        assert repr(decode_many(values, sources, spec, keys, [()] * len(values), refused)) == repr(with_keys)
+        documents += sum(isinstance(item, Document) for item in one_by_one)
+    assert documents > 1000

@@ -165,3 +165,124 @@ def test_the_mirror_merges_runs_in_place_as_numpy_does(monkeypatch, seed):
     expected = keys[order], np.concatenate([run[1] for run in runs])[order]
     for keys_found, serials_found in merged:
         assert np.array_equal(keys_found, expected[0]) and np.array_equal(serials_found, expected[1])
+
+
+def test_kernel_blake2b_equals_hashlib():
+    """The content hash made in the kernel (``prepare_ascii``) is hashlib's BLAKE2b, at every block boundary."""
+    import hashlib
+
+    from streamdedup.core import _kernel
+
+    rng = np.random.default_rng(3)
+    for n in [*range(0, 300), 1000, 4096, 10_000]:
+        data = rng.integers(0, 256, size=n, dtype=np.uint8).tobytes()
+        for size in (8, 16, 32, 64):
+            assert _kernel.blake2b(data, size) == hashlib.blake2b(data, digest_size=size).digest(), (n, size)
+
+
+@pytest.mark.parametrize("kind, k, bands, rows", [("word", 3, 32, 4), ("word", 1, 20, 6), ("char", 5, 16, 8)])
+def test_kernel_prepares_ascii_batches_as_the_steps_do(monkeypatch, kind, k, bands, rows):
+    """``prepare`` in one kernel call (every text ASCII) gives the contents, shingles and band keys of the
+    steps one by one; a batch with a text that is not ASCII, or left empty, takes the steps."""
+    import dataclasses
+
+    from streamdedup.core import corpus, prepare as prepare_module
+    from streamdedup.core.records import Document, Source
+
+    signing_config = dataclasses.replace(signing.SigningConfig(), shingle=kind, k=k, bands=bands, rows=rows)
+    texts = [d.text for d in corpus.generate(300, seed=5)] + ["a", "a b", "A, b; C!", "x" * 300, "one two three"]
+    batches = [texts, texts[:50] + ["é n'est pas ASCII"], texts[:20] + ["!!! ???"]]
+    for batch_texts in batches:
+        items = [Document(str(i), text, Source("t", -1, i)) for i, text in enumerate(batch_texts)]
+        fused = prepare_module.prepare(items, signing_config)
+        monkeypatch.setattr(prepare_module, "_kernel", None)
+        steps = prepare_module.prepare(items, signing_config)
+        monkeypatch.undo()
+        assert fused.row == steps.row and fused.contents == steps.contents
+        assert [type(i) for i in fused.items] == [type(i) for i in steps.items]
+        assert fused.keys.dtype == steps.keys.dtype and np.array_equal(fused.keys, steps.keys)
+        assert fused.shingles.hashes.dtype == steps.shingles.hashes.dtype
+        assert np.array_equal(fused.shingles.hashes, steps.shingles.hashes)
+        assert np.array_equal(fused.shingles.offsets, steps.shingles.offsets)
+    assert prepare_module._prepared_ascii(texts, signing_config) is not None
+
+
+@pytest.mark.parametrize("overrides", [(), ("excerpts.enabled=true",), ("lsh.cap=\"probes\"",)])
+def test_decisions_without_the_kernel_are_the_decisions_with_it(tmp_path, monkeypatch, overrides):
+    """An install without a C compiler decides every document as one with the kernel: the whole offline loop
+    (prepared in this process), on articles and copies, a web crawl with templates, excerpts and non-ASCII pages."""
+    import io
+    import json
+    import random
+
+    from streamdedup import config as config_module
+    from streamdedup.core import corpus, eliasfano, prepare as prepare_module, verify, webcrawl
+    from streamdedup.core.decode import InputSpec
+    from streamdedup.engine.engine import Engine
+    from streamdedup.runtime.offline import dedup_files
+    from streamdedup.store import mirror
+
+    web = io.StringIO()
+    webcrawl.write_web_jsonl(webcrawl.generate_web(600, 12, seed=3), web)
+    lines = [json.dumps({"id": d.id, "text": d.text}) for d in corpus.generate(300, seed=9)]
+    lines += web.getvalue().splitlines()
+    lines += [json.dumps({"id": f"x{i}", "text": text + " é"}) for i, text in enumerate(TEXTS)]
+    random.Random(4).shuffle(lines)
+    source = tmp_path / "in.jsonl"
+    source.write_text("\n".join(lines) + "\n")
+    cfg = config_module.load(None, overrides, environ={})
+
+    def decisions(name: str) -> bytes:
+        with Engine(cfg, str(tmp_path / name)) as engine:
+            dedup_files(engine, [str(source)], InputSpec(), None, str(tmp_path / f"{name}.jsonl"), 300)
+        return (tmp_path / f"{name}.jsonl").read_bytes()
+
+    compiled = decisions("kernel")
+    for module in (shingle, signing, prepare_module, verify, eliasfano, mirror):
+        monkeypatch.setattr(module, "_kernel", None)
+    assert decisions("numpy") == compiled
+    assert compiled.count(b'"duplicate"') > 200
+
+
+def test_shingles_that_came_through_pickle_are_verified_by_the_kernel(monkeypatch):
+    """Arrays from the feed process are unpickled, with a dtype instance of their own: still uint32 for the
+    kernel (``verify.jaccard`` took them for another type and verified them in numpy, several times slower)."""
+    import pickle
+
+    from streamdedup.core import verify
+
+    a = np.array([1, 5, 9, 12], dtype=np.uint32)
+    b = pickle.loads(pickle.dumps(np.array([5, 9, 13], dtype=np.uint32), protocol=5))
+    assert b.dtype is not np.dtype(np.uint32)
+
+    def refuse(*_):
+        raise AssertionError("the numpy path")
+
+    monkeypatch.setattr(verify, "shared_count_numpy", refuse)
+    assert verify.jaccard(a, b) == verify.jaccard(b, a) == 2 / 5
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_kernel_pairs_hits_as_numpy_does(monkeypatch, seed):
+    """``Hits.found`` by the kernel (``_kernel.hits``) against the numpy path: keys asked by several rows,
+    entries of one key past the cap, serials found under several of a row's keys, rows with none."""
+    from streamdedup.core.lsh import sorted_slots
+    from streamdedup.store import candidates
+    from streamdedup.store.candidates import Hits
+
+    rng = np.random.default_rng(seed)
+    keys = rng.integers(0, 400, size=(300, 8), dtype=np.uint64)  # few values: rows share many keys
+    asked, rows, _ = sorted_slots(keys)
+    found_keys = rng.choice(asked, size=2000)
+    found_keys = np.concatenate([found_keys, np.full(150, asked[7], dtype=np.uint64),
+                                 np.array([asked[-1] + 1], dtype=np.uint64)])  # a hot key; one asked by no row
+    found_serials = rng.integers(0, 5000, size=len(found_keys)).astype(np.int64)
+    for per_key in (None, 100, 3):
+        compiled = Hits.found(asked, rows, 300, found_keys, found_serials, per_key)
+        with monkeypatch.context() as patch:
+            patch.setattr(candidates, "_kernel", None)
+            vectorized = Hits.found(asked, rows, 300, found_keys, found_serials, per_key)
+        assert compiled.bounds == vectorized.bounds
+        assert np.array_equal(compiled.serials, vectorized.serials) and compiled.serials.dtype == np.int64
+        assert np.array_equal(compiled.shared, vectorized.shared)
+        assert compiled.bounds[-1] > 1000

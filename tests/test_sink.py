@@ -34,6 +34,8 @@ def test_decision_lines_are_what_json_dumps_writes():
 
     cases = [
         Decision("plain", "kept", cluster="plain"),
+        Decision("k\u00e9 \"q\"\u2028\x00", "kept", cluster="k\u00e9 \"q\"\u2028\x00", replayed=True),
+        Decision("kept-in", "kept", cluster="another"),
         Decision("d\u00e9j\u00e0 \u6771\u4eac \U0001f600", "duplicate", cluster="a\"b\\c\n", matched="x\ty", similarity=0.7123456789),
         Decision("r", "rejected", reason="invalid_json: Expecting value: line 1 column 1 (char 0)"),
         Decision("one", "duplicate", cluster="c", matched="c", similarity=1.0, exact=True),

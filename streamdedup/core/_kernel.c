@@ -553,6 +553,326 @@ done:
     Py_RETURN_NONE;
 }
 
+/* BLAKE2b (RFC 7693), unkeyed, as hashlib.blake2b(data, digest_size=outlen) computes it: the content
+ * hash of a normalized document (shingle.content_hash), made here with the document's other hashes. */
+static const uint64_t blake2b_iv[8] = {
+    0x6a09e667f3bcc908ULL, 0xbb67ae8584caa73bULL, 0x3c6ef372fe94f82bULL, 0xa54ff53a5f1d36f1ULL,
+    0x510e527fade682d1ULL, 0x9b05688c2b3e6c1fULL, 0x1f83d9abfb41bd6bULL, 0x5be0cd19137e2179ULL};
+static const uint8_t blake2b_sigma[12][16] = {
+    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
+    {11, 8, 12, 0, 5, 2, 15, 13, 10, 14, 3, 6, 7, 1, 9, 4}, {7, 9, 3, 1, 13, 12, 11, 14, 2, 6, 5, 10, 4, 0, 15, 8},
+    {9, 0, 5, 7, 2, 4, 10, 15, 14, 1, 11, 12, 6, 8, 3, 13}, {2, 12, 6, 10, 0, 11, 8, 3, 4, 13, 7, 5, 15, 14, 1, 9},
+    {12, 5, 1, 15, 14, 13, 4, 10, 0, 7, 6, 3, 9, 2, 8, 11}, {13, 11, 7, 14, 12, 1, 3, 9, 5, 0, 15, 4, 8, 6, 2, 10},
+    {6, 15, 14, 9, 11, 3, 0, 8, 12, 2, 13, 7, 1, 4, 10, 5}, {10, 2, 8, 4, 7, 6, 1, 5, 15, 11, 9, 14, 3, 12, 13, 0},
+    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3}};
+
+static inline uint64_t rotr64(uint64_t x, int n) { return (x >> n) | (x << (64 - n)); }
+
+static inline uint64_t load64_le(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i]; /* one load on a little-endian machine (gcc -O2) */
+    return v;
+}
+
+#define B2B_G(a, b, c, d, x, y)          \
+    do {                                 \
+        v[a] = v[a] + v[b] + (x);        \
+        v[d] = rotr64(v[d] ^ v[a], 32);  \
+        v[c] = v[c] + v[d];              \
+        v[b] = rotr64(v[b] ^ v[c], 24);  \
+        v[a] = v[a] + v[b] + (y);        \
+        v[d] = rotr64(v[d] ^ v[a], 16);  \
+        v[c] = v[c] + v[d];              \
+        v[b] = rotr64(v[b] ^ v[c], 63);  \
+    } while (0)
+
+static void blake2b_compress(uint64_t h[8], const unsigned char block[128], uint64_t counter, int last) {
+    uint64_t v[16], m[16];
+    for (int i = 0; i < 16; i++) m[i] = load64_le(block + 8 * i);
+    for (int i = 0; i < 8; i++) { v[i] = h[i]; v[i + 8] = blake2b_iv[i]; }
+    v[12] ^= counter; /* the counter's high word stays 0: a document is far below 2**64 bytes */
+    if (last) v[14] = ~v[14];
+#define B2B_ROUND(r)                                                                  \
+    do {                                                                              \
+        B2B_G(0, 4, 8, 12, m[blake2b_sigma[r][0]], m[blake2b_sigma[r][1]]);           \
+        B2B_G(1, 5, 9, 13, m[blake2b_sigma[r][2]], m[blake2b_sigma[r][3]]);           \
+        B2B_G(2, 6, 10, 14, m[blake2b_sigma[r][4]], m[blake2b_sigma[r][5]]);          \
+        B2B_G(3, 7, 11, 15, m[blake2b_sigma[r][6]], m[blake2b_sigma[r][7]]);          \
+        B2B_G(0, 5, 10, 15, m[blake2b_sigma[r][8]], m[blake2b_sigma[r][9]]);          \
+        B2B_G(1, 6, 11, 12, m[blake2b_sigma[r][10]], m[blake2b_sigma[r][11]]);        \
+        B2B_G(2, 7, 8, 13, m[blake2b_sigma[r][12]], m[blake2b_sigma[r][13]]);         \
+        B2B_G(3, 4, 9, 14, m[blake2b_sigma[r][14]], m[blake2b_sigma[r][15]]);         \
+    } while (0)
+    /* the rounds written out: each message word's place is then a constant, and m stays in registers */
+    B2B_ROUND(0); B2B_ROUND(1); B2B_ROUND(2); B2B_ROUND(3); B2B_ROUND(4); B2B_ROUND(5);
+    B2B_ROUND(6); B2B_ROUND(7); B2B_ROUND(8); B2B_ROUND(9); B2B_ROUND(10); B2B_ROUND(11);
+#undef B2B_ROUND
+    for (int i = 0; i < 8; i++) h[i] ^= v[i] ^ v[i + 8];
+}
+
+static void blake2b(const unsigned char *in, Py_ssize_t n, unsigned char *out, int outlen) {
+    uint64_t h[8];
+    unsigned char block[128];
+    for (int i = 0; i < 8; i++) h[i] = blake2b_iv[i];
+    h[0] ^= 0x01010000ULL ^ (uint64_t)outlen;
+    uint64_t counter = 0;
+    while (n > 128) {
+        counter += 128;
+        blake2b_compress(h, in, counter, 0);
+        in += 128;
+        n -= 128;
+    }
+    memset(block, 0, sizeof block);
+    if (n) memcpy(block, in, (size_t)n);
+    counter += (uint64_t)n;
+    blake2b_compress(h, block, counter, 1);
+    for (int i = 0; i < outlen; i++) out[i] = (unsigned char)(h[i / 8] >> (8 * (i % 8)));
+}
+
+static PyObject *blake2b_digest(PyObject *self, PyObject *args) {
+    Py_buffer data;
+    int outlen;
+    if (!PyArg_ParseTuple(args, "y*i", &data, &outlen)) return NULL;
+    if (outlen < 1 || outlen > 64) {
+        PyBuffer_Release(&data);
+        return PyErr_Format(PyExc_ValueError, "digest_size must be 1 to 64");
+    }
+    unsigned char out[64];
+    blake2b(data.buf, data.len, out, outlen);
+    PyBuffer_Release(&data);
+    return PyBytes_FromStringAndSize((const char *)out, outlen);
+}
+
+/* prepare_ascii(text, text_lengths, kind_word, k, a, b, bands, rows, band_base,
+ *               out_points, out_lengths, out_contents, out_shingles, out_offsets, out_keys) -> shingles written
+ *
+ * What core.prepare makes of a batch of ASCII texts, in one pass per document: ascii_normalize's
+ * normalized bytes (out_points, documents separated by 0, out_lengths), each document's content hash
+ * (BLAKE2b-128 of its normalized bytes, 16 bytes each into out_contents), its shingle hashes as
+ * shingles computes them (an ASCII byte is its code point), narrowed to their top 32 bits, sorted and
+ * unique (shingle.narrow: out_shingles, out_offsets), signed (minhash) and cut into band keys
+ * (lsh.band_keys: out_keys, documents x bands uint64 holding 32 bits). A document left empty gets no
+ * shingles, and keys of a signature of all 0xFFFFFFFF: the caller rejects it. */
+static PyObject *prepare_ascii(PyObject *self, PyObject *args) {
+    PyObject *o[15];
+    int kind_word;
+    Py_ssize_t k, bands, rows;
+    unsigned long long band_base;
+    if (!PyArg_ParseTuple(args, "OOpnOOnnKOOOOOO", &o[0], &o[1], &kind_word, &k, &o[2], &o[3], &bands, &rows,
+                          &band_base, &o[4], &o[5], &o[6], &o[7], &o[8], &o[9]))
+        return NULL;
+    static const char *names[10] = {"text", "text_lengths", "a", "b", "out_points", "out_lengths", "out_contents",
+                                    "out_shingles", "out_offsets", "out_keys"};
+    static const Py_ssize_t sizes[10] = {1, 8, 4, 4, 1, 8, 1, 4, 8, 8};
+    Py_buffer v[10];
+    int got = 0;
+    Py_ssize_t written = -1;
+    for (; got < 10; got++)
+        if (get_buffer(o[got], &v[got], sizes[got], got >= 4, names[got]) < 0) goto done;
+    Py_ssize_t n_docs = v[1].len / 8, num_perm = v[2].len / 4, total = 0;
+    const int64_t *ln = v[1].buf;
+    for (Py_ssize_t d = 0; d < n_docs; d++) {
+        if (ln[d] < 0) { total = -1; break; }
+        total += ln[d];
+    }
+    if (k < 1 || bands < 1 || rows < 1 || bands * rows > num_perm || v[3].len != v[2].len || total != v[0].len
+        || v[4].len < v[0].len + n_docs || v[5].len / 8 != n_docs || v[6].len != 16 * n_docs
+        || v[7].len / 4 < v[0].len + n_docs || v[8].len / 8 != n_docs + 1 || v[9].len / 8 != n_docs * bands) {
+        PyErr_SetString(PyExc_ValueError, "prepare_ascii: the inputs and outputs disagree on their sizes");
+        goto done;
+    }
+    /* normalize the whole batch first (ascii_normalize's loop), then each document's hashes */
+    unsigned char table[256];
+    for (int c = 0; c < 256; c++)
+        table[c] = (c >= 'A' && c <= 'Z') ? (unsigned char)(c + 32)
+                 : ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z')) ? (unsigned char)c : ' ';
+    const unsigned char *in = v[0].buf;
+    unsigned char *pts = v[4].buf, *contents = v[6].buf;
+    int64_t *out_lengths = v[5].buf, *off = v[8].buf;
+    uint32_t *out_sh = v[7].buf;
+    uint64_t *keys = v[9].buf;
+    const uint32_t *pa = v[2].buf, *pb = v[3].buf;
+    Py_ssize_t longest = 0;
+    {
+        Py_ssize_t at = 0, w = 0;
+        for (Py_ssize_t d = 0; d < n_docs; d++) {
+            Py_ssize_t first = w;
+            int previous_word = 0, seen_word = 0;
+            for (Py_ssize_t end = at + ln[d]; at < end; at++) {
+                unsigned char t = table[in[at]];
+                int word = t != ' ';
+                pts[w] = ' ';
+                w += word & (!previous_word) & seen_word;
+                pts[w] = t;
+                w += word;
+                seen_word |= word;
+                previous_word = word;
+            }
+            out_lengths[d] = w - first;
+            if (w - first > longest) longest = w - first;
+            pts[w++] = 0;
+        }
+    }
+    uint64_t *scratch = malloc((size_t)(longest + 1) * 5 * sizeof(uint64_t));
+    Py_ssize_t *units = malloc((size_t)(longest + 1) * 2 * sizeof(Py_ssize_t));
+    uint32_t *bucket_end = malloc(((1 << MAX_BUCKET_BITS) + 1) * sizeof(uint32_t));
+    uint32_t *code = malloc((size_t)(longest + 1) * sizeof(uint32_t));
+    uint32_t *signature = malloc((size_t)(num_perm ? num_perm : 1) * sizeof(uint32_t));
+    uint64_t *band_powers = malloc((size_t)rows * sizeof(uint64_t));
+    if (!scratch || !units || !bucket_end || !code || !signature || !band_powers) {
+        free(scratch); free(units); free(bucket_end); free(code); free(signature); free(band_powers);
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t out_at = 0;
+    Py_BEGIN_ALLOW_THREADS
+    uint64_t *powers = scratch, *inverse = scratch + (longest + 1), *prefix = scratch + 2 * (longest + 1);
+    uint64_t *hashes = scratch + 3 * (longest + 1), *sort_space = scratch + 4 * (longest + 1);
+    powers[0] = inverse[0] = 1;
+    for (Py_ssize_t i = 1; i <= longest; i++) {
+        powers[i] = powers[i - 1] * POLY_BASE;
+        inverse[i] = inverse[i - 1] * POLY_BASE_INVERSE;
+    }
+    band_powers[0] = band_base;
+    for (Py_ssize_t r = 1; r < rows; r++) band_powers[r] = band_powers[r - 1] * band_base;
+    Py_ssize_t at = 0;
+    off[0] = 0;
+    for (Py_ssize_t d = 0; d < n_docs; d++) {
+        Py_ssize_t length = out_lengths[d];
+        const unsigned char *doc = pts + at;
+        blake2b(doc, length, contents + 16 * d, 16);
+        for (Py_ssize_t i = 0; i < length; i++) code[i] = doc[i];
+        Py_ssize_t grams = length ? document_shingles(code, length, kind_word, k, powers, inverse, prefix, units,
+                                                      units + longest + 1, hashes) : 0;
+        grams = sort_unique(hashes, sort_space, bucket_end, grams);
+        uint32_t *narrowed = out_sh + out_at;
+        Py_ssize_t kept = 0;
+        for (Py_ssize_t g = 0; g < grams; g++) { /* sorted by the whole hash: the top 32 bits are sorted too */
+            uint32_t high = (uint32_t)(hashes[g] >> 32);
+            narrowed[kept] = high;
+            kept += kept == 0 || narrowed[kept - 1] != high;
+        }
+        out_at += kept;
+        off[d + 1] = out_at;
+        minhash_document(narrowed, 0, kept, pa, pb, num_perm, signature);
+        for (Py_ssize_t band = 0; band < bands; band++) {
+            uint64_t folded = 0;
+            for (Py_ssize_t r = 0; r < rows; r++) folded += (uint64_t)signature[band * rows + r] * band_powers[r];
+            folded ^= (uint64_t)(band + 1) * GOLDEN;
+            keys[d * bands + band] = fmix64(folded) >> 32;
+        }
+        at += length + 1;
+    }
+    Py_END_ALLOW_THREADS
+    written = out_at;
+    free(scratch); free(units); free(bucket_end); free(code); free(signature); free(band_powers);
+done:
+    for (int i = 0; i < got; i++) PyBuffer_Release(&v[i]);
+    if (written < 0) return NULL;
+    return PyLong_FromSsize_t(written);
+}
+
+/* hits(asked, rows, n, found_keys, found_serials) -> (serials, shared, bounds, most)
+ *
+ * candidates.Hits.found's pairs: every found (key, serial) entry meets each place of its key among
+ * the batch's sorted keys ``asked`` (the row of place p is rows[p]); each (row, serial) met, its
+ * serials ascending within each row and how many places met it (int64, as bytearrays), the
+ * (n + 1) bounds of each row's pairs, and the most found entries of any one asked key. */
+static int compare_i64(const void *x, const void *y) {
+    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+    return (a > b) - (a < b);
+}
+
+static PyObject *hits(PyObject *self, PyObject *args) {
+    PyObject *o[4];
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "OOnOO", &o[0], &o[1], &n, &o[2], &o[3])) return NULL;
+    static const char *names[4] = {"asked", "rows", "found_keys", "found_serials"};
+    Py_buffer v[4];
+    int got = 0;
+    PyObject *result = NULL;
+    int64_t *met = NULL, *per_row = NULL, *start = NULL, *sorted_serials = NULL;
+    Py_ssize_t *key_count = NULL;
+    for (; got < 4; got++)
+        if (get_buffer(o[got], &v[got], 8, 0, names[got]) < 0) goto done;
+    Py_ssize_t a = v[0].len / 8, f = v[2].len / 8;
+    const uint64_t *asked = v[0].buf, *keys = v[2].buf;
+    const int64_t *rows = v[1].buf, *serials = v[3].buf;
+    if (v[1].len / 8 != a || v[3].len / 8 != f || n < 0) {
+        PyErr_SetString(PyExc_ValueError, "hits: asked and rows, or found keys and serials, differ in length");
+        goto done;
+    }
+    for (Py_ssize_t p = 0; p < a; p++)
+        if (rows[p] < 0 || rows[p] >= n) { PyErr_SetString(PyExc_ValueError, "hits: a row out of range"); goto done; }
+    /* each found entry's places: [lo, hi) of its key in asked */
+    Py_ssize_t total = 0, most = 0;
+    met = malloc((size_t)(2 * f + 1) * sizeof(int64_t));
+    key_count = calloc((size_t)a + 1, sizeof(Py_ssize_t));
+    per_row = calloc((size_t)n + 1, sizeof(int64_t));
+    start = malloc((size_t)(n + 1) * sizeof(int64_t));
+    if (!met || !key_count || !per_row || !start) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t i = 0; i < f; i++) {
+        Py_ssize_t lo = 0, hi = a;
+        while (lo < hi) { Py_ssize_t mid = lo + (hi - lo) / 2; if (asked[mid] < keys[i]) lo = mid + 1; else hi = mid; }
+        Py_ssize_t end = lo;
+        while (end < a && asked[end] == keys[i]) end++;
+        met[2 * i] = lo;
+        met[2 * i + 1] = end;
+        if (end > lo) {
+            Py_ssize_t c = ++key_count[lo];
+            if (c > most) most = c;
+            for (Py_ssize_t p = lo; p < end; p++) per_row[rows[p]]++;
+            total += end - lo;
+        }
+    }
+    /* the serials met, bucketed by row (a counting sort), then sorted within each row */
+    sorted_serials = malloc((size_t)(total ? total : 1) * sizeof(int64_t));
+    if (!sorted_serials) { PyErr_NoMemory(); goto done; }
+    int64_t at = 0;
+    for (Py_ssize_t r = 0; r < n; r++) { start[r] = at; at += per_row[r]; }
+    start[n] = at;
+    for (Py_ssize_t r = 0; r < n; r++) per_row[r] = start[r]; /* next free place of each row */
+    for (Py_ssize_t i = 0; i < f; i++)
+        for (Py_ssize_t p = met[2 * i]; p < met[2 * i + 1]; p++) sorted_serials[per_row[rows[p]]++] = serials[i];
+    Py_ssize_t unique = 0;
+    for (Py_ssize_t r = 0; r < n; r++) {
+        Py_ssize_t size = start[r + 1] - start[r];
+        int64_t *s = sorted_serials + start[r];
+        if (size > 16) qsort(s, (size_t)size, sizeof(int64_t), compare_i64);
+        else for (Py_ssize_t i = 1; i < size; i++) {
+            int64_t x = s[i];
+            Py_ssize_t j = i;
+            while (j > 0 && s[j - 1] > x) { s[j] = s[j - 1]; j--; }
+            s[j] = x;
+        }
+        for (Py_ssize_t i = 0; i < size; i++) unique += i == 0 || s[i] != s[i - 1];
+    }
+    PyObject *o_serials = PyByteArray_FromStringAndSize(NULL, unique * 8);
+    PyObject *o_shared = PyByteArray_FromStringAndSize(NULL, unique * 8);
+    PyObject *o_bounds = PyByteArray_FromStringAndSize(NULL, (n + 1) * 8);
+    if (!o_serials || !o_shared || !o_bounds) {
+        Py_XDECREF(o_serials); Py_XDECREF(o_shared); Py_XDECREF(o_bounds);
+        goto done;
+    }
+    int64_t *out_serials = (int64_t *)PyByteArray_AS_STRING(o_serials);
+    int64_t *out_shared = (int64_t *)PyByteArray_AS_STRING(o_shared), *bounds = (int64_t *)PyByteArray_AS_STRING(o_bounds);
+    Py_ssize_t w = 0;
+    for (Py_ssize_t r = 0; r < n; r++) {
+        bounds[r] = w;
+        for (int64_t i = start[r]; i < start[r + 1]; i++) {
+            if (i > start[r] && sorted_serials[i] == sorted_serials[i - 1]) { out_shared[w - 1]++; continue; }
+            out_serials[w] = sorted_serials[i];
+            out_shared[w++] = 1;
+        }
+    }
+    bounds[n] = w;
+    result = Py_BuildValue("NNNn", o_serials, o_shared, o_bounds, most);
+done:
+    free(met); free(key_count); free(per_row); free(start); free(sorted_serials);
+    for (int i = 0; i < got; i++) PyBuffer_Release(&v[i]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"shingles", shingles, METH_VARARGS, "Sorted unique shingle hashes of every document (see the module)."},
     {"minhash", minhash, METH_VARARGS, "MinHash signatures of every document (see the module)."},
@@ -562,6 +882,9 @@ static PyMethodDef methods[] = {
     {"shared_count", shared_count, METH_VARARGS, "Values two sorted unique uint32 arrays share."},
     {"ef_decode", ef_decode, METH_VARARGS, "The sorted uint32 values of an Elias-Fano coding (see eliasfano.py)."},
     {"merge_into", merge_into, METH_VARARGS, "A sorted run merged into sorted entries, in place (see the module)."},
+    {"blake2b", blake2b_digest, METH_VARARGS, "hashlib.blake2b(data, digest_size=n).digest(), unkeyed."},
+    {"prepare_ascii", prepare_ascii, METH_VARARGS, "Normalize, hash, shingle, narrow, sign and band ASCII texts (see the module)."},
+    {"hits", hits, METH_VARARGS, "The (row, serial) pairs a batch's found entries meet, counted (see candidates.Hits)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -30,7 +30,8 @@ KEY_MASK = np.uint64(0xFFFFFFFF)  # a band slot's band key (``band_slots``)
 
 _PANELS = 64  # sub-intervals of each integral
 _NODES = 16  # Gauss-Legendre points per sub-interval
-_BAND_BASE = np.uint64(0xD6E8FEB86659FD93)  # odd multiplier that folds a band's rows
+BAND_BASE = np.uint64(0xD6E8FEB86659FD93)  # odd multiplier that folds a band's rows (also in the compiled kernel's prepare_ascii)
+_BAND_BASE = BAND_BASE
 
 
 def s_curve(similarity, bands: int, rows: int, min_shared: int = 1):

@@ -16,13 +16,18 @@ from typing import Optional
 
 import numpy as np
 
-from .decode import decode, decode_warc_line
-from .lsh import band_keys, sorted_slots
+from .decode import decode_many, decode_warc_line
+from .lsh import BAND_BASE, band_keys, sorted_slots
 from .memory import keep_freed_memory
 from .records import Document, Item, RawRecord, Rejected, Source, id_key
 from .shingle import NormalizedBatch, ShingleBatch, narrow, normalize_texts, shingle_batch
-from .signing import SigningConfig, sign_batch
+from .signing import SigningConfig, permutations, sign_batch
 from .sites import site_host, site_key
+
+try:
+    from . import _kernel
+except ImportError:  # built by ``pip install`` when a C compiler is there; the steps below give the same
+    _kernel = None
 
 __all__ = ["PreparedBatch", "die_with_parent", "prepare",
            "prepare_compact", "prepare_raw", "preparing_process", "raw_payload", "raw_records", "restore_items"]
@@ -60,12 +65,18 @@ class PreparedBatch:
 def prepare(items: list[Item], signing: SigningConfig) -> PreparedBatch:
     """Normalize, shingle, sign and band every document of the batch in one go."""
     documents = [item for item in items if isinstance(item, Document)]
-    normalized = normalize_texts([doc.text for doc in documents])
-    if not normalized.lengths.all():
-        items, documents, normalized = _reject_empty(items, normalized)
-    shingles = narrow(shingle_batch(normalized, signing.shingle, signing.k))  # signed as stored: the same signature
-    signatures = sign_batch(shingles, signing.num_perm, signing.seed)
-    keys = band_keys(signatures, signing.bands, signing.rows)
+    texts = [doc.text for doc in documents]
+    fused = _prepared_ascii(texts, signing) if _kernel is not None else None
+    if fused is not None:  # most batches: every text ASCII, none empty
+        contents, shingles, keys = fused
+    else:
+        normalized = normalize_texts(texts)
+        if not normalized.lengths.all():
+            items, documents, normalized = _reject_empty(items, normalized)
+        contents = normalized.contents
+        shingles = narrow(shingle_batch(normalized, signing.shingle, signing.k))  # signed as stored: the same signature
+        signatures = sign_batch(shingles, signing.num_perm, signing.seed)
+        keys = band_keys(signatures, signing.bands, signing.rows)
     row, next_row = [], 0
     for item in items:
         row.append(next_row if isinstance(item, Document) else -1)
@@ -76,7 +87,32 @@ def prepare(items: list[Item], signing: SigningConfig) -> PreparedBatch:
         if doc.url:
             hosts[site_key(doc.url)] = site_host(doc.url)
     sites = np.array([site_key(doc.url) for doc in documents], dtype=np.uint64)
-    return PreparedBatch(items, row, normalized.contents, id_keys, shingles, keys, sites, hosts)
+    return PreparedBatch(items, row, contents, id_keys, shingles, keys, sites, hosts)
+
+
+def _prepared_ascii(texts: list[str], signing: SigningConfig):
+    """The steps of ``prepare`` from texts to band keys in one call of the compiled kernel (``prepare_ascii``):
+    (content hashes, narrowed shingles, band keys), the same as the steps give; None when a text is not ASCII
+    or nothing is left of one after normalization (the steps then take the batch, and reject it)."""
+    count = len(texts)
+    if not count or not all(t.isascii() for t in texts) or signing.shingle not in ("word", "char"):
+        return None
+    text = "".join(texts).encode("ascii")
+    lengths = np.fromiter(map(len, texts), dtype=np.int64, count=count)
+    a, b = permutations(signing.num_perm, signing.seed)
+    points = np.empty(len(text) + count, dtype=np.uint8)
+    out_lengths = np.empty(count, dtype=np.int64)
+    contents = bytearray(16 * count)
+    hashes = np.empty(len(text) + count, dtype=np.uint32)
+    offsets = np.empty(count + 1, dtype=np.int64)
+    keys = np.empty((count, signing.bands), dtype=np.uint64)
+    written = _kernel.prepare_ascii(text, lengths, signing.shingle == "word", signing.k, a.ravel(), b.ravel(),
+                                    signing.bands, signing.rows, int(BAND_BASE), points, out_lengths, contents,
+                                    hashes, offsets, keys)
+    if not out_lengths.all():
+        return None
+    whole = bytes(contents)
+    return [whole[i:i + 16] for i in range(0, 16 * count, 16)], ShingleBatch(hashes[:written].copy(), offsets), keys
 
 
 def _reject_empty(items: list[Item], normalized: NormalizedBatch):
@@ -140,11 +176,12 @@ def prepare_raw(payload, spec, signing: SigningConfig) -> PreparedBatch:
     """Decode ``raw_payload`` columns (or the lines of a ``FileBatch``) and prepare them."""
     if isinstance(payload, tuple):
         values, keys, headers, _, names, partitions, offsets, rejected = payload
-        items = [decode(v, Source(n, p, o), spec, k, h, u)
-                 for v, k, h, n, p, o, u in zip(values, keys, headers, names, partitions, offsets, rejected)]
+        items = decode_many(values, [Source(n, p, o) for n, p, o in zip(names, partitions, offsets)], spec, keys,
+                            headers, rejected)
+    elif payload.format == "warc":
+        items = [decode_warc_line(v, source, spec) for v, source in zip(payload.values(), payload.sources())]
     else:
-        read = decode_warc_line if payload.format == "warc" else decode
-        items = [read(v, source, spec) for v, source in zip(payload.values(), payload.sources())]
+        items = decode_many(payload.values(), payload.sources(), spec)
     return prepare(items, signing)
 
 

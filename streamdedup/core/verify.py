@@ -22,11 +22,17 @@ def jaccard(a: np.ndarray, b: np.ndarray) -> float:
         a, b = b, a
     if len(a) == 0:
         return 1.0 if len(b) == 0 else 0.0
-    if _kernel is not None and a.dtype is _UINT32 and b.dtype is _UINT32:
+    if _kernel is not None and _is_uint32(a.dtype) and _is_uint32(b.dtype):
         shared = _kernel.shared_count(a, b)
     else:
         shared = shared_count_numpy(a, b)
     return shared / (len(a) + len(b) - shared)
+
+
+def _is_uint32(dtype: np.dtype) -> bool:
+    """Whether ``dtype`` is native uint32: numpy's own instance, or an equal one (an array that came through
+    pickle, from the feed process, has a dtype of its own, which ``is`` alone took for another type)."""
+    return dtype is _UINT32 or dtype == _UINT32
 
 
 def shared_count_numpy(a: np.ndarray, b: np.ndarray) -> int:

@@ -70,6 +70,13 @@ class Evidence:
     anchor_serials: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     sources: list = field(default_factory=list)
     unkept: list = field(default_factory=list)
+    hits: Optional[tuple] = field(default=None, repr=False, compare=False)  # (asked, per key, Hits) of found_*
+
+    def hits_of(self, asked: np.ndarray, per_key: int) -> Optional[Hits]:
+        """``Hits.found`` of this evidence's found entries under ``asked`` (the batch's sorted slots), if
+        ``band_evidence`` made it already for the same keys and cap (else None)."""
+        made = self.hits
+        return made[2] if made is not None and made[0] is asked and made[1] == per_key else None
 
 
 @dataclass
@@ -145,6 +152,7 @@ def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch:
         found_keys, found_serials = earliest_of_each_key(found_keys, found_serials, asking.max_candidates)
         evidence.found_keys, evidence.found_serials = found_keys, found_serials
     hits = Hits.found(asked, rows, len(batch.contents), found_keys, found_serials, asking.max_candidates)
+    evidence.hits = (asked, asking.max_candidates, hits)  # the batch's decision asks for the same
     matches = _Matches(txn, records, batch, content, asking.threshold)
     sources = _Sources(txn, batch, content, asking.excerpts, evidence) if asking.excerpts else None
     timeline = content.timeline.rewound() if content is not None else None
@@ -157,9 +165,10 @@ def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch:
         serials, shared = hits.of(row)
         if first is not None and first.rekeyed:
             serials, shared = with_extra_candidates(serials, shared, first.candidates(lookup_keys[row]))
-        for serial, count in zip(serials.tolist(), shared.tolist()):
-            if count >= asking.min_shared:
-                matches.verify(row, serial, timeline)
+        if len(serials):
+            least = asking.min_shared
+            matches.verify_row(row, [serial for serial, count in zip(serials.tolist(), shared.tolist())
+                                     if count >= least], timeline)
         if sources is not None:
             sources.verify(row, matches, timeline)
     evidence.matches = matches.found
@@ -306,18 +315,33 @@ class _Matches:
         return self.content.pair_contents(own, int(self.batch.sites[row]), other, self.records.get(serial).site,
                                           timeline)
 
-    def verify(self, row: int, serial: int, timeline) -> None:
-        if serial in self.unkept:
+    def verify_row(self, row: int, serials: list[int], timeline) -> None:
+        """``verify`` of each of ``serials`` (in order) for row ``row``, its content and site looked up once."""
+        if not serials:
             return
-        if serial not in self._shingles:
-            shingles = self.txn.stored_shingles(serial)
-            if shingles is None:  # a duplicate's place (only live kept documents have their shingles stored)
-                self.unkept.add(serial)
-                return
-            self._shingles[serial] = shingles
-        similarity = jaccard(*self.pair(row, serial, timeline))
-        if similarity >= self.threshold:
-            self.found.append((row, serial, similarity))
+        own, unkept, stored, found, threshold = self.own(row), self.unkept, self._shingles, self.found, self.threshold
+        if timeline is not None:
+            site, settings, pair = int(self.batch.sites[row]), self.content.settings, self.content.pair_contents
+        for serial in serials:
+            if serial in unkept:
+                continue
+            shingles = stored.get(serial)
+            if shingles is None:
+                shingles = self.txn.stored_shingles(serial)
+                if shingles is None:  # a duplicate's place (only live kept documents have their shingles stored)
+                    unkept.add(serial)
+                    continue
+                stored[serial] = shingles
+            if timeline is None:
+                similarity = jaccard(own, shingles)
+            else:  # ``pair``
+                other_site = self.records.get(serial).site
+                other = content_of(shingles, timeline.template(other_site), timeline.shared,
+                                   settings.min_content_share)
+                similarity = jaccard(*pair(own, site, other, other_site, timeline))
+            if similarity >= threshold:
+                found.append((row, serial, similarity))
+
 
 
 class OwnFirstPages:

@@ -11,6 +11,11 @@ from typing import Callable, Iterable, Optional, Sequence
 
 import numpy as np
 
+try:
+    from ..core import _kernel
+except ImportError:  # built by ``pip install`` when a C compiler is there; numpy gives the same below
+    _kernel = None
+
 __all__ = ["Hits", "SharedKeys", "RekeyedKeys", "keys_shared_within", "chosen_candidates", "file_prober", "filed_places",
            "with_extra_candidates", "earliest_of_each_key", "room_under", "ranges"]
 
@@ -114,6 +119,8 @@ class Hits:
         """
         if len(found_keys) == 0:
             return cls(cls._NONE, cls._NONE, [0] * (n + 1))
+        if _kernel is not None:
+            return cls._found_by_kernel(asked, rows, n, found_keys, found_serials, per_key)
         lo, counts = _places(asked, found_keys)
         if per_key is not None and _most_of_one_key(lo, counts) > per_key:
             found_keys, found_serials = earliest_of_each_key(found_keys, found_serials, per_key)
@@ -123,6 +130,19 @@ class Hits:
         pairs, shared = np.unique((doc << 40) | serial, return_counts=True)
         bounds = np.searchsorted(pairs >> 40, np.arange(n + 1)).tolist()
         return cls(pairs & ((1 << 40) - 1), shared, bounds)
+
+
+    @classmethod
+    def _found_by_kernel(cls, asked, rows, n, found_keys, found_serials, per_key):
+        """``found`` by the compiled kernel (``_kernel.hits``): the same pairs, counted per row in one pass."""
+        arrays = (np.ascontiguousarray(asked, dtype=np.uint64), np.ascontiguousarray(rows, dtype=np.int64))
+        found = (np.ascontiguousarray(found_keys, dtype=np.uint64), np.ascontiguousarray(found_serials, dtype=np.int64))
+        serials, shared, bounds, most = _kernel.hits(arrays[0], arrays[1], n, *found)
+        if per_key is not None and most > per_key:
+            found = earliest_of_each_key(found[0], found[1], per_key)
+            serials, shared, bounds, _ = _kernel.hits(arrays[0], arrays[1], n, *found)
+        return cls(np.frombuffer(serials, dtype=np.int64), np.frombuffer(shared, dtype=np.int64),
+                   np.frombuffer(bounds, dtype=np.int64).tolist())
 
 
 def _places(asked: np.ndarray, found_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

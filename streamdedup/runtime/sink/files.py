@@ -16,6 +16,11 @@ __all__ = ["FileOutputs", "decision_line"]
 
 def decision_line(decision: Decision) -> bytes:
     """``decision.as_json()`` as one JSON line, written directly (what json.dumps gives, twice as fast)."""
+    if (decision.status == KEPT and decision.cluster == decision.id and decision.matched is None
+            and decision.similarity is None and decision.reason is None and decision.containment is None):
+        ident = STRING(decision.id)  # most lines: a new cluster, named by its own id
+        return (f'{{"id": {ident}, "status": "kept", "cluster": {ident}, "matched": null, "similarity": null, '
+                f'"reason": null, "relation": null, "containment": null}}\n').encode("utf-8")
     similarity = similarity_json(decision.similarity)
     return (f'{{"id": {STRING(decision.id)}, "status": {STRING(decision.status)}, '
             f'"cluster": {json_string(decision.cluster)}, "matched": {json_string(decision.matched)}, '
