@@ -46,8 +46,11 @@ PREPARE_RECORDS = 2000  # records prepared at once (``_prepared``)
 ORDER_HEADER_BYTES = 64  # room for the ``streamdedup.order`` header a vshard adds to a kept record
 # A signer killed without leaving the group holds its input partitions until the group drops it after
 # ``session_timeout_ms`` (kafka-python: 45 s), and signing stops meanwhile; a signer's heartbeats run on
-# their own thread, so a shorter session costs nothing. [kafka.consumer] settings replace these.
-GROUP_SESSION = {"session_timeout_ms": 10000, "heartbeat_interval_ms": 3000}
+# their own thread, so a shorter session costs nothing. A member hears of a rebalance in a heartbeat's
+# answer, so a process joining waited up to a whole interval (3 s) for the others to let go of their share:
+# the vshards of two hosts started together went to the first for its first epochs. [kafka.consumer]
+# settings replace these.
+GROUP_SESSION = {"session_timeout_ms": 10000, "heartbeat_interval_ms": 500}
 
 
 def signed_chunks(records: list[RawRecord], limit: int) -> list[list[RawRecord]]:
