@@ -9,12 +9,11 @@ processes, states, topics and groups):
   output topics (read_committed), its CPU from ``getrusage(RUSAGE_CHILDREN)``;
 - the deployment: ``--signers`` signing processes and ``--hosts`` processes hosting ``--vshards`` virtual shards
   (a consumer group gives each its share), timed from their start until every record has its outcome in the
-  output topics (read_committed); each process's CPU read from /proc/PID/stat then, less the CPU an idle
-  process of its role spends starting (measured once).
+  output topics (read_committed); each process's CPU read from /proc/PID/stat then.
 
 Each is also started on an input of one record, timed to its outcome: its start-up (a deployment starts more
 processes, which join a group and open their vshards; a long stream pays that once), which the figures "less
-start-up" take off the whole run's. Then, per document: the CPU of each role, the bytes of each internal topic (order, records, exchange), the outcomes
+start-up" take off the whole run's, its CPU too. Then, per document: the CPU of each role, the bytes of each internal topic (order, records, exchange), the outcomes
 compared record by record with the single worker's, and where the deployment's time goes (why it is slower or
 faster). With ``--paced-rate``, the latency from a record in to its outcome out (median, p99): documents fed at a
 steady rate well below capacity, each latency from its input record's timestamp to its outcome's.
@@ -171,22 +170,6 @@ def watch(run: Run, processes: list, began: float, expected: int, timeout: float
         counter.close()
 
 
-def start_up_cpu(bootstrap: str, work: Path, vshards: int) -> dict:
-    """The CPU a process of each role spends starting and connecting, with nothing to do (subtracted): the single
-    worker's two processes until they stop, caught up; the deployment's roles for 6 s."""
-    run = Run(bootstrap, f"idle-{uuid.uuid4().hex[:6]}", work, vshards)
-    create(bootstrap, [run.raw])
-    cpu = children_cpu()
-    subprocess.run(run.role("worker"), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    found = {"worker": children_cpu() - cpu}
-    for role in ("sign", "vshards"):
-        process = subprocess.Popen(run.role(role), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(6)
-        found[role] = cpu_seconds(process.pid)
-        stop_processes([process])
-    return found
-
-
 class Deployment:
     """A deployment's processes, started: ``--hosts`` vshards hosts and ``--signers`` signing processes."""
 
@@ -201,9 +184,9 @@ class Deployment:
     def seconds_to(self, expected: int) -> float:
         return watch(self.run, self.processes, self.began, expected, self.args.timeout, self.work)
 
-    def cpu(self, start_up: dict) -> dict:
-        return {f"{role}-{n}": max(cpu_seconds(p.pid) - start_up[role], 0.0)
-                for n, (role, p) in enumerate(zip(self.roles, self.processes))}
+    def cpu(self) -> dict:
+        """Each process's CPU seconds so far, by role and place ("vshards-0", ..., "sign-2")."""
+        return {f"{role}-{n}": cpu_seconds(p.pid) for n, (role, p) in enumerate(zip(self.roles, self.processes))}
 
     def stop(self) -> None:
         stop_processes(self.processes)
@@ -211,12 +194,12 @@ class Deployment:
             log.close()
 
 
-def deployment_round(bootstrap: str, raw: str, work: Path, args, expected: int, start_up: dict) -> dict:
+def deployment_round(bootstrap: str, raw: str, work: Path, args, expected: int) -> dict:
     run = Run(bootstrap, raw, work, args.vshards)
     deployment = Deployment(run, work, args)
     try:
         seconds = deployment.seconds_to(expected)
-        cpu = deployment.cpu(start_up)
+        cpu = deployment.cpu()
         paced = paced_latencies(run, bootstrap, raw, args) if args.paced_rate else []
     finally:
         deployment.stop()
@@ -224,15 +207,17 @@ def deployment_round(bootstrap: str, raw: str, work: Path, args, expected: int, 
             "latency": paced}
 
 
-def start_up_seconds(bootstrap: str, work: Path, args) -> dict:
-    """Seconds from each contender's start to the outcome of the one record of a fresh input."""
+def start_up_round(bootstrap: str, work: Path, args) -> dict:
+    """Each contender on a fresh input of one record: the seconds from its start to that record's outcome, and
+    the CPU it spent (the single worker's until it stopped; each process of the deployment's then)."""
     raw = f"bench-one-{uuid.uuid4().hex[:8]}"
     create(bootstrap, [raw])
     feed(bootstrap, raw, corpus.generate(1, seed=7)[:1])
-    single = single_round(bootstrap, raw, work, 1, args.timeout)["seconds"]
+    single = single_round(bootstrap, raw, work, 1, args.timeout)
     deployment = Deployment(Run(bootstrap, raw, work, args.vshards), work, args)
     try:
-        return {"single": single, "deployment": deployment.seconds_to(1)}
+        return {"single": single["seconds"], "deployment": deployment.seconds_to(1),
+                "cpu": {"worker": single["cpu"], **deployment.cpu()}}
     finally:
         deployment.stop()
 
@@ -310,20 +295,19 @@ def main(argv=None) -> int:
         print(f"{len(docs):,} documents of the synthetic crawl in {raw} (1 partition); deployment: {args.vshards} "
               f"vshards in {args.hosts} processes, {args.signers} signing process(es); {os.cpu_count()} cores",
               flush=True)
-        start_up = start_up_cpu(bootstrap, work, args.vshards)
         singles, deployed, starts = [], [], []
         for n in range(args.rounds):
             singles.append(single_round(bootstrap, raw, work, len(docs), args.timeout))
-            deployed.append(deployment_round(bootstrap, raw, work, args, len(docs), start_up))
-            starts.append(start_up_seconds(bootstrap, work, args))
+            deployed.append(deployment_round(bootstrap, raw, work, args, len(docs)))
+            starts.append(start_up_round(bootstrap, work, args))
             print(f"round {n + 1}: single worker {singles[-1]['seconds']:.1f} s, deployment "
                   f"{deployed[-1]['seconds']:.1f} s (start-up {starts[-1]['single']:.1f} s and "
                   f"{starts[-1]['deployment']:.1f} s)", flush=True)
-        report(args, len(docs), singles, deployed, start_up, starts)
+        report(args, len(docs), singles, deployed, starts)
     return 0
 
 
-def report(args, docs: int, singles: list[dict], deployed: list[dict], start_up: dict, starts: list[dict]) -> None:
+def report(args, docs: int, singles: list[dict], deployed: list[dict], starts: list[dict]) -> None:
     med = statistics.median
     single_rate = med(docs / s["seconds"] for s in singles)
     rate = med(docs / d["seconds"] for d in deployed)
@@ -336,13 +320,13 @@ def report(args, docs: int, singles: list[dict], deployed: list[dict], start_up:
           f" docs/s, deployment {med(docs / (d['seconds'] - t['deployment']) for d, t in zip(deployed, starts)):,.0f} "
           f"docs/s: {med(running):.2f}x (paired {', '.join(f'{r:.2f}' for r in running)}); start-up (to the outcome "
           f"of a first record) {med(t['single'] for t in starts):.1f} s and {med(t['deployment'] for t in starts):.1f} s")
-    single_cpu = max(med(s["cpu"] for s in singles) - start_up["worker"], 0.0) / docs * 1e6
+    single_cpu = med(s["cpu"] - t["cpu"]["worker"] for s, t in zip(singles, starts)) / docs * 1e6
     roles = sorted(deployed[0]["cpu"])
-    per_role = {role: med(d["cpu"][role] for d in deployed) / docs * 1e6 for role in roles}
+    per_role = {role: med(d["cpu"][role] - t["cpu"][role] for d, t in zip(deployed, starts)) / docs * 1e6
+                for role in roles}
     total = sum(per_role.values())
-    print(f"CPU per document: single worker {single_cpu:.1f} µs (its two processes); deployment "
-          f"{total:.1f} µs ({total / single_cpu:.2f}x), per process (start-up CPU subtracted: "
-          + ", ".join(f"{role} {start_up[role]:.2f} s" for role in sorted(start_up)) + ")")
+    print(f"CPU per document, less each process's CPU to the first record's outcome: single worker {single_cpu:.1f} "
+          f"µs (its two processes); deployment {total:.1f} µs ({total / single_cpu:.2f}x), per process:")
     for role in roles:
         print(f"  {role:<12} {per_role[role]:7.1f} µs")
     sizes = deployed[-1]["bytes"]
