@@ -9,8 +9,11 @@ The writer keeps the same entries in memory (``RecentMirror``, bounded by
 ``index.merge_every`` documents, with a bitmap of the keys it may hold that
 answers most lookups) and every so many documents merges them (``merge``),
 sorted, into the ``ids``, ``content`` and ``bands`` tables, then drops them
-from ``recent``. A lookup asks the tables, the mirror, and the documents of
-its own batch (``view``).
+from ``recent``. A merge takes a slice after each batch: meanwhile the
+generation being merged (``merging``, frozen) answers for what its slices
+not written yet hold, and a new generation takes the new documents. A
+lookup asks the tables, the mirror, and the documents of its own batch
+(``view``), and finds each entry once.
 
 The ``recent`` table is the source of truth for the mirror: after a crash
 the mirror is read back from it; readers (``query``) load their own.
