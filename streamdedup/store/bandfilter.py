@@ -56,6 +56,7 @@ _PROBES = 4  # bits per key
 _SPREAD = 0x9E3779B97F4A7C15  # odd: a bijection of the 64-bit words
 _SHIFTS = tuple(np.uint64(64 - 6 * (i + 1)) for i in range(_PROBES))  # bit positions from the top 24 bits
 SCAN_CHUNK = 1 << 20  # table keys read per step when building from the tables
+_WRITE_CHUNK = 1 << 20  # bytes of a layer read and written at a time when saving
 
 
 class BandFilter:
@@ -165,15 +166,17 @@ def save(index, band_filter: BandFilter, background: bool = False) -> Optional[t
     file of its own: a full layer never changes, so it is written once), then the header naming every layer
     with its checksum, each file new, flushed, then renamed over the old one.
 
-    With ``background``, the writing happens in a thread (the changed layers copied first), which is returned:
-    join it before the next save. Best effort: the files only save building the filter at the next start,
-    so a full disk leaves the old header (whose stamp no longer matches).
+    With ``background``, the writing happens in a thread, which is returned: join it before the next save. It
+    reads the layers as they are (a copy of a large layer faulted in as many new pages as the layer has, 0.3 s
+    at 64 MiB here): the writer only sets bits meanwhile, so the file holds every key held at the stamp and
+    perhaps a few more, which is harmless; each layer's checksum is of the bytes written. Best effort: the
+    files only save building the filter at the next start, so a full disk leaves the old header (whose stamp
+    no longer matches).
     """
     with index.read() as txn:
         stamp = _stamp(index, txn)
     saved = band_filter.saved
-    changed = {number: (layer.copy() if background else layer)
-               for number, (layer, held) in enumerate(zip(band_filter.layers, band_filter.held))
+    changed = {number: layer for number, (layer, held) in enumerate(zip(band_filter.layers, band_filter.held))
                if number >= len(saved) or saved[number][:2] != (len(layer), held)}
     shapes = [(len(layer), held) for layer, held in zip(band_filter.layers, band_filter.held)]
 
@@ -181,8 +184,7 @@ def save(index, band_filter: BandFilter, background: bool = False) -> Optional[t
         crcs = [saved[number][2] if number not in changed else 0 for number in range(len(shapes))]
         try:
             for number, layer in changed.items():
-                crcs[number] = zlib.crc32(layer.view(np.uint8))
-                _write(os.path.join(index.path, f"{FILE_NAME}.{number}"), memoryview(layer.view(np.uint8)))
+                crcs[number] = _write(os.path.join(index.path, f"{FILE_NAME}.{number}"), layer.view(np.uint8))
             header = _HEADER.pack(_MAGIC, *stamp, len(shapes), 0) + b"".join(
                 _LAYER.pack(words, held, crc) for (words, held), crc in zip(shapes, crcs))
             _write(os.path.join(index.path, FILE_NAME), header)
@@ -198,13 +200,20 @@ def save(index, band_filter: BandFilter, background: bool = False) -> Optional[t
     return thread
 
 
-def _write(path: str, data) -> None:
+def _write(path: str, data) -> int:
+    """Write ``data`` (bytes, or a uint8 array read a chunk at a time) into a new file renamed over ``path``;
+    the crc32 of what was written."""
+    crc = 0
     try:
         with open(path + ".new", "wb") as handle:
-            handle.write(data)
+            for at in range(0, len(data), _WRITE_CHUNK):
+                chunk = bytes(data[at:at + _WRITE_CHUNK])  # one read of the bytes: checksummed as written
+                crc = zlib.crc32(chunk, crc)
+                handle.write(chunk)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(path + ".new", path)
+        return crc
     except OSError:
         try:
             os.remove(path + ".new")
