@@ -7,8 +7,15 @@ median and p99 batch latency, the process's resident memory (its own, and the in
 bytes per document with every table of 2 bytes a document or more.
 
 The window is ``index.merge_every`` documents (100,000), so each holds
-exactly one merge of the recent lookup keys into the tables: the figures
-are amortized, and the p99 batch includes the batch that merges. A window
+one merge's worth of work moving the recent lookup keys into the tables
+(spread over the batches: a slice after each): the figures are amortized.
+Beside docs/s (wall clock, which a shared machine moves), each row gives the
+deciding process's CPU time a document, and what grows with the index: the
+band filter's fill and false-positive rate (random keys it says it may hold),
+the cursor positionings a batch's lookups make (keys past the filter, once
+per epoch of serials), the band table's B-tree depth and entries a bucket,
+the page faults a document (index pages touched for the first time), the
+bytes written a document, and the time of the merge steps. A window
 starts where the index stands: after the first window the index holds
 110,000 documents, so that is the second row (earlier versions fed documents
 100,000-110,000 twice there, which made it look faster).
@@ -20,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import sys
@@ -30,18 +38,103 @@ from streamdedup import config as config_module
 from streamdedup.core import corpus
 from streamdedup.core.decode import InputSpec
 from streamdedup.engine.engine import Engine
+from streamdedup.store import bands as bands_module
 from streamdedup.runtime.feed import open_feed
 from streamdedup.runtime.source import FilePosition
 
 
 def memory() -> dict:
-    """Resident memory now: anonymous (the process's own) and file-backed (index pages mapped by LMDB)."""
+    """Resident memory now: anonymous (the process's own) and file-backed (index pages mapped by LMDB), and the
+    peak of both together (VmHWM)."""
     found = {}
     with open("/proc/self/status") as handle:
         for line in handle:
-            if line.startswith(("RssAnon:", "RssFile:")):
+            if line.startswith(("RssAnon:", "RssFile:", "VmHWM:")):
                 found[line.split(":")[0]] = int(line.split()[1]) * 1024
     return found
+
+
+def written_bytes() -> int:
+    """Bytes this process caused to be written to storage so far (``/proc/self/io``; 0 where not readable)."""
+    try:
+        with open("/proc/self/io") as handle:
+            return next(int(line.split()[1]) for line in handle if line.startswith("write_bytes:"))
+    except (OSError, StopIteration):
+        return 0
+
+
+class Counted:
+    """What the window's lookups and merge steps did: band keys asked, asked past the filter, cursor
+    positionings in the table (past the filter, once per epoch), and the merge steps' count and seconds."""
+
+    def __init__(self) -> None:
+        self.asked = self.wanted = self.positionings = self.steps = 0
+        self.merge_s = 0.0
+        self.merge_max_s = 0.0
+        self.log: list[tuple[int, float, float]] = getattr(self, "log", [])  # every step: (merge's upto, s, CPU s)
+
+    def install(self, engine: Engine) -> None:
+        counted, original_rows, original_step = self, bands_module.BandRows.stored_rows, engine._merge_step
+
+        def stored_rows(rows, txn, bands, keys, last_serial):
+            counted.wanted += len(keys)
+            counted.positionings += len(keys) * ((last_serial >> bands_module._EPOCH_BITS) + 1)
+            return original_rows(rows, txn, bands, keys, last_serial)
+
+        original_lookup = engine.bands.lookup
+
+        def lookup(txn, mirror, slots):
+            counted.asked += len(slots)
+            return original_lookup(txn, mirror, slots)
+
+        def merge_step():
+            upto, began, cpu = engine._merge.upto, time.monotonic(), time.process_time()
+            original_step()
+            took = time.monotonic() - began
+            counted.log.append((upto, took, time.process_time() - cpu))
+            counted.steps += 1
+            counted.merge_s += took
+            counted.merge_max_s = max(counted.merge_max_s, took)
+
+        bands_module.BandRows.stored_rows = stored_rows
+        engine.bands.lookup = lookup
+        engine._merge_step = merge_step
+
+    def reset(self) -> None:
+        self.__init__()  # keeps the log
+
+
+def charged(row: dict, log: list[tuple[int, float, float]]) -> tuple[float, float]:
+    """(seconds, CPU seconds) of a window charged with the merges that began in it, and not with the steps of
+    merges begun before it: a merge's steps follow it over the next documents, into the next window or past
+    it, so each window is charged one merge's worth (``index.merge_every`` documents) whatever the phase."""
+    first, last = row["serials"]
+    begun = lambda upto: first < upto <= last  # noqa: E731
+    inside = range(*row["steps"])
+    seconds, cpu = row["seconds"], row["cpu_s"]
+    for number, (upto, took, took_cpu) in enumerate(log):
+        if (number in inside) != begun(upto):
+            sign = 1 if begun(upto) else -1
+            seconds, cpu = seconds + sign * took, cpu + sign * took_cpu
+    return seconds, cpu
+
+
+def filter_figures(engine: Engine) -> tuple[float, float]:
+    """(fill ratio, false-positive rate) of the writer's band filter: the share of a million random band keys it
+    says it may hold (nearly all of them are not stored)."""
+    band_filter = engine.bands.loaded_filter()
+    if band_filter is None:
+        return 0.0, 1.0
+    keys = __import__("numpy").random.default_rng(7).integers(0, 1 << 32, 1 << 20, dtype="uint64")
+    return band_filter.fill_ratio(), float(band_filter.may_hold(keys).mean())
+
+
+def band_tree(engine: Engine) -> tuple[int, float]:
+    """(depth of the band table's B-tree of buckets, band entries a bucket)."""
+    with engine.index.read() as txn:
+        stat = txn.txn.stat(txn.dbs["bands"])
+        buckets = sum(1 for _ in txn.txn.cursor(db=txn.dbs["bands"]).iternext_nodup(keys=True, values=False))
+    return stat["depth"], stat["entries"] / max(1, buckets)
 
 
 class Crawl:
@@ -79,8 +172,10 @@ def main(argv=None) -> int:
     work = tempfile.mkdtemp(prefix="bench-growth-")
     docs = Crawl(work)
     rows = []
+    counted = Counted()
     try:
         with Engine(cfg, os.path.join(work, "state")) as engine:
+            counted.install(engine)
             processes = cfg.worker.prepare_processes
             position = 0
             for size in sizes:
@@ -91,13 +186,27 @@ def main(argv=None) -> int:
                 held = max(size, position)  # an earlier window can take the index past ``size``
                 window = docs.write(held, held + args.window)  # new documents; generating text is not timed
                 latencies: list[float] = []
+                counted.reset()
+                with engine.index.read() as txn:
+                    first_serial = txn.counters["next_serial"]
+                first_step = len(counted.log)
+                usage, wrote = resource.getrusage(resource.RUSAGE_SELF), written_bytes()
                 window_began = time.monotonic()
                 feed(engine, window, batch, processes, latencies)
                 seconds = time.monotonic() - window_began
+                after = resource.getrusage(resource.RUSAGE_SELF)
+                window_use = {"cpu_s": after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime,
+                              "faults": after.ru_minflt + after.ru_majflt - usage.ru_minflt - usage.ru_majflt,
+                              "written": written_bytes() - wrote, "counted": vars(counted).copy()}
                 os.remove(window)
                 position = held + args.window
-                rows.append(measure_row(engine, held, args.window, seconds, latencies))
+                rows.append(measure_row(engine, held, args.window, seconds, latencies, window_use))
+                rows[-1]["serials"] = (first_serial, first_serial + args.window)
+                rows[-1]["steps"] = (first_step, len(counted.log))
                 print_row(rows[-1], flush=True)
+            engine.merge_recent()  # the last merge's steps left: charged to the window it began in
+            for row in rows:
+                row["charged_s"], row["charged_cpu_s"] = charged(row, counted.log)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print_table(rows)
@@ -118,19 +227,40 @@ def feed(engine: Engine, path: str, batch: int, processes: int, latencies) -> No
         source.close()
 
 
-def measure_row(engine: Engine, size: int, window: int, seconds: float, latencies: list[float]) -> dict:
+def measure_row(engine: Engine, size: int, window: int, seconds: float, latencies: list[float],
+                use: dict) -> dict:
     with engine.index.read() as txn:
         documents = txn.counters["documents"]
     tables = engine.index.database_bytes()
     file_bytes = os.path.getsize(os.path.join(engine.index.path, "data.mdb"))
     ordered = sorted(latencies)
+    counted, batches = use["counted"], max(1, len(latencies))
+    fill, false_positives = filter_figures(engine)
+    depth, per_bucket = band_tree(engine)
     return {
         "size": size,
         "docs_per_s": window / seconds,
+        "cpu_us_per_doc": 1e6 * use["cpu_s"] / window,
+        "seconds": seconds,
+        "cpu_s": use["cpu_s"],
         "median_batch_s": statistics.median(ordered),
         "p99_batch_s": ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
+        "max_batch_s": ordered[-1],
         "anon_mb": memory().get("RssAnon", 0) / 1e6,
         "file_mb": memory().get("RssFile", 0) / 1e6,
+        "peak_rss_mb": memory().get("VmHWM", 0) / 1e6,
+        "filter_fill": fill,
+        "filter_fp": false_positives,
+        "asked_per_batch": counted["asked"] / batches,
+        "past_filter_per_batch": counted["wanted"] / batches,
+        "positionings_per_batch": counted["positionings"] / batches,
+        "band_depth": depth,
+        "entries_per_bucket": per_bucket,
+        "faults_per_doc": use["faults"] / window,
+        "written_per_doc": use["written"] / window,
+        "merge_steps": counted["steps"],
+        "merge_s": counted["merge_s"],
+        "merge_max_s": counted["merge_max_s"],
         "bytes_per_doc": file_bytes / documents,
         "top_tables": [(name, used) for name, used in sorted(tables.items(), key=lambda item: -item[1])
                        if used >= 2 * documents],  # every table of 2 bytes a document or more
@@ -140,19 +270,31 @@ def measure_row(engine: Engine, size: int, window: int, seconds: float, latencie
 
 def print_row(row: dict, flush: bool = False) -> None:
     tables = ", ".join(f"{name} {bytes_ / row['documents']:.0f}" for name, bytes_ in row["top_tables"])
-    print(f"index {row['size']:>9,}: {row['docs_per_s']:>8,.0f} docs/s  batch median {row['median_batch_s']:.3f} s "
-          f"p99 {row['p99_batch_s']:.3f} s  RSS anon {row['anon_mb']:,.0f} MB, mapped index {row['file_mb']:,.0f} MB  "
+    print(f"index {row['size']:>9,}: {row['docs_per_s']:>8,.0f} docs/s ({row['cpu_us_per_doc']:.0f} us CPU a doc)  "
+          f"batch median {row['median_batch_s']:.3f} s p99 {row['p99_batch_s']:.3f} s max {row['max_batch_s']:.3f} s  "
+          f"RSS anon {row['anon_mb']:,.0f} MB, mapped index {row['file_mb']:,.0f} MB, peak {row['peak_rss_mb']:,.0f} MB  "
           f"{row['bytes_per_doc']:,.0f} B/doc "
-          f"(per doc: {tables})", flush=flush)
+          f"(per doc: {tables})\n"
+          f"    grows: filter fill {row['filter_fill']:.3f} false positives {row['filter_fp']:.4f}; a batch asks "
+          f"{row['asked_per_batch']:,.0f} keys, {row['past_filter_per_batch']:,.0f} past the filter, "
+          f"{row['positionings_per_batch']:,.0f} cursor positionings; band tree depth {row['band_depth']}, "
+          f"{row['entries_per_bucket']:,.0f} entries a bucket; {row['faults_per_doc']:.1f} page faults and "
+          f"{row['written_per_doc']:,.0f} bytes written a doc; merge {row['merge_steps']} steps, "
+          f"{row['merge_s']:.1f} s (longest {row['merge_max_s']:.2f} s)", flush=flush)
 
 
 def print_table(rows: list[dict]) -> None:
-    first = rows[0]["docs_per_s"]
-    print("\nindex size   docs/s   vs first   median batch   p99 batch   RSS anon MB   bytes/doc")
-    for row in rows:
-        print(f"{row['size']:>10,} {row['docs_per_s']:>8,.0f} {row['docs_per_s'] / first:>9.2f}x "
-              f"{row['median_batch_s']:>11.3f} s {row['p99_batch_s']:>9.3f} s {row['anon_mb']:>11,.0f} "
-              f"{row['bytes_per_doc']:>10,.0f}")
+    window = rows[0]["serials"][1] - rows[0]["serials"][0]
+    rate = [window / row["charged_s"] for row in rows]
+    cpu = [1e6 * row["charged_cpu_s"] / window for row in rows]
+    print("\n(each window charged with the merge that began in it: docs/s and CPU us a document)")
+    print("index size   docs/s   vs first   CPU us/doc   vs first   median batch   p99 batch   p99/median   "
+          "RSS anon MB   peak RSS MB   bytes/doc")
+    for number, row in enumerate(rows):
+        print(f"{row['size']:>10,} {rate[number]:>8,.0f} {rate[number] / rate[0]:>9.2f}x "
+              f"{cpu[number]:>11.0f} {cpu[0] / cpu[number]:>9.2f}x "
+              f"{row['median_batch_s']:>11.3f} s {row['p99_batch_s']:>9.3f} s {row['p99_batch_s'] / row['median_batch_s']:>11.1f}x "
+              f"{row['anon_mb']:>12,.0f} {row['peak_rss_mb']:>13,.0f} {row['bytes_per_doc']:>10,.0f}")
 
 
 if __name__ == "__main__":

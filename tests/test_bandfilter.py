@@ -39,15 +39,57 @@ def test_added_keys_are_always_held_and_others_mostly_not():
     assert not BandFilter(1 << 20).may_hold(stored).any()
 
 
+def test_a_filter_grows_in_layers_keeps_every_key_and_its_false_positives_low_up_to_its_cap(tmp_path):
+    """Past a key for every ``BITS_PER_KEY`` bits a layer twice as large takes the next keys: every key added is
+    held, random keys mostly are not, and memory stops at the cap (the last layer then fills on)."""
+    rng = np.random.default_rng(12)
+    stored = rng.integers(0, 2**32, size=600_000, dtype=np.uint64)
+    others = rng.integers(0, 2**32, size=200_000, dtype=np.uint64)
+    grown = BandFilter(1 << 16, 1 << 20)  # 64 KiB, then 128, 256, 512: 43,690 keys, then 87,381 ...
+    for chunk in np.array_split(stored, 7):
+        grown.add(chunk)
+    assert [len(layer) * 8 for layer in grown.layers] == [1 << 16, 1 << 17, 1 << 18, 1 << 19]
+    assert sum(grown.held) == grown.keys_added == len(stored) and grown.may_hold(stored).all()
+    assert grown.may_hold(others).mean() < 0.05  # about 1% a full layer
+    fixed = BandFilter.of_keys(np.array_split(stored, 7), 1 << 16)  # no cap given: one layer, as before
+    assert len(fixed.layers) == 1 and fixed.may_hold(stored).all() and fixed.may_hold(others).mean() > 0.5
+    capped = BandFilter.of_keys(np.array_split(stored, 7), 1 << 16, 1 << 18)  # room for 64 + 128 KiB only
+    assert [len(layer) * 8 for layer in capped.layers] == [1 << 16, 1 << 17] and capped.may_hold(stored).all()
+
+
+def test_a_grown_filter_is_saved_and_loaded_whole(tmp_path):
+    texts = [d.text for d in corpus.generate(300, seed=24)]
+    state = str(tmp_path / "state")
+    settings = ("index.band_filter_mb=0", "index.band_filter_max_mb=1")  # starts at one word: grows at once
+    with Engine(_config(*settings), state) as engine:
+        engine.bands.filter_bytes = 8 << 10  # 8 KiB (the settings count MiB)
+        engine.decide_batch(engine.prepare(_docs(texts)))
+        engine.merge_recent()
+        written = engine.bands.loaded_filter()
+        assert len(written.layers) > 1
+        layers = [layer.copy() for layer in written.layers]
+    with Engine(_config(*settings), state) as engine:
+        engine.bands.filter_bytes = 8 << 10
+        loaded = engine.bands.loaded_filter()
+        assert loaded.loaded and len(loaded.layers) == len(layers)
+        assert all((a == b).all() for a, b in zip(loaded.layers, layers)) and loaded.held == written.held
+
+
 def test_decisions_are_the_same_with_and_without_the_filter_across_merges_and_restarts(tmp_path):
     texts = [d.text for d in corpus.generate(500, seed=21)]
     chunks = [texts[i:i + 100] for i in range(0, len(texts), 100)]
     with_filter, without = [], []
+    loaded = 0
     for number, chunk in enumerate(chunks):  # a new engine per chunk: the saved filter is loaded each time
         with Engine(_config(), str(tmp_path / "on")) as engine:
-            with_filter += engine.decide_batch(engine.prepare(_docs(chunk, 100 * number)))
-            if number > 1:  # the first merge (in chunk 1) saved it
+            with engine.index.read() as txn:
+                merged = txn.counters["merged_upto"]
+            if merged:  # a merge finished (and saved it); one may be under way since, in slices
                 assert engine.bands.loaded_filter().loaded, "the filter saved by the last merge should be loaded"
+                loaded += 1
+            for at in range(0, len(chunk), 20):  # merges go a slice a batch: they span restarts
+                with_filter += engine.decide_batch(engine.prepare(_docs(chunk[at:at + 20], 100 * number + at)))
+    assert loaded >= 2
     with Engine(_config("index.band_filter_mb=0"), str(tmp_path / "off")) as engine:
         for number, chunk in enumerate(chunks):
             without += engine.decide_batch(engine.prepare(_docs(chunk, 100 * number)))
@@ -61,9 +103,11 @@ def test_a_saved_filter_that_is_not_current_is_rebuilt_from_the_tables(tmp_path)
     state = str(tmp_path / "state")
     with Engine(_config(), state) as engine:
         engine.decide_batch(engine.prepare(_docs(texts[:200])))
+        engine.merge_recent()  # the merge begun after 150 documents, finished now
         path = os.path.join(engine.index.path, bandfilter.FILE_NAME)
-        stale = _read(path)  # saved by the merge after 150 documents
-        engine.decide_batch(engine.prepare(_docs(texts[200:], 200)))  # another merge: a new stamp
+        stale = _read(path)  # saved by that merge
+        engine.decide_batch(engine.prepare(_docs(texts[200:], 200)))
+        engine.merge_recent()  # another merge: a new stamp
         assert _read(path) != stale
         keys = engine.bands.loaded_filter().bits.copy()
     with open(path, "wb") as handle:  # as after a crash between a merge's commit and saving the filter
@@ -86,6 +130,7 @@ def test_rebuilding_the_tables_drops_the_saved_filter(tmp_path):
     texts = [d.text for d in corpus.generate(200, seed=23)]
     with Engine(_config(), str(tmp_path)) as engine:
         engine.decide_batch(engine.prepare(_docs(texts)))
+        engine.merge_recent()  # the merge begun after the batch, finished: it saves the filter
         assert os.path.exists(os.path.join(engine.index.path, bandfilter.FILE_NAME))
         engine.rebuild()
         assert not os.path.exists(os.path.join(engine.index.path, bandfilter.FILE_NAME))

@@ -181,6 +181,7 @@ def test_contents_sharing_a_hash_prefix_change_no_decision(tmp_path, crawl, monk
     collision every few documents), exact copies, merges, forget and check come out as with the real keys."""
     import streamdedup.store.check
     import streamdedup.store.housekeeping
+    import streamdedup.store.merge
     import streamdedup.store.mirror
     import streamdedup.store.view
     from streamdedup.store.check import check_index
@@ -200,8 +201,8 @@ def test_contents_sharing_a_hash_prefix_change_no_decision(tmp_path, crawl, monk
 
     real = decisions("real", 700)
     assert sum(d[3] for d in real) > 20  # exact copies were decided
-    for module in (streamdedup.store.check, streamdedup.store.housekeeping, streamdedup.store.mirror,
-                   streamdedup.store.view):
+    for module in (streamdedup.store.check, streamdedup.store.housekeeping, streamdedup.store.merge,
+                   streamdedup.store.mirror, streamdedup.store.view):
         monkeypatch.setattr(module, "content_key", lambda content: content[:1] * 8)
     assert decisions("one-key-merged", 1) == real
     assert decisions("one-key-merged-every-7", 700) == real

@@ -202,27 +202,65 @@ def test_a_failed_transaction_leaves_nothing_behind(tmp_path):
         assert [d.status for d in decided] == ["kept", "kept"] and not any(d.replayed for d in decided)
 
 
-def test_a_merge_interrupted_between_slices_is_consistent_and_done_again(tmp_path):
-    from streamdedup.store.check import check_index
-    from streamdedup.store.merge import merge_slice
+def test_a_merge_spread_over_batches_is_consistent_at_every_commit_and_goes_on_after_a_restart(tmp_path,
+                                                                                                monkeypatch):
+    """A merge takes a slice a batch (``Engine._merge_along``): after every commit the index checks clean, a
+    reader finds each entry once (the tables for the slices written, the mirror for the rest), a restart in the
+    middle goes on from the next slice (or finishing step), and every decision is that of an index that never
+    merges."""
+    import numpy as np
 
-    cfg = config_module.load(None, ("index.merge_every=100000",), environ={})
+    from streamdedup.store import merge as merge_module
+
+    from streamdedup.core.lsh import band_slots
+    from streamdedup.store.bands import BandTables, record_band_keys
+    from streamdedup.store.check import check_index
+    from streamdedup.store.mirror import RecentMirror
+
     texts = [d.text for d in corpus.generate(400, seed=8)]
-    with Engine(cfg, str(tmp_path)) as engine:
-        engine.decide_batch(engine.prepare(_docs(texts[:300])))
-        for number in range(0, 20, 2):  # half the slices, then "crash": no finish
-            engine.index.write(lambda txn: merge_slice(txn, engine.mirror, engine.bands, number, 20))
-    with Engine(cfg, str(tmp_path)) as engine:
-        report = check_index(engine.index)
-        assert report.ok, report.problems
-        decided = engine.decide_batch(engine.prepare(_docs(texts[300:], 300)))
-        engine.merge_recent()
-        report = check_index(engine.index)
-        assert report.ok, report.problems
-    with Engine(config_module.load(None, ("index.merge_every=100000",), environ={}), str(tmp_path / "other")) as other:
-        other.decide_batch(other.prepare(_docs(texts[:300])))
-        same = other.decide_batch(other.prepare(_docs(texts[300:], 300)))
-    assert [(d.status, d.cluster) for d in decided] == [(d.status, d.cluster) for d in same]
+    docs = _docs(texts)
+    docs += docs[100:130]  # replays: the same ids and texts again, some found by the ids table, some in the mirror
+    batches = [docs[at:at + 10] for at in range(0, len(docs), 10)]
+    cfg = config_module.load(None, ("index.merge_every=150",), environ={})
+    monkeypatch.setattr(merge_module, "FINISH_CHUNK", 40)  # a merge's ``recent`` entries deleted in 4 steps
+    decided, restarts, steps_seen, slots_of = [], {"begun", "later", "finishing"}, set(), {}
+    engine = Engine(cfg, str(tmp_path / "spread"))
+    try:
+        for number, batch in enumerate(batches):
+            decided += engine.decide_batch(engine.prepare(batch))
+            merge = engine._merge
+            moment = None if merge is None else "begun" if merge.done == 1 and not engine.mirror.documents else \
+                "finishing" if merge.done == merge.slices else "later" if merge.done > 1 else None
+            if number % (3 if merge is not None else 7) and moment not in restarts:
+                continue
+            steps_seen.add(None if merge is None else merge.done)
+            assert check_index(engine.index).ok
+            with engine.index.read() as txn:
+                for record in txn.records():
+                    if record.kept and record.serial not in slots_of:
+                        keys = record_band_keys(txn, record)
+                        slots_of[record.serial] = band_slots(np.arange(len(keys)), keys).tolist()
+                expected = [(slot, serial) for serial, slots in slots_of.items() for slot in slots]
+                noise = np.random.default_rng(number).integers(0, 1 << 32, 500, dtype=np.uint64)
+                asked = np.unique(np.concatenate([np.array([slot for slot, _ in expected], dtype=np.uint64), noise]))
+                found = list(zip(*(part.tolist() for part in
+                                   BandTables(engine.index).lookup(txn, RecentMirror.load(txn), asked))))
+                writer = list(zip(*(part.tolist() for part in engine.bands.lookup(txn, engine.mirror, asked))))
+            assert sorted(found) == sorted(writer), (moment, len(found), len(writer), len(expected))
+            assert sorted(writer) == sorted(expected), (moment, len(found), len(writer), len(expected))  # each once
+            if moment in restarts:  # once just after a merge began, once later on, once while it finishes
+                restarts.remove(moment)
+                engine.close()  # as a kill -9 would leave it: nothing is written between two commits
+                engine = Engine(cfg, str(tmp_path / "spread"))
+                assert engine._merge is not None and engine._merge.done == merge.done
+    finally:
+        engine.close()
+    assert not restarts and len(steps_seen) > 4  # merges did go a slice at a time
+    with Engine(config_module.load(None, ("index.merge_every=100000",), environ={}), str(tmp_path / "never")) as other:
+        same = [d for batch in batches for d in other.decide_batch(other.prepare(batch))]
+    assert [(d.status, d.cluster, d.matched, d.similarity, d.replayed) for d in decided] == \
+        [(d.status, d.cluster, d.matched, d.similarity, d.replayed) for d in same]
+    assert sum(d.replayed for d in decided) == 30 and sum(d.status == "duplicate" for d in decided) > 30
 
 
 def test_mirror_band_rows_of_nothing_and_of_repeated_keys():

@@ -101,7 +101,8 @@ def _decided(state) -> dict:
     """What the index decided, without where merges happened to leave its lookup entries."""
     snapshot = index_snapshot(state)
     return {"records": snapshot["records"],
-            "counters": {k: v for k, v in snapshot["counters"].items() if k not in ("merged_upto", "merging")}}
+            "counters": {k: v for k, v in snapshot["counters"].items()
+                         if k not in ("merged_upto", "merging", "merge_upto", "merge_slices")}}
 
 
 def test_the_hot_corpus_makes_the_limit_bite(reference):

@@ -28,7 +28,7 @@ from ..store.anchors import BatchAnchors
 from ..store.bands import BandTables
 from ..store.housekeeping import ForgetRequests, forget, rebuild_tables, sweep_expired
 from ..store.index import Index, IndexSettings, IndexTxn, MapFull
-from ..store.merge import finish_merge, merge_slice, merge_slices
+from ..store.merge import SpreadMerge, merge_slices
 from ..store.mirror import RecentMirror, place_masks
 from ..store.sites import provisional_pages, remove_rekeyed, set_provisional_pages, write_rekeyed
 from ..store.view import write_documents
@@ -38,7 +38,9 @@ from .evidence import Asking, Evidence, OwnFirstPages, band_evidence, content_ev
 from .settings import DedupSettings
 from .sitelearning import SiteTemplates, templates_in_advance
 
-__all__ = ["Engine", "DecidedBatch", "collector_paused", "index_settings"]
+__all__ = ["Engine", "DecidedBatch", "collector_paused", "index_settings", "MERGE_PACE"]
+
+MERGE_PACE = 0.75  # a merge's steps are spread over this share of ``index.merge_every`` documents after it
 
 Bookkeeping = Callable[[IndexTxn, list[Decision]], None]  # the front end's own writes: positions, checkpoints
 
@@ -94,12 +96,22 @@ class Engine:
         self.requests = ForgetRequests(self.index.path)
         self.clock = clock
         self.merge_every = config.index.merge_every
-        self.bands = BandTables(self.index, 0 if readonly else config.index.band_filter_mb << 20)
+        self.bands = BandTables(self.index, 0 if readonly else config.index.band_filter_mb << 20,
+                                config.index.band_filter_max_mb << 20)
+        self._merge: Optional[SpreadMerge] = None  # the merge under way, a step after each batch (``_merge_along``)
         with self.index.read() as txn:
             self.mirror = RecentMirror.load(txn)
-            interrupted = txn.counters["merging"]
-        if interrupted and not readonly:  # a crash between a merge's slices: entries both merged and mirrored
-            self.merge_recent()
+            counters = dict(txn.counters)
+        if counters["merging"] and not readonly:  # a merge was under way: entries both merged and mirrored
+            if counters.get("merge_upto"):  # spread over batches: it goes on from the next slice or step
+                self._merge = SpreadMerge(self.mirror, counters["merge_upto"], counters["merge_slices"],
+                                          self.signing.bands, done=counters["merging"] - 1,
+                                          sealed=counters["merged_upto"] >= counters["merge_upto"])
+                self.bands.loaded_filter()  # as saved by the merge before (or, once sealed, by this one)
+                if self.mirror.merging is not None:
+                    self.bands.holding(self.mirror.merging.keys)  # the slices written
+            else:  # an earlier version's merge, in one go: done again whole
+                self.merge_recent()
 
     def prepare(self, items: list[Item]) -> PreparedBatch:
         return prepare(items, self.signing)
@@ -213,8 +225,7 @@ class Engine:
             except MapFull:
                 self.index.grow_map()
                 decided = self._decided_again(decided)
-        if self.mirror.documents >= self.merge_every:
-            self.merge_recent()
+        self._merge_along()
         return decided.decisions
 
     def _decided_again(self, decided: DecidedBatch) -> DecidedBatch:
@@ -234,6 +245,7 @@ class Engine:
 
     def forget(self, ids: list[str]):
         """Remove documents (every version of each id); see ``housekeeping``."""
+        self._finish_merge()  # forget changes the mirror: no generation of it half merged
         return self.index.write(lambda txn: forget(txn, self.mirror, self.bands, ids))
 
     def between_batches(self) -> None:
@@ -243,8 +255,8 @@ class Engine:
 
     def sweep(self, budget: int = 20000) -> int:
         """One bounded slice of the retention sweep, if retention is on and one is due; documents expired."""
-        if self.settings.retention_s <= 0 or self.clock() < self._next_sweep:
-            return 0
+        if self.settings.retention_s <= 0 or self.clock() < self._next_sweep or self._merge is not None:
+            return 0  # during a merge, not yet: what a sweep expires changes no lookup (``evidence._unexpired``)
         cutoff = self.clock() - self.settings.retention_s
         expired, done = self.index.write(lambda txn: sweep_expired(txn, self.mirror, self.bands, cutoff, budget))
         if done:
@@ -261,6 +273,7 @@ class Engine:
 
     def rebuild(self) -> dict:
         """Re-derive the lookup tables from the records (``check --fix``)."""
+        self._finish_merge()
         self.bands.rebuilding()
         result = self.index.write(lambda txn: rebuild_tables(txn, self.bands))
         if self.templates is not None:
@@ -270,20 +283,64 @@ class Engine:
         return result
 
     def merge_recent(self) -> None:
-        """Move the recent documents' lookup keys into the hash-keyed tables (see ``lookup``)."""
-        if not self.mirror.documents:
-            return
+        """Move every recent document's lookup keys into the hash-keyed tables now (see ``store.merge``)."""
+        self._finish_merge()
+        if self.mirror.documents:
+            self._start_merge()
+            self._finish_merge()
+        self.bands.wait_saved()
+
+    def _merge_along(self) -> None:
+        """After a batch committed: the merge under way a step further, as far as the documents decided since it
+        began say (its steps spread over ``MERGE_PACE`` of ``index.merge_every`` documents), and a new one begun
+        once ``index.merge_every`` documents are mirrored. Lookups find the same whatever the pace."""
+        merge = self._merge
+        if merge is not None:
+            steps = merge.steps
+            pace = max(1, int(MERGE_PACE * self.merge_every))
+            due = min(steps, -(-steps * self.mirror.documents // pace))
+            while self._merge is not None and steps - self._merge.steps_left < due:
+                self._merge_step()
+            if self.mirror.documents >= self.merge_every:
+                self._finish_merge()  # the next generation is full (batches larger than the pace allows)
+        if self._merge is None and self.mirror.documents >= self.merge_every:
+            self._start_merge()
+            self._merge_step()  # its first slice says on disk that it began: a restart goes on with it
+
+    def _start_merge(self) -> None:
         self.bands.loaded_filter()  # loaded (or built) before the tables change
         slices = merge_slices(self.index.database_bytes()["bands"], self.signing.bands)
-        for number in range(slices):
-            self.index.write(lambda txn: merge_slice(txn, self.mirror, self.bands, number, slices))
+        upto = self.mirror.last_serial
+        self.mirror.freeze()
+        self._merge = SpreadMerge(self.mirror, upto, slices, self.signing.bands)
+
+    def _finish_merge(self) -> None:
+        """Every step left of the merge under way, now."""
+        while self._merge is not None:
+            self._merge_step()
+
+    def _merge_step(self) -> None:
+        """One transaction of the merge under way: its next slice, or its finish."""
+        merge = self._merge
+        if merge.done < merge.slices:
+            def work(txn: IndexTxn) -> None:
+                self.bands.holding(merge.write_slice(txn, self.bands))  # before lookups can meet them
+
+            self.index.write(work)
+            merge.slice_committed()
             reached("merge-slice")
-        self.index.write(lambda txn: finish_merge(txn, self.mirror))
-        self.bands.inserted(self.mirror.keys)
-        self.mirror.clear()
-        return_freed_memory()  # the mirror and the merge's page buffers (measured in ``bench/growth.py``)
+            return
+        done = self.index.write(lambda txn: merge.finish(txn, merge.chunk))
+        if not merge.sealed:  # the generation is merged (``merged_upto``): out of memory, the filter saved
+            merge.sealed = True
+            self.mirror.merged()
+            self.bands.saved()
+            return_freed_memory()  # the generation merged and the merge's page buffers (``bench/growth.py``)
+        if done:
+            self._merge = None
 
     def close(self) -> None:
+        self.bands.wait_saved()
         self.index.close()
 
     def __enter__(self) -> "Engine":

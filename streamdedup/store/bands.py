@@ -20,8 +20,8 @@ probers' that were duplicates, which hold their place and propose nothing.
 writer's filter of stored keys (``bandfilter``) and the recent-keys mirror
 (``mirror.RecentMirror``: kept documents not merged into the table yet).
 Entries reach the table only in merges (``insert_slice``), and whatever a
-merge adds is added to the filter once the merge has committed
-(``inserted``): a key missing from the filter would hide a stored document.
+merge's slice adds is added to the filter before the slice commits
+(``holding``): a key missing from the filter would hide a stored document.
 Removals (``remove``: forget, retention) delete exactly one kept document's
 entries (a duplicate's places stay); their keys may stay set in the filter,
 which is harmless.
@@ -42,6 +42,7 @@ from ..core.shingle import ShingleBatch
 from ..core.signing import sign_batch
 from .index import DocRecord, Index, IndexTxn
 from ..core.lsh import KEY_MASK, band_slots
+from .mirror import merged_thresholds
 
 __all__ = ["BandRows", "BandTables", "as_bytes_list", "band_entries", "stored_keys", "record_band_keys", "KEY_ROW", "BAND_ROW", "BAND_KEY_BYTES"]
 
@@ -199,9 +200,11 @@ def record_band_keys(txn: IndexTxn, record: DocRecord) -> np.ndarray:
 class BandTables:
     """The band table of one index, with the writer's filter of its keys (``filter_bytes`` 0: none)."""
 
-    def __init__(self, index: Index, filter_bytes: int = 0):
+    def __init__(self, index: Index, filter_bytes: int = 0, filter_max_bytes: int = 0):
         self.index = index
         self.filter_bytes = filter_bytes
+        self.filter_max_bytes = filter_max_bytes  # it grows in layers up to this (``bandfilter``)
+        self._saving = None  # the thread writing the filter, if one is
         self._filter: Optional[BandFilter] = None
 
     def loaded_filter(self) -> Optional[BandFilter]:
@@ -212,7 +215,8 @@ class BandTables:
         """
         if self._filter is None and self.filter_bytes:
             self._filter = bandfilter.load_or_build(self.index, self.filter_bytes,
-                                                    lambda txn: stored_keys(txn, bandfilter.SCAN_CHUNK))
+                                                    lambda txn: stored_keys(txn, bandfilter.SCAN_CHUNK),
+                                                    self.filter_max_bytes)
         return self._filter
 
     # -- lookups -------------------------------------------------------
@@ -252,23 +256,39 @@ class BandTables:
 
     # -- changes -------------------------------------------------------
 
-    def insert_slice(self, txn: IndexTxn, mirror, number: int, slices: int) -> None:
-        """Write slice ``number`` of ``slices`` of the mirror's band entries (split by band, then by key)."""
-        if not len(mirror.slots):
-            return
-        span = txn.index.signing.bands << _HIGH_BITS  # (band, key's high bits), in table order
-        band_keys, bands = mirror.keys, mirror.bands  # the band keys are worked out of the slots: once a slice
-        where = (bands.astype(np.int64) << _HIGH_BITS) | (band_keys >> _U64(_LOW_BITS)).astype(np.int64)
-        chosen = (where >= number * span // slices) & (where < (number + 1) * span // slices)
-        keys, values = _INDEX_ROWS.entries(bands[chosen], band_keys[chosen], mirror.serials[chosen])
-        txn.txn.cursor(db=txn.dbs["bands"]).putmulti(list(zip(keys, values)), dupdata=True)
+    def insert_slice(self, txn: IndexTxn, mirror, number: int, slices: int) -> np.ndarray:
+        """Write slice ``number`` of ``slices`` of the mirror's band entries (split by band, then by the key's
+        high bits: a range of its sorted slots); returns their band keys."""
+        slots, serials = mirror.slots, mirror.serials
+        low, high = (merged_thresholds(part, slices, txn.index.signing.bands)[0] for part in (number, number + 1))
+        begin, end = np.searchsorted(slots, np.array([low, high], dtype=np.uint64)).tolist()
+        if begin == end:
+            return slots[:0]
+        slots, serials = slots[begin:end], serials[begin:end]
+        keys = slots & KEY_MASK
+        table_keys, values = _INDEX_ROWS.entries(slots >> _U64(32), keys, serials)
+        txn.txn.cursor(db=txn.dbs["bands"]).putmulti(list(zip(table_keys, values)), dupdata=True)
+        return keys
 
-    def inserted(self, keys: np.ndarray) -> None:
-        """After a merge committed: its keys are in the table, so the filter must hold them (and is saved)."""
+    def holding(self, keys: np.ndarray) -> None:
+        """Before entries under these band keys commit into the table: the filter must hold them (in memory:
+        the saved file is the last finished merge's, ``inserted``)."""
         band_filter = self._filter
-        if band_filter is not None:
+        if band_filter is not None and len(keys):
             band_filter.add(keys)
-            bandfilter.save(self.index, band_filter)
+
+    def saved(self) -> None:
+        """After a merge is recorded (every key of it ``holding``): the filter saved with the index's new stamp,
+        in a thread (the layers that changed, copied first; ``bandfilter.save``)."""
+        self.wait_saved()
+        if self._filter is not None:
+            self._saving = bandfilter.save(self.index, self._filter, background=True)
+
+    def wait_saved(self) -> None:
+        """Until the filter saved last is written."""
+        if self._saving is not None:
+            self._saving.join()
+            self._saving = None
 
     def remove(self, txn: IndexTxn, serial: int, keys: np.ndarray) -> None:
         """Delete a kept document's entries (``keys``: its band keys, ``record_band_keys``)."""
@@ -278,6 +298,7 @@ class BandTables:
 
     def rebuilding(self) -> None:
         """Before the table is rebuilt from the records: no filter is trusted until one is built from it."""
+        self.wait_saved()
         bandfilter.forget_saved(self.index)
         self._filter = None
 

@@ -99,8 +99,10 @@ def _check_records(txn: IndexTxn, report: CheckReport, recent: dict, merged: int
                 report.problem(f"{name} cannot be found by its content hash")
             if live:
                 merged_keys[record.serial] = {(b, int(k)) for b, k in enumerate(keys.tolist())}
+    counters = txn.counters
+    finishing = counters["merging"] and counters["merge_upto"] == merged  # merged, ``recent`` being emptied
     for serial in recent:
-        if serial <= merged:
+        if serial <= merged and not finishing:
             report.problem(f"recent log still holds #{serial}, already merged (up to #{merged})")
     for record in txn.records():
         if not record.kept and record.cluster and record.cluster not in kept_serials:

@@ -100,7 +100,8 @@ _DATABASES = {
     "rekeyed_of": {},
     "site_provisional": {},
 }
-_COUNTERS = ("next_serial", "documents", "kept", "duplicates", "exact", "merged_upto", "source_names", "merging")
+_COUNTERS = ("next_serial", "documents", "kept", "duplicates", "exact", "merged_upto", "source_names", "merging",
+             "merge_upto", "merge_slices")  # the last three: a merge under way (``merge``)
 T = TypeVar("T")
 
 

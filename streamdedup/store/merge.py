@@ -1,20 +1,50 @@
-"""Merging the recent mirror into the hash-keyed tables (``mirror``), a bounded slice at a time."""
+"""Merging the recent mirror into the hash-keyed tables (``mirror``), a bounded slice at a time.
+
+A merge takes one generation of the mirror (``RecentMirror.freeze``: the
+documents decided up to ``merge_upto``) and writes it into the ``ids``,
+``content`` and ``bands`` tables in ``slices`` transactions, in table order
+(the band table by band, then by the band key's high 7 bits; the id and
+content tables by their hashes' first two bytes), then empties ``recent`` up
+to ``merge_upto`` in a few more (``finish``: the first records the
+generation as merged, ``merged_upto``, after which the filter is saved with
+that stamp; each deletes ``FINISH_CHUNK`` entries; the last one records the
+merge as done). The writer spreads these steps
+over the batches that follow (``engine.Engine``), so no batch waits for a
+whole merge; meanwhile the next generation is mirrored as before.
+
+A lookup meanwhile finds every entry once: the tables answer for the slices
+written, the generation being merged for the others, the new generation for
+its own documents (``RecentMirror.merged_below``). So what a document finds
+never depends on how far a merge went, and decisions are the same whatever
+the batches and the merge's pace.
+
+On disk, the counters say how far a merge went (``merging``: 1 + the slices
+committed; ``merge_upto``; ``merge_slices``), each slice's transaction
+writing them with its entries. ``recent`` keeps every document of the
+generation until ``merged_upto`` reaches ``merge_upto``, so after a crash
+anywhere the mirror is read back from it, the slices committed are taken as
+written (``RecentMirror.load``) and the merge goes on from the next one; past
+that, ``recent``'s entries up to ``merged_upto`` are only waiting to be
+deleted and nothing reads them. Merging an entry twice changes nothing.
+"""
 
 from __future__ import annotations
 
-import bisect
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
-from .index import IndexTxn, from_u64
-from .mirror import RecentMirror
+import numpy as np
+
+from .index import IndexTxn, content_key, from_u64
+from .mirror import RecentMirror, merged_thresholds
 
 if TYPE_CHECKING:
     from .bands import BandTables
 
-__all__ = ["merge_slices", "merge_slice", "finish_merge", "merge_recent", "MERGE_SLICE_BYTES"]
+__all__ = ["SpreadMerge", "merge_slices", "merge_recent", "MERGE_SLICE_BYTES", "FINISH_CHUNK"]
 
 
 MERGE_SLICE_BYTES = 32 << 20  # 32 MiB: table pages one merge transaction may dirty, about
+FINISH_CHUNK = 25000  # ``recent`` entries a finishing step deletes (one at a time: ~3 us each)
 
 
 def merge_slices(bands_table_bytes: int, bands: int) -> int:
@@ -27,40 +57,127 @@ def merge_slices(bands_table_bytes: int, bands: int) -> int:
     return bands * max(1, per_band)
 
 
-def merge_slice(txn: IndexTxn, mirror: RecentMirror, bands: "BandTables", number: int, slices: int) -> None:
-    """Merge slice ``number`` of ``slices`` of the mirrored entries into the ids, content and bands tables.
+class SpreadMerge:
+    """The merge of ``mirror.merging`` (the generation frozen up to ``upto``) in ``slices`` slices, ``done`` of
+    them committed: ``write_slice`` in a transaction, ``slice_committed`` once it committed; then ``finish``."""
 
-    Slices split the band tables by band, then by key, and the id and content
-    tables by their first two bytes. Merging an entry twice changes nothing,
-    so a merge interrupted by a crash is simply done again from ``recent``.
-    """
-    low, high = (number << 16) // slices, ((number + 1) << 16) // slices  # of the first two key bytes
-    raw, dbs = txn.txn, txn.dbs
-    if not txn.counters["merging"]:  # until ``finish_merge``: the mirror's entries may be in the tables too
-        txn.count(merging=1)
-    ids, contents = mirror.table_pairs()
-    raw.cursor(db=dbs["ids"]).putmulti(_prefix_range(ids, low, high), dupdata=True)
-    raw.cursor(db=dbs["content"]).putmulti([(key, value) for key, value, _ in _prefix_range(contents, low, high)],
-                                           dupdata=True)
-    bands.insert_slice(txn, mirror, number, slices)
+    def __init__(self, mirror: RecentMirror, upto: int, slices: int, bands: int, done: int = 0,
+                 sealed: bool = False):
+        self.mirror = mirror
+        self.upto = upto
+        self.slices = slices
+        self.bands = bands
+        self.done = done
+        self.sealed = sealed  # ``merged_upto`` is ``upto``: what is left is deleting ``recent``'s entries
+        self.chunk = FINISH_CHUNK  # ``recent`` entries a finishing step deletes
+        self.finish_steps = max(1, -(-(mirror.merging.documents if mirror.merging is not None else 0) // self.chunk))
+        self.finished = 0  # finishing steps done
+        self._ids: Optional[_Pairs] = None
+        self._contents: Optional[_Pairs] = None
+
+    @property
+    def generation(self) -> RecentMirror:
+        return self.mirror.merging
+
+    @property
+    def steps(self) -> int:
+        """Transactions in all: the slices, then the finishing ones."""
+        return self.slices + self.finish_steps
+
+    @property
+    def steps_left(self) -> int:
+        """Transactions still to come (a finishing step may find nothing left to delete and end the merge)."""
+        return self.slices - self.done + max(1, self.finish_steps - self.finished)
+
+    def write_slice(self, txn: IndexTxn, tables: "BandTables") -> np.ndarray:
+        """Write the next slice of the generation into the tables, with the counters saying so; returns the
+        band keys it wrote (which the filter must hold before the slice commits)."""
+        number, generation = self.done, self.generation
+        counters = txn.counters
+        txn.count(merging=number + 2 - counters["merging"], merge_upto=self.upto - counters.get("merge_upto", 0),
+                  merge_slices=self.slices - counters.get("merge_slices", 0))
+        low, high = (number << 16) // self.slices, ((number + 1) << 16) // self.slices
+        if self._ids is None:
+            firsts, contents = generation.id_firsts(), generation.content
+            self._ids = _Pairs(firsts, firsts.values(), len(firsts),
+                               [(ident, serial) for ident, later in generation.id_more().items() for serial in later])
+            self._contents = _Pairs([content_key(c) for c in contents], contents.values(), len(contents),
+                                    [(content_key(c), serial) for c, later in generation.content_more().items()
+                                     for serial in later])
+        raw, dbs = txn.txn, txn.dbs
+        for name, pairs in (("ids", self._ids), ("content", self._contents)):
+            rows = pairs.with_prefix(low, high)
+            if rows:
+                raw.cursor(db=dbs[name]).putmulti(rows, dupdata=True)
+        return tables.insert_slice(txn, generation, number, self.slices)
+
+    def slice_committed(self) -> None:
+        """The slice written last has committed: lookups take its entries from the tables now."""
+        self.done += 1
+        self.mirror.merged_below(*merged_thresholds(self.done, self.slices, self.bands))
+
+    def finish(self, txn: IndexTxn, chunk: int = 0) -> bool:
+        """After every slice: record the generation as merged (``merged_upto``: the first finishing step; the
+        caller then drops it from the mirror and saves the filter, ``sealed``), empty ``recent`` up to ``upto``
+        (at most ``chunk`` entries a step, 0: all) and, once it is, record the merge as done; whether it is."""
+        counters = txn.counters
+        if counters["merged_upto"] < self.upto:
+            txn.count(merged_upto=self.upto - counters["merged_upto"])
+        cursor = txn.txn.cursor(db=txn.dbs["recent"])
+        deleted, positioned = 0, cursor.first()
+        while positioned and from_u64(cursor.key()) <= self.upto:
+            if chunk and deleted == chunk:
+                self.finished += 1
+                return False
+            cursor.delete()
+            deleted += 1
+            positioned = bool(cursor.key())
+        txn.count(merging=-counters["merging"],
+                  merge_upto=-counters.get("merge_upto", 0), merge_slices=-counters.get("merge_slices", 0))
+        self.finished = self.finish_steps
+        return True
 
 
-def finish_merge(txn: IndexTxn, mirror: RecentMirror) -> None:
-    """After every slice: empty ``recent`` up to the mirror's last document and record how far merges went."""
-    cursor = txn.txn.cursor(db=txn.dbs["recent"])
-    while cursor.first() and from_u64(cursor.key()) <= mirror.last_serial:
-        cursor.delete()
-    txn.count(merged_upto=mirror.last_serial - txn.counters.get("merged_upto", 0), merging=-txn.counters["merging"])
+def merge_recent(txn: IndexTxn, mirror: RecentMirror, tables: "BandTables") -> np.ndarray:
+    """The whole mirror merged in one transaction (``check --fix``); returns the band keys written."""
+    upto = mirror.last_serial
+    mirror.freeze()
+    merge = SpreadMerge(mirror, upto, 1, txn.index.signing.bands)
+    keys = merge.write_slice(txn, tables)
+    merge.slice_committed()
+    merge.finish(txn)
+    mirror.merged()
+    return keys
 
 
-def merge_recent(txn: IndexTxn, mirror: RecentMirror, bands: "BandTables") -> None:
-    """The whole merge in one transaction (for small indexes and ``check --fix``)."""
-    merge_slice(txn, mirror, bands, 0, 1)
-    finish_merge(txn, mirror)
+class _Pairs:
+    """(8-byte hash, serial) entries of the id or content table, sorted as the table holds them, written a range
+    of first two bytes at a time (each as its (key, value): ``hashed.entry``). Made from ``count`` hashes and
+    their serials (read in C: no Python call an entry), and ``extra`` (hash, serial) pairs: the later serials
+    of the few hashes seen more than once."""
 
+    def __init__(self, hashes, serials, count: int, extra: list[tuple[bytes, int]]) -> None:
+        joined = b"".join(hashes)
+        if len(joined) != 8 * count:  # hashes of another width (tests): their first 8 bytes
+            joined = b"".join(digest[:8] for digest in hashes)
+        words = np.frombuffer(joined, dtype=">u8").astype(np.uint64)
+        serials = np.fromiter(serials, dtype=np.uint64, count=count)
+        if extra:
+            extra = [(digest[:8], serial) for digest, serial in extra]
+            words = np.concatenate((words, np.frombuffer(b"".join(d for d, _ in extra), dtype=">u8").astype(np.uint64)))
+            serials = np.concatenate((serials, np.array([s for _, s in extra], dtype=np.uint64)))
+        order = np.lexsort((serials, words))
+        self._words, self._serials = words[order], serials[order]
+        self._prefixes = self._words >> np.uint64(48)
 
-def _prefix_range(pairs: list[tuple[bytes, bytes]], low: int, high: int) -> list[tuple[bytes, bytes]]:
-    """The sorted pairs whose key starts with two bytes in [low, high)."""
-    begin = bisect.bisect_left(pairs, (low.to_bytes(2, "big"),))
-    end = len(pairs) if high > 0xFFFF else bisect.bisect_left(pairs, (high.to_bytes(2, "big"),))
-    return pairs[begin:end]
+    def with_prefix(self, low: int, high: int) -> list[tuple[bytes, bytes]]:
+        """The (key, value) rows of the hashes whose first two bytes are in [low, high), in table order."""
+        begin, end = np.searchsorted(self._prefixes, np.array([low, high], dtype=np.uint64)).tolist()
+        if begin == end:
+            return []
+        rows = np.empty((end - begin, 12), dtype=np.uint8)
+        rows[:, :8] = self._words[begin:end].astype(">u8").view(np.uint8).reshape(-1, 8)
+        rows[:, 8:] = self._serials[begin:end].astype(">u4").view(np.uint8).reshape(-1, 4)
+        keys = np.ascontiguousarray(rows[:, :2]).view(np.dtype((np.void, 2))).ravel().tolist()
+        values = np.ascontiguousarray(rows[:, 2:]).view(np.dtype((np.void, 10))).ravel().tolist()
+        return list(zip(keys, values))

@@ -9,8 +9,11 @@ The writer keeps the same entries in memory (``RecentMirror``, bounded by
 ``index.merge_every`` documents, with a bitmap of the keys it may hold that
 answers most lookups) and every so many documents merges them (``merge``),
 sorted, into the ``ids``, ``content`` and ``bands`` tables, then drops them
-from ``recent``. A lookup asks the tables, the mirror, and the documents of
-its own batch (``view``).
+from ``recent``. A merge takes a slice after each batch: meanwhile the
+generation being merged (``merging``, frozen) answers for what its slices
+not written yet hold, and a new generation takes the new documents. A
+lookup asks the tables, the mirror, and the documents of its own batch
+(``view``), and finds each entry once.
 
 The ``recent`` table is the source of truth for the mirror: after a crash
 the mirror is read back from it; readers (``query``) load their own.
@@ -25,14 +28,14 @@ import numpy as np
 from ..core.lsh import KEY_MASK, band_slots
 from .candidates import ranges
 from .hashed import entry
-from .index import IndexTxn, content_key, from_u64
+from .index import IndexTxn, content_key, from_u64, u64
 
 try:
     from ..core import _kernel
 except ImportError:  # built without a C compiler: numpy does it
     _kernel = None
 
-__all__ = ["KeyPlaces", "RecentMirror", "SortedEntries", "pack_recent", "unpack_recent", "place_masks", "placed_entries", "FRESH_ENTRIES",
+__all__ = ["KeyPlaces", "RecentMirror", "merged_thresholds", "SortedEntries", "pack_recent", "unpack_recent", "place_masks", "placed_entries", "FRESH_ENTRIES",
            "KEY_BITS_LOG2"]
 
 
@@ -94,6 +97,9 @@ class RecentMirror:
         self.documents = 0
         self.last_serial = 0
         self._sorted: Optional[tuple[list, list]] = None  # (ids, content) as table entries, for merges
+        self.merging: Optional["RecentMirror"] = None  # the generation before, while it is merged (``merge``)
+        self._merged_slots = 0  # its band slots below this are in the tables (``merged_below``)...
+        self._merged_prefix = 0  # ...and its id and content hashes whose first two bytes are below this
 
     @classmethod
     def load(cls, txn: IndexTxn) -> "RecentMirror":
@@ -102,10 +108,29 @@ class RecentMirror:
         mirror = cls()
         if "recent" not in txn.dbs:
             return mirror
+        counters = txn.counters
+        merged, upto = counters["merged_upto"], counters.get("merge_upto", 0)
+        if counters["merging"] and upto > merged:  # a merge spread over batches, under way (``merge``)
+            mirror.merging = cls._loaded(txn, merged + 1, upto)
+            mirror.merged_below(*merged_thresholds(counters["merging"] - 1, counters["merge_slices"],
+                                                   txn.index.signing.bands))
+            return mirror._loaded_into(txn, upto + 1, None)
+        return mirror._loaded_into(txn, merged + 1, None)  # entries up to ``merged_upto``: merged, being deleted
+
+    @classmethod
+    def _loaded(cls, txn: IndexTxn, first: int, last: Optional[int]) -> "RecentMirror":
+        return cls()._loaded_into(txn, first, last)
+
+    def _loaded_into(self, txn: IndexTxn, first: int, last: Optional[int]) -> "RecentMirror":
+        """This mirror with the ``recent`` entries of serials ``first`` .. ``last`` (None: the newest) added."""
+        mirror = self
         entries, kept_serials, kept_keys, placed = [], [], [], ([], [], [])
         bands = txn.index.signing.bands
-        for key, value in txn.txn.cursor(db=txn.dbs["recent"]):
+        cursor = txn.txn.cursor(db=txn.dbs["recent"])
+        for key, value in (cursor if cursor.set_range(u64(first)) else ()):  # unpositioned, it would start over
             serial = from_u64(key)
+            if last is not None and serial > last:
+                break
             ident, content, keys, places = unpack_recent(value, bands)
             if ident is not None:
                 entries.append((serial, ident, content))
@@ -145,11 +170,59 @@ class RecentMirror:
             self._insert_sorted(np.concatenate(slots), np.concatenate(serials).astype(np.int64, copy=False))
 
     def serials_of_id(self, ident: bytes) -> list[int]:
-        """The mirrored documents with this id hash, oldest first."""
+        """The mirrored documents with this id hash, oldest first (of the generation being merged, those whose
+        slice is not in the ids table yet)."""
+        older = self.merging
+        found = older.serials_of_id(ident) if older is not None and _prefix(ident) >= self._merged_prefix else []
         first = self._first_of_id.get(ident)
         if first is None:
-            return []
-        return [first, *self._more_of_id.get(ident, ())]
+            return found
+        return [*found, first, *self._more_of_id.get(ident, ())]
+
+    def first_of_content(self, content: bytes) -> Optional[int]:
+        """The first mirrored document with this content hash (None: none), as ``serials_of_id`` chooses."""
+        older = self.merging
+        if older is not None and _prefix(content_key(content)) >= self._merged_prefix:
+            found = older.content.get(content)
+            if found is not None:
+                return found
+        return self.content.get(content)
+
+    # -- a merge spread over batches (``merge.SpreadMerge``) ---------------------------------------------
+
+    def freeze(self) -> "RecentMirror":
+        """Hand this generation over to be merged: the mirror starts a new, empty one and keeps answering for
+        the older one (``merging``) until ``merged``, without what ``merged_below`` says the tables hold."""
+        if self.merging is not None:
+            raise RuntimeError("a merge is under way already: finish it first (a bug in streamdedup)")
+        older = RecentMirror()
+        older.__dict__, self.__dict__ = self.__dict__, older.__dict__
+        self.merging = older
+        self.last_serial = older.last_serial
+        return older
+
+    def merged_below(self, slot: int, prefix: int) -> None:
+        """The generation being merged is in the tables for band slots below ``slot`` and for id and content
+        hashes whose first two bytes are below ``prefix``: those entries are no longer answered from memory
+        (the tables answer them, once each)."""
+        self._merged_slots, self._merged_prefix = slot, prefix
+
+    def merged(self) -> None:
+        """The generation being merged is all in the tables (and its ``recent`` entries are gone)."""
+        self.merging = None
+        self._merged_slots = self._merged_prefix = 0
+
+    def id_firsts(self) -> dict[bytes, int]:
+        """Id hash -> the first mirrored document with it (read only)."""
+        return self._first_of_id
+
+    def id_more(self) -> dict[bytes, list[int]]:
+        """Id hash -> the later mirrored documents with it, for the few ids seen more than once (read only)."""
+        return self._more_of_id
+
+    def content_more(self) -> dict[bytes, list[int]]:
+        """Content hash -> the later mirrored documents with it (read only; ``content`` has the first)."""
+        return self._more_of_content
 
     def id_serials(self):
         """(id hash, its serials) of every mirrored document."""
@@ -204,6 +277,14 @@ class RecentMirror:
         of new documents) are dropped first; each other key is searched
         once, in sorted order, which keeps the binary searches in cache.
         """
+        older = self.merging
+        if older is not None:
+            rest = asked[int(np.searchsorted(asked, np.uint64(self._merged_slots))):]
+            found = [older.band_rows(rest), self._own_band_rows(asked)]
+            return np.concatenate([k for k, _ in found]), np.concatenate([s for _, s in found])
+        return self._own_band_rows(asked)
+
+    def _own_band_rows(self, asked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if not len(self._settled) and not self._fresh:
             none = _band_entries()
             return none[0], none[1]
@@ -259,6 +340,18 @@ class RecentMirror:
 
 FRESH_ENTRIES = 1 << 17  # band entries the small level of the mirror holds before it is folded in
 KEY_BITS_LOG2 = 26  # the mirror's key presence map: 2^26 bits (8 MiB)
+
+
+def merged_thresholds(done: int, slices: int, bands: int) -> tuple[int, int]:
+    """(band slot, first two bytes of a hash) below which the first ``done`` of ``slices`` slices of a merge
+    lie (``merge``: slices split the band table by band, then by the key's high 7 bits, in table order, and
+    the id and content tables by their hashes' first two bytes)."""
+    done = min(done, slices)
+    return (done * (bands << 7) // slices) << 25, (done << 16) // slices
+
+
+def _prefix(digest: bytes) -> int:
+    return (digest[0] << 8) | digest[1]
 
 
 def _band_entries() -> tuple[np.ndarray, np.ndarray]:

@@ -47,8 +47,10 @@ def first_documents(txn: IndexTxn, mirror: RecentMirror, contents: list[bytes],
     """The first document of each content hash: the content table's, else the mirror's."""
     found = _stored_first_documents(txn, contents, record)
     for c in contents:
-        if c not in found and c in mirror.content:
-            found[c] = mirror.content[c]
+        if c not in found:
+            serial = mirror.first_of_content(c)
+            if serial is not None:
+                found[c] = serial
     return found
 
 
