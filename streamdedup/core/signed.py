@@ -64,11 +64,10 @@ def subset(batch: PreparedBatch, keep: list[bool]) -> PreparedBatch:
             next_row += old >= 0
     shingles = batch.shingles
     parts = [shingles.of(r) for r in rows]
-    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-    np.cumsum([len(p) for p in parts], out=offsets[1:])
     hashes = np.concatenate(parts) if parts else shingles.hashes[:0]
     return PreparedBatch(items, row, [batch.contents[r] for r in rows], [batch.id_keys[r] for r in rows],
-                         ShingleBatch(hashes, offsets), batch.keys[rows], batch.sites[rows], batch.hosts)
+                         ShingleBatch(hashes, _offsets([len(p) for p in parts])), batch.keys[rows], batch.sites[rows],
+                         batch.hosts)
 
 
 def joined(batches: list[PreparedBatch]) -> PreparedBatch:
@@ -81,15 +80,20 @@ def joined(batches: list[PreparedBatch]) -> PreparedBatch:
         items += batch.items
         row += [r + before if r >= 0 else -1 for r in batch.row]
         before += len(batch.contents)
-    sizes = np.concatenate([np.diff(b.shingles.offsets) for b in batches])
-    offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
-    np.cumsum(sizes, out=offsets[1:])
+    offsets = _offsets(np.concatenate([np.diff(b.shingles.offsets) for b in batches]))
     hosts: dict = {}
     for batch in batches:
         hosts.update(batch.hosts)
     return PreparedBatch(items, row, [c for b in batches for c in b.contents], [k for b in batches for k in b.id_keys],
                          ShingleBatch(np.concatenate([b.shingles.hashes for b in batches]), offsets),
                          np.concatenate([b.keys for b in batches]), np.concatenate([b.sites for b in batches]), hosts)
+
+
+def _offsets(sizes) -> np.ndarray:
+    """A ``ShingleBatch``'s offsets of documents with ``sizes`` shingles each, in turn."""
+    offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    return offsets
 
 
 def _array(a: np.ndarray) -> list:

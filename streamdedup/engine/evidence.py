@@ -298,6 +298,9 @@ class _Matches:
         shingles = self._shingles.get(serial)
         if shingles is None:
             shingles = self._shingles[serial] = self.txn.shingles(serial)
+        return self._templated(serial, shingles, timeline)
+
+    def _templated(self, serial: int, shingles: np.ndarray, timeline) -> np.ndarray:
         if timeline is None:
             return shingles
         return content_of(shingles, timeline.template(self.records.get(serial).site), timeline.shared,
@@ -309,19 +312,19 @@ class _Matches:
     def pair(self, row: int, serial: int, timeline) -> tuple[np.ndarray, np.ndarray]:
         """Row ``row``'s content and the stored ``serial``'s, as the pair is verified (``decide._State.pair_with_batch``
         for a stored candidate)."""
-        own, other = self.own(row), self.stored_content(serial, timeline)
+        return self._paired(row, self.own(row), serial, self.stored_content(serial, timeline), timeline)
+
+    def _paired(self, row: int, own: np.ndarray, serial: int, other: np.ndarray, timeline) -> tuple:
         if timeline is None:
             return own, other
         return self.content.pair_contents(own, int(self.batch.sites[row]), other, self.records.get(serial).site,
                                           timeline)
 
     def verify_row(self, row: int, serials: list[int], timeline) -> None:
-        """``verify`` of each of ``serials`` (in order) for row ``row``, its content and site looked up once."""
+        """``verify`` of each of ``serials`` (in order) for row ``row``, its content looked up once."""
         if not serials:
             return
         own, unkept, stored, found, threshold = self.own(row), self.unkept, self._shingles, self.found, self.threshold
-        if timeline is not None:
-            site, settings, pair = int(self.batch.sites[row]), self.content.settings, self.content.pair_contents
         for serial in serials:
             if serial in unkept:
                 continue
@@ -334,14 +337,11 @@ class _Matches:
                 stored[serial] = shingles
             if timeline is None:
                 similarity = jaccard(own, shingles)
-            else:  # ``pair``
-                other_site = self.records.get(serial).site
-                other = content_of(shingles, timeline.template(other_site), timeline.shared,
-                                   settings.min_content_share)
-                similarity = jaccard(*pair(own, site, other, other_site, timeline))
+            else:
+                similarity = jaccard(*self._paired(row, own, serial, self._templated(serial, shingles, timeline),
+                                                   timeline))
             if similarity >= threshold:
                 found.append((row, serial, similarity))
-
 
 
 class OwnFirstPages:

@@ -500,7 +500,6 @@ class VShardHost:
         done, self.decided = self.decided, []
         flights = [h.flight for h in done]
         epochs = [self._decided_epoch(h) for h in done]
-        self.unflushed = False  # the commit's first step
         decided = time.monotonic()
         self.commit.commit(epochs)
         for h, flight, epoch in zip(done, flights, epochs):
