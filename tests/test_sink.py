@@ -167,3 +167,27 @@ def test_a_commit_under_another_producer_epoch_than_its_begin_is_not_taken_for_l
     else:
         with pytest.raises(TransactionFencedError, match="transaction_timeout_ms"):
             sink.commit(5)
+
+
+@pytest.mark.parametrize("duplicates_topic", ["dups", ""])
+def test_headers_given_a_record_stay_on_that_records_message_when_others_emit_nothing(duplicates_topic):
+    """A vshard's outcomes each carry their place in the order; records that emit nothing (decided before, or
+    duplicates with no duplicates topic) must not shift the places of the ones after them."""
+    from streamdedup.core.records import Decision, RawRecord, Source
+    from streamdedup.runtime.sink import KafkaSink
+
+    sink = object.__new__(KafkaSink)
+    sink.topics = {"clean": "clean", "duplicates": duplicates_topic, "dead_letter": "dead"}
+    sink.dead_letter_max_bytes, sink.limits = 1000, {"clean": 1 << 20, "dups": 1 << 20, "dead": 1 << 20}
+    decisions = [Decision("a", "kept", cluster="a"), Decision("b", "duplicate", cluster="a", matched="a",
+                                                              similarity=0.9),
+                 Decision("c", "kept", cluster="c", replayed=True), Decision("d", "rejected", reason="bad: x"),
+                 Decision("e", "kept", cluster="e")]
+    records = [RawRecord(d.id.encode(), Source("in", 0, n), key=d.id.encode()) for n, d in enumerate(decisions)]
+    places = [[("place", str(n).encode())] for n in range(len(records))]
+    sent = sink.messages(records, decisions, places)
+    emitting = {0, 3, 4} | ({1} if duplicates_topic else set())
+    assert [dict(m["headers"])["place"] for _, m in sent] == [str(n).encode() for n in sorted(emitting)]
+    assert [topic for topic, _ in sent] == [t for n, t in enumerate(["clean", "dups", None, "dead", "clean"])
+                                            if n in emitting]
+    assert sink.messages(records, decisions) == [(t, {**m, "headers": m["headers"][:-1]}) for t, m in sent]

@@ -399,11 +399,8 @@ class VShardCommit:
         e.sink.begin()
         reached("vshard-kafka-begun")
         offsets = e.sink.send_offsets({TopicPartition(self.order_topic, 0): e.offset + 1}, e.group_id)
-        messages = e.sink.messages(e.records, e.decisions)
-        places = [f"{e.offset}/{serial}".encode() for serial, d in zip(e.serials, e.decisions) if not d.replayed]
-        for (_, message), place in zip(messages, places):
-            message["headers"] = message["headers"] + [(ORDER_HEADER, place)]
-        e.sink.send(messages)
+        places = [[(ORDER_HEADER, f"{e.offset}/{serial}".encode())] for serial in e.serials]
+        e.sink.send(e.sink.messages(e.records, e.decisions, places))
         return offsets
 
     def _joined(self, e: VShardEpoch, offsets) -> None:

@@ -43,22 +43,34 @@ class KafkaSink:
         """The largest record the topic of ``kind`` ("clean", "duplicates", "dead_letter") takes (0: none)."""
         return self.limits.get(self.topics[kind], 0)
 
-    def messages(self, records: list[RawRecord], decisions: list[Decision]) -> list[tuple[str, dict]]:
-        """What a batch emits, in batch order; records already decided before emit nothing."""
+    def messages(self, records: list[RawRecord], decisions: list[Decision],
+                 headers: Optional[list] = None) -> list[tuple[str, dict]]:
+        """What a batch emits, in batch order; records already decided before emit nothing.
+
+        ``headers``, one list a record, are added to that record's message (if it has one)."""
         out = []
-        for record, decision in zip(records, decisions):
-            if decision.replayed:
+        for i, (record, decision) in enumerate(zip(records, decisions)):
+            message = self._message(record, decision)
+            if message is None:
                 continue
-            if decision.status == "kept":
-                out.append((self.topics["clean"], clean_message(record, decision)))
-            elif decision.status == "duplicate":
-                if self.topics["duplicates"]:
-                    out.append((self.topics["duplicates"], without_key_if_too_large(
-                        duplicate_message(record, decision), self.limit("duplicates"))))
-            else:
-                out.append((self.topics["dead_letter"], dead_letter_message(
-                    record, decision, self.dead_letter_max_bytes, self.limit("dead_letter"))))
+            if headers is not None:
+                message[1]["headers"] = message[1]["headers"] + headers[i]
+            out.append(message)
         return out
+
+    def _message(self, record: RawRecord, decision: Decision) -> Optional[tuple[str, dict]]:
+        """A record's outcome message (topic, message), or None: decided before, or its topic is skipped."""
+        if decision.replayed:
+            return None
+        if decision.status == "kept":
+            return self.topics["clean"], clean_message(record, decision)
+        if decision.status == "duplicate":
+            if not self.topics["duplicates"]:
+                return None
+            return self.topics["duplicates"], without_key_if_too_large(
+                duplicate_message(record, decision), self.limit("duplicates"))
+        return self.topics["dead_letter"], dead_letter_message(
+            record, decision, self.dead_letter_max_bytes, self.limit("dead_letter"))
 
     def learn_topics(self) -> None:
         """Fetch the output topics' partitions now, so the first batch does not wait for them."""
