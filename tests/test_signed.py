@@ -12,7 +12,7 @@ from streamdedup import config as config_module
 from streamdedup.core.decode import InputSpec
 from streamdedup.core.prepare import prepare_raw, raw_payload
 from streamdedup.core.records import RawRecord, Rejected, Source
-from streamdedup.core.signed import ForgetOrder, joined, pack_forget, subset
+from streamdedup.core.signed import ForgetOrder, joined, pack_forget, split, subset
 from streamdedup.core.signing import signing_config
 from streamdedup.engine.vshards.placement import item_homes
 from streamdedup.runtime.vshards.messages import pack_epoch, pack_home, unpack_home, unpack_order
@@ -45,6 +45,23 @@ def test_a_home_message_carries_its_records_whole_and_what_preparing_made_of_the
         assert [i.id for i in got.prepared.items] == [i.id for i in mine.items]
         assert got.prepared.contents == mine.contents and np.array_equal(got.prepared.keys, mine.keys)
         assert [i.source for i in got.prepared.items] == [records[i].source for i in places]
+
+
+@pytest.mark.parametrize("count", [1, 3, 8])
+def test_an_epoch_split_by_home_gives_each_home_its_records_prepared_alone(count):
+    records = _records() + _records(first_offset=6)
+    prepared = _prepared(records)
+    homes = item_homes(prepared, count).tolist()
+    parts = split(prepared, homes)
+    assert sorted(parts) == sorted(set(homes))
+    for home, (places, part) in parts.items():
+        assert places == [i for i, h in enumerate(homes) if h == home]
+        alone = _prepared([records[i] for i in places])
+        assert [(type(i), i.id) for i in part.items] == [(type(i), i.id) for i in alone.items]
+        assert part.row == alone.row and part.contents == alone.contents and part.id_keys == alone.id_keys
+        assert np.array_equal(part.shingles.hashes, alone.shingles.hashes)
+        assert np.array_equal(part.shingles.offsets, alone.shingles.offsets)
+        assert np.array_equal(part.keys, alone.keys) and np.array_equal(part.sites, alone.sites)
 
 
 @pytest.mark.parametrize("cuts", [[3], [1, 4], [2, 3, 5]], ids=["halves", "thirds", "around-the-rejected"])

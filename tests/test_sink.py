@@ -191,3 +191,22 @@ def test_headers_given_a_record_stay_on_that_records_message_when_others_emit_no
     assert [topic for topic, _ in sent] == [t for n, t in enumerate(["clean", "dups", None, "dead", "clean"])
                                             if n in emitting]
     assert sink.messages(records, decisions) == [(t, {**m, "headers": m["headers"][:-1]}) for t, m in sent]
+
+
+def test_a_kept_records_size_counted_directly_is_the_producers_estimate_of_it():
+    from streamdedup.core.records import Source
+    from streamdedup.runtime.sink.messages import kept_headers, kept_record_bytes, record_bytes
+
+    rng = random.Random(7)
+    text = "ab\u00e9\u6771\U0001f600"
+    for _ in range(2000):
+        key = None if rng.random() < .2 else rng.randbytes(rng.choice([0, 5, 63, 64, 20000]))
+        value = None if rng.random() < .05 else rng.randbytes(rng.choice([0, 1, 63, 64, 8191, 8192, 2**21]))
+        headers = tuple(("".join(rng.choices(text, k=rng.randrange(70))),
+                         None if rng.random() < .3 else rng.randbytes(rng.choice([0, 64, 300])))
+                        for _ in range(rng.choice([0, 0, 1, 3, 130])))
+        doc_id = "".join(rng.choices(text, k=rng.choice([1, 40, 70, 9000])))
+        source = Source("".join(rng.choices(text, k=rng.randrange(1, 50))), rng.randrange(1000), rng.randrange(2**40))
+        where = f"{source.name}/{source.partition}/{source.offset}".encode()
+        assert kept_record_bytes(doc_id, source, value, key, headers) == record_bytes(
+            key, value, kept_headers(headers, doc_id, doc_id, where))

@@ -3,7 +3,7 @@
 A signing process sends each vshard the records it is home to with what
 preparing made of them (content and id hashes, shingles, band keys, sites:
 ``packed_prepared``, read back with ``prepared_of``), so no vshard signs
-again; ``subset`` cuts one home's part out of a prepared batch, ``joined``
+again; ``split`` cuts it into a part a home (``subset``: one part), ``joined``
 makes one of batches prepared apart. A forget
 order (``pack_forget``) travels in the decision order, between epochs.
 """
@@ -19,7 +19,7 @@ from .prepare import PreparedBatch, restore_items
 from .records import Document, Source
 from .shingle import ShingleBatch
 
-__all__ = ["ForgetOrder", "joined", "pack_forget", "packed_prepared", "prepared_of", "subset"]
+__all__ = ["ForgetOrder", "joined", "pack_forget", "packed_prepared", "prepared_of", "split", "subset"]
 
 _FORGET_FORMAT = 2  # the first field of a forget order, as the deployments before wrote it too
 
@@ -55,19 +55,41 @@ def prepared_of(fields: list, sources: list[Source]) -> PreparedBatch:
 
 def subset(batch: PreparedBatch, keep: list[bool]) -> PreparedBatch:
     """``batch`` with only the items where ``keep`` is True, its rows renumbered."""
-    rows = [row for row, k in zip(batch.row, keep) if k and row >= 0]
-    items, row, next_row = [], [], 0
-    for item, old, k in zip(batch.items, batch.row, keep):
-        if k:
-            items.append(item)
-            row.append(next_row if old >= 0 else -1)
-            next_row += old >= 0
-    shingles = batch.shingles
-    parts = [shingles.of(r) for r in rows]
-    hashes = np.concatenate(parts) if parts else shingles.hashes[:0]
+    places = [place for place, k in enumerate(keep) if k]
+    return _part(batch, places)
+
+
+def split(batch: PreparedBatch, labels: list[int]) -> dict[int, tuple[list[int], PreparedBatch]]:
+    """``batch``'s items by label (one a item): label -> (the places of its items, ``subset`` of them), in
+    one pass over the batch (a signing process cuts each epoch into a part a home)."""
+    places: dict[int, list[int]] = {}
+    for place, label in enumerate(labels):
+        places.setdefault(label, []).append(place)
+    return {label: (at, _part(batch, at)) for label, at in sorted(places.items())}
+
+
+def _part(batch: PreparedBatch, places: list[int]) -> PreparedBatch:
+    """The items of ``batch`` at ``places`` (ascending), their rows renumbered."""
+    items, row, rows = [], [], []
+    for place in places:
+        items.append(batch.items[place])
+        old = batch.row[place]
+        if old >= 0:
+            row.append(len(rows))
+            rows.append(old)
+        else:
+            row.append(-1)
     return PreparedBatch(items, row, [batch.contents[r] for r in rows], [batch.id_keys[r] for r in rows],
-                         ShingleBatch(hashes, _offsets([len(p) for p in parts])), batch.keys[rows], batch.sites[rows],
-                         batch.hosts)
+                         _shingles_of(batch.shingles, rows), batch.keys[rows], batch.sites[rows], batch.hosts)
+
+
+def _shingles_of(shingles: ShingleBatch, rows: list[int]) -> ShingleBatch:
+    """The shingles of documents ``rows``, in that order, gathered at once."""
+    at = np.asarray(rows, dtype=np.int64)
+    starts, sizes = shingles.offsets[at], shingles.offsets[at + 1] - shingles.offsets[at]
+    offsets = _offsets(sizes)
+    gather = np.arange(offsets[-1], dtype=np.int64) + np.repeat(starts - offsets[:-1], sizes)
+    return ShingleBatch(shingles.hashes[gather], offsets)
 
 
 def joined(batches: list[PreparedBatch]) -> PreparedBatch:

@@ -78,9 +78,47 @@ def record_bytes(key: Optional[bytes], value: Optional[bytes], headers: list) ->
 
 
 def kept_record_bytes(doc_id: str, source, value: Optional[bytes], key: Optional[bytes], headers) -> int:
-    """``record_bytes`` of a document's record on the clean topic, were it kept (its own cluster)."""
-    where = f"{source.name}/{source.partition}/{source.offset}".encode()
-    return record_bytes(key, value, kept_headers(headers, doc_id, doc_id, where))
+    """``record_bytes`` of a document's record on the clean topic, were it kept (its own cluster), counted
+    directly: every record read is measured, and building its headers to measure them cost a signing process
+    a tenth of its time."""
+    ident = len(doc_id.encode())
+    where = len(f"{source.name}/{source.partition}/{source.offset}".encode())
+    size = _RECORD_BOUND + _field_bytes(key) + _field_bytes(value) + _KEPT_NAMES + 2 * _field_bytes_of(ident)
+    size += _field_bytes_of(where)
+    count = len(headers) + 3
+    for name, header_value in headers:
+        encoded = len(name.encode())
+        size += _varint_bytes(encoded) + encoded + _field_bytes(header_value or b"")
+        if header_value is None:  # named again in a null-header header (``sendable_headers``)
+            count += 1
+            size += _NULL_NAME + _field_bytes_of(encoded)
+    return size + _varint_bytes(count)
+
+
+def _varint_bytes(n: int) -> int:
+    """Bytes of the zigzag varint kafka-python writes for ``n`` (``size_of_varint``), for 0 <= n < 2**62."""
+    zigzag, size = n << 1, 1
+    while zigzag > 0x7F:
+        zigzag >>= 7
+        size += 1
+    return size
+
+
+def _field_bytes_of(length: int) -> int:
+    return _varint_bytes(length) + length
+
+
+def _field_bytes(data: Optional[bytes]) -> int:
+    return 1 if data is None else _field_bytes_of(len(data))
+
+
+def _name_bytes(name: str) -> int:
+    return _field_bytes_of(len(name.encode()))
+
+
+_RECORD_BOUND = 61 + 21  # a batch's header and a record's fixed fields at their widest (kafka-python's estimate)
+_KEPT_NAMES = sum(_name_bytes(HEADER_PREFIX + n) for n in ("cluster", "id", "source"))
+_NULL_NAME = _name_bytes(NULL_HEADER)
 
 
 def duplicate_message(record: RawRecord, decision: Decision) -> dict:

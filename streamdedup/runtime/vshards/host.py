@@ -29,6 +29,7 @@ from ...core.prepare import prepare
 from ...core.records import id_key
 from ...core.signed import ForgetOrder, subset
 from ...core.signing import signing_config
+from ...engine.engine import collector_paused
 from ...engine.settings import DedupSettings
 from ...engine.vshards import Message, VShard, check_supported, homes_of
 from ...errors import BrokerUnavailableError, ConfigError, IndexLockedError, IndexUnusableError
@@ -388,10 +389,11 @@ class VShardHost:
         inbound = self.inbound
         while not self.stopper.stopped:
             self._follow_assignment()
-            started = any([self._start(h) for h in list(self.hosted.values()) if h.flight is None])
-            received = self._receive(inbound.take_stages())
-            self._flush()
-            self._commit_decided()
+            with collector_paused():  # a turn's messages make many small containers (``collector_paused``)
+                started = any([self._start(h) for h in list(self.hosted.values()) if h.flight is None])
+                received = self._receive(inbound.take_stages())
+                self._flush()
+                self._commit_decided()
             if started or received:
                 inbound.poll(0)
             elif not inbound.poll(50) and until_caught_up and self._caught_up():

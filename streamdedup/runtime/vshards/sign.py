@@ -25,7 +25,7 @@ from ...config import Config, kafka_client_settings
 from ...core.decode import InputSpec
 from ...core.prepare import prepare_raw, raw_payload
 from ...core.records import RawRecord
-from ...core.signed import joined, subset
+from ...core.signed import joined, split
 from ...core.signing import signing_config
 from ...engine.vshards.placement import item_homes
 from ...faults import reached
@@ -138,22 +138,12 @@ class _Signer:
                        for at in range(0, len(chunk), PREPARE_RECORDS)])
 
     def _send_homes(self, chunk: list[RawRecord], prepared) -> dict:
-        """Send the home message of each vshard home to records of ``chunk`` (``item_homes``); vshard -> its
-        send's future."""
-        mine: dict[int, list[int]] = {}
-        for place, home in enumerate(item_homes(prepared, self.config.shards.count).tolist()):
-            mine.setdefault(home, []).append(place)
-        return {home: self.producer.send(self.values_topic, partition=home, value=self._home(chunk, prepared, at))
-                for home, at in sorted(mine.items())}
-
-    @staticmethod
-    def _home(chunk: list[RawRecord], prepared, places: list[int]) -> bytes:
-        """The home message of one vshard's records (at ``places`` of ``chunk``): their bytes, and what preparing
-        made of them, for their home alone."""
-        keep = [False] * len(chunk)
-        for at in places:
-            keep[at] = True
-        return pack_home(places, [chunk[at] for at in places], subset(prepared, keep))
+        """Send the home message of each vshard home to records of ``chunk`` (``item_homes``): their bytes, and
+        what preparing made of them, for their home alone; vshard -> its send's future."""
+        parts = split(prepared, item_homes(prepared, self.config.shards.count).tolist())
+        return {home: self.producer.send(self.values_topic, partition=home,
+                                         value=pack_home(places, [chunk[at] for at in places], part))
+                for home, (places, part) in parts.items()}
 
     def _most_records(self) -> int:
         """Records a poll takes at most: an epoch's (``shards.epoch_records``: larger epochs cost the vshards less
