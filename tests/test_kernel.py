@@ -286,3 +286,53 @@ def test_the_kernel_pairs_hits_as_numpy_does(monkeypatch, seed):
         assert np.array_equal(compiled.serials, vectorized.serials) and compiled.serials.dtype == np.int64
         assert np.array_equal(compiled.shared, vectorized.shared)
         assert compiled.bounds[-1] > 1000
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_mirror_sorts_and_folds_runs_as_numpy_does(monkeypatch, seed):
+    """A batch's mirror entries sorted (``_kernel.sort_entries``, a radix sort) and the fresh runs folded
+    (``_kernel.merge_into`` one run after another) as numpy's stable sorts do: by slot, equal slots in the
+    order given; keys of every width, repeats, one key alone, empty runs."""
+    from streamdedup.store import mirror
+
+    rng = np.random.default_rng(seed)
+    runs = []
+    for high in (1, 2, 50, 1 << 20, 1 << 37, 1 << 63):
+        size = int(rng.integers(0, 3000))
+        keys = rng.integers(0, high, size, dtype=np.uint64) + np.uint64(int(rng.integers(0, 1 << 8)))
+        runs.append((keys, rng.integers(-(1 << 40), 1 << 40, size).astype(np.int64)))
+    runs.append((np.full(7, 1 << 40, dtype=np.uint64), np.arange(7, dtype=np.int64)))
+    for keys, serials in runs:
+        order = np.argsort(keys, kind="stable")
+        expected = keys[order], serials[order]
+        for kernel in (mirror._kernel, None):
+            monkeypatch.setattr(mirror, "_kernel", kernel)
+            found = mirror._sorted_entries(keys.copy(), serials.copy())
+            assert np.array_equal(found[0], expected[0]) and np.array_equal(found[1], expected[1])
+    sorted_runs = [mirror._sorted_entries(*run) for run in runs]
+    folded = []
+    for kernel in (mirror._kernel, None):
+        monkeypatch.setattr(mirror, "_kernel", kernel)
+        folded.append(mirror._merged_runs(sorted_runs))
+    assert np.array_equal(folded[0][0], folded[1][0]) and np.array_equal(folded[0][1], folded[1][1])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_kernel_sets_and_tests_the_mirrors_key_bits_as_numpy_does(monkeypatch, seed):
+    """The mirror's presence map (``_KeyBits``) set and asked in the kernel (``key_bits_set``,
+    ``key_bits_test``) bit for bit as the numpy path does, band slots (band in the high bits) included."""
+    from streamdedup.store import mirror
+
+    rng = np.random.default_rng(seed)
+    added = [rng.integers(0, 1 << 40, int(rng.integers(0, 5000)), dtype=np.uint64) for _ in range(4)]
+    asked = np.concatenate([rng.integers(0, 1 << 40, 20000, dtype=np.uint64), *added])
+    maps, answers = [], []
+    for kernel in (mirror._kernel, None):
+        monkeypatch.setattr(mirror, "_kernel", kernel)
+        bits = mirror._KeyBits()
+        for keys in added:
+            bits.add(keys)
+        maps.append(bits._bits.copy())
+        answers.append(bits.may_hold(asked))
+    assert np.array_equal(maps[0], maps[1]) and np.array_equal(answers[0], answers[1])
+    assert answers[0].dtype == bool and answers[0][20000:].all() and not answers[0][:20000].all()

@@ -28,6 +28,14 @@
  *     keys/values (sorted the same way, with room for the run) in place, from the end; the run's
  *     entries after equal keys there: the recent mirror's entries (mirror.py).
  *
+ * key_bits_set(bits, keys, shift), key_bits_test(bits, keys, shift, out)
+ *     The recent mirror's presence map (mirror._KeyBits): bit (key >> shift) & (8 * len(bits) - 1)
+ *     of the uint8 array bits set for every uint64 key, or tested into out (one byte a key, 0 or 1).
+ *
+ * sort_entries(keys, values)
+ *     uint64 keys, each with an 8-byte value, sorted by key in place, equal keys in the order given
+ *     (a stable radix sort): a batch's entries of the recent mirror (mirror.py).
+ *
  * Arrays are passed through the buffer protocol (C-contiguous, types checked by itemsize here and
  * by dtype in Python), so the module needs only Python.h to build.
  */
@@ -873,6 +881,116 @@ done:
     return result;
 }
 
+/* The recent mirror's presence map: one bit per (key >> shift), the map's size a power of two. */
+static int key_bits_args(PyObject *args, Py_buffer *bits, Py_buffer *keys, int *shift, PyObject **out) {
+    PyObject *o_bits, *o_keys;
+    *out = NULL;
+    if (!PyArg_ParseTuple(args, "OOi|O", &o_bits, &o_keys, shift, out)) return -1;
+    if (*shift < 0 || *shift > 63) { PyErr_SetString(PyExc_ValueError, "key bits: shift out of range"); return -1; }
+    if (get_buffer(o_bits, bits, 1, 1, "bits") < 0) return -1;
+    if (bits->len == 0 || (bits->len & (bits->len - 1))) {
+        PyErr_SetString(PyExc_ValueError, "key bits: the map's size must be a power of two");
+        PyBuffer_Release(bits);
+        return -1;
+    }
+    if (get_buffer(o_keys, keys, 8, 0, "keys") < 0) { PyBuffer_Release(bits); return -1; }
+    return 0;
+}
+
+static PyObject *key_bits_set(PyObject *self, PyObject *args) {
+    Py_buffer bits, keys;
+    int shift;
+    PyObject *unused;
+    if (key_bits_args(args, &bits, &keys, &shift, &unused) < 0) return NULL;
+    uint8_t *map = bits.buf;
+    const uint64_t *k = keys.buf, mask = (uint64_t)bits.len * 8 - 1;
+    Py_ssize_t n = keys.len / 8;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t number = (k[i] >> shift) & mask;
+        map[number >> 3] |= (uint8_t)(1u << (number & 7));
+    }
+    PyBuffer_Release(&keys);
+    PyBuffer_Release(&bits);
+    Py_RETURN_NONE;
+}
+
+static PyObject *key_bits_test(PyObject *self, PyObject *args) {
+    Py_buffer bits, keys, out;
+    int shift;
+    PyObject *o_out;
+    if (key_bits_args(args, &bits, &keys, &shift, &o_out) < 0) return NULL;
+    if (o_out == NULL || get_buffer(o_out, &out, 1, 1, "out") < 0) {
+        if (o_out == NULL) PyErr_SetString(PyExc_TypeError, "key_bits_test: out is required");
+        PyBuffer_Release(&keys); PyBuffer_Release(&bits);
+        return NULL;
+    }
+    Py_ssize_t n = keys.len / 8;
+    if (out.len != n) {
+        PyErr_SetString(PyExc_ValueError, "key_bits_test: out must have one byte a key");
+    } else {
+        const uint8_t *map = bits.buf;
+        const uint64_t *k = keys.buf, mask = (uint64_t)bits.len * 8 - 1;
+        uint8_t *o = out.buf;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint64_t number = (k[i] >> shift) & mask;
+            o[i] = (map[number >> 3] >> (number & 7)) & 1;
+        }
+    }
+    PyBuffer_Release(&out); PyBuffer_Release(&keys); PyBuffer_Release(&bits);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* Entries (uint64 key, 8-byte value) sorted by key in place, stably: a least significant digit first radix
+ * sort of 11-bit digits over the bits the keys differ in. */
+static PyObject *sort_entries(PyObject *self, PyObject *args) {
+    PyObject *o_keys, *o_values;
+    if (!PyArg_ParseTuple(args, "OO", &o_keys, &o_values)) return NULL;
+    Py_buffer kv, vv;
+    if (get_buffer(o_keys, &kv, 8, 1, "keys") < 0) return NULL;
+    if (get_buffer(o_values, &vv, 8, 1, "values") < 0) { PyBuffer_Release(&kv); return NULL; }
+    Py_ssize_t n = kv.len / 8;
+    uint64_t *tmp = NULL;
+    if (vv.len != kv.len) {
+        PyErr_SetString(PyExc_ValueError, "sort_entries: keys and values differ in length");
+        goto done;
+    }
+    if (n < 2) goto done;
+    uint64_t *keys = kv.buf, *values = vv.buf, differ = 0;
+    for (Py_ssize_t i = 1; i < n; i++) differ |= keys[i] ^ keys[0];
+    if (!differ) goto done;
+    tmp = malloc((size_t)n * 16);
+    if (!tmp) { PyErr_NoMemory(); goto done; }
+    uint64_t *tkeys = tmp, *tvalues = tmp + n, *src_k = keys, *src_v = values, *dst_k = tkeys, *dst_v = tvalues;
+    int top = 63;
+    while (!((differ >> top) & 1)) top--;
+    int low = 0;
+    while (!((differ >> low) & 1)) low++;
+    Py_ssize_t count[2049];
+    for (int shift = low; shift <= top; shift += 11) {
+        memset(count, 0, sizeof(count));
+        for (Py_ssize_t i = 0; i < n; i++) count[((src_k[i] >> shift) & 2047) + 1]++;
+        for (int d = 0; d < 2048; d++) count[d + 1] += count[d];
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_ssize_t at = count[(src_k[i] >> shift) & 2047]++;
+            dst_k[at] = src_k[i];
+            dst_v[at] = src_v[i];
+        }
+        uint64_t *t = src_k; src_k = dst_k; dst_k = t;
+        t = src_v; src_v = dst_v; dst_v = t;
+    }
+    if (src_k != keys) {
+        memcpy(keys, src_k, (size_t)n * 8);
+        memcpy(values, src_v, (size_t)n * 8);
+    }
+done:
+    free(tmp);
+    PyBuffer_Release(&vv);
+    PyBuffer_Release(&kv);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"shingles", shingles, METH_VARARGS, "Sorted unique shingle hashes of every document (see the module)."},
     {"minhash", minhash, METH_VARARGS, "MinHash signatures of every document (see the module)."},
@@ -885,6 +1003,9 @@ static PyMethodDef methods[] = {
     {"blake2b", blake2b_digest, METH_VARARGS, "hashlib.blake2b(data, digest_size=n).digest(), unkeyed."},
     {"prepare_ascii", prepare_ascii, METH_VARARGS, "Normalize, hash, shingle, narrow, sign and band ASCII texts (see the module)."},
     {"hits", hits, METH_VARARGS, "The (row, serial) pairs a batch's found entries meet, counted (see candidates.Hits)."},
+    {"key_bits_set", key_bits_set, METH_VARARGS, "Set the presence bits of uint64 keys (see the module)."},
+    {"key_bits_test", key_bits_test, METH_VARARGS, "Test the presence bits of uint64 keys into out (see the module)."},
+    {"sort_entries", sort_entries, METH_VARARGS, "(key, value) entries sorted by key in place, stably."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -255,8 +255,7 @@ class RecentMirror:
         for every batch; the large one moves once per ``FRESH_ENTRIES``
         entries, and a batch's own run is not moved until then.
         """
-        order = np.argsort(keys)  # equal keys may come in any order: lookups and merges order them
-        self._fresh.append((keys[order], serials[order]))
+        self._fresh.append(_sorted_entries(keys, serials))
         self._fresh_entries += len(keys)
         self._present.add(self._fresh[-1][0])
         if self._fresh_entries >= FRESH_ENTRIES:
@@ -491,10 +490,31 @@ def _inserted(into: tuple, new: tuple) -> tuple[np.ndarray, np.ndarray]:
     return keys, serials
 
 
+def _sorted_entries(keys: np.ndarray, serials: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(keys, serials) sorted by key, equal keys in the order given (``_kernel.sort_entries``, a radix sort, or
+    numpy's stable sort: the same order)."""
+    if _kernel is None:
+        order = np.argsort(keys, kind="stable")
+        return keys[order], serials[order]
+    keys = np.array(keys, dtype=np.uint64, copy=True)
+    serials = np.array(serials, dtype=np.int64, copy=True)
+    _kernel.sort_entries(keys, serials)
+    return keys, serials
+
+
 def _merged_runs(runs: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted runs of (keys, serials) as one, equal keys in run order (a stable sort merges the runs)."""
+    """Sorted runs of (keys, serials) as one, equal keys in run order (a stable sort merges the runs; the
+    kernel merges them one after another, in place, to the same order)."""
     if len(runs) == 1:
         return runs[0]
+    if _kernel is not None:
+        size = sum(len(run[0]) for run in runs)
+        keys, serials = np.empty(size, dtype=np.uint64), np.empty(size, dtype=np.int64)
+        done = 0
+        for run_keys, run_serials in runs:
+            _kernel.merge_into(keys, serials, done, run_keys, run_serials)
+            done += len(run_keys)
+        return keys, serials
     order = np.argsort(np.concatenate([run[0] for run in runs]), kind="stable")
     return np.concatenate([run[0] for run in runs])[order], np.concatenate([run[1] for run in runs])[order]
 
@@ -515,8 +535,11 @@ class _KeyBits:
         self._bits = np.zeros(1 << (KEY_BITS_LOG2 - 3), dtype=np.uint8)
 
     def add(self, keys: np.ndarray) -> None:
-        """Set the bits of ``keys`` (sorted by bit first, so that a byte's bits are OR-ed together: ``ufunc.at``
-        is slow)."""
+        """Set the bits of ``keys`` (in the kernel; in numpy sorted by bit first, so that a byte's bits are
+        OR-ed together: ``ufunc.at`` is slow)."""
+        if _kernel is not None:
+            _kernel.key_bits_set(self._bits, np.ascontiguousarray(keys, dtype=np.uint64), int(self.SHIFT))
+            return
         numbers = np.sort(self._bit_numbers(keys))
         places = numbers >> 3
         starts = np.flatnonzero(np.concatenate(([True], places[1:] != places[:-1]))) if len(places) else places
@@ -524,6 +547,10 @@ class _KeyBits:
         self._bits[places[starts]] |= np.bitwise_or.reduceat(bits, starts) if len(starts) else bits
 
     def may_hold(self, keys: np.ndarray) -> np.ndarray:
+        if _kernel is not None:
+            held = np.empty(len(keys), dtype=bool)
+            _kernel.key_bits_test(self._bits, np.ascontiguousarray(keys, dtype=np.uint64), int(self.SHIFT), held)
+            return held
         numbers = self._bit_numbers(keys)
         return ((self._bits[numbers >> 3] >> (numbers & 7).astype(np.uint8)) & 1).astype(bool)
 
