@@ -336,3 +336,58 @@ def test_the_kernel_sets_and_tests_the_mirrors_key_bits_as_numpy_does(monkeypatc
         answers.append(bits.may_hold(asked))
     assert np.array_equal(maps[0], maps[1]) and np.array_equal(answers[0], answers[1])
     assert answers[0].dtype == bool and answers[0][20000:].all() and not answers[0][:20000].all()
+
+
+def _random_record(rng, serial: int):
+    """A DocRecord of every kind and width a field takes: kept, exact and near duplicates, excerpts, expired
+    ones, ids of every msgpack string width and script, ints of every msgpack width (negative ones too)."""
+    from streamdedup.store.index import DocRecord
+
+    def text() -> str:
+        size = rng.choice([0, 1, 31, 32, 255, 256, 70000, rng.randrange(1, 60)])
+        if size > 100:
+            return ("abcé€𝄞 -_/" * size)[rng.randrange(10):][:size]
+        return "".join(rng.choice("abcé€𝄞 -_/") for _ in range(size))
+
+    def number() -> int:
+        return rng.choice([0, 1, 127, 128, 255, 256, 65535, 65536, (1 << 32) - 1, 1 << 32, (1 << 63) - 1, 1 << 63,
+                           (1 << 64) - 1, -1, -32, -33, -128, -129, -32768, -32769, -(1 << 31), -(1 << 31) - 1,
+                           -(1 << 63), rng.randrange(-(1 << 40), 1 << 40)])
+
+    ident = text()
+    kept = rng.random() < 0.5
+    cluster = serial if kept else rng.randrange(1, serial + 1)
+    cluster_id = ident if kept or rng.random() < 0.1 else text()
+    matched = rng.choice([None, cluster, rng.randrange(0, 1 << 33)])
+    matched_id = rng.choice([None, cluster_id, text()])
+    similarity = rng.choice([None, 1.0, 0.7, rng.random(), float("inf"), -0.0])
+    content = rng.randbytes(rng.choice([0, 16, 300, 70000]))
+    source = [text(), number(), number()]
+    band_keys = rng.randbytes(rng.choice([0, 128, 256]))
+    record = DocRecord(serial, ident, kept, cluster, cluster_id, matched, matched_id, similarity,
+                       rng.random() < 0.3, content, source, band_keys, rng.choice([0.0, 1.7e9 + rng.random()]),
+                       rng.choice([False, False, True]), rng.choice([0, 0, number()]),
+                       rng.choice([None, None, 0.8, rng.random()]))
+    return record
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_kernel_packs_records_as_msgpack_does(seed):
+    """``_kernel.pack_records`` gives every record ``DocRecord.pack``'s bytes (the index's docs table: its
+    layout must not change), for fields of every kind and width, the defaults left out as msgpack's path does;
+    a record of another type (a tuple source, a numpy int, an int too wide for msgpack) is left to msgpack."""
+    import random
+
+    from streamdedup.core import _kernel
+    from streamdedup.store.index import DocRecord
+
+    rng = random.Random(seed)
+    records = [_random_record(rng, serial) for serial in range(1, 400)]
+    numbers = [rng.choice([0, 1, 300, 1 << 20]) for _ in records]
+    packed = _kernel.pack_records(records, numbers)
+    assert packed == [record.pack(number) for record, number in zip(records, numbers)]
+    odd = [DocRecord(5, "a", True, 5, "a", None, None, None, False, b"", ("s", 1, 2), b"", 1.0),
+           DocRecord(5, "a", True, 5, "a", None, None, None, False, b"", ["s", np.int64(1), 2], b"", 1.0),
+           DocRecord(5, "a", True, 5, "a", None, None, None, False, b"", ["s", 1 << 64, 2], b"", 1.0),
+           DocRecord(5, "a\ud800", True, 5, "a", None, None, None, False, b"", ["s", 1, 2], b"", 1.0)]
+    assert _kernel.pack_records(odd, [0] * len(odd)) == [None] * len(odd)

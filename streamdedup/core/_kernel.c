@@ -36,6 +36,12 @@
  *     uint64 keys, each with an 8-byte value, sorted by key in place, equal keys in the order given
  *     (a stable radix sort): a batch's entries of the recent mirror (mirror.py).
  *
+ * pack_records(records, numbers) -> list of bytes (None: a record left to msgpack)
+ *     Each index.DocRecord packed as DocRecord.pack(number) does, byte for byte (msgpack's default
+ *     Packer: str as raw with str8, bytes as bin, floats as doubles, ints in their smallest form),
+ *     for a record whose fields are of the types records hold (None, bool, int, float, str, bytes,
+ *     a list source); any other type in a record gives None for it.
+ *
  * Arrays are passed through the buffer protocol (C-contiguous, types checked by itemsize here and
  * by dtype in Python), so the module needs only Python.h to build.
  */
@@ -991,6 +997,189 @@ done:
     Py_RETURN_NONE;
 }
 
+/* msgpack, as msgpack.Packer() packs (fallback.Packer._pack), for the types an index record holds. */
+typedef struct { unsigned char *data; Py_ssize_t size, room; } Out;
+
+static int out_reserve(Out *out, Py_ssize_t more) {
+    if (out->size + more <= out->room) return 0;
+    Py_ssize_t room = out->room ? out->room : 256;
+    while (room < out->size + more) room *= 2;
+    unsigned char *grown = realloc(out->data, (size_t)room);
+    if (!grown) { PyErr_NoMemory(); return -1; }
+    out->data = grown;
+    out->room = room;
+    return 0;
+}
+
+static int out_head(Out *out, unsigned char head, uint64_t value, int width) {
+    if (out_reserve(out, 1 + width) < 0) return -1;
+    out->data[out->size++] = head;
+    for (int i = width - 1; i >= 0; i--) out->data[out->size++] = (unsigned char)(value >> (8 * i));
+    return 0;
+}
+
+static int out_bytes(Out *out, const char *data, Py_ssize_t n) {
+    if (out_reserve(out, n) < 0) return -1;
+    memcpy(out->data + out->size, data, (size_t)n);
+    out->size += n;
+    return 0;
+}
+
+/* 0: packed; -1: an error set; 1: a type left to msgpack (nothing written that counts: the caller drops it) */
+static int pack_object(Out *out, PyObject *o, int depth) {
+    if (o == Py_None) return out_head(out, 0xc0, 0, 0);
+    if (o == Py_True) return out_head(out, 0xc3, 0, 0);
+    if (o == Py_False) return out_head(out, 0xc2, 0, 0);
+    if (PyLong_CheckExact(o)) {
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (v == -1 && PyErr_Occurred()) return -1;
+        if (overflow > 0) {
+            unsigned long long u = PyLong_AsUnsignedLongLong(o);
+            if (u == (unsigned long long)-1 && PyErr_Occurred()) { PyErr_Clear(); return 1; } /* msgpack raises */
+            return out_head(out, 0xcf, u, 8);
+        }
+        if (overflow < 0) return 1;
+        if (v >= 0) {
+            if (v < 0x80) return out_head(out, (unsigned char)v, 0, 0);
+            if (v <= 0xff) return out_head(out, 0xcc, (uint64_t)v, 1);
+            if (v <= 0xffff) return out_head(out, 0xcd, (uint64_t)v, 2);
+            if (v <= 0xffffffffLL) return out_head(out, 0xce, (uint64_t)v, 4);
+            return out_head(out, 0xcf, (uint64_t)v, 8);
+        }
+        if (v >= -0x20) return out_head(out, (unsigned char)(v & 0xff), 0, 0);
+        if (v >= -0x80) return out_head(out, 0xd0, (uint64_t)v & 0xff, 1);
+        if (v >= -0x8000) return out_head(out, 0xd1, (uint64_t)v & 0xffff, 2);
+        if (v >= -0x80000000LL) return out_head(out, 0xd2, (uint64_t)v & 0xffffffffULL, 4);
+        return out_head(out, 0xd3, (uint64_t)v, 8);
+    }
+    if (PyFloat_CheckExact(o)) {
+        double d = PyFloat_AS_DOUBLE(o);
+        uint64_t bits;
+        memcpy(&bits, &d, 8);
+        return out_head(out, 0xcb, bits, 8);
+    }
+    if (PyBytes_CheckExact(o)) {
+        Py_ssize_t n = PyBytes_GET_SIZE(o);
+        if (n >= ((Py_ssize_t)1 << 32)) return 1;
+        int r = n <= 0xff ? out_head(out, 0xc4, (uint64_t)n, 1)
+              : n <= 0xffff ? out_head(out, 0xc5, (uint64_t)n, 2) : out_head(out, 0xc6, (uint64_t)n, 4);
+        return r < 0 ? -1 : out_bytes(out, PyBytes_AS_STRING(o), n);
+    }
+    if (PyUnicode_CheckExact(o)) {
+        Py_ssize_t n;
+        const char *utf8 = PyUnicode_AsUTF8AndSize(o, &n);
+        if (!utf8) { PyErr_Clear(); return 1; } /* surrogates: msgpack says what is wrong */
+        if (n >= ((Py_ssize_t)1 << 32)) return 1;
+        int r = n <= 0x1f ? out_head(out, (unsigned char)(0xa0 + n), 0, 0)
+              : n <= 0xff ? out_head(out, 0xd9, (uint64_t)n, 1)
+              : n <= 0xffff ? out_head(out, 0xda, (uint64_t)n, 2) : out_head(out, 0xdb, (uint64_t)n, 4);
+        return r < 0 ? -1 : out_bytes(out, utf8, n);
+    }
+    if (PyList_CheckExact(o) && depth < 8) {
+        Py_ssize_t n = PyList_GET_SIZE(o);
+        int r = n <= 0x0f ? out_head(out, (unsigned char)(0x90 + n), 0, 0)
+              : n <= 0xffff ? out_head(out, 0xdc, (uint64_t)n, 2) : out_head(out, 0xdd, (uint64_t)n, 4);
+        for (Py_ssize_t i = 0; r == 0 && i < n; i++) r = pack_object(out, PyList_GET_ITEM(o, i), depth + 1);
+        return r;
+    }
+    return 1;
+}
+
+enum { R_SERIAL, R_ID, R_KEPT, R_CLUSTER, R_CLUSTER_ID, R_MATCHED, R_MATCHED_ID, R_SIMILARITY, R_EXACT, R_CONTENT,
+       R_SOURCE, R_BAND_KEYS, R_TIME, R_EXPIRED, R_SITE, R_CONTAINMENT, R_FIELDS };
+static const char *record_fields[R_FIELDS] = {"serial", "id", "kept", "cluster", "cluster_id", "matched", "matched_id",
+    "similarity", "exact", "content", "source", "band_keys", "time", "expired", "site", "containment"};
+static PyObject *record_names[R_FIELDS];
+
+static int equal(PyObject *a, PyObject *b) { return PyObject_RichCompareBool(a, b, Py_EQ); }
+
+/* One record as DocRecord.pack(number) packs it: 0 packed, 1 left to msgpack, -1 an error. */
+static int pack_record_into(Out *out, PyObject *record, PyObject *number) {
+    PyObject *f[R_FIELDS] = {NULL}, *source = NULL, *zero = NULL;
+    int result = -1;
+    for (int i = 0; i < R_FIELDS; i++)
+        if (!(f[i] = PyObject_GetAttr(record, record_names[i]))) goto done;
+    /* values said twice are stored once (DocRecord.pack) */
+    PyObject *stored[15];
+    int e;
+    stored[0] = f[R_ID];
+    stored[1] = f[R_KEPT];
+    if ((e = equal(f[R_CLUSTER], f[R_SERIAL])) < 0) goto done;
+    stored[2] = e ? Py_None : f[R_CLUSTER];
+    if ((e = equal(f[R_CLUSTER_ID], f[R_ID])) < 0) goto done;
+    stored[3] = e ? Py_None : f[R_CLUSTER_ID];
+    PyObject *minus_one = NULL;
+    if (f[R_MATCHED] != Py_None) {
+        if ((e = equal(f[R_MATCHED], f[R_CLUSTER])) < 0) goto done;
+        if (e) {
+            if (!(minus_one = PyLong_FromLong(-1))) goto done;
+        }
+    }
+    stored[4] = minus_one ? minus_one : f[R_MATCHED];
+    if ((e = equal(f[R_MATCHED_ID], f[R_CLUSTER_ID])) < 0) { Py_XDECREF(minus_one); goto done; }
+    stored[5] = e ? Py_None : f[R_MATCHED_ID];
+    stored[6] = f[R_SIMILARITY];
+    stored[7] = f[R_EXACT];
+    stored[8] = f[R_CONTENT];
+    stored[10] = f[R_BAND_KEYS];
+    stored[11] = f[R_TIME];
+    stored[12] = f[R_EXPIRED];
+    stored[13] = f[R_SITE];
+    stored[14] = f[R_CONTAINMENT];
+    if (!PyList_CheckExact(f[R_SOURCE]) || PyList_GET_SIZE(f[R_SOURCE]) < 1) { Py_XDECREF(minus_one); result = 1; goto done; }
+    source = PyList_GetSlice(f[R_SOURCE], 0, PyList_GET_SIZE(f[R_SOURCE]));
+    if (!source) { Py_XDECREF(minus_one); goto done; }
+    Py_INCREF(number);
+    PyList_SetItem(source, 0, number);
+    stored[9] = source;
+    /* the last fields left out while they hold their defaults (False, 0, None) */
+    int n = 15;
+    if (!(zero = PyLong_FromLong(0))) { Py_XDECREF(minus_one); goto done; }
+    PyObject *defaults[3] = {Py_False, zero, Py_None};
+    while (n > 12) {
+        if ((e = equal(stored[n - 1], defaults[n - 13])) < 0) { Py_XDECREF(minus_one); goto done; }
+        if (!e) break;
+        n--;
+    }
+    Py_ssize_t began = out->size;
+    result = out_head(out, (unsigned char)(0x90 + n), 0, 0);
+    for (int i = 0; result == 0 && i < n; i++) result = pack_object(out, stored[i], 0);
+    if (result != 0) out->size = began;
+    Py_XDECREF(minus_one);
+done:
+    for (int i = 0; i < R_FIELDS; i++) Py_XDECREF(f[i]);
+    Py_XDECREF(source);
+    Py_XDECREF(zero);
+    return result;
+}
+
+static PyObject *pack_records(PyObject *self, PyObject *args) {
+    PyObject *records, *numbers;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &records, &PyList_Type, &numbers)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(records);
+    if (PyList_GET_SIZE(numbers) != n) {
+        PyErr_SetString(PyExc_ValueError, "pack_records: one source number a record");
+        return NULL;
+    }
+    for (int i = 0; i < R_FIELDS; i++)
+        if (!record_names[i] && !(record_names[i] = PyUnicode_InternFromString(record_fields[i]))) return NULL;
+    PyObject *packed = PyList_New(n);
+    if (!packed) return NULL;
+    Out out = {NULL, 0, 0};
+    for (Py_ssize_t i = 0; i < n; i++) {
+        out.size = 0;
+        int r = pack_record_into(&out, PyList_GET_ITEM(records, i), PyList_GET_ITEM(numbers, i));
+        if (r < 0) { Py_DECREF(packed); free(out.data); return NULL; }
+        PyObject *value = r ? (Py_INCREF(Py_None), Py_None)
+                            : PyBytes_FromStringAndSize((const char *)out.data, out.size);
+        if (!value) { Py_DECREF(packed); free(out.data); return NULL; }
+        PyList_SET_ITEM(packed, i, value);
+    }
+    free(out.data);
+    return packed;
+}
+
 static PyMethodDef methods[] = {
     {"shingles", shingles, METH_VARARGS, "Sorted unique shingle hashes of every document (see the module)."},
     {"minhash", minhash, METH_VARARGS, "MinHash signatures of every document (see the module)."},
@@ -1006,6 +1195,7 @@ static PyMethodDef methods[] = {
     {"key_bits_set", key_bits_set, METH_VARARGS, "Set the presence bits of uint64 keys (see the module)."},
     {"key_bits_test", key_bits_test, METH_VARARGS, "Test the presence bits of uint64 keys into out (see the module)."},
     {"sort_entries", sort_entries, METH_VARARGS, "(key, value) entries sorted by key in place, stably."},
+    {"pack_records", pack_records, METH_VARARGS, "Index records packed as DocRecord.pack does (see the module)."},
     {NULL, NULL, 0, NULL},
 };
 

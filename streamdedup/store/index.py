@@ -59,6 +59,11 @@ import msgpack
 import numpy as np
 
 from ..core import eliasfano
+
+try:
+    from ..core import _kernel
+except ImportError:  # built without a C compiler: msgpack packs each record
+    _kernel = None
 from ..core.records import id_key
 from ..core.signing import SigningConfig
 from ..core.templates import kept_rule
@@ -631,6 +636,21 @@ class IndexTxn:
     def pack_record(self, record: DocRecord, packer: Optional[msgpack.Packer] = None) -> bytes:
         """A record as the docs table stores it, its source name numbered (a new name is numbered now)."""
         return record.pack(self.source_number(record.source[0]), packer)
+
+    def pack_records(self, records: list[DocRecord]) -> list[bytes]:
+        """``pack_record`` of each record, in order (sources numbered in that order): in one kernel call
+        (``_kernel.pack_records``, the same bytes), else, or for a record of other types, by msgpack."""
+        numbers, number_of = [], self.source_number
+        for record in records:
+            numbers.append(number_of(record.source[0]))
+        if _kernel is None:
+            packer = msgpack.Packer()
+            return [record.pack(number, packer) for record, number in zip(records, numbers)]
+        packed = _kernel.pack_records(records, numbers)
+        for at, value in enumerate(packed):
+            if value is None:
+                packed[at] = records[at].pack(numbers[at])
+        return packed
 
     def put_record(self, record: DocRecord) -> None:
         self.txn.put(serial_key(record.serial), self.pack_record(record), db=self.dbs["docs"])

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-import msgpack
 import numpy as np
 
 from ..core import eliasfano
@@ -66,7 +65,6 @@ def write_documents(txn: IndexTxn, mirror: RecentMirror, inserted: list[tuple[Do
     batch numbered for the whole deployment). ``placed``: serial -> (row, bands as bits) of the duplicates
     that took places under band keys (``candidates.file_prober``): entries of theirs, proposing nothing.
     """
-    packer = msgpack.Packer()
     if inserted and inserted[-1][0].serial > MAX_SERIAL:
         raise IndexFullError(f"the index has numbered {MAX_SERIAL:,} documents, as many as it can; start a new "
                              "index (or shard the input) and keep this one for lookups")
@@ -79,9 +77,8 @@ def write_documents(txn: IndexTxn, mirror: RecentMirror, inserted: list[tuple[Do
     placed = placed or {}
     for serial, (row, bands) in placed.items():
         recent_keys[serial] = band_keys[row].astype(">u4").tobytes()
-    pack = txn.pack_record
     writes = {  # every table but members gets serials in increasing order: appended
-        "docs": [(key, pack(record, packer)) for key, (record, _) in zip(keys, inserted)],
+        "docs": list(zip(keys, txn.pack_records([record for record, _ in inserted]))),
         "recent": [(u64(record.serial), pack_recent(ident, record.content, recent_keys.get(record.serial, b""),
                                                     placed[record.serial][1] if record.serial in placed else None))
                    for record, ident in inserted],
