@@ -156,6 +156,7 @@ def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch:
     matches = _Matches(txn, records, batch, content, asking.threshold)
     sources = _Sources(txn, batch, content, asking.excerpts, evidence) if asking.excerpts else None
     timeline = content.timeline.rewound() if content is not None else None
+    verified_by = None if timeline is None or _no_template(txn, timeline) else timeline
     for row in _rows_to_verify(hits, asking, content, sources is not None):
         if timeline is not None:
             timeline.at(row)
@@ -168,7 +169,7 @@ def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch:
         if len(serials):
             least = asking.min_shared
             matches.verify_row(row, [serial for serial, count in zip(serials.tolist(), shared.tolist())
-                                     if count >= least], timeline)
+                                     if count >= least], verified_by)
         if sources is not None:
             sources.verify(row, matches, timeline)
     evidence.matches = matches.found
@@ -183,6 +184,15 @@ def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch:
         evidence.unmatchable = sorted(s for s in held
                                       if records.get(s).expired or records.get(s).time < asking.cutoff)
     return evidence
+
+
+def _no_template(txn: IndexTxn, timeline) -> bool:
+    """Whether every site's template and the shared one are empty all through the batch: none committed (the
+    table of templates holds none, this batch's writes included), none changing in it. Pairs are then verified
+    on their whole shingles (``content_of`` leaves them whole), without reading a stored candidate's record
+    for its site."""
+    return (timeline.changes == 0 and len(timeline.shared) == 0
+            and txn.txn.stat(txn.dbs["site_templates"])["entries"] == 0)
 
 
 def _unexpired(keys: np.ndarray, serials: np.ndarray, records: "_RecordCache",
