@@ -407,15 +407,20 @@ static PyObject *ef_encoded(const uint32_t *v, Py_ssize_t n) {
     out[at++] = (uint8_t)rest;
     uint8_t *lows = out + at, *upper = lows + low_bytes;
     uint64_t mask = low ? ((1ULL << low) - 1) : 0;
+    uint64_t pending = 0; /* low bits not written yet, the next byte's first (at most 7 + 32 of them) */
+    int held = 0;
+    uint8_t *low_at = lows;
     for (Py_ssize_t i = 0; i < n; i++) {
-        uint64_t bits = v[i] & mask, bit = (uint64_t)i * low;
-        for (int done = 0; done < low;) {
-            int shift = (int)(bit & 7), take = 8 - shift;
-            if (take > low - done) take = low - done;
-            lows[bit >> 3] |= (uint8_t)(((bits >> done) & ((1u << take) - 1)) << shift);
-            done += take;
-            bit += take;
+        pending |= ((uint64_t)v[i] & mask) << held;
+        held += low;
+        while (held >= 8) {
+            *low_at++ = (uint8_t)pending;
+            pending >>= 8;
+            held -= 8;
         }
+    }
+    if (held > 0) *low_at = (uint8_t)pending;
+    for (Py_ssize_t i = 0; i < n; i++) {
         uint64_t position = ((uint64_t)v[i] >> low) + (uint64_t)i;
         upper[position >> 3] |= (uint8_t)(1u << (position & 7));
     }
@@ -480,13 +485,17 @@ static PyObject *ef_decode(PyObject *self, PyObject *args) {
     PyObject *result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n * 4);
     if (!result) { PyBuffer_Release(&data); return NULL; }
     uint32_t *out = (uint32_t *)PyBytes_AS_STRING(result);
-    uint64_t i = 0;
+    uint64_t i = 0, low_mask = low ? ((1ULL << low) - 1) : 0;
     for (Py_ssize_t byte = 0; byte < upper_bytes && i < n; byte++) {
         unsigned bits = upper[byte];
         while (bits && i < n) {
             uint64_t position = (uint64_t)byte * 8 + __builtin_ctz(bits);
             uint64_t high = position - i, bit = i * low, value = 0;
-            for (int done = 0; done < low;) {
+            if ((Py_ssize_t)(bit >> 3) + 8 <= low_bytes) { /* a whole word there: one unaligned load */
+                uint64_t word;
+                memcpy(&word, lows + (bit >> 3), 8);
+                value = (word >> (bit & 7)) & low_mask;
+            } else for (int done = 0; done < low;) {
                 int shift = (int)(bit & 7), take = 8 - shift;
                 if (take > low - done) take = low - done;
                 value |= (uint64_t)((lows[bit >> 3] >> shift) & ((1u << take) - 1)) << done;
