@@ -220,7 +220,7 @@ def test_decisions_without_the_kernel_are_the_decisions_with_it(tmp_path, monkey
     from streamdedup.core.decode import InputSpec
     from streamdedup.engine.engine import Engine
     from streamdedup.runtime.offline import dedup_files
-    from streamdedup.store import mirror
+    from streamdedup.store import bandfilter, candidates, index, mirror
 
     web = io.StringIO()
     webcrawl.write_web_jsonl(webcrawl.generate_web(600, 12, seed=3), web)
@@ -238,7 +238,7 @@ def test_decisions_without_the_kernel_are_the_decisions_with_it(tmp_path, monkey
         return (tmp_path / f"{name}.jsonl").read_bytes()
 
     compiled = decisions("kernel")
-    for module in (shingle, signing, prepare_module, verify, eliasfano, mirror):
+    for module in (shingle, signing, prepare_module, verify, eliasfano, mirror, index, bandfilter, candidates):
         monkeypatch.setattr(module, "_kernel", None)
     assert decisions("numpy") == compiled
     assert compiled.count(b'"duplicate"') > 200
@@ -391,3 +391,42 @@ def test_the_kernel_packs_records_as_msgpack_does(seed):
            DocRecord(5, "a", True, 5, "a", None, None, None, False, b"", ["s", 1 << 64, 2], b"", 1.0),
            DocRecord(5, "a\ud800", True, 5, "a", None, None, None, False, b"", ["s", 1, 2], b"", 1.0)]
     assert _kernel.pack_records(odd, [0] * len(odd)) == [None] * len(odd)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_kernel_finds_the_mirrors_entries_under_asked_keys_as_numpy_does(monkeypatch, seed):
+    """``_kernel.sorted_matches`` (the mirror's entries under a batch's band slots) against the numpy path:
+    keys with repeats, asked keys below, between and above them, none asked, none held."""
+    from streamdedup.store import mirror
+
+    rng = np.random.default_rng(seed)
+    keys = np.sort(rng.integers(10, 5000, int(rng.integers(1, 20000)), dtype=np.uint64))
+    serials = rng.integers(0, 1 << 40, len(keys)).astype(np.int64)
+    for asked in (np.unique(rng.integers(0, 6000, 3000, dtype=np.uint64)), np.zeros(0, dtype=np.uint64),
+                  np.array([0, 1, 5001, 9999], dtype=np.uint64), np.unique(keys)):
+        found = []
+        for kernel in (mirror._kernel, None):
+            monkeypatch.setattr(mirror, "_kernel", kernel)
+            found.append(mirror._rows_with_keys(keys, serials, asked))
+        assert np.array_equal(found[0][0], found[1][0]) and np.array_equal(found[0][1], found[1][1])
+        assert found[0][0].dtype == np.uint64 and found[0][1].dtype == np.int64
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_kernel_asks_the_band_filter_as_numpy_does(monkeypatch, seed):
+    """The band filter's layers asked in the kernel (``_kernel.bloom_test``) give numpy's answer for every key:
+    a filter grown to several layers, keys it took (all held) and keys it never saw (a few false positives)."""
+    from streamdedup.store import bandfilter
+
+    rng = np.random.default_rng(seed)
+    band_filter = bandfilter.BandFilter(1 << 10, 1 << 14)
+    taken = rng.integers(0, 1 << 32, 3000, dtype=np.uint64)
+    band_filter.add(taken)
+    assert len(band_filter.layers) > 1
+    asked = np.concatenate([taken, rng.integers(0, 1 << 32, 20000, dtype=np.uint64)])
+    answers = []
+    for kernel in (bandfilter._kernel, None):
+        monkeypatch.setattr(bandfilter, "_kernel", kernel)
+        answers.append(band_filter.may_hold(asked))
+    assert np.array_equal(answers[0], answers[1]) and answers[0].dtype == bool
+    assert answers[0][:3000].all() and not answers[0][3000:].all()

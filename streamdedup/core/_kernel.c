@@ -36,6 +36,15 @@
  *     uint64 keys, each with an 8-byte value, sorted by key in place, equal keys in the order given
  *     (a stable radix sort): a batch's entries of the recent mirror (mirror.py).
  *
+ * sorted_matches(keys, asked) -> bytearray of int64
+ *     Where the entries of sorted uint64 keys (repeats allowed) whose key is one of sorted unique
+ *     asked ones are, ascending: the recent mirror's entries under a batch's band slots.
+ *
+ * bloom_test(layer, keys, spread, shifts, out)
+ *     The band filter's test of one layer (bandfilter.BandFilter.may_hold): for each uint64 key,
+ *     spread = key * spread (mod 2**64), its word layer[spread & (len - 1)] and its bits
+ *     1 << ((spread >> shift) & 63) for each of shifts; out[i] (a byte) set to 1 where every bit is.
+ *
  * pack_records(records, numbers) -> list of bytes (None: a record left to msgpack)
  *     Each index.DocRecord packed as DocRecord.pack(number) does, byte for byte (msgpack's default
  *     Packer: str as raw with str8, bytes as bin, floats as doubles, ints in their smallest form),
@@ -1189,6 +1198,78 @@ static PyObject *pack_records(PyObject *self, PyObject *args) {
     return packed;
 }
 
+/* Positions of the entries of sorted keys whose key is among sorted unique asked ones, ascending: a binary
+ * search per asked key, each from where the one before ended. */
+static PyObject *sorted_matches(PyObject *self, PyObject *args) {
+    PyObject *o_keys, *o_asked;
+    if (!PyArg_ParseTuple(args, "OO", &o_keys, &o_asked)) return NULL;
+    Py_buffer kv, av;
+    if (get_buffer(o_keys, &kv, 8, 0, "keys") < 0) return NULL;
+    if (get_buffer(o_asked, &av, 8, 0, "asked") < 0) { PyBuffer_Release(&kv); return NULL; }
+    const uint64_t *keys = kv.buf, *asked = av.buf;
+    Py_ssize_t n = kv.len / 8, a = av.len / 8, room = a > 16 ? a : 16, found = 0, from = 0;
+    int64_t *at = malloc((size_t)room * sizeof(int64_t));
+    PyObject *result = NULL;
+    if (!at) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t q = 0; q < a && from < n; q++) {
+        uint64_t want = asked[q];
+        if (keys[n - 1] < want) break;
+        Py_ssize_t lo = from, hi = n;
+        while (lo < hi) { Py_ssize_t mid = lo + (hi - lo) / 2; if (keys[mid] < want) lo = mid + 1; else hi = mid; }
+        from = lo;
+        while (from < n && keys[from] == want) {
+            if (found == room) {
+                room *= 2;
+                int64_t *grown = realloc(at, (size_t)room * sizeof(int64_t));
+                if (!grown) { PyErr_NoMemory(); goto done; }
+                at = grown;
+            }
+            at[found++] = from++;
+        }
+    }
+    result = PyByteArray_FromStringAndSize((const char *)at, found * 8);
+done:
+    free(at);
+    PyBuffer_Release(&av);
+    PyBuffer_Release(&kv);
+    return result;
+}
+
+/* One layer of the band filter asked about keys: out[i] |= whether every probe bit of key i is set. */
+static PyObject *bloom_test(PyObject *self, PyObject *args) {
+    PyObject *o_layer, *o_keys, *o_shifts, *o_out;
+    unsigned long long spread;
+    if (!PyArg_ParseTuple(args, "OOKO!O", &o_layer, &o_keys, &spread, &PyTuple_Type, &o_shifts, &o_out)) return NULL;
+    int shifts[8], probes = (int)PyTuple_GET_SIZE(o_shifts);
+    if (probes < 1 || probes > 8) { PyErr_SetString(PyExc_ValueError, "bloom_test: 1 to 8 probes"); return NULL; }
+    for (int p = 0; p < probes; p++) {
+        long shift = PyLong_AsLong(PyTuple_GET_ITEM(o_shifts, p));
+        if (shift == -1 && PyErr_Occurred()) return NULL;
+        if (shift < 0 || shift > 63) { PyErr_SetString(PyExc_ValueError, "bloom_test: a shift out of range"); return NULL; }
+        shifts[p] = (int)shift;
+    }
+    Py_buffer lv, kv, ov;
+    if (get_buffer(o_layer, &lv, 8, 0, "layer") < 0) return NULL;
+    if (get_buffer(o_keys, &kv, 8, 0, "keys") < 0) { PyBuffer_Release(&lv); return NULL; }
+    if (get_buffer(o_out, &ov, 1, 1, "out") < 0) { PyBuffer_Release(&kv); PyBuffer_Release(&lv); return NULL; }
+    Py_ssize_t words = lv.len / 8, n = kv.len / 8;
+    if (words == 0 || (words & (words - 1)) || ov.len != n) {
+        PyErr_SetString(PyExc_ValueError, "bloom_test: a layer of a power of two words, and one byte out a key");
+    } else {
+        const uint64_t *layer = lv.buf, *keys = kv.buf;
+        uint8_t *out = ov.buf;
+        uint64_t last = (uint64_t)words - 1;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint64_t spreaded = keys[i] * (uint64_t)spread, mask = 0;
+            for (int p = 0; p < probes; p++) mask |= 1ULL << ((spreaded >> shifts[p]) & 63);
+            out[i] |= (layer[spreaded & last] & mask) == mask;
+        }
+    }
+    PyBuffer_Release(&ov); PyBuffer_Release(&kv); PyBuffer_Release(&lv);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"shingles", shingles, METH_VARARGS, "Sorted unique shingle hashes of every document (see the module)."},
     {"minhash", minhash, METH_VARARGS, "MinHash signatures of every document (see the module)."},
@@ -1205,6 +1286,8 @@ static PyMethodDef methods[] = {
     {"key_bits_test", key_bits_test, METH_VARARGS, "Test the presence bits of uint64 keys into out (see the module)."},
     {"sort_entries", sort_entries, METH_VARARGS, "(key, value) entries sorted by key in place, stably."},
     {"pack_records", pack_records, METH_VARARGS, "Index records packed as DocRecord.pack does (see the module)."},
+    {"sorted_matches", sorted_matches, METH_VARARGS, "Where sorted keys' entries under sorted asked keys are."},
+    {"bloom_test", bloom_test, METH_VARARGS, "The band filter's test of one layer (see the module)."},
     {NULL, NULL, 0, NULL},
 };
 

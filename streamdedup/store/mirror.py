@@ -562,6 +562,10 @@ def _rows_with_keys(keys: np.ndarray, serials: np.ndarray, asked: np.ndarray) ->
     """(key, serial) of the entries of sorted ``keys`` that are in sorted, unique ``asked``."""
     if len(keys) == 0:
         return keys, serials
+    if _kernel is not None:
+        index = np.frombuffer(_kernel.sorted_matches(keys, np.ascontiguousarray(asked, dtype=np.uint64)),
+                              dtype=np.int64)
+        return keys[index], serials[index]
     lo = np.searchsorted(keys, asked, "left")
     found = keys[np.minimum(lo, len(keys) - 1)] == asked
     if not found.any():
