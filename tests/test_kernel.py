@@ -430,3 +430,30 @@ def test_the_kernel_asks_the_band_filter_as_numpy_does(monkeypatch, seed):
         answers.append(band_filter.may_hold(asked))
     assert np.array_equal(answers[0], answers[1]) and answers[0].dtype == bool
     assert answers[0][:3000].all() and not answers[0][3000:].all()
+
+
+def test_the_kernel_verifies_against_a_stored_coding_as_jaccard_does():
+    """``verify.jaccard_coded`` (``_kernel.coded_shared``: a stored candidate's coding decoded and compared in
+    one call) gives ``jaccard`` of the decoded values, the same float, empty sets and sets of every size
+    included; a damaged coding raises ValueError as ``eliasfano.decode`` does."""
+    from streamdedup.core import eliasfano, verify
+
+    rng = np.random.default_rng(7)
+    sets = [np.zeros(0, dtype=np.uint32), np.array([5], dtype=np.uint32)]
+    base = np.unique(rng.integers(0, 1 << 32, 3000, dtype=np.uint64)).astype(np.uint32)
+    for size in (1, 3, 50, 175, 400, 1500, 3000):
+        sets.append(np.sort(rng.choice(base, size, replace=False)))
+        sets.append(np.unique(rng.integers(0, 1 << 32, size, dtype=np.uint64)).astype(np.uint32))
+    for a in sets:
+        for b in sets:
+            coded = eliasfano.encode(b)
+            assert verify.jaccard_coded(a, coded) == verify.jaccard(a, eliasfano.decode(coded))
+    assert verify.jaccard_coded(sets[3].astype(np.uint64), eliasfano.encode(sets[3])) is None
+    damaged = bytearray(eliasfano.encode(sets[-1]))
+    damaged[-1] = 0
+    with pytest.raises(ValueError):
+        eliasfano.decode(bytes(damaged))
+    with pytest.raises(ValueError):
+        verify.jaccard_coded(sets[-1], bytes(damaged))
+    with pytest.raises(ValueError):
+        verify.jaccard_coded(sets[-1], b"\x40\x01")

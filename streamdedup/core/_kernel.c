@@ -45,6 +45,10 @@
  *     spread = key * spread (mod 2**64), its word layer[spread & (len - 1)] and its bits
  *     1 << ((spread >> shift) & 63) for each of shifts; out[i] (a byte) set to 1 where every bit is.
  *
+ * coded_shared(a, data) -> (shared, n)
+ *     How many values sorted unique uint32 a shares with the n values of an Elias-Fano coding
+ *     (decoded on the way, checked as ef_decode checks it): verify.jaccard of a stored candidate.
+ *
  * pack_records(records, numbers) -> list of bytes (None: a record left to msgpack)
  *     Each index.DocRecord packed as DocRecord.pack(number) does, byte for byte (msgpack's default
  *     Packer: str as raw with str8, bytes as bin, floats as doubles, ints in their smallest form),
@@ -473,27 +477,31 @@ done:
     return result;
 }
 
-static PyObject *ef_decode(PyObject *self, PyObject *args) {
-    Py_buffer data;
-    if (!PyArg_ParseTuple(args, "y*", &data)) return NULL;
-    const uint8_t *in = data.buf;
-    Py_ssize_t size = data.len, at = 1;
-    if (size < 2 || in[0] > 32) goto bad;
+/* An Elias-Fano coding's header: L, n and where the low bits begin (-1: not a coding). */
+static int ef_header(const uint8_t *in, Py_ssize_t size, int *low_out, uint64_t *n_out, Py_ssize_t *at_out) {
+    Py_ssize_t at = 1;
+    if (size < 2 || in[0] > 32) return -1;
     int low = in[0];
     uint64_t n = 0;
     for (int shift = 0;; shift += 7) {
-        if (at >= size || shift > 35) goto bad;
+        if (at >= size || shift > 35) return -1;
         uint8_t byte = in[at++];
         n |= (uint64_t)(byte & 0x7F) << shift;
         if (!(byte & 0x80)) break;
     }
     Py_ssize_t low_bytes = (Py_ssize_t)((n * low + 7) / 8);
-    if (n > (uint64_t)size * 8 || at + low_bytes > size || low != low_bits_for((Py_ssize_t)n)) goto bad;
+    if (n > (uint64_t)size * 8 || at + low_bytes > size || low != low_bits_for((Py_ssize_t)n)) return -1;
+    *low_out = low;
+    *n_out = n;
+    *at_out = at;
+    return 0;
+}
+
+/* The n values of a coding (its header read by ef_header) into out (-1: not a coding of sorted unique values). */
+static int ef_values(const uint8_t *in, Py_ssize_t size, int low, uint64_t n, Py_ssize_t at, uint32_t *out) {
+    Py_ssize_t low_bytes = (Py_ssize_t)((n * low + 7) / 8);
     const uint8_t *lows = in + at, *upper = lows + low_bytes;
     Py_ssize_t upper_bytes = size - at - low_bytes;
-    PyObject *result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n * 4);
-    if (!result) { PyBuffer_Release(&data); return NULL; }
-    uint32_t *out = (uint32_t *)PyBytes_AS_STRING(result);
     uint64_t i = 0, low_mask = low ? ((1ULL << low) - 1) : 0;
     for (Py_ssize_t byte = 0; byte < upper_bytes && i < n; byte++) {
         unsigned bits = upper[byte];
@@ -512,18 +520,67 @@ static PyObject *ef_decode(PyObject *self, PyObject *args) {
                 bit += take;
             }
             value |= high << low;
-            if (value > 0xFFFFFFFFULL || (i && value <= out[i - 1])) { Py_DECREF(result); goto bad; }
+            if (value > 0xFFFFFFFFULL || (i && value <= out[i - 1])) return -1;
             out[i++] = (uint32_t)value;
             bits &= bits - 1;
         }
     }
-    if (i != n) { Py_DECREF(result); goto bad; }
-    PyBuffer_Release(&data);
-    return result;
-bad:
-    PyBuffer_Release(&data);
+    return i == n ? 0 : -1;
+}
+
+static PyObject *not_a_coding(void) {
     PyErr_SetString(PyExc_ValueError, "not an Elias-Fano coding of sorted unique uint32 values");
     return NULL;
+}
+
+static PyObject *ef_decode(PyObject *self, PyObject *args) {
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "y*", &data)) return NULL;
+    const uint8_t *in = data.buf;
+    int low;
+    uint64_t n;
+    Py_ssize_t at;
+    if (ef_header(in, data.len, &low, &n, &at) < 0) { PyBuffer_Release(&data); return not_a_coding(); }
+    PyObject *result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n * 4);
+    if (!result) { PyBuffer_Release(&data); return NULL; }
+    if (ef_values(in, data.len, low, n, at, (uint32_t *)PyBytes_AS_STRING(result)) < 0) {
+        Py_DECREF(result);
+        PyBuffer_Release(&data);
+        return not_a_coding();
+    }
+    PyBuffer_Release(&data);
+    return result;
+}
+
+/* (shared, n): how many values sorted unique uint32 a shares with a coding's, and how many it codes. */
+static PyObject *coded_shared(PyObject *self, PyObject *args) {
+    PyObject *o_a;
+    Py_buffer data, a;
+    if (!PyArg_ParseTuple(args, "Oy*", &o_a, &data)) return NULL;
+    if (get_buffer(o_a, &a, 4, 0, "a") < 0) { PyBuffer_Release(&data); return NULL; }
+    const uint8_t *in = data.buf;
+    int low;
+    uint64_t n;
+    Py_ssize_t at;
+    PyObject *result = NULL;
+    uint32_t small[1024], *values = small;
+    if (ef_header(in, data.len, &low, &n, &at) < 0) { not_a_coding(); goto done; }
+    if (n > 1024 && !(values = malloc((size_t)n * 4))) { PyErr_NoMemory(); goto done; }
+    if (ef_values(in, data.len, low, n, at, values) < 0) { not_a_coding(); goto done; }
+    const uint32_t *x = a.buf;
+    Py_ssize_t m = a.len / 4, i = 0, j = 0, shared = 0, count = (Py_ssize_t)n;
+    while (i < m && j < count) {
+        uint32_t u = x[i], v = values[j];
+        shared += u == v;
+        i += u <= v;
+        j += v <= u;
+    }
+    result = Py_BuildValue("nn", shared, count);
+done:
+    if (values != small) free(values);
+    PyBuffer_Release(&a);
+    PyBuffer_Release(&data);
+    return result;
 }
 
 /* How many values two sorted unique uint32 arrays share (a merge walk; both are a page's few hundred). */
@@ -1288,6 +1345,7 @@ static PyMethodDef methods[] = {
     {"pack_records", pack_records, METH_VARARGS, "Index records packed as DocRecord.pack does (see the module)."},
     {"sorted_matches", sorted_matches, METH_VARARGS, "Where sorted keys' entries under sorted asked keys are."},
     {"bloom_test", bloom_test, METH_VARARGS, "The band filter's test of one layer (see the module)."},
+    {"coded_shared", coded_shared, METH_VARARGS, "Values a sorted uint32 array shares with an Elias-Fano coding's."},
     {NULL, NULL, 0, NULL},
 };
 

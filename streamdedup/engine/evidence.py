@@ -17,11 +17,11 @@ from ..core.excerpts import anchors_of, containment, need_of
 from ..core.prepare import PreparedBatch
 from ..core.signing import band_keys_of
 from ..core.templates import content_of
-from ..core.verify import jaccard
+from ..core.verify import jaccard, jaccard_coded
 from ..store.anchors import BatchAnchors
 from ..store.bands import BandTables
 from ..store.hashed import serials_of_many
-from ..store.index import DocRecord, IndexTxn
+from ..store.index import DocRecord, IndexTxn, damaged_shingles
 from ..store.candidates import Hits, RekeyedKeys, earliest_of_each_key, with_extra_candidates
 from ..store.mirror import RecentMirror
 from ..store.view import first_documents
@@ -300,6 +300,7 @@ class _Matches:
                  threshold: float):
         self.txn, self.records, self.batch, self.content, self.threshold = txn, records, batch, content, threshold
         self._shingles: dict[int, np.ndarray] = {}
+        self._coded: dict[int, bytes] = {}  # stored codings of candidates verified without templates
         self.found: list = []
         self.unkept: set[int] = set()  # candidates' entries that are duplicates': no candidates
 
@@ -335,10 +336,27 @@ class _Matches:
         if not serials:
             return
         own, unkept, stored, found, threshold = self.own(row), self.unkept, self._shingles, self.found, self.threshold
+        coded = self._coded
         for serial in serials:
             if serial in unkept:
                 continue
             shingles = stored.get(serial)
+            if shingles is None and timeline is None:  # compared with the stored coding as it is, if it can be
+                coding = coded.get(serial)
+                if coding is None:
+                    coding = self.txn.stored_coding(serial)
+                    if coding is None:  # a duplicate's place
+                        unkept.add(serial)
+                        continue
+                    coded[serial] = coding
+                try:
+                    similarity = jaccard_coded(own, coding)
+                except ValueError:
+                    raise damaged_shingles(serial) from None
+                if similarity is not None:
+                    if similarity >= threshold:
+                        found.append((row, serial, similarity))
+                    continue
             if shingles is None:
                 shingles = self.txn.stored_shingles(serial)
                 if shingles is None:  # a duplicate's place (only live kept documents have their shingles stored)

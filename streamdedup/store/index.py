@@ -210,6 +210,11 @@ SERIAL_BYTES = 4  # serials in the docs, ids, content and members tables (``MAX_
 CONTENT_KEY_BYTES = 8  # of the content hash, keying the content table
 
 
+def damaged_shingles(serial: int) -> IndexCorruptError:
+    return IndexCorruptError(f"the stored shingles of #{serial} are damaged; run `streamdedup check`, "
+                             "then restore a backup or rebuild the index")
+
+
 def serial_key(n: int) -> bytes:
     """A serial as the docs, ids, content and members tables store it (4 bytes, big-endian)."""
     return n.to_bytes(SERIAL_BYTES, "big")
@@ -617,8 +622,11 @@ class IndexTxn:
         try:
             return eliasfano.decode(raw)
         except ValueError:
-            raise IndexCorruptError(f"the stored shingles of #{serial} are damaged; run `streamdedup check`, "
-                                    "then restore a backup or rebuild the index") from None
+            raise damaged_shingles(serial) from None
+
+    def stored_coding(self, serial: int) -> Optional[bytes]:
+        """A kept document's stored shingles as the table holds them (``eliasfano``), or None if it has none."""
+        return self.txn.get(u64(serial), db=self.dbs["shingles"])
 
     def record(self, serial: int) -> DocRecord:
         raw = self.txn.get(serial_key(serial), db=self.dbs["docs"])
