@@ -457,3 +457,43 @@ def test_the_kernel_verifies_against_a_stored_coding_as_jaccard_does():
         verify.jaccard_coded(sets[-1], bytes(damaged))
     with pytest.raises(ValueError):
         verify.jaccard_coded(sets[-1], b"\x40\x01")
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_the_kernel_reads_a_packed_records_id_as_unpacking_does(seed):
+    """``_kernel.record_id`` gives the id ``DocRecord.unpack`` gives, for ids of every msgpack string width and
+    script; data laid out otherwise (not a record, a cut one, an id that is not valid UTF-8) gives None."""
+    import random
+
+    import msgpack
+
+    from streamdedup.core import _kernel
+    from streamdedup.store.index import DocRecord
+
+    rng = random.Random(seed)
+    for serial in range(1, 300):
+        record = _random_record(rng, serial)
+        packed = record.pack(3)
+        assert _kernel.record_id(packed) == DocRecord.unpack(serial, packed, lambda n: "s").id == record.id
+    packed = _random_record(rng, 1).pack(3)
+    for odd in (b"", b"\x9c", msgpack.packb([1, 2]), msgpack.packb("id"), msgpack.packb([b"id", True]),
+                b"\x9c\xa4ab", b"\x9c\xa2\xff\xfe" + packed[4:]):
+        assert _kernel.record_id(odd) is None
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_earliest_entries_of_each_key_sorted_in_the_kernel_as_lexsort_does(monkeypatch, seed):
+    """``candidates.earliest_of_each_key`` by two stable radix sorts (``_kernel.sort_entries``) keeps the
+    entries numpy's lexsort keeps, in its order: keys held by many serials, repeated pairs, every limit."""
+    from streamdedup.store import candidates
+
+    rng = np.random.default_rng(seed)
+    keys = rng.integers(0, 300, 5000, dtype=np.uint64) << np.uint64(rng.integers(0, 30))
+    serials = rng.integers(0, 1 << int(rng.integers(1, 40)), 5000).astype(np.int64)
+    for limit in (1, 3, 100, 10000):
+        found = []
+        for kernel in (candidates._kernel, None):
+            monkeypatch.setattr(candidates, "_kernel", kernel)
+            found.append(candidates.earliest_of_each_key(keys, serials, limit))
+        assert np.array_equal(found[0][0], found[1][0]) and np.array_equal(found[0][1], found[1][1])
+        assert found[0][0].dtype == np.uint64 and found[0][1].dtype == np.int64

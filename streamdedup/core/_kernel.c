@@ -49,6 +49,10 @@
  *     How many values sorted unique uint32 a shares with the n values of an Elias-Fano coding
  *     (decoded on the way, checked as ef_decode checks it): verify.jaccard of a stored candidate.
  *
+ * record_id(data) -> str or None
+ *     The id of a packed index record (its first field, as msgpack unpacks it), without unpacking
+ *     the rest; None for data of another layout (msgpack then says what it holds).
+ *
  * pack_records(records, numbers) -> list of bytes (None: a record left to msgpack)
  *     Each index.DocRecord packed as DocRecord.pack(number) does, byte for byte (msgpack's default
  *     Packer: str as raw with str8, bytes as bin, floats as doubles, ints in their smallest form),
@@ -1327,6 +1331,32 @@ static PyObject *bloom_test(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* The first field of a packed record, a str: its id (None when the data is laid out otherwise). */
+static PyObject *record_id(PyObject *self, PyObject *args) {
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "y*", &data)) return NULL;
+    const uint8_t *in = data.buf;
+    Py_ssize_t size = data.len, at = 1, n = -1;
+    if (size >= 2 && (in[0] & 0xf0) == 0x90 && in[0] != 0x90) {
+        uint8_t head = in[at++];
+        if ((head & 0xe0) == 0xa0) n = head & 0x1f;
+        else if (head == 0xd9 && at + 1 <= size) { n = in[at]; at += 1; }
+        else if (head == 0xda && at + 2 <= size) { n = ((Py_ssize_t)in[at] << 8) | in[at + 1]; at += 2; }
+        else if (head == 0xdb && at + 4 <= size) {
+            n = (Py_ssize_t)(((uint32_t)in[at] << 24) | ((uint32_t)in[at + 1] << 16) | ((uint32_t)in[at + 2] << 8) | in[at + 3]);
+            at += 4;
+        }
+    }
+    PyObject *result = NULL;
+    if (n >= 0 && at + n <= size) {
+        result = PyUnicode_DecodeUTF8((const char *)in + at, n, NULL);
+        if (!result) PyErr_Clear();
+    }
+    PyBuffer_Release(&data);
+    if (!result) Py_RETURN_NONE;
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"shingles", shingles, METH_VARARGS, "Sorted unique shingle hashes of every document (see the module)."},
     {"minhash", minhash, METH_VARARGS, "MinHash signatures of every document (see the module)."},
@@ -1346,6 +1376,7 @@ static PyMethodDef methods[] = {
     {"sorted_matches", sorted_matches, METH_VARARGS, "Where sorted keys' entries under sorted asked keys are."},
     {"bloom_test", bloom_test, METH_VARARGS, "The band filter's test of one layer (see the module)."},
     {"coded_shared", coded_shared, METH_VARARGS, "Values a sorted uint32 array shares with an Elias-Fano coding's."},
+    {"record_id", record_id, METH_VARARGS, "The id of a packed index record (see the module)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -175,7 +175,7 @@ def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch:
     evidence.matches = matches.found
     evidence.unkept = sorted(matches.unkept)
     named = [serial for _, serial, _ in matches.found] + [serial for _, serial, _, _ in evidence.sources]
-    evidence.names = {serial: records.get(serial).id for serial in named}
+    evidence.names = {serial: records.id_of(serial) for serial in named}
     if asking.cutoff is not None:
         held = {serial for serial in found_serials.tolist() if serial not in matches.unkept and records.holds(serial)}
         held |= {serial for _, serial, _ in evidence.rekeys}
@@ -285,6 +285,11 @@ class _RecordCache:
         if found is None:
             found = self._records[serial] = self.txn.record(serial)
         return found
+
+    def id_of(self, serial: int) -> str:
+        """``get(serial).id``, without unpacking a record not read yet (``IndexTxn.record_id``)."""
+        found = self._records.get(serial)
+        return found.id if found is not None else self.txn.record_id(serial)
 
     def holds(self, serial: int) -> bool:
         """Whether the index holds a record of ``serial`` (a duplicate's entry outlives its forgotten record)."""

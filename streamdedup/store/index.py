@@ -634,6 +634,12 @@ class IndexTxn:
             raise IndexCorruptError(f"document #{serial} is referenced but has no record; run `streamdedup check`")
         return self.unpack_record(serial, raw)
 
+    def record_id(self, serial: int) -> str:
+        """``record(serial).id``, read without unpacking the rest of the record (``_kernel.record_id``)."""
+        raw = self.txn.get(serial_key(serial), db=self.dbs["docs"])
+        found = _kernel.record_id(raw) if _kernel is not None and raw is not None else None
+        return found if found is not None else self.record(serial).id
+
     def has_record(self, serial: int) -> bool:
         return self.txn.get(serial_key(serial), db=self.dbs["docs"]) is not None
 
