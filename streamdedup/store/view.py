@@ -32,8 +32,11 @@ def _stored_first_documents(txn: IndexTxn, contents: list[bytes],
     The table is keyed by 8 bytes of the hash, which two contents may share:
     each hit's record (read by ``record``) must have the whole hash.
     """
-    cursor = txn.txn.cursor(db=txn.dbs["content"])
+    db = txn.dbs["content"]
     found = {}
+    if not txn.txn.stat(db)["entries"]:  # nothing merged into it yet (an index's first ``index.merge_every``)
+        return found
+    cursor = txn.txn.cursor(db=db)
     for c in sorted(set(contents), key=content_key):  # in table order: the pages read stay in cache
         serial = next((s for s in each_serial_of(cursor, content_key(c)) if record(s).content == c), None)
         if serial is not None:
@@ -45,6 +48,14 @@ def first_documents(txn: IndexTxn, mirror: RecentMirror, contents: list[bytes],
                     record: Callable[[int], DocRecord]) -> dict[bytes, int]:
     """The first document of each content hash: the content table's, else the mirror's."""
     found = _stored_first_documents(txn, contents, record)
+    if mirror.merging is None:  # ``first_of_content`` without a generation being merged: the mirror's own
+        mirrored = mirror.content
+        for c in contents:
+            if c not in found:
+                serial = mirrored.get(c)
+                if serial is not None:
+                    found[c] = serial
+        return found
     for c in contents:
         if c not in found:
             serial = mirror.first_of_content(c)
