@@ -216,7 +216,7 @@ def test_decisions_without_the_kernel_are_the_decisions_with_it(tmp_path, monkey
     import random
 
     from streamdedup import config as config_module
-    from streamdedup.core import corpus, eliasfano, prepare as prepare_module, verify, webcrawl
+    from streamdedup.core import corpus, eliasfano, lsh, prepare as prepare_module, verify, webcrawl
     from streamdedup.core.decode import InputSpec
     from streamdedup.engine.engine import Engine
     from streamdedup.runtime.offline import dedup_files
@@ -238,7 +238,7 @@ def test_decisions_without_the_kernel_are_the_decisions_with_it(tmp_path, monkey
         return (tmp_path / f"{name}.jsonl").read_bytes()
 
     compiled = decisions("kernel")
-    for module in (shingle, signing, prepare_module, verify, eliasfano, mirror, index, bandfilter, candidates):
+    for module in (shingle, signing, prepare_module, verify, eliasfano, mirror, index, bandfilter, candidates, lsh):
         monkeypatch.setattr(module, "_kernel", None)
     assert decisions("numpy") == compiled
     assert compiled.count(b'"duplicate"') > 200
@@ -497,3 +497,22 @@ def test_the_earliest_entries_of_each_key_sorted_in_the_kernel_as_lexsort_does(m
             found.append(candidates.earliest_of_each_key(keys, serials, limit))
         assert np.array_equal(found[0][0], found[1][0]) and np.array_equal(found[0][1], found[1][1])
         assert found[0][0].dtype == np.uint64 and found[0][1].dtype == np.int64
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_batchs_band_slots_sorted_in_the_kernel_as_numpy_sorts_them(monkeypatch, seed):
+    """``lsh.sorted_slots`` by the kernel's radix sort: the same sorted slots as numpy's argsort, each with its
+    row and band; a slot several rows hold lists them in row order (numpy's order there is its own)."""
+    from streamdedup.core import lsh
+
+    rng = np.random.default_rng(seed)
+    keys = rng.integers(0, 50 if seed else 1 << 32, size=(500, 32), dtype=np.uint64)
+    compiled = lsh.sorted_slots(keys)
+    monkeypatch.setattr(lsh, "_kernel", None)
+    plain = lsh.sorted_slots(keys)
+    assert np.array_equal(compiled[0], plain[0]) and compiled[1].dtype == plain[1].dtype
+    assert compiled[2].dtype == plain[2].dtype == np.uint16
+    assert sorted(zip(*(part.tolist() for part in compiled))) == sorted(zip(*(part.tolist() for part in plain)))
+    assert np.array_equal(keys[compiled[1], compiled[2]], compiled[0] & np.uint64(0xFFFFFFFF))
+    same = compiled[0][1:] == compiled[0][:-1]
+    assert (compiled[1][1:][same] > compiled[1][:-1][same]).all()
