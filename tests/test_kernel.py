@@ -516,3 +516,38 @@ def test_a_batchs_band_slots_sorted_in_the_kernel_as_numpy_sorts_them(monkeypatc
     assert np.array_equal(keys[compiled[1], compiled[2]], compiled[0] & np.uint64(0xFFFFFFFF))
     same = compiled[0][1:] == compiled[0][:-1]
     assert (compiled[1][1:][same] > compiled[1][:-1][same]).all()
+
+
+@pytest.mark.parametrize("kernel", [True, False])
+def test_the_mirrors_levels_answer_as_one_sorted_array_would(monkeypatch, kernel):
+    """The recent mirror's entries in three levels (a batch's runs, the middle level they are folded into, the
+    large one it goes into at a quarter of its size) answer every lookup with the entries one array sorted
+    by slot would hold, and fold into that array, equal slots in the order the batches came."""
+    from streamdedup.store import mirror
+
+    if not kernel:
+        monkeypatch.setattr(mirror, "_kernel", None)
+    monkeypatch.setattr(mirror, "FRESH_ENTRIES", 300)
+    rng = np.random.default_rng(5)
+    recent = mirror.RecentMirror()
+    all_slots, all_serials = [], []
+    serial = 0
+    for batch in range(60):
+        kept = int(rng.integers(0, 40))
+        keys = rng.integers(0, 500, size=(kept, 4), dtype=np.uint64)
+        serials = np.arange(serial + 1, serial + 1 + kept, dtype=np.int64)
+        serial += kept
+        recent.add([(int(s), int(s).to_bytes(8, "big"), int(s).to_bytes(16, "big")) for s in serials], serials, keys)
+        all_slots.append(mirror.band_slots(np.tile(np.arange(4, dtype=np.uint16), kept), keys.ravel()))
+        all_serials.append(np.repeat(serials, 4))
+        asked = np.unique(rng.integers(0, 4 << 32 | 500, 200, dtype=np.uint64) & np.uint64(3 << 32 | 511))
+        slots, owners = np.concatenate(all_slots), np.concatenate(all_serials)
+        found = recent.band_rows(asked)
+        expected = np.isin(slots, asked)
+        assert sorted(zip(found[0].tolist(), found[1].tolist())) == sorted(zip(slots[expected].tolist(),
+                                                                               owners[expected].tolist()))
+        if batch == 30:
+            assert len(recent._middle) and len(recent._settled)
+    order = np.argsort(np.concatenate(all_slots), kind="stable")
+    assert np.array_equal(recent.slots, np.concatenate(all_slots)[order])
+    assert np.array_equal(recent.serials, np.concatenate(all_serials)[order])
