@@ -157,19 +157,21 @@ def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch:
     sources = _Sources(txn, batch, content, asking.excerpts, evidence) if asking.excerpts else None
     timeline = content.timeline.rewound() if content is not None else None
     verified_by = None if timeline is None or _no_template(txn, timeline) else timeline
+    strong = hits.at_least(asking.min_shared)
+    strong_serials, strong_bounds = strong.serials.tolist(), strong.bounds
     for row in _rows_to_verify(hits, asking, content, sources is not None):
         if timeline is not None:
             timeline.at(row)
             for site in content.settles.get(row, ()):
                 evidence.rekeys += first.rekey(site, row, lambda serial: matches.stored_content(serial, timeline),
                                                row not in content.provisional)
-        serials, shared = hits.of(row)
         if first is not None and first.rekeyed:
-            serials, shared = with_extra_candidates(serials, shared, first.candidates(lookup_keys[row]))
-        if len(serials):
+            serials, shared = with_extra_candidates(*hits.of(row), first.candidates(lookup_keys[row]))
             least = asking.min_shared
             matches.verify_row(row, [serial for serial, count in zip(serials.tolist(), shared.tolist())
                                      if count >= least], verified_by)
+        else:  # most rows: the hits sharing ``min_shared`` bands, listed once for the batch
+            matches.verify_row(row, strong_serials[strong_bounds[row]:strong_bounds[row + 1]], verified_by)
         if sources is not None:
             sources.verify(row, matches, timeline)
     evidence.matches = matches.found
