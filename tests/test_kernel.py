@@ -216,11 +216,11 @@ def test_decisions_without_the_kernel_are_the_decisions_with_it(tmp_path, monkey
     import random
 
     from streamdedup import config as config_module
-    from streamdedup.core import corpus, eliasfano, prepare as prepare_module, verify, webcrawl
+    from streamdedup.core import corpus, eliasfano, lsh, prepare as prepare_module, verify, webcrawl
     from streamdedup.core.decode import InputSpec
     from streamdedup.engine.engine import Engine
     from streamdedup.runtime.offline import dedup_files
-    from streamdedup.store import mirror
+    from streamdedup.store import bandfilter, candidates, index, mirror
 
     web = io.StringIO()
     webcrawl.write_web_jsonl(webcrawl.generate_web(600, 12, seed=3), web)
@@ -238,7 +238,7 @@ def test_decisions_without_the_kernel_are_the_decisions_with_it(tmp_path, monkey
         return (tmp_path / f"{name}.jsonl").read_bytes()
 
     compiled = decisions("kernel")
-    for module in (shingle, signing, prepare_module, verify, eliasfano, mirror):
+    for module in (shingle, signing, prepare_module, verify, eliasfano, mirror, index, bandfilter, candidates, lsh):
         monkeypatch.setattr(module, "_kernel", None)
     assert decisions("numpy") == compiled
     assert compiled.count(b'"duplicate"') > 200
@@ -286,3 +286,268 @@ def test_the_kernel_pairs_hits_as_numpy_does(monkeypatch, seed):
         assert np.array_equal(compiled.serials, vectorized.serials) and compiled.serials.dtype == np.int64
         assert np.array_equal(compiled.shared, vectorized.shared)
         assert compiled.bounds[-1] > 1000
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_mirror_sorts_and_folds_runs_as_numpy_does(monkeypatch, seed):
+    """A batch's mirror entries sorted (``_kernel.sort_entries``, a radix sort) and the fresh runs folded
+    (``_kernel.merge_into`` one run after another) as numpy's stable sorts do: by slot, equal slots in the
+    order given; keys of every width, repeats, one key alone, empty runs."""
+    from streamdedup.store import mirror
+
+    rng = np.random.default_rng(seed)
+    runs = []
+    for high in (1, 2, 50, 1 << 20, 1 << 37, 1 << 63):
+        size = int(rng.integers(0, 3000))
+        keys = rng.integers(0, high, size, dtype=np.uint64) + np.uint64(int(rng.integers(0, 1 << 8)))
+        runs.append((keys, rng.integers(-(1 << 40), 1 << 40, size).astype(np.int64)))
+    runs.append((np.full(7, 1 << 40, dtype=np.uint64), np.arange(7, dtype=np.int64)))
+    for keys, serials in runs:
+        order = np.argsort(keys, kind="stable")
+        expected = keys[order], serials[order]
+        for kernel in (mirror._kernel, None):
+            monkeypatch.setattr(mirror, "_kernel", kernel)
+            found = mirror._sorted_entries(keys.copy(), serials.copy())
+            assert np.array_equal(found[0], expected[0]) and np.array_equal(found[1], expected[1])
+    sorted_runs = [mirror._sorted_entries(*run) for run in runs]
+    folded = []
+    for kernel in (mirror._kernel, None):
+        monkeypatch.setattr(mirror, "_kernel", kernel)
+        folded.append(mirror._merged_runs(sorted_runs))
+    assert np.array_equal(folded[0][0], folded[1][0]) and np.array_equal(folded[0][1], folded[1][1])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_kernel_sets_and_tests_the_mirrors_key_bits_as_numpy_does(monkeypatch, seed):
+    """The mirror's presence map (``_KeyBits``) set and asked in the kernel (``key_bits_set``,
+    ``key_bits_test``) bit for bit as the numpy path does, band slots (band in the high bits) included."""
+    from streamdedup.store import mirror
+
+    rng = np.random.default_rng(seed)
+    added = [rng.integers(0, 1 << 40, int(rng.integers(0, 5000)), dtype=np.uint64) for _ in range(4)]
+    asked = np.concatenate([rng.integers(0, 1 << 40, 20000, dtype=np.uint64), *added])
+    maps, answers = [], []
+    for kernel in (mirror._kernel, None):
+        monkeypatch.setattr(mirror, "_kernel", kernel)
+        bits = mirror._KeyBits()
+        for keys in added:
+            bits.add(keys)
+        maps.append(bits._bits.copy())
+        answers.append(bits.may_hold(asked))
+    assert np.array_equal(maps[0], maps[1]) and np.array_equal(answers[0], answers[1])
+    assert answers[0].dtype == bool and answers[0][20000:].all() and not answers[0][:20000].all()
+
+
+def _random_record(rng, serial: int):
+    """A DocRecord of every kind and width a field takes: kept, exact and near duplicates, excerpts, expired
+    ones, ids of every msgpack string width and script, ints of every msgpack width (negative ones too)."""
+    from streamdedup.store.index import DocRecord
+
+    def text() -> str:
+        size = rng.choice([0, 1, 31, 32, 255, 256, 70000, rng.randrange(1, 60)])
+        if size > 100:
+            return ("abcé€𝄞 -_/" * size)[rng.randrange(10):][:size]
+        return "".join(rng.choice("abcé€𝄞 -_/") for _ in range(size))
+
+    def number() -> int:
+        return rng.choice([0, 1, 127, 128, 255, 256, 65535, 65536, (1 << 32) - 1, 1 << 32, (1 << 63) - 1, 1 << 63,
+                           (1 << 64) - 1, -1, -32, -33, -128, -129, -32768, -32769, -(1 << 31), -(1 << 31) - 1,
+                           -(1 << 63), rng.randrange(-(1 << 40), 1 << 40)])
+
+    ident = text()
+    kept = rng.random() < 0.5
+    cluster = serial if kept else rng.randrange(1, serial + 1)
+    cluster_id = ident if kept or rng.random() < 0.1 else text()
+    matched = rng.choice([None, cluster, rng.randrange(0, 1 << 33)])
+    matched_id = rng.choice([None, cluster_id, text()])
+    similarity = rng.choice([None, 1.0, 0.7, rng.random(), float("inf"), -0.0])
+    content = rng.randbytes(rng.choice([0, 16, 300, 70000]))
+    source = [text(), number(), number()]
+    band_keys = rng.randbytes(rng.choice([0, 128, 256]))
+    record = DocRecord(serial, ident, kept, cluster, cluster_id, matched, matched_id, similarity,
+                       rng.random() < 0.3, content, source, band_keys, rng.choice([0.0, 1.7e9 + rng.random()]),
+                       rng.choice([False, False, True]), rng.choice([0, 0, number()]),
+                       rng.choice([None, None, 0.8, rng.random()]))
+    return record
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_kernel_packs_records_as_msgpack_does(seed):
+    """``_kernel.pack_records`` gives every record ``DocRecord.pack``'s bytes (the index's docs table: its
+    layout must not change), for fields of every kind and width, the defaults left out as msgpack's path does;
+    a record of another type (a tuple source, a numpy int, an int too wide for msgpack) is left to msgpack."""
+    import random
+
+    from streamdedup.core import _kernel
+    from streamdedup.store.index import DocRecord
+
+    rng = random.Random(seed)
+    records = [_random_record(rng, serial) for serial in range(1, 400)]
+    numbers = [rng.choice([0, 1, 300, 1 << 20]) for _ in records]
+    packed = _kernel.pack_records(records, numbers)
+    assert packed == [record.pack(number) for record, number in zip(records, numbers)]
+    odd = [DocRecord(5, "a", True, 5, "a", None, None, None, False, b"", ("s", 1, 2), b"", 1.0),
+           DocRecord(5, "a", True, 5, "a", None, None, None, False, b"", ["s", np.int64(1), 2], b"", 1.0),
+           DocRecord(5, "a", True, 5, "a", None, None, None, False, b"", ["s", 1 << 64, 2], b"", 1.0),
+           DocRecord(5, "a\ud800", True, 5, "a", None, None, None, False, b"", ["s", 1, 2], b"", 1.0)]
+    assert _kernel.pack_records(odd, [0] * len(odd)) == [None] * len(odd)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_kernel_finds_the_mirrors_entries_under_asked_keys_as_numpy_does(monkeypatch, seed):
+    """``_kernel.sorted_matches`` (the mirror's entries under a batch's band slots) against the numpy path:
+    keys with repeats, asked keys below, between and above them, none asked, none held."""
+    from streamdedup.store import mirror
+
+    rng = np.random.default_rng(seed)
+    keys = np.sort(rng.integers(10, 5000, int(rng.integers(1, 20000)), dtype=np.uint64))
+    serials = rng.integers(0, 1 << 40, len(keys)).astype(np.int64)
+    for asked in (np.unique(rng.integers(0, 6000, 3000, dtype=np.uint64)), np.zeros(0, dtype=np.uint64),
+                  np.array([0, 1, 5001, 9999], dtype=np.uint64), np.unique(keys)):
+        found = []
+        for kernel in (mirror._kernel, None):
+            monkeypatch.setattr(mirror, "_kernel", kernel)
+            found.append(mirror._rows_with_keys(keys, serials, asked))
+        assert np.array_equal(found[0][0], found[1][0]) and np.array_equal(found[0][1], found[1][1])
+        assert found[0][0].dtype == np.uint64 and found[0][1].dtype == np.int64
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_kernel_asks_the_band_filter_as_numpy_does(monkeypatch, seed):
+    """The band filter's layers asked in the kernel (``_kernel.bloom_test``) give numpy's answer for every key:
+    a filter grown to several layers, keys it took (all held) and keys it never saw (a few false positives)."""
+    from streamdedup.store import bandfilter
+
+    rng = np.random.default_rng(seed)
+    band_filter = bandfilter.BandFilter(1 << 10, 1 << 14)
+    taken = rng.integers(0, 1 << 32, 3000, dtype=np.uint64)
+    band_filter.add(taken)
+    assert len(band_filter.layers) > 1
+    asked = np.concatenate([taken, rng.integers(0, 1 << 32, 20000, dtype=np.uint64)])
+    answers = []
+    for kernel in (bandfilter._kernel, None):
+        monkeypatch.setattr(bandfilter, "_kernel", kernel)
+        answers.append(band_filter.may_hold(asked))
+    assert np.array_equal(answers[0], answers[1]) and answers[0].dtype == bool
+    assert answers[0][:3000].all() and not answers[0][3000:].all()
+
+
+def test_the_kernel_verifies_against_a_stored_coding_as_jaccard_does():
+    """``verify.jaccard_coded`` (``_kernel.coded_shared``: a stored candidate's coding decoded and compared in
+    one call) gives ``jaccard`` of the decoded values, the same float, empty sets and sets of every size
+    included; a damaged coding raises ValueError as ``eliasfano.decode`` does."""
+    from streamdedup.core import eliasfano, verify
+
+    rng = np.random.default_rng(7)
+    sets = [np.zeros(0, dtype=np.uint32), np.array([5], dtype=np.uint32)]
+    base = np.unique(rng.integers(0, 1 << 32, 3000, dtype=np.uint64)).astype(np.uint32)
+    for size in (1, 3, 50, 175, 400, 1500, 3000):
+        sets.append(np.sort(rng.choice(base, size, replace=False)))
+        sets.append(np.unique(rng.integers(0, 1 << 32, size, dtype=np.uint64)).astype(np.uint32))
+    for a in sets:
+        for b in sets:
+            coded = eliasfano.encode(b)
+            assert verify.jaccard_coded(a, coded) == verify.jaccard(a, eliasfano.decode(coded))
+    assert verify.jaccard_coded(sets[3].astype(np.uint64), eliasfano.encode(sets[3])) is None
+    damaged = bytearray(eliasfano.encode(sets[-1]))
+    damaged[-1] = 0
+    with pytest.raises(ValueError):
+        eliasfano.decode(bytes(damaged))
+    with pytest.raises(ValueError):
+        verify.jaccard_coded(sets[-1], bytes(damaged))
+    with pytest.raises(ValueError):
+        verify.jaccard_coded(sets[-1], b"\x40\x01")
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_the_kernel_reads_a_packed_records_id_as_unpacking_does(seed):
+    """``_kernel.record_id`` gives the id ``DocRecord.unpack`` gives, for ids of every msgpack string width and
+    script; data laid out otherwise (not a record, a cut one, an id that is not valid UTF-8) gives None."""
+    import random
+
+    import msgpack
+
+    from streamdedup.core import _kernel
+    from streamdedup.store.index import DocRecord
+
+    rng = random.Random(seed)
+    for serial in range(1, 300):
+        record = _random_record(rng, serial)
+        packed = record.pack(3)
+        assert _kernel.record_id(packed) == DocRecord.unpack(serial, packed, lambda n: "s").id == record.id
+    packed = _random_record(rng, 1).pack(3)
+    for odd in (b"", b"\x9c", msgpack.packb([1, 2]), msgpack.packb("id"), msgpack.packb([b"id", True]),
+                b"\x9c\xa4ab", b"\x9c\xa2\xff\xfe" + packed[4:]):
+        assert _kernel.record_id(odd) is None
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_earliest_entries_of_each_key_sorted_in_the_kernel_as_lexsort_does(monkeypatch, seed):
+    """``candidates.earliest_of_each_key`` by two stable radix sorts (``_kernel.sort_entries``) keeps the
+    entries numpy's lexsort keeps, in its order: keys held by many serials, repeated pairs, every limit."""
+    from streamdedup.store import candidates
+
+    rng = np.random.default_rng(seed)
+    keys = rng.integers(0, 300, 5000, dtype=np.uint64) << np.uint64(rng.integers(0, 30))
+    serials = rng.integers(0, 1 << int(rng.integers(1, 40)), 5000).astype(np.int64)
+    for limit in (1, 3, 100, 10000):
+        found = []
+        for kernel in (candidates._kernel, None):
+            monkeypatch.setattr(candidates, "_kernel", kernel)
+            found.append(candidates.earliest_of_each_key(keys, serials, limit))
+        assert np.array_equal(found[0][0], found[1][0]) and np.array_equal(found[0][1], found[1][1])
+        assert found[0][0].dtype == np.uint64 and found[0][1].dtype == np.int64
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_batchs_band_slots_sorted_in_the_kernel_as_numpy_sorts_them(monkeypatch, seed):
+    """``lsh.sorted_slots`` by the kernel's radix sort: the same sorted slots as numpy's argsort, each with its
+    row and band; a slot several rows hold lists them in row order (numpy's order there is its own)."""
+    from streamdedup.core import lsh
+
+    rng = np.random.default_rng(seed)
+    keys = rng.integers(0, 50 if seed else 1 << 32, size=(500, 32), dtype=np.uint64)
+    compiled = lsh.sorted_slots(keys)
+    monkeypatch.setattr(lsh, "_kernel", None)
+    plain = lsh.sorted_slots(keys)
+    assert np.array_equal(compiled[0], plain[0]) and compiled[1].dtype == plain[1].dtype
+    assert compiled[2].dtype == plain[2].dtype == np.uint16
+    assert sorted(zip(*(part.tolist() for part in compiled))) == sorted(zip(*(part.tolist() for part in plain)))
+    assert np.array_equal(keys[compiled[1], compiled[2]], compiled[0] & np.uint64(0xFFFFFFFF))
+    same = compiled[0][1:] == compiled[0][:-1]
+    assert (compiled[1][1:][same] > compiled[1][:-1][same]).all()
+
+
+@pytest.mark.parametrize("kernel", [True, False])
+def test_the_mirrors_levels_answer_as_one_sorted_array_would(monkeypatch, kernel):
+    """The recent mirror's entries in three levels (a batch's runs, the middle level they are folded into, the
+    large one it goes into at a quarter of its size) answer every lookup with the entries one array sorted
+    by slot would hold, and fold into that array, equal slots in the order the batches came."""
+    from streamdedup.store import mirror
+
+    if not kernel:
+        monkeypatch.setattr(mirror, "_kernel", None)
+    monkeypatch.setattr(mirror, "FRESH_ENTRIES", 300)
+    rng = np.random.default_rng(5)
+    recent = mirror.RecentMirror()
+    all_slots, all_serials = [], []
+    serial = 0
+    for batch in range(60):
+        kept = int(rng.integers(0, 40))
+        keys = rng.integers(0, 500, size=(kept, 4), dtype=np.uint64)
+        serials = np.arange(serial + 1, serial + 1 + kept, dtype=np.int64)
+        serial += kept
+        recent.add([(int(s), int(s).to_bytes(8, "big"), int(s).to_bytes(16, "big")) for s in serials], serials, keys)
+        all_slots.append(mirror.band_slots(np.tile(np.arange(4, dtype=np.uint16), kept), keys.ravel()))
+        all_serials.append(np.repeat(serials, 4))
+        asked = np.unique(rng.integers(0, 4 << 32 | 500, 200, dtype=np.uint64) & np.uint64(3 << 32 | 511))
+        slots, owners = np.concatenate(all_slots), np.concatenate(all_serials)
+        found = recent.band_rows(asked)
+        expected = np.isin(slots, asked)
+        assert sorted(zip(found[0].tolist(), found[1].tolist())) == sorted(zip(slots[expected].tolist(),
+                                                                               owners[expected].tolist()))
+        if batch == 30:
+            assert len(recent._middle) and len(recent._settled)
+    order = np.argsort(np.concatenate(all_slots), kind="stable")
+    assert np.array_equal(recent.slots, np.concatenate(all_slots)[order])
+    assert np.array_equal(recent.serials, np.concatenate(all_serials)[order])

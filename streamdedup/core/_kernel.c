@@ -28,6 +28,37 @@
  *     keys/values (sorted the same way, with room for the run) in place, from the end; the run's
  *     entries after equal keys there: the recent mirror's entries (mirror.py).
  *
+ * key_bits_set(bits, keys, shift), key_bits_test(bits, keys, shift, out)
+ *     The recent mirror's presence map (mirror._KeyBits): bit (key >> shift) & (8 * len(bits) - 1)
+ *     of the uint8 array bits set for every uint64 key, or tested into out (one byte a key, 0 or 1).
+ *
+ * sort_entries(keys, values)
+ *     uint64 keys, each with an 8-byte value, sorted by key in place, equal keys in the order given
+ *     (a stable radix sort): a batch's entries of the recent mirror (mirror.py).
+ *
+ * sorted_matches(keys, asked) -> bytearray of int64
+ *     Where the entries of sorted uint64 keys (repeats allowed) whose key is one of sorted unique
+ *     asked ones are, ascending: the recent mirror's entries under a batch's band slots.
+ *
+ * bloom_test(layer, keys, spread, shifts, out)
+ *     The band filter's test of one layer (bandfilter.BandFilter.may_hold): for each uint64 key,
+ *     spread = key * spread (mod 2**64), its word layer[spread & (len - 1)] and its bits
+ *     1 << ((spread >> shift) & 63) for each of shifts; out[i] (a byte) set to 1 where every bit is.
+ *
+ * coded_shared(a, data) -> (shared, n)
+ *     How many values sorted unique uint32 a shares with the n values of an Elias-Fano coding
+ *     (decoded on the way, checked as ef_decode checks it): verify.jaccard of a stored candidate.
+ *
+ * record_id(data) -> str or None
+ *     The id of a packed index record (its first field, as msgpack unpacks it), without unpacking
+ *     the rest; None for data of another layout (msgpack then says what it holds).
+ *
+ * pack_records(records, numbers) -> list of bytes (None: a record left to msgpack)
+ *     Each index.DocRecord packed as DocRecord.pack(number) does, byte for byte (msgpack's default
+ *     Packer: str as raw with str8, bytes as bin, floats as doubles, ints in their smallest form),
+ *     for a record whose fields are of the types records hold (None, bool, int, float, str, bytes,
+ *     a list source); any other type in a record gives None for it.
+ *
  * Arrays are passed through the buffer protocol (C-contiguous, types checked by itemsize here and
  * by dtype in Python), so the module needs only Python.h to build.
  */
@@ -393,15 +424,20 @@ static PyObject *ef_encoded(const uint32_t *v, Py_ssize_t n) {
     out[at++] = (uint8_t)rest;
     uint8_t *lows = out + at, *upper = lows + low_bytes;
     uint64_t mask = low ? ((1ULL << low) - 1) : 0;
+    uint64_t pending = 0; /* low bits not written yet, the next byte's first (at most 7 + 32 of them) */
+    int held = 0;
+    uint8_t *low_at = lows;
     for (Py_ssize_t i = 0; i < n; i++) {
-        uint64_t bits = v[i] & mask, bit = (uint64_t)i * low;
-        for (int done = 0; done < low;) {
-            int shift = (int)(bit & 7), take = 8 - shift;
-            if (take > low - done) take = low - done;
-            lows[bit >> 3] |= (uint8_t)(((bits >> done) & ((1u << take) - 1)) << shift);
-            done += take;
-            bit += take;
+        pending |= ((uint64_t)v[i] & mask) << held;
+        held += low;
+        while (held >= 8) {
+            *low_at++ = (uint8_t)pending;
+            pending >>= 8;
+            held -= 8;
         }
+    }
+    if (held > 0) *low_at = (uint8_t)pending;
+    for (Py_ssize_t i = 0; i < n; i++) {
         uint64_t position = ((uint64_t)v[i] >> low) + (uint64_t)i;
         upper[position >> 3] |= (uint8_t)(1u << (position & 7));
     }
@@ -445,34 +481,42 @@ done:
     return result;
 }
 
-static PyObject *ef_decode(PyObject *self, PyObject *args) {
-    Py_buffer data;
-    if (!PyArg_ParseTuple(args, "y*", &data)) return NULL;
-    const uint8_t *in = data.buf;
-    Py_ssize_t size = data.len, at = 1;
-    if (size < 2 || in[0] > 32) goto bad;
+/* An Elias-Fano coding's header: L, n and where the low bits begin (-1: not a coding). */
+static int ef_header(const uint8_t *in, Py_ssize_t size, int *low_out, uint64_t *n_out, Py_ssize_t *at_out) {
+    Py_ssize_t at = 1;
+    if (size < 2 || in[0] > 32) return -1;
     int low = in[0];
     uint64_t n = 0;
     for (int shift = 0;; shift += 7) {
-        if (at >= size || shift > 35) goto bad;
+        if (at >= size || shift > 35) return -1;
         uint8_t byte = in[at++];
         n |= (uint64_t)(byte & 0x7F) << shift;
         if (!(byte & 0x80)) break;
     }
     Py_ssize_t low_bytes = (Py_ssize_t)((n * low + 7) / 8);
-    if (n > (uint64_t)size * 8 || at + low_bytes > size || low != low_bits_for((Py_ssize_t)n)) goto bad;
+    if (n > (uint64_t)size * 8 || at + low_bytes > size || low != low_bits_for((Py_ssize_t)n)) return -1;
+    *low_out = low;
+    *n_out = n;
+    *at_out = at;
+    return 0;
+}
+
+/* The n values of a coding (its header read by ef_header) into out (-1: not a coding of sorted unique values). */
+static int ef_values(const uint8_t *in, Py_ssize_t size, int low, uint64_t n, Py_ssize_t at, uint32_t *out) {
+    Py_ssize_t low_bytes = (Py_ssize_t)((n * low + 7) / 8);
     const uint8_t *lows = in + at, *upper = lows + low_bytes;
     Py_ssize_t upper_bytes = size - at - low_bytes;
-    PyObject *result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n * 4);
-    if (!result) { PyBuffer_Release(&data); return NULL; }
-    uint32_t *out = (uint32_t *)PyBytes_AS_STRING(result);
-    uint64_t i = 0;
+    uint64_t i = 0, low_mask = low ? ((1ULL << low) - 1) : 0;
     for (Py_ssize_t byte = 0; byte < upper_bytes && i < n; byte++) {
         unsigned bits = upper[byte];
         while (bits && i < n) {
             uint64_t position = (uint64_t)byte * 8 + __builtin_ctz(bits);
             uint64_t high = position - i, bit = i * low, value = 0;
-            for (int done = 0; done < low;) {
+            if ((Py_ssize_t)(bit >> 3) + 8 <= low_bytes) { /* a whole word there: one unaligned load */
+                uint64_t word;
+                memcpy(&word, lows + (bit >> 3), 8);
+                value = (word >> (bit & 7)) & low_mask;
+            } else for (int done = 0; done < low;) {
                 int shift = (int)(bit & 7), take = 8 - shift;
                 if (take > low - done) take = low - done;
                 value |= (uint64_t)((lows[bit >> 3] >> shift) & ((1u << take) - 1)) << done;
@@ -480,18 +524,67 @@ static PyObject *ef_decode(PyObject *self, PyObject *args) {
                 bit += take;
             }
             value |= high << low;
-            if (value > 0xFFFFFFFFULL || (i && value <= out[i - 1])) { Py_DECREF(result); goto bad; }
+            if (value > 0xFFFFFFFFULL || (i && value <= out[i - 1])) return -1;
             out[i++] = (uint32_t)value;
             bits &= bits - 1;
         }
     }
-    if (i != n) { Py_DECREF(result); goto bad; }
-    PyBuffer_Release(&data);
-    return result;
-bad:
-    PyBuffer_Release(&data);
+    return i == n ? 0 : -1;
+}
+
+static PyObject *not_a_coding(void) {
     PyErr_SetString(PyExc_ValueError, "not an Elias-Fano coding of sorted unique uint32 values");
     return NULL;
+}
+
+static PyObject *ef_decode(PyObject *self, PyObject *args) {
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "y*", &data)) return NULL;
+    const uint8_t *in = data.buf;
+    int low;
+    uint64_t n;
+    Py_ssize_t at;
+    if (ef_header(in, data.len, &low, &n, &at) < 0) { PyBuffer_Release(&data); return not_a_coding(); }
+    PyObject *result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n * 4);
+    if (!result) { PyBuffer_Release(&data); return NULL; }
+    if (ef_values(in, data.len, low, n, at, (uint32_t *)PyBytes_AS_STRING(result)) < 0) {
+        Py_DECREF(result);
+        PyBuffer_Release(&data);
+        return not_a_coding();
+    }
+    PyBuffer_Release(&data);
+    return result;
+}
+
+/* (shared, n): how many values sorted unique uint32 a shares with a coding's, and how many it codes. */
+static PyObject *coded_shared(PyObject *self, PyObject *args) {
+    PyObject *o_a;
+    Py_buffer data, a;
+    if (!PyArg_ParseTuple(args, "Oy*", &o_a, &data)) return NULL;
+    if (get_buffer(o_a, &a, 4, 0, "a") < 0) { PyBuffer_Release(&data); return NULL; }
+    const uint8_t *in = data.buf;
+    int low;
+    uint64_t n;
+    Py_ssize_t at;
+    PyObject *result = NULL;
+    uint32_t small[1024], *values = small;
+    if (ef_header(in, data.len, &low, &n, &at) < 0) { not_a_coding(); goto done; }
+    if (n > 1024 && !(values = malloc((size_t)n * 4))) { PyErr_NoMemory(); goto done; }
+    if (ef_values(in, data.len, low, n, at, values) < 0) { not_a_coding(); goto done; }
+    const uint32_t *x = a.buf;
+    Py_ssize_t m = a.len / 4, i = 0, j = 0, shared = 0, count = (Py_ssize_t)n;
+    while (i < m && j < count) {
+        uint32_t u = x[i], v = values[j];
+        shared += u == v;
+        i += u <= v;
+        j += v <= u;
+    }
+    result = Py_BuildValue("nn", shared, count);
+done:
+    if (values != small) free(values);
+    PyBuffer_Release(&a);
+    PyBuffer_Release(&data);
+    return result;
 }
 
 /* How many values two sorted unique uint32 arrays share (a merge walk; both are a page's few hundred). */
@@ -873,6 +966,397 @@ done:
     return result;
 }
 
+/* The recent mirror's presence map: one bit per (key >> shift), the map's size a power of two. */
+static int key_bits_args(PyObject *args, Py_buffer *bits, Py_buffer *keys, int *shift, PyObject **out) {
+    PyObject *o_bits, *o_keys;
+    *out = NULL;
+    if (!PyArg_ParseTuple(args, "OOi|O", &o_bits, &o_keys, shift, out)) return -1;
+    if (*shift < 0 || *shift > 63) { PyErr_SetString(PyExc_ValueError, "key bits: shift out of range"); return -1; }
+    if (get_buffer(o_bits, bits, 1, 1, "bits") < 0) return -1;
+    if (bits->len == 0 || (bits->len & (bits->len - 1))) {
+        PyErr_SetString(PyExc_ValueError, "key bits: the map's size must be a power of two");
+        PyBuffer_Release(bits);
+        return -1;
+    }
+    if (get_buffer(o_keys, keys, 8, 0, "keys") < 0) { PyBuffer_Release(bits); return -1; }
+    return 0;
+}
+
+static PyObject *key_bits_set(PyObject *self, PyObject *args) {
+    Py_buffer bits, keys;
+    int shift;
+    PyObject *unused;
+    if (key_bits_args(args, &bits, &keys, &shift, &unused) < 0) return NULL;
+    uint8_t *map = bits.buf;
+    const uint64_t *k = keys.buf, mask = (uint64_t)bits.len * 8 - 1;
+    Py_ssize_t n = keys.len / 8;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t number = (k[i] >> shift) & mask;
+        map[number >> 3] |= (uint8_t)(1u << (number & 7));
+    }
+    PyBuffer_Release(&keys);
+    PyBuffer_Release(&bits);
+    Py_RETURN_NONE;
+}
+
+static PyObject *key_bits_test(PyObject *self, PyObject *args) {
+    Py_buffer bits, keys, out;
+    int shift;
+    PyObject *o_out;
+    if (key_bits_args(args, &bits, &keys, &shift, &o_out) < 0) return NULL;
+    if (o_out == NULL || get_buffer(o_out, &out, 1, 1, "out") < 0) {
+        if (o_out == NULL) PyErr_SetString(PyExc_TypeError, "key_bits_test: out is required");
+        PyBuffer_Release(&keys); PyBuffer_Release(&bits);
+        return NULL;
+    }
+    Py_ssize_t n = keys.len / 8;
+    if (out.len != n) {
+        PyErr_SetString(PyExc_ValueError, "key_bits_test: out must have one byte a key");
+    } else {
+        const uint8_t *map = bits.buf;
+        const uint64_t *k = keys.buf, mask = (uint64_t)bits.len * 8 - 1;
+        uint8_t *o = out.buf;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint64_t number = (k[i] >> shift) & mask;
+            o[i] = (map[number >> 3] >> (number & 7)) & 1;
+        }
+    }
+    PyBuffer_Release(&out); PyBuffer_Release(&keys); PyBuffer_Release(&bits);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* Entries (uint64 key, 8-byte value) sorted by key in place, stably: a least significant digit first radix
+ * sort of 11-bit digits over the bits the keys differ in. */
+static PyObject *sort_entries(PyObject *self, PyObject *args) {
+    PyObject *o_keys, *o_values;
+    if (!PyArg_ParseTuple(args, "OO", &o_keys, &o_values)) return NULL;
+    Py_buffer kv, vv;
+    if (get_buffer(o_keys, &kv, 8, 1, "keys") < 0) return NULL;
+    if (get_buffer(o_values, &vv, 8, 1, "values") < 0) { PyBuffer_Release(&kv); return NULL; }
+    Py_ssize_t n = kv.len / 8;
+    uint64_t *tmp = NULL;
+    if (vv.len != kv.len) {
+        PyErr_SetString(PyExc_ValueError, "sort_entries: keys and values differ in length");
+        goto done;
+    }
+    if (n < 2) goto done;
+    uint64_t *keys = kv.buf, *values = vv.buf, differ = 0;
+    for (Py_ssize_t i = 1; i < n; i++) differ |= keys[i] ^ keys[0];
+    if (!differ) goto done;
+    tmp = malloc((size_t)n * 16);
+    if (!tmp) { PyErr_NoMemory(); goto done; }
+    uint64_t *tkeys = tmp, *tvalues = tmp + n, *src_k = keys, *src_v = values, *dst_k = tkeys, *dst_v = tvalues;
+    int top = 63;
+    while (!((differ >> top) & 1)) top--;
+    int low = 0;
+    while (!((differ >> low) & 1)) low++;
+    Py_ssize_t count[2049];
+    for (int shift = low; shift <= top; shift += 11) {
+        memset(count, 0, sizeof(count));
+        for (Py_ssize_t i = 0; i < n; i++) count[((src_k[i] >> shift) & 2047) + 1]++;
+        for (int d = 0; d < 2048; d++) count[d + 1] += count[d];
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_ssize_t at = count[(src_k[i] >> shift) & 2047]++;
+            dst_k[at] = src_k[i];
+            dst_v[at] = src_v[i];
+        }
+        uint64_t *t = src_k; src_k = dst_k; dst_k = t;
+        t = src_v; src_v = dst_v; dst_v = t;
+    }
+    if (src_k != keys) {
+        memcpy(keys, src_k, (size_t)n * 8);
+        memcpy(values, src_v, (size_t)n * 8);
+    }
+done:
+    free(tmp);
+    PyBuffer_Release(&vv);
+    PyBuffer_Release(&kv);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* msgpack, as msgpack.Packer() packs (fallback.Packer._pack), for the types an index record holds. */
+typedef struct { unsigned char *data; Py_ssize_t size, room; } Out;
+
+static int out_reserve(Out *out, Py_ssize_t more) {
+    if (out->size + more <= out->room) return 0;
+    Py_ssize_t room = out->room ? out->room : 256;
+    while (room < out->size + more) room *= 2;
+    unsigned char *grown = realloc(out->data, (size_t)room);
+    if (!grown) { PyErr_NoMemory(); return -1; }
+    out->data = grown;
+    out->room = room;
+    return 0;
+}
+
+static int out_head(Out *out, unsigned char head, uint64_t value, int width) {
+    if (out_reserve(out, 1 + width) < 0) return -1;
+    out->data[out->size++] = head;
+    for (int i = width - 1; i >= 0; i--) out->data[out->size++] = (unsigned char)(value >> (8 * i));
+    return 0;
+}
+
+static int out_bytes(Out *out, const char *data, Py_ssize_t n) {
+    if (out_reserve(out, n) < 0) return -1;
+    memcpy(out->data + out->size, data, (size_t)n);
+    out->size += n;
+    return 0;
+}
+
+/* 0: packed; -1: an error set; 1: a type left to msgpack (nothing written that counts: the caller drops it) */
+static int pack_object(Out *out, PyObject *o, int depth) {
+    if (o == Py_None) return out_head(out, 0xc0, 0, 0);
+    if (o == Py_True) return out_head(out, 0xc3, 0, 0);
+    if (o == Py_False) return out_head(out, 0xc2, 0, 0);
+    if (PyLong_CheckExact(o)) {
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (v == -1 && PyErr_Occurred()) return -1;
+        if (overflow > 0) {
+            unsigned long long u = PyLong_AsUnsignedLongLong(o);
+            if (u == (unsigned long long)-1 && PyErr_Occurred()) { PyErr_Clear(); return 1; } /* msgpack raises */
+            return out_head(out, 0xcf, u, 8);
+        }
+        if (overflow < 0) return 1;
+        if (v >= 0) {
+            if (v < 0x80) return out_head(out, (unsigned char)v, 0, 0);
+            if (v <= 0xff) return out_head(out, 0xcc, (uint64_t)v, 1);
+            if (v <= 0xffff) return out_head(out, 0xcd, (uint64_t)v, 2);
+            if (v <= 0xffffffffLL) return out_head(out, 0xce, (uint64_t)v, 4);
+            return out_head(out, 0xcf, (uint64_t)v, 8);
+        }
+        if (v >= -0x20) return out_head(out, (unsigned char)(v & 0xff), 0, 0);
+        if (v >= -0x80) return out_head(out, 0xd0, (uint64_t)v & 0xff, 1);
+        if (v >= -0x8000) return out_head(out, 0xd1, (uint64_t)v & 0xffff, 2);
+        if (v >= -0x80000000LL) return out_head(out, 0xd2, (uint64_t)v & 0xffffffffULL, 4);
+        return out_head(out, 0xd3, (uint64_t)v, 8);
+    }
+    if (PyFloat_CheckExact(o)) {
+        double d = PyFloat_AS_DOUBLE(o);
+        uint64_t bits;
+        memcpy(&bits, &d, 8);
+        return out_head(out, 0xcb, bits, 8);
+    }
+    if (PyBytes_CheckExact(o)) {
+        Py_ssize_t n = PyBytes_GET_SIZE(o);
+        if (n >= ((Py_ssize_t)1 << 32)) return 1;
+        int r = n <= 0xff ? out_head(out, 0xc4, (uint64_t)n, 1)
+              : n <= 0xffff ? out_head(out, 0xc5, (uint64_t)n, 2) : out_head(out, 0xc6, (uint64_t)n, 4);
+        return r < 0 ? -1 : out_bytes(out, PyBytes_AS_STRING(o), n);
+    }
+    if (PyUnicode_CheckExact(o)) {
+        Py_ssize_t n;
+        const char *utf8 = PyUnicode_AsUTF8AndSize(o, &n);
+        if (!utf8) { PyErr_Clear(); return 1; } /* surrogates: msgpack says what is wrong */
+        if (n >= ((Py_ssize_t)1 << 32)) return 1;
+        int r = n <= 0x1f ? out_head(out, (unsigned char)(0xa0 + n), 0, 0)
+              : n <= 0xff ? out_head(out, 0xd9, (uint64_t)n, 1)
+              : n <= 0xffff ? out_head(out, 0xda, (uint64_t)n, 2) : out_head(out, 0xdb, (uint64_t)n, 4);
+        return r < 0 ? -1 : out_bytes(out, utf8, n);
+    }
+    if (PyList_CheckExact(o) && depth < 8) {
+        Py_ssize_t n = PyList_GET_SIZE(o);
+        int r = n <= 0x0f ? out_head(out, (unsigned char)(0x90 + n), 0, 0)
+              : n <= 0xffff ? out_head(out, 0xdc, (uint64_t)n, 2) : out_head(out, 0xdd, (uint64_t)n, 4);
+        for (Py_ssize_t i = 0; r == 0 && i < n; i++) r = pack_object(out, PyList_GET_ITEM(o, i), depth + 1);
+        return r;
+    }
+    return 1;
+}
+
+enum { R_SERIAL, R_ID, R_KEPT, R_CLUSTER, R_CLUSTER_ID, R_MATCHED, R_MATCHED_ID, R_SIMILARITY, R_EXACT, R_CONTENT,
+       R_SOURCE, R_BAND_KEYS, R_TIME, R_EXPIRED, R_SITE, R_CONTAINMENT, R_FIELDS };
+static const char *record_fields[R_FIELDS] = {"serial", "id", "kept", "cluster", "cluster_id", "matched", "matched_id",
+    "similarity", "exact", "content", "source", "band_keys", "time", "expired", "site", "containment"};
+static PyObject *record_names[R_FIELDS];
+
+static int equal(PyObject *a, PyObject *b) { return PyObject_RichCompareBool(a, b, Py_EQ); }
+
+/* One record as DocRecord.pack(number) packs it: 0 packed, 1 left to msgpack, -1 an error. */
+static int pack_record_into(Out *out, PyObject *record, PyObject *number) {
+    PyObject *f[R_FIELDS] = {NULL}, *source = NULL, *zero = NULL;
+    int result = -1;
+    for (int i = 0; i < R_FIELDS; i++)
+        if (!(f[i] = PyObject_GetAttr(record, record_names[i]))) goto done;
+    /* values said twice are stored once (DocRecord.pack) */
+    PyObject *stored[15];
+    int e;
+    stored[0] = f[R_ID];
+    stored[1] = f[R_KEPT];
+    if ((e = equal(f[R_CLUSTER], f[R_SERIAL])) < 0) goto done;
+    stored[2] = e ? Py_None : f[R_CLUSTER];
+    if ((e = equal(f[R_CLUSTER_ID], f[R_ID])) < 0) goto done;
+    stored[3] = e ? Py_None : f[R_CLUSTER_ID];
+    PyObject *minus_one = NULL;
+    if (f[R_MATCHED] != Py_None) {
+        if ((e = equal(f[R_MATCHED], f[R_CLUSTER])) < 0) goto done;
+        if (e) {
+            if (!(minus_one = PyLong_FromLong(-1))) goto done;
+        }
+    }
+    stored[4] = minus_one ? minus_one : f[R_MATCHED];
+    if ((e = equal(f[R_MATCHED_ID], f[R_CLUSTER_ID])) < 0) { Py_XDECREF(minus_one); goto done; }
+    stored[5] = e ? Py_None : f[R_MATCHED_ID];
+    stored[6] = f[R_SIMILARITY];
+    stored[7] = f[R_EXACT];
+    stored[8] = f[R_CONTENT];
+    stored[10] = f[R_BAND_KEYS];
+    stored[11] = f[R_TIME];
+    stored[12] = f[R_EXPIRED];
+    stored[13] = f[R_SITE];
+    stored[14] = f[R_CONTAINMENT];
+    if (!PyList_CheckExact(f[R_SOURCE]) || PyList_GET_SIZE(f[R_SOURCE]) < 1) { Py_XDECREF(minus_one); result = 1; goto done; }
+    source = PyList_GetSlice(f[R_SOURCE], 0, PyList_GET_SIZE(f[R_SOURCE]));
+    if (!source) { Py_XDECREF(minus_one); goto done; }
+    Py_INCREF(number);
+    PyList_SetItem(source, 0, number);
+    stored[9] = source;
+    /* the last fields left out while they hold their defaults (False, 0, None) */
+    int n = 15;
+    if (!(zero = PyLong_FromLong(0))) { Py_XDECREF(minus_one); goto done; }
+    PyObject *defaults[3] = {Py_False, zero, Py_None};
+    while (n > 12) {
+        if ((e = equal(stored[n - 1], defaults[n - 13])) < 0) { Py_XDECREF(minus_one); goto done; }
+        if (!e) break;
+        n--;
+    }
+    Py_ssize_t began = out->size;
+    result = out_head(out, (unsigned char)(0x90 + n), 0, 0);
+    for (int i = 0; result == 0 && i < n; i++) result = pack_object(out, stored[i], 0);
+    if (result != 0) out->size = began;
+    Py_XDECREF(minus_one);
+done:
+    for (int i = 0; i < R_FIELDS; i++) Py_XDECREF(f[i]);
+    Py_XDECREF(source);
+    Py_XDECREF(zero);
+    return result;
+}
+
+static PyObject *pack_records(PyObject *self, PyObject *args) {
+    PyObject *records, *numbers;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &records, &PyList_Type, &numbers)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(records);
+    if (PyList_GET_SIZE(numbers) != n) {
+        PyErr_SetString(PyExc_ValueError, "pack_records: one source number a record");
+        return NULL;
+    }
+    for (int i = 0; i < R_FIELDS; i++)
+        if (!record_names[i] && !(record_names[i] = PyUnicode_InternFromString(record_fields[i]))) return NULL;
+    PyObject *packed = PyList_New(n);
+    if (!packed) return NULL;
+    Out out = {NULL, 0, 0};
+    for (Py_ssize_t i = 0; i < n; i++) {
+        out.size = 0;
+        int r = pack_record_into(&out, PyList_GET_ITEM(records, i), PyList_GET_ITEM(numbers, i));
+        if (r < 0) { Py_DECREF(packed); free(out.data); return NULL; }
+        PyObject *value = r ? (Py_INCREF(Py_None), Py_None)
+                            : PyBytes_FromStringAndSize((const char *)out.data, out.size);
+        if (!value) { Py_DECREF(packed); free(out.data); return NULL; }
+        PyList_SET_ITEM(packed, i, value);
+    }
+    free(out.data);
+    return packed;
+}
+
+/* Positions of the entries of sorted keys whose key is among sorted unique asked ones, ascending: a binary
+ * search per asked key, each from where the one before ended. */
+static PyObject *sorted_matches(PyObject *self, PyObject *args) {
+    PyObject *o_keys, *o_asked;
+    if (!PyArg_ParseTuple(args, "OO", &o_keys, &o_asked)) return NULL;
+    Py_buffer kv, av;
+    if (get_buffer(o_keys, &kv, 8, 0, "keys") < 0) return NULL;
+    if (get_buffer(o_asked, &av, 8, 0, "asked") < 0) { PyBuffer_Release(&kv); return NULL; }
+    const uint64_t *keys = kv.buf, *asked = av.buf;
+    Py_ssize_t n = kv.len / 8, a = av.len / 8, room = a > 16 ? a : 16, found = 0, from = 0;
+    int64_t *at = malloc((size_t)room * sizeof(int64_t));
+    PyObject *result = NULL;
+    if (!at) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t q = 0; q < a && from < n; q++) {
+        uint64_t want = asked[q];
+        if (keys[n - 1] < want) break;
+        Py_ssize_t lo = from, hi = n;
+        while (lo < hi) { Py_ssize_t mid = lo + (hi - lo) / 2; if (keys[mid] < want) lo = mid + 1; else hi = mid; }
+        from = lo;
+        while (from < n && keys[from] == want) {
+            if (found == room) {
+                room *= 2;
+                int64_t *grown = realloc(at, (size_t)room * sizeof(int64_t));
+                if (!grown) { PyErr_NoMemory(); goto done; }
+                at = grown;
+            }
+            at[found++] = from++;
+        }
+    }
+    result = PyByteArray_FromStringAndSize((const char *)at, found * 8);
+done:
+    free(at);
+    PyBuffer_Release(&av);
+    PyBuffer_Release(&kv);
+    return result;
+}
+
+/* One layer of the band filter asked about keys: out[i] |= whether every probe bit of key i is set. */
+static PyObject *bloom_test(PyObject *self, PyObject *args) {
+    PyObject *o_layer, *o_keys, *o_shifts, *o_out;
+    unsigned long long spread;
+    if (!PyArg_ParseTuple(args, "OOKO!O", &o_layer, &o_keys, &spread, &PyTuple_Type, &o_shifts, &o_out)) return NULL;
+    int shifts[8], probes = (int)PyTuple_GET_SIZE(o_shifts);
+    if (probes < 1 || probes > 8) { PyErr_SetString(PyExc_ValueError, "bloom_test: 1 to 8 probes"); return NULL; }
+    for (int p = 0; p < probes; p++) {
+        long shift = PyLong_AsLong(PyTuple_GET_ITEM(o_shifts, p));
+        if (shift == -1 && PyErr_Occurred()) return NULL;
+        if (shift < 0 || shift > 63) { PyErr_SetString(PyExc_ValueError, "bloom_test: a shift out of range"); return NULL; }
+        shifts[p] = (int)shift;
+    }
+    Py_buffer lv, kv, ov;
+    if (get_buffer(o_layer, &lv, 8, 0, "layer") < 0) return NULL;
+    if (get_buffer(o_keys, &kv, 8, 0, "keys") < 0) { PyBuffer_Release(&lv); return NULL; }
+    if (get_buffer(o_out, &ov, 1, 1, "out") < 0) { PyBuffer_Release(&kv); PyBuffer_Release(&lv); return NULL; }
+    Py_ssize_t words = lv.len / 8, n = kv.len / 8;
+    if (words == 0 || (words & (words - 1)) || ov.len != n) {
+        PyErr_SetString(PyExc_ValueError, "bloom_test: a layer of a power of two words, and one byte out a key");
+    } else {
+        const uint64_t *layer = lv.buf, *keys = kv.buf;
+        uint8_t *out = ov.buf;
+        uint64_t last = (uint64_t)words - 1;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint64_t spreaded = keys[i] * (uint64_t)spread, mask = 0;
+            for (int p = 0; p < probes; p++) mask |= 1ULL << ((spreaded >> shifts[p]) & 63);
+            out[i] |= (layer[spreaded & last] & mask) == mask;
+        }
+    }
+    PyBuffer_Release(&ov); PyBuffer_Release(&kv); PyBuffer_Release(&lv);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* The first field of a packed record, a str: its id (None when the data is laid out otherwise). */
+static PyObject *record_id(PyObject *self, PyObject *args) {
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "y*", &data)) return NULL;
+    const uint8_t *in = data.buf;
+    Py_ssize_t size = data.len, at = 1, n = -1;
+    if (size >= 2 && (in[0] & 0xf0) == 0x90 && in[0] != 0x90) {
+        uint8_t head = in[at++];
+        if ((head & 0xe0) == 0xa0) n = head & 0x1f;
+        else if (head == 0xd9 && at + 1 <= size) { n = in[at]; at += 1; }
+        else if (head == 0xda && at + 2 <= size) { n = ((Py_ssize_t)in[at] << 8) | in[at + 1]; at += 2; }
+        else if (head == 0xdb && at + 4 <= size) {
+            n = (Py_ssize_t)(((uint32_t)in[at] << 24) | ((uint32_t)in[at + 1] << 16) | ((uint32_t)in[at + 2] << 8) | in[at + 3]);
+            at += 4;
+        }
+    }
+    PyObject *result = NULL;
+    if (n >= 0 && at + n <= size) {
+        result = PyUnicode_DecodeUTF8((const char *)in + at, n, NULL);
+        if (!result) PyErr_Clear();
+    }
+    PyBuffer_Release(&data);
+    if (!result) Py_RETURN_NONE;
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"shingles", shingles, METH_VARARGS, "Sorted unique shingle hashes of every document (see the module)."},
     {"minhash", minhash, METH_VARARGS, "MinHash signatures of every document (see the module)."},
@@ -885,6 +1369,14 @@ static PyMethodDef methods[] = {
     {"blake2b", blake2b_digest, METH_VARARGS, "hashlib.blake2b(data, digest_size=n).digest(), unkeyed."},
     {"prepare_ascii", prepare_ascii, METH_VARARGS, "Normalize, hash, shingle, narrow, sign and band ASCII texts (see the module)."},
     {"hits", hits, METH_VARARGS, "The (row, serial) pairs a batch's found entries meet, counted (see candidates.Hits)."},
+    {"key_bits_set", key_bits_set, METH_VARARGS, "Set the presence bits of uint64 keys (see the module)."},
+    {"key_bits_test", key_bits_test, METH_VARARGS, "Test the presence bits of uint64 keys into out (see the module)."},
+    {"sort_entries", sort_entries, METH_VARARGS, "(key, value) entries sorted by key in place, stably."},
+    {"pack_records", pack_records, METH_VARARGS, "Index records packed as DocRecord.pack does (see the module)."},
+    {"sorted_matches", sorted_matches, METH_VARARGS, "Where sorted keys' entries under sorted asked keys are."},
+    {"bloom_test", bloom_test, METH_VARARGS, "The band filter's test of one layer (see the module)."},
+    {"coded_shared", coded_shared, METH_VARARGS, "Values a sorted uint32 array shares with an Elias-Fano coding's."},
+    {"record_id", record_id, METH_VARARGS, "The id of a packed index record (see the module)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -21,7 +21,7 @@ from math import comb
 
 import numpy as np
 
-from .shingle import GOLDEN, fmix64
+from .shingle import GOLDEN, _kernel, fmix64
 
 __all__ = ["s_curve", "band_hits", "optimal_params", "recall_params", "band_keys", "approx_threshold", "band_slots",
            "sorted_slots", "KEY_MASK"]
@@ -141,5 +141,9 @@ def band_slots(bands: np.ndarray, keys: np.ndarray) -> np.ndarray:
 def sorted_slots(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A batch's band keys (rows x bands) as band slots (``band_slots``) sorted, the row of each and its band."""
     slots = band_slots(np.arange(keys.shape[1], dtype=np.uint64)[None, :], keys).ravel()
+    if _kernel is not None:  # a radix sort; rows of an equal slot in row order (no reader depends on theirs)
+        by_slot = np.arange(len(slots), dtype=np.int64)
+        _kernel.sort_entries(slots, by_slot)
+        return slots, by_slot // keys.shape[1], (by_slot % keys.shape[1]).astype(np.uint16)
     by_slot = np.argsort(slots)
     return slots[by_slot], by_slot // keys.shape[1], (by_slot % keys.shape[1]).astype(np.uint16)

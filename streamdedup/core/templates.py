@@ -387,6 +387,11 @@ class SiteTimeline:
                 self._now[site] = template
             self._next += 1
 
+    @property
+    def changes(self) -> int:
+        """How many template changes the batch's plan holds."""
+        return len(self._changes)
+
     def rewound(self) -> "SiteTimeline":
         """The same changes, seen again from the batch's start."""
         again = SiteTimeline(self._committed, self._shared_before)

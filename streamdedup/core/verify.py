@@ -11,7 +11,7 @@ try:
 except ImportError:  # built by ``pip install`` when a C compiler is there
     _kernel = None
 
-__all__ = ["jaccard", "best_match"]
+__all__ = ["jaccard", "jaccard_coded", "best_match"]
 
 _UINT32 = np.dtype(np.uint32)
 
@@ -27,6 +27,18 @@ def jaccard(a: np.ndarray, b: np.ndarray) -> float:
     else:
         shared = shared_count_numpy(a, b)
     return shared / (len(a) + len(b) - shared)
+
+
+def jaccard_coded(a: np.ndarray, coded: bytes) -> Optional[float]:
+    """``jaccard(a, eliasfano.decode(coded))`` decoded and compared in one kernel call (``coded_shared``);
+    None when that cannot be done here (no kernel, or ``a`` not uint32): decode and call ``jaccard``.
+    ValueError if ``coded`` is not a coding."""
+    if _kernel is None or not _is_uint32(a.dtype):
+        return None
+    shared, n = _kernel.coded_shared(a, coded)
+    if min(len(a), n) == 0:
+        return 1.0 if max(len(a), n) == 0 else 0.0
+    return shared / (len(a) + n - shared)
 
 
 def _is_uint32(dtype: np.dtype) -> bool:

@@ -17,11 +17,11 @@ from ..core.excerpts import anchors_of, containment, need_of
 from ..core.prepare import PreparedBatch
 from ..core.signing import band_keys_of
 from ..core.templates import content_of
-from ..core.verify import jaccard
+from ..core.verify import jaccard, jaccard_coded
 from ..store.anchors import BatchAnchors
 from ..store.bands import BandTables
 from ..store.hashed import serials_of_many
-from ..store.index import DocRecord, IndexTxn
+from ..store.index import DocRecord, IndexTxn, damaged_shingles
 from ..store.candidates import Hits, RekeyedKeys, earliest_of_each_key, with_extra_candidates
 from ..store.mirror import RecentMirror
 from ..store.view import first_documents
@@ -156,25 +156,28 @@ def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch:
     matches = _Matches(txn, records, batch, content, asking.threshold)
     sources = _Sources(txn, batch, content, asking.excerpts, evidence) if asking.excerpts else None
     timeline = content.timeline.rewound() if content is not None else None
+    verified_by = None if timeline is None or _no_template(txn, timeline) else timeline
+    strong = hits.at_least(asking.min_shared)
+    strong_serials, strong_bounds = strong.serials.tolist(), strong.bounds
     for row in _rows_to_verify(hits, asking, content, sources is not None):
         if timeline is not None:
             timeline.at(row)
             for site in content.settles.get(row, ()):
                 evidence.rekeys += first.rekey(site, row, lambda serial: matches.stored_content(serial, timeline),
                                                row not in content.provisional)
-        serials, shared = hits.of(row)
         if first is not None and first.rekeyed:
-            serials, shared = with_extra_candidates(serials, shared, first.candidates(lookup_keys[row]))
-        if len(serials):
+            serials, shared = with_extra_candidates(*hits.of(row), first.candidates(lookup_keys[row]))
             least = asking.min_shared
             matches.verify_row(row, [serial for serial, count in zip(serials.tolist(), shared.tolist())
-                                     if count >= least], timeline)
+                                     if count >= least], verified_by)
+        else:  # most rows: the hits sharing ``min_shared`` bands, listed once for the batch
+            matches.verify_row(row, strong_serials[strong_bounds[row]:strong_bounds[row + 1]], verified_by)
         if sources is not None:
             sources.verify(row, matches, timeline)
     evidence.matches = matches.found
     evidence.unkept = sorted(matches.unkept)
     named = [serial for _, serial, _ in matches.found] + [serial for _, serial, _, _ in evidence.sources]
-    evidence.names = {serial: records.get(serial).id for serial in named}
+    evidence.names = {serial: records.id_of(serial) for serial in named}
     if asking.cutoff is not None:
         held = {serial for serial in found_serials.tolist() if serial not in matches.unkept and records.holds(serial)}
         held |= {serial for _, serial, _ in evidence.rekeys}
@@ -183,6 +186,15 @@ def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch:
         evidence.unmatchable = sorted(s for s in held
                                       if records.get(s).expired or records.get(s).time < asking.cutoff)
     return evidence
+
+
+def _no_template(txn: IndexTxn, timeline) -> bool:
+    """Whether every site's template and the shared one are empty all through the batch: none committed (the
+    table of templates holds none, this batch's writes included), none changing in it. Pairs are then verified
+    on their whole shingles (``content_of`` leaves them whole), without reading a stored candidate's record
+    for its site."""
+    return (timeline.changes == 0 and len(timeline.shared) == 0
+            and txn.txn.stat(txn.dbs["site_templates"])["entries"] == 0)
 
 
 def _unexpired(keys: np.ndarray, serials: np.ndarray, records: "_RecordCache",
@@ -276,6 +288,11 @@ class _RecordCache:
             found = self._records[serial] = self.txn.record(serial)
         return found
 
+    def id_of(self, serial: int) -> str:
+        """``get(serial).id``, without unpacking a record not read yet (``IndexTxn.record_id``)."""
+        found = self._records.get(serial)
+        return found.id if found is not None else self.txn.record_id(serial)
+
     def holds(self, serial: int) -> bool:
         """Whether the index holds a record of ``serial`` (a duplicate's entry outlives its forgotten record)."""
         if serial in self._records:
@@ -290,6 +307,7 @@ class _Matches:
                  threshold: float):
         self.txn, self.records, self.batch, self.content, self.threshold = txn, records, batch, content, threshold
         self._shingles: dict[int, np.ndarray] = {}
+        self._coded: dict[int, bytes] = {}  # stored codings of candidates verified without templates
         self.found: list = []
         self.unkept: set[int] = set()  # candidates' entries that are duplicates': no candidates
 
@@ -325,10 +343,27 @@ class _Matches:
         if not serials:
             return
         own, unkept, stored, found, threshold = self.own(row), self.unkept, self._shingles, self.found, self.threshold
+        coded = self._coded
         for serial in serials:
             if serial in unkept:
                 continue
             shingles = stored.get(serial)
+            if shingles is None and timeline is None:  # compared with the stored coding as it is, if it can be
+                coding = coded.get(serial)
+                if coding is None:
+                    coding = self.txn.stored_coding(serial)
+                    if coding is None:  # a duplicate's place
+                        unkept.add(serial)
+                        continue
+                    coded[serial] = coding
+                try:
+                    similarity = jaccard_coded(own, coding)
+                except ValueError:
+                    raise damaged_shingles(serial) from None
+                if similarity is not None:
+                    if similarity >= threshold:
+                        found.append((row, serial, similarity))
+                    continue
             if shingles is None:
                 shingles = self.txn.stored_shingles(serial)
                 if shingles is None:  # a duplicate's place (only live kept documents have their shingles stored)
@@ -387,7 +422,11 @@ def _replays(txn: IndexTxn, mirror: RecentMirror, batch: PreparedBatch, record) 
     stored = serials_of_many(txn, "ids", batch.id_keys)
     items = row_items(batch)
     replays = {}
-    for row in range(len(batch.id_keys)):
+    rows = range(len(batch.id_keys))
+    if mirror.merging is None:  # most batches: only ids the tables or the mirror hold need a closer look
+        firsts = mirror.id_firsts()
+        rows = [row for row, ident in enumerate(batch.id_keys) if ident in firsts or ident in stored]
+    for row in rows:
         ident = batch.id_keys[row]
         earlier, recent = stored.get(ident), mirror.serials_of_id(ident)
         if not earlier and not recent:  # most documents: a new id

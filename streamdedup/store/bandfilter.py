@@ -44,6 +44,11 @@ from typing import Callable, Iterator, Optional
 
 import numpy as np
 
+try:
+    from ..core import _kernel
+except ImportError:  # built without a C compiler: numpy asks the layers
+    _kernel = None
+
 __all__ = ["BandFilter", "SCAN_CHUNK", "FILE_NAME", "forget_saved", "load_or_build", "save"]
 
 FILE_NAME = "band-filter.bin"
@@ -55,6 +60,7 @@ BITS_PER_KEY = 12  # a layer is full when it holds a key for every this many of 
 _PROBES = 4  # bits per key
 _SPREAD = 0x9E3779B97F4A7C15  # odd: a bijection of the 64-bit words
 _SHIFTS = tuple(np.uint64(64 - 6 * (i + 1)) for i in range(_PROBES))  # bit positions from the top 24 bits
+_SHIFT_BITS = tuple(int(shift) for shift in _SHIFTS)
 SCAN_CHUNK = 1 << 20  # table keys read per step when building from the tables
 _WRITE_CHUNK = 1 << 20  # bytes of a layer read and written at a time when saving
 
@@ -109,6 +115,12 @@ class BandFilter:
 
     def may_hold(self, keys: np.ndarray) -> np.ndarray:
         """For each key (uint64): False if the tables surely lack it."""
+        if _kernel is not None and self.layers:
+            found = np.zeros(len(keys), dtype=bool)
+            asked = np.ascontiguousarray(keys, dtype=np.uint64)
+            for layer in self.layers:
+                _kernel.bloom_test(layer, asked, _SPREAD, _SHIFT_BITS, found)
+            return found
         spread, mask = _spread(keys)
         found = None
         for layer in self.layers:

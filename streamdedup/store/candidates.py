@@ -276,8 +276,13 @@ class SharedKeys:
 
 def earliest_of_each_key(keys: np.ndarray, serials: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
     """(key, serial) pairs sorted by key, then serial, each key keeping its first ``limit`` (the smallest serials)."""
-    order = np.lexsort((serials, keys))
-    keys, serials = keys[order], serials[order]
+    if _kernel is not None and len(keys) and int(serials.min()) >= 0:  # two stable radix sorts: lexsort's order
+        keys, serials = np.array(keys, dtype=np.uint64), np.array(serials, dtype=np.int64)
+        _kernel.sort_entries(serials, keys)
+        _kernel.sort_entries(keys, serials)
+    else:
+        order = np.lexsort((serials, keys))
+        keys, serials = keys[order], serials[order]
     starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
     rank = np.arange(len(keys)) - np.repeat(starts, np.diff(np.append(starts, len(keys))))
     kept = rank < limit

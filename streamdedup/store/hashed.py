@@ -51,8 +51,11 @@ def each_serial_of(cursor, digest: bytes) -> Iterator[int]:
 
 def serials_of_many(txn: IndexTxn, table: str, digests: Iterable[bytes]) -> dict[bytes, list[int]]:
     """The serials of each of these 8-byte hashes that the table holds (hashes it does not hold are left out)."""
-    cursor = txn.txn.cursor(db=txn.dbs[table])
+    db = txn.dbs[table]
     found = {}
+    if not txn.txn.stat(db)["entries"]:  # nothing merged into it yet (an index's first ``index.merge_every``)
+        return found
+    cursor = txn.txn.cursor(db=db)
     for digest in sorted(set(digests)):  # in table order: the pages read stay in cache
         serials = serials_of(cursor, digest)
         if serials:

@@ -59,6 +59,11 @@ import msgpack
 import numpy as np
 
 from ..core import eliasfano
+
+try:
+    from ..core import _kernel
+except ImportError:  # built without a C compiler: msgpack packs each record
+    _kernel = None
 from ..core.records import id_key
 from ..core.signing import SigningConfig
 from ..core.templates import kept_rule
@@ -203,6 +208,11 @@ _REQUIRED_FIELDS = 12  # id .. time; then expired, site and containment, stored 
 _DEFAULTS = (False, 0, None)
 SERIAL_BYTES = 4  # serials in the docs, ids, content and members tables (``MAX_SERIAL``)
 CONTENT_KEY_BYTES = 8  # of the content hash, keying the content table
+
+
+def damaged_shingles(serial: int) -> IndexCorruptError:
+    return IndexCorruptError(f"the stored shingles of #{serial} are damaged; run `streamdedup check`, "
+                             "then restore a backup or rebuild the index")
 
 
 def serial_key(n: int) -> bytes:
@@ -612,14 +622,23 @@ class IndexTxn:
         try:
             return eliasfano.decode(raw)
         except ValueError:
-            raise IndexCorruptError(f"the stored shingles of #{serial} are damaged; run `streamdedup check`, "
-                                    "then restore a backup or rebuild the index") from None
+            raise damaged_shingles(serial) from None
+
+    def stored_coding(self, serial: int) -> Optional[bytes]:
+        """A kept document's stored shingles as the table holds them (``eliasfano``), or None if it has none."""
+        return self.txn.get(u64(serial), db=self.dbs["shingles"])
 
     def record(self, serial: int) -> DocRecord:
         raw = self.txn.get(serial_key(serial), db=self.dbs["docs"])
         if raw is None:
             raise IndexCorruptError(f"document #{serial} is referenced but has no record; run `streamdedup check`")
         return self.unpack_record(serial, raw)
+
+    def record_id(self, serial: int) -> str:
+        """``record(serial).id``, read without unpacking the rest of the record (``_kernel.record_id``)."""
+        raw = self.txn.get(serial_key(serial), db=self.dbs["docs"])
+        found = _kernel.record_id(raw) if _kernel is not None and raw is not None else None
+        return found if found is not None else self.record(serial).id
 
     def has_record(self, serial: int) -> bool:
         return self.txn.get(serial_key(serial), db=self.dbs["docs"]) is not None
@@ -631,6 +650,21 @@ class IndexTxn:
     def pack_record(self, record: DocRecord, packer: Optional[msgpack.Packer] = None) -> bytes:
         """A record as the docs table stores it, its source name numbered (a new name is numbered now)."""
         return record.pack(self.source_number(record.source[0]), packer)
+
+    def pack_records(self, records: list[DocRecord]) -> list[bytes]:
+        """``pack_record`` of each record, in order (sources numbered in that order): in one kernel call
+        (``_kernel.pack_records``, the same bytes), else, or for a record of other types, by msgpack."""
+        numbers, number_of = [], self.source_number
+        for record in records:
+            numbers.append(number_of(record.source[0]))
+        if _kernel is None:
+            packer = msgpack.Packer()
+            return [record.pack(number, packer) for record, number in zip(records, numbers)]
+        packed = _kernel.pack_records(records, numbers)
+        for at, value in enumerate(packed):
+            if value is None:
+                packed[at] = records[at].pack(numbers[at])
+        return packed
 
     def put_record(self, record: DocRecord) -> None:
         self.txn.put(serial_key(record.serial), self.pack_record(record), db=self.dbs["docs"])

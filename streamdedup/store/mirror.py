@@ -91,6 +91,7 @@ class RecentMirror:
         self.content: dict[bytes, int] = {}  # content hash -> its first mirrored document
         self._more_of_content: dict[bytes, list[int]] = {}  # later documents of the few contents seen again
         self._settled = SortedEntries()  # (band slot, serial) of the entries folded in, sorted by slot
+        self._middle = SortedEntries()  # the same, of the runs folded in since it last went into ``_settled``
         self._fresh: list[tuple[np.ndarray, np.ndarray]] = []  # the same, one sorted run per latest batch
         self._fresh_entries = 0
         self._present = _KeyBits()  # which keys the mirror may hold: most asked keys are answered by it
@@ -252,21 +253,33 @@ class RecentMirror:
         """File a batch's entries as one more small sorted run, and fold the runs in now and then.
 
         Inserting into one array as large as the mirror would move all of it
-        for every batch; the large one moves once per ``FRESH_ENTRIES``
-        entries, and a batch's own run is not moved until then.
+        for every batch. A batch's own run is not moved until ``FRESH_ENTRIES``
+        entries are fresh; they are then folded into a middle level, which
+        goes into the large one once it holds a quarter as many entries (so an
+        entry moves a few times over a generation, not once per
+        ``FRESH_ENTRIES``: the large level grows to ``index.merge_every``
+        documents' entries).
         """
-        order = np.argsort(keys)  # equal keys may come in any order: lookups and merges order them
-        self._fresh.append((keys[order], serials[order]))
+        self._fresh.append(_sorted_entries(keys, serials))
         self._fresh_entries += len(keys)
         self._present.add(self._fresh[-1][0])
         if self._fresh_entries >= FRESH_ENTRIES:
-            self._folded()
+            self._fold_fresh()
+            if len(self._middle) > max(FRESH_ENTRIES, len(self._settled) // 4):
+                self._settled.merge(self._middle.entries())
+                self._middle.clear()
+
+    def _fold_fresh(self) -> None:
+        if self._fresh:
+            self._middle.merge(_merged_runs(self._fresh))
+            self._fresh, self._fresh_entries = [], 0
 
     def _folded(self) -> tuple[np.ndarray, np.ndarray]:
-        """The fresh runs merged into the settled entries (which are returned)."""
-        if self._fresh:
-            self._settled.merge(_merged_runs(self._fresh))
-            self._fresh, self._fresh_entries = [], 0
+        """Every level merged into the settled entries (which are returned), equal slots in the order taken."""
+        self._fold_fresh()
+        if len(self._middle):
+            self._settled.merge(self._middle.entries())
+            self._middle.clear()
         return self._settled.entries()
 
     def band_rows(self, asked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -285,14 +298,15 @@ class RecentMirror:
         return self._own_band_rows(asked)
 
     def _own_band_rows(self, asked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if not len(self._settled) and not self._fresh:
+        if not len(self._settled) and not len(self._middle) and not self._fresh:
             none = _band_entries()
             return none[0], none[1]
         first = np.ones(len(asked), dtype=bool)
         first[1:] = asked[1:] != asked[:-1]
         first &= self._present.may_hold(asked)
         asked = asked[first]  # each key once (np.unique, which hashes, is slower here)
-        found = [_rows_with_keys(keys, serials, asked) for keys, serials in (self._settled.entries(), *self._fresh)]
+        found = [_rows_with_keys(keys, serials, asked)
+                 for keys, serials in (self._settled.entries(), self._middle.entries(), *self._fresh)]
         return np.concatenate([k for k, _ in found]), np.concatenate([s for _, s in found])
 
     def remove(self, serials: set[int], kept: set[int]) -> None:
@@ -322,10 +336,11 @@ class RecentMirror:
         self._settled.keep(keep)
 
     def clear(self) -> None:
-        settled = self._settled
+        settled, middle = self._settled, self._middle
         self.__init__()
-        settled.clear()  # its memory is written already: the next mirror reuses it
-        self._settled = settled
+        settled.clear()  # their memory is written already: the next mirror reuses it
+        middle.clear()
+        self._settled, self._middle = settled, middle
 
     def table_pairs(self) -> tuple[list[tuple[bytes, bytes]], list[tuple[bytes, bytes, bytes]]]:
         """The ids entries as sorted (key, value) pairs of their table (``hashed``), and the content entries
@@ -491,10 +506,31 @@ def _inserted(into: tuple, new: tuple) -> tuple[np.ndarray, np.ndarray]:
     return keys, serials
 
 
+def _sorted_entries(keys: np.ndarray, serials: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(keys, serials) sorted by key, equal keys in the order given (``_kernel.sort_entries``, a radix sort, or
+    numpy's stable sort: the same order)."""
+    if _kernel is None:
+        order = np.argsort(keys, kind="stable")
+        return keys[order], serials[order]
+    keys = np.array(keys, dtype=np.uint64, copy=True)
+    serials = np.array(serials, dtype=np.int64, copy=True)
+    _kernel.sort_entries(keys, serials)
+    return keys, serials
+
+
 def _merged_runs(runs: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted runs of (keys, serials) as one, equal keys in run order (a stable sort merges the runs)."""
+    """Sorted runs of (keys, serials) as one, equal keys in run order (a stable sort merges the runs; the
+    kernel merges them one after another, in place, to the same order)."""
     if len(runs) == 1:
         return runs[0]
+    if _kernel is not None:
+        size = sum(len(run[0]) for run in runs)
+        keys, serials = np.empty(size, dtype=np.uint64), np.empty(size, dtype=np.int64)
+        done = 0
+        for run_keys, run_serials in runs:
+            _kernel.merge_into(keys, serials, done, run_keys, run_serials)
+            done += len(run_keys)
+        return keys, serials
     order = np.argsort(np.concatenate([run[0] for run in runs]), kind="stable")
     return np.concatenate([run[0] for run in runs])[order], np.concatenate([run[1] for run in runs])[order]
 
@@ -515,8 +551,11 @@ class _KeyBits:
         self._bits = np.zeros(1 << (KEY_BITS_LOG2 - 3), dtype=np.uint8)
 
     def add(self, keys: np.ndarray) -> None:
-        """Set the bits of ``keys`` (sorted by bit first, so that a byte's bits are OR-ed together: ``ufunc.at``
-        is slow)."""
+        """Set the bits of ``keys`` (in the kernel; in numpy sorted by bit first, so that a byte's bits are
+        OR-ed together: ``ufunc.at`` is slow)."""
+        if _kernel is not None:
+            _kernel.key_bits_set(self._bits, np.ascontiguousarray(keys, dtype=np.uint64), int(self.SHIFT))
+            return
         numbers = np.sort(self._bit_numbers(keys))
         places = numbers >> 3
         starts = np.flatnonzero(np.concatenate(([True], places[1:] != places[:-1]))) if len(places) else places
@@ -524,6 +563,10 @@ class _KeyBits:
         self._bits[places[starts]] |= np.bitwise_or.reduceat(bits, starts) if len(starts) else bits
 
     def may_hold(self, keys: np.ndarray) -> np.ndarray:
+        if _kernel is not None:
+            held = np.empty(len(keys), dtype=bool)
+            _kernel.key_bits_test(self._bits, np.ascontiguousarray(keys, dtype=np.uint64), int(self.SHIFT), held)
+            return held
         numbers = self._bit_numbers(keys)
         return ((self._bits[numbers >> 3] >> (numbers & 7).astype(np.uint8)) & 1).astype(bool)
 
@@ -535,6 +578,10 @@ def _rows_with_keys(keys: np.ndarray, serials: np.ndarray, asked: np.ndarray) ->
     """(key, serial) of the entries of sorted ``keys`` that are in sorted, unique ``asked``."""
     if len(keys) == 0:
         return keys, serials
+    if _kernel is not None:
+        index = np.frombuffer(_kernel.sorted_matches(keys, np.ascontiguousarray(asked, dtype=np.uint64)),
+                              dtype=np.int64)
+        return keys[index], serials[index]
     lo = np.searchsorted(keys, asked, "left")
     found = keys[np.minimum(lo, len(keys) - 1)] == asked
     if not found.any():

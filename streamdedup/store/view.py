@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-import msgpack
 import numpy as np
 
 from ..core import eliasfano
@@ -33,8 +32,11 @@ def _stored_first_documents(txn: IndexTxn, contents: list[bytes],
     The table is keyed by 8 bytes of the hash, which two contents may share:
     each hit's record (read by ``record``) must have the whole hash.
     """
-    cursor = txn.txn.cursor(db=txn.dbs["content"])
+    db = txn.dbs["content"]
     found = {}
+    if not txn.txn.stat(db)["entries"]:  # nothing merged into it yet (an index's first ``index.merge_every``)
+        return found
+    cursor = txn.txn.cursor(db=db)
     for c in sorted(set(contents), key=content_key):  # in table order: the pages read stay in cache
         serial = next((s for s in each_serial_of(cursor, content_key(c)) if record(s).content == c), None)
         if serial is not None:
@@ -46,6 +48,14 @@ def first_documents(txn: IndexTxn, mirror: RecentMirror, contents: list[bytes],
                     record: Callable[[int], DocRecord]) -> dict[bytes, int]:
     """The first document of each content hash: the content table's, else the mirror's."""
     found = _stored_first_documents(txn, contents, record)
+    if mirror.merging is None:  # ``first_of_content`` without a generation being merged: the mirror's own
+        mirrored = mirror.content
+        for c in contents:
+            if c not in found:
+                serial = mirrored.get(c)
+                if serial is not None:
+                    found[c] = serial
+        return found
     for c in contents:
         if c not in found:
             serial = mirror.first_of_content(c)
@@ -66,7 +76,6 @@ def write_documents(txn: IndexTxn, mirror: RecentMirror, inserted: list[tuple[Do
     batch numbered for the whole deployment). ``placed``: serial -> (row, bands as bits) of the duplicates
     that took places under band keys (``candidates.file_prober``): entries of theirs, proposing nothing.
     """
-    packer = msgpack.Packer()
     if inserted and inserted[-1][0].serial > MAX_SERIAL:
         raise IndexFullError(f"the index has numbered {MAX_SERIAL:,} documents, as many as it can; start a new "
                              "index (or shard the input) and keep this one for lookups")
@@ -79,9 +88,8 @@ def write_documents(txn: IndexTxn, mirror: RecentMirror, inserted: list[tuple[Do
     placed = placed or {}
     for serial, (row, bands) in placed.items():
         recent_keys[serial] = band_keys[row].astype(">u4").tobytes()
-    pack = txn.pack_record
     writes = {  # every table but members gets serials in increasing order: appended
-        "docs": [(key, pack(record, packer)) for key, (record, _) in zip(keys, inserted)],
+        "docs": list(zip(keys, txn.pack_records([record for record, _ in inserted]))),
         "recent": [(u64(record.serial), pack_recent(ident, record.content, recent_keys.get(record.serial, b""),
                                                     placed[record.serial][1] if record.serial in placed else None))
                    for record, ident in inserted],
