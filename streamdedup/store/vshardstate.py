@@ -257,9 +257,8 @@ class LmdbState:
         ``ids``), the kept ones' ``shingles`` (serial -> shingles) and the duplicates' places in their clusters
         ((cluster, serial) each). One ``putmulti`` a table, in key order: a home's serials only grow, so the
         records and shingles are appended."""
-        txn = self.txn
-        packer = msgpack.Packer()
-        self.cursor("docs").putmulti(sorted((serial_key(r.serial), txn.pack_record(r, packer)) for r in records))
+        packed = self.txn.pack_records(records)
+        self.cursor("docs").putmulti(sorted(zip([serial_key(r.serial) for r in records], packed)))
         self.cursor("ids").putmulti(sorted(entry(ident, r.serial) for ident, r in zip(ids, records)), dupdata=True)
         self.cursor("shingles").putmulti(sorted((u64(serial), eliasfano.encode(kept))
                                                 for serial, kept in shingles.items()))
