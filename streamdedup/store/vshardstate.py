@@ -64,7 +64,6 @@ import time
 from typing import Any, Optional
 
 import lmdb
-import msgpack
 import numpy as np
 
 from ..core import eliasfano
