@@ -393,6 +393,16 @@ def test_the_kernel_packs_records_as_msgpack_does(seed):
     assert _kernel.pack_records(odd, [0] * len(odd)) == [None] * len(odd)
 
 
+def _keys_and_serials_alike(monkeypatch, module, call) -> None:
+    """``call()`` (keys, serials) with ``module``'s kernel and without it: the same arrays, of the same types."""
+    found = []
+    for kernel in (module._kernel, None):
+        monkeypatch.setattr(module, "_kernel", kernel)
+        found.append(call())
+    assert np.array_equal(found[0][0], found[1][0]) and np.array_equal(found[0][1], found[1][1])
+    assert found[0][0].dtype == np.uint64 and found[0][1].dtype == np.int64
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_the_kernel_finds_the_mirrors_entries_under_asked_keys_as_numpy_does(monkeypatch, seed):
     """``_kernel.sorted_matches`` (the mirror's entries under a batch's band slots) against the numpy path:
@@ -404,12 +414,7 @@ def test_the_kernel_finds_the_mirrors_entries_under_asked_keys_as_numpy_does(mon
     serials = rng.integers(0, 1 << 40, len(keys)).astype(np.int64)
     for asked in (np.unique(rng.integers(0, 6000, 3000, dtype=np.uint64)), np.zeros(0, dtype=np.uint64),
                   np.array([0, 1, 5001, 9999], dtype=np.uint64), np.unique(keys)):
-        found = []
-        for kernel in (mirror._kernel, None):
-            monkeypatch.setattr(mirror, "_kernel", kernel)
-            found.append(mirror._rows_with_keys(keys, serials, asked))
-        assert np.array_equal(found[0][0], found[1][0]) and np.array_equal(found[0][1], found[1][1])
-        assert found[0][0].dtype == np.uint64 and found[0][1].dtype == np.int64
+        _keys_and_serials_alike(monkeypatch, mirror, lambda: mirror._rows_with_keys(keys, serials, asked))
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -491,12 +496,8 @@ def test_the_earliest_entries_of_each_key_sorted_in_the_kernel_as_lexsort_does(m
     keys = rng.integers(0, 300, 5000, dtype=np.uint64) << np.uint64(rng.integers(0, 30))
     serials = rng.integers(0, 1 << int(rng.integers(1, 40)), 5000).astype(np.int64)
     for limit in (1, 3, 100, 10000):
-        found = []
-        for kernel in (candidates._kernel, None):
-            monkeypatch.setattr(candidates, "_kernel", kernel)
-            found.append(candidates.earliest_of_each_key(keys, serials, limit))
-        assert np.array_equal(found[0][0], found[1][0]) and np.array_equal(found[0][1], found[1][1])
-        assert found[0][0].dtype == np.uint64 and found[0][1].dtype == np.int64
+        _keys_and_serials_alike(monkeypatch, candidates,
+                                lambda: candidates.earliest_of_each_key(keys, serials, limit))
 
 
 @pytest.mark.parametrize("seed", range(3))

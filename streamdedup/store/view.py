@@ -48,17 +48,11 @@ def first_documents(txn: IndexTxn, mirror: RecentMirror, contents: list[bytes],
                     record: Callable[[int], DocRecord]) -> dict[bytes, int]:
     """The first document of each content hash: the content table's, else the mirror's."""
     found = _stored_first_documents(txn, contents, record)
-    if mirror.merging is None:  # ``first_of_content`` without a generation being merged: the mirror's own
-        mirrored = mirror.content
-        for c in contents:
-            if c not in found:
-                serial = mirrored.get(c)
-                if serial is not None:
-                    found[c] = serial
-        return found
+    # without a generation being merged, the mirror's own content map is ``first_of_content``'s answer
+    first_of = mirror.content.get if mirror.merging is None else mirror.first_of_content
     for c in contents:
         if c not in found:
-            serial = mirror.first_of_content(c)
+            serial = first_of(c)
             if serial is not None:
                 found[c] = serial
     return found
