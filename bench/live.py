@@ -21,7 +21,7 @@ with repeated blocks too (``templates.window = 16``), and with templates
 off, the last the base of the ratios (issue 31 asks learning to keep at
 least 90% of the rate without it).
 
-Run: ``python -m bench.live [--crawl web]`` (starts a broker with deploy/kafka
+Run: ``python -m bench.live [--crawl web] [--port N]`` (starts a broker with deploy/kafka on ``--port``
 unless KAFKA_BOOTSTRAP is set).
 """
 
@@ -187,11 +187,12 @@ def main(argv=None) -> int:
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
     parser.add_argument("--topic", help=argparse.SUPPRESS)
     parser.add_argument("--outs", help=argparse.SUPPRESS)
+    parser.add_argument("--port", default="29292", help="of the broker the bench starts (unless KAFKA_BOOTSTRAP)")
     args = parser.parse_args(argv)
     if args.peer:
         PEERS[args.peer](args.bootstrap, args.topic, args.outs.split(","))
         return 0
-    with local_broker("29292") as bootstrap:
+    with local_broker(args.port) as bootstrap:
         if args.crawl == "web":
             return web_rates(bootstrap, args.docs, args.rounds)
         docs = corpus.generate(int(args.docs / 1.83) + 1, seed=42)[: args.docs]
