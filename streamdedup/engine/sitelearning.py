@@ -19,7 +19,8 @@ import numpy as np
 from ..core.prepare import PreparedBatch
 from ..core.records import Document
 from ..core.signing import SigningConfig, band_keys_of
-from ..core.templates import EMPTY, SiteState, SiteTimeline, TemplateSettings, content_of
+from ..core.templates import (EMPTY, SiteState, SiteTimeline, TemplateSettings, content_of, in_sorted,
+                              without_repeats)
 from ..store.index import IndexTxn
 from ..store.sites import load_site, move_site_counts, save_site, shared_template
 
@@ -39,6 +40,7 @@ class BatchContent:
     settings: TemplateSettings
     provisional: set  # rows decided while their site was learning: kept, they are looked up again later
     settles: dict  # row -> learning sites whose template changes at that row
+    repeats: Optional["BatchRepeats"] = None  # with ``settings.repeats``: what each site repeats, as of each row
 
     def content_of_stored(self, shingles: np.ndarray, site: int) -> np.ndarray:
         """A decided document's stored shingles without its site's template as it stands now."""
@@ -51,7 +53,50 @@ class BatchContent:
         (``TemplateSettings.pair_contents``), by the templates as they stand in ``timeline`` (default: the
         batch's, where deciding is)."""
         timeline = self.timeline if timeline is None else timeline
-        return self.settings.pair_contents(own, other, timeline.template(own_site), timeline.template(other_site))
+        own, other = self.settings.pair_contents(own, other, timeline.template(own_site), timeline.template(other_site))
+        repeats = self.repeats
+        if repeats is None or own_site == other_site or not (repeats.learns(own_site) and repeats.learns(other_site)):
+            return own, other
+        row = timeline.row
+        return without_repeats(own, other, lambda values: repeats.repeated(values, own_site, row),
+                               lambda values: repeats.repeated(values, other_site, row))
+
+
+class BatchRepeats:
+    """What each site repeats over its new pages (``SiteState.seen`` and ``counts``) as it stands at any row of
+    a batch: the committed state, then the batch's new pages up to that row, in order (so a pair is compared
+    alike whatever the batches)."""
+
+    def __init__(self, committed, learns):
+        self._committed = committed  # site -> its committed SiteState (of a site the batch does not touch)
+        self.learns = learns
+        self.states: dict[int, SiteState] = {}  # the committed state of each site the batch touches
+        self._pages: dict[int, list[tuple[int, np.ndarray, bool]]] = {}  # site -> (row, shingles, into seen)
+
+    def add(self, site: int, row: int, page: np.ndarray, into_seen: bool) -> None:
+        self._pages.setdefault(site, []).append((row, page, into_seen))
+
+    def repeated(self, values: np.ndarray, site: int, row: int) -> np.ndarray:
+        """Which of ``values`` (sorted uint32) are on two or more new pages of ``site`` up to ``row``, this one
+        included."""
+        state = self.states.get(site)
+        if state is None:
+            state = self._committed(site)
+        seen = state.seen
+        at = np.searchsorted(seen, values)
+        present = np.zeros(len(values), dtype=bool)
+        inside = at < len(seen)
+        present[inside] = seen[at[inside]] == values[inside]
+        count = np.zeros(len(values), dtype=np.int64)
+        count[present] = state.counts[at[present]]
+        for on_row, page, into_seen in self._pages.get(site, ()):
+            if on_row > row:
+                break
+            on = in_sorted(values, page)
+            count += on & (present | into_seen)
+            if into_seen:
+                present |= on
+        return count >= 2
 
 
 class SiteTemplates:
@@ -77,6 +122,7 @@ class SiteTemplates:
         provisional, settles = set(), {}
         sites = batch.sites.tolist()
         learns = settings.learns
+        repeats = BatchRepeats(lambda site: self._committed(txn, site), learns) if settings.repeats else None
         for i, item in enumerate(batch.items):
             row = batch.row[i]
             if row < 0 or not isinstance(item, Document):
@@ -84,11 +130,16 @@ class SiteTemplates:
             site, full = sites[row], batch.shingles.of(row)
             state = copies.get(site)
             if state is None:
-                state = copies[site] = self._committed(txn, site).copy()
+                committed = self._committed(txn, site)
+                state = copies[site] = committed.copy()
+                if repeats is not None:
+                    repeats.states[site] = committed
             digest = batch.contents[row]
             if learns(site) and digest not in seen and view.serial_of_content(digest) is None:
                 seen.add(digest)
                 before, was_settled = state.template, state.settled
+                if repeats is not None:
+                    repeats.add(site, row, full, state.takes_new())
                 moved = state.add_page(full, settings)
                 if not was_settled and state.template is not before:
                     settles.setdefault(row, []).append(site)
@@ -105,7 +156,7 @@ class SiteTemplates:
                 changed.append(row)
         self._write(txn, copies, shared, batch.hosts)
         view.use_band_keys(self._content_keys(batch, rows, changed))
-        return BatchContent(rows, timeline, settings, provisional, settles)
+        return BatchContent(rows, timeline, settings, provisional, settles, repeats)
 
     def _committed(self, txn: IndexTxn, site: int) -> SiteState:
         state = self._sites.get(site)

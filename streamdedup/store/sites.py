@@ -55,7 +55,10 @@ def load_site(txn: IndexTxn, site: int) -> SiteState:
     blocks = _u32_array(txn.get("site_templates", key + b"b"))
     window = [_u32_array(txn.get("site_samples", key + (_WINDOW + i).to_bytes(2, "big")))
               for i in range(windowed[0] if windowed else 0)]
-    return SiteState(pages, settled, template, sample, blocks, window)
+    seen = _u32_array(txn.get("site_templates", key + b"s"))
+    raw_counts = txn.get("site_templates", key + b"r")
+    counts = np.frombuffer(raw_counts, dtype=np.uint8).copy() if raw_counts else np.zeros(0, dtype=np.uint8)
+    return SiteState(pages, settled, template, sample, blocks, window, None, seen, counts)
 
 
 def save_site(txn: IndexTxn, site: int, state: SiteState, before: SiteState, host: str) -> None:
@@ -67,6 +70,10 @@ def save_site(txn: IndexTxn, site: int, state: SiteState, before: SiteState, hos
         raw.put(key, state.template.astype("<u4").tobytes(), db=dbs["site_templates"])
     if state.blocks is not before.blocks:
         raw.put(key + b"b", state.blocks.astype("<u4").tobytes(), db=dbs["site_templates"])
+    if state.seen is not before.seen:
+        raw.put(key + b"s", state.seen.astype("<u4").tobytes(), db=dbs["site_templates"])
+    if state.counts is not before.counts:
+        raw.put(key + b"r", state.counts.tobytes(), db=dbs["site_templates"])
     for i, page in enumerate(state.window):
         if i >= len(before.window) or page is not before.window[i]:
             raw.put(key + (_WINDOW + i).to_bytes(2, "big"), page.astype("<u4").tobytes(), db=dbs["site_samples"])
