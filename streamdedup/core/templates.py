@@ -53,6 +53,17 @@ filter, run per site and as pages arrive):
   of one site that are mostly that text (a family of class templates) lose
   most of their content to it, so near duplicates among them are missed
   (docs/pages/crawler-pages.md has the figures).
+- **A page's own navigation** (off unless ``repeats``). What a page holds
+  beside its body and its site's template is mostly navigation of its own:
+  the titles of the pages before, after and above it, a table of its
+  headings, its section's menu. Each title is on two or three pages of the
+  site (its own page's heading, its neighbours' links), too few for any
+  frequency rule, but a copy of the body on another site lacks all of it.
+  Each site keeps the shingles of its new pages (``seen``) and those on
+  two or more of them (``repeated``), and a pair of pages of two sites is compared
+  without each page's extra text that is on two or more pages of its site
+  (``without_repeats``: never what both pages hold, and only while that is
+  a minor part of the page).
 - **Across sites.** A shingle in the settled templates of at least
   ``min_sites`` sites (a shared cookie banner, a CMS footer) is template on
   every page, of every site and of pages without a URL.
@@ -78,7 +89,9 @@ past that no block is added), the sample being learned (``sample_pages``
 pages), and with repeated blocks the window: ``window`` pages of at most
 ``MAX_WINDOW_PAGE`` shingles (16 pages: at most 256 KiB, about 50 KiB for
 pages of 800 words) and a count-min sketch of them (two rows of ``BUCKETS``
-8-bit counters, 64 KiB), rebuilt from the window when the site is read from the index.
+8-bit counters, 64 KiB), rebuilt from the window when the site is read from the index. With ``repeats``,
+the shingles seen on the site's new pages (at most ``MAX_SEEN``, 1 MiB; past it shingles seen before are
+still counted, new ones no longer) and those seen on two or more (as many at most).
 """
 
 from __future__ import annotations
@@ -179,12 +192,12 @@ class SiteState:
     window: list = field(default_factory=list)  # slot (new page number % window) -> its new shingles, sorted uint32
     _counts: Optional[np.ndarray] = field(default=None, repr=False, compare=False)  # 2 x BUCKETS uint8, of ``window``
     seen: np.ndarray = field(default_factory=lambda: EMPTY)  # sorted uint32: shingles of its new pages (``repeats``)
-    counts: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint8))  # pages each is on (to 255)
+    repeated: np.ndarray = field(default_factory=lambda: EMPTY)  # sorted uint32: those on two or more of them
 
     def copy(self) -> "SiteState":
         counts = None if self._counts is None else self._counts.copy()
         return SiteState(self.pages, self.settled, self.template, list(self.sample), self.blocks, list(self.window),
-                         counts, self.seen, self.counts)
+                         counts, self.seen, self.repeated)
 
     def samples_next(self, settings: TemplateSettings) -> bool:
         """Whether the site's next new page goes into a sample."""
@@ -202,7 +215,7 @@ class SiteState:
         """
         sampled = self.samples_next(settings)
         if settings.repeats:
-            self.count_repeats(page)
+            self.count_repeats(self.counted_part(page))
         grew = self._learn_blocks(page, settings)
         self.pages += 1
         if sampled:
@@ -222,27 +235,27 @@ class SiteState:
         old, self.template = self.template, _union(template, self.blocks)
         return old, self.template
 
+    def counted_part(self, page: np.ndarray) -> np.ndarray:
+        """What ``repeats`` counts of a new page: its shingles not in the template as it stands before it (the
+        template is out of every pair's contents anyway)."""
+        return page[~in_sorted(page, self.template)] if len(self.template) else page
+
     def takes_new(self) -> bool:
         """Whether ``seen`` takes the shingles it has not seen of the site's next new page."""
         return len(self.seen) < MAX_SEEN
 
     def count_repeats(self, page: np.ndarray) -> None:
-        """Count a new page's shingles (sorted uint32) in ``seen`` and ``counts``: one more page for each shingle
-        seen before; the others are added while ``seen`` holds fewer than ``MAX_SEEN`` (``takes_new``)."""
-        seen = self.seen
-        at = np.searchsorted(seen, page)
-        known = np.zeros(len(page), dtype=bool)
-        inside = at < len(seen)
-        known[inside] = seen[at[inside]] == page[inside]
-        counts = self.counts
-        if known.any():
-            counts = counts.copy()
-            counts[at[known]] = np.minimum(counts[at[known]].astype(np.uint16) + 1, 255).astype(np.uint8)
-        if self.takes_new() and not known.all():
-            fresh = ~known
-            self.seen = np.insert(seen, at[fresh], page[fresh]).astype(np.uint32)
-            counts = np.insert(counts, at[fresh], np.uint8(1)).astype(np.uint8)
-        self.counts = counts
+        """Count a new page's shingles (sorted uint32): those seen before are ``repeated`` (on two or more of the
+        site's new pages); the others are added to ``seen`` while it holds fewer than ``MAX_SEEN``
+        (``takes_new``)."""
+        known = in_sorted(page, self.seen)
+        again = page[known]
+        if len(again):
+            more = again[~in_sorted(again, self.repeated)]
+            if len(more):
+                self.repeated = _inserted(self.repeated, more)
+        if self.takes_new() and len(again) < len(page):
+            self.seen = _inserted(self.seen, page[~known])
 
     def _learn_blocks(self, page: np.ndarray, settings: TemplateSettings) -> bool:
         """Put the page into the window, after adding the repeated blocks it shows; whether any was added."""
@@ -285,7 +298,7 @@ class SiteState:
 
     def nbytes(self) -> int:
         """The memory its arrays take."""
-        arrays = [self.template, self.blocks, self.seen, self.counts, *self.sample, *self.window]
+        arrays = [self.template, self.blocks, self.seen, self.repeated, *self.sample, *self.window]
         return sum(a.nbytes for a in arrays) + (0 if self._counts is None else self._counts.nbytes)
 
     def forget_window(self) -> None:

@@ -63,40 +63,63 @@ class BatchContent:
 
 
 class BatchRepeats:
-    """What each site repeats over its new pages (``SiteState.seen`` and ``counts``) as it stands at any row of
-    a batch: the committed state, then the batch's new pages up to that row, in order (so a pair is compared
-    alike whatever the batches)."""
+    """What each site repeats over its new pages (``SiteState.seen`` and ``repeated``) as it stands at any row
+    of a batch: the committed state, then the batch's new pages up to that row, in order (so a pair is
+    compared alike whatever the batches)."""
 
     def __init__(self, committed, learns):
         self._committed = committed  # site -> its committed SiteState (of a site the batch does not touch)
         self.learns = learns
         self.states: dict[int, SiteState] = {}  # the committed state of each site the batch touches
-        self._pages: dict[int, list[tuple[int, np.ndarray, bool]]] = {}  # site -> (row, shingles, into seen)
+        self._pages: dict[int, list[tuple[int, np.ndarray, bool]]] = {}  # site -> (row, shingles, takes new)
+        self._firsts: dict[int, tuple] = {}  # site -> its batch pages' shingles and where each is first, second
 
-    def add(self, site: int, row: int, page: np.ndarray, into_seen: bool) -> None:
-        self._pages.setdefault(site, []).append((row, page, into_seen))
+    def add(self, site: int, row: int, page: np.ndarray, takes_new: bool) -> None:
+        """A new page of ``site`` at ``row`` (rows in order); ``takes_new``: its site's ``seen`` takes it."""
+        self._pages.setdefault(site, []).append((row, page, takes_new))
+        self._firsts.pop(site, None)
 
     def repeated(self, values: np.ndarray, site: int, row: int) -> np.ndarray:
         """Which of ``values`` (sorted uint32) are on two or more new pages of ``site`` up to ``row``, this one
-        included."""
+        included (as ``SiteState.count_repeats`` page by page would say)."""
         state = self.states.get(site)
         if state is None:
             state = self._committed(site)
-        seen = state.seen
-        at = np.searchsorted(seen, values)
-        present = np.zeros(len(values), dtype=bool)
-        inside = at < len(seen)
-        present[inside] = seen[at[inside]] == values[inside]
-        count = np.zeros(len(values), dtype=np.int64)
-        count[present] = state.counts[at[present]]
-        for on_row, page, into_seen in self._pages.get(site, ()):
-            if on_row > row:
-                break
-            on = in_sorted(values, page)
-            count += on & (present | into_seen)
-            if into_seen:
-                present |= on
-        return count >= 2
+        repeated = in_sorted(values, state.repeated)
+        if site not in self._pages:
+            return repeated
+        seen = in_sorted(values, state.seen)
+        shingles, first, second, takes = self._first_rows(site)
+        at = np.searchsorted(shingles, values)
+        inside = at < len(shingles)
+        inside[inside] = shingles[at[inside]] == values[inside]
+        at = at[inside]
+        now = np.zeros(len(values), dtype=bool)
+        # seen before the batch: repeated once on a batch page; new: when its first batch page took it into
+        # ``seen`` (a full ``seen`` takes no more, and the pages after one it refused are refused too)
+        now[inside] = np.where(seen[inside], first[at] <= row, takes[at] & (second[at] <= row))
+        return repeated | now
+
+    def _first_rows(self, site: int) -> tuple:
+        """The shingles of the site's batch pages (sorted, unique), the rows of the first and second pages each
+        is on (a large number when none), and whether the first of them took new shingles."""
+        found = self._firsts.get(site)
+        if found is None:
+            pages = self._pages[site]
+            values = np.concatenate([page for _, page, _ in pages])
+            rows = np.repeat(np.array([row for row, _, _ in pages], dtype=np.int64), [len(p) for _, p, _ in pages])
+            order = np.lexsort((rows, values))
+            values, rows = values[order], rows[order]
+            start = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
+            first = rows[start]
+            second = np.full(len(start), np.iinfo(np.int64).max, dtype=np.int64)
+            ends = np.append(start[1:], len(values))
+            twice = ends - start >= 2
+            second[twice] = rows[start[twice] + 1]
+            taking = {row: takes for row, _, takes in pages}
+            takes = np.array([taking[r] for r in first.tolist()], dtype=bool)
+            found = self._firsts[site] = (values[start], first, second, takes)
+        return found
 
 
 class SiteTemplates:
@@ -139,7 +162,7 @@ class SiteTemplates:
                 seen.add(digest)
                 before, was_settled = state.template, state.settled
                 if repeats is not None:
-                    repeats.add(site, row, full, state.takes_new())
+                    repeats.add(site, row, state.counted_part(full), state.takes_new())
                 moved = state.add_page(full, settings)
                 if not was_settled and state.template is not before:
                     settles.setdefault(row, []).append(site)

@@ -6,6 +6,8 @@ table          key                              value
 sites          site key (8 B)                   msgpack [new pages, settled, sampled, host(, window pages)]
 site_templates site key (8 B)                   its template: sorted uint32 (little-endian)
                site key + "b" (9 B)             its repeated blocks: sorted uint32
+               site key + "s" (9 B)             shingles seen on its new pages (``repeats``): sorted uint32
+               site key + "r" (9 B)             those on two or more of its new pages: sorted uint32
 site_samples   site key (8 B) + page (2 B)      a sampled page's shingles: sorted uint32
                site key + 0x8000 + slot (2 B)   a window page's new shingles: sorted uint32
 template_sites shingle's top 32 bits (4 B)      how many sites' settled templates hold it
@@ -56,9 +58,8 @@ def load_site(txn: IndexTxn, site: int) -> SiteState:
     window = [_u32_array(txn.get("site_samples", key + (_WINDOW + i).to_bytes(2, "big")))
               for i in range(windowed[0] if windowed else 0)]
     seen = _u32_array(txn.get("site_templates", key + b"s"))
-    raw_counts = txn.get("site_templates", key + b"r")
-    counts = np.frombuffer(raw_counts, dtype=np.uint8).copy() if raw_counts else np.zeros(0, dtype=np.uint8)
-    return SiteState(pages, settled, template, sample, blocks, window, None, seen, counts)
+    repeated = _u32_array(txn.get("site_templates", key + b"r"))
+    return SiteState(pages, settled, template, sample, blocks, window, None, seen, repeated)
 
 
 def save_site(txn: IndexTxn, site: int, state: SiteState, before: SiteState, host: str) -> None:
@@ -72,8 +73,8 @@ def save_site(txn: IndexTxn, site: int, state: SiteState, before: SiteState, hos
         raw.put(key + b"b", state.blocks.astype("<u4").tobytes(), db=dbs["site_templates"])
     if state.seen is not before.seen:
         raw.put(key + b"s", state.seen.astype("<u4").tobytes(), db=dbs["site_templates"])
-    if state.counts is not before.counts:
-        raw.put(key + b"r", state.counts.tobytes(), db=dbs["site_templates"])
+    if state.repeated is not before.repeated:
+        raw.put(key + b"r", state.repeated.astype("<u4").tobytes(), db=dbs["site_templates"])
     for i, page in enumerate(state.window):
         if i >= len(before.window) or page is not before.window[i]:
             raw.put(key + (_WINDOW + i).to_bytes(2, "big"), page.astype("<u4").tobytes(), db=dbs["site_samples"])
