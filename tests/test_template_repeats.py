@@ -245,3 +245,23 @@ def test_pages_sharing_header_and_footer_are_still_not_duplicates(tmp_path, writ
     with _engine(tmp_path / "a", "templates.repeats=true") as engine:
         decided = _decide(engine, pages, batch=7)
     assert [d.status for d in decided.values()] == ["kept"] * 20
+
+
+def test_learning_first_counts_every_page_of_a_site_once_before_deciding(tmp_path, writer):
+    """``dedup --learn-first``: what each site repeats is counted over all its pages in the first pass (a
+    source's neighbours coming after its copy count too), and not again while deciding: the same counts a
+    single pass has at its end."""
+    pages, republished = _doc_crawl(writer)
+    items = [Document(i, text, Source("crawl", -1, n), url) for n, (i, url, text) in enumerate(pages)]
+    with _engine(tmp_path / "one", "templates.repeats=true") as engine:
+        one = _decide(engine, pages)
+        single = {site: (state.seen.tolist(), state.repeated.tolist())
+                  for site, state in engine.templates._sites.items()}
+    with _engine(tmp_path / "first", "templates.repeats=true") as engine:
+        assert engine.learn_templates_first([engine.prepare(items[:50]), engine.prepare(items[50:])]) == 2
+        first = _decide(engine, pages)
+        states = engine.templates._sites
+        assert all(state.ahead for state in states.values())
+        assert {site: (state.seen.tolist(), state.repeated.tolist()) for site, state in states.items()} == single
+    assert _found(first, republished) == len(republished) >= _found(one, republished)
+    assert all(d.status == "kept" for i, d in first.items() if i not in republished)

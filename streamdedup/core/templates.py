@@ -193,11 +193,12 @@ class SiteState:
     _counts: Optional[np.ndarray] = field(default=None, repr=False, compare=False)  # 2 x BUCKETS uint8, of ``window``
     seen: np.ndarray = field(default_factory=lambda: EMPTY)  # sorted uint32: shingles of its new pages (``repeats``)
     repeated: np.ndarray = field(default_factory=lambda: EMPTY)  # sorted uint32: those on two or more of them
+    ahead: bool = False  # ``seen`` and ``repeated`` were counted over all its pages before any was decided
 
     def copy(self) -> "SiteState":
         counts = None if self._counts is None else self._counts.copy()
         return SiteState(self.pages, self.settled, self.template, list(self.sample), self.blocks, list(self.window),
-                         counts, self.seen, self.repeated)
+                         counts, self.seen, self.repeated, self.ahead)
 
     def samples_next(self, settings: TemplateSettings) -> bool:
         """Whether the site's next new page goes into a sample."""
@@ -214,7 +215,7 @@ class SiteState:
         counts then move), else None.
         """
         sampled = self.samples_next(settings)
-        if settings.repeats:
+        if settings.repeats and not self.ahead:
             self.count_repeats(self.counted_part(page))
         grew = self._learn_blocks(page, settings)
         self.pages += 1

@@ -161,7 +161,7 @@ class SiteTemplates:
             if learns(site) and digest not in seen and view.serial_of_content(digest) is None:
                 seen.add(digest)
                 before, was_settled = state.template, state.settled
-                if repeats is not None:
+                if repeats is not None and not state.ahead:
                     repeats.add(site, row, state.counted_part(full), state.takes_new())
                 moved = state.add_page(full, settings)
                 if not was_settled and state.template is not before:
@@ -228,12 +228,15 @@ class SiteTemplates:
         keys[changed] = band_keys_of([rows[r] for r in changed], self.signing)
         return keys
 
-    def seed(self, txn: IndexTxn, templates: dict[int, np.ndarray], hosts: dict) -> int:
+    def seed(self, txn: IndexTxn, templates: dict[int, np.ndarray], hosts: dict,
+             counted: Optional[dict] = None) -> int:
         """Settle every site the index has not met yet with its template from ``templates_in_advance``.
 
         Such a site starts settled with no pages counted, so its first pages
         are decided by that template and its relearning windows fall where a
-        single pass puts them. Returns how many sites were settled so.
+        single pass puts them. With ``counted`` (site -> ``seen``, ``repeated``
+        over all its pages), what the site repeats is known from its first
+        page on and not counted again. Returns how many sites were settled so.
         """
         shared = self._shared_now(txn)
         copies: dict[int, SiteState] = {}
@@ -241,7 +244,9 @@ class SiteTemplates:
             before = self._committed(txn, site)
             if before.pages or before.settled or before.sample:
                 continue
-            copies[site] = SiteState(0, True, template)
+            seen, repeated = (counted or {}).get(site, (None, None))
+            copies[site] = SiteState(0, True, template) if seen is None else \
+                SiteState(0, True, template, seen=seen, repeated=repeated, ahead=True)
             save_site(txn, site, copies[site], before, hosts.get(site, ""))
             shared = self._moved(txn, (EMPTY, template), shared)
 
@@ -260,7 +265,8 @@ class SiteTemplates:
         self._shared = None
 
 
-def templates_in_advance(batches: Iterable[PreparedBatch], settings: TemplateSettings) -> tuple[dict, dict]:
+def templates_in_advance(batches: Iterable[PreparedBatch], settings: TemplateSettings,
+                         counted: Optional[dict] = None) -> tuple[dict, dict]:
     """Each site's template as its first ``sample_pages`` new pages show it, with the repeated blocks all its
     pages show, and the sites' hosts.
 
@@ -271,13 +277,18 @@ def templates_in_advance(batches: Iterable[PreparedBatch], settings: TemplateSet
     (``templates.window``) are looked for over the whole input, so a
     section's navigation is template from the section's first page on; the
     windows of at most ``ADVANCE_WINDOWS`` sites are held at once (a site
-    met again after others took its place starts a new window).
+    met again after others took its place starts a new window). With
+    ``templates.repeats``, ``counted`` receives what each settled site repeats
+    over all its pages (``seen``, ``repeated``; not a site that rested
+    without its window: it may have missed none, but is left to count as
+    it goes, like a single pass).
     """
     learning: dict[int, SiteState] = {}  # with their windows, by the order sites were last met
     resting: dict[int, SiteState] = {}  # without
     first: dict[int, np.ndarray] = {}  # site -> the template its first sample shows
     hosts: dict[int, str] = {}
     seen: set[bytes] = set()
+    tired: set[int] = set()  # sites that rested once
     for batch in batches:
         hosts.update(batch.hosts)
         sites = batch.sites.tolist()
@@ -285,7 +296,8 @@ def templates_in_advance(batches: Iterable[PreparedBatch], settings: TemplateSet
             if row < 0 or not isinstance(item, Document):
                 continue
             site, digest = sites[row], batch.contents[row]
-            if (site in first and not settings.window) or not settings.learns(site) or digest in seen:
+            if (site in first and not settings.window and not settings.repeats) or not settings.learns(site) \
+                    or digest in seen:
                 continue
             seen.add(digest)
             state = learning.pop(site, None) or resting.pop(site, None) or SiteState()
@@ -297,6 +309,10 @@ def templates_in_advance(batches: Iterable[PreparedBatch], settings: TemplateSet
                 rested = next(iter(learning))
                 resting[rested] = learning.pop(rested)
                 resting[rested].forget_window()
+                resting[rested].seen = resting[rested].repeated = EMPTY  # bounded: a rested site counts as it goes
+                tired.add(rested)
     learning.update(resting)
+    if counted is not None and settings.repeats:
+        counted.update((site, (learning[site].seen, learning[site].repeated)) for site in first if site not in tired)
     return {site: np.union1d(template, learning[site].blocks).astype(np.uint32) for site, template in first.items()}, \
         hosts
