@@ -108,6 +108,17 @@ def test_an_extra_that_is_most_of_the_page_stays():
     assert containment(part, source) == 1.0 and jaccard(part, source) == 1 / 3
 
 
+def test_an_excerpt_loses_its_hosts_navigation_though_its_source_has_more_of_its_own():
+    """The source's own extra (the rest of its body, on no other page) is no copy's edits: it does not keep
+    the excerpt's navigation in."""
+    body = np.arange(100, 400, dtype=np.uint32)
+    excerpt = _u32([*body[:100], *np.arange(2000, 2020)])  # a third of the body, in a page with navigation
+    nothing = lambda values: np.zeros(len(values), dtype=bool)
+    source, part = without_repeats(body, excerpt, nothing, lambda values: values >= 2000)
+    assert source is body and part.tolist() == body[:100].tolist()
+    assert containment(excerpt, body) == 100 / 120 and containment(part, source) == 1.0
+
+
 def test_edits_weigh_the_same_on_both_sides():
     """Words changed in a copy make shingles of its own (on no other page) and take some of the source's
     away; those the source's site repeats (common phrases) are not all left out, or the pair would look
@@ -265,3 +276,16 @@ def test_learning_first_counts_every_page_of_a_site_once_before_deciding(tmp_pat
         assert {site: (state.seen.tolist(), state.repeated.tolist()) for site, state in states.items()} == single
     assert _found(first, republished) == len(republished) >= _found(one, republished)
     assert all(d.status == "kept" for i, d in first.items() if i not in republished)
+
+
+def test_explain_compares_a_pair_as_its_decision_did(tmp_path, writer):
+    import streamdedup
+
+    pages, republished = _doc_crawl(writer)
+    with _engine(tmp_path / "on", "templates.repeats=true") as engine:
+        decided = _decide(engine, pages)
+    page = next(p for p, source in republished.items() if decided[p].cluster == source)
+    with streamdedup.open(tmp_path / "on", readonly=True, templates={"repeats": True}) as index:
+        explained = index.explain(page, texts={page: dict((i, t) for i, _, t in pages)[page]})
+    assert explained.similarity == pytest.approx(decided[page].similarity, abs=0.05)  # counts as of now
+    assert explained.similarity >= 0.7
