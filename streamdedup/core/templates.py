@@ -349,7 +349,7 @@ def _beside_other_text(size: int, pattern: int, window: list, fresh: int) -> boo
 
 def _inserted(table: np.ndarray, values: np.ndarray) -> np.ndarray:
     """The sorted uint32 ``table`` with ``values`` (sorted, none in it) put in their places."""
-    return np.insert(table, np.searchsorted(table, values), values).astype(np.uint32)
+    return np.insert(table, np.searchsorted(table, values), values).astype(np.uint32, copy=False)
 
 
 def _union(template: np.ndarray, blocks: np.ndarray) -> np.ndarray:
