@@ -418,10 +418,10 @@ def without_repeats(own: np.ndarray, other: np.ndarray, own_repeated, other_repe
       page has of its own (extra and not repeated on its site): words
       changed in a copy make shingles found nowhere else and take some of
       the source's away, which its site may repeat (common phrases of a
-      reference); left out, the pair would look closer than it is. Unless
-      the other page's own extra is more than ``REPEAT_SHARE`` of it: then
-      it is not a copy's edits (an excerpt's source: the rest of its body),
-      and an excerpt loses its host's navigation;
+      reference); left out, the pair would look closer than it is (and a
+      page would look contained in a longer one it only partly is: an
+      excerpt keeps its host's navigation when its source has more extra
+      of its own);
     - nothing when that is more than ``REPEAT_SHARE`` of the page: navigation
       is beside a page's own text, while an excerpt's source (whose extra is
       the rest of its body) keeps its extra.
@@ -433,10 +433,8 @@ def without_repeats(own: np.ndarray, other: np.ndarray, own_repeated, other_repe
         sides.append((this, len(extra), out))
     result = []
     for n, (this, extra, out) in enumerate(sides):
-        that, other_extra, other_out = sides[1 - n]
-        own = other_extra - len(other_out)  # the other page's own extra: edits, if it is a copy
-        if own <= REPEAT_SHARE * len(that):
-            out = out[:max(0, extra - own)]  # the lowest hashes: a choice of no order
+        _, other_extra, other_out = sides[1 - n]
+        out = out[:max(0, extra - (other_extra - len(other_out)))]  # the lowest hashes: a choice of no order
         if 0 < len(out) <= REPEAT_SHARE * len(this):
             keep = np.ones(len(this), dtype=bool)
             keep[out] = False
