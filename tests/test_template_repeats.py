@@ -163,7 +163,8 @@ class DocSite:
         text = (f"{titles[n]}\n{headings[0]}\n{'. '.join(paragraphs[:third])}.\n{headings[1]}\n"
                 f"{'. '.join(paragraphs[third:2 * third])}.\n{headings[2]}\n{'. '.join(paragraphs[2 * third:])}")
         section = n // 5 * 5
-        toc = "table of contents\n" + "\n".join(headings) + "\nin this section\n" + "\n".join(titles[section:section + 5])
+        toc = ("table of contents\n" + "\n".join(headings) + "\nin this section\n"
+               + "\n".join(titles[section:section + 5]))
         return f"https://{self.name}.example/{n}", f"{self.header}\n{nav}\n{text}\n{toc}\n{nav}\n{self.footer}"
 
 
