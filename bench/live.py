@@ -17,7 +17,8 @@ The crawl documents have no URL, so no site template is learned there.
 ``--crawl web`` measures what learning costs: the web crawl (pages with
 URLs, sites whose navigation changes by section) read with
 ``input.url_field = "url"``, streamdedup with site templates as by default,
-with repeated blocks too (``templates.window = 16``), and with templates
+with repeated blocks too (``templates.window = 16``), with what each site
+repeats (``templates.repeats = true``), and with templates
 off, the last the base of the ratios (issue 31 asks learning to keep at
 least 90% of the rate without it).
 
@@ -137,6 +138,7 @@ VARIANTS = {"streamdedup": [], "streamdedup, pages off": OFF}  # the defaults; n
 CONTENDERS = [*VARIANTS, *PEERS]
 URLS = ["--set", 'input.url_field="url"']
 WEB_VARIANTS = {"templates (default)": URLS, "templates, blocks on": [*URLS, "--set", "templates.window=16"],
+                "templates, repeats on": [*URLS, "--set", "templates.repeats=true"],
                 "templates off": [*URLS, "--set", "templates.enabled=false"]}  # the web crawl's contenders
 
 

@@ -34,6 +34,7 @@ VARIANTS = {
     "both on": ["excerpts.enabled=true"],
     "learn first": ["--learn-first"],
     "blocks": ["templates.window=16"],
+    "repeats": ["templates.repeats=true"],
 }
 
 
@@ -45,7 +46,9 @@ def main(argv=None) -> int:
     parser.add_argument("--web", type=int, default=0, help="this many pages of the web crawl (200 sites)")
     parser.add_argument("--navigation", choices=("constant", "sections"), default="constant")
     parser.add_argument("--cpu", action="store_true", help="documents per CPU second, not per second")
+    parser.add_argument("--variants", default="", help="these of the variants only (comma-separated names)")
     args = parser.parse_args(argv)
+    variants = {name: VARIANTS[name] for name in args.variants.split(",")} if args.variants else VARIANTS
     with tempfile.TemporaryDirectory(prefix="bench-pages-") as work:
         path = args.input
         if path is None and args.web:
@@ -63,9 +66,9 @@ def main(argv=None) -> int:
         sizes: dict[str, dict[str, int]] = {}
 
         def measure(name: str, number: int) -> float:
-            state = os.path.join(work, f"state-{number}-{list(VARIANTS).index(name)}")
+            state = os.path.join(work, f"state-{number}-{list(variants).index(name)}")
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            run = harness.dedup(path, state, VARIANTS[name])
+            run = harness.dedup(path, state, variants[name])
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             sizes.setdefault(name, run.table_bytes())
             shutil.rmtree(state)
@@ -73,19 +76,19 @@ def main(argv=None) -> int:
                 return run.documents / (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
             return run.rate
 
-        rates = harness.interleaved(list(VARIANTS), args.rounds, measure,
+        rates = harness.interleaved(list(variants), args.rounds, measure,
                                     unit="docs/CPU-s" if args.cpu else "docs/s")
         with open(path, "rb") as handle:
             docs = sum(1 for _ in handle)
     source = args.input or (f"the web crawl ({args.navigation})" if args.web else "the synthetic crawl")
     print(f"\n{docs:,} documents from {source}; {args.rounds} rounds, each variant a fresh process"
           f"{', documents per CPU second' if args.cpu else ''}\n")
-    per_doc = {name: f"{sum(sizes[name].values()) / docs:,.0f}" for name in VARIANTS}
+    per_doc = {name: f"{sum(sizes[name].values()) / docs:,.0f}" for name in variants}
     print(harness.table(rates, "both off", name="variant", columns={"bytes/doc": per_doc}))
     tables = sorted({t for s in sizes.values() for t in s})
-    print(f"\n  bytes per document by table\n  {'table':<16}" + "".join(f"{n:>20}" for n in VARIANTS))
+    print(f"\n  bytes per document by table\n  {'table':<16}" + "".join(f"{n:>20}" for n in variants))
     for table in tables:
-        print(f"  {table:<16}" + "".join(f"{sizes[n].get(table, 0) / docs:>20,.0f}" for n in VARIANTS))
+        print(f"  {table:<16}" + "".join(f"{sizes[n].get(table, 0) / docs:>20,.0f}" for n in variants))
     return 0
 
 

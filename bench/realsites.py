@@ -38,6 +38,7 @@ packages of the same generators)::
 
     python -m bench.realsites [--holdout] [--seed 31] [--forms text,html,warc] [--detail] [--out DIR]
     python -m bench.realsites --set templates.share=0.3 --set ...   # one run with these settings
+    python -m bench.realsites --set templates.repeats=true --set excerpts.enabled=true --set=--learn-first
     python -m bench.realsites --sample      # the committed sample (bench/data/realsites), no network
     python -m bench.realsites --blocks      # what repeated blocks learn on each site, and how much is main content
     python -m bench.realsites --build-only --out DIR   # the corpus alone: text.jsonl, html.jsonl, crawl.warc.gz,

@@ -183,3 +183,31 @@ def test_the_sectioned_crawl_learns_blocks_and_finds_duplicates(sectioned_refere
         with index.read() as txn:
             blocks = [len(load_site(txn, site["site"]).blocks) for site in site_summaries(txn)]
     assert len(blocks) == 12 and all(blocks)
+
+
+REPEATS = ["--set", "templates.repeats=true"]  # what each site repeats (off by default)
+
+
+@pytest.fixture(scope="module")
+def repeats_reference(tmp_path_factory, sectioned_file):
+    folder = tmp_path_factory.mktemp("repeats-reference")
+    _dedup(folder, sectioned_file, _settings(100, 100000, 1, 16, 100) + REPEATS)
+    return folder
+
+
+@pytest.mark.parametrize("way", list(WAYS))
+def test_what_sites_repeat_does_not_depend_on_how_the_stream_is_cut(tmp_path, sectioned_file, repeats_reference,
+                                                                    way):
+    """What each site repeats is counted page by page, and a pair compared on it as of its later page."""
+    _dedup(tmp_path, sectioned_file, _settings(*WAYS[way], 100) + REPEATS)
+    assert (tmp_path / "decisions.jsonl").read_bytes() == (repeats_reference / "decisions.jsonl").read_bytes()
+    assert _decided(tmp_path / "state") == _decided(repeats_reference / "state")
+
+
+def test_sites_counting_repeats_killed_and_resumed_with_other_batches_decide_as_one_run(tmp_path, sectioned_file,
+                                                                                        repeats_reference):
+    crashed = _dedup(tmp_path, sectioned_file, _settings(50, 200, 1, 16, 100) + REPEATS, check=False,
+                     env={"STREAMDEDUP_TEST_CRASH_AT": "file-decided:4"})
+    assert crashed.returncode == 137, crashed.stderr.decode(errors="replace")
+    _dedup(tmp_path, sectioned_file, _settings(13, 450, 0, 16, 100) + REPEATS)
+    assert (tmp_path / "decisions.jsonl").read_bytes() == (repeats_reference / "decisions.jsonl").read_bytes()

@@ -53,6 +53,17 @@ filter, run per site and as pages arrive):
   of one site that are mostly that text (a family of class templates) lose
   most of their content to it, so near duplicates among them are missed
   (docs/pages/crawler-pages.md has the figures).
+- **A page's own navigation** (off unless ``repeats``). What a page holds
+  beside its body and its site's template is mostly navigation of its own:
+  the titles of the pages before, after and above it, a table of its
+  headings, its section's menu. Each title is on two or three pages of the
+  site (its own page's heading, its neighbours' links), too few for any
+  frequency rule, but a copy of the body on another site lacks all of it.
+  Each site keeps the shingles of its new pages (``seen``) and those on
+  two or more of them (``repeated``), and a pair of pages of two sites is compared
+  without each page's extra text that is on two or more pages of its site
+  (``without_repeats``: never what both pages hold, and only while that is
+  a minor part of the page).
 - **Across sites.** A shingle in the settled templates of at least
   ``min_sites`` sites (a shared cookie banner, a CMS footer) is template on
   every page, of every site and of pages without a URL.
@@ -78,7 +89,9 @@ past that no block is added), the sample being learned (``sample_pages``
 pages), and with repeated blocks the window: ``window`` pages of at most
 ``MAX_WINDOW_PAGE`` shingles (16 pages: at most 256 KiB, about 50 KiB for
 pages of 800 words) and a count-min sketch of them (two rows of ``BUCKETS``
-8-bit counters, 64 KiB), rebuilt from the window when the site is read from the index.
+8-bit counters, 64 KiB), rebuilt from the window when the site is read from the index. With ``repeats``,
+the shingles seen on the site's new pages (at most ``MAX_SEEN``, 1 MiB; past it shingles seen before are
+still counted, new ones no longer) and those seen on two or more (as many at most).
 """
 
 from __future__ import annotations
@@ -91,13 +104,15 @@ import numpy as np
 from .sites import NO_SITE
 
 __all__ = ["TemplateSettings", "SiteState", "learned_template", "content_of", "in_sorted",
-           "kept_rule", "SiteTimeline", "EMPTY", "MAX_TEMPLATE", "MAX_WINDOW_PAGE"]
+           "kept_rule", "without_repeats", "SiteTimeline", "EMPTY", "MAX_TEMPLATE", "MAX_WINDOW_PAGE"]
 
 EMPTY = np.zeros(0, dtype=np.uint32)
 MAX_TEMPLATE = 65536  # template shingles a site gets from repeated blocks at most
 MAX_WINDOW_PAGE = 4096  # shingles a page keeps in the window (the lowest hashes: a fixed sample of a larger page)
 BUCKETS = 1 << 15  # counters a row of the window's sketch (an upper bound of the pages a shingle is on)
 BLOCK_SHARE = 0.5  # a block is at most this share of the new shingles of most of the pages it is on
+MAX_SEEN = 1 << 18  # shingles a site remembers having seen, for ``repeats`` (1 MiB; past it no page adds any)
+REPEAT_SHARE = 1 / 3  # a page's extra text repeated on its site is left out of a pair when at most this share of it
 _NEITHER = "-v2"  # the fingerprint's mark of pairs verified on what is template on neither site
 
 
@@ -116,6 +131,7 @@ class TemplateSettings:
     min_pages: int = 3  # a block on this many pages of the window (the new page included) is template
     min_block: int = 8  # shingles on exactly the same pages of the window that make a block
     neither: bool = True  # a pair is verified on what is template on neither site (False: indexes made before)
+    repeats: bool = False  # a cross-site pair leaves out each page's extra text repeated on other pages of its site
 
     def learns(self, site: int) -> bool:
         """Whether pages of ``site`` teach and use a site template (pages without a URL: if asked to)."""
@@ -129,6 +145,8 @@ class TemplateSettings:
                 f"-c{self.min_content_share:g}-u{int(self.learn_without_url)}")
         if self.window:
             text += f"-w{self.window}-k{self.min_pages}-b{self.min_block}"
+        if self.repeats:
+            text += "-e1"
         return text + _NEITHER if self.neither else text
 
     def pair_contents(self, own: np.ndarray, other: np.ndarray, own_template: np.ndarray,
@@ -159,7 +177,7 @@ class TemplateSettings:
         values = {part[0]: part[1:] for part in text.split("-")}
         blocks = (int(values["w"]), int(values["k"]), int(values["b"])) if "w" in values else (0, 3, 8)  # none
         return cls(True, int(values["p"]), float(values["s"]), int(values["r"]), int(values["m"]), float(values["c"]),
-                   values["u"] == "1", *blocks, "v" in values)
+                   values["u"] == "1", *blocks, "v" in values, values.get("e") == "1")
 
 
 @dataclass
@@ -173,11 +191,14 @@ class SiteState:
     blocks: np.ndarray = field(default_factory=lambda: EMPTY)  # sorted uint32: the repeated blocks found
     window: list = field(default_factory=list)  # slot (new page number % window) -> its new shingles, sorted uint32
     _counts: Optional[np.ndarray] = field(default=None, repr=False, compare=False)  # 2 x BUCKETS uint8, of ``window``
+    seen: np.ndarray = field(default_factory=lambda: EMPTY)  # sorted uint32: shingles of its new pages (``repeats``)
+    repeated: np.ndarray = field(default_factory=lambda: EMPTY)  # sorted uint32: those on two or more of them
+    ahead: bool = False  # ``seen`` and ``repeated`` were counted over all its pages before any was decided
 
     def copy(self) -> "SiteState":
         counts = None if self._counts is None else self._counts.copy()
         return SiteState(self.pages, self.settled, self.template, list(self.sample), self.blocks, list(self.window),
-                         counts)
+                         counts, self.seen, self.repeated, self.ahead)
 
     def samples_next(self, settings: TemplateSettings) -> bool:
         """Whether the site's next new page goes into a sample."""
@@ -194,6 +215,8 @@ class SiteState:
         counts then move), else None.
         """
         sampled = self.samples_next(settings)
+        if settings.repeats and not self.ahead:
+            self.count_repeats(self.counted_part(page))
         grew = self._learn_blocks(page, settings)
         self.pages += 1
         if sampled:
@@ -212,6 +235,28 @@ class SiteState:
             return None
         old, self.template = self.template, _union(template, self.blocks)
         return old, self.template
+
+    def counted_part(self, page: np.ndarray) -> np.ndarray:
+        """What ``repeats`` counts of a new page: its shingles not in the template as it stands before it (the
+        template is out of every pair's contents anyway)."""
+        return page[~in_sorted(page, self.template)] if len(self.template) else page
+
+    def takes_new(self) -> bool:
+        """Whether ``seen`` takes the shingles it has not seen of the site's next new page."""
+        return len(self.seen) < MAX_SEEN
+
+    def count_repeats(self, page: np.ndarray) -> None:
+        """Count a new page's shingles (sorted uint32): those seen before are ``repeated`` (on two or more of the
+        site's new pages); the others are added to ``seen`` while it holds fewer than ``MAX_SEEN``
+        (``takes_new``)."""
+        known = in_sorted(page, self.seen)
+        again = page[known]
+        if len(again):
+            more = again[~in_sorted(again, self.repeated)]
+            if len(more):
+                self.repeated = _inserted(self.repeated, more)
+        if self.takes_new() and len(again) < len(page):
+            self.seen = _inserted(self.seen, page[~known])
 
     def _learn_blocks(self, page: np.ndarray, settings: TemplateSettings) -> bool:
         """Put the page into the window, after adding the repeated blocks it shows; whether any was added."""
@@ -254,7 +299,7 @@ class SiteState:
 
     def nbytes(self) -> int:
         """The memory its arrays take."""
-        arrays = [self.template, self.blocks, *self.sample, *self.window]
+        arrays = [self.template, self.blocks, self.seen, self.repeated, *self.sample, *self.window]
         return sum(a.nbytes for a in arrays) + (0 if self._counts is None else self._counts.nbytes)
 
     def forget_window(self) -> None:
@@ -300,6 +345,11 @@ def _beside_other_text(size: int, pattern: int, window: list, fresh: int) -> boo
     sizes = [fresh] + [len(page) for j, page in enumerate(window) if pattern >> j & 1]
     beside = sum(size <= BLOCK_SHARE * pages for pages in sizes)
     return 2 * beside > len(sizes)
+
+
+def _inserted(table: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """The sorted uint32 ``table`` with ``values`` (sorted, none in it) put in their places."""
+    return np.insert(table, np.searchsorted(table, values), values).astype(np.uint32, copy=False)
 
 
 def _union(template: np.ndarray, blocks: np.ndarray) -> np.ndarray:
@@ -351,6 +401,48 @@ def content_of(shingles: np.ndarray, template: np.ndarray, shared: np.ndarray, m
     return shingles[~drop]
 
 
+def without_repeats(own: np.ndarray, other: np.ndarray, own_repeated, other_repeated) -> tuple[np.ndarray, np.ndarray]:
+    """Two pages of two sites as their pair is compared with ``TemplateSettings.repeats``: each without its
+    extra text (what the other page lacks) that is on other pages of its own site (``own_repeated(values)``:
+    which of ``values``, sorted uint32, are on two or more new pages of the first page's site;
+    ``other_repeated``: of the second's).
+
+    What a page holds beside its body and its site's template is mostly its
+    own navigation: the titles of the pages before, after and above it, a
+    table of its headings, its section's menu. Those titles are headings of
+    other pages of the site, so that text is on other pages of it, while a
+    copy of the body on another site lacks it. Only a page's extra is left
+    out, never what both pages hold, and of it:
+
+    - at most as much as leaves the page as many extra shingles as the other
+      page has of its own (extra and not repeated on its site): words
+      changed in a copy make shingles found nowhere else and take some of
+      the source's away, which its site may repeat (common phrases of a
+      reference); left out, the pair would look closer than it is (and a
+      page would look contained in a longer one it only partly is: an
+      excerpt keeps its host's navigation when its source has more extra
+      of its own);
+    - nothing when that is more than ``REPEAT_SHARE`` of the page: navigation
+      is beside a page's own text, while an excerpt's source (whose extra is
+      the rest of its body) keeps its extra.
+    """
+    sides = []
+    for this, that, repeated in ((own, other, own_repeated), (other, own, other_repeated)):
+        extra = np.flatnonzero(~in_sorted(this, that))
+        out = extra[repeated(this[extra])] if len(extra) else extra
+        sides.append((this, len(extra), out))
+    result = []
+    for n, (this, extra, out) in enumerate(sides):
+        _, other_extra, other_out = sides[1 - n]
+        out = out[:max(0, extra - (other_extra - len(other_out)))]  # the lowest hashes: a choice of no order
+        if 0 < len(out) <= REPEAT_SHARE * len(this):
+            keep = np.ones(len(this), dtype=bool)
+            keep[out] = False
+            this = this[keep]
+        result.append(this)
+    return result[0], result[1]
+
+
 def kept_rule(stored: str, wanted: str) -> str:
     """The template fingerprint an index with ``stored`` is used with when ``wanted`` is asked for: ``stored``
     when the two differ only in ``neither`` (an index made before it goes on deciding as it always has),
@@ -373,11 +465,13 @@ class SiteTimeline:
         self.shared = self._shared_before = shared
         self._changes: list[tuple[int, Optional[int], np.ndarray]] = []  # (row, site or None for shared, template)
         self._next = 0
+        self.row = -1  # the row the view stands at
 
     def record(self, row: int, site: Optional[int], template: np.ndarray) -> None:
         self._changes.append((row, site, template))
 
     def at(self, row: int) -> None:
+        self.row = row
         changes = self._changes
         while self._next < len(changes) and changes[self._next][0] <= row:
             _, site, template = changes[self._next]

@@ -268,8 +268,9 @@ class Engine:
         ``sitelearning.templates_in_advance``. Returns how many sites were settled so."""
         if self.templates is None:
             return 0
-        learned, hosts = templates_in_advance(batches, self.template_settings)
-        return self.index.write(lambda txn: self.templates.seed(txn, learned, hosts))
+        counted: dict = {}
+        learned, hosts = templates_in_advance(batches, self.template_settings, counted)
+        return self.index.write(lambda txn: self.templates.seed(txn, learned, hosts, counted))
 
     def rebuild(self) -> dict:
         """Re-derive the lookup tables from the records (``check --fix``)."""

@@ -34,7 +34,7 @@ from ..core.prepare import prepare
 from ..core.records import Document, Rejected, Source
 from ..core.shingle import ShingleBatch, normalize
 from ..core.signing import sign_batch
-from ..core.templates import EMPTY, content_of
+from ..core.templates import EMPTY, content_of, in_sorted, without_repeats
 from ..core.verify import jaccard
 from ..errors import UnknownDocumentError
 from ..store.bands import record_band_keys
@@ -158,6 +158,7 @@ def explain_in(engines: Sequence[Readable], doc_id: str, other: Optional[str] = 
         if len(contents) == 2:
             compared = engine.template_settings.pair_contents(contents["a"], contents["b"], templates["a"],
                                                               templates["b"])
+            compared = _without_repeats(engine, txn_of, record_a, record_b, compared)
             _compare(engine, txn_of, result, record_a, record_b, contents["a"], contents["b"], compared)
         if words["a"] is not None and words["b"] is not None:
             result.passages = passages(words["a"], words["b"])
@@ -239,6 +240,22 @@ def _template(engine: Readable, txn: IndexTxn, record: DocRecord) -> np.ndarray:
     if not settings.enabled or not settings.learns(record.site):
         return EMPTY
     return load_site(txn, record.site).template
+
+
+def _without_repeats(engine: Readable, txn_of: Callable[[DocRecord], IndexTxn], record_a: DocRecord,
+                     record_b: DocRecord, compared: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """With ``templates.repeats``, a pair of two sites' pages without what each site repeats
+    (``templates.without_repeats``), by what the index knows of the sites now."""
+    settings = engine.template_settings
+    sites = record_a.site, record_b.site
+    if not (settings.enabled and settings.repeats) or sites[0] == sites[1] or not all(map(settings.learns, sites)):
+        return compared
+    states = [load_site(txn_of(record), record.site) for record in (record_a, record_b)]
+
+    def on_two_pages(state):
+        return lambda values: in_sorted(values, state.repeated)
+
+    return without_repeats(*compared, on_two_pages(states[0]), on_two_pages(states[1]))
 
 
 def _content(engine: Readable, txn: IndexTxn, template: np.ndarray, shingles: np.ndarray) -> np.ndarray:

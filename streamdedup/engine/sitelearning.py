@@ -19,7 +19,8 @@ import numpy as np
 from ..core.prepare import PreparedBatch
 from ..core.records import Document
 from ..core.signing import SigningConfig, band_keys_of
-from ..core.templates import EMPTY, SiteState, SiteTimeline, TemplateSettings, content_of
+from ..core.templates import (EMPTY, SiteState, SiteTimeline, TemplateSettings, content_of, in_sorted,
+                              without_repeats)
 from ..store.index import IndexTxn
 from ..store.sites import load_site, move_site_counts, save_site, shared_template
 
@@ -39,6 +40,7 @@ class BatchContent:
     settings: TemplateSettings
     provisional: set  # rows decided while their site was learning: kept, they are looked up again later
     settles: dict  # row -> learning sites whose template changes at that row
+    repeats: Optional["BatchRepeats"] = None  # with ``settings.repeats``: what each site repeats, as of each row
 
     def content_of_stored(self, shingles: np.ndarray, site: int) -> np.ndarray:
         """A decided document's stored shingles without its site's template as it stands now."""
@@ -51,7 +53,73 @@ class BatchContent:
         (``TemplateSettings.pair_contents``), by the templates as they stand in ``timeline`` (default: the
         batch's, where deciding is)."""
         timeline = self.timeline if timeline is None else timeline
-        return self.settings.pair_contents(own, other, timeline.template(own_site), timeline.template(other_site))
+        own, other = self.settings.pair_contents(own, other, timeline.template(own_site), timeline.template(other_site))
+        repeats = self.repeats
+        if repeats is None or own_site == other_site or not (repeats.learns(own_site) and repeats.learns(other_site)):
+            return own, other
+        row = timeline.row
+        return without_repeats(own, other, lambda values: repeats.repeated(values, own_site, row),
+                               lambda values: repeats.repeated(values, other_site, row))
+
+
+class BatchRepeats:
+    """What each site repeats over its new pages (``SiteState.seen`` and ``repeated``) as it stands at any row
+    of a batch: the committed state, then the batch's new pages up to that row, in order (so a pair is
+    compared alike whatever the batches)."""
+
+    def __init__(self, committed, learns):
+        self._committed = committed  # site -> its committed SiteState (of a site the batch does not touch)
+        self.learns = learns
+        self.states: dict[int, SiteState] = {}  # the committed state of each site the batch touches
+        self._pages: dict[int, list[tuple[int, np.ndarray, bool]]] = {}  # site -> (row, shingles, takes new)
+        self._firsts: dict[int, tuple] = {}  # site -> its batch pages' shingles and where each is first, second
+
+    def add(self, site: int, row: int, page: np.ndarray, takes_new: bool) -> None:
+        """A new page of ``site`` at ``row`` (rows in order); ``takes_new``: its site's ``seen`` takes it."""
+        self._pages.setdefault(site, []).append((row, page, takes_new))
+        self._firsts.pop(site, None)
+
+    def repeated(self, values: np.ndarray, site: int, row: int) -> np.ndarray:
+        """Which of ``values`` (sorted uint32) are on two or more new pages of ``site`` up to ``row``, this one
+        included (as ``SiteState.count_repeats`` page by page would say)."""
+        state = self.states.get(site)
+        if state is None:
+            state = self._committed(site)
+        repeated = in_sorted(values, state.repeated)
+        if site not in self._pages:
+            return repeated
+        seen = in_sorted(values, state.seen)
+        shingles, first, second, takes = self._first_rows(site)
+        at = np.searchsorted(shingles, values)
+        inside = at < len(shingles)
+        inside[inside] = shingles[at[inside]] == values[inside]
+        at = at[inside]
+        now = np.zeros(len(values), dtype=bool)
+        # seen before the batch: repeated once on a batch page; new: when its first batch page took it into
+        # ``seen`` (a full ``seen`` takes no more, and the pages after one it refused are refused too)
+        now[inside] = np.where(seen[inside], first[at] <= row, takes[at] & (second[at] <= row))
+        return repeated | now
+
+    def _first_rows(self, site: int) -> tuple:
+        """The shingles of the site's batch pages (sorted, unique), the rows of the first and second pages each
+        is on (a large number when none), and whether the first of them took new shingles."""
+        found = self._firsts.get(site)
+        if found is None:
+            pages = self._pages[site]
+            values = np.concatenate([page for _, page, _ in pages])
+            rows = np.repeat(np.array([row for row, _, _ in pages], dtype=np.int64), [len(p) for _, p, _ in pages])
+            order = np.lexsort((rows, values))
+            values, rows = values[order], rows[order]
+            start = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
+            first = rows[start]
+            second = np.full(len(start), np.iinfo(np.int64).max, dtype=np.int64)
+            ends = np.append(start[1:], len(values))
+            twice = ends - start >= 2
+            second[twice] = rows[start[twice] + 1]
+            taking = {row: takes for row, _, takes in pages}
+            takes = np.array([taking[r] for r in first.tolist()], dtype=bool)
+            found = self._firsts[site] = (values[start], first, second, takes)
+        return found
 
 
 class SiteTemplates:
@@ -77,6 +145,7 @@ class SiteTemplates:
         provisional, settles = set(), {}
         sites = batch.sites.tolist()
         learns = settings.learns
+        repeats = BatchRepeats(lambda site: self._committed(txn, site), learns) if settings.repeats else None
         for i, item in enumerate(batch.items):
             row = batch.row[i]
             if row < 0 or not isinstance(item, Document):
@@ -84,11 +153,16 @@ class SiteTemplates:
             site, full = sites[row], batch.shingles.of(row)
             state = copies.get(site)
             if state is None:
-                state = copies[site] = self._committed(txn, site).copy()
+                committed = self._committed(txn, site)
+                state = copies[site] = committed.copy()
+                if repeats is not None:
+                    repeats.states[site] = committed
             digest = batch.contents[row]
             if learns(site) and digest not in seen and view.serial_of_content(digest) is None:
                 seen.add(digest)
                 before, was_settled = state.template, state.settled
+                if repeats is not None and not state.ahead:
+                    repeats.add(site, row, state.counted_part(full), state.takes_new())
                 moved = state.add_page(full, settings)
                 if not was_settled and state.template is not before:
                     settles.setdefault(row, []).append(site)
@@ -105,7 +179,7 @@ class SiteTemplates:
                 changed.append(row)
         self._write(txn, copies, shared, batch.hosts)
         view.use_band_keys(self._content_keys(batch, rows, changed))
-        return BatchContent(rows, timeline, settings, provisional, settles)
+        return BatchContent(rows, timeline, settings, provisional, settles, repeats)
 
     def _committed(self, txn: IndexTxn, site: int) -> SiteState:
         state = self._sites.get(site)
@@ -154,12 +228,15 @@ class SiteTemplates:
         keys[changed] = band_keys_of([rows[r] for r in changed], self.signing)
         return keys
 
-    def seed(self, txn: IndexTxn, templates: dict[int, np.ndarray], hosts: dict) -> int:
+    def seed(self, txn: IndexTxn, templates: dict[int, np.ndarray], hosts: dict,
+             counted: Optional[dict] = None) -> int:
         """Settle every site the index has not met yet with its template from ``templates_in_advance``.
 
         Such a site starts settled with no pages counted, so its first pages
         are decided by that template and its relearning windows fall where a
-        single pass puts them. Returns how many sites were settled so.
+        single pass puts them. With ``counted`` (site -> ``seen``, ``repeated``
+        over all its pages), what the site repeats is known from its first
+        page on and not counted again. Returns how many sites were settled so.
         """
         shared = self._shared_now(txn)
         copies: dict[int, SiteState] = {}
@@ -167,7 +244,9 @@ class SiteTemplates:
             before = self._committed(txn, site)
             if before.pages or before.settled or before.sample:
                 continue
-            copies[site] = SiteState(0, True, template)
+            seen, repeated = (counted or {}).get(site, (None, None))
+            copies[site] = SiteState(0, True, template) if seen is None else \
+                SiteState(0, True, template, seen=seen, repeated=repeated, ahead=True)
             save_site(txn, site, copies[site], before, hosts.get(site, ""))
             shared = self._moved(txn, (EMPTY, template), shared)
 
@@ -186,7 +265,8 @@ class SiteTemplates:
         self._shared = None
 
 
-def templates_in_advance(batches: Iterable[PreparedBatch], settings: TemplateSettings) -> tuple[dict, dict]:
+def templates_in_advance(batches: Iterable[PreparedBatch], settings: TemplateSettings,
+                         counted: Optional[dict] = None) -> tuple[dict, dict]:
     """Each site's template as its first ``sample_pages`` new pages show it, with the repeated blocks all its
     pages show, and the sites' hosts.
 
@@ -197,13 +277,18 @@ def templates_in_advance(batches: Iterable[PreparedBatch], settings: TemplateSet
     (``templates.window``) are looked for over the whole input, so a
     section's navigation is template from the section's first page on; the
     windows of at most ``ADVANCE_WINDOWS`` sites are held at once (a site
-    met again after others took its place starts a new window).
+    met again after others took its place starts a new window). With
+    ``templates.repeats``, ``counted`` receives what each settled site repeats
+    over all its pages (``seen``, ``repeated``; not a site that rested
+    without its window: it may have missed none, but is left to count as
+    it goes, like a single pass).
     """
     learning: dict[int, SiteState] = {}  # with their windows, by the order sites were last met
     resting: dict[int, SiteState] = {}  # without
     first: dict[int, np.ndarray] = {}  # site -> the template its first sample shows
     hosts: dict[int, str] = {}
     seen: set[bytes] = set()
+    tired: set[int] = set()  # sites that rested once
     for batch in batches:
         hosts.update(batch.hosts)
         sites = batch.sites.tolist()
@@ -211,7 +296,8 @@ def templates_in_advance(batches: Iterable[PreparedBatch], settings: TemplateSet
             if row < 0 or not isinstance(item, Document):
                 continue
             site, digest = sites[row], batch.contents[row]
-            if (site in first and not settings.window) or not settings.learns(site) or digest in seen:
+            if (site in first and not settings.window and not settings.repeats) or not settings.learns(site) \
+                    or digest in seen:
                 continue
             seen.add(digest)
             state = learning.pop(site, None) or resting.pop(site, None) or SiteState()
@@ -223,6 +309,10 @@ def templates_in_advance(batches: Iterable[PreparedBatch], settings: TemplateSet
                 rested = next(iter(learning))
                 resting[rested] = learning.pop(rested)
                 resting[rested].forget_window()
+                resting[rested].seen = resting[rested].repeated = EMPTY  # bounded: a rested site counts as it goes
+                tired.add(rested)
     learning.update(resting)
+    if counted is not None and settings.repeats:
+        counted.update((site, (learning[site].seen, learning[site].repeated)) for site in first if site not in tired)
     return {site: np.union1d(template, learning[site].blocks).astype(np.uint32) for site, template in first.items()}, \
         hosts

@@ -6,6 +6,9 @@ table          key                              value
 sites          site key (8 B)                   msgpack [new pages, settled, sampled, host(, window pages)]
 site_templates site key (8 B)                   its template: sorted uint32 (little-endian)
                site key + "b" (9 B)             its repeated blocks: sorted uint32
+               site key + "s" (9 B)             shingles seen on its new pages (``repeats``): sorted uint32
+               site key + "r" (9 B)             those on two or more of its new pages: sorted uint32
+               site key + "a" (9 B)             present when those were counted ahead (``dedup --learn-first``)
 site_samples   site key (8 B) + page (2 B)      a sampled page's shingles: sorted uint32
                site key + 0x8000 + slot (2 B)   a window page's new shingles: sorted uint32
 template_sites shingle's top 32 bits (4 B)      how many sites' settled templates hold it
@@ -55,7 +58,10 @@ def load_site(txn: IndexTxn, site: int) -> SiteState:
     blocks = _u32_array(txn.get("site_templates", key + b"b"))
     window = [_u32_array(txn.get("site_samples", key + (_WINDOW + i).to_bytes(2, "big")))
               for i in range(windowed[0] if windowed else 0)]
-    return SiteState(pages, settled, template, sample, blocks, window)
+    seen = _u32_array(txn.get("site_templates", key + b"s"))
+    repeated = _u32_array(txn.get("site_templates", key + b"r"))
+    ahead = txn.get("site_templates", key + b"a") is not None
+    return SiteState(pages, settled, template, sample, blocks, window, None, seen, repeated, ahead)
 
 
 def save_site(txn: IndexTxn, site: int, state: SiteState, before: SiteState, host: str) -> None:
@@ -67,6 +73,12 @@ def save_site(txn: IndexTxn, site: int, state: SiteState, before: SiteState, hos
         raw.put(key, state.template.astype("<u4").tobytes(), db=dbs["site_templates"])
     if state.blocks is not before.blocks:
         raw.put(key + b"b", state.blocks.astype("<u4").tobytes(), db=dbs["site_templates"])
+    if state.seen is not before.seen:
+        raw.put(key + b"s", state.seen.astype("<u4").tobytes(), db=dbs["site_templates"])
+    if state.repeated is not before.repeated:
+        raw.put(key + b"r", state.repeated.astype("<u4").tobytes(), db=dbs["site_templates"])
+    if state.ahead and not before.ahead:
+        raw.put(key + b"a", b"1", db=dbs["site_templates"])
     for i, page in enumerate(state.window):
         if i >= len(before.window) or page is not before.window[i]:
             raw.put(key + (_WINDOW + i).to_bytes(2, "big"), page.astype("<u4").tobytes(), db=dbs["site_samples"])

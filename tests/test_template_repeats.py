@@ -1,0 +1,292 @@
+"""A page's own navigation, learned from what its site repeats (``templates.repeats``).
+
+A documentation page carries, beside its body and its site's template, the
+titles of the pages before, after and above it and a table of its own
+headings: text no frequency rule makes template (each title is on two or
+three pages of the site), which a copy of the body on another site lacks.
+With ``templates.repeats``, a pair of pages of two sites is compared
+without each page's extra text that is on other pages of its own site.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from streamdedup import config as config_module
+from streamdedup.core import templates as templates_module
+from streamdedup.core.corpus import _Writer
+from streamdedup.core.records import Document, Source
+from streamdedup.core.templates import SiteState, TemplateSettings, without_repeats
+from streamdedup.core.excerpts import containment
+from streamdedup.core.verify import jaccard
+from streamdedup.engine.engine import Engine
+from streamdedup.engine.sitelearning import BatchRepeats
+
+
+def _u32(values) -> np.ndarray:
+    return np.unique(np.asarray(list(values), dtype=np.uint32))
+
+
+# -- what a site repeats -----------------------------------------------------------------------------
+
+
+def test_a_site_keeps_the_shingles_of_its_new_pages_and_those_on_two_or_more():
+    state, settings = SiteState(), TemplateSettings(repeats=True)
+    for page in ([1, 2, 3], [2, 3, 4], [3, 9]):
+        state.add_page(_u32(page), settings)
+    assert state.seen.tolist() == [1, 2, 3, 4, 9]
+    assert state.repeated.tolist() == [2, 3]
+    assert len(SiteState().seen) == 0
+    off = SiteState()
+    off.add_page(_u32([1, 2]), TemplateSettings())
+    assert len(off.seen) == 0  # nothing counted unless asked
+
+
+def test_a_full_site_counts_what_it_has_seen_and_adds_nothing(monkeypatch):
+    monkeypatch.setattr(templates_module, "MAX_SEEN", 4)
+    state = SiteState()
+    state.count_repeats(_u32([1, 2, 3]))
+    state.count_repeats(_u32([3, 4, 5]))  # 3 of 4: the page goes in whole
+    state.count_repeats(_u32([1, 5, 6]))  # full: 6 is not added, 1 and 5 are counted
+    state.count_repeats(_u32([6, 7]))  # 6 was never taken in: not repeated
+    assert state.seen.tolist() == [1, 2, 3, 4, 5]
+    assert state.repeated.tolist() == [1, 3, 5]
+
+
+def test_what_a_site_repeats_is_the_same_at_every_row_of_a_batch_as_page_by_page(monkeypatch):
+    """``BatchRepeats`` answers from the committed state and the batch's pages up to a row: exactly what the
+    site's state holds after that row, whatever the batch holds before and after it (``seen`` fills up
+    within some of the batches)."""
+    monkeypatch.setattr(templates_module, "MAX_SEEN", 300)
+    rng = np.random.default_rng(5)
+    pages = [_u32(rng.integers(0, 500, 60)) for _ in range(30)]
+    site, settings = 7, TemplateSettings(repeats=True)
+    for cut in (0, 9, 21):
+        committed = SiteState()
+        for page in pages[:cut]:
+            committed.add_page(page, settings)
+        repeats = BatchRepeats(lambda s: committed if s == site else SiteState(), settings.learns)
+        sequential, expected = committed.copy(), []
+        values = np.arange(500, dtype=np.uint32)
+        for row, page in enumerate(pages[cut:]):
+            repeats.add(site, row, page, sequential.takes_new())
+            sequential.add_page(page, settings)
+            expected.append(np.isin(values, sequential.repeated))
+        for row in rng.permutation(len(expected)).tolist():  # asked in any order, once the batch is planned
+            assert (repeats.repeated(values, site, row) == expected[row]).all()
+        assert not repeats.repeated(values, site + 1, 0).any()  # a site without pages: nothing repeated
+
+
+# -- a pair compared without what each page's site repeats ------------------------------------------
+
+
+def test_each_page_loses_its_extra_text_repeated_on_its_site_and_nothing_both_hold():
+    body = np.arange(100, 200, dtype=np.uint32)
+    source_navigation, host_navigation = np.arange(1000, 1030, dtype=np.uint32), np.arange(2000, 2020)
+    source, copy = _u32([*body, *source_navigation]), _u32([*body, *host_navigation])
+    on_source_site = lambda values: (values >= 1000) | (values < 120)  # its navigation, and 20 shingles of the body
+    on_host_site = lambda values: values >= 2000
+    assert jaccard(source, copy) == 100 / 150
+    a, b = without_repeats(source, copy, on_source_site, on_host_site)
+    assert a.tolist() == body.tolist() and b.tolist() == body.tolist()  # what both hold stays
+    nothing = lambda values: np.zeros(len(values), dtype=bool)
+    a, b = without_repeats(source, copy, nothing, nothing)
+    assert jaccard(a, b) == 100 / 150
+
+
+def test_an_extra_that_is_most_of_the_page_stays():
+    """An excerpt's source: its extra is the rest of its body (on other pages of its site too, say); the
+    excerpt loses its host's navigation, and is then wholly contained."""
+    body = np.arange(100, 400, dtype=np.uint32)
+    excerpt = _u32([*body[:100], *np.arange(2000, 2020)])
+    everywhere = lambda values: values >= 0
+    source, part = without_repeats(body, excerpt, everywhere, everywhere)
+    assert source is body
+    assert containment(part, source) == 1.0 and jaccard(part, source) == 1 / 3
+
+
+def test_a_page_keeps_its_extra_beside_a_longer_page_with_more_of_its_own():
+    """A page and a longer one holding part of it: the page's extra repeated on its site is not left out
+    while the other has more extra of its own (its containment in the longer page is not raised)."""
+    body = np.arange(100, 400, dtype=np.uint32)
+    page = _u32([*body[:100], *np.arange(2000, 2020)])  # a third of the body, and text its site repeats
+    nothing = lambda values: np.zeros(len(values), dtype=bool)
+    longer, part = without_repeats(body, page, nothing, lambda values: values >= 2000)
+    assert longer is body and part is page
+    assert containment(part, longer) == 100 / 120
+
+
+def test_edits_weigh_the_same_on_both_sides():
+    """Words changed in a copy make shingles of its own (on no other page) and take some of the source's
+    away; those the source's site repeats (common phrases) are not all left out, or the pair would look
+    closer than it is: the source keeps as many of its extra as the copy has of its own."""
+    body = np.arange(100, 200, dtype=np.uint32)
+    source = _u32([*body, *np.arange(1000, 1030)])  # navigation 1000-1029; 190-199 edited away in the copy
+    copy = _u32([*body[:90], *np.arange(5000, 5010)])  # ten shingles of its edits, on no other page
+    common = lambda values: values >= 190  # the source's site repeats its navigation and the edited phrases
+    a, b = without_repeats(source, copy, common, lambda values: np.zeros(len(values), dtype=bool))
+    assert len(a) == 100 and b is copy  # 30 of its 40 extra out: ten left, as many as the copy's own
+    assert jaccard(a, b) == 90 / 110
+
+
+def test_settings_with_repeats_survive_the_index_fingerprint():
+    settings = TemplateSettings(repeats=True)
+    assert settings.fingerprint().endswith("-e1-v2")
+    assert TemplateSettings.from_fingerprint(settings.fingerprint()) == settings
+    assert not TemplateSettings.from_fingerprint(TemplateSettings().fingerprint()).repeats
+
+
+# -- decisions on a real index ----------------------------------------------------------------------
+
+
+class DocSite:
+    """A documentation site: a header and a footer, and on each page the titles of the pages before and
+    after it and of its section, a table of its own headings and the titles of its section's pages."""
+
+    def __init__(self, name: str, writer: _Writer, pages: int):
+        self.name = name
+        self.header = f"{name} documentation home index modules search " + " ".join(writer.words(12))
+        self.footer = "copyright the authors built with a generator " + " ".join(writer.words(12))
+        self.titles = [" ".join(writer.words(4)) for _ in range(pages)]
+        self.headings = [[" ".join(writer.words(5)) for _ in range(3)] for _ in range(pages)]
+        self.sections = [" ".join(writer.words(3)) for _ in range(pages // 5 + 1)]
+
+    def page(self, n: int, body: str, headings=None) -> tuple[str, str]:
+        headings = self.headings[n] if headings is None else headings
+        titles = self.titles
+        nav = (f"next {titles[(n + 1) % len(titles)]} previous {titles[n - 1]} up {self.sections[n // 5]}")
+        paragraphs = body.split(". ")
+        third = len(paragraphs) // 3
+        text = (f"{titles[n]}\n{headings[0]}\n{'. '.join(paragraphs[:third])}.\n{headings[1]}\n"
+                f"{'. '.join(paragraphs[third:2 * third])}.\n{headings[2]}\n{'. '.join(paragraphs[2 * third:])}")
+        section = n // 5 * 5
+        toc = ("table of contents\n" + "\n".join(headings) + "\nin this section\n"
+               + "\n".join(titles[section:section + 5]))
+        return f"https://{self.name}.example/{n}", f"{self.header}\n{nav}\n{text}\n{toc}\n{nav}\n{self.footer}"
+
+
+def _doc_crawl(writer: _Writer, *, repeated_article: bool = False):
+    """Sites a and b of 40 pages, interleaved in a shuffled order; after them ten pages of b republish bodies
+    of a's pages (b's navigation and headings around them). With ``repeated_article``, each article
+    republished is on two pages of a."""
+    rng = random.Random(3)
+    a, b = DocSite("a", writer, 40), DocSite("b", writer, 50)
+    articles = [writer.article(10) for _ in range(40)]
+    pages = []
+    for n in range(40):
+        for site in (a, b):
+            body = articles[n] if site is a else writer.article(10)
+            if repeated_article and site is a and n % 4 == 1:
+                body = articles[n - 1]  # the article of the page before, again
+            url, text = site.page(n, body)
+            pages.append((f"{site.name}{n}", url, text))
+    rng.shuffle(pages)
+    republished = {}
+    for k, n in enumerate(range(0, 40, 4)):
+        url, text = b.page(40 + k, articles[n], a.headings[n])  # the article with its headings
+        pages.append((f"b{40 + k}", url, text))
+        republished[f"b{40 + k}"] = f"a{n}"
+    return pages, republished
+
+
+def _decide(engine: Engine, pages, batch: int = 25) -> dict:
+    items = [Document(i, text, Source("crawl", -1, n), url) for n, (i, url, text) in enumerate(pages)]
+    decided = []
+    for start in range(0, len(items), batch):
+        decided += engine.decide_batch(engine.prepare(items[start:start + batch]))
+    return {d.id: d for d in decided}
+
+
+def _engine(path, *settings) -> Engine:
+    return Engine(config_module.load(None, settings, environ={}), str(path))
+
+
+@pytest.fixture
+def writer():
+    return _Writer(random.Random(11))
+
+
+def _found(decided: dict, republished: dict) -> int:
+    return sum(decided[page].status == "duplicate" and decided[page].cluster == source
+               for page, source in republished.items())
+
+
+def test_bodies_republished_without_their_pages_navigation_are_found(tmp_path, writer):
+    pages, republished = _doc_crawl(writer)
+    with _engine(tmp_path / "off") as engine:
+        off = _decide(engine, pages)
+    with _engine(tmp_path / "on", "templates.repeats=true") as engine:
+        on = _decide(engine, pages)
+    assert _found(off, republished) <= len(republished) // 2  # the source's navigation weighs too much
+    assert _found(on, republished) >= len(republished) - 1  # one source is on a's first pages, as it learns
+    for decided in (off, on):
+        assert all(d.status == "kept" for i, d in decided.items() if i not in republished)
+
+
+def test_an_article_on_two_pages_of_its_site_keeps_its_text(tmp_path, writer):
+    """The same article on two pages of a: its body is on two pages of the site, yet not taken out of a pair
+    (a copy is compared with its source on what the pair does not share, and shares the body)."""
+    pages, republished = _doc_crawl(writer, repeated_article=True)
+    with _engine(tmp_path / "on", "templates.repeats=true") as engine:
+        on = _decide(engine, pages)
+    assert _found(on, republished) >= len(republished) - 1  # as when the article is on one page
+
+
+def test_the_same_pages_give_the_same_decisions_whatever_the_batches_and_restarts(tmp_path, writer):
+    pages, _ = _doc_crawl(writer)
+    with _engine(tmp_path / "one", "templates.repeats=true") as engine:
+        reference = _decide(engine, pages, batch=len(pages))
+    with _engine(tmp_path / "small", "templates.repeats=true") as engine:
+        assert _decide(engine, pages, batch=1) == reference
+    for cut in (17, 61):  # a restart after the first ``cut`` pages
+        with _engine(tmp_path / f"cut{cut}", "templates.repeats=true") as engine:
+            first = _decide(engine, pages[:cut], batch=6)
+        with _engine(tmp_path / f"cut{cut}", "templates.repeats=true") as engine:
+            second = _decide(engine, pages[cut:], batch=11)
+        assert {**first, **second} == reference
+
+
+def test_pages_sharing_header_and_footer_are_still_not_duplicates(tmp_path, writer):
+    """The seed's Pitfall 3 (20 pages of one site, one long header and footer): pages of one site are
+    compared as before."""
+    head, tail = writer.article(), writer.article()
+    pages = [(f"p{i}", "https://shop.example/p", f"{head} {writer.article(5)} {tail}") for i in range(20)]
+    with _engine(tmp_path / "a", "templates.repeats=true") as engine:
+        decided = _decide(engine, pages, batch=7)
+    assert [d.status for d in decided.values()] == ["kept"] * 20
+
+
+def test_learning_first_counts_every_page_of_a_site_once_before_deciding(tmp_path, writer):
+    """``dedup --learn-first``: what each site repeats is counted over all its pages in the first pass (a
+    source's neighbours coming after its copy count too), and not again while deciding: the same counts a
+    single pass has at its end."""
+    pages, republished = _doc_crawl(writer)
+    items = [Document(i, text, Source("crawl", -1, n), url) for n, (i, url, text) in enumerate(pages)]
+    with _engine(tmp_path / "one", "templates.repeats=true") as engine:
+        one = _decide(engine, pages)
+        single = {site: (state.seen.tolist(), state.repeated.tolist())
+                  for site, state in engine.templates._sites.items()}
+    with _engine(tmp_path / "first", "templates.repeats=true") as engine:
+        assert engine.learn_templates_first([engine.prepare(items[:50]), engine.prepare(items[50:])]) == 2
+        first = _decide(engine, pages)
+        states = engine.templates._sites
+        assert all(state.ahead for state in states.values())
+        assert {site: (state.seen.tolist(), state.repeated.tolist()) for site, state in states.items()} == single
+    assert _found(first, republished) == len(republished) >= _found(one, republished)
+    assert all(d.status == "kept" for i, d in first.items() if i not in republished)
+
+
+def test_explain_compares_a_pair_as_its_decision_did(tmp_path, writer):
+    import streamdedup
+
+    pages, republished = _doc_crawl(writer)
+    with _engine(tmp_path / "on", "templates.repeats=true") as engine:
+        decided = _decide(engine, pages)
+    page = next(p for p, source in republished.items() if decided[p].cluster == source)
+    with streamdedup.open(tmp_path / "on", readonly=True, templates={"repeats": True}) as index:
+        explained = index.explain(page, texts={page: dict((i, t) for i, _, t in pages)[page]})
+    assert explained.similarity == pytest.approx(decided[page].similarity, abs=0.05)  # counts as of now
+    assert explained.similarity >= 0.7
