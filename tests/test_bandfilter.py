@@ -57,6 +57,32 @@ def test_a_filter_grows_in_layers_keeps_every_key_and_its_false_positives_low_up
     assert [len(layer) * 8 for layer in capped.layers] == [1 << 16, 1 << 17] and capped.may_hold(stored).all()
 
 
+def test_the_next_layer_is_made_and_faulted_in_ahead_as_keys_come_and_changes_no_bit(monkeypatch):
+    """From half of a layer's keys on, the next layer is made and its pages written a share at a time, as keys
+    come (never more than ``_CATCH_UP`` bytes at once), so that it is whole when the last layer is full; the
+    layers hold the same bits as without it, and no layer is made ahead past the cap."""
+    rng = np.random.default_rng(13)
+    stored = rng.integers(0, 2**32, size=600_000, dtype=np.uint64)
+    monkeypatch.setattr(bandfilter, "_CATCH_UP", 1 << 12)
+    ahead = BandFilter(1 << 16, 1 << 20)
+    capacity = (1 << 16) * 8 // bandfilter.BITS_PER_KEY  # keys of the first layer
+    ahead.add(stored[:capacity // 2])
+    assert ahead.ahead is None  # not before half of it
+    touched = []
+    for chunk in np.array_split(stored[capacity // 2:capacity], 40):
+        ahead.add(chunk)
+        touched.append(ahead.ahead_touched)
+    assert len(ahead.layers) == 1 and len(ahead.ahead) == 2 * len(ahead.layers[0])
+    assert touched == sorted(touched) and touched[0] > 0 and touched[-1] == len(ahead.ahead) * 8  # whole when full
+    assert max(np.diff(touched)) <= 1 << 12
+    for chunk in np.array_split(stored[capacity:], 9):
+        ahead.add(chunk)
+    assert ahead.ahead is None  # 64 + 128 + 256 + 512 KiB: a fifth layer would pass the cap
+    monkeypatch.setattr(BandFilter, "_ahead", lambda self: None)
+    plain = BandFilter.of_keys(np.array_split(stored, 13), 1 << 16, 1 << 20)
+    assert ahead.held == plain.held and all(np.array_equal(a, b) for a, b in zip(ahead.layers, plain.layers))
+
+
 def test_a_grown_filter_is_saved_and_loaded_whole(tmp_path):
     texts = [d.text for d in corpus.generate(300, seed=24)]
     state = str(tmp_path / "state")
