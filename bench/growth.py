@@ -185,6 +185,8 @@ def main(argv=None) -> int:
                              "merge steps (what:seconds)")
     parser.add_argument("--perf", metavar="DIR",
                         help="record each window with `perf record -g` (this process) into DIR/window-SIZE.data")
+    parser.add_argument("--profile", metavar="DIR",
+                        help="profile each window with cProfile (slower) into DIR/window-SIZE.prof")
     args = parser.parse_args(argv)
     timeline_out = open(args.timeline, "w") if args.timeline else None
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -215,7 +217,14 @@ def main(argv=None) -> int:
                 usage, wrote = resource.getrusage(resource.RUSAGE_SELF), written_bytes()
                 window_began = time.monotonic()
                 timeline: list = []
+                profiler = __import__("cProfile").Profile() if args.profile else None
+                if profiler is not None:
+                    profiler.enable()
                 feed(engine, window, batch, processes, latencies, timeline, counted)
+                if profiler is not None:
+                    profiler.disable()
+                    os.makedirs(args.profile, exist_ok=True)
+                    profiler.dump_stats(os.path.join(args.profile, f"window-{held}.prof"))
                 seconds = time.monotonic() - window_began
                 after = resource.getrusage(resource.RUSAGE_SELF)
                 window_use = {"cpu_s": after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime,

@@ -124,6 +124,33 @@ def test_decisions_are_the_same_with_and_without_the_filter_across_merges_and_re
     assert sum(d.status == "duplicate" and not d.exact for d in with_filter) > 20  # near-duplicates across merges
 
 
+def test_decisions_are_the_same_with_a_filter_growing_in_layers_made_ahead_across_merges_and_restarts(tmp_path,
+                                                                                                   monkeypatch):
+    """A filter of 2 KiB to start grows a layer every few merges, each made ahead and taken over in a merge's
+    slices, across restarts (some in the middle of a merge: the saved layers loaded, the slices written added,
+    the next layer made ahead again): the same decisions as without a filter."""
+    from streamdedup.engine import engine as engine_module
+    from streamdedup.store.bands import BandTables
+
+    texts = [d.text for d in corpus.generate(500, seed=25)]
+    chunks = [texts[i:i + 100] for i in range(0, len(texts), 100)]
+    with_filter, without, made_ahead, restarted_in_merges = [], [], 0, 0
+    with monkeypatch.context() as patched:  # 2 KiB to start, 1 MiB at most (the settings count MiB)
+        patched.setattr(engine_module, "BandTables", lambda index, start, most: BandTables(index, 2 << 10, 1 << 20))
+        for number, chunk in enumerate(chunks):
+            with Engine(_config(), str(tmp_path / "on")) as engine:
+                restarted_in_merges += engine._merge is not None
+                for at in range(0, len(chunk), 20):
+                    with_filter += engine.decide_batch(engine.prepare(_docs(chunk[at:at + 20], 100 * number + at)))
+                    made_ahead += engine.bands.loaded_filter().ahead is not None
+                layers = len(engine.bands.loaded_filter().layers)
+    assert layers >= 3 and made_ahead and restarted_in_merges
+    with Engine(_config("index.band_filter_mb=0"), str(tmp_path / "off")) as engine:
+        for number, chunk in enumerate(chunks):
+            without += engine.decide_batch(engine.prepare(_docs(chunk, 100 * number)))
+    assert [(d.status, d.cluster) for d in with_filter] == [(d.status, d.cluster) for d in without]
+
+
 def test_a_saved_filter_that_is_not_current_is_rebuilt_from_the_tables(tmp_path):
     texts = [d.text for d in corpus.generate(300, seed=22)]
     state = str(tmp_path / "state")
@@ -163,3 +190,23 @@ def test_rebuilding_the_tables_drops_the_saved_filter(tmp_path):
         assert not engine.bands.loaded_filter().loaded and engine.bands.loaded_filter().keys_added > 0
         again = engine.decide_batch(engine.prepare(_docs(texts, 1000)))
     assert all(d.status == "duplicate" for d in again)
+
+
+def test_the_kernel_sets_and_answers_exactly_as_numpy(monkeypatch):
+    """``_kernel.bloom_set`` and ``bloom_may_hold`` are the numpy definitions: the same bits in every layer,
+    the same answer for every key (held keys, random ones, in layers of every size up to the cap)."""
+    if bandfilter._kernel is None:
+        import pytest
+
+        pytest.skip("built without the kernel")
+    rng = np.random.default_rng(14)
+    stored = rng.integers(0, 2**32, size=300_000, dtype=np.uint64)
+    asked = np.concatenate((stored[::7], rng.integers(0, 2**64, size=100_000, dtype=np.uint64), stored[:0]))
+    compiled = BandFilter.of_keys(np.array_split(stored, 5), 1 << 15, 1 << 19)
+    answers = compiled.may_hold(asked)
+    monkeypatch.setattr(bandfilter, "_kernel", None)
+    plain = BandFilter.of_keys(np.array_split(stored, 5), 1 << 15, 1 << 19)
+    assert len(plain.layers) == len(compiled.layers) > 2
+    assert all(np.array_equal(a, b) for a, b in zip(compiled.layers, plain.layers))
+    assert np.array_equal(answers, plain.may_hold(asked)) and answers[:len(stored[::7])].all()
+    assert 0 < answers.mean() < 0.5 and compiled.may_hold(asked[:0]).shape == (0,)

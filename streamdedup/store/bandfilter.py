@@ -44,6 +44,11 @@ from typing import Callable, Iterator, Optional
 
 import numpy as np
 
+try:
+    from ..core import _kernel
+except ImportError:  # built without a C compiler: numpy does it, with the same bits and answers
+    _kernel = None
+
 __all__ = ["BandFilter", "SCAN_CHUNK", "FILE_NAME", "forget_saved", "load_or_build", "save"]
 
 FILE_NAME = "band-filter.bin"
@@ -141,7 +146,13 @@ class BandFilter:
         return self.size_bytes // 8 + 2 * len(self.layers[-1]) <= self.max_words
 
     def may_hold(self, keys: np.ndarray) -> np.ndarray:
-        """For each key (uint64): False if the tables surely lack it."""
+        """For each key (uint64): False if the tables surely lack it. In the kernel, a key's words in every
+        layer are fetched while earlier keys are tested (with a layer more each time the index doubles, the
+        numpy passes below cost a layer's cache misses each)."""
+        if _kernel is not None:
+            held = np.empty(len(keys), dtype=np.bool_)
+            _kernel.bloom_may_hold(np.ascontiguousarray(keys, dtype=np.uint64), tuple(self.layers), held.view(np.uint8))
+            return held
         spread, mask = _spread(keys)
         found = None
         for layer in self.layers:
@@ -171,6 +182,9 @@ def _set(layer: np.ndarray, keys: np.ndarray) -> None:
     """Set the bits of ``keys`` in one layer: sorted by word, each word's masks OR-ed together (``ufunc.at``
     is several times slower)."""
     if not len(keys):
+        return
+    if _kernel is not None:
+        _kernel.bloom_set(np.ascontiguousarray(keys, dtype=np.uint64), (layer,))
         return
     spread, mask = _spread(keys)
     word = (spread & np.uint64(len(layer) - 1)).astype(np.int64)
