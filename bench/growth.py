@@ -20,7 +20,10 @@ starts where the index stands: after the first window the index holds
 110,000 documents, so that is the second row (earlier versions fed documents
 100,000-110,000 twice there, which made it look faster).
 
-Run: ``python -m bench.growth`` (``--sizes 10000,100000,1000000 --window 100000 [--set lsh.bands=20 ...]``).
+Run: ``python -m bench.growth`` (``--sizes 10000,100000,1000000 --window 100000 [--set lsh.bands=20 ...]``);
+``--timeline FILE`` writes every measured batch (its time, CPU, deciding CPU, filter layers and merge steps)
+and each window prints its five slowest batches and where its CPU went (deciding, committing, merge steps);
+``--perf DIR`` and ``--profile DIR`` record each window with ``perf record`` or cProfile.
 """
 
 from __future__ import annotations

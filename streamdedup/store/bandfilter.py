@@ -15,6 +15,8 @@ a layer takes keys until it holds one for every ``BITS_PER_KEY`` of its bits,
 then a layer twice as large takes the next ones, up to
 ``index.band_filter_max_mb`` in all (past that the last layer fills on, and
 only the false-positive rate rises, which costs lookups, never decisions).
+The next layer is made ahead, its pages faulted in a share at a time from
+half of the last one's keys on, so no merge step waits for them (``_ahead``).
 A key may be held if any layer may hold it, so the false-positive rate stays
 about the sum of the layers' (about 1% each when full) however large the
 index grows, and memory follows the keys held (a band entry takes about
