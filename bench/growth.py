@@ -20,7 +20,10 @@ starts where the index stands: after the first window the index holds
 110,000 documents, so that is the second row (earlier versions fed documents
 100,000-110,000 twice there, which made it look faster).
 
-Run: ``python -m bench.growth`` (``--sizes 10000,100000,1000000 --window 100000 [--set lsh.bands=20 ...]``).
+Run: ``python -m bench.growth`` (``--sizes 10000,100000,1000000 --window 100000 [--set lsh.bands=20 ...]``);
+``--timeline FILE`` writes every measured batch (its time, CPU, deciding CPU, filter layers and merge steps)
+and each window prints its five slowest batches and where its CPU went (deciding, committing, merge steps);
+``--perf DIR`` and ``--profile DIR`` record each window with ``perf record`` or cProfile.
 """
 
 from __future__ import annotations
@@ -72,6 +75,8 @@ class Counted:
         self.merge_s = 0.0
         self.merge_max_s = 0.0
         self.log: list[tuple[int, float, float]] = getattr(self, "log", [])  # every step: (merge's upto, s, CPU s)
+        self.kinds: list[str] = getattr(self, "kinds", [])  # every step: what it did (slice n/m, seal, finish n)
+        self.decide_cpu = getattr(self, "decide_cpu", 0.0)  # CPU seconds deciding (before the commit), in all
 
     def install(self, engine: Engine) -> None:
         counted, original_rows, original_step = self, bands_module.BandRows.stored_rows, engine._merge_step
@@ -88,16 +93,29 @@ class Counted:
             return original_lookup(txn, mirror, slots)
 
         def merge_step():
-            upto, began, cpu = engine._merge.upto, time.monotonic(), time.process_time()
+            merge = engine._merge
+            upto, began, cpu = merge.upto, time.monotonic(), time.process_time()
+            kind = f"slice {merge.done + 1}/{merge.slices}" if merge.done < merge.slices else \
+                ("seal" if not merge.sealed else f"finish {merge.finished + 1}")
             original_step()
             took = time.monotonic() - began
             counted.log.append((upto, took, time.process_time() - cpu))
+            counted.kinds.append(kind)
             counted.steps += 1
             counted.merge_s += took
             counted.merge_max_s = max(counted.merge_max_s, took)
 
+        original_decide = engine.decide
+
+        def decide(batch, bookkeeping=None):
+            cpu = time.process_time()
+            decided = original_decide(batch, bookkeeping)
+            counted.decide_cpu += time.process_time() - cpu
+            return decided
+
         bands_module.BandRows.stored_rows = stored_rows
         engine.bands.lookup = lookup
+        engine.decide = decide
         engine._merge_step = merge_step
 
     def reset(self) -> None:
@@ -165,7 +183,15 @@ def main(argv=None) -> int:
     parser.add_argument("--window", type=int, default=100000, help="documents measured at each size")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="a setting other than the default (repeatable), e.g. lsh.bands=20")
+    parser.add_argument("--timeline", metavar="FILE",
+                        help="write every measured batch here: size, batch, seconds, CPU seconds, filter layers, "
+                             "merge steps (what:seconds)")
+    parser.add_argument("--perf", metavar="DIR",
+                        help="record each window with `perf record -g` (this process) into DIR/window-SIZE.data")
+    parser.add_argument("--profile", metavar="DIR",
+                        help="profile each window with cProfile (slower) into DIR/window-SIZE.prof")
     args = parser.parse_args(argv)
+    timeline_out = open(args.timeline, "w") if args.timeline else None
     sizes = [int(s) for s in args.sizes.split(",")]
     cfg = config_module.load(None, args.set, environ={})
     batch = cfg.worker.batch_size
@@ -190,20 +216,33 @@ def main(argv=None) -> int:
                 with engine.index.read() as txn:
                     first_serial = txn.counters["next_serial"]
                 first_step = len(counted.log)
+                recorder = perf_record(args.perf, held) if args.perf else None
                 usage, wrote = resource.getrusage(resource.RUSAGE_SELF), written_bytes()
                 window_began = time.monotonic()
-                feed(engine, window, batch, processes, latencies)
+                timeline: list = []
+                profiler = __import__("cProfile").Profile() if args.profile else None
+                if profiler is not None:
+                    profiler.enable()
+                feed(engine, window, batch, processes, latencies, timeline, counted)
+                if profiler is not None:
+                    profiler.disable()
+                    os.makedirs(args.profile, exist_ok=True)
+                    profiler.dump_stats(os.path.join(args.profile, f"window-{held}.prof"))
                 seconds = time.monotonic() - window_began
                 after = resource.getrusage(resource.RUSAGE_SELF)
                 window_use = {"cpu_s": after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime,
                               "faults": after.ru_minflt + after.ru_majflt - usage.ru_minflt - usage.ru_majflt,
                               "written": written_bytes() - wrote, "counted": vars(counted).copy()}
+                if recorder is not None:
+                    recorder.send_signal(__import__("signal").SIGINT)
+                    recorder.wait()
                 os.remove(window)
                 position = held + args.window
                 rows.append(measure_row(engine, held, args.window, seconds, latencies, window_use))
                 rows[-1]["serials"] = (first_serial, first_serial + args.window)
                 rows[-1]["steps"] = (first_step, len(counted.log))
                 print_row(rows[-1], flush=True)
+                show_timeline(held, timeline, timeline_out)
             engine.merge_recent()  # the last merge's steps left: charged to the window it began in
             for row in rows:
                 row["charged_s"], row["charged_cpu_s"] = charged(row, counted.log)
@@ -213,18 +252,59 @@ def main(argv=None) -> int:
     return 0
 
 
-def feed(engine: Engine, path: str, batch: int, processes: int, latencies) -> None:
+def perf_record(folder: str, size: int):
+    """``perf record`` of this process (every thread, call graphs) until it is sent SIGINT."""
+    import subprocess
+
+    os.makedirs(folder, exist_ok=True)
+    recorder = subprocess.Popen(["perf", "record", "-F", "499", "-g", "-p", str(os.getpid()), "-o",
+                                 os.path.join(folder, f"window-{size}.data")],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)  # attached before the window starts
+    return recorder
+
+
+def feed(engine: Engine, path: str, batch: int, processes: int, latencies, timeline=None, counted=None) -> None:
     """Decide every batch of ``path`` as the ``dedup`` command reads it (the feed prepares the next one meanwhile);
-    with ``latencies``, time each decision."""
+    with ``latencies``, time each decision; with ``timeline``, note each batch: (seconds, CPU seconds, the merge
+    steps it did as (what, seconds), the filter's layers after it)."""
     source = open_feed([path], InputSpec(), engine.signing, batch, processes, FilePosition())
     try:
         for fed in source.batches():
-            began = time.monotonic()
+            began, cpu, steps = time.monotonic(), time.process_time(), len(counted.log) if counted else 0
+            deciding = counted.decide_cpu if counted else 0.0
             engine.decide_batch(fed.prepared)
             if latencies is not None:
                 latencies.append(time.monotonic() - began)
+            if timeline is not None:
+                band_filter = engine.bands.loaded_filter()
+                timeline.append((latencies[-1], time.process_time() - cpu,
+                                 [(kind, took, step_cpu) for kind, (_, took, step_cpu) in
+                                  zip(counted.kinds[steps:], counted.log[steps:])],
+                                 len(band_filter.layers) if band_filter is not None else 0,
+                                 counted.decide_cpu - deciding))
     finally:
         source.close()
+
+
+def show_timeline(size: int, timeline: list, out) -> None:
+    """The window's batches one a line in ``out`` (if given), and its five slowest on stdout; where the deciding
+    process's CPU went: deciding, committing, the merge steps."""
+    if out is not None:
+        for number, (took, cpu, steps, layers, deciding) in enumerate(timeline):
+            out.write(f"{size}\t{number}\t{took:.4f}\t{cpu:.4f}\t{layers}\t{deciding:.4f}\t"
+                      + ",".join(f"{kind}:{seconds:.3f}:{step_cpu:.3f}" for kind, seconds, step_cpu in steps) + "\n")
+        out.flush()
+    slowest = sorted(range(len(timeline)), key=lambda n: -timeline[n][0])[:5]
+    print("    slowest batches: " + "; ".join(
+        f"#{n} {timeline[n][0]:.3f} s (CPU {timeline[n][1]:.3f}, layers {timeline[n][3]}, steps "
+        + (",".join(f"{kind} {seconds:.3f}" for kind, seconds, _ in timeline[n][2]) or "none") + ")"
+        for n in slowest))
+    deciding = sum(entry[4] for entry in timeline)
+    merging = sum(step_cpu for entry in timeline for _, _, step_cpu in entry[2])
+    batches = sum(entry[1] for entry in timeline)
+    print(f"    CPU of the window's batches: deciding {deciding:.2f} s, committing {batches - deciding - merging:.2f} s, "
+          f"merge steps {merging:.2f} s", flush=True)
 
 
 def measure_row(engine: Engine, size: int, window: int, seconds: float, latencies: list[float],

@@ -57,6 +57,32 @@ def test_a_filter_grows_in_layers_keeps_every_key_and_its_false_positives_low_up
     assert [len(layer) * 8 for layer in capped.layers] == [1 << 16, 1 << 17] and capped.may_hold(stored).all()
 
 
+def test_the_next_layer_is_made_and_faulted_in_ahead_as_keys_come_and_changes_no_bit(monkeypatch):
+    """From half of a layer's keys on, the next layer is made and its pages written a share at a time, as keys
+    come (never more than ``_CATCH_UP`` bytes at once), so that it is whole when the last layer is full; the
+    layers hold the same bits as without it, and no layer is made ahead past the cap."""
+    rng = np.random.default_rng(13)
+    stored = rng.integers(0, 2**32, size=600_000, dtype=np.uint64)
+    monkeypatch.setattr(bandfilter, "_CATCH_UP", 1 << 12)
+    ahead = BandFilter(1 << 16, 1 << 20)
+    capacity = (1 << 16) * 8 // bandfilter.BITS_PER_KEY  # keys of the first layer
+    ahead.add(stored[:capacity // 2])
+    assert ahead.ahead is None  # not before half of it
+    touched = []
+    for chunk in np.array_split(stored[capacity // 2:capacity], 40):
+        ahead.add(chunk)
+        touched.append(ahead.ahead_touched)
+    assert len(ahead.layers) == 1 and len(ahead.ahead) == 2 * len(ahead.layers[0])
+    assert touched == sorted(touched) and touched[0] > 0 and touched[-1] == len(ahead.ahead) * 8  # whole when full
+    assert max(np.diff(touched)) <= 1 << 12
+    for chunk in np.array_split(stored[capacity:], 9):
+        ahead.add(chunk)
+    assert ahead.ahead is None  # 64 + 128 + 256 + 512 KiB: a fifth layer would pass the cap
+    monkeypatch.setattr(BandFilter, "_ahead", lambda self: None)
+    plain = BandFilter.of_keys(np.array_split(stored, 13), 1 << 16, 1 << 20)
+    assert ahead.held == plain.held and all(np.array_equal(a, b) for a, b in zip(ahead.layers, plain.layers))
+
+
 def test_a_grown_filter_is_saved_and_loaded_whole(tmp_path):
     texts = [d.text for d in corpus.generate(300, seed=24)]
     state = str(tmp_path / "state")
@@ -98,6 +124,33 @@ def test_decisions_are_the_same_with_and_without_the_filter_across_merges_and_re
     assert sum(d.status == "duplicate" and not d.exact for d in with_filter) > 20  # near-duplicates across merges
 
 
+def test_decisions_are_the_same_with_a_filter_growing_in_layers_made_ahead_across_merges_and_restarts(tmp_path,
+                                                                                                   monkeypatch):
+    """A filter of 2 KiB to start grows a layer every few merges, each made ahead and taken over in a merge's
+    slices, across restarts (some in the middle of a merge: the saved layers loaded, the slices written added,
+    the next layer made ahead again): the same decisions as without a filter."""
+    from streamdedup.engine import engine as engine_module
+    from streamdedup.store.bands import BandTables
+
+    texts = [d.text for d in corpus.generate(500, seed=25)]
+    chunks = [texts[i:i + 100] for i in range(0, len(texts), 100)]
+    with_filter, without, made_ahead, restarted_in_merges = [], [], 0, 0
+    with monkeypatch.context() as patched:  # 2 KiB to start, 1 MiB at most (the settings count MiB)
+        patched.setattr(engine_module, "BandTables", lambda index, start, most: BandTables(index, 2 << 10, 1 << 20))
+        for number, chunk in enumerate(chunks):
+            with Engine(_config(), str(tmp_path / "on")) as engine:
+                restarted_in_merges += engine._merge is not None
+                for at in range(0, len(chunk), 20):
+                    with_filter += engine.decide_batch(engine.prepare(_docs(chunk[at:at + 20], 100 * number + at)))
+                    made_ahead += engine.bands.loaded_filter().ahead is not None
+                layers = len(engine.bands.loaded_filter().layers)
+    assert layers >= 3 and made_ahead and restarted_in_merges
+    with Engine(_config("index.band_filter_mb=0"), str(tmp_path / "off")) as engine:
+        for number, chunk in enumerate(chunks):
+            without += engine.decide_batch(engine.prepare(_docs(chunk, 100 * number)))
+    assert [(d.status, d.cluster) for d in with_filter] == [(d.status, d.cluster) for d in without]
+
+
 def test_a_saved_filter_that_is_not_current_is_rebuilt_from_the_tables(tmp_path):
     texts = [d.text for d in corpus.generate(300, seed=22)]
     state = str(tmp_path / "state")
@@ -137,3 +190,23 @@ def test_rebuilding_the_tables_drops_the_saved_filter(tmp_path):
         assert not engine.bands.loaded_filter().loaded and engine.bands.loaded_filter().keys_added > 0
         again = engine.decide_batch(engine.prepare(_docs(texts, 1000)))
     assert all(d.status == "duplicate" for d in again)
+
+
+def test_the_kernel_sets_and_answers_exactly_as_numpy(monkeypatch):
+    """``_kernel.bloom_set`` and ``bloom_may_hold`` are the numpy definitions: the same bits in every layer,
+    the same answer for every key (held keys, random ones, in layers of every size up to the cap)."""
+    if bandfilter._kernel is None:
+        import pytest
+
+        pytest.skip("built without the kernel")
+    rng = np.random.default_rng(14)
+    stored = rng.integers(0, 2**32, size=300_000, dtype=np.uint64)
+    asked = np.concatenate((stored[::7], rng.integers(0, 2**64, size=100_000, dtype=np.uint64), stored[:0]))
+    compiled = BandFilter.of_keys(np.array_split(stored, 5), 1 << 15, 1 << 19)
+    answers = compiled.may_hold(asked)
+    monkeypatch.setattr(bandfilter, "_kernel", None)
+    plain = BandFilter.of_keys(np.array_split(stored, 5), 1 << 15, 1 << 19)
+    assert len(plain.layers) == len(compiled.layers) > 2
+    assert all(np.array_equal(a, b) for a, b in zip(compiled.layers, plain.layers))
+    assert np.array_equal(answers, plain.may_hold(asked)) and answers[:len(stored[::7])].all()
+    assert 0 < answers.mean() < 0.5 and compiled.may_hold(asked[:0]).shape == (0,)

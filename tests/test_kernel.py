@@ -419,7 +419,7 @@ def test_the_kernel_finds_the_mirrors_entries_under_asked_keys_as_numpy_does(mon
 
 @pytest.mark.parametrize("seed", range(3))
 def test_the_kernel_asks_the_band_filter_as_numpy_does(monkeypatch, seed):
-    """The band filter's layers asked in the kernel (``_kernel.bloom_test``) give numpy's answer for every key:
+    """The band filter's layers asked in the kernel (``_kernel.bloom_may_hold``) give numpy's answer for every key:
     a filter grown to several layers, keys it took (all held) and keys it never saw (a few false positives)."""
     from streamdedup.store import bandfilter
 

@@ -40,11 +40,6 @@
  *     Where the entries of sorted uint64 keys (repeats allowed) whose key is one of sorted unique
  *     asked ones are, ascending: the recent mirror's entries under a batch's band slots.
  *
- * bloom_test(layer, keys, spread, shifts, out)
- *     The band filter's test of one layer (bandfilter.BandFilter.may_hold): for each uint64 key,
- *     spread = key * spread (mod 2**64), its word layer[spread & (len - 1)] and its bits
- *     1 << ((spread >> shift) & 63) for each of shifts; out[i] (a byte) set to 1 where every bit is.
- *
  * coded_shared(a, data) -> (shared, n)
  *     How many values sorted unique uint32 a shares with the n values of an Elias-Fano coding
  *     (decoded on the way, checked as ef_decode checks it): verify.jaccard of a stored candidate.
@@ -58,6 +53,10 @@
  *     Packer: str as raw with str8, bytes as bin, floats as doubles, ints in their smallest form),
  *     for a record whose fields are of the types records hold (None, bool, int, float, str, bytes,
  *     a list source); any other type in a record gives None for it.
+ *
+ * bloom_may_hold(keys, layers, out), bloom_set(keys, (layer,))
+ *     The band filter of store/bandfilter.py, exactly: out[i] = 1 if a layer (uint64 words, a power of
+ *     two of them) may hold keys[i]; a layer's bits of each key set.
  *
  * Arrays are passed through the buffer protocol (C-contiguous, types checked by itemsize here and
  * by dtype in Python), so the module needs only Python.h to build.
@@ -1296,37 +1295,72 @@ done:
     return result;
 }
 
-/* One layer of the band filter asked about keys: out[i] |= whether every probe bit of key i is set. */
-static PyObject *bloom_test(PyObject *self, PyObject *args) {
-    PyObject *o_layer, *o_keys, *o_shifts, *o_out;
-    unsigned long long spread;
-    if (!PyArg_ParseTuple(args, "OOKO!O", &o_layer, &o_keys, &spread, &PyTuple_Type, &o_shifts, &o_out)) return NULL;
-    int shifts[8], probes = (int)PyTuple_GET_SIZE(o_shifts);
-    if (probes < 1 || probes > 8) { PyErr_SetString(PyExc_ValueError, "bloom_test: 1 to 8 probes"); return NULL; }
-    for (int p = 0; p < probes; p++) {
-        long shift = PyLong_AsLong(PyTuple_GET_ITEM(o_shifts, p));
-        if (shift == -1 && PyErr_Occurred()) return NULL;
-        if (shift < 0 || shift > 63) { PyErr_SetString(PyExc_ValueError, "bloom_test: a shift out of range"); return NULL; }
-        shifts[p] = (int)shift;
+/* The band filter (store/bandfilter.py): a key's word in a layer of w words (a power of two) is
+ * (key * BLOOM_SPREAD) & (w - 1), its mask the bits at four 6-bit fields of the product's top 24 bits. */
+#define BLOOM_SPREAD 0x9E3779B97F4A7C15ULL
+#define BLOOM_LAYERS 64
+#define BLOOM_AHEAD 16 /* keys whose words are fetched while one is tested */
+
+static inline uint64_t bloom_mask(uint64_t spread) {
+    return (1ULL << ((spread >> 58) & 63)) | (1ULL << ((spread >> 52) & 63)) | (1ULL << ((spread >> 46) & 63))
+           | (1ULL << ((spread >> 40) & 63));
+}
+
+static int bloom_layers(PyObject *o_layers, Py_buffer *views, int writable) {
+    if (!PyTuple_Check(o_layers) || PyTuple_GET_SIZE(o_layers) > BLOOM_LAYERS) {
+        PyErr_SetString(PyExc_TypeError, "layers: a tuple of at most 64 uint64 arrays");
+        return -1;
     }
-    Py_buffer lv, kv, ov;
-    if (get_buffer(o_layer, &lv, 8, 0, "layer") < 0) return NULL;
-    if (get_buffer(o_keys, &kv, 8, 0, "keys") < 0) { PyBuffer_Release(&lv); return NULL; }
-    if (get_buffer(o_out, &ov, 1, 1, "out") < 0) { PyBuffer_Release(&kv); PyBuffer_Release(&lv); return NULL; }
-    Py_ssize_t words = lv.len / 8, n = kv.len / 8;
-    if (words == 0 || (words & (words - 1)) || ov.len != n) {
-        PyErr_SetString(PyExc_ValueError, "bloom_test: a layer of a power of two words, and one byte out a key");
-    } else {
-        const uint64_t *layer = lv.buf, *keys = kv.buf;
-        uint8_t *out = ov.buf;
-        uint64_t last = (uint64_t)words - 1;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            uint64_t spreaded = keys[i] * (uint64_t)spread, mask = 0;
-            for (int p = 0; p < probes; p++) mask |= 1ULL << ((spreaded >> shifts[p]) & 63);
-            out[i] |= (layer[spreaded & last] & mask) == mask;
+    int n = (int)PyTuple_GET_SIZE(o_layers);
+    for (int i = 0; i < n; i++) {
+        if (get_buffer(PyTuple_GET_ITEM(o_layers, i), &views[i], 8, writable, "layer") < 0) {
+            while (i--) PyBuffer_Release(&views[i]);
+            return -1;
+        }
+        Py_ssize_t words = views[i].len / 8;
+        if (words <= 0 || (words & (words - 1))) {
+            PyErr_SetString(PyExc_ValueError, "layer: a power of two words");
+            for (; i >= 0; i--) PyBuffer_Release(&views[i]);
+            return -1;
         }
     }
-    PyBuffer_Release(&ov); PyBuffer_Release(&kv); PyBuffer_Release(&lv);
+    return n;
+}
+
+/* out[i] = 1 if any layer may hold keys[i] (uint64), else 0; the words of later keys fetched ahead. */
+static PyObject *bloom_may_hold(PyObject *self, PyObject *args) {
+    PyObject *o_keys, *o_layers, *o_out;
+    if (!PyArg_ParseTuple(args, "OOO", &o_keys, &o_layers, &o_out)) return NULL;
+    Py_buffer keys, out, views[BLOOM_LAYERS];
+    if (get_buffer(o_keys, &keys, 8, 0, "keys") < 0) return NULL;
+    if (get_buffer(o_out, &out, 1, 1, "out") < 0) { PyBuffer_Release(&keys); return NULL; }
+    int layers = bloom_layers(o_layers, views, 0);
+    if (layers < 0) { PyBuffer_Release(&out); PyBuffer_Release(&keys); return NULL; }
+    Py_ssize_t n = keys.len / 8;
+    if (out.len != n) {
+        PyErr_SetString(PyExc_ValueError, "out: one byte a key");
+    } else {
+        const uint64_t *k = keys.buf;
+        uint8_t *o = out.buf;
+        const uint64_t *bits[BLOOM_LAYERS];
+        uint64_t last[BLOOM_LAYERS];
+        for (int l = 0; l < layers; l++) { bits[l] = views[l].buf; last[l] = (uint64_t)(views[l].len / 8) - 1; }
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (i + BLOOM_AHEAD < n) {
+                uint64_t ahead = k[i + BLOOM_AHEAD] * BLOOM_SPREAD;
+                for (int l = 0; l < layers; l++) __builtin_prefetch(&bits[l][ahead & last[l]]);
+            }
+            uint64_t spread = k[i] * BLOOM_SPREAD, mask = bloom_mask(spread);
+            uint8_t held = 0;
+            for (int l = 0; l < layers && !held; l++) held = (bits[l][spread & last[l]] & mask) == mask;
+            o[i] = held;
+        }
+        Py_END_ALLOW_THREADS
+    }
+    for (int l = 0; l < layers; l++) PyBuffer_Release(&views[l]);
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&keys);
     if (PyErr_Occurred()) return NULL;
     Py_RETURN_NONE;
 }
@@ -1357,6 +1391,32 @@ static PyObject *record_id(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* Set the bits of keys (uint64) in one layer (a 1-tuple: the same checks as bloom_may_hold's). */
+static PyObject *bloom_set(PyObject *self, PyObject *args) {
+    PyObject *o_keys, *o_layers;
+    if (!PyArg_ParseTuple(args, "OO", &o_keys, &o_layers)) return NULL;
+    Py_buffer keys, views[BLOOM_LAYERS];
+    if (get_buffer(o_keys, &keys, 8, 0, "keys") < 0) return NULL;
+    int layers = bloom_layers(o_layers, views, 1);
+    if (layers < 0) { PyBuffer_Release(&keys); return NULL; }
+    if (layers != 1) {
+        PyErr_SetString(PyExc_ValueError, "bloom_set: one layer");
+    } else {
+        const uint64_t *k = keys.buf;
+        uint64_t *bits = views[0].buf, last = (uint64_t)(views[0].len / 8) - 1;
+        Py_ssize_t n = keys.len / 8;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (i + BLOOM_AHEAD < n) __builtin_prefetch(&bits[(k[i + BLOOM_AHEAD] * BLOOM_SPREAD) & last], 1);
+            uint64_t spread = k[i] * BLOOM_SPREAD;
+            bits[spread & last] |= bloom_mask(spread);
+        }
+    }
+    for (int l = 0; l < layers; l++) PyBuffer_Release(&views[l]);
+    PyBuffer_Release(&keys);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"shingles", shingles, METH_VARARGS, "Sorted unique shingle hashes of every document (see the module)."},
     {"minhash", minhash, METH_VARARGS, "MinHash signatures of every document (see the module)."},
@@ -1368,13 +1428,14 @@ static PyMethodDef methods[] = {
     {"merge_into", merge_into, METH_VARARGS, "A sorted run merged into sorted entries, in place (see the module)."},
     {"blake2b", blake2b_digest, METH_VARARGS, "hashlib.blake2b(data, digest_size=n).digest(), unkeyed."},
     {"prepare_ascii", prepare_ascii, METH_VARARGS, "Normalize, hash, shingle, narrow, sign and band ASCII texts (see the module)."},
+    {"bloom_may_hold", bloom_may_hold, METH_VARARGS, "Whether the band filter's layers may hold each key (see the module)."},
+    {"bloom_set", bloom_set, METH_VARARGS, "The band filter's bits of each key set in one layer (see the module)."},
     {"hits", hits, METH_VARARGS, "The (row, serial) pairs a batch's found entries meet, counted (see candidates.Hits)."},
     {"key_bits_set", key_bits_set, METH_VARARGS, "Set the presence bits of uint64 keys (see the module)."},
     {"key_bits_test", key_bits_test, METH_VARARGS, "Test the presence bits of uint64 keys into out (see the module)."},
     {"sort_entries", sort_entries, METH_VARARGS, "(key, value) entries sorted by key in place, stably."},
     {"pack_records", pack_records, METH_VARARGS, "Index records packed as DocRecord.pack does (see the module)."},
     {"sorted_matches", sorted_matches, METH_VARARGS, "Where sorted keys' entries under sorted asked keys are."},
-    {"bloom_test", bloom_test, METH_VARARGS, "The band filter's test of one layer (see the module)."},
     {"coded_shared", coded_shared, METH_VARARGS, "Values a sorted uint32 array shares with an Elias-Fano coding's."},
     {"record_id", record_id, METH_VARARGS, "The id of a packed index record (see the module)."},
     {NULL, NULL, 0, NULL},
