@@ -48,12 +48,12 @@ from .topics import SIGNED_MESSAGE_BYTES, ensure_internal_topics, values_topic
 
 __all__ = ["run_vshards", "parse_vshards", "VShardHost"]
 
-# How long the broker may hold a fetch that finds nothing new. A stage's messages cross between processes once a
-# fetch brings them, and the broker answers a held fetch as soon as one comes; each empty answer costs the host
-# and the broker a round of work, so a short wait costs CPU while a host waits (idle: 13% of a core a host and
-# 12% of the broker's at 10 ms). 2026-12-05, 36,852 documents, 8 vshards in 2 processes, load 7-8: 10.6-15.4 s
-# at 10 ms, 11.0-11.6 s at 100, 10.8-21.6 s at 500 (an earlier client held fetches to the end of their wait).
-FETCH_WAIT_MS = 100
+# A stage's messages cross between processes once a fetch brings them: with the client's default (500 ms), a
+# fetch the broker holds came back only when its wait ran out, and an epoch took 1.3 s where its stages' work
+# took 0.1 (36,852 documents, 8 vshards in 2 processes: 11.1 s; 6.4 s with 5 ms). 100 ms, tried on 2026-12-05,
+# took the latency at 1,000 docs/s from 193 ms to 662 ms (p99 369 to 1,542) and start-up from 1.7 to 2.3 s,
+# though a host idles at 13% of a core (and the broker at 12%) with 10 ms.
+FETCH_WAIT_MS = 10
 WAIT_S = 60.0  # longest wait for a message named by another (a home message, the order topic's next)
 
 
