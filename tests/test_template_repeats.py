@@ -15,15 +15,14 @@ import random
 import numpy as np
 import pytest
 
-from streamdedup import config as config_module
 from streamdedup.core import templates as templates_module
 from streamdedup.core.corpus import _Writer
 from streamdedup.core.records import Document, Source
 from streamdedup.core.templates import SiteState, TemplateSettings, without_repeats
 from streamdedup.core.excerpts import containment
 from streamdedup.core.verify import jaccard
-from streamdedup.engine.engine import Engine
 from streamdedup.engine.sitelearning import BatchRepeats
+from test_templates import _decide, _engine
 
 
 def _u32(values) -> np.ndarray:
@@ -192,18 +191,6 @@ def _doc_crawl(writer: _Writer, *, repeated_article: bool = False):
     return pages, republished
 
 
-def _decide(engine: Engine, pages, batch: int = 25) -> dict:
-    items = [Document(i, text, Source("crawl", -1, n), url) for n, (i, url, text) in enumerate(pages)]
-    decided = []
-    for start in range(0, len(items), batch):
-        decided += engine.decide_batch(engine.prepare(items[start:start + batch]))
-    return {d.id: d for d in decided}
-
-
-def _engine(path, *settings) -> Engine:
-    return Engine(config_module.load(None, settings, environ={}), str(path))
-
-
 @pytest.fixture
 def writer():
     return _Writer(random.Random(11))
@@ -217,9 +204,9 @@ def _found(decided: dict, republished: dict) -> int:
 def test_bodies_republished_without_their_pages_navigation_are_found(tmp_path, writer):
     pages, republished = _doc_crawl(writer)
     with _engine(tmp_path / "off") as engine:
-        off = _decide(engine, pages)
+        off = _decide(engine, pages, batch=25)
     with _engine(tmp_path / "on", "templates.repeats=true") as engine:
-        on = _decide(engine, pages)
+        on = _decide(engine, pages, batch=25)
     assert _found(off, republished) <= len(republished) // 2  # the source's navigation weighs too much
     assert _found(on, republished) >= len(republished) - 1  # one source is on a's first pages, as it learns
     for decided in (off, on):
@@ -231,7 +218,7 @@ def test_an_article_on_two_pages_of_its_site_keeps_its_text(tmp_path, writer):
     (a copy is compared with its source on what the pair does not share, and shares the body)."""
     pages, republished = _doc_crawl(writer, repeated_article=True)
     with _engine(tmp_path / "on", "templates.repeats=true") as engine:
-        on = _decide(engine, pages)
+        on = _decide(engine, pages, batch=25)
     assert _found(on, republished) >= len(republished) - 1  # as when the article is on one page
 
 
@@ -266,12 +253,12 @@ def test_learning_first_counts_every_page_of_a_site_once_before_deciding(tmp_pat
     pages, republished = _doc_crawl(writer)
     items = [Document(i, text, Source("crawl", -1, n), url) for n, (i, url, text) in enumerate(pages)]
     with _engine(tmp_path / "one", "templates.repeats=true") as engine:
-        one = _decide(engine, pages)
+        one = _decide(engine, pages, batch=25)
         single = {site: (state.seen.tolist(), state.repeated.tolist())
                   for site, state in engine.templates._sites.items()}
     with _engine(tmp_path / "first", "templates.repeats=true") as engine:
         assert engine.learn_templates_first([engine.prepare(items[:50]), engine.prepare(items[50:])]) == 2
-        first = _decide(engine, pages)
+        first = _decide(engine, pages, batch=25)
         states = engine.templates._sites
         assert all(state.ahead for state in states.values())
         assert {site: (state.seen.tolist(), state.repeated.tolist()) for site, state in states.items()} == single
@@ -284,7 +271,7 @@ def test_explain_compares_a_pair_as_its_decision_did(tmp_path, writer):
 
     pages, republished = _doc_crawl(writer)
     with _engine(tmp_path / "on", "templates.repeats=true") as engine:
-        decided = _decide(engine, pages)
+        decided = _decide(engine, pages, batch=25)
     page = next(p for p, source in republished.items() if decided[p].cluster == source)
     with streamdedup.open(tmp_path / "on", readonly=True, templates={"repeats": True}) as index:
         explained = index.explain(page, texts={page: dict((i, t) for i, _, t in pages)[page]})
