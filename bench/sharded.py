@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
@@ -194,13 +195,13 @@ class Deployment:
             log.close()
 
 
-def deployment_round(bootstrap: str, raw: str, work: Path, args, expected: int) -> dict:
+def deployment_round(bootstrap: str, raw: str, work: Path, args, expected: int, number: int = 0) -> dict:
     run = Run(bootstrap, raw, work, args.vshards)
     deployment = Deployment(run, work, args)
     try:
         seconds = deployment.seconds_to(expected)
         cpu = deployment.cpu()
-        paced = paced_latencies(run, bootstrap, raw, args) if args.paced_rate else []
+        paced = paced_latencies(run, bootstrap, raw, args, number) if args.paced_rate else []
     finally:
         deployment.stop()
     return {"seconds": seconds, "cpu": cpu, "outcomes": run.outcomes(), "bytes": internal_bytes(run),
@@ -222,13 +223,23 @@ def start_up_round(bootstrap: str, work: Path, args) -> dict:
         deployment.stop()
 
 
-def paced_latencies(run: Run, bootstrap: str, raw: str, args) -> list[float]:
-    """Seconds from each paced record's input timestamp to its outcome's."""
+@dataclass
+class Paced:
+    id: str
+    text: str
+
+
+def paced_latencies(run: Run, bootstrap: str, raw: str, args, number: int = 0) -> list[float]:
+    """Seconds from each paced record's input timestamp to its outcome's. Each round's paced documents are its
+    own (round ``number``), under ids of their own: the same documents again would be replays of the last
+    round's, which the later rounds read too (a replay has no outcome to time), and the corpus's ids would make
+    them new versions of its documents."""
     consumer = KafkaConsumer(bootstrap_servers=bootstrap)
     tp = TopicPartition(raw, 0)
     first = consumer.end_offsets([tp])[tp]
     consumer.close()
-    docs = corpus.generate(int(args.paced_rate * args.paced_seconds / 2), seed=99)
+    docs = [Paced(f"paced{number}-{d.id}", d.text)
+            for d in corpus.generate(int(args.paced_rate * args.paced_seconds / 2), seed=99 + number)]
     feed(bootstrap, raw, docs, args.paced_rate)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -298,7 +309,7 @@ def main(argv=None) -> int:
         singles, deployed, starts = [], [], []
         for n in range(args.rounds):
             singles.append(single_round(bootstrap, raw, work, len(docs), args.timeout))
-            deployed.append(deployment_round(bootstrap, raw, work, args, len(docs)))
+            deployed.append(deployment_round(bootstrap, raw, work, args, len(docs), n))
             starts.append(start_up_round(bootstrap, work, args))
             print(f"round {n + 1}: single worker {singles[-1]['seconds']:.1f} s, deployment "
                   f"{deployed[-1]['seconds']:.1f} s (start-up {starts[-1]['single']:.1f} s and "
