@@ -50,9 +50,10 @@ __all__ = ["run_vshards", "parse_vshards", "VShardHost"]
 
 # A stage's messages cross between processes once a fetch brings them: with the client's default (500 ms), a
 # fetch the broker holds came back only when its wait ran out, and an epoch took 1.3 s where its stages' work
-# took 0.1 (36,852 documents, 8 vshards in 2 processes: 11.1 s; 6.4 s with 5 ms). 100 ms, tried on 2026-12-05,
-# took the latency at 1,000 docs/s from 193 ms to 662 ms (p99 369 to 1,542) and start-up from 1.7 to 2.3 s,
-# though a host idles at 13% of a core (and the broker at 12%) with 10 ms.
+# took 0.1 (36,852 documents, 8 vshards in 2 processes: 11.1 s; 6.4 s with 5 ms). With 10 ms an idle host spends
+# 13% of a core fetching (and the broker 12%); 100 ms, tried on 2026-12-05, showed no slower epochs, but its quiet
+# bench.sharded latency (662 ms median at 1,000 docs/s) was not told apart from 10 ms's the same evening (671 ms),
+# so the wait stays until an A/B settles it.
 FETCH_WAIT_MS = 10
 WAIT_S = 60.0  # longest wait for a message named by another (a home message, the order topic's next)
 
