@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import threading
 import time
 import uuid
 
@@ -203,8 +204,20 @@ def test_vshards_under_chaos_decide_every_record_once_as_one_worker(tmp_path_fac
                     time.sleep(rng.uniform(0.0, 1.5))
                     deployment.check_running()
                     deployment.say(f"{event} ({out} outcomes out)")
-                    _happen(event, deployment, broker, rng, steps, hosts)
-                    produce(bootstrap, topics.raw, records[part * chunk:(part + 1) * chunk])
+                    following = records[part * chunk:(part + 1) * chunk]
+                    if event != "pause":
+                        _happen(event, deployment, broker, rng, steps, hosts)
+                        produce(bootstrap, topics.raw, following)
+                        continue
+                    # the paused host waits for its second open transaction: the next part goes in meanwhile, in
+                    # two halves a second apart, so epochs come whatever was left when it started again
+                    produce(bootstrap, topics.raw, following[:len(following) // 2])
+                    later = threading.Timer(1.0, produce, (bootstrap, topics.raw, following[len(following) // 2:]))
+                    later.start()
+                    try:
+                        _happen(event, deployment, broker, rng, steps, hosts)
+                    finally:
+                        later.join()
                 under_way = outcomes_out(bootstrap, topics)
                 deployment.say(f"chaos done; {under_way} of {len(expected)} outcomes out")
                 assert under_way < len(expected), "the deployment finished before the chaos did"
