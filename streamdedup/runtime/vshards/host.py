@@ -81,7 +81,6 @@ class _InFlight:
     offset: int  # its order message's
     records: list  # this home's records of it, whole, in the order of its items
     serials: list  # their places in the order
-    emit: bool  # False: Kafka has its outcomes already (decided again after a crash)
     began: float = field(default_factory=time.monotonic)
 
 
@@ -99,13 +98,16 @@ class _Hosted:
     exchange_at: Optional[int] = None  # where to read its exchange partition from after a restart
     records_at: Optional[int] = None  # where to read its records partition from: after the last home message
     sink: Optional[KafkaSink] = None  # its transactional producer, while hosted
+    connecting: Optional[Pending] = None  # its Kafka side starting (``VShardHost._adopt``), until its first commit
 
     @property
     def number(self) -> int:
         return self.vshard.number
 
     def close(self) -> None:
-        if self.sink is not None:
+        if self.connecting is not None:
+            self.connecting.discard(lambda h: h.sink.close(0))
+        elif self.sink is not None:
             self.sink.close()
         self.vshard.close()
 
@@ -293,13 +295,13 @@ class VShardHost:
         self.inbound = self.publisher = self.membership = None
         self.fixed = fixed
         try:
+            if fixed is None:  # first: the group is joined on its own thread while the rest connects
+                self.membership = _Membership(config, self.settings)
             self.publisher = KafkaProducer(**{"acks": "all", "linger_ms": 0, "max_request_size": SIGNED_MESSAGE_BYTES,
                                               **self.producer_settings})
             self.inbound = _Inbound(config, self.settings)
             self.commit = VShardCommit(self.publisher, self.order_topic, config.worker.kafka_timeout_s)
             self.appender = RecordAppender.of(self.publisher, transactional=False)
-            if fixed is None:
-                self.membership = _Membership(config, self.settings)
         except BaseException:
             self.close()
             raise
@@ -334,8 +336,13 @@ class VShardHost:
 
     def _adopt(self, numbers: list[int]) -> list[int]:
         """Host the vshards ``numbers``; returns those taken. One whose state another process still holds (its
-        former host, not yet told it lost it, or paused) is tried again on the next turn of the loop. Their
-        Kafka sides connect together (a transactional producer takes a fifth of a second to start)."""
+        former host, not yet told it lost it, or paused) is tried again on the next turn of the loop.
+
+        Each one's Kafka side connects on a thread of its own while its epochs are decided (``_connected``: a
+        transactional producer takes 0.05 to 0.3 s to start, which a process given vshards, at start or when
+        another leaves, paid before its first epoch); its first commit waits for it (``_await_connected``).
+        Deciding needs nothing of it: the outcomes go out only at the commit, once the producer has fenced the
+        vshard's former host and Kafka has said which epochs it has."""
         opened = {}
         for number in numbers:
             try:
@@ -345,19 +352,19 @@ class VShardHost:
                     self.waiting.add(number)
                     self.log.warning("vshard_state_busy", role="vshards", vshard=number,
                                      waiting_for="its former host to let go of its state")
-        connecting = {number: Pending(lambda h=h: self._connected(h), "streamdedup-adopt")
-                      for number, h in opened.items()}
-        try:
-            for number, pending in connecting.items():
-                pending.wait(self.config.worker.kafka_timeout_s, f"vshard {number}'s producer to start")
-        except BaseException:
-            for pending in connecting.values():
-                pending.discard(lambda h: h.sink.close(0))
-            close_quietly(*opened.values())
-            raise
+        for h in opened.values():
+            h.connecting = Pending(lambda h=h: self._connected(h), "streamdedup-adopt")
         self.hosted.update(opened)
         self.waiting.difference_update(opened)
         return sorted(opened)
+
+    def _await_connected(self, h: _Hosted) -> None:
+        """Wait for ``h``'s Kafka side, begun when it was adopted (``_adopt``)."""
+        pending = h.connecting
+        if pending is None:
+            return
+        pending.wait(self.config.worker.kafka_timeout_s, f"vshard {h.number}'s producer to start")
+        h.connecting = None
 
     def _connected(self, h: _Hosted) -> _Hosted:
         """``h`` (opened where its state stands) with its transactional producer, which fences a former host's
@@ -419,7 +426,7 @@ class VShardHost:
         if isinstance(order, ForgetOrder):
             mine = [doc_id for doc_id, home in zip(order.ids, homes_of([id_key(i) for i in order.ids], self.count)
                                                    .tolist()) if home == h.number] if order.ids else []
-            h.flight = _InFlight(epoch, offset, [], [], False)
+            h.flight = _InFlight(epoch, offset, [], [])
             self._send(h.vshard.forget(epoch, mine))
             return True
         if order.fingerprint != self.fingerprint:
@@ -435,7 +442,7 @@ class VShardHost:
             h.next_input[(topic, partition)] = max(h.next_input.get((topic, partition), 0), last + 1)
         h.next_serial = span[1]
         serials = [span[0] + p for p in places]
-        h.flight = _InFlight(epoch, offset, records, serials, offset >= h.emitted_before)
+        h.flight = _InFlight(epoch, offset, records, serials)
         self._send(h.vshard.slice_prepared(epoch, batch, serials, span, order.signed_at))
         return True
 
@@ -503,6 +510,8 @@ class VShardHost:
         if not self.decided:
             return
         done, self.decided = self.decided, []
+        for h in done:
+            self._await_connected(h)
         flights = [h.flight for h in done]
         epochs = [self._decided_epoch(h) for h in done]
         decided = time.monotonic()
@@ -515,13 +524,15 @@ class VShardHost:
         self.inbound.drop_orders_before(min(x.order_at for x in self.hosted.values()))
 
     def _decided_epoch(self, h: _Hosted) -> VShardEpoch:
-        """``h``'s epoch in flight, decided, as it commits; ``h`` moved past it."""
+        """``h``'s epoch in flight, decided, as it commits; ``h`` moved past it. Its outcomes go out unless Kafka has
+        them already (decided again after a crash: ``emitted_before``, read once ``h``'s producer fenced its former
+        host)."""
         flight = h.flight
         h.order_at = flight.offset + 1
         h.flight = None
         h.exchange_at = self._exchange_floor(h, flight.number)
         return VShardEpoch(h.vshard, h.sink, self.group_id(h.number), flight.offset, flight.records, flight.serials,
-                           h.vshard.decided.pop(flight.number), h.positions(), flight.emit)
+                           h.vshard.decided.pop(flight.number), h.positions(), flight.offset >= h.emitted_before)
 
     def _exchange_floor(self, h: _Hosted, epoch: int) -> int:
         """Where a restart reads ``h``'s exchange partition from once ``epoch`` is committed: the first message
