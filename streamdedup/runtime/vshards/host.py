@@ -140,6 +140,7 @@ class _Membership:
 
         membership = self
         self.given: set[int] = set()
+        self.lost = 0  # times the group dropped this member (its session ran out), as the client reports them
         self.stopping = threading.Event()
 
         class Listener(ConsumerRebalanceListener):
@@ -149,6 +150,10 @@ class _Membership:
             def on_partitions_assigned(self, assigned):
                 membership.source.consumer.pause(*assigned)
                 membership.given = {tp.partition for tp in assigned}
+
+            def on_partitions_lost(self, lost):
+                membership.given = set()  # the group dropped this member: let the vshards' states go for others
+                membership.lost += 1
 
         self.source = KafkaSource([], {**GROUP_SESSION, **settings, **IDLE_MEMBER}, f"{config.kafka.group_id}-vshards",
                                   1)
@@ -293,6 +298,7 @@ class VShardHost:
         self.waiting: set[int] = set()  # given, but another process holds their state
         self.decided: list[_Hosted] = []  # those whose epoch in flight is decided: committed at the turn's end
         self.unflushed = False  # messages sent to other vshards that the broker may not have yet
+        self.lost_seen = 0  # the group's drops of this process already logged
         self.count = config.shards.count
         self.fingerprint = signing_config(config).fingerprint()
         self.settings = kafka_client_settings(config.kafka, "consumer")
@@ -327,6 +333,11 @@ class VShardHost:
     def _follow_assignment(self) -> None:
         """Drop the vshards this process no longer hosts, open those it is given."""
         given = set(self.fixed) if self.membership is None else self.membership.given
+        if self.membership is not None and self.membership.lost > self.lost_seen:
+            self.lost_seen = self.membership.lost
+            self.log.warning("vshards_group_lost", role="vshards", hosted=",".join(map(str, sorted(self.hosted))),
+                             cause="the group stopped hearing from this process for its session timeout",
+                             then="its vshards go to the others; it joins again")
         gone = sorted(set(self.hosted) - given)
         new = sorted(given - set(self.hosted))
         if not gone and not new:
