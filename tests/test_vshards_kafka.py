@@ -17,6 +17,7 @@ from kafka_helpers import (
     outcome_summary,
     outcomes,
     produce,
+    read_all,
     run_worker,
     role_command,
     sharded_records,
@@ -154,7 +155,7 @@ def test_a_backfill_in_large_epochs_decides_as_streaming_in_small_ones(kafka, tm
     expected = single_worker_summary(records, KEYS)
     raw = Topics.fresh(kafka).raw
     produce(kafka, raw, records)
-    found = {}
+    found, sizes = {}, {}
     for name, epochs in (("stream", ["--set", "shards.epoch_records=37"]),
                          ("backfill", ["--set", "shards.epoch_records=20000", "--set", "shards.batch_bytes=67108864"])):
         topics = sharded_topics(kafka, raw)
@@ -165,7 +166,21 @@ def test_a_backfill_in_large_epochs_decides_as_streaming_in_small_ones(kafka, tm
             found[name] = outcome_summary(settled(kafka, topics, len(expected), processes))
         finally:
             stop_processes(processes)
+        sizes[name] = epoch_sizes(kafka, f"signed-{tag}")
     assert found["backfill"] == found["stream"] == expected
+    # A session's first epoch holds an eighth of shards.epoch_records at most, each next one twice as many, up to it
+    # (the vshards start on a small one while the next is signed); the topic was there whole, so they fill up.
+    assert [size <= cap for size, cap in zip(sizes["stream"], [4, 8, 16, 32])] == [True] * 4
+    assert max(sizes["stream"]) == 37 and max(sizes["backfill"]) <= 2500
+    assert sum(sizes["stream"]) == sum(sizes["backfill"]) == len(records)
+
+
+def epoch_sizes(kafka, order_topic: str) -> list[int]:
+    """The records of each epoch of the order topic, in order."""
+    from streamdedup.runtime.vshards.messages import Epoch, unpack_order
+
+    epochs = [unpack_order(m.value) for m in read_all(kafka, order_topic)]
+    return [e.count for e in epochs if isinstance(e, Epoch)]
 
 
 def test_forgetting_in_the_middle_of_the_stream_decides_as_one_worker(kafka, tmp_path):
