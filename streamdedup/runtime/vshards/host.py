@@ -55,11 +55,16 @@ __all__ = ["run_vshards", "parse_vshards", "VShardHost"]
 # bench.sharded latency (662 ms median at 1,000 docs/s) was not told apart from 10 ms's the same evening (671 ms),
 # so the wait stays until an A/B settles it.
 FETCH_WAIT_MS = 10
-# The group's member reads nothing (its partitions paused), and kafka-python's poll then sleeps ``retry_backoff_ms``
-# at a time between its rounds of group bookkeeping: at the 20 ms the other clients use (``config``), a host's
-# member cost 2.6% of a core doing nothing (and 5 µs a document of a host's CPU on the end-to-end bench); at 100 ms,
-# 0.8%, and it joins a new group in 0.13 s instead of 0.11.
-IDLE_MEMBER = {"retry_backoff_ms": 100}
+# The group's member reads nothing: its partitions are paused as they are assigned, but a fetch may go out before
+# (kafka-python assigns them, then calls the listener), and from the records topic's beginning a fetch brought up
+# to 64 MiB of home messages for the member's network thread to parse in Python. A host that was given all the
+# vshards at its start then stopped heartbeating and kept them while the group gave them to another (seen on a
+# loaded machine: one host deciding alone, at twice its CPU a document): so it starts at the end and takes one
+# record batch at most. Between its rounds of group bookkeeping, kafka-python's poll sleeps ``retry_backoff_ms``:
+# at the 20 ms the other clients use (``config``), the member cost 2.6% of a core doing nothing (5 µs a document
+# of a host's CPU on the end-to-end bench); at 100 ms, 0.8%, and it joins a new group in 0.13 s instead of 0.11.
+IDLE_MEMBER = {"retry_backoff_ms": 100, "auto_offset_reset": "latest", "fetch_max_bytes": 1,
+               "max_partition_fetch_bytes": 1}
 WAIT_S = 60.0  # longest wait for a message named by another (a home message, the order topic's next)
 
 
