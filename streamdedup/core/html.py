@@ -53,7 +53,7 @@ from typing import Optional, Union
 
 from ..errors import ConfigError
 
-__all__ = ["main_text", "html_text"]
+__all__ = ["main_text", "html_text", "neutral_markup"]
 
 def _any_case(word: str) -> str:
     return "".join(f"[{letter}{letter.upper()}]" for letter in word)
@@ -64,8 +64,14 @@ _TAG = re.compile(  # "<" taken out, each case spelt out, no lazy ".*?": faster 
     r"<(?:!--[^-]*(?:-(?!->)[^-]*)*-->"
     rf"|{_SCRIPT}\b[^<]*(?:<(?!/{_SCRIPT})[^<]*)*</{_SCRIPT}\s*>"
     rf"|{_STYLE}\b[^<]*(?:<(?!/{_STYLE})[^<]*)*</{_STYLE}\s*>"
-    rf"|(?P<closing>/?)(?P<kind>[uU][lL]|{_any_case('main')}|{_any_case('article')})\b[^>]*>)")
-_ANY_LIST = re.compile(r"<[uU][lL]\b")
+    rf"|(?P<closing>/?)(?P<kind>[uU][lL]|{_any_case('div')}|{_any_case('main')}|{_any_case('article')})\b[^>]*>)")
+_SELF_CLOSED = re.compile(  # "<a id="x"/>": XHTML's empty element, which an HTML parser leaves open
+    r"<(?!(?i:area|base|br|col|embed|hr|img|input|link|meta|param|source|track|wbr|script|style|textarea|title)"
+    r"[\s/>])([a-zA-Z][a-zA-Z0-9-]*)(\s[^<>]*)?/>")
+_LINE = re.compile(r"<(?:[tT][rR]|[dD][tTdD]|[pP]|[lL][iI]|[bB][rR]|[dD][iI][vV]|[hH][1-6]|[pP][rR][eE])\b[^>]*>")
+_SPACES = re.compile(r"\s+")
+_CLUSTER_CHARS, _CLUSTER_SHARE = 1700, 0.5
+_BLOCK_MARKUP_LIMIT = 64_000  # a block with more markup than this holds more text than a cluster of links can
 _ROLE_MAIN = re.compile(rf"role\s*=\s*[\"']?{_any_case('main')}[\"'\s/>]")  # "role" as written: a literal is fast
 _TAG_NAME = re.compile(r"<([a-zA-Z][a-zA-Z0-9]*)")
 _MARKUP = re.compile(r"<!--.*?-->|</?[a-zA-Z][^>]*>", re.DOTALL)
@@ -89,12 +95,13 @@ def html_text(page: Union[bytes, str]) -> Optional[str]:
 def main_text(markup: str) -> str:
     """The main content of an HTML page as plain text ("" when it has none)."""
     extract_plain_text, = _resiliparse("extract.html2text", "extract_plain_text")
-    return extract_plain_text(neutral_lists(markup), main_content=True, list_bullets=False, alt_texts=False,
+    return extract_plain_text(neutral_markup(markup), main_content=True, list_bullets=False, alt_texts=False,
                               noscript=False) or ""
 
 
-def neutral_lists(markup: str) -> str:
-    """The markup with every ``<ul>`` that is not navigation made a ``<section>`` (same attributes).
+def neutral_markup(markup: str) -> str:
+    """The markup with XHTML's empty elements closed, and every ``<ul>`` that is not navigation and every ``<div>``
+    whose links hold most of its text that is not navigation made a ``<section>`` (same attributes).
 
     A ``<section>``, not a ``<div>``: an HTML parser closes an open ``<li>`` at
     the next ``<li>`` unless a list or a section-like element stands between
@@ -105,27 +112,49 @@ def neutral_lists(markup: str) -> str:
     Python object for every node an attribute read passes, and reading the
     text of a page's lists that way cost 10 to 100 times its extraction.
     """
-    if not _ANY_LIST.search(markup):
-        return markup
+    markup = _SELF_CLOSED.sub(r"<\1\2></\1>", markup)
     elements = _elements(markup)
     containers = _main_containers(markup, elements)
-    tags, navigation_ends = [], -1
-    for start, end in sorted(elements["ul"], key=lambda pair: pair[0].start()):
-        if start.start() < navigation_ends:
-            continue  # inside a navigation list: left as it is, as the list is
-        if not any(begin <= start.start() < finish for begin, finish in containers) \
-                and _is_navigation(markup[start.end():end.start()]):
-            navigation_ends = end.end()
-            continue
-        tags += [start, end]
+    tags = _content_lists(markup, elements["ul"], containers) + _content_link_blocks(markup, elements["div"],
+                                                                                    containers)
     return _as_sections(markup, sorted(tags, key=re.Match.start)) if tags else markup
 
 
+def _content_lists(markup: str, lists: list, containers: list[tuple[int, int]]) -> list[re.Match]:
+    """The start and end tags of each of ``lists`` that is not navigation (a list inside one that is, is not)."""
+    tags, navigation_ends = [], -1
+    for start, end in sorted(lists, key=lambda pair: pair[0].start()):
+        if start.start() < navigation_ends:
+            continue  # inside a navigation list: left as it is, as the list is
+        if not _inside(start.start(), containers) and _is_navigation(markup[start.end():end.start()]):
+            navigation_ends = end.end()
+            continue
+        tags += [start, end]
+    return tags
+
+
+def _content_link_blocks(markup: str, blocks: list, containers: list[tuple[int, int]]) -> list[re.Match]:
+    """The start and end tags of each of ``blocks`` (``<div>`` elements) that Resiliparse could drop as a cluster of
+    links but that is content: inside the main container, or with most of its lines holding words besides links
+    (Doxygen's member lists and "New API" lists, wherever the markup puts them)."""
+    tags = []
+    for start, end in blocks:
+        inner = markup[start.end():end.start()]
+        if len(inner) <= _BLOCK_MARKUP_LIMIT and _is_link_cluster(inner) \
+                and (_inside(start.start(), containers) or not _is_navigation_lines(inner)):
+            tags += [start, end]
+    return tags
+
+
+def _inside(position: int, containers: list[tuple[int, int]]) -> bool:
+    return any(begin <= position < finish for begin, finish in containers)
+
+
 def _elements(markup: str) -> dict[str, list[tuple[re.Match, re.Match]]]:
-    """Each ``<ul>``, ``<main>`` and ``<article>`` of the markup as its start and end tag, by name, paired as a parser
+    """Each ``<ul>``, ``<div>``, ``<main>`` and ``<article>`` of the markup as its start and end tag, by name, paired as a parser
     nests them (unclosed ones left out). Tags inside comments, scripts and styles are not tags and are passed over.
     """
-    pairs = {"ul": [], "main": [], "article": []}
+    pairs = {"ul": [], "div": [], "main": [], "article": []}
     open_tags = {name: [] for name in pairs}
     for tag in _TAG.finditer(markup):
         if not tag.group("kind"):
@@ -172,6 +201,29 @@ def _is_navigation(inner: str) -> bool:
     return sum(map(_is_only_links, items)) * 2 > len(items) if items else True
 
 
+def _is_navigation_lines(inner: str) -> bool:
+    """Whether a block whose markup inside is ``inner`` is navigation: most of its lines (rows, terms, paragraphs,
+    items) that hold a link and words are that link and no other words (a title beside a menu is not counted)."""
+    lines = [line for line in _LINE.split(inner)
+             if _LINK.search(line) and _WORD.search(_ENTITY.sub("", _MARKUP.sub("", line)))]
+    return sum(map(_is_only_links, lines)) * 2 > len(lines) if lines else True
+
+
+def _is_link_cluster(inner: str) -> bool:
+    """Whether Resiliparse could drop a ``<div>`` whose markup inside is ``inner`` as a cluster of links: its links
+    hold over 60% of its text, of under 1,500 characters (here with a margin: half, 1,700)."""
+    links = _LINK.findall(inner)
+    if not links:
+        return False
+    text = _visible_length(inner)
+    return text <= _CLUSTER_CHARS and _visible_length("".join(links)) > _CLUSTER_SHARE * text
+
+
+def _visible_length(markup: str) -> int:
+    """The length of the text of ``markup``, its white space collapsed and an entity counted as one character."""
+    return len(_SPACES.sub(" ", _ENTITY.sub("x", _MARKUP.sub("", markup))).strip())
+
+
 def _is_only_links(item: str) -> bool:
     """Whether a list item's words are all inside its links (signs and entities between them do not count)."""
     return not _WORD.search(_ENTITY.sub("", _MARKUP.sub("", _LINK.sub("", item))))
@@ -181,7 +233,7 @@ def _as_sections(markup: str, tags: list[re.Match]) -> str:
     """The markup with each of ``tags`` (list tags, in order) made a ``section`` tag, its attributes kept."""
     pieces, done = [], 0
     for tag in tags:
-        name_ends = tag.start() + len(tag.group("closing")) + 3
+        name_ends = tag.start() + 1 + len(tag.group("closing")) + len(tag.group("kind"))
         name = "</section" if tag.group("closing") else "<section"
         pieces += [markup[done:tag.start()], name, markup[name_ends:tag.end()]]
         done = tag.end()
