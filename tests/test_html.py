@@ -82,6 +82,52 @@ def test_in_the_main_container_every_list_is_content_and_outside_it_a_list_of_li
                                             "install everything the guide needs")
 
 
+MEMBERS = ('<p>This is the complete list of members for <a class="el" href="c.html">webcache::Cache</a>.</p>'
+           '<table class="directory">' + "".join(
+               f'<tr><td class="entry"><a class="el" href="c.html#{n}">{n}</a>(size_t)</td>'
+               f'<td class="entry"><a class="el" href="c.html">webcache::ResponseCache</a></td></tr>'
+               for n in ("capacity", "expiry", "evict")) + "</table>")
+MEMBER_TEXT = ("this is the complete list of members for webcache cache capacity size t webcache responsecache expiry "
+               "size t webcache responsecache evict size t webcache responsecache")
+
+
+def test_a_list_of_linked_members_is_content_at_any_depth_and_a_menu_is_not():
+    """Resiliparse drops a ``<div>`` more than two levels down whose links hold most of its text; a Doxygen member
+    list is such a block, kept on its own site (one level down) and lost in another site's deeper template."""
+    menu = '<div class="bar"><div class="row"><div class="links">' + "".join(
+        f'<a href="/{n}.html">{n}</a> ' for n in html_markups.NAV) + "</div></div></div>"
+    shallow = html_markups.page(menu, f'<div class="contents">{MEMBERS}</div>')
+    deep = html_markups.page(menu, '<div class="document"><div class="wrapper-x"><div class="body">'
+                                   f'<div class="contents">{MEMBERS}</div></div></div></div>')
+    assert normalize(main_text(shallow)) == normalize(main_text(deep)) == MEMBER_TEXT
+
+
+def test_an_anchor_written_as_an_empty_element_does_not_make_the_rest_of_the_page_a_link():
+    """``<a id="x"/>`` (DocBook's XHTML) is an open link to an HTML parser: everything after it was link text, and
+    blocks of it were dropped as clusters of links; the same page with ``<a id="x"></a>`` kept them."""
+    sections = "".join(f'<div class="section"><h3><a id="s{n}"{{}}>Part {n}</h3><div class="note"><p>Step {n} of '
+                       f'the guide: <a href="/g{n}">read it</a>.</p></div></div>' for n in range(3))
+    body = f'<div class="chapter"><div class="wrap-x"><div class="inner">{sections}</div></div></div>'
+    empty, closed = (html_markups.page("", body.replace("{}", end)) for end in ("/>", "></a"))
+    assert normalize(main_text(empty)) == normalize(main_text(closed)) == (
+        "part 0 step 0 of the guide read it part 1 step 1 of the guide read it part 2 step 2 of the guide read it")
+
+
+def test_a_list_of_links_that_is_most_of_the_page_is_its_content():
+    """A table of contents page without a main container: its list is what the page holds (dropped, every such page
+    of a site came out as its title); a menu beside a page's text is still navigation."""
+    entries = "".join(f'<li><a href="/c{n}.html">Chapter {n} of the manual</a><ul><li><a href="/c{n}s.html">'
+                      f"Section {n}.1 in depth</a></li></ul></li>" for n in range(6))
+    menu = '<table><tr><td>[<a href="/top">Top</a>]</td><td>[<a href="/index">Index</a>]</td></tr></table>'
+    contents = html_markups.page(menu, f'<h1>Table of Contents</h1><div class="contents"><ul class="toc">{entries}'
+                                       "</ul></div>")
+    text = normalize(main_text(contents))
+    assert "chapter 5 of the manual section 5 1 in depth" in text and text.startswith("top index table of contents")
+    prose = "<p>" + "The manual explains every option of the tool in turn. " * 12 + "</p>"
+    page = html_markups.page(f'<ul class="menu">{entries}</ul>', prose)
+    assert "chapter" not in normalize(main_text(page))
+
+
 def _text_places(markup: str) -> list[tuple[str, str]]:
     """Each text of a page with the tags of the elements around it, a list and a section alike."""
     from resiliparse.parse.html import HTMLTree

@@ -70,6 +70,7 @@ _SELF_CLOSED = re.compile(  # "<a id="x"/>": XHTML's empty element, which an HTM
     r"[\s/>])([a-zA-Z][a-zA-Z0-9-]*)(\s[^<>]*)?/>")
 _LINE = re.compile(r"<(?:[tT][rR]|[dD][tTdD]|[pP]|[lL][iI]|[bB][rR]|[dD][iI][vV]|[hH][1-6]|[pP][rR][eE])\b[^>]*>")
 _SPACES = re.compile(r"\s+")
+_INVISIBLE = re.compile(r"<!--.*?-->|<(script|style|head)\b.*?</\1\s*>", re.DOTALL | re.IGNORECASE)
 _CLUSTER_CHARS, _CLUSTER_SHARE = 1700, 0.5
 _BLOCK_MARKUP_LIMIT = 64_000  # a block with more markup than this holds more text than a cluster of links can
 _ROLE_MAIN = re.compile(rf"role\s*=\s*[\"']?{_any_case('main')}[\"'\s/>]")  # "role" as written: a literal is fast
@@ -101,7 +102,9 @@ def main_text(markup: str) -> str:
 
 def neutral_markup(markup: str) -> str:
     """The markup with XHTML's empty elements closed, and every ``<ul>`` that is not navigation and every ``<div>``
-    whose links hold most of its text that is not navigation made a ``<section>`` (same attributes).
+    whose links hold most of its text that is not navigation made a ``<section>`` (same attributes). A list or block
+    of links that holds most of the page's text is the page's content (a table of contents, an index), not its
+    navigation.
 
     A ``<section>``, not a ``<div>``: an HTML parser closes an open ``<li>`` at
     the next ``<li>`` unless a list or a section-like element stands between
@@ -114,40 +117,58 @@ def neutral_markup(markup: str) -> str:
     """
     markup = _SELF_CLOSED.sub(r"<\1\2></\1>", markup)
     elements = _elements(markup)
-    containers = _main_containers(markup, elements)
-    tags = _content_lists(markup, elements["ul"], containers) + _content_link_blocks(markup, elements["div"],
-                                                                                    containers)
+    page = _Page(markup, _main_containers(markup, elements))
+    tags = _content_lists(page, elements["ul"]) + _content_link_blocks(page, elements["div"])
     return _as_sections(markup, sorted(tags, key=re.Match.start)) if tags else markup
 
 
-def _content_lists(markup: str, lists: list, containers: list[tuple[int, int]]) -> list[re.Match]:
-    """The start and end tags of each of ``lists`` that is not navigation (a list inside one that is, is not)."""
-    tags, navigation_ends = [], -1
+class _Page:
+    """A page's markup, its main containers, and the length of its visible text (measured when first asked)."""
+
+    def __init__(self, markup: str, containers: list[tuple[int, int]]):
+        self.markup, self.containers, self._length = markup, containers, -1
+
+    def contains(self, position: int) -> bool:
+        """Whether ``position`` is inside one of the page's main containers."""
+        return any(begin <= position < finish for begin, finish in self.containers)
+
+    def is_most_of(self, inner: str) -> bool:
+        """Whether the markup ``inner`` holds more than half of the page's visible text."""
+        if len(inner) * 16 < len(self.markup):
+            return False
+        if self._length < 0:
+            self._length = _visible_length(_INVISIBLE.sub("", self.markup))
+        return _visible_length(inner) * 2 > self._length
+
+
+def _content_lists(page: _Page, lists: list) -> list[re.Match]:
+    """The start and end tags of each of ``lists`` that is not navigation (a list inside one that is, is not; every
+    list inside one that is most of the page, is)."""
+    tags, navigation_ends, whole_ends = [], -1, -1
     for start, end in sorted(lists, key=lambda pair: pair[0].start()):
         if start.start() < navigation_ends:
             continue  # inside a navigation list: left as it is, as the list is
-        if not _inside(start.start(), containers) and _is_navigation(markup[start.end():end.start()]):
-            navigation_ends = end.end()
-            continue
+        inner = page.markup[start.end():end.start()]
+        if start.start() >= whole_ends and not page.contains(start.start()) and _is_navigation(inner):
+            if not page.is_most_of(inner):
+                navigation_ends = end.end()
+                continue
+            whole_ends = end.end()
         tags += [start, end]
     return tags
 
 
-def _content_link_blocks(markup: str, blocks: list, containers: list[tuple[int, int]]) -> list[re.Match]:
+def _content_link_blocks(page: _Page, blocks: list) -> list[re.Match]:
     """The start and end tags of each of ``blocks`` (``<div>`` elements) that Resiliparse could drop as a cluster of
-    links but that is content: inside the main container, or with most of its lines holding words besides links
-    (Doxygen's member lists and "New API" lists, wherever the markup puts them)."""
+    links but that is content: inside the main container, with most of its lines holding words besides links
+    (Doxygen's member lists and "New API" lists, wherever the markup puts them), or most of the page."""
     tags = []
     for start, end in blocks:
-        inner = markup[start.end():end.start()]
-        if len(inner) <= _BLOCK_MARKUP_LIMIT and _is_link_cluster(inner) \
-                and (_inside(start.start(), containers) or not _is_navigation_lines(inner)):
+        inner = page.markup[start.end():end.start()]
+        if len(inner) <= _BLOCK_MARKUP_LIMIT and _is_link_cluster(inner) and (
+                page.contains(start.start()) or not _is_navigation_lines(inner) or page.is_most_of(inner)):
             tags += [start, end]
     return tags
-
-
-def _inside(position: int, containers: list[tuple[int, int]]) -> bool:
-    return any(begin <= position < finish for begin, finish in containers)
 
 
 def _elements(markup: str) -> dict[str, list[tuple[re.Match, re.Match]]]:
