@@ -128,6 +128,20 @@ def test_a_list_of_links_that_is_most_of_the_page_is_its_content():
     assert "chapter" not in normalize(main_text(page))
 
 
+def test_a_line_of_links_to_the_pages_neighbours_is_navigation_wherever_it_stands():
+    """Texinfo heads a node with "Next: ..., Previous: ..." links marked ``rel`` (Resiliparse drops those links and
+    leaves the words) and repeats the line at its foot without the marks; both lines go, a link of the body to a
+    neighbour stays."""
+    line = ('<div class="header"><p>Next: <a href="Loops.html"{}>Loops</a>, Previous: <a href="Types.html"{}>Types</a>'
+            ' [<a href="index.html#toc" rel="contents">Contents</a>]</div>')
+    body = '<h2>Strings</h2><p>A string holds text; <a href="Types.html">the types</a> say more.</p>'
+    head = '<link href="Loops.html" rel="next"><link href="Types.html" rel="prev">'
+    marked, unmarked = line.format(' rel="next"', ' rel="prev"'), line.format("", "")
+    page = (f'<!DOCTYPE html><html><head>{head}</head><body><div class="chapter" id="Strings">'
+            f"{marked}{body}<hr>{unmarked}</div></body></html>")
+    assert normalize(main_text(page)) == "strings a string holds text the types say more"
+
+
 def _text_places(markup: str) -> list[tuple[str, str]]:
     """Each text of a page with the tags of the elements around it, a list and a section alike."""
     from resiliparse.parse.html import HTMLTree

@@ -70,6 +70,12 @@ _SELF_CLOSED = re.compile(  # "<a id="x"/>": XHTML's empty element, which an HTM
     r"[\s/>])([a-zA-Z][a-zA-Z0-9-]*)(\s[^<>]*)?/>")
 _LINE = re.compile(r"<(?:[tT][rR]|[dD][tTdD]|[pP]|[lL][iI]|[bB][rR]|[dD][iI][vV]|[hH][1-6]|[pP][rR][eE])\b[^>]*>")
 _SPACES = re.compile(r"\s+")
+_RELATION = re.compile(  # the target of a <link> or <a> naming a neighbour of the page (href before or after rel)
+    r"<(?:[lL][iI][nN][kK]|[aA])\s(?=[^>]*\brel\s*=\s*[\"']?(?:next|prev|previous|up|contents|toc|index|start|first|last)"
+    r"\b)[^>]*\bhref\s*=\s*[\"']?([^\"'\s>]+)")
+_HREF = re.compile(r"<[aA]\s[^>]*\bhref\s*=\s*[\"']?([^\"'\s>]+)")
+_PARAGRAPH = re.compile(  # a <p> up to the next block's start or end (Texinfo leaves its paragraphs open)
+    r"(<[pP])((?:\s[^>]*)?>[^<]*(?:<(?!/?(?i:p|div|table|ul|ol|dl|h[1-6]|pre|section|hr|blockquote)[\s/>])[^<]*)*)")
 _INVISIBLE = re.compile(r"<!--.*?-->|<(script|style|head)\b.*?</\1\s*>", re.DOTALL | re.IGNORECASE)
 _CLUSTER_CHARS, _CLUSTER_SHARE = 1700, 0.5
 _BLOCK_MARKUP_LIMIT = 64_000  # a block with more markup than this holds more text than a cluster of links can
@@ -115,11 +121,32 @@ def neutral_markup(markup: str) -> str:
     Python object for every node an attribute read passes, and reading the
     text of a page's lists that way cost 10 to 100 times its extraction.
     """
-    markup = _SELF_CLOSED.sub(r"<\1\2></\1>", markup)
+    markup = _relation_lines_as_navigation(_SELF_CLOSED.sub(r"<\1\2></\1>", markup))
     elements = _elements(markup)
     page = _Page(markup, _main_containers(markup, elements))
     tags = _content_lists(page, elements["ul"]) + _content_link_blocks(page, elements["div"])
     return _as_sections(markup, sorted(tags, key=re.Match.start)) if tags else markup
+
+
+def _relation_lines_as_navigation(markup: str) -> str:
+    """The markup with each paragraph whose links (two or more) all lead to the page's declared neighbours
+    (``rel="next"``, ``"prev"``, ``"up"``, ``"contents"``, ... on a ``<link>`` or ``<a>``) hidden, as navigation:
+    Texinfo's "Next: ..., Previous: ... [Contents][Index]" line, which it repeats at the foot of a node without
+    the ``rel`` attributes that make Resiliparse drop the links at its head. A paragraph of the body linking to a
+    neighbour among other pages is left as it is."""
+    if "rel=" not in markup:
+        return markup
+    targets = {href.split("#")[0] for href in _RELATION.findall(markup)}
+    if not targets:
+        return markup
+
+    def marked(paragraph: re.Match) -> str:
+        hrefs = _HREF.findall(paragraph.group(2))
+        if len(hrefs) < 2 or any(href.split("#")[0] not in targets for href in hrefs):
+            return paragraph.group(0)
+        return f"{paragraph.group(1)} hidden{paragraph.group(2)}"  # what Resiliparse leaves out whatever the element
+
+    return _PARAGRAPH.sub(marked, markup)
 
 
 class _Page:
