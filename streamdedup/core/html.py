@@ -65,20 +65,19 @@ _TAG = re.compile(  # "<" taken out, each case spelt out, no lazy ".*?": faster 
     rf"|{_SCRIPT}\b[^<]*(?:<(?!/{_SCRIPT})[^<]*)*</{_SCRIPT}\s*>"
     rf"|{_STYLE}\b[^<]*(?:<(?!/{_STYLE})[^<]*)*</{_STYLE}\s*>"
     rf"|(?P<closing>/?)(?P<kind>[uU][lL]|{_any_case('div')}|{_any_case('main')}|{_any_case('article')})\b[^>]*>)")
-_SELF_CLOSED = re.compile(  # "<a id="x"/>": XHTML's empty element, which an HTML parser leaves open
-    r"<(?!(?i:area|base|br|col|embed|hr|img|input|link|meta|param|source|track|wbr|script|style|textarea|title)"
-    r"[\s/>])([a-zA-Z][a-zA-Z0-9-]*)(\s[^<>]*)?/>")
+_EMPTY_END = re.compile(r"/\s*>")
+_VOID = frozenset("area base br col embed hr img input link meta param source track wbr".split())
+_RAW = frozenset("script style textarea title".split())  # their text runs to their end tag: left as a parser reads them
 _LINE = re.compile(r"<(?:[tT][rR]|[dD][tTdD]|[pP]|[lL][iI]|[bB][rR]|[dD][iI][vV]|[hH][1-6]|[pP][rR][eE])\b[^>]*>")
-_SPACES = re.compile(r"\s+")
-_RELATION = re.compile(  # the target of a <link> or <a> naming a neighbour of the page (href before or after rel)
-    r"<(?:[lL][iI][nN][kK]|[aA])\s(?=[^>]*\brel\s*=\s*[\"']?(?:next|prev|previous|up|contents|toc|index|start|first|last)"
-    r"\b)[^>]*\bhref\s*=\s*[\"']?([^\"'\s>]+)")
+_RELATION_WORD = re.compile(r"rel\s*=\s*[\"']?(?:next|prev|previous|up|contents|toc|index|start|first|last)\b")
+_RELATION_TAG = re.compile(r"<(?:[lL][iI][nN][kK]|[aA])\s[^>]*?\bhref\s*=\s*[\"']?([^\"'\s>]+)")
 _HREF = re.compile(r"<[aA]\s[^>]*\bhref\s*=\s*[\"']?([^\"'\s>]+)")
 _PARAGRAPH = re.compile(  # a <p> up to the next block's start or end (Texinfo leaves its paragraphs open)
     r"(<[pP])((?:\s[^>]*)?>[^<]*(?:<(?!/?(?i:p|div|table|ul|ol|dl|h[1-6]|pre|section|hr|blockquote)[\s/>])[^<]*)*)")
 _INVISIBLE = re.compile(r"<!--.*?-->|<(script|style|head)\b.*?</\1\s*>", re.DOTALL | re.IGNORECASE)
-_CLUSTER_CHARS, _CLUSTER_SHARE = 1700, 0.5
-_BLOCK_MARKUP_LIMIT = 64_000  # a block with more markup than this holds more text than a cluster of links can
+_CLUSTER_CHARS, _CLUSTER_SHARE = 1500, 0.5  # characters not white space
+_BLOCK_MARKUP_LIMIT = 12_000  # a block with more markup holds more text than a cluster (a Doxygen list: 4 to 1)
+_ANY_TAG = re.compile(r"<[^>]*>")
 _ROLE_MAIN = re.compile(rf"role\s*=\s*[\"']?{_any_case('main')}[\"'\s/>]")  # "role" as written: a literal is fast
 _TAG_NAME = re.compile(r"<([a-zA-Z][a-zA-Z0-9]*)")
 _MARKUP = re.compile(r"<!--.*?-->|</?[a-zA-Z][^>]*>", re.DOTALL)
@@ -121,11 +120,27 @@ def neutral_markup(markup: str) -> str:
     Python object for every node an attribute read passes, and reading the
     text of a page's lists that way cost 10 to 100 times its extraction.
     """
-    markup = _relation_lines_as_navigation(_SELF_CLOSED.sub(r"<\1\2></\1>", markup))
+    markup = _relation_lines_as_navigation(_closed_empty_elements(markup))
     elements = _elements(markup)
     page = _Page(markup, _main_containers(markup, elements))
     tags = _content_lists(page, elements["ul"]) + _content_link_blocks(page, elements["div"])
     return _as_sections(markup, sorted(tags, key=re.Match.start)) if tags else markup
+
+
+def _closed_empty_elements(markup: str) -> str:
+    """The markup with each element written as XHTML's empty element (``<a id="x"/>``, as DocBook writes its
+    anchors) given its end tag: an HTML parser ignores the "/" and leaves a link open, so everything after it was
+    link text, dropped in blocks as clusters of links, while the same page with ``<a id="x"></a>`` kept it."""
+    pieces, done = [], 0
+    for end in _EMPTY_END.finditer(markup):
+        opens = markup.rfind("<", done, end.start())
+        name = _TAG_NAME.match(markup, opens) if opens >= 0 else None
+        if name is None or name.group(1).lower() in _VOID or name.group(1).lower() in _RAW \
+                or ">" in markup[opens:end.start()]:
+            continue
+        pieces += [markup[done:end.start()], "></", name.group(1), ">"]
+        done = end.end()
+    return "".join(pieces) + markup[done:] if pieces else markup
 
 
 def _relation_lines_as_navigation(markup: str) -> str:
@@ -134,13 +149,18 @@ def _relation_lines_as_navigation(markup: str) -> str:
     Texinfo's "Next: ..., Previous: ... [Contents][Index]" line, which it repeats at the foot of a node without
     the ``rel`` attributes that make Resiliparse drop the links at its head. A paragraph of the body linking to a
     neighbour among other pages is left as it is."""
-    if "rel=" not in markup:
-        return markup
-    targets = {href.split("#")[0] for href in _RELATION.findall(markup)}
+    targets = set()
+    for relation in _RELATION_WORD.finditer(markup):  # on a <link> or <a>, its href before or after it
+        opens, closes = markup.rfind("<", 0, relation.start()), markup.find(">", relation.end())
+        tag = _RELATION_TAG.match(markup, opens, closes) if opens >= 0 and closes >= 0 else None
+        if tag:
+            targets.add(tag.group(1).split("#")[0])
     if not targets:
         return markup
 
     def marked(paragraph: re.Match) -> str:
+        if paragraph.group(2).count("href") < 2:
+            return paragraph.group(0)
         hrefs = _HREF.findall(paragraph.group(2))
         if len(hrefs) < 2 or any(href.split("#")[0] not in targets for href in hrefs):
             return paragraph.group(0)
@@ -192,7 +212,7 @@ def _content_link_blocks(page: _Page, blocks: list) -> list[re.Match]:
     tags = []
     for start, end in blocks:
         inner = page.markup[start.end():end.start()]
-        if len(inner) <= _BLOCK_MARKUP_LIMIT and _is_link_cluster(inner) and (
+        if len(inner) <= _BLOCK_MARKUP_LIMIT and ("<a" in inner or "<A" in inner) and _is_link_cluster(inner) and (
                 page.contains(start.start()) or not _is_navigation_lines(inner) or page.is_most_of(inner)):
             tags += [start, end]
     return tags
@@ -251,15 +271,24 @@ def _is_navigation(inner: str) -> bool:
 
 def _is_navigation_lines(inner: str) -> bool:
     """Whether a block whose markup inside is ``inner`` is navigation: most of its lines (rows, terms, paragraphs,
-    items) that hold a link and words are that link and no other words (a title beside a menu is not counted)."""
-    lines = [line for line in _LINE.split(inner)
-             if _LINK.search(line) and _WORD.search(_ENTITY.sub("", _MARKUP.sub("", line)))]
-    return sum(map(_is_only_links, lines)) * 2 > len(lines) if lines else True
+    items) that hold a link and words are that link and no other words (a title beside a menu is not counted).
+    Counted until the rest of the lines could not change the answer."""
+    lines = [line for line in _LINE.split(inner) if "<a" in line or "<A" in line]
+    links_only = other = 0
+    for done, line in enumerate(lines, 1):
+        if _WORD.search(_ENTITY.sub("", _ANY_TAG.sub("", _LINK.sub("", line)))):
+            other += 1
+        elif _WORD.search(_ANY_TAG.sub("", line)):
+            links_only += 1
+        most = links_only + other + len(lines) - done  # lines with words, if every one left has some
+        if links_only * 2 > most or other * 2 >= most:
+            break
+    return links_only * 2 > links_only + other if links_only + other else True
 
 
 def _is_link_cluster(inner: str) -> bool:
     """Whether Resiliparse could drop a ``<div>`` whose markup inside is ``inner`` as a cluster of links: its links
-    hold over 60% of its text, of under 1,500 characters (here with a margin: half, 1,700)."""
+    hold over 60% of its text, of under 1,500 characters (here with a margin: half, 1,500 not counting spaces)."""
     links = _LINK.findall(inner)
     if not links:
         return False
@@ -268,8 +297,9 @@ def _is_link_cluster(inner: str) -> bool:
 
 
 def _visible_length(markup: str) -> int:
-    """The length of the text of ``markup``, its white space collapsed and an entity counted as one character."""
-    return len(_SPACES.sub(" ", _ENTITY.sub("x", _MARKUP.sub("", markup))).strip())
+    """The characters of the text of ``markup`` that are not white space, an entity counted as one."""
+    text = _ANY_TAG.sub("", markup)
+    return len("".join((_ENTITY.sub("x", text) if "&" in text else text).split()))
 
 
 def _is_only_links(item: str) -> bool:
