@@ -49,6 +49,7 @@ from __future__ import annotations
 import functools
 import importlib
 import re
+from dataclasses import dataclass
 from typing import Optional, Union
 
 from ..errors import ConfigError
@@ -123,8 +124,9 @@ def neutral_markup(markup: str) -> str:
     markup = _relation_lines_as_navigation(_closed_empty_elements(markup))
     elements = _elements(markup)
     page = _Page(markup, _main_containers(markup, elements))
-    tags = _content_lists(page, elements["ul"]) + _content_link_blocks(page, elements["div"])
-    return _as_sections(markup, sorted(tags, key=re.Match.start)) if tags else markup
+    blocks, hidden = _link_blocks(page, elements["div"])
+    tags = _content_lists(page, elements["ul"]) + blocks
+    return _as_sections(markup, sorted(tags, key=re.Match.start), hidden) if tags or hidden else markup
 
 
 def _closed_empty_elements(markup: str) -> str:
@@ -205,17 +207,22 @@ def _content_lists(page: _Page, lists: list) -> list[re.Match]:
     return tags
 
 
-def _content_link_blocks(page: _Page, blocks: list) -> list[re.Match]:
-    """The start and end tags of each of ``blocks`` (``<div>`` elements) that Resiliparse could drop as a cluster of
-    links but that is content: inside the main container, with most of its lines holding words besides links
-    (Doxygen's member lists and "New API" lists, wherever the markup puts them), or most of the page."""
-    tags = []
+def _link_blocks(page: _Page, blocks: list) -> tuple[list[re.Match], set[int]]:
+    """Of ``blocks`` (``<div>`` elements) that Resiliparse drops as clusters of links when they stand more than two
+    levels under ``<body>``, whatever their depth: the start and end tags of those that are content (inside the
+    main container, with most of their lines holding words besides links, as Doxygen's member lists and "New API"
+    lists, or most of the page), and where those that are navigation start (lines of links and nothing else, as
+    Doxygen's summary bar "Public Types | Public Member Functions | ..."), to be hidden."""
+    tags, hidden = [], set()
     for start, end in blocks:
         inner = page.markup[start.end():end.start()]
-        if len(inner) <= _BLOCK_MARKUP_LIMIT and ("<a" in inner or "<A" in inner) and _is_link_cluster(inner) and (
-                page.contains(start.start()) or not _is_navigation_lines(inner) or page.is_most_of(inner)):
+        if len(inner) > _BLOCK_MARKUP_LIMIT or ("<a" not in inner and "<A" not in inner) or not _is_link_cluster(inner):
+            continue
+        if page.contains(start.start()) or not _is_navigation_lines(inner) or page.is_most_of(inner):
             tags += [start, end]
-    return tags
+        else:
+            hidden.add(start.start())
+    return tags, hidden
 
 
 def _elements(markup: str) -> dict[str, list[tuple[re.Match, re.Match]]]:
@@ -307,16 +314,35 @@ def _is_only_links(item: str) -> bool:
     return not _WORD.search(_ENTITY.sub("", _MARKUP.sub("", _LINK.sub("", item))))
 
 
-def _as_sections(markup: str, tags: list[re.Match]) -> str:
-    """The markup with each of ``tags`` (list tags, in order) made a ``section`` tag, its attributes kept."""
+def _as_sections(markup: str, tags: list[re.Match], hidden: set[int] = frozenset()) -> str:
+    """The markup with each of ``tags`` (list tags, in order) made a ``section`` tag, its attributes kept, and each
+    element starting at one of ``hidden`` given the ``hidden`` attribute (what Resiliparse leaves out)."""
     pieces, done = [], 0
-    for tag in tags:
+    for at in sorted(hidden):
+        name_ends = _TAG_NAME.match(markup, at).end()
+        tags.append(_Insert(at, name_ends))
+    for tag in sorted(tags, key=lambda tag: tag.start()):
+        if isinstance(tag, _Insert):
+            pieces += [markup[done:tag.name_ends], " hidden"]
+            done = tag.name_ends
+            continue
         name_ends = tag.start() + 1 + len(tag.group("closing")) + len(tag.group("kind"))
         name = "</section" if tag.group("closing") else "<section"
         pieces += [markup[done:tag.start()], name, markup[name_ends:tag.end()]]
         done = tag.end()
     pieces.append(markup[done:])
     return "".join(pieces)
+
+
+@dataclass(frozen=True)
+class _Insert:
+    """Where an element's start tag begins and its name ends (the ``hidden`` attribute goes after it)."""
+
+    at: int
+    name_ends: int
+
+    def start(self) -> int:
+        return self.at
 
 
 @functools.cache
