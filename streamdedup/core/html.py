@@ -211,8 +211,9 @@ def _link_blocks(page: _Page, blocks: list) -> tuple[list[re.Match], set[int]]:
     """Of ``blocks`` (``<div>`` elements) that Resiliparse drops as clusters of links when they stand more than two
     levels under ``<body>``, whatever their depth: the start and end tags of those that are content (inside the
     main container, with most of their lines holding words besides links, as Doxygen's member lists and "New API"
-    lists, or most of the page), and where those that are navigation start (lines of links and nothing else, as
-    Doxygen's summary bar "Public Types | Public Member Functions | ..."), to be hidden."""
+    lists, or most of the page), and where those that are navigation within the page start (lines of links, most of
+    them to its own anchors, and nothing else, as Doxygen's summary bar "Public Types | Public Member Functions |
+    ..."), to be hidden. A block of links to other pages (a chapter's table of contents) is left to Resiliparse."""
     tags, hidden = [], set()
     for start, end in blocks:
         inner = page.markup[start.end():end.start()]
@@ -220,9 +221,15 @@ def _link_blocks(page: _Page, blocks: list) -> tuple[list[re.Match], set[int]]:
             continue
         if page.contains(start.start()) or not _is_navigation_lines(inner) or page.is_most_of(inner):
             tags += [start, end]
-        else:
+        elif _mostly_within_page(inner):
             hidden.add(start.start())
     return tags, hidden
+
+
+def _mostly_within_page(inner: str) -> bool:
+    """Whether most of the links of the markup ``inner`` lead to anchors of the page itself ("#...")."""
+    hrefs = _HREF.findall(inner)
+    return sum(href.startswith("#") for href in hrefs) * 2 > len(hrefs)
 
 
 def _elements(markup: str) -> dict[str, list[tuple[re.Match, re.Match]]]:
