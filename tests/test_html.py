@@ -102,6 +102,22 @@ def test_a_list_of_linked_members_is_content_at_any_depth_and_a_menu_is_not():
     assert normalize(main_text(shallow)) == normalize(main_text(deep)) == MEMBER_TEXT
 
 
+def test_a_bar_of_links_to_the_pages_own_sections_is_navigation_at_any_depth_and_a_contents_block_is_left():
+    """Doxygen's summary bar (links to the page's own sections) stood one level under ``<body>`` and was kept there
+    only; a block of links to other pages (a DocBook chapter's contents) is left to Resiliparse as before."""
+    bar = ('<div class="summary"><a href="#pub-types">Public Types</a> | <a href="#pub-methods">Public Member '
+           'Functions</a> | <a href="cache-members.html">List of all members</a></div>')
+    body = "<p>" + "The cache keeps recent responses in memory for the workers. " * 6 + "</p>"
+    shallow = html_markups.page("", f'<div class="header">{bar}</div><div class="contents">{body}</div>')
+    deep = html_markups.page("", f'<div class="a"><div class="b"><div class="header">{bar}</div></div></div>'
+                                 f'<div class="contents">{body}</div>')
+    assert normalize(main_text(shallow)) == normalize(main_text(deep)) == normalize(body[3:-4])
+    contents = ('<div class="toc"><p><b>Table of Contents</b></p><dl><dt><a href="ch01s01.html">1.1. Introduction'
+                '</a></dt><dt><a href="ch01s02.html">1.2. Preparing your program</a></dt></dl></div>')
+    chapter = html_markups.page("", f'<div class="chapter">{contents}{body}</div>')
+    assert "preparing your program" in normalize(main_text(chapter))
+
+
 def test_an_anchor_written_as_an_empty_element_does_not_make_the_rest_of_the_page_a_link():
     """``<a id="x"/>`` (DocBook's XHTML) is an open link to an HTML parser: everything after it was link text, and
     blocks of it were dropped as clusters of links; the same page with ``<a id="x"></a>`` kept them."""
