@@ -11,7 +11,7 @@ from conftest import read_jsonl, run_cli
 from kafka_helpers import Topics, header, produce, read_all, run_worker
 
 from streamdedup.core.decode import InputSpec, decode
-from streamdedup.core.html import main_text, neutral_lists
+from streamdedup.core.html import main_text, neutral_markup
 from streamdedup.core.records import Document, Source
 from streamdedup.core.shingle import normalize
 from streamdedup.core.webcrawl import as_html, generate_web
@@ -82,6 +82,82 @@ def test_in_the_main_container_every_list_is_content_and_outside_it_a_list_of_li
                                             "install everything the guide needs")
 
 
+MEMBERS = ('<p>This is the complete list of members for <a class="el" href="c.html">webcache::Cache</a>.</p>'
+           '<table class="directory">' + "".join(
+               f'<tr><td class="entry"><a class="el" href="c.html#{n}">{n}</a>(size_t)</td>'
+               f'<td class="entry"><a class="el" href="c.html">webcache::ResponseCache</a></td></tr>'
+               for n in ("capacity", "expiry", "evict")) + "</table>")
+MEMBER_TEXT = ("this is the complete list of members for webcache cache capacity size t webcache responsecache expiry "
+               "size t webcache responsecache evict size t webcache responsecache")
+
+
+def test_a_list_of_linked_members_is_content_at_any_depth_and_a_menu_is_not():
+    """Resiliparse drops a ``<div>`` more than two levels down whose links hold most of its text; a Doxygen member
+    list is such a block, kept on its own site (one level down) and lost in another site's deeper template."""
+    menu = '<div class="bar"><div class="row"><div class="links">' + "".join(
+        f'<a href="/{n}.html">{n}</a> ' for n in html_markups.NAV) + "</div></div></div>"
+    shallow = html_markups.page(menu, f'<div class="contents">{MEMBERS}</div>')
+    deep = html_markups.page(menu, '<div class="document"><div class="wrapper-x"><div class="body">'
+                                   f'<div class="contents">{MEMBERS}</div></div></div></div>')
+    assert normalize(main_text(shallow)) == normalize(main_text(deep)) == MEMBER_TEXT
+
+
+def test_a_bar_of_links_to_the_pages_own_sections_is_navigation_at_any_depth_and_a_contents_block_is_left():
+    """Doxygen's summary bar (links to the page's own sections) stood one level under ``<body>`` and was kept there
+    only; a block of links to other pages (a DocBook chapter's contents) is left to Resiliparse as before."""
+    bar = ('<div class="summary"><a href="#pub-types">Public Types</a> | <a href="#pub-methods">Public Member '
+           'Functions</a> | <a href="cache-members.html">List of all members</a></div>')
+    body = "<p>" + "The cache keeps recent responses in memory for the workers. " * 6 + "</p>"
+    shallow = html_markups.page("", f'<div class="header">{bar}</div><div class="contents">{body}</div>')
+    deep = html_markups.page("", f'<div class="a"><div class="b"><div class="header">{bar}</div></div></div>'
+                                 f'<div class="contents">{body}</div>')
+    assert normalize(main_text(shallow)) == normalize(main_text(deep)) == normalize(body[3:-4])
+    contents = ('<div class="toc"><p><b>Table of Contents</b></p><dl><dt><a href="ch01s01.html">1.1. Introduction'
+                '</a></dt><dt><a href="ch01s02.html">1.2. Preparing your program</a></dt></dl></div>')
+    chapter = html_markups.page("", f'<div class="chapter">{contents}{body}</div>')
+    assert "preparing your program" in normalize(main_text(chapter))
+
+
+def test_an_anchor_written_as_an_empty_element_does_not_make_the_rest_of_the_page_a_link():
+    """``<a id="x"/>`` (DocBook's XHTML) is an open link to an HTML parser: everything after it was link text, and
+    blocks of it were dropped as clusters of links; the same page with ``<a id="x"></a>`` kept them."""
+    sections = "".join(f'<div class="section"><h3><a id="s{n}"{{}}>Part {n}</h3><div class="note"><p>Step {n} of '
+                       f'the guide: <a href="/g{n}">read it</a>.</p></div></div>' for n in range(3))
+    body = f'<div class="chapter"><div class="wrap-x"><div class="inner">{sections}</div></div></div>'
+    empty, closed = (html_markups.page("", body.replace("{}", end)) for end in ("/>", "></a"))
+    assert normalize(main_text(empty)) == normalize(main_text(closed)) == (
+        "part 0 step 0 of the guide read it part 1 step 1 of the guide read it part 2 step 2 of the guide read it")
+
+
+def test_a_list_of_links_that_is_most_of_the_page_is_its_content():
+    """A table of contents page without a main container: its list is what the page holds (dropped, every such page
+    of a site came out as its title); a menu beside a page's text is still navigation."""
+    entries = "".join(f'<li><a href="/c{n}.html">Chapter {n} of the manual</a><ul><li><a href="/c{n}s.html">'
+                      f"Section {n}.1 in depth</a></li></ul></li>" for n in range(6))
+    menu = '<table><tr><td>[<a href="/top">Top</a>]</td><td>[<a href="/index">Index</a>]</td></tr></table>'
+    contents = html_markups.page(menu, f'<h1>Table of Contents</h1><div class="contents"><ul class="toc">{entries}'
+                                       "</ul></div>")
+    text = normalize(main_text(contents))
+    assert "chapter 5 of the manual section 5 1 in depth" in text and text.startswith("top index table of contents")
+    prose = "<p>" + "The manual explains every option of the tool in turn. " * 12 + "</p>"
+    page = html_markups.page(f'<ul class="menu">{entries}</ul>', prose)
+    assert "chapter" not in normalize(main_text(page))
+
+
+def test_a_line_of_links_to_the_pages_neighbours_is_navigation_wherever_it_stands():
+    """Texinfo heads a node with "Next: ..., Previous: ..." links marked ``rel`` (Resiliparse drops those links and
+    leaves the words) and repeats the line at its foot without the marks; both lines go, a link of the body to a
+    neighbour stays."""
+    line = ('<div class="header"><p>Next: <a href="Loops.html"{}>Loops</a>, Previous: <a href="Types.html"{}>Types</a>'
+            ' [<a href="index.html#toc" rel="contents">Contents</a>]</div>')
+    body = '<h2>Strings</h2><p>A string holds text; <a href="Types.html">the types</a> say more.</p>'
+    head = '<link href="Loops.html" rel="next"><link href="Types.html" rel="prev">'
+    marked, unmarked = line.format(' rel="next"', ' rel="prev"'), line.format("", "")
+    page = (f'<!DOCTYPE html><html><head>{head}</head><body><div class="chapter" id="Strings">'
+            f"{marked}{body}<hr>{unmarked}</div></body></html>")
+    assert normalize(main_text(page)) == "strings a string holds text the types say more"
+
+
 def _text_places(markup: str) -> list[tuple[str, str]]:
     """Each text of a page with the tags of the elements around it, a list and a section alike."""
     from resiliparse.parse.html import HTMLTree
@@ -106,7 +182,7 @@ def test_lists_made_sections_leave_every_other_element_where_it_was():
             '<script>var menu = "</ul><ul>";</script><!-- <ol> --><p>Reads the whole file.</p></div>'
             '<div class="sidebar"><ul><li><a href="/a">Sidebar link one</a></li></ul></div></div>'
             '<p>Closing words of the page.</p></body></html>')
-    made = neutral_lists(page)
+    made = neutral_markup(page)
     assert made.count("<section") == 2 and made.count("</section>") == 2 and 'var menu = "</ul><ul>"' in made
     assert _text_places(made) == _text_places(page)
     assert ("body/div/div/list/li/list/li", "flag: r by default") in _text_places(made)
@@ -116,7 +192,9 @@ def test_a_main_container_ends_where_its_element_ends_and_role_main_in_text_is_n
     links = '<ul><li><a href="/a">Section A</a></li></ul>'
     page = (f'<html><body><p>Write <code>role="main"</code> on it.</p>{links}<div class="x" role="main"><div>{links}'
             f'<div>inner</div></div></div>{links}</body></html>')
-    assert neutral_lists(page).count("<section>") == 1 and '<div>inner</div></div></div><ul>' in neutral_lists(page)
+    made = neutral_markup(page)  # the list inside, and the blocks of links around it there, are content
+    assert made.count("<ul>") == 2 and made.count("<section>") == 2
+    assert made.endswith(f"<div>inner</div></section></section>{links}</body></html>")
 
 
 JSON_HTML = InputSpec(html_field="page.html", url_field="page.url")
