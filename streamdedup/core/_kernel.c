@@ -36,6 +36,12 @@
  *     uint64 keys, each with an 8-byte value, sorted by key in place, equal keys in the order given
  *     (a stable radix sort): a batch's entries of the recent mirror (mirror.py).
  *
+ * band_slots_sorted(keys, bands, out_slots, out_rows, out_bands) -> bool
+ *     lsh.sorted_slots of a batch's (rows x bands) uint64 band keys: every (band << 32 | key) slot
+ *     sorted, equal slots in row order, with the row (int64) and band (uint16) of each; band by band,
+ *     each band's keys radix sorted with their rows in one word. False (nothing written) if a key
+ *     does not fit in 32 bits or there are 2**31 rows or more: the caller sorts them itself.
+ *
  * sorted_matches(keys, asked) -> bytearray of int64
  *     Where the entries of sorted uint64 keys (repeats allowed) whose key is one of sorted unique
  *     asked ones are, ascending: the recent mirror's entries under a batch's band slots.
@@ -1075,6 +1081,71 @@ done:
     Py_RETURN_NONE;
 }
 
+/* One band's entries (key << 32 | row) sorted by key, rows ascending among equal keys: an LSD radix
+ * sort of the key's four bytes (a byte every entry shares is skipped); the result in v or tmp, returned. */
+static uint64_t *sort_band(uint64_t *v, uint64_t *tmp, Py_ssize_t n) {
+    Py_ssize_t count[4][257];
+    memset(count, 0, sizeof(count));
+    for (Py_ssize_t i = 0; i < n; i++)
+        for (int d = 0; d < 4; d++) count[d][((v[i] >> (32 + 8 * d)) & 255) + 1]++;
+    for (int d = 0; d < 4; d++) {
+        int shift = 32 + 8 * d;
+        if (count[d][((v[0] >> shift) & 255) + 1] == n) continue;
+        for (int c = 0; c < 256; c++) count[d][c + 1] += count[d][c];
+        for (Py_ssize_t i = 0; i < n; i++) tmp[count[d][(v[i] >> shift) & 255]++] = v[i];
+        uint64_t *t = v; v = tmp; tmp = t;
+    }
+    return v;
+}
+
+/* Whether keys (rows x bands of them) can be sorted by band_slots_sorted. */
+static int band_slots_fit(const uint64_t *keys, Py_ssize_t rows, Py_ssize_t bands) {
+    uint64_t high = 0;
+    for (Py_ssize_t i = 0; i < rows * bands; i++) high |= keys[i] >> 32;
+    return high == 0 && rows > 0 && rows < ((Py_ssize_t)1 << 31) && bands <= 65536;
+}
+
+static PyObject *band_slots_sorted(PyObject *self, PyObject *args) {
+    PyObject *o[4];
+    Py_ssize_t bands;
+    if (!PyArg_ParseTuple(args, "OnOOO", &o[0], &bands, &o[1], &o[2], &o[3])) return NULL;
+    static const char *names[4] = {"keys", "out_slots", "out_rows", "out_bands"};
+    static const Py_ssize_t sizes[4] = {8, 8, 8, 2};
+    Py_buffer v[4];
+    int got = 0, sorted_here = 0;
+    uint64_t *buffer = NULL;
+    for (; got < 4; got++)
+        if (get_buffer(o[got], &v[got], sizes[got], got > 0, names[got]) < 0) goto done;
+    Py_ssize_t total = v[0].len / 8;
+    if (bands < 1 || total % bands || v[1].len != total * 8 || v[2].len != total * 8 || v[3].len != total * 2) {
+        PyErr_SetString(PyExc_ValueError, "band_slots_sorted: the keys and outputs disagree on their sizes");
+        goto done;
+    }
+    Py_ssize_t n = total / bands;
+    const uint64_t *keys = v[0].buf;
+    if (!band_slots_fit(keys, n, bands)) goto done;
+    buffer = malloc((size_t)n * 2 * sizeof(uint64_t));
+    if (!buffer) { PyErr_NoMemory(); goto done; }
+    uint64_t *slots = v[1].buf;
+    int64_t *rows = v[2].buf;
+    uint16_t *out_bands = v[3].buf;
+    for (Py_ssize_t band = 0; band < bands; band++) {
+        for (Py_ssize_t row = 0; row < n; row++) buffer[row] = keys[row * bands + band] << 32 | (uint64_t)row;
+        const uint64_t *sorted = sort_band(buffer, buffer + n, n);
+        for (Py_ssize_t i = 0, at = band * n; i < n; i++, at++) {
+            slots[at] = (uint64_t)band << 32 | sorted[i] >> 32;
+            rows[at] = (int64_t)(sorted[i] & 0xFFFFFFFFu);
+            out_bands[at] = (uint16_t)band;
+        }
+    }
+    sorted_here = 1;
+done:
+    free(buffer);
+    for (int i = 0; i < got; i++) PyBuffer_Release(&v[i]);
+    if (PyErr_Occurred()) return NULL;
+    return PyBool_FromLong(sorted_here);
+}
+
 /* msgpack, as msgpack.Packer() packs (fallback.Packer._pack), for the types an index record holds. */
 typedef struct { unsigned char *data; Py_ssize_t size, room; } Out;
 
@@ -1434,6 +1505,7 @@ static PyMethodDef methods[] = {
     {"key_bits_set", key_bits_set, METH_VARARGS, "Set the presence bits of uint64 keys (see the module)."},
     {"key_bits_test", key_bits_test, METH_VARARGS, "Test the presence bits of uint64 keys into out (see the module)."},
     {"sort_entries", sort_entries, METH_VARARGS, "(key, value) entries sorted by key in place, stably."},
+    {"band_slots_sorted", band_slots_sorted, METH_VARARGS, "A batch's band slots sorted, with rows and bands (see the module)."},
     {"pack_records", pack_records, METH_VARARGS, "Index records packed as DocRecord.pack does (see the module)."},
     {"sorted_matches", sorted_matches, METH_VARARGS, "Where sorted keys' entries under sorted asked keys are."},
     {"coded_shared", coded_shared, METH_VARARGS, "Values a sorted uint32 array shares with an Elias-Fano coding's."},
