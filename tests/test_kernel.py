@@ -297,9 +297,9 @@ def test_the_mirror_sorts_and_folds_runs_as_numpy_does(monkeypatch, seed):
 
     rng = np.random.default_rng(seed)
     runs = []
-    for high in (1, 2, 50, 1 << 20, 1 << 37, 1 << 63):
+    for high in (1, 2, 50, 1 << 20, 1 << 37, 1 << 63, 1 << 64):
         size = int(rng.integers(0, 3000))
-        keys = rng.integers(0, high, size, dtype=np.uint64) + np.uint64(int(rng.integers(0, 1 << 8)))
+        keys = rng.integers(0, high, size, dtype=np.uint64) + np.uint64(int(rng.integers(0, 1 << 8)) * (high < 1 << 64))
         runs.append((keys, rng.integers(-(1 << 40), 1 << 40, size).astype(np.int64)))
     runs.append((np.full(7, 1 << 40, dtype=np.uint64), np.arange(7, dtype=np.int64)))
     for keys, serials in runs:

@@ -1052,23 +1052,24 @@ static PyObject *sort_entries(PyObject *self, PyObject *args) {
     tmp = malloc((size_t)n * 16);
     if (!tmp) { PyErr_NoMemory(); goto done; }
     uint64_t *tkeys = tmp, *tvalues = tmp + n, *src_k = keys, *src_v = values, *dst_k = tkeys, *dst_v = tvalues;
-    int top = 63;
-    while (!((differ >> top) & 1)) top--;
-    int low = 0;
-    while (!((differ >> low) & 1)) low++;
-    Py_ssize_t count[2049];
-    for (int shift = low; shift <= top; shift += 11) {
-        memset(count, 0, sizeof(count));
-        for (Py_ssize_t i = 0; i < n; i++) count[((src_k[i] >> shift) & 2047) + 1]++;
-        for (int d = 0; d < 2048; d++) count[d + 1] += count[d];
+    Py_ssize_t (*count)[257] = calloc(8, sizeof(*count));
+    if (!count) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t i = 0; i < n; i++)
+        for (int d = 0; d < 8; d++) count[d][((src_k[i] >> (8 * d)) & 255) + 1]++;
+    for (int d = 0; d < 8; d++) {
+        int shift = 8 * d;
+        if (!((differ >> shift) & 255)) continue; /* every key has the same byte here */
+        Py_ssize_t *at = count[d];
+        for (int c = 0; c < 256; c++) at[c + 1] += at[c];
         for (Py_ssize_t i = 0; i < n; i++) {
-            Py_ssize_t at = count[(src_k[i] >> shift) & 2047]++;
-            dst_k[at] = src_k[i];
-            dst_v[at] = src_v[i];
+            Py_ssize_t to = at[(src_k[i] >> shift) & 255]++;
+            dst_k[to] = src_k[i];
+            dst_v[to] = src_v[i];
         }
         uint64_t *t = src_k; src_k = dst_k; dst_k = t;
         t = src_v; src_v = dst_v; dst_v = t;
     }
+    free(count);
     if (src_k != keys) {
         memcpy(keys, src_k, (size_t)n * 8);
         memcpy(values, src_v, (size_t)n * 8);
