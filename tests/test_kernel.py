@@ -555,3 +555,32 @@ def test_the_mirrors_levels_answer_as_one_sorted_array_would(monkeypatch, kernel
     order = np.argsort(np.concatenate(all_slots), kind="stable")
     assert np.array_equal(recent.slots, np.concatenate(all_slots)[order])
     assert np.array_equal(recent.serials, np.concatenate(all_serials)[order])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_batchs_candidates_verified_in_one_kernel_call_as_one_by_one(seed):
+    """``verify.jaccards_coded`` (``_kernel.coded_jaccards``): each pair's Jaccard exactly as ``jaccard`` of
+    the decoded coding gives it, empty sides and codings of more than 1,024 values included; a damaged
+    coding is named by its place, the pairs before it verified."""
+    from test_eliasfano import _damaged
+
+    from streamdedup.core import eliasfano, verify
+
+    rng = np.random.default_rng(seed)
+
+    def values(n):
+        return np.unique(rng.integers(0, 1 << 12 if seed else 1 << 32, n, dtype=np.uint64)).astype(np.uint32)
+
+    owns, others = [], []
+    for _ in range(300):
+        own = values(int(rng.choice([0, 1, 5, 175, 400, 3000])))
+        other = np.union1d(own[rng.random(len(own)) < rng.random()], values(int(rng.integers(0, 2000))))
+        owns.append(own)
+        others.append(other.astype(np.uint32))
+    codings = [eliasfano.encode(other) for other in others]
+    similarities, bad = verify.jaccards_coded(owns, codings)
+    assert bad == -1
+    assert similarities.tolist() == [verify.jaccard(own, other) for own, other in zip(owns, others)]
+    for broken in _damaged(eliasfano.encode(values(175))):
+        similarities, bad = verify.jaccards_coded(owns[:9], codings[:4] + [broken] + codings[5:9])
+        assert bad == 4 and similarities[:4].tolist() == [verify.jaccard(o, t) for o, t in zip(owns[:4], others[:4])]

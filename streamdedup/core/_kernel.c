@@ -49,6 +49,10 @@
  * coded_shared(a, data) -> (shared, n)
  *     How many values sorted unique uint32 a shares with the n values of an Elias-Fano coding
  *     (decoded on the way, checked as ef_decode checks it): verify.jaccard of a stored candidate.
+ * coded_jaccards(owns, codings, out) -> int
+ *     verify.jaccard_coded of each pair (owns[i]: sorted unique uint32, codings[i]: bytes of an
+ *     Elias-Fano coding) into out (float64), in one call for a batch's candidates; -1, or the
+ *     first i whose coding is not one (out is then written up to it).
  *
  * record_id(data) -> str or None
  *     The id of a packed index record (its first field, as msgpack unpacks it), without unpacking
@@ -590,6 +594,64 @@ done:
     PyBuffer_Release(&a);
     PyBuffer_Release(&data);
     return result;
+}
+
+/* How many of the m values x shares with the n values coded in in[0:size] (-1: not a coding, -2: no
+ * memory); values has room for 1024 and is used if the coding holds no more. */
+static Py_ssize_t coded_count(const uint32_t *x, Py_ssize_t m, const uint8_t *in, Py_ssize_t size,
+                              uint32_t *small, Py_ssize_t *n_out) {
+    int low;
+    uint64_t n;
+    Py_ssize_t at, shared = 0;
+    if (ef_header(in, size, &low, &n, &at) < 0) return -1;
+    uint32_t *values = n > 1024 ? malloc((size_t)n * 4) : small;
+    if (!values) return -2;
+    if (ef_values(in, size, low, n, at, values) < 0) shared = -1;
+    Py_ssize_t i = 0, j = 0, count = (Py_ssize_t)n;
+    while (shared >= 0 && i < m && j < count) {
+        uint32_t u = x[i], v = values[j];
+        shared += u == v;
+        i += u <= v;
+        j += v <= u;
+    }
+    if (values != small) free(values);
+    *n_out = count;
+    return shared;
+}
+
+static PyObject *coded_jaccards(PyObject *self, PyObject *args) {
+    PyObject *owns, *codings, *o_out;
+    if (!PyArg_ParseTuple(args, "O!O!O", &PyList_Type, &owns, &PyList_Type, &codings, &o_out)) return NULL;
+    Py_buffer out;
+    if (get_buffer(o_out, &out, 8, 1, "out") < 0) return NULL;
+    Py_ssize_t pairs = PyList_GET_SIZE(owns), bad = -1;
+    uint32_t small[1024];
+    if (PyList_GET_SIZE(codings) != pairs || out.len / 8 != pairs) {
+        PyErr_SetString(PyExc_ValueError, "coded_jaccards: owns, codings and out differ in length");
+        goto done;
+    }
+    double *similarity = out.buf;
+    for (Py_ssize_t p = 0; p < pairs && bad < 0; p++) {
+        PyObject *coding = PyList_GET_ITEM(codings, p);
+        if (!PyBytes_Check(coding)) {
+            PyErr_SetString(PyExc_TypeError, "coded_jaccards: a coding is not bytes");
+            goto done;
+        }
+        Py_buffer a;
+        if (get_buffer(PyList_GET_ITEM(owns, p), &a, 4, 0, "owns") < 0) goto done;
+        Py_ssize_t m = a.len / 4, n = 0;
+        const uint8_t *data = (const uint8_t *)PyBytes_AS_STRING(coding);
+        Py_ssize_t shared = coded_count(a.buf, m, data, PyBytes_GET_SIZE(coding), small, &n);
+        PyBuffer_Release(&a);
+        if (shared == -2) { PyErr_NoMemory(); goto done; }
+        if (shared < 0) { bad = p; break; }
+        if (m == 0 || n == 0) similarity[p] = (m == 0 && n == 0) ? 1.0 : 0.0;
+        else similarity[p] = (double)shared / (double)(m + n - shared);
+    }
+done:
+    PyBuffer_Release(&out);
+    if (PyErr_Occurred()) return NULL;
+    return PyLong_FromSsize_t(bad);
 }
 
 /* How many values two sorted unique uint32 arrays share (a merge walk; both are a page's few hundred). */
@@ -1506,10 +1568,11 @@ static PyMethodDef methods[] = {
     {"key_bits_set", key_bits_set, METH_VARARGS, "Set the presence bits of uint64 keys (see the module)."},
     {"key_bits_test", key_bits_test, METH_VARARGS, "Test the presence bits of uint64 keys into out (see the module)."},
     {"sort_entries", sort_entries, METH_VARARGS, "(key, value) entries sorted by key in place, stably."},
-    {"band_slots_sorted", band_slots_sorted, METH_VARARGS, "A batch's band slots sorted, with rows and bands (see the module)."},
+    {"band_slots_sorted", band_slots_sorted, METH_VARARGS, "A batch's band slots sorted (see the module)."},
     {"pack_records", pack_records, METH_VARARGS, "Index records packed as DocRecord.pack does (see the module)."},
     {"sorted_matches", sorted_matches, METH_VARARGS, "Where sorted keys' entries under sorted asked keys are."},
     {"coded_shared", coded_shared, METH_VARARGS, "Values a sorted uint32 array shares with an Elias-Fano coding's."},
+    {"coded_jaccards", coded_jaccards, METH_VARARGS, "Jaccard of arrays with codings (see the module)."},
     {"record_id", record_id, METH_VARARGS, "The id of a packed index record (see the module)."},
     {NULL, NULL, 0, NULL},
 };

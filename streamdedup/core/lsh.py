@@ -144,7 +144,8 @@ def sorted_slots(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     n, bands = keys.shape
     if _kernel is not None and n:  # band by band, each band's keys radix sorted with their rows
         keys = np.ascontiguousarray(keys, dtype=np.uint64)
-        slots, rows, band = np.empty(n * bands, np.uint64), np.empty(n * bands, np.int64), np.empty(n * bands, np.uint16)
+        size = n * bands
+        slots, rows, band = np.empty(size, np.uint64), np.empty(size, np.int64), np.empty(size, np.uint16)
         if _kernel.band_slots_sorted(keys, bands, slots, rows, band):
             return slots, rows, band
     slots = band_slots(np.arange(bands, dtype=np.uint64)[None, :], keys).ravel()

@@ -17,7 +17,7 @@ from ..core.excerpts import anchors_of, containment, need_of
 from ..core.prepare import PreparedBatch
 from ..core.signing import band_keys_of
 from ..core.templates import content_of
-from ..core.verify import jaccard, jaccard_coded
+from ..core.verify import codes_together, jaccard, jaccard_coded, jaccards_coded
 from ..store.anchors import BatchAnchors
 from ..store.bands import BandTables
 from ..store.hashed import serials_of_many
@@ -174,9 +174,9 @@ def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch:
             matches.verify_row(row, strong_serials[strong_bounds[row]:strong_bounds[row + 1]], verified_by)
         if sources is not None:
             sources.verify(row, matches, timeline)
-    evidence.matches = matches.found
+    evidence.matches = matches.verified()
     evidence.unkept = sorted(matches.unkept)
-    named = [serial for _, serial, _ in matches.found] + [serial for _, serial, _, _ in evidence.sources]
+    named = [serial for _, serial, _ in evidence.matches] + [serial for _, serial, _, _ in evidence.sources]
     evidence.names = {serial: records.id_of(serial) for serial in named}
     if asking.cutoff is not None:
         held = {serial for serial in found_serials.tolist() if serial not in matches.unkept and records.holds(serial)}
@@ -310,6 +310,7 @@ class _Matches:
         self._coded: dict[int, bytes] = {}  # stored codings of candidates verified without templates
         self.found: list = []
         self.unkept: set[int] = set()  # candidates' entries that are duplicates': no candidates
+        self._later: list = []  # (place in found, row, serial, own content, stored coding): verified together
 
     def stored_content(self, serial: int, timeline) -> np.ndarray:
         """A stored document's content as the templates stand now (its whole shingles without templates)."""
@@ -356,6 +357,10 @@ class _Matches:
                         unkept.add(serial)
                         continue
                     coded[serial] = coding
+                if codes_together(own):  # its place in found kept, verified with the batch's others
+                    self._later.append((len(found), row, serial, own, coding))
+                    found.append(None)
+                    continue
                 try:
                     similarity = jaccard_coded(own, coding)
                 except ValueError:
@@ -377,6 +382,22 @@ class _Matches:
                                                    timeline))
             if similarity >= threshold:
                 found.append((row, serial, similarity))
+
+    def verified(self) -> list:
+        """``found``, the pairs put off by ``verify_row`` verified (in one kernel call) and kept in their
+        places if at or above the threshold."""
+        later, found = self._later, self.found
+        if later:
+            similarities, bad = jaccards_coded([entry[3] for entry in later], [entry[4] for entry in later])
+            if bad >= 0:
+                raise damaged_shingles(later[bad][2])
+            threshold = self.threshold
+            for (at, row, serial, _, _), similarity in zip(later, similarities.tolist()):
+                if similarity >= threshold:
+                    found[at] = (row, serial, similarity)
+            self.found = found = [entry for entry in found if entry is not None]
+            self._later = []
+        return found
 
 
 class OwnFirstPages:
