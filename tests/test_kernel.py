@@ -262,10 +262,21 @@ def test_shingles_that_came_through_pickle_are_verified_by_the_kernel(monkeypatc
     assert verify.jaccard(a, b) == verify.jaccard(b, a) == 2 / 5
 
 
+def _arranged(keys: np.ndarray, seed: int) -> np.ndarray:
+    """Keys as they are (seed 1), sorted (2), or in four sorted runs (3)."""
+    if seed == 1:
+        return keys
+    if seed == 2:
+        return np.sort(keys)
+    return np.concatenate([np.sort(part) for part in np.array_split(keys, 4)])
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_the_kernel_pairs_hits_as_numpy_does(monkeypatch, seed):
     """``Hits.found`` by the kernel (``_kernel.hits``) against the numpy path: keys asked by several rows,
-    entries of one key past the cap, serials found under several of a row's keys, rows with none."""
+    entries of one key past the cap, serials found under several of a row's keys, rows with none; found
+    keys in any order, sorted (as lookups give them: each search starts where the last ended), or in
+    sorted runs."""
     from streamdedup.core.lsh import sorted_slots
     from streamdedup.store import candidates
     from streamdedup.store.candidates import Hits
@@ -276,6 +287,8 @@ def test_the_kernel_pairs_hits_as_numpy_does(monkeypatch, seed):
     found_keys = rng.choice(asked, size=2000)
     found_keys = np.concatenate([found_keys, np.full(150, asked[7], dtype=np.uint64),
                                  np.array([asked[-1] + 1], dtype=np.uint64)])  # a hot key; one asked by no row
+    found_keys = np.concatenate([np.zeros(1, dtype=np.uint64), found_keys])  # below every asked key
+    found_keys = _arranged(found_keys, seed)
     found_serials = rng.integers(0, 5000, size=len(found_keys)).astype(np.int64)
     for per_key in (None, 100, 3):
         compiled = Hits.found(asked, rows, 300, found_keys, found_serials, per_key)

@@ -943,6 +943,24 @@ static int compare_i64(const void *x, const void *y) {
     return (a > b) - (a < b);
 }
 
+/* The first place of sorted v[0:n] whose value is at least key, knowing that none before from is:
+ * doubling steps from there, then a binary search (a walk through sorted keys costs their spread). */
+static Py_ssize_t lower_bound_from(const uint64_t *v, Py_ssize_t n, uint64_t key, Py_ssize_t from) {
+    Py_ssize_t lo = from, hi = from, step = 1;
+    while (hi < n && v[hi] < key) {
+        lo = hi + 1;
+        hi += step;
+        step *= 2;
+    }
+    if (hi > n) hi = n;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (v[mid] < key) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
 static PyObject *hits(PyObject *self, PyObject *args) {
     PyObject *o[4];
     Py_ssize_t n;
@@ -972,8 +990,8 @@ static PyObject *hits(PyObject *self, PyObject *args) {
     start = malloc((size_t)(n + 1) * sizeof(int64_t));
     if (!met || !key_count || !per_row || !start) { PyErr_NoMemory(); goto done; }
     for (Py_ssize_t i = 0; i < f; i++) {
-        Py_ssize_t lo = 0, hi = a;
-        while (lo < hi) { Py_ssize_t mid = lo + (hi - lo) / 2; if (asked[mid] < keys[i]) lo = mid + 1; else hi = mid; }
+        /* found keys come sorted (most batches): each search starts where the one before ended */
+        Py_ssize_t lo = lower_bound_from(asked, a, keys[i], i > 0 && keys[i] >= keys[i - 1] ? met[2 * i - 2] : 0);
         Py_ssize_t end = lo;
         while (end < a && asked[end] == keys[i]) end++;
         met[2 * i] = lo;

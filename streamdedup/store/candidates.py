@@ -86,6 +86,7 @@ class Hits:
 
     def __init__(self, serials: np.ndarray, shared: np.ndarray, bounds: list[int]):
         self.serials, self.shared, self.bounds = serials, shared, bounds
+        self._at_least: dict[int, "Hits"] = {}  # ``at_least``'s answers: the evidence and the decision ask alike
 
     def of(self, row: int) -> tuple[np.ndarray, np.ndarray]:
         """Serials sharing a band with document ``row`` (ascending), and how many bands each."""
@@ -103,10 +104,14 @@ class Hits:
         """
         if shared <= 1 or len(self.shared) == 0:
             return self
-        keep = self.shared >= shared
-        before = np.zeros(len(keep) + 1, dtype=np.int64)
-        np.cumsum(keep, out=before[1:])
-        return Hits(self.serials[keep], self.shared[keep], before[np.asarray(self.bounds)].tolist())
+        found = self._at_least.get(shared)
+        if found is None:
+            keep = self.shared >= shared
+            before = np.zeros(len(keep) + 1, dtype=np.int64)
+            np.cumsum(keep, out=before[1:])
+            found = Hits(self.serials[keep], self.shared[keep], before[np.asarray(self.bounds)].tolist())
+            self._at_least[shared] = found
+        return found
 
     @classmethod
     def found(cls, asked: np.ndarray, rows: np.ndarray, n: int, found_keys: np.ndarray, found_serials: np.ndarray,
