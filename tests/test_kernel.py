@@ -597,3 +597,25 @@ def test_a_batchs_candidates_verified_in_one_kernel_call_as_one_by_one(seed):
     for broken in _damaged(eliasfano.encode(values(175))):
         similarities, bad = verify.jaccards_coded(owns[:9], codings[:4] + [broken] + codings[5:9])
         assert bad == 4 and similarities[:4].tolist() == [verify.jaccard(o, t) for o, t in zip(owns[:4], others[:4])]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_chosen_documents_coded_in_one_kernel_call_as_numpy_codes_them(monkeypatch, seed):
+    """``eliasfano.encode_many`` of the documents ``rows`` numbers (``_kernel.ef_encode_many`` with rows: the
+    kept rows of a batch, coded from its shingles where they are): each as numpy codes it, in the rows'
+    order, empty documents and repeats included; a row out of range is refused."""
+    from streamdedup.core import _kernel, eliasfano
+
+    rng = np.random.default_rng(seed)
+    documents = [np.unique(rng.integers(0, 1 << 32, int(rng.choice([0, 1, 175, 2000])), dtype=np.uint64))
+                 for _ in range(60)]
+    offsets = np.cumsum([0] + [len(d) for d in documents]).astype(np.int64)
+    values = np.concatenate(documents).astype(np.uint32)
+    rows = rng.integers(0, len(documents), int(rng.integers(0, 80))).astype(np.int64)
+    compiled = eliasfano.encode_many(values, offsets, rows)
+    monkeypatch.setattr(eliasfano, "_kernel", None)
+    assert compiled == eliasfano.encode_many(values, offsets, rows)
+    assert compiled == [eliasfano.encode_numpy(documents[row].astype(np.uint32)) for row in rows.tolist()]
+    for wrong in ([-1], [len(documents)]):
+        with pytest.raises(ValueError):
+            _kernel.ef_encode_many(values, offsets, np.array(wrong, dtype=np.int64))

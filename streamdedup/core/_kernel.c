@@ -15,10 +15,11 @@
  *     lowercased, digits kept, anything else a space, runs of spaces collapsed, ends trimmed;
  *     documents written one after another into out, separated by a 0 byte.
  *
- * ef_encode(values) -> bytes, ef_encode_many(values, offsets) -> list of bytes, ef_decode(data) -> bytes
+ * ef_encode(values) -> bytes, ef_encode_many(values, offsets[, rows]) -> list of bytes, ef_decode(data) -> bytes
  *     Elias-Fano coding of sorted unique uint32 values, exactly as eliasfano.py (its module
- *     docstring gives the layout); ef_decode returns the values as little-endian uint32 bytes and
- *     raises ValueError on data that is not such a coding.
+ *     docstring gives the layout); ef_encode_many codes every document of (values, offsets), or
+ *     those numbered by rows (int64); ef_decode returns the values as little-endian uint32 bytes
+ *     and raises ValueError on data that is not such a coding.
  *
  * shared_count(a, b) -> int
  *     How many values two sorted unique uint32 arrays share (verify.jaccard's intersection).
@@ -463,14 +464,31 @@ static PyObject *ef_encode(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* Which documents ef_encode_many codes: rows (int64 numbers of documents) or, without them, all; -1 with
+ * ValueError for a number out of range. */
+static Py_ssize_t coded_rows(PyObject *o_rows, Py_buffer *rows, int *held, Py_ssize_t n_docs) {
+    if (o_rows == NULL || o_rows == Py_None) return n_docs;
+    if (get_buffer(o_rows, rows, 8, 0, "rows") < 0) return -1;
+    *held = 1;
+    const int64_t *r = rows->buf;
+    Py_ssize_t n = rows->len / 8;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (r[i] < 0 || r[i] >= n_docs) {
+            PyErr_SetString(PyExc_ValueError, "ef_encode_many: a row out of range");
+            return -1;
+        }
+    return n;
+}
+
 static PyObject *ef_encode_many(PyObject *self, PyObject *args) {
-    PyObject *o_values, *o_offsets;
-    if (!PyArg_ParseTuple(args, "OO", &o_values, &o_offsets)) return NULL;
-    Py_buffer values, offsets;
+    PyObject *o_values, *o_offsets, *o_rows = NULL;
+    if (!PyArg_ParseTuple(args, "OO|O", &o_values, &o_offsets, &o_rows)) return NULL;
+    Py_buffer values, offsets, rows;
+    int held = 0;
     if (get_buffer(o_values, &values, 4, 0, "values") < 0) return NULL;
     if (get_buffer(o_offsets, &offsets, 8, 0, "offsets") < 0) { PyBuffer_Release(&values); return NULL; }
     const int64_t *off = offsets.buf;
-    Py_ssize_t n_docs = offsets.len / 8 - 1, n_values = values.len / 4;
+    Py_ssize_t n_docs = offsets.len / 8 - 1, n_values = values.len / 4, coded_docs = -1;
     PyObject *result = NULL;
     for (Py_ssize_t d = 0; d < n_docs; d++) {
         if (off[d] < 0 || off[d] > off[d + 1] || off[d + 1] > n_values) {
@@ -478,13 +496,18 @@ static PyObject *ef_encode_many(PyObject *self, PyObject *args) {
             goto done;
         }
     }
-    result = PyList_New(n_docs > 0 ? n_docs : 0);
-    for (Py_ssize_t d = 0; result && d < n_docs; d++) {
+    coded_docs = coded_rows(o_rows, &rows, &held, n_docs > 0 ? n_docs : 0);
+    if (coded_docs < 0) goto done;
+    const int64_t *which = held ? rows.buf : NULL;
+    result = PyList_New(coded_docs);
+    for (Py_ssize_t i = 0; result && i < coded_docs; i++) {
+        Py_ssize_t d = which ? which[i] : i;
         PyObject *coded = ef_encoded((const uint32_t *)values.buf + off[d], off[d + 1] - off[d]);
         if (!coded) { Py_CLEAR(result); break; }
-        PyList_SET_ITEM(result, d, coded);
+        PyList_SET_ITEM(result, i, coded);
     }
 done:
+    if (held) PyBuffer_Release(&rows);
     PyBuffer_Release(&offsets);
     PyBuffer_Release(&values);
     return result;
