@@ -299,6 +299,7 @@ def test_the_kernel_pairs_hits_as_numpy_does(monkeypatch, seed):
         assert np.array_equal(compiled.serials, vectorized.serials) and compiled.serials.dtype == np.int64
         assert np.array_equal(compiled.shared, vectorized.shared)
         assert compiled.bounds[-1] > 1000
+        assert all(compiled.listed(row) == tuple(part.tolist() for part in vectorized.of(row)) for row in range(300))
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -398,7 +398,7 @@ class _State:
         and with ``gathered`` the batch's own too."""
         rules = self.rules
         rekeyed = self.first is not None and self.first.rekeyed  # pages that may add a band to a weak hit
-        serials, shared = (self.hits if rekeyed else self.strong).of(row)
+        serials, shared = (self.hits if rekeyed else self.strong).listed(row)
         extra = [serial for key in self.shared_within.get(row, ()) for serial in self.kept_by_key.get(key, ())]
         if rekeyed:
             extra += self.first.candidates(self.lookup_keys[row])
