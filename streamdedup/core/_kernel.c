@@ -50,6 +50,7 @@
  * coded_shared(a, data) -> (shared, n)
  *     How many values sorted unique uint32 a shares with the n values of an Elias-Fano coding
  *     (decoded on the way, checked as ef_decode checks it): verify.jaccard of a stored candidate.
+ *
  * coded_jaccards(owns, codings, out) -> int
  *     verify.jaccard_coded of each pair (owns[i]: sorted unique uint32, codings[i]: bytes of an
  *     Elias-Fano coding) into out (float64), in one call for a batch's candidates; -1, or the
