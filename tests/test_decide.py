@@ -305,3 +305,16 @@ def test_a_decided_batch_leaves_nothing_for_the_cycle_collector(tmp_path):
             assert gc.collect() == 0
         finally:
             gc.enable()
+
+
+def test_stored_codings_read_at_once_are_those_read_one_by_one(tmp_path):
+    """``IndexTxn.stored_codings`` (a batch's candidates' codings read in one pass): what ``stored_coding``
+    gives each serial, and nothing for a duplicate's serial or one never numbered."""
+    pages = [("a", BASE), ("b", _edit(BASE, 40)), ("c", "entirely different words " * 20), ("d", BASE)]
+    with Engine(config_module.load(None, environ={}), str(tmp_path)) as engine:
+        _run(engine, pages)
+        with engine.index.read() as txn:
+            serials = [1, 2, 3, 4, 99]
+            one_by_one = {serial: txn.stored_coding(serial) for serial in serials}
+            assert txn.stored_codings(serials) == {s: c for s, c in one_by_one.items() if c is not None}
+            assert 0 < len(txn.stored_codings(serials)) < 4

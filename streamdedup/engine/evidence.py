@@ -159,6 +159,8 @@ def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch:
     verified_by = None if timeline is None or _no_template(txn, timeline) else timeline
     strong = hits.at_least(asking.min_shared)
     strong_serials, strong_bounds = strong.serials.tolist(), strong.bounds
+    if verified_by is None:  # candidates compared with their stored codings: read at once
+        matches.read_codings(strong_serials)
     for row in _rows_to_verify(hits, asking, content, sources is not None):
         if timeline is not None:
             timeline.at(row)
@@ -311,6 +313,7 @@ class _Matches:
         self.found: list = []
         self.unkept: set[int] = set()  # candidates' entries that are duplicates': no candidates
         self._later: list = []  # (place in found, row, serial, own content, stored coding): verified together
+        self._uncoded: set[int] = set()  # candidates read ahead (``read_codings``) that have no stored coding
 
     def stored_content(self, serial: int, timeline) -> np.ndarray:
         """A stored document's content as the templates stand now (its whole shingles without templates)."""
@@ -352,7 +355,7 @@ class _Matches:
             if shingles is None and timeline is None:  # compared with the stored coding as it is, if it can be
                 coding = coded.get(serial)
                 if coding is None:
-                    coding = self.txn.stored_coding(serial)
+                    coding = None if serial in self._uncoded else self.txn.stored_coding(serial)
                     if coding is None:  # a duplicate's place
                         unkept.add(serial)
                         continue
@@ -382,6 +385,14 @@ class _Matches:
                                                    timeline))
             if similarity >= threshold:
                 found.append((row, serial, similarity))
+
+    def read_codings(self, serials: list[int]) -> None:
+        """The stored codings of these candidates read ahead, in one pass in the table's order, for
+        ``verify_row`` to find (a candidate without one is named unkept only when a row meets it)."""
+        wanted = sorted(set(serials).difference(self._coded, self._shingles))
+        read = self.txn.stored_codings(wanted)
+        self._coded.update(read)
+        self._uncoded.update(serial for serial in wanted if serial not in read)
 
     def verified(self) -> list:
         """``found``, the pairs put off by ``verify_row`` verified (in one kernel call) and kept in their
