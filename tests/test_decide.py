@@ -287,3 +287,34 @@ def test_with_retention_decisions_do_not_depend_on_when_the_sweep_ran(tmp_path, 
     swept, never = decided(True, "swept"), decided(False, "never")
     assert swept == never
     assert sum(d.status == "duplicate" for d in swept) > 50
+
+
+def test_a_decided_batch_leaves_nothing_for_the_cycle_collector(tmp_path):
+    """A batch's decision state (``decide._State``, its records) is freed by refcounting as the batch ends: the
+    collector, which runs after each batch, would otherwise walk every record of it (a tenth of deciding)."""
+    import gc
+
+    pages = [(f"p{n}", f"shared words of every page number {n} " + _edit(BASE, 40 + n)) for n in range(60)]
+    with Engine(config_module.load(None, environ={}), str(tmp_path)) as engine:
+        _run(engine, pages[:20])
+        _run(engine, pages[20:40])  # whatever a first batch makes once
+        gc.collect()
+        gc.disable()
+        try:
+            _run(engine, pages[40:] + [("again", BASE)])
+            assert gc.collect() == 0
+        finally:
+            gc.enable()
+
+
+def test_stored_codings_read_at_once_are_those_read_one_by_one(tmp_path):
+    """``IndexTxn.stored_codings`` (a batch's candidates' codings read in one pass): what ``stored_coding``
+    gives each serial, and nothing for a duplicate's serial or one never numbered."""
+    pages = [("a", BASE), ("b", _edit(BASE, 40)), ("c", "entirely different words " * 20), ("d", BASE)]
+    with Engine(config_module.load(None, environ={}), str(tmp_path)) as engine:
+        _run(engine, pages)
+        with engine.index.read() as txn:
+            serials = [1, 2, 3, 4, 99]
+            one_by_one = {serial: txn.stored_coding(serial) for serial in serials}
+            assert txn.stored_codings(serials) == {s: c for s, c in one_by_one.items() if c is not None}
+            assert 0 < len(txn.stored_codings(serials)) < 4

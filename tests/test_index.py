@@ -339,6 +339,8 @@ def test_the_mirror_presence_bits_never_miss_a_key_and_drop_most_others():
     assert bits.may_hold(held).all()
     others = rng.integers(0, 1 << 32, 100000, dtype=np.uint64)
     assert bits.may_hold(others).mean() < 0.05
+    band = np.uint64(1 << 32)  # each band has bits of its own: a key held in band 0 is not held in the others
+    assert not bits.may_hold(held[5:50] + band).any() and not bits.may_hold(held[5:50] + 31 * band).any()
 
 
 def test_a_batch_transaction_is_checked_at_each_step(tmp_path):

@@ -262,10 +262,21 @@ def test_shingles_that_came_through_pickle_are_verified_by_the_kernel(monkeypatc
     assert verify.jaccard(a, b) == verify.jaccard(b, a) == 2 / 5
 
 
+def _arranged(keys: np.ndarray, seed: int) -> np.ndarray:
+    """Keys as they are (seed 1), sorted (2), or in four sorted runs (3)."""
+    if seed == 1:
+        return keys
+    if seed == 2:
+        return np.sort(keys)
+    return np.concatenate([np.sort(part) for part in np.array_split(keys, 4)])
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_the_kernel_pairs_hits_as_numpy_does(monkeypatch, seed):
     """``Hits.found`` by the kernel (``_kernel.hits``) against the numpy path: keys asked by several rows,
-    entries of one key past the cap, serials found under several of a row's keys, rows with none."""
+    entries of one key past the cap, serials found under several of a row's keys, rows with none; found
+    keys in any order, sorted (as lookups give them: each search starts where the last ended), or in
+    sorted runs."""
     from streamdedup.core.lsh import sorted_slots
     from streamdedup.store import candidates
     from streamdedup.store.candidates import Hits
@@ -276,6 +287,8 @@ def test_the_kernel_pairs_hits_as_numpy_does(monkeypatch, seed):
     found_keys = rng.choice(asked, size=2000)
     found_keys = np.concatenate([found_keys, np.full(150, asked[7], dtype=np.uint64),
                                  np.array([asked[-1] + 1], dtype=np.uint64)])  # a hot key; one asked by no row
+    found_keys = np.concatenate([np.zeros(1, dtype=np.uint64), found_keys])  # below every asked key
+    found_keys = _arranged(found_keys, seed)
     found_serials = rng.integers(0, 5000, size=len(found_keys)).astype(np.int64)
     for per_key in (None, 100, 3):
         compiled = Hits.found(asked, rows, 300, found_keys, found_serials, per_key)
@@ -286,6 +299,7 @@ def test_the_kernel_pairs_hits_as_numpy_does(monkeypatch, seed):
         assert np.array_equal(compiled.serials, vectorized.serials) and compiled.serials.dtype == np.int64
         assert np.array_equal(compiled.shared, vectorized.shared)
         assert compiled.bounds[-1] > 1000
+        assert all(compiled.listed(row) == tuple(part.tolist() for part in vectorized.of(row)) for row in range(300))
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -297,9 +311,9 @@ def test_the_mirror_sorts_and_folds_runs_as_numpy_does(monkeypatch, seed):
 
     rng = np.random.default_rng(seed)
     runs = []
-    for high in (1, 2, 50, 1 << 20, 1 << 37, 1 << 63):
+    for high in (1, 2, 50, 1 << 20, 1 << 37, 1 << 63, 1 << 64):
         size = int(rng.integers(0, 3000))
-        keys = rng.integers(0, high, size, dtype=np.uint64) + np.uint64(int(rng.integers(0, 1 << 8)))
+        keys = rng.integers(0, high, size, dtype=np.uint64) + np.uint64(int(rng.integers(0, 1 << 8)) * (high < 1 << 64))
         runs.append((keys, rng.integers(-(1 << 40), 1 << 40, size).astype(np.int64)))
     runs.append((np.full(7, 1 << 40, dtype=np.uint64), np.arange(7, dtype=np.int64)))
     for keys, serials in runs:
@@ -500,21 +514,24 @@ def test_the_earliest_entries_of_each_key_sorted_in_the_kernel_as_lexsort_does(m
                                 lambda: candidates.earliest_of_each_key(keys, serials, limit))
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", range(4))
 def test_a_batchs_band_slots_sorted_in_the_kernel_as_numpy_sorts_them(monkeypatch, seed):
-    """``lsh.sorted_slots`` by the kernel's radix sort: the same sorted slots as numpy's argsort, each with its
-    row and band; a slot several rows hold lists them in row order (numpy's order there is its own)."""
+    """``lsh.sorted_slots`` by the kernel (``_kernel.band_slots_sorted``, band by band): the same sorted slots,
+    rows and bands as numpy's stable argsort, a slot several rows hold listing them in row order; keys of
+    more than 32 bits (seed 3) are left to numpy."""
     from streamdedup.core import lsh
 
     rng = np.random.default_rng(seed)
-    keys = rng.integers(0, 50 if seed else 1 << 32, size=(500, 32), dtype=np.uint64)
+    high = (50, 1 << 32, 1 << 8, 1 << 40)[seed]
+    keys = rng.integers(0, high, size=(int(rng.integers(1, 600)), int(rng.integers(1, 40))), dtype=np.uint64)
     compiled = lsh.sorted_slots(keys)
     monkeypatch.setattr(lsh, "_kernel", None)
     plain = lsh.sorted_slots(keys)
-    assert np.array_equal(compiled[0], plain[0]) and compiled[1].dtype == plain[1].dtype
-    assert compiled[2].dtype == plain[2].dtype == np.uint16
-    assert sorted(zip(*(part.tolist() for part in compiled))) == sorted(zip(*(part.tolist() for part in plain)))
-    assert np.array_equal(keys[compiled[1], compiled[2]], compiled[0] & np.uint64(0xFFFFFFFF))
+    for mine, theirs in zip(compiled, plain):
+        assert np.array_equal(mine, theirs) and mine.dtype == theirs.dtype
+    assert compiled[2].dtype == np.uint16
+    if high <= 1 << 32:
+        assert np.array_equal(keys[compiled[1], compiled[2]], compiled[0] & np.uint64(0xFFFFFFFF))
     same = compiled[0][1:] == compiled[0][:-1]
     assert (compiled[1][1:][same] > compiled[1][:-1][same]).all()
 
@@ -552,3 +569,54 @@ def test_the_mirrors_levels_answer_as_one_sorted_array_would(monkeypatch, kernel
     order = np.argsort(np.concatenate(all_slots), kind="stable")
     assert np.array_equal(recent.slots, np.concatenate(all_slots)[order])
     assert np.array_equal(recent.serials, np.concatenate(all_serials)[order])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_batchs_candidates_verified_in_one_kernel_call_as_one_by_one(seed):
+    """``verify.jaccards_coded`` (``_kernel.coded_jaccards``): each pair's Jaccard exactly as ``jaccard`` of
+    the decoded coding gives it, empty sides and codings of more than 1,024 values included; a damaged
+    coding is named by its place, the pairs before it verified."""
+    from test_eliasfano import _damaged
+
+    from streamdedup.core import eliasfano, verify
+
+    rng = np.random.default_rng(seed)
+
+    def values(n):
+        return np.unique(rng.integers(0, 1 << 12 if seed else 1 << 32, n, dtype=np.uint64)).astype(np.uint32)
+
+    owns, others = [], []
+    for _ in range(300):
+        own = values(int(rng.choice([0, 1, 5, 175, 400, 3000])))
+        other = np.union1d(own[rng.random(len(own)) < rng.random()], values(int(rng.integers(0, 2000))))
+        owns.append(own)
+        others.append(other.astype(np.uint32))
+    codings = [eliasfano.encode(other) for other in others]
+    similarities, bad = verify.jaccards_coded(owns, codings)
+    assert bad == -1
+    assert similarities.tolist() == [verify.jaccard(own, other) for own, other in zip(owns, others)]
+    for broken in _damaged(eliasfano.encode(values(175))):
+        similarities, bad = verify.jaccards_coded(owns[:9], codings[:4] + [broken] + codings[5:9])
+        assert bad == 4 and similarities[:4].tolist() == [verify.jaccard(o, t) for o, t in zip(owns[:4], others[:4])]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_chosen_documents_coded_in_one_kernel_call_as_numpy_codes_them(monkeypatch, seed):
+    """``eliasfano.encode_many`` of the documents ``rows`` numbers (``_kernel.ef_encode_many`` with rows: the
+    kept rows of a batch, coded from its shingles where they are): each as numpy codes it, in the rows'
+    order, empty documents and repeats included; a row out of range is refused."""
+    from streamdedup.core import _kernel, eliasfano
+
+    rng = np.random.default_rng(seed)
+    documents = [np.unique(rng.integers(0, 1 << 32, int(rng.choice([0, 1, 175, 2000])), dtype=np.uint64))
+                 for _ in range(60)]
+    offsets = np.cumsum([0] + [len(d) for d in documents]).astype(np.int64)
+    values = np.concatenate(documents).astype(np.uint32)
+    rows = rng.integers(0, len(documents), int(rng.integers(0, 80))).astype(np.int64)
+    compiled = eliasfano.encode_many(values, offsets, rows)
+    monkeypatch.setattr(eliasfano, "_kernel", None)
+    assert compiled == eliasfano.encode_many(values, offsets, rows)
+    assert compiled == [eliasfano.encode_numpy(documents[row].astype(np.uint32)) for row in rows.tolist()]
+    for wrong in ([-1], [len(documents)]):
+        with pytest.raises(ValueError):
+            _kernel.ef_encode_many(values, offsets, np.array(wrong, dtype=np.int64))

@@ -15,10 +15,11 @@
  *     lowercased, digits kept, anything else a space, runs of spaces collapsed, ends trimmed;
  *     documents written one after another into out, separated by a 0 byte.
  *
- * ef_encode(values) -> bytes, ef_encode_many(values, offsets) -> list of bytes, ef_decode(data) -> bytes
+ * ef_encode(values) -> bytes, ef_encode_many(values, offsets[, rows]) -> list of bytes, ef_decode(data) -> bytes
  *     Elias-Fano coding of sorted unique uint32 values, exactly as eliasfano.py (its module
- *     docstring gives the layout); ef_decode returns the values as little-endian uint32 bytes and
- *     raises ValueError on data that is not such a coding.
+ *     docstring gives the layout); ef_encode_many codes every document of (values, offsets), or
+ *     those numbered by rows (int64); ef_decode returns the values as little-endian uint32 bytes
+ *     and raises ValueError on data that is not such a coding.
  *
  * shared_count(a, b) -> int
  *     How many values two sorted unique uint32 arrays share (verify.jaccard's intersection).
@@ -36,6 +37,12 @@
  *     uint64 keys, each with an 8-byte value, sorted by key in place, equal keys in the order given
  *     (a stable radix sort): a batch's entries of the recent mirror (mirror.py).
  *
+ * band_slots_sorted(keys, bands, out_slots, out_rows, out_bands) -> bool
+ *     lsh.sorted_slots of a batch's (rows x bands) uint64 band keys: every (band << 32 | key) slot
+ *     sorted, equal slots in row order, with the row (int64) and band (uint16) of each; band by band,
+ *     each band's keys radix sorted with their rows in one word. False (nothing written) if a key
+ *     does not fit in 32 bits or there are 2**31 rows or more: the caller sorts them itself.
+ *
  * sorted_matches(keys, asked) -> bytearray of int64
  *     Where the entries of sorted uint64 keys (repeats allowed) whose key is one of sorted unique
  *     asked ones are, ascending: the recent mirror's entries under a batch's band slots.
@@ -43,6 +50,11 @@
  * coded_shared(a, data) -> (shared, n)
  *     How many values sorted unique uint32 a shares with the n values of an Elias-Fano coding
  *     (decoded on the way, checked as ef_decode checks it): verify.jaccard of a stored candidate.
+ *
+ * coded_jaccards(owns, codings, out) -> int
+ *     verify.jaccard_coded of each pair (owns[i]: sorted unique uint32, codings[i]: bytes of an
+ *     Elias-Fano coding) into out (float64), in one call for a batch's candidates; -1, or the
+ *     first i whose coding is not one (out is then written up to it).
  *
  * record_id(data) -> str or None
  *     The id of a packed index record (its first field, as msgpack unpacks it), without unpacking
@@ -453,14 +465,31 @@ static PyObject *ef_encode(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* Which documents ef_encode_many codes: rows (int64 numbers of documents) or, without them, all; -1 with
+ * ValueError for a number out of range. */
+static Py_ssize_t coded_rows(PyObject *o_rows, Py_buffer *rows, int *held, Py_ssize_t n_docs) {
+    if (o_rows == NULL || o_rows == Py_None) return n_docs;
+    if (get_buffer(o_rows, rows, 8, 0, "rows") < 0) return -1;
+    *held = 1;
+    const int64_t *r = rows->buf;
+    Py_ssize_t n = rows->len / 8;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (r[i] < 0 || r[i] >= n_docs) {
+            PyErr_SetString(PyExc_ValueError, "ef_encode_many: a row out of range");
+            return -1;
+        }
+    return n;
+}
+
 static PyObject *ef_encode_many(PyObject *self, PyObject *args) {
-    PyObject *o_values, *o_offsets;
-    if (!PyArg_ParseTuple(args, "OO", &o_values, &o_offsets)) return NULL;
-    Py_buffer values, offsets;
+    PyObject *o_values, *o_offsets, *o_rows = NULL;
+    if (!PyArg_ParseTuple(args, "OO|O", &o_values, &o_offsets, &o_rows)) return NULL;
+    Py_buffer values, offsets, rows;
+    int held = 0;
     if (get_buffer(o_values, &values, 4, 0, "values") < 0) return NULL;
     if (get_buffer(o_offsets, &offsets, 8, 0, "offsets") < 0) { PyBuffer_Release(&values); return NULL; }
     const int64_t *off = offsets.buf;
-    Py_ssize_t n_docs = offsets.len / 8 - 1, n_values = values.len / 4;
+    Py_ssize_t n_docs = offsets.len / 8 - 1, n_values = values.len / 4, coded_docs = -1;
     PyObject *result = NULL;
     for (Py_ssize_t d = 0; d < n_docs; d++) {
         if (off[d] < 0 || off[d] > off[d + 1] || off[d + 1] > n_values) {
@@ -468,13 +497,18 @@ static PyObject *ef_encode_many(PyObject *self, PyObject *args) {
             goto done;
         }
     }
-    result = PyList_New(n_docs > 0 ? n_docs : 0);
-    for (Py_ssize_t d = 0; result && d < n_docs; d++) {
+    coded_docs = coded_rows(o_rows, &rows, &held, n_docs > 0 ? n_docs : 0);
+    if (coded_docs < 0) goto done;
+    const int64_t *which = held ? rows.buf : NULL;
+    result = PyList_New(coded_docs);
+    for (Py_ssize_t i = 0; result && i < coded_docs; i++) {
+        Py_ssize_t d = which ? which[i] : i;
         PyObject *coded = ef_encoded((const uint32_t *)values.buf + off[d], off[d + 1] - off[d]);
         if (!coded) { Py_CLEAR(result); break; }
-        PyList_SET_ITEM(result, d, coded);
+        PyList_SET_ITEM(result, i, coded);
     }
 done:
+    if (held) PyBuffer_Release(&rows);
     PyBuffer_Release(&offsets);
     PyBuffer_Release(&values);
     return result;
@@ -584,6 +618,64 @@ done:
     PyBuffer_Release(&a);
     PyBuffer_Release(&data);
     return result;
+}
+
+/* How many of the m values x shares with the n values coded in in[0:size] (-1: not a coding, -2: no
+ * memory); values has room for 1024 and is used if the coding holds no more. */
+static Py_ssize_t coded_count(const uint32_t *x, Py_ssize_t m, const uint8_t *in, Py_ssize_t size,
+                              uint32_t *small, Py_ssize_t *n_out) {
+    int low;
+    uint64_t n;
+    Py_ssize_t at, shared = 0;
+    if (ef_header(in, size, &low, &n, &at) < 0) return -1;
+    uint32_t *values = n > 1024 ? malloc((size_t)n * 4) : small;
+    if (!values) return -2;
+    if (ef_values(in, size, low, n, at, values) < 0) shared = -1;
+    Py_ssize_t i = 0, j = 0, count = (Py_ssize_t)n;
+    while (shared >= 0 && i < m && j < count) {
+        uint32_t u = x[i], v = values[j];
+        shared += u == v;
+        i += u <= v;
+        j += v <= u;
+    }
+    if (values != small) free(values);
+    *n_out = count;
+    return shared;
+}
+
+static PyObject *coded_jaccards(PyObject *self, PyObject *args) {
+    PyObject *owns, *codings, *o_out;
+    if (!PyArg_ParseTuple(args, "O!O!O", &PyList_Type, &owns, &PyList_Type, &codings, &o_out)) return NULL;
+    Py_buffer out;
+    if (get_buffer(o_out, &out, 8, 1, "out") < 0) return NULL;
+    Py_ssize_t pairs = PyList_GET_SIZE(owns), bad = -1;
+    uint32_t small[1024];
+    if (PyList_GET_SIZE(codings) != pairs || out.len / 8 != pairs) {
+        PyErr_SetString(PyExc_ValueError, "coded_jaccards: owns, codings and out differ in length");
+        goto done;
+    }
+    double *similarity = out.buf;
+    for (Py_ssize_t p = 0; p < pairs && bad < 0; p++) {
+        PyObject *coding = PyList_GET_ITEM(codings, p);
+        if (!PyBytes_Check(coding)) {
+            PyErr_SetString(PyExc_TypeError, "coded_jaccards: a coding is not bytes");
+            goto done;
+        }
+        Py_buffer a;
+        if (get_buffer(PyList_GET_ITEM(owns, p), &a, 4, 0, "owns") < 0) goto done;
+        Py_ssize_t m = a.len / 4, n = 0;
+        const uint8_t *data = (const uint8_t *)PyBytes_AS_STRING(coding);
+        Py_ssize_t shared = coded_count(a.buf, m, data, PyBytes_GET_SIZE(coding), small, &n);
+        PyBuffer_Release(&a);
+        if (shared == -2) { PyErr_NoMemory(); goto done; }
+        if (shared < 0) { bad = p; break; }
+        if (m == 0 || n == 0) similarity[p] = (m == 0 && n == 0) ? 1.0 : 0.0;
+        else similarity[p] = (double)shared / (double)(m + n - shared);
+    }
+done:
+    PyBuffer_Release(&out);
+    if (PyErr_Occurred()) return NULL;
+    return PyLong_FromSsize_t(bad);
 }
 
 /* How many values two sorted unique uint32 arrays share (a merge walk; both are a page's few hundred). */
@@ -875,6 +967,24 @@ static int compare_i64(const void *x, const void *y) {
     return (a > b) - (a < b);
 }
 
+/* The first place of sorted v[0:n] whose value is at least key, knowing that none before from is:
+ * doubling steps from there, then a binary search (a walk through sorted keys costs their spread). */
+static Py_ssize_t lower_bound_from(const uint64_t *v, Py_ssize_t n, uint64_t key, Py_ssize_t from) {
+    Py_ssize_t lo = from, hi = from, step = 1;
+    while (hi < n && v[hi] < key) {
+        lo = hi + 1;
+        hi += step;
+        step *= 2;
+    }
+    if (hi > n) hi = n;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (v[mid] < key) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
 static PyObject *hits(PyObject *self, PyObject *args) {
     PyObject *o[4];
     Py_ssize_t n;
@@ -904,8 +1014,8 @@ static PyObject *hits(PyObject *self, PyObject *args) {
     start = malloc((size_t)(n + 1) * sizeof(int64_t));
     if (!met || !key_count || !per_row || !start) { PyErr_NoMemory(); goto done; }
     for (Py_ssize_t i = 0; i < f; i++) {
-        Py_ssize_t lo = 0, hi = a;
-        while (lo < hi) { Py_ssize_t mid = lo + (hi - lo) / 2; if (asked[mid] < keys[i]) lo = mid + 1; else hi = mid; }
+        /* found keys come sorted (most batches): each search starts where the one before ended */
+        Py_ssize_t lo = lower_bound_from(asked, a, keys[i], i > 0 && keys[i] >= keys[i - 1] ? met[2 * i - 2] : 0);
         Py_ssize_t end = lo;
         while (end < a && asked[end] == keys[i]) end++;
         met[2 * i] = lo;
@@ -1046,23 +1156,24 @@ static PyObject *sort_entries(PyObject *self, PyObject *args) {
     tmp = malloc((size_t)n * 16);
     if (!tmp) { PyErr_NoMemory(); goto done; }
     uint64_t *tkeys = tmp, *tvalues = tmp + n, *src_k = keys, *src_v = values, *dst_k = tkeys, *dst_v = tvalues;
-    int top = 63;
-    while (!((differ >> top) & 1)) top--;
-    int low = 0;
-    while (!((differ >> low) & 1)) low++;
-    Py_ssize_t count[2049];
-    for (int shift = low; shift <= top; shift += 11) {
-        memset(count, 0, sizeof(count));
-        for (Py_ssize_t i = 0; i < n; i++) count[((src_k[i] >> shift) & 2047) + 1]++;
-        for (int d = 0; d < 2048; d++) count[d + 1] += count[d];
+    Py_ssize_t (*count)[257] = calloc(8, sizeof(*count));
+    if (!count) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t i = 0; i < n; i++)
+        for (int d = 0; d < 8; d++) count[d][((src_k[i] >> (8 * d)) & 255) + 1]++;
+    for (int d = 0; d < 8; d++) {
+        int shift = 8 * d;
+        if (!((differ >> shift) & 255)) continue; /* every key has the same byte here */
+        Py_ssize_t *at = count[d];
+        for (int c = 0; c < 256; c++) at[c + 1] += at[c];
         for (Py_ssize_t i = 0; i < n; i++) {
-            Py_ssize_t at = count[(src_k[i] >> shift) & 2047]++;
-            dst_k[at] = src_k[i];
-            dst_v[at] = src_v[i];
+            Py_ssize_t to = at[(src_k[i] >> shift) & 255]++;
+            dst_k[to] = src_k[i];
+            dst_v[to] = src_v[i];
         }
         uint64_t *t = src_k; src_k = dst_k; dst_k = t;
         t = src_v; src_v = dst_v; dst_v = t;
     }
+    free(count);
     if (src_k != keys) {
         memcpy(keys, src_k, (size_t)n * 8);
         memcpy(values, src_v, (size_t)n * 8);
@@ -1073,6 +1184,71 @@ done:
     PyBuffer_Release(&kv);
     if (PyErr_Occurred()) return NULL;
     Py_RETURN_NONE;
+}
+
+/* One band's entries (key << 32 | row) sorted by key, rows ascending among equal keys: an LSD radix
+ * sort of the key's four bytes (a byte every entry shares is skipped); the result in v or tmp, returned. */
+static uint64_t *sort_band(uint64_t *v, uint64_t *tmp, Py_ssize_t n) {
+    Py_ssize_t count[4][257];
+    memset(count, 0, sizeof(count));
+    for (Py_ssize_t i = 0; i < n; i++)
+        for (int d = 0; d < 4; d++) count[d][((v[i] >> (32 + 8 * d)) & 255) + 1]++;
+    for (int d = 0; d < 4; d++) {
+        int shift = 32 + 8 * d;
+        if (count[d][((v[0] >> shift) & 255) + 1] == n) continue;
+        for (int c = 0; c < 256; c++) count[d][c + 1] += count[d][c];
+        for (Py_ssize_t i = 0; i < n; i++) tmp[count[d][(v[i] >> shift) & 255]++] = v[i];
+        uint64_t *t = v; v = tmp; tmp = t;
+    }
+    return v;
+}
+
+/* Whether keys (rows x bands of them) can be sorted by band_slots_sorted. */
+static int band_slots_fit(const uint64_t *keys, Py_ssize_t rows, Py_ssize_t bands) {
+    uint64_t high = 0;
+    for (Py_ssize_t i = 0; i < rows * bands; i++) high |= keys[i] >> 32;
+    return high == 0 && rows > 0 && rows < ((Py_ssize_t)1 << 31) && bands <= 65536;
+}
+
+static PyObject *band_slots_sorted(PyObject *self, PyObject *args) {
+    PyObject *o[4];
+    Py_ssize_t bands;
+    if (!PyArg_ParseTuple(args, "OnOOO", &o[0], &bands, &o[1], &o[2], &o[3])) return NULL;
+    static const char *names[4] = {"keys", "out_slots", "out_rows", "out_bands"};
+    static const Py_ssize_t sizes[4] = {8, 8, 8, 2};
+    Py_buffer v[4];
+    int got = 0, sorted_here = 0;
+    uint64_t *buffer = NULL;
+    for (; got < 4; got++)
+        if (get_buffer(o[got], &v[got], sizes[got], got > 0, names[got]) < 0) goto done;
+    Py_ssize_t total = v[0].len / 8;
+    if (bands < 1 || total % bands || v[1].len != total * 8 || v[2].len != total * 8 || v[3].len != total * 2) {
+        PyErr_SetString(PyExc_ValueError, "band_slots_sorted: the keys and outputs disagree on their sizes");
+        goto done;
+    }
+    Py_ssize_t n = total / bands;
+    const uint64_t *keys = v[0].buf;
+    if (!band_slots_fit(keys, n, bands)) goto done;
+    buffer = malloc((size_t)n * 2 * sizeof(uint64_t));
+    if (!buffer) { PyErr_NoMemory(); goto done; }
+    uint64_t *slots = v[1].buf;
+    int64_t *rows = v[2].buf;
+    uint16_t *out_bands = v[3].buf;
+    for (Py_ssize_t band = 0; band < bands; band++) {
+        for (Py_ssize_t row = 0; row < n; row++) buffer[row] = keys[row * bands + band] << 32 | (uint64_t)row;
+        const uint64_t *sorted = sort_band(buffer, buffer + n, n);
+        for (Py_ssize_t i = 0, at = band * n; i < n; i++, at++) {
+            slots[at] = (uint64_t)band << 32 | sorted[i] >> 32;
+            rows[at] = (int64_t)(sorted[i] & 0xFFFFFFFFu);
+            out_bands[at] = (uint16_t)band;
+        }
+    }
+    sorted_here = 1;
+done:
+    free(buffer);
+    for (int i = 0; i < got; i++) PyBuffer_Release(&v[i]);
+    if (PyErr_Occurred()) return NULL;
+    return PyBool_FromLong(sorted_here);
 }
 
 /* msgpack, as msgpack.Packer() packs (fallback.Packer._pack), for the types an index record holds. */
@@ -1434,9 +1610,11 @@ static PyMethodDef methods[] = {
     {"key_bits_set", key_bits_set, METH_VARARGS, "Set the presence bits of uint64 keys (see the module)."},
     {"key_bits_test", key_bits_test, METH_VARARGS, "Test the presence bits of uint64 keys into out (see the module)."},
     {"sort_entries", sort_entries, METH_VARARGS, "(key, value) entries sorted by key in place, stably."},
+    {"band_slots_sorted", band_slots_sorted, METH_VARARGS, "A batch's band slots sorted (see the module)."},
     {"pack_records", pack_records, METH_VARARGS, "Index records packed as DocRecord.pack does (see the module)."},
     {"sorted_matches", sorted_matches, METH_VARARGS, "Where sorted keys' entries under sorted asked keys are."},
     {"coded_shared", coded_shared, METH_VARARGS, "Values a sorted uint32 array shares with an Elias-Fano coding's."},
+    {"coded_jaccards", coded_jaccards, METH_VARARGS, "Jaccard of arrays with codings (see the module)."},
     {"record_id", record_id, METH_VARARGS, "The id of a packed index record (see the module)."},
     {NULL, NULL, 0, NULL},
 };

@@ -16,6 +16,8 @@ this module's numpy code is the same definition and runs without it.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 try:
@@ -41,13 +43,15 @@ def encode(values: np.ndarray) -> bytes:
     return encode_numpy(values)
 
 
-def encode_many(values: np.ndarray, offsets: np.ndarray) -> list[bytes]:
-    """The coding of each document's values, ``values[offsets[i]:offsets[i + 1]]``, in one call."""
+def encode_many(values: np.ndarray, offsets: np.ndarray, rows: Optional[np.ndarray] = None) -> list[bytes]:
+    """The coding of each document's values, ``values[offsets[i]:offsets[i + 1]]``, in one call; with ``rows``,
+    of the documents ``rows`` numbers only, in their order."""
     values = np.ascontiguousarray(values, dtype=np.uint32)
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    documents = range(len(offsets) - 1) if rows is None else np.ascontiguousarray(rows, dtype=np.int64)
     if _kernel is not None:
-        return _kernel.ef_encode_many(values, offsets)
-    return [encode_numpy(values[offsets[i]:offsets[i + 1]]) for i in range(len(offsets) - 1)]
+        return _kernel.ef_encode_many(values, offsets, None if rows is None else documents)
+    return [encode_numpy(values[offsets[i]:offsets[i + 1]]) for i in documents]
 
 
 def decode(data: bytes) -> np.ndarray:

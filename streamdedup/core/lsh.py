@@ -139,11 +139,15 @@ def band_slots(bands: np.ndarray, keys: np.ndarray) -> np.ndarray:
 
 
 def sorted_slots(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A batch's band keys (rows x bands) as band slots (``band_slots``) sorted, the row of each and its band."""
-    slots = band_slots(np.arange(keys.shape[1], dtype=np.uint64)[None, :], keys).ravel()
-    if _kernel is not None:  # a radix sort; rows of an equal slot in row order (no reader depends on theirs)
-        by_slot = np.arange(len(slots), dtype=np.int64)
-        _kernel.sort_entries(slots, by_slot)
-        return slots, by_slot // keys.shape[1], (by_slot % keys.shape[1]).astype(np.uint16)
-    by_slot = np.argsort(slots)
-    return slots[by_slot], by_slot // keys.shape[1], (by_slot % keys.shape[1]).astype(np.uint16)
+    """A batch's band keys (rows x bands) as band slots (``band_slots``) sorted, the row of each and its band;
+    rows of an equal slot in row order."""
+    n, bands = keys.shape
+    if _kernel is not None and n:  # band by band, each band's keys radix sorted with their rows
+        keys = np.ascontiguousarray(keys, dtype=np.uint64)
+        size = n * bands
+        slots, rows, band = np.empty(size, np.uint64), np.empty(size, np.int64), np.empty(size, np.uint16)
+        if _kernel.band_slots_sorted(keys, bands, slots, rows, band):
+            return slots, rows, band
+    slots = band_slots(np.arange(bands, dtype=np.uint64)[None, :], keys).ravel()
+    by_slot = np.argsort(slots, kind="stable")
+    return slots[by_slot], by_slot // bands, (by_slot % bands).astype(np.uint16)

@@ -11,7 +11,7 @@ try:
 except ImportError:  # built by ``pip install`` when a C compiler is there
     _kernel = None
 
-__all__ = ["jaccard", "jaccard_coded", "best_match"]
+__all__ = ["jaccard", "jaccard_coded", "jaccards_coded", "codes_together", "best_match"]
 
 _UINT32 = np.dtype(np.uint32)
 
@@ -39,6 +39,19 @@ def jaccard_coded(a: np.ndarray, coded: bytes) -> Optional[float]:
     if min(len(a), n) == 0:
         return 1.0 if max(len(a), n) == 0 else 0.0
     return shared / (len(a) + n - shared)
+
+
+def codes_together(a: np.ndarray) -> bool:
+    """Whether ``a`` can be verified against a coding in a batch's one call (``jaccards_coded``)."""
+    return _kernel is not None and _is_uint32(a.dtype)
+
+
+def jaccards_coded(owns: list[np.ndarray], codings: list[bytes]) -> tuple[np.ndarray, int]:
+    """``jaccard_coded`` of each pair, in one kernel call (each of ``owns`` ``codes_together``): the
+    similarities, and -1 or the first pair whose coding is not one (similarities up to it only)."""
+    out = np.empty(len(owns), dtype=np.float64)
+    bad = _kernel.coded_jaccards(owns, codings, out)
+    return out, bad
 
 
 def _is_uint32(dtype: np.dtype) -> bool:

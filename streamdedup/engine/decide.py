@@ -133,14 +133,14 @@ def decide_together(batch: PreparedBatch, evidences: list[Evidence], rules: Dedu
             state.kept_unwanted(item, row)
         else:
             decisions[i] = state.decide(item, row, wanted)
+    first, state.first = state.first, None  # it refers to the state: refcounting frees both, not the collector
     if gathered is not None:  # the key owners filed the places, and the serials are the caller's
         return Together(decisions, state.records, first_serial, 0, np.zeros((len(batch.contents), 0), dtype=bool))
     serials = state.next_serial - first_serial
     filed = _places_taken(state, asked, rows, bands, lookup_keys.shape, found_keys)
-    if state.first is None:
+    if first is None:
         return Together(decisions, state.records, first_serial, serials, filed)
-    return Together(decisions, state.records, first_serial, serials, filed, state.first.pages,
-                    state.first.rekeyed_here)
+    return Together(decisions, state.records, first_serial, serials, filed, first.pages, first.rekeyed_here)
 
 
 class _State:
@@ -398,7 +398,7 @@ class _State:
         and with ``gathered`` the batch's own too."""
         rules = self.rules
         rekeyed = self.first is not None and self.first.rekeyed  # pages that may add a band to a weak hit
-        serials, shared = (self.hits if rekeyed else self.strong).of(row)
+        serials, shared = (self.hits if rekeyed else self.strong).listed(row)
         extra = [serial for key in self.shared_within.get(row, ()) for serial in self.kept_by_key.get(key, ())]
         if rekeyed:
             extra += self.first.candidates(self.lookup_keys[row])

@@ -197,16 +197,15 @@ class Engine:
             write_rekeyed(txn, serial, keys)
 
     def _write_own(self, txn: IndexTxn, batch: PreparedBatch, together: Together, lookup_keys):
-        inserted, kept_rows, shingles, placed = [], {}, {}, {}
+        inserted, kept_rows, placed = [], {}, {}
         masks = place_masks(together.filed)
         for record, row in together.records.values():
             inserted.append((record, batch.id_keys[row]))
             if record.kept:
                 kept_rows[row] = record.serial
-                shingles[record.serial] = batch.shingles.of(row)
             elif masks[row]:
                 placed[record.serial] = (row, masks[row])
-        return write_documents(txn, self.mirror, inserted, kept_rows, shingles, lookup_keys, together.serials,
+        return write_documents(txn, self.mirror, inserted, kept_rows, batch.shingles, lookup_keys, together.serials,
                                placed)
 
     def commit(self, decided: DecidedBatch) -> list[Decision]:

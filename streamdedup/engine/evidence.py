@@ -17,7 +17,7 @@ from ..core.excerpts import anchors_of, containment, need_of
 from ..core.prepare import PreparedBatch
 from ..core.signing import band_keys_of
 from ..core.templates import content_of
-from ..core.verify import jaccard, jaccard_coded
+from ..core.verify import codes_together, jaccard, jaccard_coded, jaccards_coded
 from ..store.anchors import BatchAnchors
 from ..store.bands import BandTables
 from ..store.hashed import serials_of_many
@@ -159,6 +159,8 @@ def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch:
     verified_by = None if timeline is None or _no_template(txn, timeline) else timeline
     strong = hits.at_least(asking.min_shared)
     strong_serials, strong_bounds = strong.serials.tolist(), strong.bounds
+    if verified_by is None:  # candidates compared with their stored codings: read at once
+        matches.read_codings(strong_serials)
     for row in _rows_to_verify(hits, asking, content, sources is not None):
         if timeline is not None:
             timeline.at(row)
@@ -174,9 +176,9 @@ def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch:
             matches.verify_row(row, strong_serials[strong_bounds[row]:strong_bounds[row + 1]], verified_by)
         if sources is not None:
             sources.verify(row, matches, timeline)
-    evidence.matches = matches.found
+    evidence.matches = matches.verified()
     evidence.unkept = sorted(matches.unkept)
-    named = [serial for _, serial, _ in matches.found] + [serial for _, serial, _, _ in evidence.sources]
+    named = [serial for _, serial, _ in evidence.matches] + [serial for _, serial, _, _ in evidence.sources]
     evidence.names = {serial: records.id_of(serial) for serial in named}
     if asking.cutoff is not None:
         held = {serial for serial in found_serials.tolist() if serial not in matches.unkept and records.holds(serial)}
@@ -310,6 +312,8 @@ class _Matches:
         self._coded: dict[int, bytes] = {}  # stored codings of candidates verified without templates
         self.found: list = []
         self.unkept: set[int] = set()  # candidates' entries that are duplicates': no candidates
+        self._later: list = []  # (place in found, row, serial, own content, stored coding): verified together
+        self._uncoded: set[int] = set()  # candidates read ahead (``read_codings``) that have no stored coding
 
     def stored_content(self, serial: int, timeline) -> np.ndarray:
         """A stored document's content as the templates stand now (its whole shingles without templates)."""
@@ -351,11 +355,15 @@ class _Matches:
             if shingles is None and timeline is None:  # compared with the stored coding as it is, if it can be
                 coding = coded.get(serial)
                 if coding is None:
-                    coding = self.txn.stored_coding(serial)
+                    coding = None if serial in self._uncoded else self.txn.stored_coding(serial)
                     if coding is None:  # a duplicate's place
                         unkept.add(serial)
                         continue
                     coded[serial] = coding
+                if codes_together(own):  # its place in found kept, verified with the batch's others
+                    self._later.append((len(found), row, serial, own, coding))
+                    found.append(None)
+                    continue
                 try:
                     similarity = jaccard_coded(own, coding)
                 except ValueError:
@@ -377,6 +385,30 @@ class _Matches:
                                                    timeline))
             if similarity >= threshold:
                 found.append((row, serial, similarity))
+
+    def read_codings(self, serials: list[int]) -> None:
+        """The stored codings of these candidates read ahead, in one pass in the table's order, for
+        ``verify_row`` to find (a candidate without one is named unkept only when a row meets it)."""
+        wanted = sorted(set(serials).difference(self._coded, self._shingles))
+        read = self.txn.stored_codings(wanted)
+        self._coded.update(read)
+        self._uncoded.update(serial for serial in wanted if serial not in read)
+
+    def verified(self) -> list:
+        """``found``, the pairs put off by ``verify_row`` verified (in one kernel call) and kept in their
+        places if at or above the threshold."""
+        later, found = self._later, self.found
+        if later:
+            similarities, bad = jaccards_coded([entry[3] for entry in later], [entry[4] for entry in later])
+            if bad >= 0:
+                raise damaged_shingles(later[bad][2])
+            threshold = self.threshold
+            for (at, row, serial, _, _), similarity in zip(later, similarities.tolist()):
+                if similarity >= threshold:
+                    found[at] = (row, serial, similarity)
+            self.found = found = [entry for entry in found if entry is not None]
+            self._later = []
+        return found
 
 
 class OwnFirstPages:

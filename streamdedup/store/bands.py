@@ -229,11 +229,7 @@ class BandTables:
         cursor positioning per key and epoch (``_stored_rows``); keys the
         filter surely lacks are not asked.
         """
-        band, key = (slots >> _U64(32)).astype(np.uint16), slots & KEY_MASK
-        order = np.argsort(band, kind="stable")  # (band, key): the B-tree's order, walked front to back
-        in_order_band, in_order_key = band[order], key[order]
-        first = np.ones(len(in_order_key), dtype=bool)
-        first[1:] = (in_order_key[1:] != in_order_key[:-1]) | (in_order_band[1:] != in_order_band[:-1])
+        in_order_band, in_order_key, first = _walk_order(slots)
         request = np.empty(int(first.sum()), dtype=KEY_ROW)
         request["band"], request["key"] = in_order_band[first], in_order_key[first]
         everything = request  # the rekeyed table is small and not in the filter
@@ -306,3 +302,17 @@ class BandTables:
 def as_bytes_list(rows: np.ndarray) -> list[bytes]:
     """Each row of a structured array as one bytes object (void fields keep trailing zero bytes)."""
     return rows.view(np.dtype((np.void, rows.dtype.itemsize))).tolist()
+
+
+def _walk_order(slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The band and key of each of ``slots`` in (band, key) order, the B-tree's, walked front to back, and which
+    are the first of their slot. Slots sorted as a batch's are (``lsh.sorted_slots``) are in that order already."""
+    band, key = (slots >> _U64(32)).astype(np.uint16), slots & KEY_MASK
+    first = np.ones(len(slots), dtype=bool)
+    if len(slots) < 2 or (slots[1:] >= slots[:-1]).all():
+        first[1:] = slots[1:] != slots[:-1]
+        return band, key, first
+    order = np.argsort(band, kind="stable")
+    band, key = band[order], key[order]
+    first[1:] = (key[1:] != key[:-1]) | (band[1:] != band[:-1])
+    return band, key, first

@@ -55,7 +55,7 @@ class RekeyedKeys:
         return np.repeat(serials, np.count_nonzero(stacked == keys, axis=1)).tolist()
 
 
-def chosen_candidates(serials: np.ndarray, shared: np.ndarray, extra: Iterable[int], min_shared: int,
+def chosen_candidates(serials: Sequence[int], shared: Sequence[int], extra: Iterable[int], min_shared: int,
                       matchable: Optional[Callable[[int], bool]], limit: int) -> tuple[list[int], int]:
     """The candidates a document verifies, and how many it has before ``limit``.
 
@@ -66,7 +66,7 @@ def chosen_candidates(serials: np.ndarray, shared: np.ndarray, extra: Iterable[i
     ``limit``. In plain Python: a document has a handful, and numpy's cost
     per call on arrays that small is several times the work.
     """
-    counts = dict(zip(serials.tolist(), shared.tolist()))
+    counts = dict(zip(serials, shared))
     for serial in extra:
         counts[serial] = counts.get(serial, 0) + 1
     if min_shared > 1:
@@ -86,6 +86,8 @@ class Hits:
 
     def __init__(self, serials: np.ndarray, shared: np.ndarray, bounds: list[int]):
         self.serials, self.shared, self.bounds = serials, shared, bounds
+        self._at_least: dict[int, "Hits"] = {}  # ``at_least``'s answers: the evidence and the decision ask alike
+        self._lists: Optional[tuple[list[int], list[int]]] = None  # serials and shared as lists (``listed``)
 
     def of(self, row: int) -> tuple[np.ndarray, np.ndarray]:
         """Serials sharing a band with document ``row`` (ascending), and how many bands each."""
@@ -93,6 +95,13 @@ class Hits:
         if begin == end:
             return self._NONE, self._NONE
         return self.serials[begin:end], self.shared[begin:end]
+
+    def listed(self, row: int) -> tuple[list[int], list[int]]:
+        """``of(row)`` as lists: parts of the batch's made once (rows are decided one by one, in Python)."""
+        if self._lists is None:
+            self._lists = (self.serials.tolist(), self.shared.tolist())
+        begin, end = self.bounds[row], self.bounds[row + 1]
+        return self._lists[0][begin:end], self._lists[1][begin:end]
 
     def at_least(self, shared: int) -> "Hits":
         """These hits without the documents that share fewer than ``shared`` bands with their row.
@@ -103,10 +112,14 @@ class Hits:
         """
         if shared <= 1 or len(self.shared) == 0:
             return self
-        keep = self.shared >= shared
-        before = np.zeros(len(keep) + 1, dtype=np.int64)
-        np.cumsum(keep, out=before[1:])
-        return Hits(self.serials[keep], self.shared[keep], before[np.asarray(self.bounds)].tolist())
+        found = self._at_least.get(shared)
+        if found is None:
+            keep = self.shared >= shared
+            before = np.zeros(len(keep) + 1, dtype=np.int64)
+            np.cumsum(keep, out=before[1:])
+            found = Hits(self.serials[keep], self.shared[keep], before[np.asarray(self.bounds)].tolist())
+            self._at_least[shared] = found
+        return found
 
     @classmethod
     def found(cls, asked: np.ndarray, rows: np.ndarray, n: int, found_keys: np.ndarray, found_serials: np.ndarray,

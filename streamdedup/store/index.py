@@ -628,6 +628,12 @@ class IndexTxn:
         """A kept document's stored shingles as the table holds them (``eliasfano``), or None if it has none."""
         return self.txn.get(u64(serial), db=self.dbs["shingles"])
 
+    def stored_codings(self, serials: list[int]) -> dict[int, bytes]:
+        """``stored_coding`` of each of these ascending serials that has one, read in one pass in the table's
+        order."""
+        found = self.txn.cursor(db=self.dbs["shingles"]).getmulti([u64(serial) for serial in serials])
+        return {from_u64(key): value for key, value in found}
+
     def record(self, serial: int) -> DocRecord:
         raw = self.txn.get(serial_key(serial), db=self.dbs["docs"])
         if raw is None:

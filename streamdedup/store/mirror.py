@@ -536,15 +536,18 @@ def _merged_runs(runs: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
 
 
 class _KeyBits:
-    """Whether the mirror may hold a band key: one bit for each run of 64 of the 2^32 keys (8 MiB).
+    """Whether the mirror may hold a band slot (``band_slots``): 8 MiB of bits, a 32nd of them for each band
+    (bands 32 apart share theirs), one bit for each run of 2,048 of the band's 2^32 keys.
 
-    A key whose bit is clear is surely not mirrored; bits stay set when
+    A slot whose bit is clear is surely not mirrored; bits stay set when
     entries leave (``remove``, retention), which only costs a search. At
-    ``index.merge_every`` = 100,000 documents about 3% of the bits are set.
-    Band slots (``band_slots``) are taken by their band key.
+    ``index.merge_every`` = 100,000 documents about 3% of the bits are set
+    (with 32 bands; fewer bands fill their parts more). A batch's slots come
+    sorted by band, then key: each band's bits are set and tested in one
+    sweep through its 256 KiB, not through all 8 MiB, band after band.
     """
 
-    SHIFT = np.uint64(32 - KEY_BITS_LOG2)
+    SHIFT = np.uint64(32 - KEY_BITS_LOG2 + 5)  # the slot's band (its low 5 bits) on top of its key's top bits
     MASK = np.uint64((1 << KEY_BITS_LOG2) - 1)
 
     def __init__(self) -> None:

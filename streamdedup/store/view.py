@@ -8,6 +8,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..core import eliasfano
+from ..core.shingle import ShingleBatch
 from ..errors import IndexFullError
 from .hashed import each_serial_of
 from .index import MAX_SERIAL, DocRecord, IndexTxn, content_key, serial_key, u64
@@ -16,13 +17,11 @@ from .mirror import RecentMirror, pack_recent, placed_entries
 __all__ = ["write_documents", "first_documents"]
 
 
-def _coded(shingles: list[np.ndarray]) -> list[bytes]:
-    """The stored form of each kept document's shingles (``eliasfano``), coded in one call."""
-    if not shingles:
+def _coded(shingles: ShingleBatch, rows: np.ndarray) -> list[bytes]:
+    """The stored form of the shingles of each of these rows (``eliasfano``), coded in one call."""
+    if not len(rows):
         return []
-    offsets = np.zeros(len(shingles) + 1, dtype=np.int64)
-    np.cumsum([len(s) for s in shingles], out=offsets[1:])
-    return eliasfano.encode_many(np.concatenate(shingles), offsets)
+    return eliasfano.encode_many(shingles.hashes, shingles.offsets, rows)
 
 
 def _stored_first_documents(txn: IndexTxn, contents: list[bytes],
@@ -59,16 +58,17 @@ def first_documents(txn: IndexTxn, mirror: RecentMirror, contents: list[bytes],
 
 
 def write_documents(txn: IndexTxn, mirror: RecentMirror, inserted: list[tuple[DocRecord, bytes]],
-                    kept_rows: dict[int, int], shingles: dict[int, np.ndarray], band_keys: np.ndarray,
+                    kept_rows: dict[int, int], shingles: ShingleBatch, band_keys: np.ndarray,
                     numbered: Optional[int] = None, placed: Optional[dict[int, tuple[int, int]]] = None
                     ) -> Callable[[], None]:
     """Write decided documents into the transaction; returns what to do to the mirror once it commits.
 
-    ``inserted``: (record, id hash) in serial order; ``kept_rows``: batch row -> serial of the kept ones,
-    ``shingles`` theirs by serial, ``band_keys`` the batch's lookup keys (rows x bands). ``numbered``: how
-    many serials the batch used (default: one per document; a shard stores only its own documents of a
-    batch numbered for the whole deployment). ``placed``: serial -> (row, bands as bits) of the duplicates
-    that took places under band keys (``candidates.file_prober``): entries of theirs, proposing nothing.
+    ``inserted``: (record, id hash) in serial order; ``kept_rows``: batch row -> serial of the kept ones, in
+    serial order, ``shingles`` the batch's (each row's stored), ``band_keys`` its lookup keys (rows x bands).
+    ``numbered``: how many serials the batch used (default: one per document; a shard stores only its own
+    documents of a batch numbered for the whole deployment). ``placed``: serial -> (row, bands as bits) of the
+    duplicates that took places under band keys (``candidates.file_prober``): entries of theirs, proposing
+    nothing.
     """
     if inserted and inserted[-1][0].serial > MAX_SERIAL:
         raise IndexFullError(f"the index has numbered {MAX_SERIAL:,} documents, as many as it can; start a new "
@@ -87,7 +87,7 @@ def write_documents(txn: IndexTxn, mirror: RecentMirror, inserted: list[tuple[Do
         "recent": [(u64(record.serial), pack_recent(ident, record.content, recent_keys.get(record.serial, b""),
                                                     placed[record.serial][1] if record.serial in placed else None))
                    for record, ident in inserted],
-        "shingles": list(zip(map(u64, shingles), _coded(list(shingles.values())))),
+        "shingles": list(zip(map(u64, kept_serials.tolist()), _coded(shingles, kept_row_array))),
         "members": sorted((serial_key(record.cluster), key) for key, (record, _) in zip(keys, inserted)
                           if not record.kept),
     }
