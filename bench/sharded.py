@@ -296,6 +296,8 @@ def main(argv=None) -> int:
     parser.add_argument("--paced-seconds", type=float, default=10.0)
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--port", default="30792")
+    parser.add_argument("--keep-logs", metavar="DIR", help="copy each round's deployment logs into DIR/round-N (the "
+                        "work folder goes at the end)")
     args = parser.parse_args(argv)
     with local_broker(args.port) as bootstrap, tempfile.TemporaryDirectory(prefix="bench-sharded-") as tmp:
         work = Path(tmp)
@@ -313,9 +315,30 @@ def main(argv=None) -> int:
             starts.append(start_up_round(bootstrap, work, args))
             print(f"round {n + 1}: single worker {singles[-1]['seconds']:.1f} s, deployment "
                   f"{deployed[-1]['seconds']:.1f} s (start-up {starts[-1]['single']:.1f} s and "
-                  f"{starts[-1]['deployment']:.1f} s)", flush=True)
+                  f"{starts[-1]['deployment']:.1f} s){round_latency(deployed[-1]['latency'])}", flush=True)
+            if args.keep_logs:
+                keep_logs(work, Path(args.keep_logs) / f"round-{n + 1}")
         report(args, len(docs), singles, deployed, starts)
     return 0
+
+
+def round_latency(latencies: list[float]) -> str:
+    """A round's paced latency, median and p99 (a stall shows in the round it happened in)."""
+    if not latencies:
+        return ""
+    ordered = sorted(latencies)
+    return (f", latency median {statistics.median(ordered) * 1000:.0f} ms p99 "
+            f"{ordered[int(len(ordered) * 0.99)] * 1000:.0f} ms")
+
+
+def keep_logs(work: Path, into: Path) -> None:
+    """The processes' logs of the work folder so far, copied into ``into`` (then removed from the work folder, so
+    the next round's are its own)."""
+    import shutil
+
+    into.mkdir(parents=True, exist_ok=True)
+    for log in work.glob("*.log"):
+        shutil.move(str(log), into / log.name)
 
 
 def report(args, docs: int, singles: list[dict], deployed: list[dict], starts: list[dict]) -> None:
