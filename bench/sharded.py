@@ -296,9 +296,11 @@ def main(argv=None) -> int:
     parser.add_argument("--paced-seconds", type=float, default=10.0)
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--port", default="30792")
-    parser.add_argument("--keep-logs", metavar="DIR", help="copy each round's deployment logs into DIR/round-N (the "
-                        "work folder goes at the end)")
+    parser.add_argument("--keep-logs", metavar="DIR", help="run every process at log level debug and move each "
+                        "round's logs into DIR/round-N (the work folder goes at the end)")
     args = parser.parse_args(argv)
+    if args.keep_logs:
+        KEYS.extend(["--set", 'log.level="debug"'])
     with local_broker(args.port) as bootstrap, tempfile.TemporaryDirectory(prefix="bench-sharded-") as tmp:
         work = Path(tmp)
         raw = f"bench-raw-{uuid.uuid4().hex[:8]}"
