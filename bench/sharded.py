@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -324,20 +325,22 @@ def main(argv=None) -> int:
     return 0
 
 
+def median_p99_ms(latencies: list[float]) -> tuple[float, float]:
+    """The median and p99 of latencies in seconds, in milliseconds."""
+    ordered = sorted(latencies)
+    return statistics.median(ordered) * 1000, ordered[int(len(ordered) * 0.99) - 1] * 1000
+
+
 def round_latency(latencies: list[float]) -> str:
     """A round's paced latency, median and p99 (a stall shows in the round it happened in)."""
     if not latencies:
         return ""
-    ordered = sorted(latencies)
-    return (f", latency median {statistics.median(ordered) * 1000:.0f} ms p99 "
-            f"{ordered[int(len(ordered) * 0.99)] * 1000:.0f} ms")
+    median, p99 = median_p99_ms(latencies)
+    return f", latency median {median:.0f} ms p99 {p99:.0f} ms"
 
 
 def keep_logs(work: Path, into: Path) -> None:
-    """The processes' logs of the work folder so far, copied into ``into`` (then removed from the work folder, so
-    the next round's are its own)."""
-    import shutil
-
+    """The processes' logs of the work folder so far, moved into ``into`` (so the next round's are its own)."""
     into.mkdir(parents=True, exist_ok=True)
     for log in work.glob("*.log"):
         shutil.move(str(log), into / log.name)
@@ -371,10 +374,9 @@ def report(args, docs: int, singles: list[dict], deployed: list[dict], starts: l
     print(f"outcomes: {same:,} of {total_records:,} records have one outcome, the single worker's")
     latencies = [x for d in deployed for x in d["latency"]]
     if latencies:
-        latencies.sort()
-        print(f"latency at {args.paced_rate:,.0f} docs/s, record in to outcome out: median "
-              f"{med(latencies) * 1000:.0f} ms, p99 {latencies[int(len(latencies) * 0.99) - 1] * 1000:.0f} ms "
-              f"({len(latencies):,} records)")
+        median, p99 = median_p99_ms(latencies)
+        print(f"latency at {args.paced_rate:,.0f} docs/s, record in to outcome out: median {median:.0f} ms, p99 "
+              f"{p99:.0f} ms ({len(latencies):,} records)")
 
 
 if __name__ == "__main__":

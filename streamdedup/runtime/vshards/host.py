@@ -51,9 +51,9 @@ __all__ = ["run_vshards", "parse_vshards", "VShardHost"]
 # A stage's messages cross between processes once a fetch brings them: with the client's default (500 ms), a
 # fetch the broker holds came back only when its wait ran out, and an epoch took 1.3 s where its stages' work
 # took 0.1 (36,852 documents, 8 vshards in 2 processes: 11.1 s; 6.4 s with 5 ms). With 10 ms an idle host spends
-# 13% of a core fetching (and the broker 12%); 100 ms, tried on 2026-12-05, showed no slower epochs, but its quiet
-# bench.sharded latency (662 ms median at 1,000 docs/s) was not told apart from 10 ms's the same evening (671 ms),
-# so the wait stays until an A/B settles it.
+# 12-13% of a core fetching (and the broker 9-12%). Longer waits let some stage messages sit out the whole wait
+# (2026-12-06, load 4-5: epochs' p90 1.07 s at 10 ms, 1.25 s at 100, 1.69 s at 500; a one-record epoch 0.15 s at
+# 10 ms, 0.6 s at 500), although two plain clients ping-pong in 4 ms at either wait.
 FETCH_WAIT_MS = 10
 # The group's member reads nothing: its partitions are paused as they are assigned, but a fetch may go out before
 # (kafka-python assigns them, then calls the listener), and from the records topic's beginning a fetch brought up
@@ -160,8 +160,8 @@ class _Membership:
                 membership.given = set()  # the group dropped this member: let the vshards' states go for others
                 membership.lost += 1
 
-        self.source = KafkaSource([], {**GROUP_SESSION, **settings, **IDLE_MEMBER}, f"{config.kafka.group_id}-vshards",
-                                  1)
+        group = f"{config.kafka.group_id}-vshards"
+        self.source = KafkaSource([], {**GROUP_SESSION, **settings, **IDLE_MEMBER}, group, 1)
         self.source.subscribe([values_topic(config)], Listener())
         self.thread = threading.Thread(target=self._poll, name="streamdedup-vshards-group", daemon=True)
         self.thread.start()

@@ -85,9 +85,8 @@ class _Signer:
         consumer_settings = kafka_client_settings(config.kafka, "consumer")
         producer_settings = kafka_client_settings(config.kafka, "producer")
         self.spec = self._input_spec(consumer_settings)
-        self.epoch_records = max(1, int(config.shards.epoch_records * FIRST_EPOCH_SHARE))
         self.source = KafkaSource(config.input.topics, {**GROUP_SESSION, **consumer_settings},
-                                  f"{config.kafka.group_id}-sign", self._most_records())
+                                  f"{config.kafka.group_id}-sign", self._first_epoch_records())
         self.source.subscribe(config.input.topics)
         self.producer = KafkaProducer(**{"acks": "all", "linger_ms": 5, "max_request_size": SIGNED_MESSAGE_BYTES,
                                          "batch_size": 1 << 20, **producer_settings})
@@ -151,15 +150,14 @@ class _Signer:
                                          value=pack_home(places, [chunk[at] for at in places], part))
                 for home, (places, part) in parts.items()}
 
-    def _most_records(self) -> int:
-        """Records a poll takes at most: an epoch's (``shards.epoch_records``: larger epochs cost the vshards less
-        a document), less at the start of a session (``FIRST_EPOCH_SHARE``)."""
-        return self.epoch_records
+    def _first_epoch_records(self) -> int:
+        """Records the session's first epoch holds at most (``FIRST_EPOCH_SHARE``): the source's batch size, which
+        ``_grow_epochs`` doubles up to ``shards.epoch_records`` (larger epochs cost the vshards less a document)."""
+        return max(1, int(self.config.shards.epoch_records * FIRST_EPOCH_SHARE))
 
     def _grow_epochs(self) -> None:
         """The next epoch may hold twice as many records as this one could, up to ``shards.epoch_records``."""
-        self.epoch_records = min(2 * self.epoch_records, self.config.shards.epoch_records)
-        self.source.batch_size = self.epoch_records
+        self.source.batch_size = min(2 * self.source.batch_size, self.config.shards.epoch_records)
 
     def _most_bytes(self) -> int:
         """Record bytes in one epoch: ``shards.batch_bytes`` in each vshard's home message on average."""
