@@ -220,6 +220,7 @@ def test_decisions_without_the_kernel_are_the_decisions_with_it(tmp_path, monkey
     from streamdedup.core.decode import InputSpec
     from streamdedup.engine.engine import Engine
     from streamdedup.runtime.offline import dedup_files
+    from streamdedup.runtime.sink import files
     from streamdedup.store import bandfilter, candidates, index, mirror
 
     web = io.StringIO()
@@ -238,7 +239,8 @@ def test_decisions_without_the_kernel_are_the_decisions_with_it(tmp_path, monkey
         return (tmp_path / f"{name}.jsonl").read_bytes()
 
     compiled = decisions("kernel")
-    for module in (shingle, signing, prepare_module, verify, eliasfano, mirror, index, bandfilter, candidates, lsh):
+    for module in (shingle, signing, prepare_module, verify, eliasfano, mirror, index, bandfilter, candidates, lsh,
+                   files):
         monkeypatch.setattr(module, "_kernel", None)
     assert decisions("numpy") == compiled
     assert compiled.count(b'"duplicate"') > 200
@@ -620,3 +622,36 @@ def test_chosen_documents_coded_in_one_kernel_call_as_numpy_codes_them(monkeypat
     for wrong in ([-1], [len(documents)]):
         with pytest.raises(ValueError):
             _kernel.ef_encode_many(values, offsets, np.array(wrong, dtype=np.int64))
+
+
+def test_kernel_decision_lines_equal_each_line_written_in_python():
+    """The decisions file's lines of a batch, new clusters written by the kernel, are ``decision_line``'s, byte
+    for byte: ids with every control character, quotes, backslashes and non-ASCII text, and every other kind of
+    decision (left to ``decision_line``)."""
+    import random
+
+    from streamdedup.core.records import DUPLICATE, KEPT, REJECTED, Decision
+    from streamdedup.runtime.sink import files
+
+    rng = random.Random(5)
+    alphabet = [chr(c) for c in range(0, 0x80)] + ["é", "ß", "😀", "\u2028", "中"]
+    decisions = []
+    for _ in range(2000):
+        ident = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 12)))
+        kind = rng.randrange(6)
+        if kind < 3:
+            decisions.append(Decision(ident, KEPT, ident))
+        elif kind == 3:
+            decisions.append(Decision(ident, DUPLICATE, "c" + ident, "m", rng.random(), exact=rng.random() < 0.5))
+        elif kind == 4:
+            decisions.append(Decision(ident, REJECTED, None, None, None, "empty: no text"))
+        else:
+            decisions.append(Decision(ident, KEPT, ident, None, None, None, False, True, 3, 2, None))
+    decisions.append(Decision("k", KEPT, "other"))
+    decisions.append(Decision("e", DUPLICATE, "s", "s", 0.8, containment=0.91))
+    python = b"".join(files.decision_line(d) for d in decisions)
+    assert files._kernel.decision_lines(decisions, files.decision_line) == python
+    assert files.decision_lines(decisions) == python
+    assert files._kernel.decision_lines([], files.decision_line) == b""
+    with pytest.raises(UnicodeEncodeError):  # a lone surrogate: what decision_line does with it
+        files._kernel.decision_lines([Decision("a\ud800", KEPT, "a\ud800")], files.decision_line)

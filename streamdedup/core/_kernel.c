@@ -70,6 +70,13 @@
  *     The band filter of store/bandfilter.py, exactly: out[i] = 1 if a layer (uint64 words, a power of
  *     two of them) may hold keys[i]; a layer's bits of each key set.
  *
+ * decision_lines(decisions, line) -> bytes
+ *     The decisions file's lines of a batch, joined: a kept document's new cluster (status "kept",
+ *     cluster its own id, matched, similarity, reason and containment None; most lines) written
+ *     here as sinks.files.decision_line writes it (the id a JSON string as json's
+ *     encode_basestring writes it, UTF-8), any other decision, or an id that is not valid UTF-8,
+ *     by calling line(decision) (bytes).
+ *
  * Arrays are passed through the buffer protocol (C-contiguous, types checked by itemsize here and
  * by dtype in Python), so the module needs only Python.h to build.
  */
@@ -1593,6 +1600,98 @@ static PyObject *bloom_set(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* decision_lines: the decisions file's lines of a batch (see the module comment). */
+enum { D_ID, D_STATUS, D_CLUSTER, D_MATCHED, D_SIMILARITY, D_REASON, D_CONTAINMENT, D_FIELDS };
+static const char *decision_fields[D_FIELDS] = {"id", "status", "cluster", "matched", "similarity", "reason",
+                                                "containment"};
+static PyObject *decision_names[D_FIELDS];
+static PyObject *kept_status;
+
+/* The id as a JSON string (json.encoder.encode_basestring: '"', '\\' and control characters escaped). */
+static int out_json_string(Out *out, const char *text, Py_ssize_t n) {
+    static const char hex[] = "0123456789abcdef";
+    if (out_reserve(out, 6 * n + 2) < 0) return -1;
+    unsigned char *w = out->data + out->size;
+    *w++ = '"';
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)text[i];
+        if (c >= 0x20 && c != '"' && c != '\\') { *w++ = c; continue; }
+        *w++ = '\\';
+        switch (c) {
+            case '"': *w++ = '"'; break;
+            case '\\': *w++ = '\\'; break;
+            case '\n': *w++ = 'n'; break;
+            case '\r': *w++ = 'r'; break;
+            case '\t': *w++ = 't'; break;
+            case '\b': *w++ = 'b'; break;
+            case '\f': *w++ = 'f'; break;
+            default: *w++ = 'u'; *w++ = '0'; *w++ = '0'; *w++ = hex[c >> 4]; *w++ = hex[c & 15];
+        }
+    }
+    *w++ = '"';
+    out->size = w - out->data;
+    return 0;
+}
+
+/* One decision's line if it is a new cluster's: 0 written, 1 another kind (nothing written), -1 an error. */
+static int new_cluster_line(Out *out, PyObject *decision) {
+    PyObject *f[D_FIELDS] = {NULL};
+    int result = -1, e;
+    for (int i = 0; i < D_FIELDS; i++)
+        if (!(f[i] = PyObject_GetAttr(decision, decision_names[i]))) goto done;
+    result = 1;
+    if (f[D_MATCHED] != Py_None || f[D_SIMILARITY] != Py_None || f[D_REASON] != Py_None
+        || f[D_CONTAINMENT] != Py_None || !PyUnicode_CheckExact(f[D_ID]) || !PyUnicode_Check(f[D_STATUS]))
+        goto done;
+    if ((e = PyUnicode_Compare(f[D_STATUS], kept_status)) != 0) { result = e == -1 && PyErr_Occurred() ? -1 : 1; goto done; }
+    if (f[D_CLUSTER] != f[D_ID] && (e = equal(f[D_CLUSTER], f[D_ID])) != 1) { result = e < 0 ? -1 : 1; goto done; }
+    Py_ssize_t n;
+    const char *id = PyUnicode_AsUTF8AndSize(f[D_ID], &n);
+    if (!id) { PyErr_Clear(); goto done; } /* not UTF-8 (a lone surrogate): decision_line says what it makes of it */
+    static const char head[] = "{\"id\": ", mid[] = ", \"status\": \"kept\", \"cluster\": ",
+        tail[] = ", \"matched\": null, \"similarity\": null, \"reason\": null, \"relation\": null, "
+                 "\"containment\": null}\n";
+    if (out_bytes(out, head, sizeof head - 1) < 0 || out_json_string(out, id, n) < 0
+        || out_bytes(out, mid, sizeof mid - 1) < 0 || out_json_string(out, id, n) < 0
+        || out_bytes(out, tail, sizeof tail - 1) < 0) { result = -1; goto done; }
+    result = 0;
+done:
+    for (int i = 0; i < D_FIELDS; i++) Py_XDECREF(f[i]);
+    return result;
+}
+
+static PyObject *decision_lines(PyObject *self, PyObject *args) {
+    PyObject *decisions, *line;
+    if (!PyArg_ParseTuple(args, "O!O", &PyList_Type, &decisions, &line)) return NULL;
+    for (int i = 0; i < D_FIELDS; i++)
+        if (!decision_names[i] && !(decision_names[i] = PyUnicode_InternFromString(decision_fields[i]))) return NULL;
+    if (!kept_status && !(kept_status = PyUnicode_InternFromString("kept"))) return NULL;
+    Out out = {NULL, 0, 0};
+    PyObject *joined = NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(decisions); i++) {
+        PyObject *decision = PyList_GET_ITEM(decisions, i);
+        Py_ssize_t began = out.size;
+        int r = new_cluster_line(&out, decision);
+        if (r < 0) goto done;
+        if (r == 0) continue;
+        out.size = began;
+        PyObject *other = PyObject_CallOneArg(line, decision);
+        if (!other) goto done;
+        if (!PyBytes_Check(other)) {
+            PyErr_SetString(PyExc_TypeError, "decision_lines: line(decision) must give bytes");
+            Py_DECREF(other);
+            goto done;
+        }
+        int w = out_bytes(&out, PyBytes_AS_STRING(other), PyBytes_GET_SIZE(other));
+        Py_DECREF(other);
+        if (w < 0) goto done;
+    }
+    joined = PyBytes_FromStringAndSize(out.size ? (const char *)out.data : "", out.size);
+done:
+    free(out.data);
+    return joined;
+}
+
 static PyMethodDef methods[] = {
     {"shingles", shingles, METH_VARARGS, "Sorted unique shingle hashes of every document (see the module)."},
     {"minhash", minhash, METH_VARARGS, "MinHash signatures of every document (see the module)."},
@@ -1616,6 +1715,7 @@ static PyMethodDef methods[] = {
     {"coded_shared", coded_shared, METH_VARARGS, "Values a sorted uint32 array shares with an Elias-Fano coding's."},
     {"coded_jaccards", coded_jaccards, METH_VARARGS, "Jaccard of arrays with codings (see the module)."},
     {"record_id", record_id, METH_VARARGS, "The id of a packed index record (see the module)."},
+    {"decision_lines", decision_lines, METH_VARARGS, "A batch's decisions file lines, joined (see the module)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -11,7 +11,12 @@ from ...core.records import KEPT, Decision, FileBatch
 from ...errors import ResumeError
 from .messages import STRING, json_string, similarity_json
 
-__all__ = ["FileOutputs", "decision_line"]
+try:
+    from ...core import _kernel
+except ImportError:  # built without a C compiler: each line written here
+    _kernel = None
+
+__all__ = ["FileOutputs", "decision_line", "decision_lines"]
 
 
 def decision_line(decision: Decision) -> bytes:
@@ -27,6 +32,14 @@ def decision_line(decision: Decision) -> bytes:
             f'"similarity": {similarity}, "reason": {json_string(decision.reason)}, '
             f'"relation": {json_string(decision.relation)}, '
             f'"containment": {similarity_json(decision.containment)}}}\n').encode("utf-8")
+
+
+def decision_lines(decisions: list[Decision]) -> bytes:
+    """``decision_line`` of each decision, joined: the new clusters' lines (most) by the kernel
+    (``_kernel.decision_lines``, the same bytes), every other line by ``decision_line``."""
+    if _kernel is not None:
+        return _kernel.decision_lines(decisions if isinstance(decisions, list) else list(decisions), decision_line)
+    return b"".join(decision_line(d) for d in decisions)
 
 
 class _Output:
@@ -111,7 +124,7 @@ class FileOutputs:
         """What one batch appends to each output (only to those this run writes)."""
         written = {}
         if self.decisions is not None:
-            written["decisions"] = b"".join(decision_line(d) for d in decisions)
+            written["decisions"] = decision_lines(decisions)
         if self.clean is not None:
             written["clean"] = b"".join(value + b"\n" for value, d in zip(lines.values(), decisions)
                                         if d.status == KEPT)
