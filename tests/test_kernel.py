@@ -221,6 +221,7 @@ def test_decisions_without_the_kernel_are_the_decisions_with_it(tmp_path, monkey
     from streamdedup.engine.engine import Engine
     from streamdedup.runtime.offline import dedup_files
     from streamdedup.runtime.sink import files
+    from streamdedup.store import view
     from streamdedup.store import bandfilter, candidates, index, mirror
 
     web = io.StringIO()
@@ -240,7 +241,7 @@ def test_decisions_without_the_kernel_are_the_decisions_with_it(tmp_path, monkey
 
     compiled = decisions("kernel")
     for module in (shingle, signing, prepare_module, verify, eliasfano, mirror, index, bandfilter, candidates, lsh,
-                   files):
+                   files, view):
         monkeypatch.setattr(module, "_kernel", None)
     assert decisions("numpy") == compiled
     assert compiled.count(b'"duplicate"') > 200
@@ -625,13 +626,14 @@ def test_chosen_documents_coded_in_one_kernel_call_as_numpy_codes_them(monkeypat
 
 
 def test_kernel_decision_lines_equal_each_line_written_in_python():
-    """The decisions file's lines of a batch, new clusters written by the kernel, are ``decision_line``'s, byte
-    for byte: ids with every control character, quotes, backslashes and non-ASCII text, and every other kind of
-    decision (left to ``decision_line``)."""
+    """The decisions file's lines of a batch, written by the kernel, are ``decision_line``'s, byte for byte: ids
+    with every control character, quotes, backslashes and non-ASCII text, every kind of decision, similarities
+    seen before and new ones, and fields of other types (left to ``decision_line``)."""
     import random
 
     from streamdedup.core.records import DUPLICATE, KEPT, REJECTED, Decision
     from streamdedup.runtime.sink import files
+    from streamdedup.store import view
 
     rng = random.Random(5)
     alphabet = [chr(c) for c in range(0, 0x80)] + ["é", "ß", "😀", "\u2028", "中"]
@@ -642,16 +644,65 @@ def test_kernel_decision_lines_equal_each_line_written_in_python():
         if kind < 3:
             decisions.append(Decision(ident, KEPT, ident))
         elif kind == 3:
-            decisions.append(Decision(ident, DUPLICATE, "c" + ident, "m", rng.random(), exact=rng.random() < 0.5))
+            similarity = rng.choice((rng.random(), 0.75, 1.0, 5 / 7, 0.0, -0.0, 0.1234565, float("nan")))
+            decisions.append(Decision(ident, DUPLICATE, "c" + ident, "m", similarity, exact=rng.random() < 0.5))
         elif kind == 4:
             decisions.append(Decision(ident, REJECTED, None, None, None, "empty: no text"))
         else:
             decisions.append(Decision(ident, KEPT, ident, None, None, None, False, True, 3, 2, None))
     decisions.append(Decision("k", KEPT, "other"))
     decisions.append(Decision("e", DUPLICATE, "s", "s", 0.8, containment=0.91))
+    decisions.append(Decision("n", DUPLICATE, "s", "s", np.float64(0.8)))  # not a float: decision_line's
+    decisions.append(Decision("i", KEPT, "i", reason=None, similarity=None, matched=None, containment=0.5))
     python = b"".join(files.decision_line(d) for d in decisions)
     assert files._kernel.decision_lines(decisions, files.decision_line) == python
     assert files.decision_lines(decisions) == python
     assert files._kernel.decision_lines([], files.decision_line) == b""
     with pytest.raises(UnicodeEncodeError):  # a lone surrogate: what decision_line does with it
         files._kernel.decision_lines([Decision("a\ud800", KEPT, "a\ud800")], files.decision_line)
+
+
+def test_kernel_index_rows_equal_the_python_ones():
+    """What ``write_documents`` files of each record (docs key, ``recent`` entry, members, exact count, mirror
+    entries), by the kernel and in Python: kept documents with and without band keys, near and exact
+    duplicates with and without places, serials of every width up to 4 bytes."""
+    import random
+
+    from streamdedup.core.records import Document, Source
+    from streamdedup.store import view
+    from streamdedup.store.index import DocRecord
+
+    rng = random.Random(8)
+    records, idents, recent_keys, placed = [], [], {}, {}
+    serial = 0
+    for i in range(3000):
+        serial += rng.choice((1, 1, 1, 7, 300, 70000, 2 ** 24))
+        serial = min(serial, 2 ** 32 - 1 - (3000 - i))
+        doc = Document(f"d{i}", "text", Source("in.jsonl", -1, i + 1))
+        content = rng.randbytes(16)
+        kind = rng.randrange(4)
+        if kind == 0:
+            record = DocRecord.new_cluster(serial, doc, content, b"", 1.5)
+            if rng.random() < 0.7:
+                recent_keys[serial] = rng.randbytes(4 * 32)
+        elif kind == 1:
+            twin = DocRecord.new_cluster(rng.randrange(1, serial + 1), doc, content, b"", 1.5)
+            record = DocRecord.exact_copy_of(twin, serial, doc, content, 2.5)
+        else:
+            representative = DocRecord.new_cluster(rng.randrange(1, serial + 1), doc, content, b"", 1.5)
+            record = DocRecord.near_duplicate_of(representative, 0.8, serial, doc, content, 2.5)
+            if rng.random() < 0.5:
+                recent_keys[serial] = rng.randbytes(4 * 32)
+                placed[serial] = (i, rng.randrange(0, 2 ** 64))
+        records.append(record)
+        idents.append(rng.randbytes(8))
+    compiled = view._kernel.index_rows(records, idents, recent_keys, placed)
+    kernel, view._kernel = view._kernel, None
+    try:
+        python = view._rows_filed(records, idents, recent_keys, placed)
+    finally:
+        view._kernel = kernel
+    assert compiled == python
+    assert compiled[2] and 0 < compiled[3] < len(records)
+    with pytest.raises(OverflowError):
+        view._kernel.index_rows([DocRecord.new_cluster(2 ** 32, doc, content, b"", 1.5)], [b"i" * 8], {}, {})

@@ -70,12 +70,17 @@
  *     The band filter of store/bandfilter.py, exactly: out[i] = 1 if a layer (uint64 words, a power of
  *     two of them) may hold keys[i]; a layer's bits of each key set.
  *
+ * index_rows(records, idents, recent_keys, placed) -> (keys, recent, members, exact, entries)
+ *     What store.view.write_documents files of each decided record (index.DocRecord, serials in
+ *     0..2**32-1), with idents its id hash (bytes): keys, its serial as the docs table keys it
+ *     (4 bytes big-endian); recent, (8-byte serial, mirror.pack_recent(ident, content,
+ *     recent_keys.get(serial, b""), placed[serial][1] if in placed)); members, (cluster key, key) of
+ *     each duplicate, in record order; exact, how many are exact; entries, (serial, ident, content). *
  * decision_lines(decisions, line) -> bytes
- *     The decisions file's lines of a batch, joined: a kept document's new cluster (status "kept",
- *     cluster its own id, matched, similarity, reason and containment None; most lines) written
- *     here as sinks.files.decision_line writes it (the id a JSON string as json's
- *     encode_basestring writes it, UTF-8), any other decision, or an id that is not valid UTF-8,
- *     by calling line(decision) (bytes).
+ *     The decisions file's lines of a batch, joined, each as sinks.files.decision_line writes it
+ *     (strings as json's encode_basestring writes them, UTF-8; similarities repr(round(x, 6)), by
+ *     Python's round and repr); a decision with a field of another type (not str, not float, a
+ *     string that is not valid UTF-8) by calling line(decision) (bytes).
  *
  * Arrays are passed through the buffer protocol (C-contiguous, types checked by itemsize here and
  * by dtype in Python), so the module needs only Python.h to build.
@@ -1600,12 +1605,127 @@ static PyObject *bloom_set(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* index_rows: what write_documents files of each decided record (see the module comment). */
+static PyObject *serial_bytes(PyObject *serial, int width) {
+    unsigned long long v = PyLong_AsUnsignedLongLong(serial);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    if (width == 4 && v > 0xffffffffULL) {
+        PyErr_SetString(PyExc_OverflowError, "index_rows: a serial past 4 bytes");
+        return NULL;
+    }
+    unsigned char b[8];
+    for (int i = 0; i < width; i++) b[i] = (unsigned char)(v >> (8 * (width - 1 - i)));
+    return PyBytes_FromStringAndSize((const char *)b, width);
+}
+
+/* mirror.pack_recent(ident, content, keys, places): places None, or an int of 8 bytes big-endian. */
+static PyObject *recent_value(PyObject *ident, PyObject *content, PyObject *keys, PyObject *places) {
+    if (!PyBytes_Check(ident) || !PyBytes_Check(content) || !PyBytes_Check(keys)) {
+        PyErr_SetString(PyExc_TypeError, "index_rows: id hash, content hash and band keys must be bytes");
+        return NULL;
+    }
+    Py_ssize_t a = PyBytes_GET_SIZE(ident), b = PyBytes_GET_SIZE(content), c = PyBytes_GET_SIZE(keys);
+    unsigned long long bits = 0;
+    if (places != NULL) {
+        bits = PyLong_AsUnsignedLongLong(places);
+        if (bits == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    }
+    PyObject *value = PyBytes_FromStringAndSize(NULL, a + b + c + (places ? 8 : 0));
+    if (!value) return NULL;
+    char *w = PyBytes_AS_STRING(value);
+    memcpy(w, PyBytes_AS_STRING(ident), (size_t)a);
+    memcpy(w + a, PyBytes_AS_STRING(content), (size_t)b);
+    memcpy(w + a + b, PyBytes_AS_STRING(keys), (size_t)c);
+    if (places)
+        for (int i = 0; i < 8; i++) w[a + b + c + i] = (char)(unsigned char)(bits >> (8 * (7 - i)));
+    return value;
+}
+
+static PyObject *index_rows(PyObject *self, PyObject *args) {
+    PyObject *records, *idents, *recent_keys, *placed;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!", &PyList_Type, &records, &PyList_Type, &idents, &PyDict_Type,
+                          &recent_keys, &PyDict_Type, &placed)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(records);
+    if (PyList_GET_SIZE(idents) != n) {
+        PyErr_SetString(PyExc_ValueError, "index_rows: one id hash a record");
+        return NULL;
+    }
+    for (int i = 0; i < R_FIELDS; i++)
+        if (!record_names[i] && !(record_names[i] = PyUnicode_InternFromString(record_fields[i]))) return NULL;
+    PyObject *keys = PyList_New(n), *recent = PyList_New(n), *members = PyList_New(0), *entries = PyList_New(n);
+    PyObject *empty = PyBytes_FromStringAndSize("", 0), *result = NULL;
+    long long exact = 0;
+    if (!keys || !recent || !members || !entries || !empty) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *record = PyList_GET_ITEM(records, i), *ident = PyList_GET_ITEM(idents, i);
+        PyObject *serial = PyObject_GetAttr(record, record_names[R_SERIAL]);
+        PyObject *content = serial ? PyObject_GetAttr(record, record_names[R_CONTENT]) : NULL;
+        PyObject *kept = content ? PyObject_GetAttr(record, record_names[R_KEPT]) : NULL;
+        PyObject *is_exact = kept ? PyObject_GetAttr(record, record_names[R_EXACT]) : NULL;
+        PyObject *key = NULL, *wide = NULL, *value = NULL, *pair = NULL, *entry = NULL;
+        int ok = 0;
+        if (!is_exact) goto record_done;
+        int truth = PyObject_IsTrue(is_exact), keeps = PyObject_IsTrue(kept);
+        if (truth < 0 || keeps < 0) goto record_done;
+        exact += truth;
+        if (!(key = serial_bytes(serial, 4)) || !(wide = serial_bytes(serial, 8))) goto record_done;
+        PyObject *band_keys = PyDict_GetItemWithError(recent_keys, serial);
+        if (!band_keys && PyErr_Occurred()) goto record_done;
+        PyObject *place = PyDict_GetItemWithError(placed, serial), *bits = NULL;
+        if (!place && PyErr_Occurred()) goto record_done;
+        if (place) {
+            if (!PyTuple_Check(place) || PyTuple_GET_SIZE(place) != 2) {
+                PyErr_SetString(PyExc_TypeError, "index_rows: placed[serial] must be (row, bands)");
+                goto record_done;
+            }
+            bits = PyTuple_GET_ITEM(place, 1);
+        }
+        if (!(value = recent_value(ident, content, band_keys ? band_keys : empty, bits))) goto record_done;
+        if (!(pair = PyTuple_Pack(2, wide, value))) goto record_done;
+        if (!(entry = PyTuple_Pack(3, serial, ident, content))) goto record_done;
+        if (!keeps) {
+            PyObject *cluster = PyObject_GetAttr(record, record_names[R_CLUSTER]);
+            PyObject *cluster_key = cluster ? serial_bytes(cluster, 4) : NULL;
+            PyObject *member = cluster_key ? PyTuple_Pack(2, cluster_key, key) : NULL;
+            int appended = member ? PyList_Append(members, member) : -1;
+            Py_XDECREF(cluster);
+            Py_XDECREF(cluster_key);
+            Py_XDECREF(member);
+            if (appended < 0) goto record_done;
+        }
+        PyList_SET_ITEM(keys, i, key);
+        PyList_SET_ITEM(recent, i, pair);
+        PyList_SET_ITEM(entries, i, entry);
+        key = pair = entry = NULL;
+        ok = 1;
+    record_done:
+        Py_XDECREF(serial);
+        Py_XDECREF(content);
+        Py_XDECREF(kept);
+        Py_XDECREF(is_exact);
+        Py_XDECREF(key);
+        Py_XDECREF(wide);
+        Py_XDECREF(value);
+        Py_XDECREF(pair);
+        Py_XDECREF(entry);
+        if (!ok) goto done;
+    }
+    result = Py_BuildValue("(OOOLO)", keys, recent, members, exact, entries);
+done:
+    Py_XDECREF(keys);
+    Py_XDECREF(recent);
+    Py_XDECREF(members);
+    Py_XDECREF(entries);
+    Py_XDECREF(empty);
+    return result;
+}
+
 /* decision_lines: the decisions file's lines of a batch (see the module comment). */
 enum { D_ID, D_STATUS, D_CLUSTER, D_MATCHED, D_SIMILARITY, D_REASON, D_CONTAINMENT, D_FIELDS };
 static const char *decision_fields[D_FIELDS] = {"id", "status", "cluster", "matched", "similarity", "reason",
                                                 "containment"};
 static PyObject *decision_names[D_FIELDS];
-static PyObject *kept_status;
+static PyObject *kept_status, *relation_name;
 
 /* The id as a JSON string (json.encoder.encode_basestring: '"', '\\' and control characters escaped). */
 static int out_json_string(Out *out, const char *text, Py_ssize_t n) {
@@ -1633,30 +1753,88 @@ static int out_json_string(Out *out, const char *text, Py_ssize_t n) {
     return 0;
 }
 
-/* One decision's line if it is a new cluster's: 0 written, 1 another kind (nothing written), -1 an error. */
-static int new_cluster_line(Out *out, PyObject *decision) {
-    PyObject *f[D_FIELDS] = {NULL};
+/* JSON of an optional str: null, or the string (0); 1: not a str (decision_line says what it makes of it). */
+static int out_optional_string(Out *out, PyObject *text) {
+    if (text == Py_None) return out_bytes(out, "null", 4);
+    if (!PyUnicode_CheckExact(text)) return 1;
+    Py_ssize_t n;
+    const char *utf8 = PyUnicode_AsUTF8AndSize(text, &n);
+    if (!utf8) { PyErr_Clear(); return 1; } /* not UTF-8 (a lone surrogate) */
+    return out_json_string(out, utf8, n);
+}
+
+/* messages.similarity_json: null, or repr(round(x, 6)) of a float (0); 1: another type. */
+static PyObject *round_builtin, *similarity_texts;  /* the text of each similarity seen (by its bits), bounded */
+static int out_similarity(Out *out, PyObject *x) {
+    if (x == Py_None) return out_bytes(out, "null", 4);
+    if (!PyFloat_CheckExact(x)) return 1;
+    double value = PyFloat_AS_DOUBLE(x);
+    uint64_t bits;
+    memcpy(&bits, &value, sizeof bits);
+    PyObject *key = PyLong_FromUnsignedLongLong(bits);
+    if (!key) return -1;
+    PyObject *text = PyDict_GetItemWithError(similarity_texts, key);  /* borrowed */
+    if (text) {
+        Py_DECREF(key);
+        return out_bytes(out, PyBytes_AS_STRING(text), PyBytes_GET_SIZE(text));
+    }
+    if (PyErr_Occurred()) { Py_DECREF(key); return -1; }
+    PyObject *rounded = PyObject_CallFunction(round_builtin, "Oi", x, 6);
+    PyObject *shown = rounded ? PyObject_Repr(rounded) : NULL;
+    Py_XDECREF(rounded);
+    text = shown ? PyUnicode_AsUTF8String(shown) : NULL;
+    Py_XDECREF(shown);
+    if (!text) { Py_DECREF(key); return -1; }
+    if (PyDict_GET_SIZE(similarity_texts) >= 1 << 16) PyDict_Clear(similarity_texts);
+    int r = PyDict_SetItem(similarity_texts, key, text) < 0 ? -1
+            : out_bytes(out, PyBytes_AS_STRING(text), PyBytes_GET_SIZE(text));
+    Py_DECREF(key);
+    Py_DECREF(text);
+    return r;
+}
+
+/* One decision's line as decision_line writes it: 0 written, 1 left to decision_line (nothing written that
+ * counts: the caller drops it), -1 an error. */
+static int decision_line_into(Out *out, PyObject *decision) {
+    PyObject *f[D_FIELDS] = {NULL}, *relation = NULL;
     int result = -1, e;
     for (int i = 0; i < D_FIELDS; i++)
         if (!(f[i] = PyObject_GetAttr(decision, decision_names[i]))) goto done;
     result = 1;
-    if (f[D_MATCHED] != Py_None || f[D_SIMILARITY] != Py_None || f[D_REASON] != Py_None
-        || f[D_CONTAINMENT] != Py_None || !PyUnicode_CheckExact(f[D_ID]) || !PyUnicode_Check(f[D_STATUS]))
+    if (!PyUnicode_CheckExact(f[D_ID]) || !PyUnicode_CheckExact(f[D_STATUS])) goto done;
+    if ((e = PyUnicode_Compare(f[D_STATUS], kept_status)) == -1 && PyErr_Occurred()) { result = -1; goto done; }
+    int new_cluster = e == 0 && f[D_MATCHED] == Py_None && f[D_SIMILARITY] == Py_None && f[D_REASON] == Py_None
+                      && f[D_CONTAINMENT] == Py_None;
+    if (new_cluster && f[D_CLUSTER] != f[D_ID] && (new_cluster = equal(f[D_CLUSTER], f[D_ID])) < 0) {
+        result = -1;
         goto done;
-    if ((e = PyUnicode_Compare(f[D_STATUS], kept_status)) != 0) { result = e == -1 && PyErr_Occurred() ? -1 : 1; goto done; }
-    if (f[D_CLUSTER] != f[D_ID] && (e = equal(f[D_CLUSTER], f[D_ID])) != 1) { result = e < 0 ? -1 : 1; goto done; }
+    }
     Py_ssize_t n;
     const char *id = PyUnicode_AsUTF8AndSize(f[D_ID], &n);
     if (!id) { PyErr_Clear(); goto done; } /* not UTF-8 (a lone surrogate): decision_line says what it makes of it */
-    static const char head[] = "{\"id\": ", mid[] = ", \"status\": \"kept\", \"cluster\": ",
-        tail[] = ", \"matched\": null, \"similarity\": null, \"reason\": null, \"relation\": null, "
-                 "\"containment\": null}\n";
-    if (out_bytes(out, head, sizeof head - 1) < 0 || out_json_string(out, id, n) < 0
-        || out_bytes(out, mid, sizeof mid - 1) < 0 || out_json_string(out, id, n) < 0
-        || out_bytes(out, tail, sizeof tail - 1) < 0) { result = -1; goto done; }
-    result = 0;
+    if (new_cluster) {  /* most lines: a new cluster, named by its own id */
+        static const char head[] = "{\"id\": ", mid[] = ", \"status\": \"kept\", \"cluster\": ",
+            tail[] = ", \"matched\": null, \"similarity\": null, \"reason\": null, \"relation\": null, "
+                     "\"containment\": null}\n";
+        result = out_bytes(out, head, sizeof head - 1) < 0 || out_json_string(out, id, n) < 0
+                 || out_bytes(out, mid, sizeof mid - 1) < 0 || out_json_string(out, id, n) < 0
+                 || out_bytes(out, tail, sizeof tail - 1) < 0 ? -1 : 0;
+        goto done;
+    }
+    if (!(relation = PyObject_GetAttr(decision, relation_name))) { result = -1; goto done; }
+    const char *parts[8] = {"{\"id\": ", ", \"status\": ", ", \"cluster\": ", ", \"matched\": ", ", \"similarity\": ",
+                            ", \"reason\": ", ", \"relation\": ", ", \"containment\": "};
+    PyObject *values[8] = {f[D_ID], f[D_STATUS], f[D_CLUSTER], f[D_MATCHED], f[D_SIMILARITY], f[D_REASON], relation,
+                           f[D_CONTAINMENT]};
+    for (int i = 0; i < 8; i++) {
+        if (out_bytes(out, parts[i], (Py_ssize_t)strlen(parts[i])) < 0) { result = -1; goto done; }
+        int r = i == 4 || i == 7 ? out_similarity(out, values[i]) : out_optional_string(out, values[i]);
+        if (r != 0) { result = r; goto done; }
+    }
+    result = out_bytes(out, "}\n", 2) < 0 ? -1 : 0;
 done:
     for (int i = 0; i < D_FIELDS; i++) Py_XDECREF(f[i]);
+    Py_XDECREF(relation);
     return result;
 }
 
@@ -1666,12 +1844,23 @@ static PyObject *decision_lines(PyObject *self, PyObject *args) {
     for (int i = 0; i < D_FIELDS; i++)
         if (!decision_names[i] && !(decision_names[i] = PyUnicode_InternFromString(decision_fields[i]))) return NULL;
     if (!kept_status && !(kept_status = PyUnicode_InternFromString("kept"))) return NULL;
+    if (!relation_name && !(relation_name = PyUnicode_InternFromString("relation"))) return NULL;
+    if (!similarity_texts && !(similarity_texts = PyDict_New())) return NULL;
+    if (!round_builtin) {
+        PyObject *builtins = PyEval_GetBuiltins();  /* borrowed */
+        round_builtin = builtins ? PyDict_GetItemString(builtins, "round") : NULL;
+        if (!round_builtin) {
+            PyErr_SetString(PyExc_RuntimeError, "decision_lines: no builtin round");
+            return NULL;
+        }
+        Py_INCREF(round_builtin);
+    }
     Out out = {NULL, 0, 0};
     PyObject *joined = NULL;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(decisions); i++) {
         PyObject *decision = PyList_GET_ITEM(decisions, i);
         Py_ssize_t began = out.size;
-        int r = new_cluster_line(&out, decision);
+        int r = decision_line_into(&out, decision);
         if (r < 0) goto done;
         if (r == 0) continue;
         out.size = began;
@@ -1715,6 +1904,7 @@ static PyMethodDef methods[] = {
     {"coded_shared", coded_shared, METH_VARARGS, "Values a sorted uint32 array shares with an Elias-Fano coding's."},
     {"coded_jaccards", coded_jaccards, METH_VARARGS, "Jaccard of arrays with codings (see the module)."},
     {"record_id", record_id, METH_VARARGS, "The id of a packed index record (see the module)."},
+    {"index_rows", index_rows, METH_VARARGS, "What write_documents files of each decided record (see the module)."},
     {"decision_lines", decision_lines, METH_VARARGS, "A batch's decisions file lines, joined (see the module)."},
     {NULL, NULL, 0, NULL},
 };

@@ -197,16 +197,18 @@ class Engine:
             write_rekeyed(txn, serial, keys)
 
     def _write_own(self, txn: IndexTxn, batch: PreparedBatch, together: Together, lookup_keys):
-        inserted, kept_rows, placed = [], {}, {}
+        records, idents, kept_rows, placed = [], [], {}, {}
         masks = place_masks(together.filed)
+        id_keys = batch.id_keys
         for record, row in together.records.values():
-            inserted.append((record, batch.id_keys[row]))
+            records.append(record)
+            idents.append(id_keys[row])
             if record.kept:
                 kept_rows[row] = record.serial
             elif masks[row]:
                 placed[record.serial] = (row, masks[row])
-        return write_documents(txn, self.mirror, inserted, kept_rows, batch.shingles, lookup_keys, together.serials,
-                               placed)
+        return write_documents(txn, self.mirror, records, idents, kept_rows, batch.shingles, lookup_keys,
+                               together.serials, placed)
 
     def commit(self, decided: DecidedBatch) -> list[Decision]:
         """Commit a decided batch durably; returns its decisions.

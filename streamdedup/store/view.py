@@ -14,6 +14,11 @@ from .hashed import each_serial_of
 from .index import MAX_SERIAL, DocRecord, IndexTxn, content_key, serial_key, u64
 from .mirror import RecentMirror, pack_recent, placed_entries
 
+try:
+    from ..core import _kernel
+except ImportError:  # built without a C compiler: each record's values made here
+    _kernel = None
+
 __all__ = ["write_documents", "first_documents"]
 
 
@@ -57,23 +62,22 @@ def first_documents(txn: IndexTxn, mirror: RecentMirror, contents: list[bytes],
     return found
 
 
-def write_documents(txn: IndexTxn, mirror: RecentMirror, inserted: list[tuple[DocRecord, bytes]],
+def write_documents(txn: IndexTxn, mirror: RecentMirror, records: list[DocRecord], idents: list[bytes],
                     kept_rows: dict[int, int], shingles: ShingleBatch, band_keys: np.ndarray,
                     numbered: Optional[int] = None, placed: Optional[dict[int, tuple[int, int]]] = None
                     ) -> Callable[[], None]:
     """Write decided documents into the transaction; returns what to do to the mirror once it commits.
 
-    ``inserted``: (record, id hash) in serial order; ``kept_rows``: batch row -> serial of the kept ones, in
-    serial order, ``shingles`` the batch's (each row's stored), ``band_keys`` its lookup keys (rows x bands).
-    ``numbered``: how many serials the batch used (default: one per document; a shard stores only its own
-    documents of a batch numbered for the whole deployment). ``placed``: serial -> (row, bands as bits) of the
-    duplicates that took places under band keys (``candidates.file_prober``): entries of theirs, proposing
+    ``records`` in serial order, ``idents`` their id hashes; ``kept_rows``: batch row -> serial of the kept
+    ones, in serial order, ``shingles`` the batch's (each row's stored), ``band_keys`` its lookup keys (rows x
+    bands). ``numbered``: how many serials the batch used (default: one per document; a shard stores only its
+    own documents of a batch numbered for the whole deployment). ``placed``: serial -> (row, bands as bits) of
+    the duplicates that took places under band keys (``candidates.file_prober``): entries of theirs, proposing
     nothing.
     """
-    if inserted and inserted[-1][0].serial > MAX_SERIAL:
+    if records and records[-1].serial > MAX_SERIAL:
         raise IndexFullError(f"the index has numbered {MAX_SERIAL:,} documents, as many as it can; start a new "
                              "index (or shard the input) and keep this one for lookups")
-    keys = [serial_key(record.serial) for record, _ in inserted]
     kept = len(kept_rows)
     kept_row_array = np.fromiter(kept_rows.keys(), dtype=np.int64, count=kept)
     kept_serials = np.fromiter(kept_rows.values(), dtype=np.int64, count=kept)
@@ -82,24 +86,38 @@ def write_documents(txn: IndexTxn, mirror: RecentMirror, inserted: list[tuple[Do
     placed = placed or {}
     for serial, (row, bands) in placed.items():
         recent_keys[serial] = band_keys[row].astype(">u4").tobytes()
+    keys, recent, members, exact, entries = _rows_filed(records, idents, recent_keys, placed)
     writes = {  # every table but members gets serials in increasing order: appended
-        "docs": list(zip(keys, txn.pack_records([record for record, _ in inserted]))),
-        "recent": [(u64(record.serial), pack_recent(ident, record.content, recent_keys.get(record.serial, b""),
-                                                    placed[record.serial][1] if record.serial in placed else None))
-                   for record, ident in inserted],
+        "docs": list(zip(keys, txn.pack_records(records))),
+        "recent": recent,
         "shingles": list(zip(map(u64, kept_serials.tolist()), _coded(shingles, kept_row_array))),
-        "members": sorted((serial_key(record.cluster), key) for key, (record, _) in zip(keys, inserted)
-                          if not record.kept),
+        "members": sorted(members),
     }
     raw, dbs = txn.txn, txn.dbs
     for name, items in writes.items():
         if items:
             cursor = raw.cursor(db=dbs[name])
             cursor.putmulti(items, dupdata=True, append=name != "members")
-    exact = sum(record.exact for record, _ in inserted)
-    txn.count(next_serial=len(inserted) if numbered is None else numbered, documents=len(inserted), kept=kept,
-              duplicates=len(inserted) - kept, exact=exact)
-    entries = [(record.serial, ident, record.content) for record, ident in inserted]
+    txn.count(next_serial=len(records) if numbered is None else numbered, documents=len(records), kept=kept,
+              duplicates=len(records) - kept, exact=exact)
     places = placed_entries(list(placed), [band_keys[row] for row, _ in placed.values()],
                             [bands for _, bands in placed.values()])
     return lambda: mirror.add(entries, kept_serials, kept_keys, places)
+
+
+def _rows_filed(records: list[DocRecord], idents: list[bytes], recent_keys: dict[int, bytes],
+                placed: dict[int, tuple[int, int]]) -> tuple[list, list, list, int, list]:
+    """What each record files: its docs table key, its ``recent`` entry (``pack_recent``, with
+    ``recent_keys`` its band keys and ``placed`` its places), (cluster key, key) of each duplicate, how many
+    are exact, and (serial, id hash, content) of each for the mirror; in one kernel call
+    (``_kernel.index_rows``, the same values) when there is one."""
+    if _kernel is not None:
+        return _kernel.index_rows(records, idents, recent_keys, placed)
+    keys = [serial_key(record.serial) for record in records]
+    recent = [(u64(record.serial), pack_recent(ident, record.content, recent_keys.get(record.serial, b""),
+                                               placed[record.serial][1] if record.serial in placed else None))
+              for record, ident in zip(records, idents)]
+    members = [(serial_key(record.cluster), key) for key, record in zip(keys, records) if not record.kept]
+    exact = sum(record.exact for record in records)
+    entries = [(record.serial, ident, record.content) for record, ident in zip(records, idents)]
+    return keys, recent, members, exact, entries
