@@ -706,3 +706,26 @@ def test_kernel_index_rows_equal_the_python_ones():
     assert compiled[2] and 0 < compiled[3] < len(records)
     with pytest.raises(OverflowError):
         view._kernel.index_rows([DocRecord.new_cluster(2 ** 32, doc, content, b"", 1.5)], [b"i" * 8], {}, {})
+
+
+def test_kernel_files_the_mirrors_hashes_as_python_does(monkeypatch):
+    """The recent mirror's id and content hashes of committed documents (``RecentMirror.add``), filed by the
+    kernel and in Python: the same first serials and later ones, over batches with repeated ids and contents."""
+    import random
+
+    from streamdedup.store import mirror
+
+    rng = random.Random(3)
+    batches = [[(serial, rng.choice((b"a", b"b", rng.randbytes(8))), rng.choice((b"c", rng.randbytes(16))))
+                for serial in range(start, start + 500)] for start in range(1, 3001, 500)]
+    mirrors = []
+    for kernel in (mirror._kernel, None):
+        monkeypatch.setattr(mirror, "_kernel", kernel)
+        recent = mirror.RecentMirror()
+        for entries in batches:
+            recent.add(entries, np.zeros(0, dtype=np.int64), np.zeros((0, 32), dtype=np.uint64))
+        mirrors.append(recent)
+    compiled, python = mirrors
+    assert compiled.id_firsts() == python.id_firsts() and compiled.content == python.content
+    assert compiled.id_more() == python.id_more() and compiled.content_more() == python.content_more()
+    assert len(python.id_more()[b"a"]) > 100 and compiled.serials_of_id(b"b") == python.serials_of_id(b"b")

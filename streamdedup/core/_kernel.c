@@ -76,6 +76,10 @@
  *     (4 bytes big-endian); recent, (8-byte serial, mirror.pack_recent(ident, content,
  *     recent_keys.get(serial, b""), placed[serial][1] if in placed)); members, (cluster key, key) of
  *     each duplicate, in record order; exact, how many are exact; entries, (serial, ident, content). *
+ * file_firsts(entries, first_of_id, more_of_id, first_of_content, more_of_content)
+ *     The recent mirror's hashes of committed documents (mirror.RecentMirror.add): for each
+ *     (serial, id hash, content hash) of entries, in order, each hash's first serial set in its
+ *     first_ dict if it has none, else the serial appended to its list in the more_ dict. *
  * decision_lines(decisions, line) -> bytes
  *     The decisions file's lines of a batch, joined, each as sinks.files.decision_line writes it
  *     (strings as json's encode_basestring writes them, UTF-8; similarities repr(round(x, 6)), by
@@ -1720,6 +1724,45 @@ done:
     return result;
 }
 
+/* file_firsts: the recent mirror's hashes of committed documents (see the module comment). */
+static int file_first(PyObject *first, PyObject *more, PyObject *hash, PyObject *serial) {
+    PyObject *held = PyDict_SetDefault(first, hash, serial);  /* borrowed */
+    if (!held) return -1;
+    if (held == serial) return 0;
+    int same = PyObject_RichCompareBool(held, serial, Py_EQ);
+    if (same != 0) return same < 0 ? -1 : 0;
+    PyObject *later = PyDict_GetItemWithError(more, hash);  /* borrowed */
+    if (!later) {
+        if (PyErr_Occurred()) return -1;
+        PyObject *made = PyList_New(0);
+        if (!made || PyDict_SetItem(more, hash, made) < 0) { Py_XDECREF(made); return -1; }
+        Py_DECREF(made);
+        later = made;
+    }
+    if (!PyList_Check(later)) {
+        PyErr_SetString(PyExc_TypeError, "file_firsts: a later serials entry is not a list");
+        return -1;
+    }
+    return PyList_Append(later, serial);
+}
+
+static PyObject *file_firsts(PyObject *self, PyObject *args) {
+    PyObject *entries, *first_id, *more_id, *first_content, *more_content;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!", &PyList_Type, &entries, &PyDict_Type, &first_id, &PyDict_Type,
+                          &more_id, &PyDict_Type, &first_content, &PyDict_Type, &more_content)) return NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(entries); i++) {
+        PyObject *entry = PyList_GET_ITEM(entries, i);
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 3) {
+            PyErr_SetString(PyExc_TypeError, "file_firsts: entries must be (serial, id hash, content hash)");
+            return NULL;
+        }
+        PyObject *serial = PyTuple_GET_ITEM(entry, 0);
+        if (file_first(first_id, more_id, PyTuple_GET_ITEM(entry, 1), serial) < 0
+            || file_first(first_content, more_content, PyTuple_GET_ITEM(entry, 2), serial) < 0) return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 /* decision_lines: the decisions file's lines of a batch (see the module comment). */
 enum { D_ID, D_STATUS, D_CLUSTER, D_MATCHED, D_SIMILARITY, D_REASON, D_CONTAINMENT, D_FIELDS };
 static const char *decision_fields[D_FIELDS] = {"id", "status", "cluster", "matched", "similarity", "reason",
@@ -1905,6 +1948,7 @@ static PyMethodDef methods[] = {
     {"coded_jaccards", coded_jaccards, METH_VARARGS, "Jaccard of arrays with codings (see the module)."},
     {"record_id", record_id, METH_VARARGS, "The id of a packed index record (see the module)."},
     {"index_rows", index_rows, METH_VARARGS, "What write_documents files of each decided record (see the module)."},
+    {"file_firsts", file_firsts, METH_VARARGS, "The recent mirror's hashes of committed documents (see the module)."},
     {"decision_lines", decision_lines, METH_VARARGS, "A batch's decisions file lines, joined (see the module)."},
     {NULL, NULL, 0, NULL},
 };

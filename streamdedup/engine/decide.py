@@ -399,12 +399,16 @@ class _State:
         rules = self.rules
         rekeyed = self.first is not None and self.first.rekeyed  # pages that may add a band to a weak hit
         serials, shared = (self.hits if rekeyed else self.strong).listed(row)
-        extra = [serial for key in self.shared_within.get(row, ()) for serial in self.kept_by_key.get(key, ())]
-        if rekeyed:
-            extra += self.first.candidates(self.lookup_keys[row])
+        within = self.shared_within.get(row, ())
         proposed = self._proposed if self.unmatchable or self.unkept or self.gathered is not None else None
-        chosen, candidates = chosen_candidates(serials, shared, extra, rules.signing.min_shared, proposed,
-                                               rules.max_candidates)
+        if not rekeyed and not within and proposed is None and len(serials) <= rules.max_candidates:
+            chosen, candidates = serials, len(serials)  # ``chosen_candidates``' answer: strong hits, ascending
+        else:
+            extra = [serial for key in within for serial in self.kept_by_key.get(key, ())]
+            if rekeyed:
+                extra += self.first.candidates(self.lookup_keys[row])
+            chosen, candidates = chosen_candidates(serials, shared, extra, rules.signing.min_shared, proposed,
+                                                   rules.max_candidates)
         best, best_similarity = None, -1.0
         own = self.own_content(row) if self.gathered is None else None
         for serial in chosen:

@@ -158,7 +158,8 @@ class SiteTemplates:
                 if repeats is not None:
                     repeats.states[site] = committed
             digest = batch.contents[row]
-            if learns(site) and digest not in seen and view.serial_of_content(digest) is None:
+            learning = learns(site)
+            if learning and digest not in seen and view.serial_of_content(digest) is None:
                 seen.add(digest)
                 before, was_settled = state.template, state.settled
                 if repeats is not None and not state.ahead:
@@ -171,9 +172,11 @@ class SiteTemplates:
                 if moved is not None and site:
                     shared = self._moved(txn, moved, shared)
                     timeline.record(row, None, shared)
-            if learns(site) and not state.settled:
+            if learning and not state.settled:
                 provisional.add(row)
-            content = content_of(full, state.template, shared, settings.min_content_share)
+            template = state.template
+            content = full if not len(template) and not len(shared) else content_of(  # ``content_of``'s answer
+                full, template, shared, settings.min_content_share)
             rows.append(content)
             if content is not full:
                 changed.append(row)

@@ -150,12 +150,7 @@ class RecentMirror:
         """Take in committed documents: (serial, id hash, content hash) each, the kept ones' band keys, and
         the places duplicates took under band keys (``placed_entries``: serials, bands, keys)."""
         self._sorted = None
-        first, content = self._first_of_id, self.content
-        for serial, ident, digest in entries:
-            if first.setdefault(ident, serial) != serial:
-                self._more_of_id.setdefault(ident, []).append(serial)
-            if content.setdefault(digest, serial) != serial:
-                self._more_of_content.setdefault(digest, []).append(serial)
+        self._file_hashes(entries)
         if entries:
             self.last_serial = max(self.last_serial, entries[-1][0])
         self.documents += len(entries)
@@ -169,6 +164,19 @@ class RecentMirror:
             serials.append(places[0])
         if slots:
             self._insert_sorted(np.concatenate(slots), np.concatenate(serials).astype(np.int64, copy=False))
+
+    def _file_hashes(self, entries: list[tuple[int, bytes, bytes]]) -> None:
+        """Each entry's id and content hash filed: its serial the first of a hash, or one more
+        (``_kernel.file_firsts`` when there is one: the same dicts)."""
+        first, content = self._first_of_id, self.content
+        if _kernel is not None and isinstance(entries, list):
+            _kernel.file_firsts(entries, first, self._more_of_id, content, self._more_of_content)
+            return
+        for serial, ident, digest in entries:
+            if first.setdefault(ident, serial) != serial:
+                self._more_of_id.setdefault(ident, []).append(serial)
+            if content.setdefault(digest, serial) != serial:
+                self._more_of_content.setdefault(digest, []).append(serial)
 
     def serials_of_id(self, ident: bytes) -> list[int]:
         """The mirrored documents with this id hash, oldest first (of the generation being merged, those whose
