@@ -19,6 +19,7 @@ from typing import BinaryIO, Callable, Iterator, Optional
 from ..core.records import FileBatch, RawRecord, Source, canonical_order
 from ..errors import ResumeError
 from .warc import is_warc, warc_lines
+from .wire import BinaryHeaderKey
 
 __all__ = ["FilePosition", "FileSource", "KafkaSource", "rejoin_if_abandoned", "unreadable_position"]
 
@@ -335,10 +336,10 @@ def _raw_record(message) -> RawRecord:
     topic the header becomes ``streamdedup.binary-header-key`` (its key's
     bytes) followed by ``streamdedup.binary-header-value`` (its value).
     """
-    from .wire import BinaryHeaderKey
-
     source = Source(message.topic, message.partition, message.offset)
-    headers = tuple(message.headers or ())
+    if not message.headers:  # most records: nothing to look at
+        return RawRecord(message.value, source, message.key, (), message.timestamp)
+    headers = tuple(message.headers)
     binary = [name.raw for name, _ in headers if isinstance(name, BinaryHeaderKey)]
     if not binary:
         return RawRecord(message.value, source, message.key, headers, message.timestamp)
