@@ -275,3 +275,19 @@ def test_a_producer_without_transactions_gets_the_records_send_writes(kafka, ide
     finally:
         producer.close()
     assert fields(read_all(kafka, by_appender)) == fields(read_all(kafka, by_send))
+
+
+def test_a_compressing_producer_appends_record_by_record(kafka):
+    from streamdedup.runtime.sink import appender as module
+
+    producer = transactional(kafka, compression_type="gzip")
+    try:
+        assert type(RecordAppender.of(producer)) is RecordAppender
+    finally:
+        producer.close()
+    if module.record_batches is not None:
+        producer = transactional(kafka)
+        try:
+            assert type(RecordAppender.of(producer)) is module.BatchAppender
+        finally:
+            producer.close()
