@@ -13,6 +13,7 @@ import uuid
 import pytest
 from kafka_helpers import (
     Topics,
+    create_topics,
     header,
     outcome_summary,
     outcomes,
@@ -258,3 +259,30 @@ def test_a_vshard_restored_from_an_older_backup_decides_its_epochs_again_without
         stop_processes(hosts)
     assert outcome_summary(outcomes(kafka, topics)) == expected
     assert vshard_decisions(state, 4, KEYS) == held
+
+
+def test_a_group_member_whose_join_outlasts_its_polls_still_completes_it(kafka):
+    """kafka-python leaves a join that outlasts ``poll`` half done, and a group's first leader never completes it
+    (no heartbeats: the group drops the member after its session, while it keeps its assignment); every group
+    member of ours asks to join again (``rejoin_if_abandoned``). Polled with 1 ms timeouts, as a loaded machine
+    makes a longer poll, each member ends its join stable, heartbeating."""
+    from kafka import KafkaConsumer
+    from kafka.structs import MemberState
+
+    from streamdedup.runtime.source import rejoin_if_abandoned
+
+    for _ in range(3):
+        topic = f"join-{uuid.uuid4().hex[:8]}"
+        create_topics(kafka, [topic], 8)
+        consumer = KafkaConsumer(bootstrap_servers=kafka, group_id=f"group-{topic}", enable_auto_commit=False)
+        try:
+            consumer.subscribe([topic])
+            deadline = time.monotonic() + 3
+            while time.monotonic() < deadline:
+                consumer.poll(timeout_ms=1)
+                rejoin_if_abandoned(consumer)
+            coordinator = consumer._coordinator
+            assert coordinator.state is MemberState.STABLE and coordinator._heartbeat_enabled
+            assert len(consumer.assignment()) == 8
+        finally:
+            consumer.close()

@@ -75,16 +75,26 @@
  *     0..2**32-1), with idents its id hash (bytes): keys, its serial as the docs table keys it
  *     (4 bytes big-endian); recent, (8-byte serial, mirror.pack_recent(ident, content,
  *     recent_keys.get(serial, b""), placed[serial][1] if in placed)); members, (cluster key, key) of
- *     each duplicate, in record order; exact, how many are exact; entries, (serial, ident, content). *
+ *     each duplicate, in record order; exact, how many are exact; entries, (serial, ident, content).
+ *
  * file_firsts(entries, first_of_id, more_of_id, first_of_content, more_of_content)
  *     The recent mirror's hashes of committed documents (mirror.RecentMirror.add): for each
  *     (serial, id hash, content hash) of entries, in order, each hash's first serial set in its
- *     first_ dict if it has none, else the serial appended to its list in the more_ dict. *
+ *     first_ dict if it has none, else the serial appended to its list in the more_ dict.
+ *
  * decision_lines(decisions, line) -> bytes
  *     The decisions file's lines of a batch, joined, each as sinks.files.decision_line writes it
  *     (strings as json's encode_basestring writes them, UTF-8; similarities repr(round(x, 6)), by
  *     Python's round and repr); a decision with a field of another type (not str, not float, a
  *     string that is not valid UTF-8) by calling line(decision) (bytes).
+ *
+ * record_batches(records, batch_size) -> list of (bytearray, count, first_ts, max_ts, largest record)
+ *     Kafka record batches (magic 2, uncompressed) of (timestamp_ms, key, value, headers) records, byte for
+ *     byte as kafka-python's DefaultRecordBatchBuilder appends them (zigzag varints, a null key, value or
+ *     header value as length -1, header names UTF-8), a batch ending where that builder's would (a record
+ *     whose size would take it past batch_size opens the next; the first always fits). Each bytearray begins
+ *     with the batch's 61-byte header left zero: the producer's id, epoch and base sequence are known only
+ *     when the client sends it, and sink/batches.py writes it and the CRC-32C then.
  *
  * Arrays are passed through the buffer protocol (C-contiguous, types checked by itemsize here and
  * by dtype in Python), so the module needs only Python.h to build.
@@ -1924,6 +1934,170 @@ done:
     return joined;
 }
 
+/* Kafka record batches (format v2, magic 2), as kafka-python's DefaultRecordBatchBuilder writes them. */
+
+static int varint_bytes(int64_t value) {
+    uint64_t z = ((uint64_t)value << 1) ^ (uint64_t)(value >> 63);
+    int n = 1;
+    while (z > 0x7F) { z >>= 7; n++; }
+    return n;
+}
+
+static void put_varint(Out *out, int64_t value) {  /* room reserved by the caller */
+    uint64_t z = ((uint64_t)value << 1) ^ (uint64_t)(value >> 63);
+    while (z > 0x7F) { out->data[out->size++] = (unsigned char)((z & 0x7F) | 0x80); z >>= 7; }
+    out->data[out->size++] = (unsigned char)z;
+}
+
+/* A key, value or header value: NULL data for None; bytes, bytearray or memoryview otherwise. */
+typedef struct { const char *data; Py_ssize_t size; Py_buffer view; int viewed; } Field;
+
+static int field_of(Field *f, PyObject *o, const char *what) {
+    f->viewed = 0;
+    if (o == Py_None) { f->data = NULL; f->size = -1; return 0; }
+    if (PyBytes_CheckExact(o)) { f->data = PyBytes_AS_STRING(o); f->size = PyBytes_GET_SIZE(o); return 0; }
+    if (PyByteArray_Check(o) || PyMemoryView_Check(o) || PyBytes_Check(o)) {
+        if (PyObject_GetBuffer(o, &f->view, PyBUF_C_CONTIGUOUS) < 0) return -1;
+        f->viewed = 1;
+        f->data = f->view.buf;
+        f->size = f->view.len;
+        return 0;
+    }
+    PyErr_Format(PyExc_TypeError, "record_batches: a record's %s must be bytes, bytearray, memoryview or None, not %.80s",
+                 what, Py_TYPE(o)->tp_name);
+    return -1;
+}
+
+static void field_release(Field *f) { if (f->viewed) { PyBuffer_Release(&f->view); f->viewed = 0; } }
+
+static Py_ssize_t field_bytes(const Field *f) { return f->data ? varint_bytes(f->size) + f->size : 1; }
+
+static void put_field(Out *out, const Field *f) {
+    put_varint(out, f->data ? f->size : -1);
+    if (f->data) { memcpy(out->data + out->size, f->data, (size_t)f->size); out->size += f->size; }
+}
+
+/* One record appended to the batch in out: its body's size first, then its bytes. -1: an error set. */
+static int put_record(Out *out, PyObject *row, int64_t timestamp_delta, int64_t offset_delta, Py_ssize_t *written,
+                      Py_ssize_t room_left, int first) {
+    PyObject *headers = PyTuple_GET_ITEM(row, 3);
+    Field key, value;
+    if (field_of(&key, PyTuple_GET_ITEM(row, 1), "key") < 0) return -1;
+    if (field_of(&value, PyTuple_GET_ITEM(row, 2), "value") < 0) { field_release(&key); return -1; }
+    int result = -1;
+    PyObject *fast = PySequence_Fast(headers, "record_batches: a record's headers must be a list of (str, bytes)");
+    if (!fast) goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    Py_ssize_t body = 1 + varint_bytes(timestamp_delta) + varint_bytes(offset_delta) + field_bytes(&key)
+                      + field_bytes(&value) + varint_bytes(n);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PySequence_Fast_GET_ITEM(fast, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(pair, 0))) {
+            PyErr_SetString(PyExc_TypeError, "record_batches: a header must be a (str, bytes or None) pair");
+            goto done;
+        }
+        Py_ssize_t name_size;
+        if (!PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &name_size)) goto done;
+        Field h;
+        if (field_of(&h, PyTuple_GET_ITEM(pair, 1), "header value") < 0) goto done;
+        body += varint_bytes(name_size) + name_size + field_bytes(&h);
+        field_release(&h);
+    }
+    Py_ssize_t required = varint_bytes(body) + body;
+    if (!first && required > room_left) { result = 1; goto done; }  /* the batch is full: the caller starts another */
+    if (out_reserve(out, required) < 0) goto done;
+    put_varint(out, body);
+    out->data[out->size++] = 0;  /* attributes */
+    put_varint(out, timestamp_delta);
+    put_varint(out, offset_delta);
+    put_field(out, &key);
+    put_field(out, &value);
+    put_varint(out, n);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PySequence_Fast_GET_ITEM(fast, i);
+        Py_ssize_t name_size;
+        const char *name = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &name_size);
+        Field h;
+        if (field_of(&h, PyTuple_GET_ITEM(pair, 1), "header value") < 0) goto done;
+        put_varint(out, name_size);
+        memcpy(out->data + out->size, name, (size_t)name_size);
+        out->size += name_size;
+        put_field(out, &h);
+        field_release(&h);
+    }
+    *written = required;
+    result = 0;
+done:
+    Py_XDECREF(fast);
+    field_release(&key);
+    field_release(&value);
+    return result;
+}
+
+#define RECORD_BATCH_HEADER 61
+
+/* The finished batch (its header left zero) as (bytearray, count, first timestamp, max timestamp, largest record)
+ * appended to batches; out is emptied down to a new header. */
+static int batch_done(PyObject *batches, Out *out, Py_ssize_t count, int64_t first_ts, int64_t max_ts,
+                      Py_ssize_t largest) {
+    PyObject *data = PyByteArray_FromStringAndSize((const char *)out->data, out->size);
+    if (!data) return -1;
+    PyObject *item = Py_BuildValue("(NnLLn)", data, count, (long long)first_ts, (long long)max_ts, largest);
+    if (!item) return -1;
+    int r = PyList_Append(batches, item);
+    Py_DECREF(item);
+    out->size = RECORD_BATCH_HEADER;
+    memset(out->data, 0, RECORD_BATCH_HEADER);
+    return r;
+}
+
+static PyObject *record_batches(PyObject *self, PyObject *args) {
+    PyObject *rows;
+    Py_ssize_t batch_size;
+    if (!PyArg_ParseTuple(args, "O!n", &PyList_Type, &rows, &batch_size)) return NULL;
+    PyObject *batches = PyList_New(0);
+    if (!batches) return NULL;
+    Out out = {NULL, 0, 0};
+    if (out_reserve(&out, RECORD_BATCH_HEADER) < 0) goto failed;
+    memset(out.data, 0, RECORD_BATCH_HEADER);
+    out.size = RECORD_BATCH_HEADER;
+    Py_ssize_t count = 0, largest = 0;
+    int64_t first_ts = 0, max_ts = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(rows); i++) {
+        PyObject *row = PyList_GET_ITEM(rows, i);
+        if (!PyTuple_CheckExact(row) || PyTuple_GET_SIZE(row) != 4) {
+            PyErr_SetString(PyExc_TypeError, "record_batches: each record is a (timestamp_ms, key, value, headers) tuple");
+            goto failed;
+        }
+        long long ts = PyLong_AsLongLong(PyTuple_GET_ITEM(row, 0));
+        if (ts == -1 && PyErr_Occurred()) goto failed;
+        for (;;) {
+            Py_ssize_t written = 0;
+            int r = put_record(&out, row, count ? (int64_t)ts - first_ts : 0, count, &written,
+                               batch_size - out.size, count == 0);
+            if (r < 0) goto failed;
+            if (r == 1) {  /* full: this record opens the next batch */
+                if (batch_done(batches, &out, count, first_ts, max_ts, largest) < 0) goto failed;
+                count = 0;
+                largest = 0;
+                continue;
+            }
+            if (count == 0) first_ts = max_ts = ts;
+            else if (ts > max_ts) max_ts = ts;
+            if (written > largest) largest = written;
+            count++;
+            break;
+        }
+    }
+    if (count && batch_done(batches, &out, count, first_ts, max_ts, largest) < 0) goto failed;
+    free(out.data);
+    return batches;
+failed:
+    free(out.data);
+    Py_DECREF(batches);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"shingles", shingles, METH_VARARGS, "Sorted unique shingle hashes of every document (see the module)."},
     {"minhash", minhash, METH_VARARGS, "MinHash signatures of every document (see the module)."},
@@ -1950,6 +2124,7 @@ static PyMethodDef methods[] = {
     {"index_rows", index_rows, METH_VARARGS, "What write_documents files of each decided record (see the module)."},
     {"file_firsts", file_firsts, METH_VARARGS, "The recent mirror's hashes of committed documents (see the module)."},
     {"decision_lines", decision_lines, METH_VARARGS, "A batch's decisions file lines, joined (see the module)."},
+    {"record_batches", record_batches, METH_VARARGS, "Kafka v2 record batches of (timestamp_ms, key, value, headers) records (see the module)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -19,8 +19,9 @@ from typing import BinaryIO, Callable, Iterator, Optional
 from ..core.records import FileBatch, RawRecord, Source, canonical_order
 from ..errors import ResumeError
 from .warc import is_warc, warc_lines
+from .wire import BinaryHeaderKey
 
-__all__ = ["FilePosition", "FileSource", "KafkaSource", "unreadable_position"]
+__all__ = ["FilePosition", "FileSource", "KafkaSource", "rejoin_if_abandoned", "unreadable_position"]
 
 
 @dataclass(frozen=True)
@@ -252,6 +253,8 @@ class KafkaSource:
             polled = self.consumer.poll(timeout_ms=timeout_ms, max_records=max_records or self.batch_size)
         except CorruptRecordError as exc:
             return self._skip_unreadable(exc, limit)
+        if self.group_id is not None:
+            rejoin_if_abandoned(self.consumer)
         records = []
         for tp, messages in polled.items():
             stop = None if limit is None else limit.get(tp)
@@ -304,6 +307,27 @@ class KafkaSource:
         self.consumer.close(autocommit=False)
 
 
+def rejoin_if_abandoned(consumer) -> bool:
+    """Ask ``consumer`` to join its group again if its last join was left half done; whether it was.
+
+    kafka-python (3.0.12) leaves a join that outlasts ``poll``'s timeout running,
+    for the next ``poll`` to complete (its member state, heartbeats, the new
+    assignment and the rebalance listener). But the next ``poll`` completes it
+    only if the member still needs to join, and the group's leader, whose join
+    was asked for by a change of the topics' metadata, has recorded that
+    metadata by then: the join is never completed, no heartbeat is sent, and
+    the group drops the member after its session, while the member, never
+    told, keeps what it was given (seen on a loaded machine: a process hosting
+    every vshard of a deployment, the other waiting for their states). A join
+    asked for again completes as usual."""
+    coordinator = getattr(consumer, "_coordinator", None)
+    task = getattr(coordinator, "_join_task", None)
+    if task is None or not getattr(task, "is_done", False) or coordinator.need_rejoin():
+        return False
+    coordinator.request_rejoin()
+    return True
+
+
 def _raw_record(message) -> RawRecord:
     """A consumed record as a RawRecord; one with a header key that is not UTF-8 is rejected as ``invalid_header``.
 
@@ -312,10 +336,10 @@ def _raw_record(message) -> RawRecord:
     topic the header becomes ``streamdedup.binary-header-key`` (its key's
     bytes) followed by ``streamdedup.binary-header-value`` (its value).
     """
-    from .wire import BinaryHeaderKey
-
     source = Source(message.topic, message.partition, message.offset)
-    headers = tuple(message.headers or ())
+    if not message.headers:  # most records: nothing to look at
+        return RawRecord(message.value, source, message.key, (), message.timestamp)
+    headers = tuple(message.headers)
     binary = [name.raw for name, _ in headers if isinstance(name, BinaryHeaderKey)]
     if not binary:
         return RawRecord(message.value, source, message.key, headers, message.timestamp)

@@ -94,8 +94,9 @@ class KafkaSink:
         The partitions of keyed messages are computed for the whole batch at
         once (``key_partitions``): the client's own per-message murmur2 in
         Python costs about a quarter of its send. Keyed messages then go
-        straight to the client's record accumulator (``RecordAppender``);
-        the rest through ``KafkaProducer.send``.
+        straight to the client's record accumulator (``RecordAppender``, in
+        record batches built in compiled code: ``BatchAppender``); the rest
+        through ``KafkaProducer.send``.
         """
         producer = self.producer
         if self._appender is None:
@@ -105,7 +106,7 @@ class KafkaSink:
         append = self._appender.append
         try:
             for (topic, message), partition in zip(messages, _partitions(producer, messages)):
-                if partition is None or not append(topic, partition, **message):
+                if not append(topic, partition, **message):
                     producer.send(topic, partition=partition, **message)
         finally:
             self._appender.done()

@@ -40,7 +40,7 @@ from ..checkpoint import VShardCommit, VShardEpoch
 from ..sessions import SessionLoop, Stopper
 from ..sink.appender import RecordAppender
 from ..sink.producer import KafkaSink, Pending
-from ..source import KafkaSource
+from ..source import KafkaSource, rejoin_if_abandoned
 from ..worker import WorkerStats, close_quietly
 from .messages import Epoch, Home, pack_message, unpack_home, unpack_message, unpack_order
 from .sign import GROUP_SESSION
@@ -65,6 +65,9 @@ FETCH_WAIT_MS = 10
 # of a host's CPU on the end-to-end bench); at 100 ms, 0.8%, and it joins a new group in 0.13 s instead of 0.11.
 IDLE_MEMBER = {"retry_backoff_ms": 100, "auto_offset_reset": "latest", "fetch_max_bytes": 1,
                "max_partition_fetch_bytes": 1}
+# A join of the group that outlasts the member's poll goes on without it, and may then never be completed
+# (``rejoin_if_abandoned``): the longer each poll, the rarer that is; closing the member waits for one.
+MEMBER_POLL_MS = 1000
 WAIT_S = 60.0  # longest wait for a message named by another (a home message, the order topic's next)
 
 
@@ -146,6 +149,7 @@ class _Membership:
         membership = self
         self.given: set[int] = set()
         self.lost = 0  # times the group dropped this member (its session ran out), as the client reports them
+        self.rejoined = 0  # times a join left half done by the client was asked for again
         self.stopping = threading.Event()
 
         class Listener(ConsumerRebalanceListener):
@@ -169,7 +173,8 @@ class _Membership:
     def _poll(self) -> None:
         while not self.stopping.is_set():
             try:
-                self.source.consumer.poll(timeout_ms=200)
+                self.source.consumer.poll(timeout_ms=MEMBER_POLL_MS)
+                self.rejoined += rejoin_if_abandoned(self.source.consumer)
             except Exception:  # the broker away: the group is joined again once it answers
                 self.stopping.wait(1.0)
 
@@ -304,6 +309,7 @@ class VShardHost:
         self.decided: list[_Hosted] = []  # those whose epoch in flight is decided: committed at the turn's end
         self.unflushed = False  # messages sent to other vshards that the broker may not have yet
         self.lost_seen = 0  # the group's drops of this process already logged
+        self.rejoined_seen = 0
         self.count = config.shards.count
         self.fingerprint = signing_config(config).fingerprint()
         self.settings = kafka_client_settings(config.kafka, "consumer")
@@ -343,6 +349,10 @@ class VShardHost:
             self.log.warning("vshards_group_lost", role="vshards", hosted=",".join(map(str, sorted(self.hosted))),
                              cause="the group stopped hearing from this process for its session timeout",
                              then="its vshards go to the others; it joins again")
+        if self.membership is not None and self.membership.rejoined > self.rejoined_seen:
+            self.rejoined_seen = self.membership.rejoined
+            self.log.warning("vshards_group_rejoined", role="vshards", cause="the Kafka client left a join of the "
+                             "group half done", then="it joins again")
         gone = sorted(set(self.hosted) - given)
         new = sorted(given - set(self.hosted))
         if not gone and not new:
