@@ -68,14 +68,19 @@ def test_settings_survive_the_index_fingerprint():
                      TemplateSettings(True, 16, 0.6, 0, 5, 0.1, True),
                      TemplateSettings(window=16, min_pages=4, min_block=10)):
         assert TemplateSettings.from_fingerprint(settings.fingerprint()) == settings
-    assert TemplateSettings(neither=False).fingerprint() == "p8-s0.5-r200-m3-c0.05-u0"  # as indexes made before
+    assert TemplateSettings(neither=False, confirm=False).fingerprint() == "p8-s0.5-r200-m3-c0.05-u0"  # made before
+    assert TemplateSettings(confirm=False).fingerprint() == "p8-s0.5-r200-m3-c0.05-u0-v2"
+    assert not TemplateSettings.from_fingerprint("p8-s0.5-r200-m3-c0.05-u0-v2").confirm
     assert TemplateSettings.from_fingerprint("p8-s0.5-r200-m3-c0.05-u0").window == 0
     assert not TemplateSettings.from_fingerprint("p8-s0.5-r200-m3-c0.05-u0").neither
 
 
 def test_an_index_made_before_pairs_were_verified_on_neither_template_keeps_its_rule():
-    before, now = TemplateSettings(neither=False).fingerprint(), TemplateSettings().fingerprint()
+    before, now = TemplateSettings(neither=False, confirm=False).fingerprint(), TemplateSettings().fingerprint()
     assert kept_rule(before, now) == before
+    unconfirmed = TemplateSettings(confirm=False).fingerprint()  # made before templates were confirmed
+    assert kept_rule(unconfirmed, now) == unconfirmed
+    assert kept_rule(TemplateSettings(neither=False).fingerprint(), now) == TemplateSettings(neither=False).fingerprint()
     assert kept_rule(now, now) == now
     other = TemplateSettings(window=16).fingerprint()
     assert kept_rule(before, other) == other  # other settings: refused as before (``Index``)
