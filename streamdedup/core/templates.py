@@ -249,6 +249,12 @@ class SiteState:
         old, self.template = self.template, _union(template, self.blocks)
         return old, self.template
 
+    def settled_for_good(self) -> bool:
+        """Whether the site's template is settled and nothing of it is on probation: its pages decided before
+        (learning, or while the last sample's template was counted again) are looked up again by their content
+        when it changes (``rekeyed``)."""
+        return self.settled and not len(self.probation)
+
     def _on_probation(self, learned: np.ndarray, settings: TemplateSettings) -> None:
         """Put what a sample just learned (sorted uint32) on probation, with what is on it still, counted anew."""
         if not settings.confirm:

@@ -160,7 +160,7 @@ class SiteTemplates:
             digest = batch.contents[row]
             if learns(site) and digest not in seen and view.serial_of_content(digest) is None:
                 seen.add(digest)
-                before, was_settled = state.template, state.settled
+                before, was_settled = state.template, state.settled_for_good()
                 if repeats is not None and not state.ahead:
                     repeats.add(site, row, state.counted_part(full), state.takes_new())
                 moved = state.add_page(full, settings)
@@ -171,7 +171,7 @@ class SiteTemplates:
                 if moved is not None and site:
                     shared = self._moved(txn, moved, shared)
                     timeline.record(row, None, shared)
-            if learns(site) and not state.settled:
+            if learns(site) and not state.settled_for_good():
                 provisional.add(row)
             content = content_of(full, state.template, shared, settings.min_content_share)
             rows.append(content)
