@@ -133,7 +133,7 @@ def test_edits_weigh_the_same_on_both_sides():
 
 def test_settings_with_repeats_survive_the_index_fingerprint():
     settings = TemplateSettings(repeats=True)
-    assert settings.fingerprint().endswith("-e1-v2")
+    assert settings.fingerprint().endswith("-e1-t1-v2")
     assert TemplateSettings.from_fingerprint(settings.fingerprint()) == settings
     assert not TemplateSettings.from_fingerprint(TemplateSettings().fingerprint()).repeats
 

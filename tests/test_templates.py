@@ -10,7 +10,7 @@ import pytest
 from streamdedup import config as config_module
 from streamdedup.core.corpus import _Writer
 from streamdedup.core.records import Document, Source
-from streamdedup.core.templates import SiteState, TemplateSettings, content_of, kept_rule, learned_template
+from streamdedup.core.templates import SiteState, TemplateSettings, content_of, in_sorted, kept_rule, learned_template
 from streamdedup.core.verify import jaccard
 from streamdedup.engine.engine import Engine
 from streamdedup.errors import IncompatibleIndexError
@@ -68,14 +68,19 @@ def test_settings_survive_the_index_fingerprint():
                      TemplateSettings(True, 16, 0.6, 0, 5, 0.1, True),
                      TemplateSettings(window=16, min_pages=4, min_block=10)):
         assert TemplateSettings.from_fingerprint(settings.fingerprint()) == settings
-    assert TemplateSettings(neither=False).fingerprint() == "p8-s0.5-r200-m3-c0.05-u0"  # as indexes made before
+    assert TemplateSettings(neither=False, confirm=False).fingerprint() == "p8-s0.5-r200-m3-c0.05-u0"  # made before
+    assert TemplateSettings(confirm=False).fingerprint() == "p8-s0.5-r200-m3-c0.05-u0-v2"
+    assert not TemplateSettings.from_fingerprint("p8-s0.5-r200-m3-c0.05-u0-v2").confirm
     assert TemplateSettings.from_fingerprint("p8-s0.5-r200-m3-c0.05-u0").window == 0
     assert not TemplateSettings.from_fingerprint("p8-s0.5-r200-m3-c0.05-u0").neither
 
 
 def test_an_index_made_before_pairs_were_verified_on_neither_template_keeps_its_rule():
-    before, now = TemplateSettings(neither=False).fingerprint(), TemplateSettings().fingerprint()
+    before, now = TemplateSettings(neither=False, confirm=False).fingerprint(), TemplateSettings().fingerprint()
     assert kept_rule(before, now) == before
+    unconfirmed = TemplateSettings(confirm=False).fingerprint()  # made before templates were confirmed
+    assert kept_rule(unconfirmed, now) == unconfirmed
+    assert kept_rule(TemplateSettings(neither=False).fingerprint(), now) == TemplateSettings(neither=False).fingerprint()
     assert kept_rule(now, now) == now
     other = TemplateSettings(window=16).fingerprint()
     assert kept_rule(before, other) == other  # other settings: refused as before (``Index``)
@@ -237,3 +242,94 @@ def test_an_index_built_with_other_template_settings_is_refused_with_how_to_rebu
         _decide(engine, [("a", None, writer.article())])
     with pytest.raises(IncompatibleIndexError, match="(?s)templates.*backfill"):
         _engine(tmp_path / "t")
+
+
+def test_what_a_sample_learned_stays_template_only_if_the_next_pages_confirm_it():
+    """Eight pages are a small sample: a family of pages first (a parameter list on six of them) teaches
+    its shared text as template, which the site's next pages do not show. Counted over the next 32 new
+    pages, it leaves the template; the navigation on every page stays."""
+    navigation, family = {1, 2, 3}, {50, 51, 52}
+    first = _pages(*[navigation | (family if n < 6 else set()) | {100 + n} for n in range(8)])
+    later = _pages(*[navigation | (family if n % 4 == 0 else set()) | {200 + n} for n in range(32)])
+    site = SiteState()
+    for page in first:
+        site.add_page(page, SETTINGS)
+    assert site.settled and site.template.tolist() == [1, 2, 3, 50, 51, 52]
+    for page in later[:-1]:
+        assert site.add_page(page, SETTINGS) is None
+    old, new = site.add_page(later[-1], SETTINGS)  # on 8 of the 32: not confirmed
+    assert (old.tolist(), new.tolist(), site.template.tolist()) == ([1, 2, 3, 50, 51, 52], [1, 2, 3], [1, 2, 3])
+    assert len(site.probation) == 0
+    before = SiteState()
+    for page in first + later:
+        before.add_page(page, TemplateSettings(confirm=False))  # indexes made before
+    assert before.template.tolist() == [1, 2, 3, 50, 51, 52]
+
+
+def _family(writer: _Writer) -> list[tuple[str, str, str]]:
+    """A reference whose first eight pages are of one family of classes (a parameter list shared by six of
+    them), then 40 other pages, then a family page and its near copy, whose own text alone is below the
+    threshold."""
+    head, parameters = writer.article(), " ".join(f"param{n} type{n} value{n}" for n in range(14))
+    url = "https://reference.example/class"
+    pages = [(f"f{n}", url, f"{head} {parameters if n < 6 else ''} {writer.article(2)}") for n in range(8)]
+    pages += [(f"o{n}", url, f"{head} {writer.article(3)}") for n in range(40)]
+    words = writer.article(3).split()[:30]
+    copy = list(words)
+    copy[9], copy[20] = "changed", "altered"
+    return pages + [("member", url, f"{head} {parameters} {' '.join(words)}"),
+                    ("member-copy", url, f"{head} {parameters} {' '.join(copy)}")]
+
+
+def test_near_copies_in_a_family_the_first_sample_showed_are_found(tmp_path, writer):
+    """The pair is compared with the parameter list once the next pages showed it is not the site's
+    template (without confirming, it is kept: its own text alone is below the threshold)."""
+    with _engine(tmp_path / "t") as engine:
+        decided = _decide(engine, _family(writer), batch=11)
+    assert (decided["member-copy"].status, decided["member-copy"].cluster) == ("duplicate", "member")
+    assert all(d.status == "kept" for i, d in decided.items() if i != "member-copy")
+
+
+def test_a_template_confirmed_is_the_same_whatever_the_batches_and_restarts(tmp_path, writer):
+    pages = _family(writer)
+    with _engine(tmp_path / "one") as engine:
+        reference = _decide(engine, pages, batch=len(pages))
+    with _engine(tmp_path / "small") as engine:
+        assert _decide(engine, pages, batch=1) == reference
+    for cut in (9, 30):  # restarts while the template is on probation
+        with _engine(tmp_path / f"cut{cut}") as engine:
+            first = _decide(engine, pages[:cut], batch=4)
+        with _engine(tmp_path / f"cut{cut}") as engine:
+            second = _decide(engine, pages[cut:], batch=7)
+        assert {**first, **second} == reference
+
+
+def test_an_index_made_before_templates_were_confirmed_keeps_its_rule(tmp_path, writer):
+    import dataclasses
+
+    from streamdedup.core.signing import signing_config, template_settings
+    from streamdedup.store.index import Index, IndexSettings
+
+    config = config_module.load(None, [], environ={})
+    before = dataclasses.replace(template_settings(config), confirm=False).fingerprint()
+    Index(IndexSettings(path=str(tmp_path / "old")), dataclasses.replace(signing_config(config), templates=before)).close()
+    with _engine(tmp_path / "old") as engine:
+        assert not engine.template_settings.confirm
+        decided = _decide(engine, _family(writer))
+    assert decided["member-copy"].status == "kept"  # as it decided before: the parameter list stays template
+
+
+def test_learning_first_settles_a_site_with_its_template_as_the_next_pages_confirm_it(tmp_path, writer):
+    from streamdedup.engine.sitelearning import templates_in_advance
+
+    pages = _family(writer)
+    items = [Document(i, text, Source("crawl", -1, n), url) for n, (i, url, text) in enumerate(pages)]
+    parameters = " ".join(f"param{n} type{n} value{n}" for n in range(14))  # as ``_family`` writes them
+    with _engine(tmp_path / "t") as engine:
+        confirmed, _ = templates_in_advance([engine.prepare(items[:20]), engine.prepare(items[20:])],
+                                            engine.template_settings)
+        sampled, _ = templates_in_advance([engine.prepare(items)], TemplateSettings(confirm=False))
+        family = engine.prepare([Document("p", parameters, Source("x", -1, 0))]).shingles.of(0)
+    (template,), (first,) = confirmed.values(), sampled.values()
+    assert in_sorted(family, first).all()  # the first sample took the parameter list
+    assert not in_sorted(family, template).any() and 0 < len(template) < len(first)

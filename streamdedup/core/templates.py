@@ -113,7 +113,9 @@ BUCKETS = 1 << 15  # counters a row of the window's sketch (an upper bound of th
 BLOCK_SHARE = 0.5  # a block is at most this share of the new shingles of most of the pages it is on
 MAX_SEEN = 1 << 18  # shingles a site remembers having seen, for ``repeats`` (1 MiB; past it no page adds any)
 REPEAT_SHARE = 1 / 3  # a page's extra text repeated on its site is left out of a pair when at most this share of it
+CONFIRM_PAGES = 32  # new pages of a site over which what a sample learned is counted again (``confirm``)
 _NEITHER = "-v2"  # the fingerprint's mark of pairs verified on what is template on neither site
+_CONFIRMED = "-t1"  # the fingerprint's mark of templates confirmed over the pages after their sample
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,7 @@ class TemplateSettings:
     min_block: int = 8  # shingles on exactly the same pages of the window that make a block
     neither: bool = True  # a pair is verified on what is template on neither site (False: indexes made before)
     repeats: bool = False  # a cross-site pair leaves out each page's extra text repeated on other pages of its site
+    confirm: bool = True  # what a sample learned stays template only if on most of the next pages (False: made before)
 
     def learns(self, site: int) -> bool:
         """Whether pages of ``site`` teach and use a site template (pages without a URL: if asked to)."""
@@ -147,6 +150,8 @@ class TemplateSettings:
             text += f"-w{self.window}-k{self.min_pages}-b{self.min_block}"
         if self.repeats:
             text += "-e1"
+        if self.confirm:
+            text += _CONFIRMED
         return text + _NEITHER if self.neither else text
 
     def pair_contents(self, own: np.ndarray, other: np.ndarray, own_template: np.ndarray,
@@ -177,7 +182,7 @@ class TemplateSettings:
         values = {part[0]: part[1:] for part in text.split("-")}
         blocks = (int(values["w"]), int(values["k"]), int(values["b"])) if "w" in values else (0, 3, 8)  # none
         return cls(True, int(values["p"]), float(values["s"]), int(values["r"]), int(values["m"]), float(values["c"]),
-                   values["u"] == "1", *blocks, "v" in values, values.get("e") == "1")
+                   values["u"] == "1", *blocks, "v" in values, values.get("e") == "1", values.get("t") == "1")
 
 
 @dataclass
@@ -194,11 +199,13 @@ class SiteState:
     seen: np.ndarray = field(default_factory=lambda: EMPTY)  # sorted uint32: shingles of its new pages (``repeats``)
     repeated: np.ndarray = field(default_factory=lambda: EMPTY)  # sorted uint32: those on two or more of them
     ahead: bool = False  # ``seen`` and ``repeated`` were counted over all its pages before any was decided
+    probation: np.ndarray = field(default_factory=lambda: EMPTY)  # sorted uint32: learned by the last sample, unconfirmed
+    confirmations: np.ndarray = field(default_factory=lambda: EMPTY)  # uint32: pages counted, then each one's pages
 
     def copy(self) -> "SiteState":
         counts = None if self._counts is None else self._counts.copy()
         return SiteState(self.pages, self.settled, self.template, list(self.sample), self.blocks, list(self.window),
-                         counts, self.seen, self.repeated, self.ahead)
+                         counts, self.seen, self.repeated, self.ahead, self.probation, self.confirmations)
 
     def samples_next(self, settings: TemplateSettings) -> bool:
         """Whether the site's next new page goes into a sample."""
@@ -217,6 +224,7 @@ class SiteState:
         sampled = self.samples_next(settings)
         if settings.repeats and not self.ahead:
             self.count_repeats(self.counted_part(page))
+        unconfirmed = self._confirm(page, settings.share)
         grew = self._learn_blocks(page, settings)
         self.pages += 1
         if sampled:
@@ -226,15 +234,59 @@ class SiteState:
             if len(self.sample) < settings.sample_pages:
                 return None
             self.settled, self.sample = True, []
+            self._on_probation(self.template, settings)
             return EMPTY, self.template
         template = self.template
+        if len(unconfirmed):
+            template = template[~in_sorted(template, unconfirmed)]
         if sampled and len(self.sample) == settings.sample_pages:
-            template = np.union1d(template, learned_template(self.sample, settings.share)).astype(np.uint32)
+            learned = learned_template(self.sample, settings.share)
+            self._on_probation(learned[~in_sorted(learned, template)], settings)
+            template = np.union1d(template, learned).astype(np.uint32)
             self.sample = []
-        elif not grew:
+        elif not grew and not len(unconfirmed):
             return None
         old, self.template = self.template, _union(template, self.blocks)
         return old, self.template
+
+    def settled_for_good(self) -> bool:
+        """Whether the site's template is settled and nothing of it is on probation: its pages decided before
+        (learning, or while the last sample's template was counted again) are looked up again by their content
+        when it changes (``rekeyed``)."""
+        return self.settled and not len(self.probation)
+
+    def _on_probation(self, learned: np.ndarray, settings: TemplateSettings) -> None:
+        """Put what a sample just learned (sorted uint32) on probation, with what is on it still, counted anew."""
+        if not settings.confirm:
+            return
+        learned = learned[~in_sorted(learned, self.blocks)] if len(self.blocks) else learned
+        self.probation = _merged(self.probation, learned) if len(self.probation) else learned
+        self.confirmations = np.zeros(len(self.probation) + 1, dtype=np.uint32) if len(self.probation) else EMPTY
+
+    def _confirm(self, page: np.ndarray, share: float) -> np.ndarray:
+        """Count a new page of a settled site against what its last sample learned; after ``CONFIRM_PAGES`` pages,
+        what is on ``share`` of them or fewer is returned (to leave the template: sorted uint32) and the
+        probation ends.
+
+        Eight pages are a small sample: on a reference whose first pages
+        happened to be of one family of classes, the shingles of their
+        shared parameter lists were on five of the eight and learned as
+        template, while they are on a third of the site's pages. Taken out
+        of every page, they lowered the similarity of the family's near
+        duplicates below the threshold. Counted again over the pages that
+        follow, they fall out; navigation, on most pages, stays.
+        """
+        if not len(self.probation):
+            return EMPTY
+        counts = self.confirmations.copy()
+        counts[0] += 1
+        counts[1:] += in_sorted(self.probation, page)
+        if counts[0] < CONFIRM_PAGES:
+            self.confirmations = counts
+            return EMPTY
+        unconfirmed = self.probation[counts[1:] <= share * counts[0]]
+        self.probation, self.confirmations = EMPTY, EMPTY
+        return unconfirmed
 
     def counted_part(self, page: np.ndarray) -> np.ndarray:
         """What ``repeats`` counts of a new page: its shingles not in the template as it stands before it (the
@@ -299,7 +351,8 @@ class SiteState:
 
     def nbytes(self) -> int:
         """The memory its arrays take."""
-        arrays = [self.template, self.blocks, self.seen, self.repeated, *self.sample, *self.window]
+        arrays = [self.template, self.blocks, self.seen, self.repeated, self.probation, self.confirmations, *self.sample,
+                  *self.window]
         return sum(a.nbytes for a in arrays) + (0 if self._counts is None else self._counts.nbytes)
 
     def forget_window(self) -> None:
@@ -445,9 +498,11 @@ def without_repeats(own: np.ndarray, other: np.ndarray, own_repeated, other_repe
 
 def kept_rule(stored: str, wanted: str) -> str:
     """The template fingerprint an index with ``stored`` is used with when ``wanted`` is asked for: ``stored``
-    when the two differ only in ``neither`` (an index made before it goes on deciding as it always has),
-    else ``wanted``."""
-    return stored if wanted == stored + _NEITHER else wanted
+    when the two differ only in rules added since (``neither``, ``confirm``: an index made before them goes on
+    deciding as it always has), else ``wanted``."""
+    without_confirm = wanted.replace(_CONFIRMED, "")
+    older = {without_confirm, *(w[: -len(_NEITHER)] for w in (wanted, without_confirm) if w.endswith(_NEITHER))}
+    return stored if stored in older else wanted
 
 
 class SiteTimeline:

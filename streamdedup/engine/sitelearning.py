@@ -161,7 +161,7 @@ class SiteTemplates:
             learning = learns(site)
             if learning and digest not in seen and view.serial_of_content(digest) is None:
                 seen.add(digest)
-                before, was_settled = state.template, state.settled
+                before, was_settled = state.template, state.settled_for_good()
                 if repeats is not None and not state.ahead:
                     repeats.add(site, row, state.counted_part(full), state.takes_new())
                 moved = state.add_page(full, settings)
@@ -172,7 +172,7 @@ class SiteTemplates:
                 if moved is not None and site:
                     shared = self._moved(txn, moved, shared)
                     timeline.record(row, None, shared)
-            if learning and not state.settled:
+            if learning and not state.settled_for_good():
                 provisional.add(row)
             template = state.template
             content = full if not len(template) and not len(shared) else content_of(  # ``content_of``'s answer
@@ -276,7 +276,9 @@ def templates_in_advance(batches: Iterable[PreparedBatch], settings: TemplateSet
     The first pass of a two-pass offline run (``dedup --learn-first``): the
     same learning as the single pass (new pages only: an exact copy of a
     page read before is not one), done before any page is decided. Sites
-    with fewer new pages are left to learn as usual. Repeated blocks
+    with fewer new pages are left to learn as usual. With ``templates.confirm``
+    the first template is what of it the next ``CONFIRM_PAGES`` new pages
+    confirm (all of it on a site with fewer). Repeated blocks
     (``templates.window``) are looked for over the whole input, so a
     section's navigation is template from the section's first page on; the
     windows of at most ``ADVANCE_WINDOWS`` sites are held at once (a site
@@ -292,6 +294,7 @@ def templates_in_advance(batches: Iterable[PreparedBatch], settings: TemplateSet
     hosts: dict[int, str] = {}
     seen: set[bytes] = set()
     tired: set[int] = set()  # sites that rested once
+    probing: set[int] = set()  # sites whose first template is being confirmed (``templates.confirm``)
     for batch in batches:
         hosts.update(batch.hosts)
         sites = batch.sites.tolist()
@@ -299,8 +302,8 @@ def templates_in_advance(batches: Iterable[PreparedBatch], settings: TemplateSet
             if row < 0 or not isinstance(item, Document):
                 continue
             site, digest = sites[row], batch.contents[row]
-            if (site in first and not settings.window and not settings.repeats) or not settings.learns(site) \
-                    or digest in seen:
+            if (site in first and site not in probing and not settings.window and not settings.repeats) \
+                    or not settings.learns(site) or digest in seen:
                 continue
             seen.add(digest)
             state = learning.pop(site, None) or resting.pop(site, None) or SiteState()
@@ -308,6 +311,11 @@ def templates_in_advance(batches: Iterable[PreparedBatch], settings: TemplateSet
             state.add_page(batch.shingles.of(row), settings)
             if state.settled and site not in first:
                 first[site] = state.template
+                if len(state.probation):
+                    probing.add(site)
+            elif site in probing and not len(state.probation):
+                first[site] = first[site][in_sorted(first[site], state.template)]  # what the next pages confirmed
+                probing.discard(site)
             if len(learning) > ADVANCE_WINDOWS:  # the site met longest ago rests without its window
                 rested = next(iter(learning))
                 resting[rested] = learning.pop(rested)

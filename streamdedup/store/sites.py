@@ -9,6 +9,8 @@ site_templates site key (8 B)                   its template: sorted uint32 (lit
                site key + "s" (9 B)             shingles seen on its new pages (``repeats``): sorted uint32
                site key + "r" (9 B)             those on two or more of its new pages: sorted uint32
                site key + "a" (9 B)             present when those were counted ahead (``dedup --learn-first``)
+               site key + "p" (9 B)             what its last sample learned, on probation: sorted uint32
+               site key + "q" (9 B)             pages counted since, then each of those shingles' pages: uint32
 site_samples   site key (8 B) + page (2 B)      a sampled page's shingles: sorted uint32
                site key + 0x8000 + slot (2 B)   a window page's new shingles: sorted uint32
 template_sites shingle's top 32 bits (4 B)      how many sites' settled templates hold it
@@ -61,7 +63,10 @@ def load_site(txn: IndexTxn, site: int) -> SiteState:
     seen = _u32_array(txn.get("site_templates", key + b"s"))
     repeated = _u32_array(txn.get("site_templates", key + b"r"))
     ahead = txn.get("site_templates", key + b"a") is not None
-    return SiteState(pages, settled, template, sample, blocks, window, None, seen, repeated, ahead)
+    probation = _u32_array(txn.get("site_templates", key + b"p"))
+    confirmations = _u32_array(txn.get("site_templates", key + b"q"))
+    return SiteState(pages, settled, template, sample, blocks, window, None, seen, repeated, ahead, probation,
+                     confirmations)
 
 
 def save_site(txn: IndexTxn, site: int, state: SiteState, before: SiteState, host: str) -> None:
@@ -77,6 +82,10 @@ def save_site(txn: IndexTxn, site: int, state: SiteState, before: SiteState, hos
         raw.put(key + b"s", state.seen.astype("<u4").tobytes(), db=dbs["site_templates"])
     if state.repeated is not before.repeated:
         raw.put(key + b"r", state.repeated.astype("<u4").tobytes(), db=dbs["site_templates"])
+    if state.probation is not before.probation:
+        raw.put(key + b"p", state.probation.astype("<u4").tobytes(), db=dbs["site_templates"])
+    if state.confirmations is not before.confirmations:
+        raw.put(key + b"q", state.confirmations.astype("<u4").tobytes(), db=dbs["site_templates"])
     if state.ahead and not before.ahead:
         raw.put(key + b"a", b"1", db=dbs["site_templates"])
     for i, page in enumerate(state.window):
