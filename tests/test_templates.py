@@ -208,16 +208,7 @@ def test_without_templates_the_template_hides_republished_articles(tmp_path, wri
 
 def test_the_same_pages_give_the_same_decisions_whatever_the_batches_and_restarts(tmp_path, writer):
     pages, _ = _crawl(writer)
-    with _engine(tmp_path / "one") as engine:
-        reference = _decide(engine, pages, batch=len(pages))
-    with _engine(tmp_path / "small") as engine:
-        assert _decide(engine, pages, batch=1) == reference
-    for cut in (13, 47):  # a restart after the first ``cut`` pages
-        with _engine(tmp_path / f"cut{cut}") as engine:
-            first = _decide(engine, pages[:cut], batch=5)
-        with _engine(tmp_path / f"cut{cut}") as engine:
-            second = _decide(engine, pages[cut:], batch=9)
-        assert {**first, **second} == reference
+    _assert_any_batching_and_restart_decide_alike(tmp_path, pages, cuts=(13, 47), batches=(5, 9))
 
 
 def test_an_excerpt_of_a_long_article_is_found_and_a_later_source_is_kept(tmp_path, writer):
@@ -292,16 +283,7 @@ def test_near_copies_in_a_family_the_first_sample_showed_are_found(tmp_path, wri
 
 def test_a_template_confirmed_is_the_same_whatever_the_batches_and_restarts(tmp_path, writer):
     pages = _family(writer)
-    with _engine(tmp_path / "one") as engine:
-        reference = _decide(engine, pages, batch=len(pages))
-    with _engine(tmp_path / "small") as engine:
-        assert _decide(engine, pages, batch=1) == reference
-    for cut in (9, 30):  # restarts while the template is on probation
-        with _engine(tmp_path / f"cut{cut}") as engine:
-            first = _decide(engine, pages[:cut], batch=4)
-        with _engine(tmp_path / f"cut{cut}") as engine:
-            second = _decide(engine, pages[cut:], batch=7)
-        assert {**first, **second} == reference
+    _assert_any_batching_and_restart_decide_alike(tmp_path, pages, cuts=(9, 30), batches=(4, 7))  # on probation
 
 
 def test_an_index_made_before_templates_were_confirmed_keeps_its_rule(tmp_path, writer):
@@ -333,3 +315,18 @@ def test_learning_first_settles_a_site_with_its_template_as_the_next_pages_confi
     (template,), (first,) = confirmed.values(), sampled.values()
     assert in_sorted(family, first).all()  # the first sample took the parameter list
     assert not in_sorted(family, template).any() and 0 < len(template) < len(first)
+
+
+def _assert_any_batching_and_restart_decide_alike(tmp_path, pages, cuts, batches) -> None:
+    """``pages`` decided in one batch, one page a batch, and with a restart after each of ``cuts`` pages (the two
+    parts in batches of ``batches``): the same decisions every time."""
+    with _engine(tmp_path / "one") as engine:
+        reference = _decide(engine, pages, batch=len(pages))
+    with _engine(tmp_path / "small") as engine:
+        assert _decide(engine, pages, batch=1) == reference
+    for cut in cuts:
+        with _engine(tmp_path / f"cut{cut}") as engine:
+            first = _decide(engine, pages[:cut], batch=batches[0])
+        with _engine(tmp_path / f"cut{cut}") as engine:
+            second = _decide(engine, pages[cut:], batch=batches[1])
+        assert {**first, **second} == reference
