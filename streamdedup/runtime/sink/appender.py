@@ -9,7 +9,9 @@ from typing import Optional
 from .messages import upper_bytes
 
 try:
-    from ...core._kernel import record_batches
+    from ...core import _kernel
+
+    record_batches = _kernel.record_batches
 except ImportError:  # built without a C compiler: records go to the accumulator one by one (the same records)
     record_batches = None
 
