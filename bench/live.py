@@ -16,13 +16,14 @@ round and made before the clock starts:
 The crawl documents have no URL, so no site template is learned there.
 ``--crawl web`` measures what learning costs: the web crawl (pages with
 URLs, sites whose navigation changes by section) read with
-``input.url_field = "url"``, streamdedup with site templates as by default,
-with repeated blocks too (``templates.window = 16``), with what each site
-repeats (``templates.repeats = true``), and with templates
+``input.url_field = "url"``, streamdedup with site templates as by default
+(what each site repeats counted, ``templates.repeats``, on since 2026-12-06),
+with repeated blocks too (``templates.window = 16``), without what each site
+repeats (``templates.repeats = false``: the default before), and with templates
 off, the last the base of the ratios (issue 31 asks learning to keep at
 least 90% of the rate without it).
 
-Run: ``python -m bench.live [--crawl web] [--port N]`` (starts a broker with deploy/kafka on ``--port``
+Run: ``python -m bench.live [--crawl web [--variants "NAME;..."]] [--port N]`` (starts a broker with deploy/kafka on ``--port``
 unless KAFKA_BOOTSTRAP is set).
 """
 
@@ -37,7 +38,7 @@ import sys
 import tempfile
 import uuid
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
@@ -138,7 +139,7 @@ VARIANTS = {"streamdedup": [], "streamdedup, pages off": OFF}  # the defaults; n
 CONTENDERS = [*VARIANTS, *PEERS]
 URLS = ["--set", 'input.url_field="url"']
 WEB_VARIANTS = {"templates (default)": URLS, "templates, blocks on": [*URLS, "--set", "templates.window=16"],
-                "templates, repeats on": [*URLS, "--set", "templates.repeats=true"],
+                "templates, repeats off": [*URLS, "--set", "templates.repeats=false"],
                 "templates off": [*URLS, "--set", "templates.enabled=false"]}  # the web crawl's contenders
 
 
@@ -190,13 +191,15 @@ def main(argv=None) -> int:
     parser.add_argument("--topic", help=argparse.SUPPRESS)
     parser.add_argument("--outs", help=argparse.SUPPRESS)
     parser.add_argument("--port", default="29292", help="of the broker the bench starts (unless KAFKA_BOOTSTRAP)")
+    parser.add_argument("--variants", default="", help="with --crawl web: these contenders only (separated by \";\": "
+                        f"names of {', '.join(WEB_VARIANTS)}; \"templates off\" is always in, the base)")
     args = parser.parse_args(argv)
     if args.peer:
         PEERS[args.peer](args.bootstrap, args.topic, args.outs.split(","))
         return 0
     with local_broker(args.port) as bootstrap:
         if args.crawl == "web":
-            return web_rates(bootstrap, args.docs, args.rounds)
+            return web_rates(bootstrap, args.docs, args.rounds, web_contenders(args.variants))
         docs = corpus.generate(int(args.docs / 1.83) + 1, seed=42)[: args.docs]
         topic = preload(bootstrap, docs)
         print(f"{len(docs):,} documents in {topic} ({PARTITIONS} partitions) on {bootstrap}; {args.rounds} rounds")
@@ -210,15 +213,26 @@ def main(argv=None) -> int:
     return 0
 
 
-def web_rates(bootstrap: str, documents: int, rounds: int) -> int:
-    """The web crawl's contenders (``WEB_VARIANTS``), interleaved, against streamdedup without templates."""
+def web_contenders(asked: str) -> list[str]:
+    """The web crawl's contenders named in ``asked`` (separated by ";", as the names hold commas; all of ``WEB_VARIANTS`` when empty), with
+    "templates off" (the base of the ratios) always among them."""
+    names = [name.strip() for name in asked.split(";") if name.strip()] or list(WEB_VARIANTS)
+    unknown = [name for name in names if name not in WEB_VARIANTS]
+    if unknown:
+        raise SystemExit(f"unknown variant(s) {', '.join(map(repr, unknown))}: choose among {', '.join(WEB_VARIANTS)}")
+    return names if "templates off" in names else [*names, "templates off"]
+
+
+def web_rates(bootstrap: str, documents: int, rounds: int, contenders: Sequence[str] = tuple(WEB_VARIANTS)) -> int:
+    """The web crawl's ``contenders`` (of ``WEB_VARIANTS``), interleaved (alternated), against streamdedup
+    without templates."""
     from streamdedup.core.webcrawl import generate_web
 
     docs = generate_web(documents, sites=max(4, documents // 250), seed=42, navigation="sections")
     topic = preload(bootstrap, docs)
     print(f"{len(docs):,} web pages of {len({d.site for d in docs})} sites in {topic} on {bootstrap}; {rounds} rounds")
     timed_round("templates off", bootstrap, topic)  # warm-up
-    rates = harness.interleaved(list(WEB_VARIANTS), rounds,
+    rates = harness.interleaved(list(contenders), rounds,
                                 lambda name, _: len(docs) / timed_round(name, bootstrap, topic), alternate=True)
     print("\n" + harness.table(rates, "templates off"))
     return 0

@@ -127,7 +127,7 @@ class TemplatesSection:
                        "(0: none; try 16)", low=0, high=64)
     min_pages: int = _key(3, "a block on this many of those pages (the new one included) is template", low=2)
     min_block: int = _key(8, "shingles on exactly the same pages of the window that make a block", low=1)
-    repeats: bool = _key(False, "a pair of pages of two sites is compared without each page's extra text that is on "
+    repeats: bool = _key(True, "a pair of pages of two sites is compared without each page's extra text that is on "
                          "other pages of its own site (its next/previous titles, its table of contents)")
 
 

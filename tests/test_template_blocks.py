@@ -198,9 +198,11 @@ def test_a_body_carrying_text_its_site_repeats_is_found_on_what_is_template_on_n
 
 
 def test_explain_reports_the_similarity_the_decision_verified(tmp_path, writer):
+    """(Without ``repeats``, which explain reads as the sites stand now, not as they stood at the decision.)"""
     pages, republished = _sectioned_crawl(writer, carried=True)
     texts = {i: text for i, _, text in pages}
-    with Engine(config_module.load(None, BLOCKS, environ={}), str(tmp_path)) as engine:
+    settings = [*BLOCKS, "templates.repeats=false"]
+    with Engine(config_module.load(None, settings, environ={}), str(tmp_path)) as engine:
         decided = _decide(engine, pages)
         for copy, source in republished.items():
             explained = explain(engine, copy, texts={copy: texts[copy], source: texts[source]})

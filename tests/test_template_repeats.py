@@ -18,7 +18,7 @@ import pytest
 from streamdedup.core import templates as templates_module
 from streamdedup.core.corpus import _Writer
 from streamdedup.core.records import Document, Source
-from streamdedup.core.templates import SiteState, TemplateSettings, without_repeats
+from streamdedup.core.templates import GrowingSet, SiteState, TemplateSettings, kept_rule, without_repeats
 from streamdedup.core.excerpts import containment
 from streamdedup.core.verify import jaccard
 from streamdedup.engine.sitelearning import BatchRepeats
@@ -40,8 +40,8 @@ def test_a_site_keeps_the_shingles_of_its_new_pages_and_those_on_two_or_more():
     assert state.repeated.tolist() == [2, 3]
     assert len(SiteState().seen) == 0
     off = SiteState()
-    off.add_page(_u32([1, 2]), TemplateSettings())
-    assert len(off.seen) == 0  # nothing counted unless asked
+    off.add_page(_u32([1, 2]), TemplateSettings(repeats=False))
+    assert len(off.seen) == 0  # nothing counted when turned off
 
 
 def test_a_full_site_counts_what_it_has_seen_and_adds_nothing(monkeypatch):
@@ -135,7 +135,8 @@ def test_settings_with_repeats_survive_the_index_fingerprint():
     settings = TemplateSettings(repeats=True)
     assert settings.fingerprint().endswith("-e1-t1-v2")
     assert TemplateSettings.from_fingerprint(settings.fingerprint()) == settings
-    assert not TemplateSettings.from_fingerprint(TemplateSettings().fingerprint()).repeats
+    assert TemplateSettings().repeats  # on by default
+    assert not TemplateSettings.from_fingerprint(TemplateSettings(repeats=False).fingerprint()).repeats
 
 
 # -- decisions on a real index ----------------------------------------------------------------------
@@ -203,7 +204,7 @@ def _found(decided: dict, republished: dict) -> int:
 
 def test_bodies_republished_without_their_pages_navigation_are_found(tmp_path, writer):
     pages, republished = _doc_crawl(writer)
-    with _engine(tmp_path / "off") as engine:
+    with _engine(tmp_path / "off", "templates.repeats=false") as engine:
         off = _decide(engine, pages, batch=25)
     with _engine(tmp_path / "on", "templates.repeats=true") as engine:
         on = _decide(engine, pages, batch=25)
@@ -234,6 +235,61 @@ def test_the_same_pages_give_the_same_decisions_whatever_the_batches_and_restart
         with _engine(tmp_path / f"cut{cut}", "templates.repeats=true") as engine:
             second = _decide(engine, pages[cut:], batch=11)
         assert {**first, **second} == reference
+
+
+def test_a_growing_set_merges_its_recent_part_into_its_main_part_past_an_eighth_of_it(monkeypatch):
+    monkeypatch.setattr(templates_module, "MIN_RECENT", 4)
+    grown = GrowingSet()
+    grown = grown.with_values(_u32([10, 20, 30]))
+    assert grown.main.tolist() == [] and grown.recent.tolist() == [10, 20, 30]
+    grown = grown.with_values(_u32([5, 25]))  # 5 recent > max(4, 0 // 8): merged
+    assert grown.main.tolist() == [5, 10, 20, 25, 30] and grown.recent.tolist() == []
+    before = grown
+    grown = grown.with_values(_u32([1, 40]))
+    assert grown.main is before.main and grown.recent.tolist() == [1, 40]  # the main part untouched
+    assert before.recent.tolist() == []  # immutable: the committed set is not changed by an addition
+    assert grown.contains(_u32([1, 2, 5, 40, 41])).tolist() == [True, False, True, True, False]
+    assert grown.tolist() == [1, 5, 10, 20, 25, 30, 40] and len(grown) == 7
+    assert grown.with_values(_u32([])) is grown
+
+
+def test_the_same_decisions_and_counts_whatever_the_batches_when_the_sets_merge(tmp_path, writer, monkeypatch):
+    """With a small ``MIN_RECENT`` every site's sets merge many times over the crawl: batches of one page,
+    restarts (each reading the sites' two parts back from the index) and one batch decide and count alike."""
+    monkeypatch.setattr(templates_module, "MIN_RECENT", 16)
+    pages, _ = _doc_crawl(writer)
+
+    def counts(engine):
+        return {site: (state.seen.tolist(), state.repeated.tolist()) for site, state in engine.templates._sites.items()}
+
+    with _engine(tmp_path / "one") as engine:
+        reference = _decide(engine, pages, batch=len(pages))
+        counted = counts(engine)
+        assert any(len(state.seen.main) and len(state.seen.recent) for state in engine.templates._sites.values())
+    with _engine(tmp_path / "small") as engine:
+        assert _decide(engine, pages, batch=1) == reference
+        assert counts(engine) == counted
+    decided = {}
+    for start, batch in ((0, 6), (23, 11), (61, 5)):  # a restart at 23 and 61: the sets read back from the index
+        with _engine(tmp_path / "cut") as engine:
+            decided.update(_decide(engine, pages[start:[23, 61, len(pages)][[0, 23, 61].index(start)]], batch=batch))
+    assert decided == reference
+    with _engine(tmp_path / "cut") as engine:
+        engine.templates.forget_cache()
+        with engine.index.read() as txn:
+            from streamdedup.store.sites import load_site
+            stored = {site: (load_site(txn, site).seen.tolist(), load_site(txn, site).repeated.tolist())
+                      for site in counted}
+    assert stored == counted
+
+
+def test_an_index_made_before_repeats_were_on_by_default_keeps_deciding_without_them():
+    before = TemplateSettings(repeats=False).fingerprint()
+    now = TemplateSettings().fingerprint()
+    assert kept_rule(before, now) == before
+    older = TemplateSettings(repeats=False, confirm=False, neither=False).fingerprint()
+    assert kept_rule(older, now) == older
+    assert kept_rule(now, TemplateSettings(repeats=False).fingerprint()) == before  # asked off: refused (``Index``)
 
 
 def test_pages_sharing_header_and_footer_are_still_not_duplicates(tmp_path, writer):

@@ -53,7 +53,8 @@ filter, run per site and as pages arrive):
   of one site that are mostly that text (a family of class templates) lose
   most of their content to it, so near duplicates among them are missed
   (docs/pages/crawler-pages.md has the figures).
-- **A page's own navigation** (off unless ``repeats``). What a page holds
+- **A page's own navigation** (``repeats``, on by default since 2026-12-06;
+  indexes made before keep deciding without it). What a page holds
   beside its body and its site's template is mostly navigation of its own:
   the titles of the pages before, after and above it, a table of its
   headings, its section's menu. Each title is on two or three pages of the
@@ -91,7 +92,8 @@ pages), and with repeated blocks the window: ``window`` pages of at most
 pages of 800 words) and a count-min sketch of them (two rows of ``BUCKETS``
 8-bit counters, 64 KiB), rebuilt from the window when the site is read from the index. With ``repeats``,
 the shingles seen on the site's new pages (at most ``MAX_SEEN``, 1 MiB; past it shingles seen before are
-still counted, new ones no longer) and those seen on two or more (as many at most).
+still counted, new ones no longer) and those seen on two or more (as many at most), each a ``GrowingSet``
+(a batch writes only what its pages added, unless that merged into the large part).
 """
 
 from __future__ import annotations
@@ -103,7 +105,7 @@ import numpy as np
 
 from .sites import NO_SITE
 
-__all__ = ["TemplateSettings", "SiteState", "learned_template", "content_of", "in_sorted",
+__all__ = ["TemplateSettings", "SiteState", "GrowingSet", "NOTHING", "learned_template", "content_of", "in_sorted",
            "kept_rule", "without_repeats", "SiteTimeline", "EMPTY", "MAX_TEMPLATE", "MAX_WINDOW_PAGE"]
 
 EMPTY = np.zeros(0, dtype=np.uint32)
@@ -113,9 +115,12 @@ BUCKETS = 1 << 15  # counters a row of the window's sketch (an upper bound of th
 BLOCK_SHARE = 0.5  # a block is at most this share of the new shingles of most of the pages it is on
 MAX_SEEN = 1 << 18  # shingles a site remembers having seen, for ``repeats`` (1 MiB; past it no page adds any)
 REPEAT_SHARE = 1 / 3  # a page's extra text repeated on its site is left out of a pair when at most this share of it
+MIN_RECENT = 4096  # a ``GrowingSet``'s recent part merges into its main part past this size (and an eighth of it)
 CONFIRM_PAGES = 32  # new pages of a site over which what a sample learned is counted again (``confirm``)
 _NEITHER = "-v2"  # the fingerprint's mark of pairs verified on what is template on neither site
 _CONFIRMED = "-t1"  # the fingerprint's mark of templates confirmed over the pages after their sample
+_REPEATS = "-e1"  # the fingerprint's mark of pairs compared without what each site repeats (``repeats``)
+_ADDED_SINCE = (_REPEATS, _CONFIRMED, _NEITHER)  # rules an index made before them keeps deciding without
 
 
 @dataclass(frozen=True)
@@ -133,7 +138,7 @@ class TemplateSettings:
     min_pages: int = 3  # a block on this many pages of the window (the new page included) is template
     min_block: int = 8  # shingles on exactly the same pages of the window that make a block
     neither: bool = True  # a pair is verified on what is template on neither site (False: indexes made before)
-    repeats: bool = False  # a cross-site pair leaves out each page's extra text repeated on other pages of its site
+    repeats: bool = True  # a cross-site pair leaves out each page's extra text repeated on other pages of its site
     confirm: bool = True  # what a sample learned stays template only if on most of the next pages (False: made before)
 
     def learns(self, site: int) -> bool:
@@ -149,7 +154,7 @@ class TemplateSettings:
         if self.window:
             text += f"-w{self.window}-k{self.min_pages}-b{self.min_block}"
         if self.repeats:
-            text += "-e1"
+            text += _REPEATS
         if self.confirm:
             text += _CONFIRMED
         return text + _NEITHER if self.neither else text
@@ -185,6 +190,61 @@ class TemplateSettings:
                    values["u"] == "1", *blocks, "v" in values, values.get("e") == "1", values.get("t") == "1")
 
 
+@dataclass(frozen=True)
+class GrowingSet:
+    """A set of uint32 shingles that grows by a page's worth at a time: a large sorted part merged rarely and a
+    small sorted part of recent additions (never both holding a value).
+
+    A site's ``seen`` shingles grow to hundreds of thousands; inserting each
+    new page's few hundred into one sorted array moves the whole array at
+    every page, and writing it back moves it again at every batch. Here an
+    addition merges into ``recent``, which merges into ``main`` once it is
+    more than an eighth of it (and more than ``MIN_RECENT``): a page costs a
+    lookup in two arrays, and a batch writes ``recent`` alone unless
+    ``main`` changed. Which part holds a value follows from the additions
+    in their order alone, so the state is the same whatever the batches.
+    Immutable: ``with_values`` returns a new set (a committed state is never
+    changed by the batch working on its copy).
+    """
+
+    main: np.ndarray = field(default_factory=lambda: EMPTY)  # sorted uint32
+    recent: np.ndarray = field(default_factory=lambda: EMPTY)  # sorted uint32, none in ``main``
+
+    def __len__(self) -> int:
+        return len(self.main) + len(self.recent)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        """The whole set, sorted."""
+        values = _merged(self.main, self.recent) if len(self.recent) else self.main
+        return values if dtype is None else values.astype(dtype)
+
+    def tolist(self) -> list:
+        return np.asarray(self).tolist()
+
+    @property
+    def nbytes(self) -> int:
+        return self.main.nbytes + self.recent.nbytes
+
+    def contains(self, values: np.ndarray) -> np.ndarray:
+        """Which of ``values`` (uint32) are in the set."""
+        found = in_sorted(values, self.main)
+        if len(self.recent):
+            found |= in_sorted(values, self.recent)
+        return found
+
+    def with_values(self, values: np.ndarray) -> "GrowingSet":
+        """The set with ``values`` (sorted uint32, none of them in it)."""
+        if not len(values):
+            return self
+        recent = _merged(self.recent, values) if len(self.recent) else values
+        if len(recent) > max(MIN_RECENT, len(self.main) // 8):
+            return GrowingSet(_merged(self.main, recent), EMPTY)
+        return GrowingSet(self.main, recent)
+
+
+NOTHING = GrowingSet()
+
+
 @dataclass
 class SiteState:
     """What the index knows of one site's template."""
@@ -196,8 +256,8 @@ class SiteState:
     blocks: np.ndarray = field(default_factory=lambda: EMPTY)  # sorted uint32: the repeated blocks found
     window: list = field(default_factory=list)  # slot (new page number % window) -> its new shingles, sorted uint32
     _counts: Optional[np.ndarray] = field(default=None, repr=False, compare=False)  # 2 x BUCKETS uint8, of ``window``
-    seen: np.ndarray = field(default_factory=lambda: EMPTY)  # sorted uint32: shingles of its new pages (``repeats``)
-    repeated: np.ndarray = field(default_factory=lambda: EMPTY)  # sorted uint32: those on two or more of them
+    seen: GrowingSet = field(default_factory=GrowingSet)  # shingles of its new pages (``repeats``)
+    repeated: GrowingSet = field(default_factory=GrowingSet)  # those on two or more of them
     ahead: bool = False  # ``seen`` and ``repeated`` were counted over all its pages before any was decided
     probation: np.ndarray = field(default_factory=lambda: EMPTY)  # sorted uint32: learned by the last sample, unconfirmed
     confirmations: np.ndarray = field(default_factory=lambda: EMPTY)  # uint32: pages counted, then each one's pages
@@ -214,8 +274,10 @@ class SiteState:
         every = settings.relearn_every
         return every > 0 and self.pages >= every and self.pages % every < settings.sample_pages
 
-    def add_page(self, page: np.ndarray, settings: TemplateSettings) -> Optional[tuple[np.ndarray, np.ndarray]]:
-        """Count a new page (``page``: its sorted uint32 shingles).
+    def add_page(self, page: np.ndarray, settings: TemplateSettings,
+                 counted: Optional[np.ndarray] = None) -> Optional[tuple[np.ndarray, np.ndarray]]:
+        """Count a new page (``page``: its sorted uint32 shingles; ``counted``: its ``counted_part``, when the
+        caller has it already).
 
         Returns (old, new) settled template when the page completes a sample
         or adds repeated blocks to a settled template (the across-site
@@ -223,7 +285,7 @@ class SiteState:
         """
         sampled = self.samples_next(settings)
         if settings.repeats and not self.ahead:
-            self.count_repeats(self.counted_part(page))
+            self.count_repeats(self.counted_part(page) if counted is None else counted)
         unconfirmed = self._confirm(page, settings.share)
         grew = self._learn_blocks(page, settings)
         self.pages += 1
@@ -301,14 +363,12 @@ class SiteState:
         """Count a new page's shingles (sorted uint32): those seen before are ``repeated`` (on two or more of the
         site's new pages); the others are added to ``seen`` while it holds fewer than ``MAX_SEEN``
         (``takes_new``)."""
-        known = in_sorted(page, self.seen)
+        known = self.seen.contains(page)
         again = page[known]
         if len(again):
-            more = again[~in_sorted(again, self.repeated)]
-            if len(more):
-                self.repeated = _inserted(self.repeated, more)
+            self.repeated = self.repeated.with_values(again[~self.repeated.contains(again)])
         if self.takes_new() and len(again) < len(page):
-            self.seen = _inserted(self.seen, page[~known])
+            self.seen = self.seen.with_values(page[~known])
 
     def _learn_blocks(self, page: np.ndarray, settings: TemplateSettings) -> bool:
         """Put the page into the window, after adding the repeated blocks it shows; whether any was added."""
@@ -398,11 +458,6 @@ def _beside_other_text(size: int, pattern: int, window: list, fresh: int) -> boo
     sizes = [fresh] + [len(page) for j, page in enumerate(window) if pattern >> j & 1]
     beside = sum(size <= BLOCK_SHARE * pages for pages in sizes)
     return 2 * beside > len(sizes)
-
-
-def _inserted(table: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """The sorted uint32 ``table`` with ``values`` (sorted, none in it) put in their places."""
-    return np.insert(table, np.searchsorted(table, values), values).astype(np.uint32, copy=False)
 
 
 def _union(template: np.ndarray, blocks: np.ndarray) -> np.ndarray:
@@ -498,11 +553,15 @@ def without_repeats(own: np.ndarray, other: np.ndarray, own_repeated, other_repe
 
 def kept_rule(stored: str, wanted: str) -> str:
     """The template fingerprint an index with ``stored`` is used with when ``wanted`` is asked for: ``stored``
-    when the two differ only in rules added since (``neither``, ``confirm``: an index made before them goes on
-    deciding as it always has), else ``wanted``."""
-    without_confirm = wanted.replace(_CONFIRMED, "")
-    older = {without_confirm, *(w[: -len(_NEITHER)] for w in (wanted, without_confirm) if w.endswith(_NEITHER))}
-    return stored if stored in older else wanted
+    when the two differ only in rules added since (``repeats`` on by default, ``confirm``, ``neither``: an index
+    made before them goes on deciding as it always has), else ``wanted``."""
+    parts = wanted.split("-")
+    added = [n for n, part in enumerate(parts) if "-" + part in _ADDED_SINCE]
+    for chosen in range(1 << len(added)):
+        dropped = {at for k, at in enumerate(added) if chosen >> k & 1}
+        if "-".join(part for n, part in enumerate(parts) if n not in dropped) == stored:
+            return stored
+    return wanted
 
 
 class SiteTimeline:

@@ -34,7 +34,7 @@ from ..core.prepare import prepare
 from ..core.records import Document, Rejected, Source
 from ..core.shingle import ShingleBatch, normalize
 from ..core.signing import sign_batch
-from ..core.templates import EMPTY, content_of, in_sorted, without_repeats
+from ..core.templates import EMPTY, content_of, without_repeats
 from ..core.verify import jaccard
 from ..errors import UnknownDocumentError
 from ..store.bands import record_band_keys
@@ -253,7 +253,7 @@ def _without_repeats(engine: Readable, txn_of: Callable[[DocRecord], IndexTxn], 
     states = [load_site(txn_of(record), record.site) for record in (record_a, record_b)]
 
     def on_two_pages(state):
-        return lambda values: in_sorted(values, state.repeated)
+        return state.repeated.contains
 
     return without_repeats(*compared, on_two_pages(states[0]), on_two_pages(states[1]))
 

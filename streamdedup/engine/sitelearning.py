@@ -19,7 +19,7 @@ import numpy as np
 from ..core.prepare import PreparedBatch
 from ..core.records import Document
 from ..core.signing import SigningConfig, band_keys_of
-from ..core.templates import (EMPTY, SiteState, SiteTimeline, TemplateSettings, content_of, in_sorted,
+from ..core.templates import (EMPTY, NOTHING, SiteState, SiteTimeline, TemplateSettings, content_of, in_sorted,
                               without_repeats)
 from ..store.index import IndexTxn
 from ..store.sites import load_site, move_site_counts, save_site, shared_template
@@ -85,10 +85,10 @@ class BatchRepeats:
         state = self.states.get(site)
         if state is None:
             state = self._committed(site)
-        repeated = in_sorted(values, state.repeated)
+        repeated = state.repeated.contains(values)
         if site not in self._pages:
             return repeated
-        seen = in_sorted(values, state.seen)
+        seen = state.seen.contains(values)
         shingles, first, second, takes = self._first_rows(site)
         at = np.searchsorted(shingles, values)
         inside = at < len(shingles)
@@ -162,9 +162,11 @@ class SiteTemplates:
             if learning and digest not in seen and view.serial_of_content(digest) is None:
                 seen.add(digest)
                 before, was_settled = state.template, state.settled_for_good()
+                counted = None
                 if repeats is not None and not state.ahead:
-                    repeats.add(site, row, state.counted_part(full), state.takes_new())
-                moved = state.add_page(full, settings)
+                    counted = state.counted_part(full)
+                    repeats.add(site, row, counted, state.takes_new())
+                moved = state.add_page(full, settings, counted)
                 if not was_settled and state.template is not before:
                     settles.setdefault(row, []).append(site)
                 if state.template is not before:
@@ -320,7 +322,7 @@ def templates_in_advance(batches: Iterable[PreparedBatch], settings: TemplateSet
                 rested = next(iter(learning))
                 resting[rested] = learning.pop(rested)
                 resting[rested].forget_window()
-                resting[rested].seen = resting[rested].repeated = EMPTY  # bounded: a rested site counts as it goes
+                resting[rested].seen = resting[rested].repeated = NOTHING  # bounded: a rested site counts as it goes
                 tired.add(rested)
     learning.update(resting)
     if counted is not None and settings.repeats:

@@ -6,8 +6,11 @@ table          key                              value
 sites          site key (8 B)                   msgpack [new pages, settled, sampled, host(, window pages)]
 site_templates site key (8 B)                   its template: sorted uint32 (little-endian)
                site key + "b" (9 B)             its repeated blocks: sorted uint32
-               site key + "s" (9 B)             shingles seen on its new pages (``repeats``): sorted uint32
-               site key + "r" (9 B)             those on two or more of its new pages: sorted uint32
+               site key + "s" (9 B)             shingles seen on its new pages (``repeats``): sorted uint32,
+                                                the main part of a ``GrowingSet``
+               site key + "S" (9 B)             its recent part (absent in indexes made before it)
+               site key + "r" (9 B)             those on two or more of its new pages: likewise
+               site key + "R" (9 B)             their recent part
                site key + "a" (9 B)             present when those were counted ahead (``dedup --learn-first``)
                site key + "p" (9 B)             what its last sample learned, on probation: sorted uint32
                site key + "q" (9 B)             pages counted since, then each of those shingles' pages: uint32
@@ -34,7 +37,7 @@ from typing import Iterator
 import msgpack
 import numpy as np
 
-from ..core.templates import SiteState, in_sorted
+from ..core.templates import GrowingSet, SiteState, in_sorted
 from .index import IndexTxn, u64
 
 __all__ = ["load_site", "save_site", "move_site_counts", "shared_template", "site_summaries", "provisional_pages",
@@ -60,8 +63,8 @@ def load_site(txn: IndexTxn, site: int) -> SiteState:
     blocks = _u32_array(txn.get("site_templates", key + b"b"))
     window = [_u32_array(txn.get("site_samples", key + (_WINDOW + i).to_bytes(2, "big")))
               for i in range(windowed[0] if windowed else 0)]
-    seen = _u32_array(txn.get("site_templates", key + b"s"))
-    repeated = _u32_array(txn.get("site_templates", key + b"r"))
+    seen, repeated = (GrowingSet(_u32_array(txn.get("site_templates", key + part)),
+                                 _u32_array(txn.get("site_templates", key + part.upper()))) for part in (b"s", b"r"))
     ahead = txn.get("site_templates", key + b"a") is not None
     probation = _u32_array(txn.get("site_templates", key + b"p"))
     confirmations = _u32_array(txn.get("site_templates", key + b"q"))
@@ -78,10 +81,8 @@ def save_site(txn: IndexTxn, site: int, state: SiteState, before: SiteState, hos
         raw.put(key, state.template.astype("<u4").tobytes(), db=dbs["site_templates"])
     if state.blocks is not before.blocks:
         raw.put(key + b"b", state.blocks.astype("<u4").tobytes(), db=dbs["site_templates"])
-    if state.seen is not before.seen:
-        raw.put(key + b"s", state.seen.astype("<u4").tobytes(), db=dbs["site_templates"])
-    if state.repeated is not before.repeated:
-        raw.put(key + b"r", state.repeated.astype("<u4").tobytes(), db=dbs["site_templates"])
+    _save_growing(raw, dbs["site_templates"], key, b"s", state.seen, before.seen)
+    _save_growing(raw, dbs["site_templates"], key, b"r", state.repeated, before.repeated)
     if state.probation is not before.probation:
         raw.put(key + b"p", state.probation.astype("<u4").tobytes(), db=dbs["site_templates"])
     if state.confirmations is not before.confirmations:
@@ -96,6 +97,18 @@ def save_site(txn: IndexTxn, site: int, state: SiteState, before: SiteState, hos
             raw.put(key + i.to_bytes(2, "big"), state.sample[i].astype("<u4").tobytes(), db=dbs["site_samples"])
     for i in range(len(state.sample), len(before.sample)):
         raw.delete(key + i.to_bytes(2, "big"), db=dbs["site_samples"])
+
+
+def _save_growing(raw, db, key: bytes, part: bytes, now: GrowingSet, before: GrowingSet) -> None:
+    """Write what changed of a ``GrowingSet`` (under the site's ``key`` + ``part``, its recent part under ``part``
+    in upper case): the recent part at most batches, the main part only when the recent one merged into it."""
+    if now.main is not before.main:
+        raw.put(key + part, now.main.astype("<u4").tobytes(), db=db)
+    if now.recent is not before.recent:
+        if len(now.recent):
+            raw.put(key + part.upper(), now.recent.astype("<u4").tobytes(), db=db)
+        else:
+            raw.delete(key + part.upper(), db=db)
 
 
 def move_site_counts(txn: IndexTxn, old: np.ndarray, new: np.ndarray, min_sites: int) -> tuple[np.ndarray, np.ndarray]:
