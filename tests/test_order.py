@@ -185,7 +185,7 @@ def test_the_sectioned_crawl_learns_blocks_and_finds_duplicates(sectioned_refere
     assert len(blocks) == 12 and all(blocks)
 
 
-REPEATS = ["--set", "templates.repeats=true"]  # what each site repeats (off by default)
+REPEATS = ["--set", "templates.repeats=true"]  # what each site repeats (on by default; said for clarity)
 
 
 @pytest.fixture(scope="module")
