@@ -216,7 +216,7 @@ def test_decisions_without_the_kernel_are_the_decisions_with_it(tmp_path, monkey
     import random
 
     from streamdedup import config as config_module
-    from streamdedup.core import corpus, eliasfano, lsh, prepare as prepare_module, verify, webcrawl
+    from streamdedup.core import corpus, eliasfano, lsh, prepare as prepare_module, templates, verify, webcrawl
     from streamdedup.core.decode import InputSpec
     from streamdedup.engine.engine import Engine
     from streamdedup.runtime.offline import dedup_files
@@ -243,8 +243,28 @@ def test_decisions_without_the_kernel_are_the_decisions_with_it(tmp_path, monkey
     for module in (shingle, signing, prepare_module, verify, eliasfano, mirror, index, bandfilter, candidates, lsh,
                    files, view):
         monkeypatch.setattr(module, "_kernel", None)
+    monkeypatch.setattr(templates, "_sorted_member", None)
     assert decisions("numpy") == compiled
     assert compiled.count(b'"duplicate"') > 200
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_kernel_finds_values_in_a_sorted_table_as_searchsorted_does(monkeypatch, seed):
+    """``templates.in_sorted``: values ascending (a page's shingles) or not, repeated, past the table's ends."""
+    from streamdedup.core import templates
+
+    rng = np.random.default_rng(seed)
+    cases = [(np.array([], dtype=np.uint32), np.array([3], dtype=np.uint32)),
+             (np.array([0, 2**32 - 1, 5], dtype=np.uint32), np.array([0, 5, 2**32 - 1], dtype=np.uint32))]
+    for _ in range(300):
+        table = np.unique(rng.integers(0, 3000, int(rng.integers(1, 900))).astype(np.uint32))
+        values = rng.integers(0, 3200, int(rng.integers(0, 700))).astype(np.uint32)
+        cases.append((np.unique(values) if rng.random() < 0.5 else values, table))
+    compiled = [templates.in_sorted(values, table) for values, table in cases]
+    monkeypatch.setattr(templates, "_sorted_member", None)
+    for (values, table), found in zip(cases, compiled):
+        assert found.dtype == bool and np.array_equal(found, templates.in_sorted(values, table))
+    assert sum(int(found.sum()) for found in compiled) > 1000
 
 
 def test_shingles_that_came_through_pickle_are_verified_by_the_kernel(monkeypatch):

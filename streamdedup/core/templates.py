@@ -103,6 +103,13 @@ import numpy as np
 
 from .sites import NO_SITE
 
+try:
+    from . import _kernel
+
+    _sorted_member = _kernel.sorted_member
+except ImportError:  # built without a C compiler: numpy's searchsorted, the same answers
+    _sorted_member = None
+
 __all__ = ["TemplateSettings", "SiteState", "learned_template", "content_of", "in_sorted",
            "kept_rule", "without_repeats", "SiteTimeline", "EMPTY", "MAX_TEMPLATE", "MAX_WINDOW_PAGE"]
 
@@ -427,9 +434,13 @@ def learned_template(pages: list[np.ndarray], share: float) -> np.ndarray:
 
 
 def in_sorted(values: np.ndarray, table: np.ndarray) -> np.ndarray:
-    """Which of ``values`` are in the sorted array ``table``."""
+    """Which of ``values`` are in the sorted array ``table`` (uint32 both: in the kernel, the same answer)."""
     if len(table) == 0:
         return np.zeros(len(values), dtype=bool)
+    if _sorted_member is not None and values.dtype == np.uint32 and table.dtype == np.uint32:
+        found = np.empty(len(values), dtype=bool)
+        _sorted_member(np.ascontiguousarray(values), np.ascontiguousarray(table), found)
+        return found
     at = np.searchsorted(table, values)
     at[at == len(table)] = 0
     return table[at] == values
