@@ -244,6 +244,7 @@ def test_decisions_without_the_kernel_are_the_decisions_with_it(tmp_path, monkey
                    files, view):
         monkeypatch.setattr(module, "_kernel", None)
     monkeypatch.setattr(templates, "_sorted_member", None)
+    monkeypatch.setattr(templates, "_sorted_without", None)
     assert decisions("numpy") == compiled
     assert compiled.count(b'"duplicate"') > 200
 
@@ -265,6 +266,29 @@ def test_the_kernel_finds_values_in_a_sorted_table_as_searchsorted_does(monkeypa
     for (values, table), found in zip(cases, compiled):
         assert found.dtype == bool and np.array_equal(found, templates.in_sorted(values, table))
     assert sum(int(found.sum()) for found in compiled) > 1000
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_pages_content_is_made_in_the_kernel_as_numpy_makes_it(monkeypatch, seed):
+    """``templates.content_of``: the same content, the page's own array where nothing (or too much) would go."""
+    from streamdedup.core import templates
+
+    rng = np.random.default_rng(seed)
+    cases = []
+    for _ in range(300):
+        page = np.unique(rng.integers(0, 4000, int(rng.integers(0, 600))).astype(np.uint32))
+        template = np.unique(rng.choice(page, int(rng.integers(0, len(page) + 1))) if len(page) else page)
+        shared = np.unique(rng.integers(0, 4000, int(rng.integers(0, 80))).astype(np.uint32))
+        cases.append((page, template.astype(np.uint32), shared if rng.random() < 0.5 else templates.EMPTY,
+                      float(rng.choice([0.0, 0.2, 0.9]))))
+    compiled = [templates.content_of(*case) for case in cases]
+    monkeypatch.setattr(templates, "_sorted_without", None)
+    monkeypatch.setattr(templates, "_sorted_member", None)
+    for case, content in zip(cases, compiled):
+        plain = templates.content_of(*case)
+        assert content.dtype == np.uint32 and np.array_equal(content, plain)
+        assert (content is case[0]) == (plain is case[0])
+    assert sum(content is not case[0] for case, content in zip(cases, compiled)) > 50
 
 
 def test_shingles_that_came_through_pickle_are_verified_by_the_kernel(monkeypatch):

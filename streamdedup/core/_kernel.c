@@ -28,6 +28,10 @@
  *     out[i] (one byte) = whether uint32 values[i] is in the sorted uint32 table: templates.in_sorted,
  *     numpy's searchsorted-and-compare without its calls' overhead on a page's few hundred values.
  *
+ * sorted_without(values, table, shared, out) -> int
+ *     The uint32 values in neither sorted uint32 table, in their order, written to the front of out (room
+ *     for every value); how many: templates.content_of's shingles without its two templates.
+ *
  * merge_into(keys, values, n, run_keys, run_values)
  *     A run sorted by uint64 key, each key with an 8-byte value, merged into the first n entries of
  *     keys/values (sorted the same way, with room for the run) in place, from the end; the run's
@@ -717,8 +721,30 @@ done:
     return PyLong_FromSsize_t(bad);
 }
 
-/* out[i] = whether values[i] is in sorted table (uint32, out one byte each): a doubling walk through the table
- * while values ascend, a binary search from its start where they do not. */
+/* o[i] |= whether v[i] is in sorted t[0:m]: a doubling walk through the table while the values ascend, a
+ * binary search from its start where they do not. */
+static void mark_members(const uint32_t *v, Py_ssize_t n, const uint32_t *t, Py_ssize_t m, uint8_t *o) {
+    Py_ssize_t from = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint32_t key = v[i];
+        if (i && key < v[i - 1]) from = 0;
+        Py_ssize_t lo = from, hi = from, step = 1;
+        while (hi < m && t[hi] < key) {
+            lo = hi + 1;
+            hi += step;
+            step *= 2;
+        }
+        if (hi > m) hi = m;
+        while (lo < hi) {
+            Py_ssize_t mid = lo + (hi - lo) / 2;
+            if (t[mid] < key) lo = mid + 1;
+            else hi = mid;
+        }
+        from = lo;
+        o[i] |= lo < m && t[lo] == key;
+    }
+}
+
 static PyObject *sorted_member(PyObject *self, PyObject *args) {
     PyObject *o_values, *o_table, *o_out;
     if (!PyArg_ParseTuple(args, "OOO", &o_values, &o_table, &o_out)) return NULL;
@@ -730,37 +756,54 @@ static PyObject *sorted_member(PyObject *self, PyObject *args) {
         PyBuffer_Release(&values);
         return NULL;
     }
-    Py_ssize_t n = values.len / 4, m = table.len / 4;
-    if (out.len != n) {
+    if (out.len != values.len / 4) {
         PyErr_SetString(PyExc_ValueError, "sorted_member: out must have one byte a value");
     } else {
-        const uint32_t *v = values.buf, *t = table.buf;
-        uint8_t *o = out.buf;
-        Py_ssize_t from = 0;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            uint32_t key = v[i];
-            if (i && key < v[i - 1]) from = 0;
-            Py_ssize_t lo = from, hi = from, step = 1;
-            while (hi < m && t[hi] < key) {
-                lo = hi + 1;
-                hi += step;
-                step *= 2;
-            }
-            if (hi > m) hi = m;
-            while (lo < hi) {
-                Py_ssize_t mid = lo + (hi - lo) / 2;
-                if (t[mid] < key) lo = mid + 1;
-                else hi = mid;
-            }
-            from = lo;
-            o[i] = lo < m && t[lo] == key;
-        }
+        memset(out.buf, 0, out.len);
+        mark_members(values.buf, values.len / 4, table.buf, table.len / 4, out.buf);
     }
     PyBuffer_Release(&out);
     PyBuffer_Release(&table);
     PyBuffer_Release(&values);
     if (PyErr_Occurred()) return NULL;
     Py_RETURN_NONE;
+}
+
+static PyObject *sorted_without(PyObject *self, PyObject *args) {
+    PyObject *o_values, *o_table, *o_shared, *o_out;
+    if (!PyArg_ParseTuple(args, "OOOO", &o_values, &o_table, &o_shared, &o_out)) return NULL;
+    Py_buffer values, table, shared, out;
+    Py_ssize_t kept = -1;
+    if (get_buffer(o_values, &values, 4, 0, "values") < 0) return NULL;
+    if (get_buffer(o_table, &table, 4, 0, "table") < 0) goto release1;
+    if (get_buffer(o_shared, &shared, 4, 0, "shared") < 0) goto release2;
+    if (get_buffer(o_out, &out, 4, 1, "out") < 0) goto release3;
+    Py_ssize_t n = values.len / 4;
+    uint8_t *drop = out.len < values.len ? NULL : calloc(n ? n : 1, 1);
+    if (!drop) {
+        if (out.len < values.len) PyErr_SetString(PyExc_ValueError, "sorted_without: out must have room for every value");
+        else PyErr_NoMemory();
+    } else {
+        const uint32_t *v = values.buf;
+        uint32_t *o = out.buf;
+        mark_members(v, n, table.buf, table.len / 4, drop);
+        mark_members(v, n, shared.buf, shared.len / 4, drop);
+        kept = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            o[kept] = v[i];
+            kept += !drop[i];
+        }
+        free(drop);
+    }
+    PyBuffer_Release(&out);
+release3:
+    PyBuffer_Release(&shared);
+release2:
+    PyBuffer_Release(&table);
+release1:
+    PyBuffer_Release(&values);
+    if (PyErr_Occurred()) return NULL;
+    return PyLong_FromSsize_t(kept);
 }
 
 /* How many values two sorted unique uint32 arrays share (a merge walk; both are a page's few hundred). */
@@ -2315,6 +2358,7 @@ static PyMethodDef methods[] = {
     {"ef_encode_many", ef_encode_many, METH_VARARGS, "ef_encode of each document of (values, offsets)."},
     {"shared_count", shared_count, METH_VARARGS, "Values two sorted unique uint32 arrays share."},
     {"sorted_member", sorted_member, METH_VARARGS, "Whether each uint32 value is in a sorted uint32 table, into out."},
+    {"sorted_without", sorted_without, METH_VARARGS, "uint32 values in neither of two sorted tables, into out; how many."},
     {"ef_decode", ef_decode, METH_VARARGS, "The sorted uint32 values of an Elias-Fano coding (see eliasfano.py)."},
     {"merge_into", merge_into, METH_VARARGS, "A sorted run merged into sorted entries, in place (see the module)."},
     {"blake2b", blake2b_digest, METH_VARARGS, "hashlib.blake2b(data, digest_size=n).digest(), unkeyed."},
