@@ -218,6 +218,7 @@ def test_decisions_without_the_kernel_are_the_decisions_with_it(tmp_path, monkey
     from streamdedup import config as config_module
     from streamdedup.core import corpus, eliasfano, lsh, prepare as prepare_module, verify, webcrawl
     from streamdedup.core.decode import InputSpec
+    from streamdedup.engine import decide
     from streamdedup.engine.engine import Engine
     from streamdedup.runtime.offline import dedup_files
     from streamdedup.runtime.sink import files
@@ -241,7 +242,7 @@ def test_decisions_without_the_kernel_are_the_decisions_with_it(tmp_path, monkey
 
     compiled = decisions("kernel")
     for module in (shingle, signing, prepare_module, verify, eliasfano, mirror, index, bandfilter, candidates, lsh,
-                   files, view):
+                   files, view, decide):
         monkeypatch.setattr(module, "_kernel", None)
     assert decisions("numpy") == compiled
     assert compiled.count(b'"duplicate"') > 200
@@ -729,3 +730,21 @@ def test_kernel_files_the_mirrors_hashes_as_python_does(monkeypatch):
     assert compiled.id_firsts() == python.id_firsts() and compiled.content == python.content
     assert compiled.id_more() == python.id_more() and compiled.content_more() == python.content_more()
     assert len(python.id_more()[b"a"]) > 100 and compiled.serials_of_id(b"b") == python.serials_of_id(b"b")
+
+
+def test_the_kernel_makes_records_and_decisions_as_their_classes_do():
+    """``_kernel.slotted`` (records and decisions of rows surely kept, ``decide._State.keep_alone``) makes what
+    the dataclass makes of the same values, and refuses values that do not fill every field."""
+    from streamdedup.core.records import KEPT, Decision
+    from streamdedup.engine import decide
+    from streamdedup.store.index import DocRecord
+
+    values = ("a\u00e9", KEPT, "a", None, 0.5, None, True, False, 3, 2, None)
+    made = shingle._kernel.slotted(decide._DECISION_SETTERS, *values)
+    assert type(made) is Decision and made == Decision(*values)
+    fields = (7, "id", True, 7, "id", None, None, None, False, b"c" * 16, ["f", -1, 3], b"", 1.5, False, 9, None)
+    assert shingle._kernel.slotted(decide._RECORD_SETTERS, *fields) == DocRecord(*fields)
+    with pytest.raises(TypeError):
+        shingle._kernel.slotted(decide._DECISION_SETTERS, *values[:-1])
+    with pytest.raises(TypeError):
+        shingle._kernel.slotted((DocRecord, *decide._DECISION_SETTERS[1:]), *values)
