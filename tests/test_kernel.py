@@ -748,3 +748,26 @@ def test_the_kernel_makes_records_and_decisions_as_their_classes_do():
         shingle._kernel.slotted(decide._DECISION_SETTERS, *values[:-1])
     with pytest.raises(TypeError):
         shingle._kernel.slotted((DocRecord, *decide._DECISION_SETTERS[1:]), *values)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_kept_entries_taken_from_the_batchs_sorted_slots_are_the_mirrors_sort(monkeypatch, seed):
+    """``view._kept_entries`` (the kept rows' entries taken from the batch's sorted slots) gives what the mirror's
+    own sort of them gives, equal slots included (few distinct keys), with the kernel and without it."""
+    from streamdedup.core import lsh
+    from streamdedup.core.lsh import band_slots
+    from streamdedup.store import mirror, view
+
+    rng = np.random.default_rng(seed)
+    rows, bands = 300, 8
+    keys = rng.integers(0, 6, size=(rows, bands), dtype=np.uint64)
+    kept_rows = np.flatnonzero(rng.random(rows) < 0.6)
+    kept_serials = 1000 + np.cumsum(rng.integers(1, 3, size=len(kept_rows)))
+    kept_keys = keys[kept_rows]
+    expected = mirror._sorted_entries(band_slots(np.tile(np.arange(bands, dtype=np.uint16), len(kept_rows)),
+                                                 kept_keys.ravel()), np.repeat(kept_serials, bands))
+    for kernel in (lsh._kernel, None):
+        monkeypatch.setattr(lsh, "_kernel", kernel)
+        slots, slot_rows, _ = lsh.sorted_slots(keys)
+        taken = view._kept_entries((slots, slot_rows), kept_rows, kept_serials, rows)
+        assert np.array_equal(taken[0], expected[0]) and np.array_equal(taken[1], expected[1])

@@ -191,9 +191,9 @@ class _State:
             for row, twin in evidence.twins.items():  # the first document of a content, over every shard
                 if row not in self.twins or twin[0] < self.twins[row][0]:
                     self.twins[row] = twin
-            self.similarity.update(((row, serial), sim) for row, serial, sim in evidence.matches)
+            self.similarity.update({(row, serial): sim for row, serial, sim in evidence.matches})
             self.names.update(evidence.names)
-            rekeys.update(((row, serial), keys) for row, serial, keys in evidence.rekeys)
+            rekeys.update({(row, serial): keys for row, serial, keys in evidence.rekeys})
         self.records: dict[int, tuple[Optional[DocRecord], int]] = {}  # serial -> (record, row), in order
         self.next_serial = first_serial
         self.by_id: dict[bytes, list[int]] = {}  # the batch's documents, as the index files them
