@@ -266,14 +266,14 @@ class _State:
                                 wanted, probed=False)
         match, similarity, candidates, verified = self._best_match(row)
         if match is not None:
-            record = DocRecord.near_duplicate_of(self._representative(match), similarity, serial, doc, content,
-                                                 self.now, site)
+            record = DocRecord.near_duplicate(match, self._representative_id(match), similarity, serial, doc,
+                                              content, self.now, site)
             return self._insert(record, ident, row, wanted, candidates, verified)
         found = self._anchored_match(self.own_content(row), row) if self.anchors is not None else None
         if found is not None:
             source, similarity, share, checked = found
-            record = DocRecord.near_duplicate_of(self._representative(source), similarity, serial, doc, content,
-                                                 self.now, site, share)
+            record = DocRecord.near_duplicate(source, self._representative_id(source), similarity, serial, doc,
+                                              content, self.now, site, share)
             return self._insert(record, ident, row, wanted, candidates, verified + checked)
         return self._kept(doc, row, serial, ident, content, site, wanted, candidates, verified)
 
@@ -428,11 +428,9 @@ class _State:
         serial = self.by_content.get(content)
         return None if serial is None else self.record(serial)
 
-    def _representative(self, serial: int) -> DocRecord:
-        if serial >= self.first_serial:
-            return self.record(serial)
-        doc_id = self.names[serial]
-        return DocRecord(serial, doc_id, True, serial, doc_id, None, None, None, False, b"", [], b"", 0.0)
+    def _representative_id(self, serial: int) -> str:
+        """The id of the kept document ``serial``, of this batch or stored."""
+        return self.record(serial).id if serial >= self.first_serial else self.names[serial]
 
     def _best_match(self, row: int) -> tuple[Optional[int], Optional[float], int, int]:
         """The most similar candidate at or above the threshold (ties: the earliest) and its Jaccard, how many
@@ -609,5 +607,10 @@ _DECISION_SETTERS = _setters(Decision, ("id", "status", "cluster", "matched", "s
 def _as_decision(record: DocRecord, replayed: bool = False, candidates: int = 0, verified: int = 0) -> Decision:
     # positional (id, status, cluster, matched, similarity, reason, exact, replayed, candidates, verified):
     # one per document, and keywords cost twice as much
-    return Decision(record.id, KEPT if record.kept else DUPLICATE, record.cluster_id, record.matched_id,
-                    record.similarity, None, record.exact, replayed, candidates, verified, record.containment)
+    status = KEPT if record.kept else DUPLICATE
+    if _kernel is not None:  # one per document: made through its slots (``_kernel.slotted``), the same decision
+        return _kernel.slotted(_DECISION_SETTERS, record.id, status, record.cluster_id, record.matched_id,
+                               record.similarity, None, record.exact, replayed, candidates, verified,
+                               record.containment)
+    return Decision(record.id, status, record.cluster_id, record.matched_id, record.similarity, None, record.exact,
+                    replayed, candidates, verified, record.containment)

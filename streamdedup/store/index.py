@@ -164,9 +164,16 @@ class DocRecord:
                           content: bytes, now: float, site: int = 0,
                           containment: Optional[float] = None) -> "DocRecord":
         """A duplicate of a kept document (``representative``), joining its cluster; with ``containment``, an excerpt of it."""
-        return cls(serial, doc.id, False, representative.serial, representative.id, representative.serial,
-                   representative.id, similarity, False, content, doc.source.as_list(), b"", now, False, site,
-                   containment)
+        return cls.near_duplicate(representative.serial, representative.id, similarity, serial, doc, content, now,
+                                  site, containment)
+
+    @classmethod
+    def near_duplicate(cls, cluster: int, cluster_id: str, similarity: float, serial: int, doc: "Document",
+                       content: bytes, now: float, site: int = 0,
+                       containment: Optional[float] = None) -> "DocRecord":
+        """``near_duplicate_of`` the kept document ``cluster`` whose id is ``cluster_id`` (no record of it made)."""
+        return cls(serial, doc.id, False, cluster, cluster_id, cluster, cluster_id, similarity, False, content,
+                   doc.source.as_list(), b"", now, False, site, containment)
 
     def pack(self, source_number: int, packer: Optional[msgpack.Packer] = None) -> bytes:
         """The stored form, with ``source_number`` standing for the source's name (``IndexTxn.source_number``);
