@@ -771,3 +771,39 @@ def test_kept_entries_taken_from_the_batchs_sorted_slots_are_the_mirrors_sort(mo
         slots, slot_rows, _ = lsh.sorted_slots(keys)
         taken = view._kept_entries((slots, slot_rows), kept_rows, kept_serials, rows)
         assert np.array_equal(taken[0], expected[0]) and np.array_equal(taken[1], expected[1])
+
+
+def test_a_batch_without_templates_has_its_whole_shingles_as_the_plan_gives(tmp_path, monkeypatch):
+    """``SiteTemplates._whole_content`` (no site of the batch learns or has a template) decides as the row by row
+    plan does, and is what pages without a URL take."""
+    import json
+
+    from streamdedup import config as config_module
+    from streamdedup.core import corpus
+    from streamdedup.core.decode import InputSpec
+    from streamdedup.engine.engine import Engine
+    from streamdedup.engine.sitelearning import SiteTemplates
+    from streamdedup.runtime.offline import dedup_files
+
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"id": d.id, "text": d.text}) + "\n" for d in corpus.generate(400, seed=5)))
+    cfg = config_module.load(None, environ={})
+    taken = []
+    whole = SiteTemplates._whole_content
+
+    def counted(self, *args):
+        found = whole(self, *args)
+        taken.append(found is not None)
+        return found
+
+    def decisions(name: str) -> bytes:
+        with Engine(cfg, str(tmp_path / name)) as engine:
+            dedup_files(engine, [str(source)], InputSpec(), None, str(tmp_path / f"{name}.jsonl"), 100)
+        return (tmp_path / f"{name}.jsonl").read_bytes()
+
+    monkeypatch.setattr(SiteTemplates, "_whole_content", counted)
+    quick = decisions("quick")
+    assert taken and all(taken)
+    monkeypatch.setattr(SiteTemplates, "_whole_content", lambda self, *args: None)
+    assert decisions("planned") == quick
+    assert quick.count(b'"duplicate"') > 100
