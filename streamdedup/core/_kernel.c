@@ -112,6 +112,11 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#ifndef Py_T_OBJECT_EX  /* before Python 3.12: structmember.h's names */
+#include <structmember.h>
+#define Py_T_OBJECT_EX T_OBJECT_EX
+#define Py_READONLY READONLY
+#endif
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1785,21 +1790,32 @@ static PyObject *file_firsts(PyObject *self, PyObject *args) {
 }
 
 /* slotted, kept_alone: objects of a slots dataclass made without a call of its __init__ (see the module
- * comment). setters is (class, the member descriptor of each field, in the order values come). */
+ * comment). setters is (class, the member descriptor of each field, in the order values come): each a
+ * writable object slot of the class (what __slots__ makes), whose place in the object is then written at
+ * once, as the descriptor's own __set__ would write it into a new object. */
 static int setters_check(PyObject *setters, const char *what) {
     if (!PyTuple_Check(setters) || PyTuple_GET_SIZE(setters) < 1 || !PyType_Check(PyTuple_GET_ITEM(setters, 0))) {
         PyErr_Format(PyExc_TypeError, "%s: setters must be (class, descriptor, ...)", what);
         return -1;
     }
-    for (Py_ssize_t i = 1; i < PyTuple_GET_SIZE(setters); i++)
-        if (!Py_TYPE(PyTuple_GET_ITEM(setters, i))->tp_descr_set) {
-            PyErr_Format(PyExc_TypeError, "%s: a setter that sets nothing", what);
+    PyTypeObject *type = (PyTypeObject *)PyTuple_GET_ITEM(setters, 0);
+    for (Py_ssize_t i = 1; i < PyTuple_GET_SIZE(setters); i++) {
+        PyObject *descriptor = PyTuple_GET_ITEM(setters, i);
+        if (!Py_IS_TYPE(descriptor, &PyMemberDescr_Type)) {
+            PyErr_Format(PyExc_TypeError, "%s: a setter that is not a slot", what);
             return -1;
         }
+        PyMemberDef *member = ((PyMemberDescrObject *)descriptor)->d_member;
+        if (member->type != Py_T_OBJECT_EX || (member->flags & Py_READONLY)
+            || !PyType_IsSubtype(type, PyDescr_TYPE(descriptor))) {
+            PyErr_Format(PyExc_TypeError, "%s: a setter that is not a writable object slot of the class", what);
+            return -1;
+        }
+    }
     return 0;
 }
 
-/* An object of setters' class with values set through its descriptors (checked by setters_check). */
+/* An object of setters' class with values in its slots (setters checked by setters_check). */
 static PyObject *made(PyObject *setters, PyObject *const *values, Py_ssize_t n) {
     if (n != PyTuple_GET_SIZE(setters) - 1) {
         PyErr_Format(PyExc_TypeError, "slotted: %zd values for %zd fields", n, PyTuple_GET_SIZE(setters) - 1);
@@ -1809,11 +1825,12 @@ static PyObject *made(PyObject *setters, PyObject *const *values, Py_ssize_t n) 
     PyObject *object = type->tp_alloc(type, 0);
     if (!object) return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *descriptor = PyTuple_GET_ITEM(setters, i + 1);
-        if (Py_TYPE(descriptor)->tp_descr_set(descriptor, object, values[i]) < 0) {
-            Py_DECREF(object);
-            return NULL;
-        }
+        PyMemberDef *member = ((PyMemberDescrObject *)PyTuple_GET_ITEM(setters, i + 1))->d_member;
+        PyObject **slot = (PyObject **)((char *)object + member->offset);
+        PyObject *old = *slot;
+        Py_INCREF(values[i]);
+        *slot = values[i];
+        Py_XDECREF(old);  /* NULL in a new object, unless a field is named twice */
     }
     return object;
 }
