@@ -97,15 +97,24 @@
  *     when the client sends it, and sink/batches.py writes it and the CRC-32C then.
  *
  * slotted(setters, *values) -> object
- *     An object of the slots class setters[0] with each value set through setters[1:], the member
- *     descriptors of its fields (one value a field), with no call of its __init__: what the
- *     dataclass's generated __init__ makes of the same values positionally, at a fifth of its cost.
+ *     An object of the slots class setters[0] with each value written into the slot of setters[1:], the
+ *     member descriptors of its fields (one value a field), with no call of its __init__: what the
+ *     dataclass's generated __init__ makes of the same values positionally, at a third of its cost.
  *
  * kept_alone(context, start, stop, serial) -> next serial
  *     Items start..stop-1 of a batch, documents whose rows are surely kept (decide._State.alone_rows),
  *     kept as serials from serial, as decide._State.kept_alone keeps one: its DocRecord.new_cluster
  *     and (record, row) in records, its serial filed in by_id and by_content, its Decision in
  *     decisions; the context is decide._State.alone_context's tuple.
+ *
+ * consumer_records(buffer, pos, count, base_offset, first_ts, max_ts, timestamp_type, topic, partition,
+ *                  leader_epoch, record_type) -> (list, record bytes) or None
+ *     The count records of a v2 record batch (its records' bytes from pos to the end of buffer, decompressed),
+ *     each a record_type (kafka-python's ConsumerRecord namedtuple) with the fields its fetcher gives one
+ *     (timestamps LOG_APPEND_TIME when timestamp_type is 1, no checksum, sizes -1 for a null key or value and
+ *     for no headers), and the records' bytes as kafka-python counts them; None when anything is off (a
+ *     framing error, a header key that is not UTF-8, bytes left after the last record), for kafka-python's
+ *     own reader to take the batch and raise or recover as it does.
  *
  * Arrays are passed through the buffer protocol (C-contiguous, types checked by itemsize here and
  * by dtype in Python), so the module needs only Python.h to build.
@@ -2286,6 +2295,156 @@ failed:
     return NULL;
 }
 
+/* consumer_records: a v2 record batch's records read as kafka-python's fetcher reads them. */
+
+static int read_varint(const uint8_t *b, Py_ssize_t end, Py_ssize_t *pos, int64_t *out) {
+    uint64_t raw = 0;
+    for (int shift = 0; shift < 63; shift += 7) {  /* nine bytes at most: longer ones go to kafka-python */
+        if (*pos >= end) return -1;
+        uint8_t byte = b[(*pos)++];
+        raw |= (uint64_t)(byte & 0x7f) << shift;
+        if (!(byte & 0x80)) {
+            *out = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Bytes of length ``size`` at pos (None when size is -1), or -1 when the framing is off. */
+static int read_field(const uint8_t *b, Py_ssize_t end, Py_ssize_t *pos, PyObject **out, int64_t *size) {
+    if (read_varint(b, end, pos, size) < 0 || *size < -1 || *size > end - *pos) return -1;
+    if (*size < 0) {
+        Py_INCREF(Py_None);
+        *out = Py_None;
+        return 0;
+    }
+    *out = PyBytes_FromStringAndSize((const char *)b + *pos, (Py_ssize_t)*size);
+    if (!*out) return -2;
+    *pos += (Py_ssize_t)*size;
+    return 0;
+}
+
+/* The headers of a record as kafka-python's list of (str, bytes or None), and their size as it counts it
+ * (-1 for none). -1: a framing or UTF-8 problem (kafka-python's reader, and wire.py's fallback, take it). */
+static int read_headers(const uint8_t *b, Py_ssize_t end, Py_ssize_t *pos, PyObject **out, int64_t *size) {
+    int64_t count;
+    if (read_varint(b, end, pos, &count) < 0 || count < 0 || count > end - *pos) return -1;
+    PyObject *headers = PyList_New((Py_ssize_t)count);
+    if (!headers) return -2;
+    *size = count ? 0 : -1;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t name_size, value_size;
+        if (read_varint(b, end, pos, &name_size) < 0 || name_size < 0 || name_size > end - *pos) goto off;
+        PyObject *name = PyUnicode_DecodeUTF8((const char *)b + *pos, (Py_ssize_t)name_size, NULL);
+        if (!name) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto failed;
+            PyErr_Clear();
+            goto off;
+        }
+        *pos += (Py_ssize_t)name_size;
+        PyObject *value;
+        int r = read_field(b, end, pos, &value, &value_size);
+        if (r < 0) {
+            Py_DECREF(name);
+            if (r == -2) goto failed;
+            goto off;
+        }
+        PyObject *pair = PyTuple_Pack(2, name, value);
+        Py_DECREF(name);
+        Py_DECREF(value);
+        if (!pair) goto failed;
+        PyList_SET_ITEM(headers, i, pair);
+        *size += name_size + (value_size > 0 ? value_size : 0);
+    }
+    *out = headers;
+    return 0;
+off:
+    Py_DECREF(headers);
+    return -1;
+failed:
+    Py_DECREF(headers);
+    return -2;
+}
+
+static PyObject *consumer_records(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t pos, count;
+    long long base_offset, first_ts, max_ts;
+    int timestamp_type;
+    PyObject *topic, *partition, *leader_epoch;
+    PyTypeObject *record_type;
+    if (!PyArg_ParseTuple(args, "y*nnLLLiOOOO!", &view, &pos, &count, &base_offset, &first_ts, &max_ts,
+                          &timestamp_type, &topic, &partition, &leader_epoch, &PyType_Type, &record_type))
+        return NULL;
+    if (!PyType_IsSubtype(record_type, &PyTuple_Type)) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_TypeError, "consumer_records: the record type must be a tuple type (a namedtuple)");
+        return NULL;
+    }
+    const uint8_t *b = view.buf;
+    Py_ssize_t end = view.len;
+    PyObject *records = (count >= 0 && pos >= 0 && pos <= end) ? PyList_New(0) : NULL;
+    if (!records) goto off;
+    Py_ssize_t bytes = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t length, attributes, ts_delta, offset_delta, key_size, value_size, headers_size;
+        PyObject *key = NULL, *value = NULL, *headers = NULL;
+        if (read_varint(b, end, &pos, &length) < 0) goto off;
+        Py_ssize_t start = pos;
+        if (read_varint(b, end, &pos, &attributes) < 0 || read_varint(b, end, &pos, &ts_delta) < 0
+            || read_varint(b, end, &pos, &offset_delta) < 0)
+            goto off;
+        int r = read_field(b, end, &pos, &key, &key_size);
+        if (r == 0) {
+            r = read_field(b, end, &pos, &value, &value_size);
+            if (r == 0) r = read_headers(b, end, &pos, &headers, &headers_size);
+        }
+        if (r == 0 && pos - start != length) r = -1;
+        PyObject *record = r == 0 ? record_type->tp_alloc(record_type, 13) : NULL;
+        if (!record) {
+            Py_XDECREF(key);
+            Py_XDECREF(value);
+            Py_XDECREF(headers);
+            if (r == -1) goto off;
+            goto failed;
+        }
+        PyObject *fields[13] = {topic, partition, leader_epoch,
+                                PyLong_FromLongLong(base_offset + offset_delta),
+                                PyLong_FromLongLong(timestamp_type ? max_ts : first_ts + ts_delta),
+                                PyLong_FromLong(timestamp_type), key, value, headers, Py_None,
+                                PyLong_FromLongLong(key_size), PyLong_FromLongLong(value_size),
+                                PyLong_FromLongLong(headers_size)};
+        Py_INCREF(topic);
+        Py_INCREF(partition);
+        Py_INCREF(leader_epoch);
+        Py_INCREF(Py_None);
+        int missing = 0;
+        for (int f = 0; f < 13; f++) {
+            if (!fields[f]) missing = 1;
+            PyTuple_SET_ITEM(record, f, fields[f]);  /* NULL slots are legal in a tuple being dropped */
+        }
+        if (missing || PyList_Append(records, record) < 0) {
+            Py_DECREF(record);
+            goto failed;
+        }
+        Py_DECREF(record);
+        bytes += (Py_ssize_t)length;
+    }
+    if (pos != end) goto off;  /* bytes after the last record: kafka-python raises its own error */
+    PyBuffer_Release(&view);
+    PyObject *result = Py_BuildValue("(Nn)", records, bytes);
+    return result;
+off:
+    PyBuffer_Release(&view);
+    Py_XDECREF(records);
+    Py_RETURN_NONE;
+failed:
+    PyBuffer_Release(&view);
+    Py_XDECREF(records);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"shingles", shingles, METH_VARARGS, "Sorted unique shingle hashes of every document (see the module)."},
     {"minhash", minhash, METH_VARARGS, "MinHash signatures of every document (see the module)."},
@@ -2315,6 +2474,7 @@ static PyMethodDef methods[] = {
     {"slotted", (PyCFunction)(void (*)(void))slotted, METH_FASTCALL, "An object of a slots class, its fields set without __init__ (see the module)."},
     {"kept_alone", kept_alone, METH_VARARGS, "A batch's items surely kept, from start to stop (see the module)."},
     {"record_batches", record_batches, METH_VARARGS, "Kafka v2 record batches of (timestamp_ms, key, value, headers) records (see the module)."},
+    {"consumer_records", consumer_records, METH_VARARGS, "A v2 record batch's records as kafka-python's ConsumerRecords (see the module)."},
     {NULL, NULL, 0, NULL},
 };
 
