@@ -653,6 +653,18 @@ class IndexTxn:
         found = _kernel.record_id(raw) if _kernel is not None and raw is not None else None
         return found if found is not None else self.record(serial).id
 
+    def record_ids(self, serials: list[int]) -> dict[int, str]:
+        """``record_id`` of each of these serials, the records read in one pass in the table's order."""
+        wanted = sorted(set(serials))
+        keys = [serial_key(serial) for serial in wanted]
+        found = dict(self.txn.cursor(db=self.dbs["docs"]).getmulti(keys))
+        ids = {}
+        for serial, key in zip(wanted, keys):
+            raw = found.get(key)
+            read = _kernel.record_id(raw) if _kernel is not None and raw is not None else None
+            ids[serial] = read if read is not None else self.record_id(serial)  # msgpack's, or the missing one's error
+        return ids
+
     def has_record(self, serial: int) -> bool:
         return self.txn.get(serial_key(serial), db=self.dbs["docs"]) is not None
 
