@@ -218,6 +218,7 @@ def test_decisions_without_the_kernel_are_the_decisions_with_it(tmp_path, monkey
     from streamdedup import config as config_module
     from streamdedup.core import corpus, eliasfano, lsh, prepare as prepare_module, templates, verify, webcrawl
     from streamdedup.core.decode import InputSpec
+    from streamdedup.engine import decide
     from streamdedup.engine.engine import Engine
     from streamdedup.runtime.offline import dedup_files
     from streamdedup.runtime.sink import files
@@ -241,7 +242,7 @@ def test_decisions_without_the_kernel_are_the_decisions_with_it(tmp_path, monkey
 
     compiled = decisions("kernel")
     for module in (shingle, signing, prepare_module, verify, eliasfano, mirror, index, bandfilter, candidates, lsh,
-                   files, view):
+                   files, view, decide):
         monkeypatch.setattr(module, "_kernel", None)
     monkeypatch.setattr(templates, "_sorted_member", None)
     monkeypatch.setattr(templates, "_sorted_without", None)
@@ -773,3 +774,80 @@ def test_kernel_files_the_mirrors_hashes_as_python_does(monkeypatch):
     assert compiled.id_firsts() == python.id_firsts() and compiled.content == python.content
     assert compiled.id_more() == python.id_more() and compiled.content_more() == python.content_more()
     assert len(python.id_more()[b"a"]) > 100 and compiled.serials_of_id(b"b") == python.serials_of_id(b"b")
+
+
+def test_the_kernel_makes_records_and_decisions_as_their_classes_do():
+    """``_kernel.slotted`` (records and decisions of rows surely kept, ``decide._State.keep_alone``) makes what
+    the dataclass makes of the same values, and refuses values that do not fill every field."""
+    from streamdedup.core.records import KEPT, Decision
+    from streamdedup.engine import decide
+    from streamdedup.store.index import DocRecord
+
+    values = ("a\u00e9", KEPT, "a", None, 0.5, None, True, False, 3, 2, None)
+    made = shingle._kernel.slotted(decide._DECISION_SETTERS, *values)
+    assert type(made) is Decision and made == Decision(*values)
+    fields = (7, "id", True, 7, "id", None, None, None, False, b"c" * 16, ["f", -1, 3], b"", 1.5, False, 9, None)
+    assert shingle._kernel.slotted(decide._RECORD_SETTERS, *fields) == DocRecord(*fields)
+    with pytest.raises(TypeError):
+        shingle._kernel.slotted(decide._DECISION_SETTERS, *values[:-1])
+    with pytest.raises(TypeError):
+        shingle._kernel.slotted((DocRecord, *decide._DECISION_SETTERS[1:]), *values)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_kept_entries_taken_from_the_batchs_sorted_slots_are_the_mirrors_sort(monkeypatch, seed):
+    """``view._kept_entries`` (the kept rows' entries taken from the batch's sorted slots) gives what the mirror's
+    own sort of them gives, equal slots included (few distinct keys), with the kernel and without it."""
+    from streamdedup.core import lsh
+    from streamdedup.core.lsh import band_slots
+    from streamdedup.store import mirror, view
+
+    rng = np.random.default_rng(seed)
+    rows, bands = 300, 8
+    keys = rng.integers(0, 6, size=(rows, bands), dtype=np.uint64)
+    kept_rows = np.flatnonzero(rng.random(rows) < 0.6)
+    kept_serials = 1000 + np.cumsum(rng.integers(1, 3, size=len(kept_rows)))
+    kept_keys = keys[kept_rows]
+    expected = mirror._sorted_entries(band_slots(np.tile(np.arange(bands, dtype=np.uint16), len(kept_rows)),
+                                                 kept_keys.ravel()), np.repeat(kept_serials, bands))
+    for kernel in (lsh._kernel, None):
+        monkeypatch.setattr(lsh, "_kernel", kernel)
+        slots, slot_rows, _ = lsh.sorted_slots(keys)
+        taken = view._kept_entries((slots, slot_rows), kept_rows, kept_serials, rows)
+        assert np.array_equal(taken[0], expected[0]) and np.array_equal(taken[1], expected[1])
+
+
+def test_a_batch_without_templates_has_its_whole_shingles_as_the_plan_gives(tmp_path, monkeypatch):
+    """``SiteTemplates._whole_content`` (no site of the batch learns or has a template) decides as the row by row
+    plan does, and is what pages without a URL take."""
+    import json
+
+    from streamdedup import config as config_module
+    from streamdedup.core import corpus
+    from streamdedup.core.decode import InputSpec
+    from streamdedup.engine.engine import Engine
+    from streamdedup.engine.sitelearning import SiteTemplates
+    from streamdedup.runtime.offline import dedup_files
+
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"id": d.id, "text": d.text}) + "\n" for d in corpus.generate(400, seed=5)))
+    cfg = config_module.load(None, environ={})
+    taken = []
+    whole = SiteTemplates._whole_content
+
+    def counted(self, *args):
+        found = whole(self, *args)
+        taken.append(found is not None)
+        return found
+
+    def decisions(name: str) -> bytes:
+        with Engine(cfg, str(tmp_path / name)) as engine:
+            dedup_files(engine, [str(source)], InputSpec(), None, str(tmp_path / f"{name}.jsonl"), 100)
+        return (tmp_path / f"{name}.jsonl").read_bytes()
+
+    monkeypatch.setattr(SiteTemplates, "_whole_content", counted)
+    quick = decisions("quick")
+    assert taken and all(taken)
+    monkeypatch.setattr(SiteTemplates, "_whole_content", lambda self, *args: None)
+    assert decisions("planned") == quick
+    assert quick.count(b'"duplicate"') > 100

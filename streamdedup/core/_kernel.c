@@ -104,6 +104,17 @@
  *     with the batch's 61-byte header left zero: the producer's id, epoch and base sequence are known only
  *     when the client sends it, and sink/batches.py writes it and the CRC-32C then.
  *
+ * slotted(setters, *values) -> object
+ *     An object of the slots class setters[0] with each value written into the slot of setters[1:], the
+ *     member descriptors of its fields (one value a field), with no call of its __init__: what the
+ *     dataclass's generated __init__ makes of the same values positionally, at a third of its cost.
+ *
+ * kept_alone(context, start, stop, serial) -> next serial
+ *     Items start..stop-1 of a batch, documents whose rows are surely kept (decide._State.alone_rows),
+ *     kept as serials from serial, as decide._State.kept_alone keeps one: its DocRecord.new_cluster
+ *     and (record, row) in records, its serial filed in by_id and by_content, its Decision in
+ *     decisions; the context is decide._State.alone_context's tuple.
+ *
  * consumer_records(buffer, pos, count, base_offset, first_ts, max_ts, timestamp_type, topic, partition,
  *                  leader_epoch, record_type) -> (list, record bytes) or None
  *     The count records of a v2 record batch (its records' bytes from pos to the end of buffer, decompressed),
@@ -118,6 +129,11 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#ifndef Py_T_OBJECT_EX  /* before Python 3.12: structmember.h's names */
+#include <structmember.h>
+#define Py_T_OBJECT_EX T_OBJECT_EX
+#define Py_READONLY READONLY
+#endif
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1562,8 +1578,10 @@ static PyObject *pack_records(PyObject *self, PyObject *args) {
     return packed;
 }
 
-/* Positions of the entries of sorted keys whose key is among sorted unique asked ones, ascending: a binary
- * search per asked key, each from where the one before ended. */
+/* Positions of the entries of sorted keys whose key is among sorted unique asked ones, ascending: a search
+ * per asked key from where the one before ended, by doubling steps (lower_bound_from), not over all the rest:
+ * asked keys are a few thousand spread over a mirror of up to millions of entries, and the next one's place is
+ * mostly a few cache lines ahead. */
 static PyObject *sorted_matches(PyObject *self, PyObject *args) {
     PyObject *o_keys, *o_asked;
     if (!PyArg_ParseTuple(args, "OO", &o_keys, &o_asked)) return NULL;
@@ -1578,9 +1596,7 @@ static PyObject *sorted_matches(PyObject *self, PyObject *args) {
     for (Py_ssize_t q = 0; q < a && from < n; q++) {
         uint64_t want = asked[q];
         if (keys[n - 1] < want) break;
-        Py_ssize_t lo = from, hi = n;
-        while (lo < hi) { Py_ssize_t mid = lo + (hi - lo) / 2; if (keys[mid] < want) lo = mid + 1; else hi = mid; }
-        from = lo;
+        from = lower_bound_from(keys, n, want, from);
         while (from < n && keys[from] == want) {
             if (found == room) {
                 room *= 2;
@@ -1873,6 +1889,178 @@ static PyObject *file_firsts(PyObject *self, PyObject *args) {
             || file_first(first_content, more_content, PyTuple_GET_ITEM(entry, 2), serial) < 0) return NULL;
     }
     Py_RETURN_NONE;
+}
+
+/* slotted, kept_alone: objects of a slots dataclass made without a call of its __init__ (see the module
+ * comment). setters is (class, the member descriptor of each field, in the order values come): each a
+ * writable object slot of the class (what __slots__ makes), whose place in the object is then written at
+ * once, as the descriptor's own __set__ would write it into a new object. */
+static int setters_check(PyObject *setters, const char *what) {
+    if (!PyTuple_Check(setters) || PyTuple_GET_SIZE(setters) < 1 || !PyType_Check(PyTuple_GET_ITEM(setters, 0))) {
+        PyErr_Format(PyExc_TypeError, "%s: setters must be (class, descriptor, ...)", what);
+        return -1;
+    }
+    PyTypeObject *type = (PyTypeObject *)PyTuple_GET_ITEM(setters, 0);
+    for (Py_ssize_t i = 1; i < PyTuple_GET_SIZE(setters); i++) {
+        PyObject *descriptor = PyTuple_GET_ITEM(setters, i);
+        if (!Py_IS_TYPE(descriptor, &PyMemberDescr_Type)) {
+            PyErr_Format(PyExc_TypeError, "%s: a setter that is not a slot", what);
+            return -1;
+        }
+        PyMemberDef *member = ((PyMemberDescrObject *)descriptor)->d_member;
+        if (member->type != Py_T_OBJECT_EX || (member->flags & Py_READONLY)
+            || !PyType_IsSubtype(type, PyDescr_TYPE(descriptor))) {
+            PyErr_Format(PyExc_TypeError, "%s: a setter that is not a writable object slot of the class", what);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* An object of setters' class with values in its slots (setters checked by setters_check). */
+static PyObject *made(PyObject *setters, PyObject *const *values, Py_ssize_t n) {
+    if (n != PyTuple_GET_SIZE(setters) - 1) {
+        PyErr_Format(PyExc_TypeError, "slotted: %zd values for %zd fields", n, PyTuple_GET_SIZE(setters) - 1);
+        return NULL;
+    }
+    PyTypeObject *type = (PyTypeObject *)PyTuple_GET_ITEM(setters, 0);
+    PyObject *object = type->tp_alloc(type, 0);
+    if (!object) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyMemberDef *member = ((PyMemberDescrObject *)PyTuple_GET_ITEM(setters, i + 1))->d_member;
+        PyObject **slot = (PyObject **)((char *)object + member->offset);
+        PyObject *old = *slot;
+        Py_INCREF(values[i]);
+        *slot = values[i];
+        Py_XDECREF(old);  /* NULL in a new object, unless a field is named twice */
+    }
+    return object;
+}
+
+static PyObject *slotted(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 1) {
+        PyErr_SetString(PyExc_TypeError, "slotted: setters, then the values");
+        return NULL;
+    }
+    if (setters_check(args[0], "slotted") < 0) return NULL;
+    return made(args[0], args + 1, nargs - 1);
+}
+
+/* kept_alone's context: what a batch's rows surely kept need (decide._State.alone_context). */
+enum { K_ITEMS, K_ROWS, K_ID_KEYS, K_CONTENTS, K_SITES, K_REKEYED, K_NOW, K_RECORDS, K_BY_ID, K_BY_CONTENT,
+       K_DECISIONS, K_RECORD_SETTERS, K_DECISION_SETTERS, K_KEPT, K_FIELDS };
+static PyObject *id_name, *source_name, *as_list_name, *empty_bytes;
+
+static int kept_context_check(PyObject *c) {
+    if (!PyTuple_Check(c) || PyTuple_GET_SIZE(c) != K_FIELDS) {
+        PyErr_SetString(PyExc_TypeError, "kept_alone: the context is a tuple of 14");
+        return -1;
+    }
+    int lists[] = {K_ITEMS, K_ROWS, K_ID_KEYS, K_CONTENTS, K_SITES, K_DECISIONS};
+    int dicts[] = {K_REKEYED, K_RECORDS, K_BY_ID, K_BY_CONTENT};
+    for (size_t i = 0; i < sizeof lists / sizeof *lists; i++)
+        if (!PyList_Check(PyTuple_GET_ITEM(c, lists[i]))) {
+            PyErr_SetString(PyExc_TypeError, "kept_alone: items, rows, hashes, sites and decisions are lists");
+            return -1;
+        }
+    for (size_t i = 0; i < sizeof dicts / sizeof *dicts; i++)
+        if (!PyDict_Check(PyTuple_GET_ITEM(c, dicts[i]))) {
+            PyErr_SetString(PyExc_TypeError, "kept_alone: rekeyed, records, by_id and by_content are dicts");
+            return -1;
+        }
+    if (PyTuple_GET_SIZE(PyTuple_GET_ITEM(c, K_RECORD_SETTERS)) != R_FIELDS + 1
+        || PyTuple_GET_SIZE(PyTuple_GET_ITEM(c, K_DECISION_SETTERS)) != 12) {
+        PyErr_SetString(PyExc_TypeError, "kept_alone: a record has 16 fields, a decision 11");
+        return -1;
+    }
+    if (setters_check(PyTuple_GET_ITEM(c, K_RECORD_SETTERS), "kept_alone") < 0
+        || setters_check(PyTuple_GET_ITEM(c, K_DECISION_SETTERS), "kept_alone") < 0) return -1;
+    if (!id_name && !(id_name = PyUnicode_InternFromString("id"))) return -1;
+    if (!source_name && !(source_name = PyUnicode_InternFromString("source"))) return -1;
+    if (!as_list_name && !(as_list_name = PyUnicode_InternFromString("as_list"))) return -1;
+    if (!empty_bytes && !(empty_bytes = PyBytes_FromStringAndSize("", 0))) return -1;
+    return 0;
+}
+
+/* by_id.setdefault(ident, []).append(serial) */
+static int file_serial(PyObject *by_id, PyObject *ident, PyObject *serial) {
+    PyObject *serials = PyDict_GetItemWithError(by_id, ident);  /* borrowed */
+    if (!serials) {
+        if (PyErr_Occurred() || !(serials = PyList_New(0))) return -1;
+        int set = PyDict_SetItem(by_id, ident, serials);
+        Py_DECREF(serials);
+        if (set < 0) return -1;
+    }
+    if (!PyList_Check(serials)) {
+        PyErr_SetString(PyExc_TypeError, "kept_alone: by_id holds lists");
+        return -1;
+    }
+    return PyList_Append(serials, serial);
+}
+
+/* Item i (a document, row surely kept) kept as serial: decide._State.kept_alone's steps. */
+static int keep_alone(PyObject *c, Py_ssize_t i, PyObject *serial) {
+    PyObject *doc = PyList_GET_ITEM(PyTuple_GET_ITEM(c, K_ITEMS), i);
+    PyObject *row = PyList_GET_ITEM(PyTuple_GET_ITEM(c, K_ROWS), i);
+    Py_ssize_t r = PyLong_AsSsize_t(row);
+    if (r == -1 && PyErr_Occurred()) return -1;
+    PyObject *id_keys = PyTuple_GET_ITEM(c, K_ID_KEYS), *contents = PyTuple_GET_ITEM(c, K_CONTENTS);
+    PyObject *sites = PyTuple_GET_ITEM(c, K_SITES);
+    if (r < 0 || r >= PyList_GET_SIZE(id_keys) || r >= PyList_GET_SIZE(contents) || r >= PyList_GET_SIZE(sites)) {
+        PyErr_SetString(PyExc_IndexError, "kept_alone: a row out of the batch");
+        return -1;
+    }
+    PyObject *ident = PyList_GET_ITEM(id_keys, r), *content = PyList_GET_ITEM(contents, r);
+    PyObject *keys = PyDict_GetItemWithError(PyTuple_GET_ITEM(c, K_REKEYED), row);
+    if (!keys && PyErr_Occurred()) return -1;
+    PyObject *id = PyObject_GetAttr(doc, id_name), *source = id ? PyObject_GetAttr(doc, source_name) : NULL;
+    PyObject *places = source ? PyObject_CallMethodNoArgs(source, as_list_name) : NULL;
+    PyObject *record = NULL, *pair = NULL, *decision = NULL, *zero = PyLong_FromLong(0);
+    int result = -1;
+    if (!places || !zero) goto done;
+    PyObject *fields[R_FIELDS] = {serial, id, Py_True, serial, id, Py_None, Py_None, Py_None, Py_False, content,
+                                  places, keys ? keys : empty_bytes, PyTuple_GET_ITEM(c, K_NOW), Py_False,
+                                  PyList_GET_ITEM(sites, r), Py_None};
+    if (!(record = made(PyTuple_GET_ITEM(c, K_RECORD_SETTERS), fields, R_FIELDS))) goto done;
+    if (!(pair = PyTuple_Pack(2, record, row))) goto done;
+    if (PyDict_SetItem(PyTuple_GET_ITEM(c, K_RECORDS), serial, pair) < 0) goto done;
+    if (file_serial(PyTuple_GET_ITEM(c, K_BY_ID), ident, serial) < 0) goto done;
+    if (!PyDict_SetDefault(PyTuple_GET_ITEM(c, K_BY_CONTENT), content, serial)) goto done;
+    PyObject *outcome[11] = {id, PyTuple_GET_ITEM(c, K_KEPT), id, Py_None, Py_None, Py_None, Py_False, Py_False,
+                             zero, zero, Py_None};
+    if (!(decision = made(PyTuple_GET_ITEM(c, K_DECISION_SETTERS), outcome, 11))) goto done;
+    result = PyList_SetItem(PyTuple_GET_ITEM(c, K_DECISIONS), i, decision);  /* steals it */
+    decision = NULL;
+done:
+    Py_XDECREF(id);
+    Py_XDECREF(source);
+    Py_XDECREF(places);
+    Py_XDECREF(record);
+    Py_XDECREF(pair);
+    Py_XDECREF(decision);
+    Py_XDECREF(zero);
+    return result;
+}
+
+static PyObject *kept_alone(PyObject *self, PyObject *args) {
+    PyObject *c;
+    Py_ssize_t start, stop;
+    long long serial;
+    if (!PyArg_ParseTuple(args, "OnnL", &c, &start, &stop, &serial)) return NULL;
+    if (kept_context_check(c) < 0) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(PyTuple_GET_ITEM(c, K_ITEMS));
+    if (start < 0 || stop > n || PyList_GET_SIZE(PyTuple_GET_ITEM(c, K_ROWS)) < n
+        || PyList_GET_SIZE(PyTuple_GET_ITEM(c, K_DECISIONS)) < n) {
+        PyErr_SetString(PyExc_IndexError, "kept_alone: items out of the batch");
+        return NULL;
+    }
+    for (Py_ssize_t i = start; i < stop; i++, serial++) {
+        PyObject *number = PyLong_FromLongLong(serial);
+        int kept = number ? keep_alone(c, i, number) : -1;
+        Py_XDECREF(number);
+        if (kept < 0) return NULL;
+    }
+    return PyLong_FromLongLong(serial);
 }
 
 /* decision_lines: the decisions file's lines of a batch (see the module comment). */
@@ -2378,6 +2566,8 @@ static PyMethodDef methods[] = {
     {"index_rows", index_rows, METH_VARARGS, "What write_documents files of each decided record (see the module)."},
     {"file_firsts", file_firsts, METH_VARARGS, "The recent mirror's hashes of committed documents (see the module)."},
     {"decision_lines", decision_lines, METH_VARARGS, "A batch's decisions file lines, joined (see the module)."},
+    {"slotted", (PyCFunction)(void (*)(void))slotted, METH_FASTCALL, "An object of a slots class, its fields set without __init__ (see the module)."},
+    {"kept_alone", kept_alone, METH_VARARGS, "A batch's items surely kept, from start to stop (see the module)."},
     {"record_batches", record_batches, METH_VARARGS, "Kafka v2 record batches of (timestamp_ms, key, value, headers) records (see the module)."},
     {"consumer_records", consumer_records, METH_VARARGS, "A v2 record batch's records as kafka-python's ConsumerRecords (see the module)."},
     {NULL, NULL, 0, NULL},
