@@ -216,8 +216,9 @@ def test_decisions_without_the_kernel_are_the_decisions_with_it(tmp_path, monkey
     import random
 
     from streamdedup import config as config_module
-    from streamdedup.core import corpus, eliasfano, lsh, prepare as prepare_module, verify, webcrawl
+    from streamdedup.core import corpus, eliasfano, lsh, prepare as prepare_module, templates, verify, webcrawl
     from streamdedup.core.decode import InputSpec
+    from streamdedup.engine import decide
     from streamdedup.engine.engine import Engine
     from streamdedup.runtime.offline import dedup_files
     from streamdedup.runtime.sink import files
@@ -241,10 +242,54 @@ def test_decisions_without_the_kernel_are_the_decisions_with_it(tmp_path, monkey
 
     compiled = decisions("kernel")
     for module in (shingle, signing, prepare_module, verify, eliasfano, mirror, index, bandfilter, candidates, lsh,
-                   files, view):
+                   files, view, decide):
         monkeypatch.setattr(module, "_kernel", None)
+    monkeypatch.setattr(templates, "_sorted_member", None)
+    monkeypatch.setattr(templates, "_sorted_without", None)
     assert decisions("numpy") == compiled
     assert compiled.count(b'"duplicate"') > 200
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_kernel_finds_values_in_a_sorted_table_as_searchsorted_does(monkeypatch, seed):
+    """``templates.in_sorted``: values ascending (a page's shingles) or not, repeated, past the table's ends."""
+    from streamdedup.core import templates
+
+    rng = np.random.default_rng(seed)
+    cases = [(np.array([], dtype=np.uint32), np.array([3], dtype=np.uint32)),
+             (np.array([0, 2**32 - 1, 5], dtype=np.uint32), np.array([0, 5, 2**32 - 1], dtype=np.uint32))]
+    for _ in range(300):
+        table = np.unique(rng.integers(0, 3000, int(rng.integers(1, 900))).astype(np.uint32))
+        values = rng.integers(0, 3200, int(rng.integers(0, 700))).astype(np.uint32)
+        cases.append((np.unique(values) if rng.random() < 0.5 else values, table))
+    compiled = [templates.in_sorted(values, table) for values, table in cases]
+    monkeypatch.setattr(templates, "_sorted_member", None)
+    for (values, table), found in zip(cases, compiled):
+        assert found.dtype == bool and np.array_equal(found, templates.in_sorted(values, table))
+    assert sum(int(found.sum()) for found in compiled) > 1000
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_pages_content_is_made_in_the_kernel_as_numpy_makes_it(monkeypatch, seed):
+    """``templates.content_of``: the same content, the page's own array where nothing (or too much) would go."""
+    from streamdedup.core import templates
+
+    rng = np.random.default_rng(seed)
+    cases = []
+    for _ in range(300):
+        page = np.unique(rng.integers(0, 4000, int(rng.integers(0, 600))).astype(np.uint32))
+        template = np.unique(rng.choice(page, int(rng.integers(0, len(page) + 1))) if len(page) else page)
+        shared = np.unique(rng.integers(0, 4000, int(rng.integers(0, 80))).astype(np.uint32))
+        cases.append((page, template.astype(np.uint32), shared if rng.random() < 0.5 else templates.EMPTY,
+                      float(rng.choice([0.0, 0.2, 0.9]))))
+    compiled = [templates.content_of(*case) for case in cases]
+    monkeypatch.setattr(templates, "_sorted_without", None)
+    monkeypatch.setattr(templates, "_sorted_member", None)
+    for case, content in zip(cases, compiled):
+        plain = templates.content_of(*case)
+        assert content.dtype == np.uint32 and np.array_equal(content, plain)
+        assert (content is case[0]) == (plain is case[0])
+    assert sum(content is not case[0] for case, content in zip(cases, compiled)) > 50
 
 
 def test_shingles_that_came_through_pickle_are_verified_by_the_kernel(monkeypatch):
@@ -729,3 +774,80 @@ def test_kernel_files_the_mirrors_hashes_as_python_does(monkeypatch):
     assert compiled.id_firsts() == python.id_firsts() and compiled.content == python.content
     assert compiled.id_more() == python.id_more() and compiled.content_more() == python.content_more()
     assert len(python.id_more()[b"a"]) > 100 and compiled.serials_of_id(b"b") == python.serials_of_id(b"b")
+
+
+def test_the_kernel_makes_records_and_decisions_as_their_classes_do():
+    """``_kernel.slotted`` (records and decisions of rows surely kept, ``decide._State.keep_alone``) makes what
+    the dataclass makes of the same values, and refuses values that do not fill every field."""
+    from streamdedup.core.records import KEPT, Decision
+    from streamdedup.engine import decide
+    from streamdedup.store.index import DocRecord
+
+    values = ("a\u00e9", KEPT, "a", None, 0.5, None, True, False, 3, 2, None)
+    made = shingle._kernel.slotted(decide._DECISION_SETTERS, *values)
+    assert type(made) is Decision and made == Decision(*values)
+    fields = (7, "id", True, 7, "id", None, None, None, False, b"c" * 16, ["f", -1, 3], b"", 1.5, False, 9, None)
+    assert shingle._kernel.slotted(decide._RECORD_SETTERS, *fields) == DocRecord(*fields)
+    with pytest.raises(TypeError):
+        shingle._kernel.slotted(decide._DECISION_SETTERS, *values[:-1])
+    with pytest.raises(TypeError):
+        shingle._kernel.slotted((DocRecord, *decide._DECISION_SETTERS[1:]), *values)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_kept_entries_taken_from_the_batchs_sorted_slots_are_the_mirrors_sort(monkeypatch, seed):
+    """``view._kept_entries`` (the kept rows' entries taken from the batch's sorted slots) gives what the mirror's
+    own sort of them gives, equal slots included (few distinct keys), with the kernel and without it."""
+    from streamdedup.core import lsh
+    from streamdedup.core.lsh import band_slots
+    from streamdedup.store import mirror, view
+
+    rng = np.random.default_rng(seed)
+    rows, bands = 300, 8
+    keys = rng.integers(0, 6, size=(rows, bands), dtype=np.uint64)
+    kept_rows = np.flatnonzero(rng.random(rows) < 0.6)
+    kept_serials = 1000 + np.cumsum(rng.integers(1, 3, size=len(kept_rows)))
+    kept_keys = keys[kept_rows]
+    expected = mirror._sorted_entries(band_slots(np.tile(np.arange(bands, dtype=np.uint16), len(kept_rows)),
+                                                 kept_keys.ravel()), np.repeat(kept_serials, bands))
+    for kernel in (lsh._kernel, None):
+        monkeypatch.setattr(lsh, "_kernel", kernel)
+        slots, slot_rows, _ = lsh.sorted_slots(keys)
+        taken = view._kept_entries((slots, slot_rows), kept_rows, kept_serials, rows)
+        assert np.array_equal(taken[0], expected[0]) and np.array_equal(taken[1], expected[1])
+
+
+def test_a_batch_without_templates_has_its_whole_shingles_as_the_plan_gives(tmp_path, monkeypatch):
+    """``SiteTemplates._whole_content`` (no site of the batch learns or has a template) decides as the row by row
+    plan does, and is what pages without a URL take."""
+    import json
+
+    from streamdedup import config as config_module
+    from streamdedup.core import corpus
+    from streamdedup.core.decode import InputSpec
+    from streamdedup.engine.engine import Engine
+    from streamdedup.engine.sitelearning import SiteTemplates
+    from streamdedup.runtime.offline import dedup_files
+
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"id": d.id, "text": d.text}) + "\n" for d in corpus.generate(400, seed=5)))
+    cfg = config_module.load(None, environ={})
+    taken = []
+    whole = SiteTemplates._whole_content
+
+    def counted(self, *args):
+        found = whole(self, *args)
+        taken.append(found is not None)
+        return found
+
+    def decisions(name: str) -> bytes:
+        with Engine(cfg, str(tmp_path / name)) as engine:
+            dedup_files(engine, [str(source)], InputSpec(), None, str(tmp_path / f"{name}.jsonl"), 100)
+        return (tmp_path / f"{name}.jsonl").read_bytes()
+
+    monkeypatch.setattr(SiteTemplates, "_whole_content", counted)
+    quick = decisions("quick")
+    assert taken and all(taken)
+    monkeypatch.setattr(SiteTemplates, "_whole_content", lambda self, *args: None)
+    assert decisions("planned") == quick
+    assert quick.count(b'"duplicate"') > 100

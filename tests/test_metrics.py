@@ -256,3 +256,31 @@ def test_ipv6_loopback():
         assert fetch(f"http://[::1]:{srv.port}/healthz")[::2] == (200, "ok\n")
 
 
+
+
+def test_a_batch_histogram_is_exposed_as_prometheus_clients_histogram_of_the_same_values():
+    """``BatchHistogram`` (the per-document histograms, counted a batch at a time) against ``Histogram``, in
+    both exposition formats, for values on, between and past the bounds."""
+    import random
+    import re
+
+    from prometheus_client import Histogram, generate_latest
+    from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+
+    from streamdedup.ops.telemetry import BatchHistogram
+
+    theirs, ours = new_registry(), new_registry()
+    histogram = Histogram("x_per_document", "X.", buckets=(0, 1, 2, 3, 5, 10, 20, 50, 100), registry=theirs)
+    batched = BatchHistogram("x_per_document", "X.", (0, 1, 2, 3, 5, 10, 20, 50, 100), ours)
+    rng = random.Random(3)
+    for _ in range(4):
+        values = [rng.choice([0, 1, 2, 4, 7, 10, 11, 60, 100, 101, 5000]) for _ in range(rng.randrange(500))]
+        counted: dict = {}
+        for value in values:
+            histogram.observe(value)
+            counted[value] = counted.get(value, 0) + 1
+        batched.observe_counted(counted)
+    for generate in (generate_latest, generate_openmetrics):
+        lines = [[re.sub(r"(_created\S*) .*", r"\1", line) for line in generate(registry).decode().splitlines()
+                  if "x_per_document" in line] for registry in (theirs, ours)]
+        assert lines[0] == lines[1] and len(lines[0]) >= 14

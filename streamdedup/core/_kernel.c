@@ -24,6 +24,14 @@
  * shared_count(a, b) -> int
  *     How many values two sorted unique uint32 arrays share (verify.jaccard's intersection).
  *
+ * sorted_member(values, table, out)
+ *     out[i] (one byte) = whether uint32 values[i] is in the sorted uint32 table: templates.in_sorted,
+ *     numpy's searchsorted-and-compare without its calls' overhead on a page's few hundred values.
+ *
+ * sorted_without(values, table, shared, out) -> int
+ *     The uint32 values in neither sorted uint32 table, in their order, written to the front of out (room
+ *     for every value); how many: templates.content_of's shingles without its two templates.
+ *
  * merge_into(keys, values, n, run_keys, run_values)
  *     A run sorted by uint64 key, each key with an 8-byte value, merged into the first n entries of
  *     keys/values (sorted the same way, with room for the run) in place, from the end; the run's
@@ -96,11 +104,36 @@
  *     with the batch's 61-byte header left zero: the producer's id, epoch and base sequence are known only
  *     when the client sends it, and sink/batches.py writes it and the CRC-32C then.
  *
+ * slotted(setters, *values) -> object
+ *     An object of the slots class setters[0] with each value written into the slot of setters[1:], the
+ *     member descriptors of its fields (one value a field), with no call of its __init__: what the
+ *     dataclass's generated __init__ makes of the same values positionally, at a third of its cost.
+ *
+ * kept_alone(context, start, stop, serial) -> next serial
+ *     Items start..stop-1 of a batch, documents whose rows are surely kept (decide._State.alone_rows),
+ *     kept as serials from serial, as decide._State.kept_alone keeps one: its DocRecord.new_cluster
+ *     and (record, row) in records, its serial filed in by_id and by_content, its Decision in
+ *     decisions; the context is decide._State.alone_context's tuple.
+ *
+ * consumer_records(buffer, pos, count, base_offset, first_ts, max_ts, timestamp_type, topic, partition,
+ *                  leader_epoch, record_type) -> (list, record bytes) or None
+ *     The count records of a v2 record batch (its records' bytes from pos to the end of buffer, decompressed),
+ *     each a record_type (kafka-python's ConsumerRecord namedtuple) with the fields its fetcher gives one
+ *     (timestamps LOG_APPEND_TIME when timestamp_type is 1, no checksum, sizes -1 for a null key or value and
+ *     for no headers), and the records' bytes as kafka-python counts them; None when anything is off (a
+ *     framing error, a header key that is not UTF-8, bytes left after the last record), for kafka-python's
+ *     own reader to take the batch and raise or recover as it does.
+ *
  * Arrays are passed through the buffer protocol (C-contiguous, types checked by itemsize here and
  * by dtype in Python), so the module needs only Python.h to build.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#ifndef Py_T_OBJECT_EX  /* before Python 3.12: structmember.h's names */
+#include <structmember.h>
+#define Py_T_OBJECT_EX T_OBJECT_EX
+#define Py_READONLY READONLY
+#endif
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -702,6 +735,91 @@ done:
     PyBuffer_Release(&out);
     if (PyErr_Occurred()) return NULL;
     return PyLong_FromSsize_t(bad);
+}
+
+/* o[i] |= whether v[i] is in sorted t[0:m]: a doubling walk through the table while the values ascend, a
+ * binary search from its start where they do not. */
+static void mark_members(const uint32_t *v, Py_ssize_t n, const uint32_t *t, Py_ssize_t m, uint8_t *o) {
+    Py_ssize_t from = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint32_t key = v[i];
+        if (i && key < v[i - 1]) from = 0;
+        Py_ssize_t lo = from, hi = from, step = 1;
+        while (hi < m && t[hi] < key) {
+            lo = hi + 1;
+            hi += step;
+            step *= 2;
+        }
+        if (hi > m) hi = m;
+        while (lo < hi) {
+            Py_ssize_t mid = lo + (hi - lo) / 2;
+            if (t[mid] < key) lo = mid + 1;
+            else hi = mid;
+        }
+        from = lo;
+        o[i] |= lo < m && t[lo] == key;
+    }
+}
+
+static PyObject *sorted_member(PyObject *self, PyObject *args) {
+    PyObject *o_values, *o_table, *o_out;
+    if (!PyArg_ParseTuple(args, "OOO", &o_values, &o_table, &o_out)) return NULL;
+    Py_buffer values, table, out;
+    if (get_buffer(o_values, &values, 4, 0, "values") < 0) return NULL;
+    if (get_buffer(o_table, &table, 4, 0, "table") < 0) { PyBuffer_Release(&values); return NULL; }
+    if (get_buffer(o_out, &out, 1, 1, "out") < 0) {
+        PyBuffer_Release(&table);
+        PyBuffer_Release(&values);
+        return NULL;
+    }
+    if (out.len != values.len / 4) {
+        PyErr_SetString(PyExc_ValueError, "sorted_member: out must have one byte a value");
+    } else {
+        memset(out.buf, 0, out.len);
+        mark_members(values.buf, values.len / 4, table.buf, table.len / 4, out.buf);
+    }
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&table);
+    PyBuffer_Release(&values);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *sorted_without(PyObject *self, PyObject *args) {
+    PyObject *o_values, *o_table, *o_shared, *o_out;
+    if (!PyArg_ParseTuple(args, "OOOO", &o_values, &o_table, &o_shared, &o_out)) return NULL;
+    Py_buffer values, table, shared, out;
+    Py_ssize_t kept = -1;
+    if (get_buffer(o_values, &values, 4, 0, "values") < 0) return NULL;
+    if (get_buffer(o_table, &table, 4, 0, "table") < 0) goto release1;
+    if (get_buffer(o_shared, &shared, 4, 0, "shared") < 0) goto release2;
+    if (get_buffer(o_out, &out, 4, 1, "out") < 0) goto release3;
+    Py_ssize_t n = values.len / 4;
+    uint8_t *drop = out.len < values.len ? NULL : calloc(n ? n : 1, 1);
+    if (!drop) {
+        if (out.len < values.len) PyErr_SetString(PyExc_ValueError, "sorted_without: out must have room for every value");
+        else PyErr_NoMemory();
+    } else {
+        const uint32_t *v = values.buf;
+        uint32_t *o = out.buf;
+        mark_members(v, n, table.buf, table.len / 4, drop);
+        mark_members(v, n, shared.buf, shared.len / 4, drop);
+        kept = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            o[kept] = v[i];
+            kept += !drop[i];
+        }
+        free(drop);
+    }
+    PyBuffer_Release(&out);
+release3:
+    PyBuffer_Release(&shared);
+release2:
+    PyBuffer_Release(&table);
+release1:
+    PyBuffer_Release(&values);
+    if (PyErr_Occurred()) return NULL;
+    return PyLong_FromSsize_t(kept);
 }
 
 /* How many values two sorted unique uint32 arrays share (a merge walk; both are a page's few hundred). */
@@ -1460,8 +1578,10 @@ static PyObject *pack_records(PyObject *self, PyObject *args) {
     return packed;
 }
 
-/* Positions of the entries of sorted keys whose key is among sorted unique asked ones, ascending: a binary
- * search per asked key, each from where the one before ended. */
+/* Positions of the entries of sorted keys whose key is among sorted unique asked ones, ascending: a search
+ * per asked key from where the one before ended, by doubling steps (lower_bound_from), not over all the rest:
+ * asked keys are a few thousand spread over a mirror of up to millions of entries, and the next one's place is
+ * mostly a few cache lines ahead. */
 static PyObject *sorted_matches(PyObject *self, PyObject *args) {
     PyObject *o_keys, *o_asked;
     if (!PyArg_ParseTuple(args, "OO", &o_keys, &o_asked)) return NULL;
@@ -1476,9 +1596,7 @@ static PyObject *sorted_matches(PyObject *self, PyObject *args) {
     for (Py_ssize_t q = 0; q < a && from < n; q++) {
         uint64_t want = asked[q];
         if (keys[n - 1] < want) break;
-        Py_ssize_t lo = from, hi = n;
-        while (lo < hi) { Py_ssize_t mid = lo + (hi - lo) / 2; if (keys[mid] < want) lo = mid + 1; else hi = mid; }
-        from = lo;
+        from = lower_bound_from(keys, n, want, from);
         while (from < n && keys[from] == want) {
             if (found == room) {
                 room *= 2;
@@ -1771,6 +1889,178 @@ static PyObject *file_firsts(PyObject *self, PyObject *args) {
             || file_first(first_content, more_content, PyTuple_GET_ITEM(entry, 2), serial) < 0) return NULL;
     }
     Py_RETURN_NONE;
+}
+
+/* slotted, kept_alone: objects of a slots dataclass made without a call of its __init__ (see the module
+ * comment). setters is (class, the member descriptor of each field, in the order values come): each a
+ * writable object slot of the class (what __slots__ makes), whose place in the object is then written at
+ * once, as the descriptor's own __set__ would write it into a new object. */
+static int setters_check(PyObject *setters, const char *what) {
+    if (!PyTuple_Check(setters) || PyTuple_GET_SIZE(setters) < 1 || !PyType_Check(PyTuple_GET_ITEM(setters, 0))) {
+        PyErr_Format(PyExc_TypeError, "%s: setters must be (class, descriptor, ...)", what);
+        return -1;
+    }
+    PyTypeObject *type = (PyTypeObject *)PyTuple_GET_ITEM(setters, 0);
+    for (Py_ssize_t i = 1; i < PyTuple_GET_SIZE(setters); i++) {
+        PyObject *descriptor = PyTuple_GET_ITEM(setters, i);
+        if (!Py_IS_TYPE(descriptor, &PyMemberDescr_Type)) {
+            PyErr_Format(PyExc_TypeError, "%s: a setter that is not a slot", what);
+            return -1;
+        }
+        PyMemberDef *member = ((PyMemberDescrObject *)descriptor)->d_member;
+        if (member->type != Py_T_OBJECT_EX || (member->flags & Py_READONLY)
+            || !PyType_IsSubtype(type, PyDescr_TYPE(descriptor))) {
+            PyErr_Format(PyExc_TypeError, "%s: a setter that is not a writable object slot of the class", what);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* An object of setters' class with values in its slots (setters checked by setters_check). */
+static PyObject *made(PyObject *setters, PyObject *const *values, Py_ssize_t n) {
+    if (n != PyTuple_GET_SIZE(setters) - 1) {
+        PyErr_Format(PyExc_TypeError, "slotted: %zd values for %zd fields", n, PyTuple_GET_SIZE(setters) - 1);
+        return NULL;
+    }
+    PyTypeObject *type = (PyTypeObject *)PyTuple_GET_ITEM(setters, 0);
+    PyObject *object = type->tp_alloc(type, 0);
+    if (!object) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyMemberDef *member = ((PyMemberDescrObject *)PyTuple_GET_ITEM(setters, i + 1))->d_member;
+        PyObject **slot = (PyObject **)((char *)object + member->offset);
+        PyObject *old = *slot;
+        Py_INCREF(values[i]);
+        *slot = values[i];
+        Py_XDECREF(old);  /* NULL in a new object, unless a field is named twice */
+    }
+    return object;
+}
+
+static PyObject *slotted(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 1) {
+        PyErr_SetString(PyExc_TypeError, "slotted: setters, then the values");
+        return NULL;
+    }
+    if (setters_check(args[0], "slotted") < 0) return NULL;
+    return made(args[0], args + 1, nargs - 1);
+}
+
+/* kept_alone's context: what a batch's rows surely kept need (decide._State.alone_context). */
+enum { K_ITEMS, K_ROWS, K_ID_KEYS, K_CONTENTS, K_SITES, K_REKEYED, K_NOW, K_RECORDS, K_BY_ID, K_BY_CONTENT,
+       K_DECISIONS, K_RECORD_SETTERS, K_DECISION_SETTERS, K_KEPT, K_FIELDS };
+static PyObject *id_name, *source_name, *as_list_name, *empty_bytes;
+
+static int kept_context_check(PyObject *c) {
+    if (!PyTuple_Check(c) || PyTuple_GET_SIZE(c) != K_FIELDS) {
+        PyErr_SetString(PyExc_TypeError, "kept_alone: the context is a tuple of 14");
+        return -1;
+    }
+    int lists[] = {K_ITEMS, K_ROWS, K_ID_KEYS, K_CONTENTS, K_SITES, K_DECISIONS};
+    int dicts[] = {K_REKEYED, K_RECORDS, K_BY_ID, K_BY_CONTENT};
+    for (size_t i = 0; i < sizeof lists / sizeof *lists; i++)
+        if (!PyList_Check(PyTuple_GET_ITEM(c, lists[i]))) {
+            PyErr_SetString(PyExc_TypeError, "kept_alone: items, rows, hashes, sites and decisions are lists");
+            return -1;
+        }
+    for (size_t i = 0; i < sizeof dicts / sizeof *dicts; i++)
+        if (!PyDict_Check(PyTuple_GET_ITEM(c, dicts[i]))) {
+            PyErr_SetString(PyExc_TypeError, "kept_alone: rekeyed, records, by_id and by_content are dicts");
+            return -1;
+        }
+    if (PyTuple_GET_SIZE(PyTuple_GET_ITEM(c, K_RECORD_SETTERS)) != R_FIELDS + 1
+        || PyTuple_GET_SIZE(PyTuple_GET_ITEM(c, K_DECISION_SETTERS)) != 12) {
+        PyErr_SetString(PyExc_TypeError, "kept_alone: a record has 16 fields, a decision 11");
+        return -1;
+    }
+    if (setters_check(PyTuple_GET_ITEM(c, K_RECORD_SETTERS), "kept_alone") < 0
+        || setters_check(PyTuple_GET_ITEM(c, K_DECISION_SETTERS), "kept_alone") < 0) return -1;
+    if (!id_name && !(id_name = PyUnicode_InternFromString("id"))) return -1;
+    if (!source_name && !(source_name = PyUnicode_InternFromString("source"))) return -1;
+    if (!as_list_name && !(as_list_name = PyUnicode_InternFromString("as_list"))) return -1;
+    if (!empty_bytes && !(empty_bytes = PyBytes_FromStringAndSize("", 0))) return -1;
+    return 0;
+}
+
+/* by_id.setdefault(ident, []).append(serial) */
+static int file_serial(PyObject *by_id, PyObject *ident, PyObject *serial) {
+    PyObject *serials = PyDict_GetItemWithError(by_id, ident);  /* borrowed */
+    if (!serials) {
+        if (PyErr_Occurred() || !(serials = PyList_New(0))) return -1;
+        int set = PyDict_SetItem(by_id, ident, serials);
+        Py_DECREF(serials);
+        if (set < 0) return -1;
+    }
+    if (!PyList_Check(serials)) {
+        PyErr_SetString(PyExc_TypeError, "kept_alone: by_id holds lists");
+        return -1;
+    }
+    return PyList_Append(serials, serial);
+}
+
+/* Item i (a document, row surely kept) kept as serial: decide._State.kept_alone's steps. */
+static int keep_alone(PyObject *c, Py_ssize_t i, PyObject *serial) {
+    PyObject *doc = PyList_GET_ITEM(PyTuple_GET_ITEM(c, K_ITEMS), i);
+    PyObject *row = PyList_GET_ITEM(PyTuple_GET_ITEM(c, K_ROWS), i);
+    Py_ssize_t r = PyLong_AsSsize_t(row);
+    if (r == -1 && PyErr_Occurred()) return -1;
+    PyObject *id_keys = PyTuple_GET_ITEM(c, K_ID_KEYS), *contents = PyTuple_GET_ITEM(c, K_CONTENTS);
+    PyObject *sites = PyTuple_GET_ITEM(c, K_SITES);
+    if (r < 0 || r >= PyList_GET_SIZE(id_keys) || r >= PyList_GET_SIZE(contents) || r >= PyList_GET_SIZE(sites)) {
+        PyErr_SetString(PyExc_IndexError, "kept_alone: a row out of the batch");
+        return -1;
+    }
+    PyObject *ident = PyList_GET_ITEM(id_keys, r), *content = PyList_GET_ITEM(contents, r);
+    PyObject *keys = PyDict_GetItemWithError(PyTuple_GET_ITEM(c, K_REKEYED), row);
+    if (!keys && PyErr_Occurred()) return -1;
+    PyObject *id = PyObject_GetAttr(doc, id_name), *source = id ? PyObject_GetAttr(doc, source_name) : NULL;
+    PyObject *places = source ? PyObject_CallMethodNoArgs(source, as_list_name) : NULL;
+    PyObject *record = NULL, *pair = NULL, *decision = NULL, *zero = PyLong_FromLong(0);
+    int result = -1;
+    if (!places || !zero) goto done;
+    PyObject *fields[R_FIELDS] = {serial, id, Py_True, serial, id, Py_None, Py_None, Py_None, Py_False, content,
+                                  places, keys ? keys : empty_bytes, PyTuple_GET_ITEM(c, K_NOW), Py_False,
+                                  PyList_GET_ITEM(sites, r), Py_None};
+    if (!(record = made(PyTuple_GET_ITEM(c, K_RECORD_SETTERS), fields, R_FIELDS))) goto done;
+    if (!(pair = PyTuple_Pack(2, record, row))) goto done;
+    if (PyDict_SetItem(PyTuple_GET_ITEM(c, K_RECORDS), serial, pair) < 0) goto done;
+    if (file_serial(PyTuple_GET_ITEM(c, K_BY_ID), ident, serial) < 0) goto done;
+    if (!PyDict_SetDefault(PyTuple_GET_ITEM(c, K_BY_CONTENT), content, serial)) goto done;
+    PyObject *outcome[11] = {id, PyTuple_GET_ITEM(c, K_KEPT), id, Py_None, Py_None, Py_None, Py_False, Py_False,
+                             zero, zero, Py_None};
+    if (!(decision = made(PyTuple_GET_ITEM(c, K_DECISION_SETTERS), outcome, 11))) goto done;
+    result = PyList_SetItem(PyTuple_GET_ITEM(c, K_DECISIONS), i, decision);  /* steals it */
+    decision = NULL;
+done:
+    Py_XDECREF(id);
+    Py_XDECREF(source);
+    Py_XDECREF(places);
+    Py_XDECREF(record);
+    Py_XDECREF(pair);
+    Py_XDECREF(decision);
+    Py_XDECREF(zero);
+    return result;
+}
+
+static PyObject *kept_alone(PyObject *self, PyObject *args) {
+    PyObject *c;
+    Py_ssize_t start, stop;
+    long long serial;
+    if (!PyArg_ParseTuple(args, "OnnL", &c, &start, &stop, &serial)) return NULL;
+    if (kept_context_check(c) < 0) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(PyTuple_GET_ITEM(c, K_ITEMS));
+    if (start < 0 || stop > n || PyList_GET_SIZE(PyTuple_GET_ITEM(c, K_ROWS)) < n
+        || PyList_GET_SIZE(PyTuple_GET_ITEM(c, K_DECISIONS)) < n) {
+        PyErr_SetString(PyExc_IndexError, "kept_alone: items out of the batch");
+        return NULL;
+    }
+    for (Py_ssize_t i = start; i < stop; i++, serial++) {
+        PyObject *number = PyLong_FromLongLong(serial);
+        int kept = number ? keep_alone(c, i, number) : -1;
+        Py_XDECREF(number);
+        if (kept < 0) return NULL;
+    }
+    return PyLong_FromLongLong(serial);
 }
 
 /* decision_lines: the decisions file's lines of a batch (see the module comment). */
@@ -2098,6 +2388,156 @@ failed:
     return NULL;
 }
 
+/* consumer_records: a v2 record batch's records read as kafka-python's fetcher reads them. */
+
+static int read_varint(const uint8_t *b, Py_ssize_t end, Py_ssize_t *pos, int64_t *out) {
+    uint64_t raw = 0;
+    for (int shift = 0; shift < 63; shift += 7) {  /* nine bytes at most: longer ones go to kafka-python */
+        if (*pos >= end) return -1;
+        uint8_t byte = b[(*pos)++];
+        raw |= (uint64_t)(byte & 0x7f) << shift;
+        if (!(byte & 0x80)) {
+            *out = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Bytes of length ``size`` at pos (None when size is -1), or -1 when the framing is off. */
+static int read_field(const uint8_t *b, Py_ssize_t end, Py_ssize_t *pos, PyObject **out, int64_t *size) {
+    if (read_varint(b, end, pos, size) < 0 || *size < -1 || *size > end - *pos) return -1;
+    if (*size < 0) {
+        Py_INCREF(Py_None);
+        *out = Py_None;
+        return 0;
+    }
+    *out = PyBytes_FromStringAndSize((const char *)b + *pos, (Py_ssize_t)*size);
+    if (!*out) return -2;
+    *pos += (Py_ssize_t)*size;
+    return 0;
+}
+
+/* The headers of a record as kafka-python's list of (str, bytes or None), and their size as it counts it
+ * (-1 for none). -1: a framing or UTF-8 problem (kafka-python's reader, and wire.py's fallback, take it). */
+static int read_headers(const uint8_t *b, Py_ssize_t end, Py_ssize_t *pos, PyObject **out, int64_t *size) {
+    int64_t count;
+    if (read_varint(b, end, pos, &count) < 0 || count < 0 || count > end - *pos) return -1;
+    PyObject *headers = PyList_New((Py_ssize_t)count);
+    if (!headers) return -2;
+    *size = count ? 0 : -1;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t name_size, value_size;
+        if (read_varint(b, end, pos, &name_size) < 0 || name_size < 0 || name_size > end - *pos) goto off;
+        PyObject *name = PyUnicode_DecodeUTF8((const char *)b + *pos, (Py_ssize_t)name_size, NULL);
+        if (!name) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto failed;
+            PyErr_Clear();
+            goto off;
+        }
+        *pos += (Py_ssize_t)name_size;
+        PyObject *value;
+        int r = read_field(b, end, pos, &value, &value_size);
+        if (r < 0) {
+            Py_DECREF(name);
+            if (r == -2) goto failed;
+            goto off;
+        }
+        PyObject *pair = PyTuple_Pack(2, name, value);
+        Py_DECREF(name);
+        Py_DECREF(value);
+        if (!pair) goto failed;
+        PyList_SET_ITEM(headers, i, pair);
+        *size += name_size + (value_size > 0 ? value_size : 0);
+    }
+    *out = headers;
+    return 0;
+off:
+    Py_DECREF(headers);
+    return -1;
+failed:
+    Py_DECREF(headers);
+    return -2;
+}
+
+static PyObject *consumer_records(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t pos, count;
+    long long base_offset, first_ts, max_ts;
+    int timestamp_type;
+    PyObject *topic, *partition, *leader_epoch;
+    PyTypeObject *record_type;
+    if (!PyArg_ParseTuple(args, "y*nnLLLiOOOO!", &view, &pos, &count, &base_offset, &first_ts, &max_ts,
+                          &timestamp_type, &topic, &partition, &leader_epoch, &PyType_Type, &record_type))
+        return NULL;
+    if (!PyType_IsSubtype(record_type, &PyTuple_Type)) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_TypeError, "consumer_records: the record type must be a tuple type (a namedtuple)");
+        return NULL;
+    }
+    const uint8_t *b = view.buf;
+    Py_ssize_t end = view.len;
+    PyObject *records = (count >= 0 && pos >= 0 && pos <= end) ? PyList_New(0) : NULL;
+    if (!records) goto off;
+    Py_ssize_t bytes = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t length, attributes, ts_delta, offset_delta, key_size, value_size, headers_size;
+        PyObject *key = NULL, *value = NULL, *headers = NULL;
+        if (read_varint(b, end, &pos, &length) < 0) goto off;
+        Py_ssize_t start = pos;
+        if (read_varint(b, end, &pos, &attributes) < 0 || read_varint(b, end, &pos, &ts_delta) < 0
+            || read_varint(b, end, &pos, &offset_delta) < 0)
+            goto off;
+        int r = read_field(b, end, &pos, &key, &key_size);
+        if (r == 0) {
+            r = read_field(b, end, &pos, &value, &value_size);
+            if (r == 0) r = read_headers(b, end, &pos, &headers, &headers_size);
+        }
+        if (r == 0 && pos - start != length) r = -1;
+        PyObject *record = r == 0 ? record_type->tp_alloc(record_type, 13) : NULL;
+        if (!record) {
+            Py_XDECREF(key);
+            Py_XDECREF(value);
+            Py_XDECREF(headers);
+            if (r == -1) goto off;
+            goto failed;
+        }
+        PyObject *fields[13] = {topic, partition, leader_epoch,
+                                PyLong_FromLongLong(base_offset + offset_delta),
+                                PyLong_FromLongLong(timestamp_type ? max_ts : first_ts + ts_delta),
+                                PyLong_FromLong(timestamp_type), key, value, headers, Py_None,
+                                PyLong_FromLongLong(key_size), PyLong_FromLongLong(value_size),
+                                PyLong_FromLongLong(headers_size)};
+        Py_INCREF(topic);
+        Py_INCREF(partition);
+        Py_INCREF(leader_epoch);
+        Py_INCREF(Py_None);
+        int missing = 0;
+        for (int f = 0; f < 13; f++) {
+            if (!fields[f]) missing = 1;
+            PyTuple_SET_ITEM(record, f, fields[f]);  /* NULL slots are legal in a tuple being dropped */
+        }
+        if (missing || PyList_Append(records, record) < 0) {
+            Py_DECREF(record);
+            goto failed;
+        }
+        Py_DECREF(record);
+        bytes += (Py_ssize_t)length;
+    }
+    if (pos != end) goto off;  /* bytes after the last record: kafka-python raises its own error */
+    PyBuffer_Release(&view);
+    PyObject *result = Py_BuildValue("(Nn)", records, bytes);
+    return result;
+off:
+    PyBuffer_Release(&view);
+    Py_XDECREF(records);
+    Py_RETURN_NONE;
+failed:
+    PyBuffer_Release(&view);
+    Py_XDECREF(records);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"shingles", shingles, METH_VARARGS, "Sorted unique shingle hashes of every document (see the module)."},
     {"minhash", minhash, METH_VARARGS, "MinHash signatures of every document (see the module)."},
@@ -2105,6 +2545,8 @@ static PyMethodDef methods[] = {
     {"ef_encode", ef_encode, METH_VARARGS, "Elias-Fano coding of sorted unique uint32 values (see eliasfano.py)."},
     {"ef_encode_many", ef_encode_many, METH_VARARGS, "ef_encode of each document of (values, offsets)."},
     {"shared_count", shared_count, METH_VARARGS, "Values two sorted unique uint32 arrays share."},
+    {"sorted_member", sorted_member, METH_VARARGS, "Whether each uint32 value is in a sorted uint32 table, into out."},
+    {"sorted_without", sorted_without, METH_VARARGS, "uint32 values in neither of two sorted tables, into out; how many."},
     {"ef_decode", ef_decode, METH_VARARGS, "The sorted uint32 values of an Elias-Fano coding (see eliasfano.py)."},
     {"merge_into", merge_into, METH_VARARGS, "A sorted run merged into sorted entries, in place (see the module)."},
     {"blake2b", blake2b_digest, METH_VARARGS, "hashlib.blake2b(data, digest_size=n).digest(), unkeyed."},
@@ -2124,7 +2566,10 @@ static PyMethodDef methods[] = {
     {"index_rows", index_rows, METH_VARARGS, "What write_documents files of each decided record (see the module)."},
     {"file_firsts", file_firsts, METH_VARARGS, "The recent mirror's hashes of committed documents (see the module)."},
     {"decision_lines", decision_lines, METH_VARARGS, "A batch's decisions file lines, joined (see the module)."},
+    {"slotted", (PyCFunction)(void (*)(void))slotted, METH_FASTCALL, "An object of a slots class, its fields set without __init__ (see the module)."},
+    {"kept_alone", kept_alone, METH_VARARGS, "A batch's items surely kept, from start to stop (see the module)."},
     {"record_batches", record_batches, METH_VARARGS, "Kafka v2 record batches of (timestamp_ms, key, value, headers) records (see the module)."},
+    {"consumer_records", consumer_records, METH_VARARGS, "A v2 record batch's records as kafka-python's ConsumerRecords (see the module)."},
     {NULL, NULL, 0, NULL},
 };
 

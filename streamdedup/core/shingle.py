@@ -203,6 +203,11 @@ class ShingleBatch:
         bounds = self._bounds
         return self.hashes[bounds[i] : bounds[i + 1]]
 
+    def each(self) -> list[np.ndarray]:
+        """``of`` of every document, in order."""
+        hashes, bounds = self.hashes, self._bounds
+        return [hashes[start:end] for start, end in zip(bounds, bounds[1:])]
+
     @cached_property
     def _bounds(self) -> list[int]:
         return self.offsets.tolist()  # Python ints: slicing with numpy scalars costs several times more

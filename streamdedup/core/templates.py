@@ -105,6 +105,13 @@ import numpy as np
 
 from .sites import NO_SITE
 
+try:
+    from . import _kernel
+
+    _sorted_member, _sorted_without = _kernel.sorted_member, _kernel.sorted_without
+except ImportError:  # built without a C compiler: numpy's searchsorted, the same answers
+    _sorted_member = _sorted_without = None
+
 __all__ = ["TemplateSettings", "SiteState", "GrowingSet", "NOTHING", "learned_template", "content_of", "in_sorted",
            "kept_rule", "without_repeats", "SiteTimeline", "EMPTY", "MAX_TEMPLATE", "MAX_WINDOW_PAGE"]
 
@@ -482,9 +489,13 @@ def learned_template(pages: list[np.ndarray], share: float) -> np.ndarray:
 
 
 def in_sorted(values: np.ndarray, table: np.ndarray) -> np.ndarray:
-    """Which of ``values`` are in the sorted array ``table``."""
+    """Which of ``values`` are in the sorted array ``table`` (uint32 both: in the kernel, the same answer)."""
     if len(table) == 0:
         return np.zeros(len(values), dtype=bool)
+    if _sorted_member is not None and values.dtype == np.uint32 and table.dtype == np.uint32:
+        found = np.empty(len(values), dtype=bool)
+        _sorted_member(np.ascontiguousarray(values), np.ascontiguousarray(table), found)
+        return found
     at = np.searchsorted(table, values)
     at[at == len(table)] = 0
     return table[at] == values
@@ -498,15 +509,20 @@ def content_of(shingles: np.ndarray, template: np.ndarray, shared: np.ndarray, m
     """
     if len(template) == 0 and len(shared) == 0:
         return shingles
-    drop = in_sorted(shingles, template)
-    if len(shared):
-        drop |= in_sorted(shingles, shared)
-    left = len(shingles) - int(np.count_nonzero(drop))
-    if left == len(shingles):
+    if _sorted_without is not None and shingles.dtype == template.dtype == shared.dtype == np.uint32:
+        kept = np.empty(len(shingles), dtype=np.uint32)
+        left = _sorted_without(np.ascontiguousarray(shingles), np.ascontiguousarray(template),
+                               np.ascontiguousarray(shared), kept)
+        kept = kept[:left]
+    else:
+        drop = in_sorted(shingles, template)
+        if len(shared):
+            drop |= in_sorted(shingles, shared)
+        left = len(shingles) - int(np.count_nonzero(drop))
+        kept = shingles[~drop] if left else shingles
+    if left == len(shingles) or left == 0 or left < min_share * len(shingles):
         return shingles
-    if left == 0 or left < min_share * len(shingles):
-        return shingles
-    return shingles[~drop]
+    return kept
 
 
 def without_repeats(own: np.ndarray, other: np.ndarray, own_repeated, other_repeated) -> tuple[np.ndarray, np.ndarray]:

@@ -42,7 +42,7 @@ arriving after an excerpt of it is kept: decisions are never revised.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Callable, Optional
 
 import numpy as np
@@ -59,6 +59,11 @@ from ..store.candidates import (Hits, RekeyedKeys, SharedKeys, chosen_candidates
 from .settings import DedupSettings, ExcerptSettings
 from .sitelearning import BatchContent
 from .evidence import Evidence, Gathered, row_anchors
+
+try:
+    from ..core import _kernel
+except ImportError:  # built without a C compiler: rows surely kept are kept one by one here
+    _kernel = None
 
 __all__ = ["Together", "decide_together"]
 
@@ -115,14 +120,17 @@ def decide_together(batch: PreparedBatch, evidences: list[Evidence], rules: Dedu
     state = _State(batch, evidences, hits, shared_within, room, rules, first_serial, now, lookup_keys, content,
                    provisional_pages, gathered)
     decisions: list[Optional[Decision]] = [None] * len(batch.items)
-    alone = state.alone_rows().tolist()
-    quick = gathered is None and mine is None  # alone rows kept on the short path (``_State.kept_alone``)
-    for i, (item, row) in enumerate(zip(batch.items, batch.row)):
+    alone_rows = state.alone_rows()
+    alone = alone_rows.tolist()
+    quick = gathered is None and mine is None  # alone rows kept on the short path (``_State.keep_alone``)
+    for i in _others(batch.row, alone_rows) if quick else range(len(batch.items)):
+        if quick:
+            state.keep_alone(decisions, i)  # the items before ``i`` not kept yet: most rows
+            if i == len(batch.items):
+                break
+        item, row = batch.items[i], batch.row[i]
         if isinstance(item, Rejected):
             decisions[i] = Decision.rejected(item)
-            continue
-        if quick and alone[row]:  # most rows; no template changes at one (``alone_rows``)
-            decisions[i] = state.kept_alone(item, row)
             continue
         if gathered is not None:
             state.next_serial = gathered.serial_of[row]
@@ -141,6 +149,16 @@ def decide_together(batch: PreparedBatch, evidences: list[Evidence], rules: Dedu
     if first is None:
         return Together(decisions, state.records, first_serial, serials, filed)
     return Together(decisions, state.records, first_serial, serials, filed, first.pages, first.rekeyed_here)
+
+
+def _others(rows: list[int], alone: np.ndarray) -> list[int]:
+    """The items the quick path does not keep (rejected ones, and documents of rows not ``alone``), then one
+    past the last item."""
+    row = np.asarray(rows, dtype=np.int64)
+    quick = np.zeros(len(row), dtype=bool)
+    documents = row >= 0
+    quick[documents] = alone[row[documents]]
+    return [*np.flatnonzero(~quick).tolist(), len(row)]
 
 
 class _State:
@@ -173,9 +191,9 @@ class _State:
             for row, twin in evidence.twins.items():  # the first document of a content, over every shard
                 if row not in self.twins or twin[0] < self.twins[row][0]:
                     self.twins[row] = twin
-            self.similarity.update(((row, serial), sim) for row, serial, sim in evidence.matches)
+            self.similarity.update({(row, serial): sim for row, serial, sim in evidence.matches})
             self.names.update(evidence.names)
-            rekeys.update(((row, serial), keys) for row, serial, keys in evidence.rekeys)
+            rekeys.update({(row, serial): keys for row, serial, keys in evidence.rekeys})
         self.records: dict[int, tuple[Optional[DocRecord], int]] = {}  # serial -> (record, row), in order
         self.next_serial = first_serial
         self.by_id: dict[bytes, list[int]] = {}  # the batch's documents, as the index files them
@@ -188,6 +206,8 @@ class _State:
         self.anchors = _UnionAnchors(rules.excerpts, row_anchors(batch, content, rules.excerpts), evidences) \
             if rules.excerpts.sampling else None
         self.first = _FirstPages(self, rekeys, provisional_pages) if content is not None else None
+        self.kept_upto = 0  # the items before it are decided (``keep_alone``)
+        self._alone_context: Optional[tuple] = None
 
     def record(self, serial: int) -> DocRecord:
         record, row = self.records[serial]
@@ -246,14 +266,14 @@ class _State:
                                 wanted, probed=False)
         match, similarity, candidates, verified = self._best_match(row)
         if match is not None:
-            record = DocRecord.near_duplicate_of(self._representative(match), similarity, serial, doc, content,
-                                                 self.now, site)
+            record = DocRecord.near_duplicate(match, self._representative_id(match), similarity, serial, doc,
+                                              content, self.now, site)
             return self._insert(record, ident, row, wanted, candidates, verified)
         found = self._anchored_match(self.own_content(row), row) if self.anchors is not None else None
         if found is not None:
             source, similarity, share, checked = found
-            record = DocRecord.near_duplicate_of(self._representative(source), similarity, serial, doc, content,
-                                                 self.now, site, share)
+            record = DocRecord.near_duplicate(source, self._representative_id(source), similarity, serial, doc,
+                                              content, self.now, site, share)
             return self._insert(record, ident, row, wanted, candidates, verified + checked)
         return self._kept(doc, row, serial, ident, content, site, wanted, candidates, verified)
 
@@ -314,6 +334,28 @@ class _State:
             if self.content.settles:
                 touched[min(self.content.settles):] = True
         return touched
+
+    def keep_alone(self, decisions: list, stop: int) -> None:
+        """The items from ``kept_upto`` to ``stop``, documents of ``alone_rows``, kept (``kept_alone``); in one
+        kernel call when there is one (``_kernel.kept_alone``: the same records, decisions and filing)."""
+        start, self.kept_upto = self.kept_upto, stop + 1
+        if start >= stop:
+            return
+        if _kernel is None:
+            items, rows = self.batch.items, self.batch.row
+            for i in range(start, stop):
+                decisions[i] = self.kept_alone(items[i], rows[i])
+            return
+        if self._alone_context is None:
+            self._alone_context = self.alone_context(decisions)
+        self.next_serial = _kernel.kept_alone(self._alone_context, start, stop, self.next_serial)
+
+    def alone_context(self, decisions: list) -> tuple:
+        """What ``_kernel.kept_alone`` reads and fills, in its order."""
+        batch = self.batch
+        rekeyed = {row: self.lookup_keys[row].astype(">u4").tobytes() for row in self.rekeyed_rows}
+        return (batch.items, batch.row, batch.id_keys, batch.contents, self.sites, rekeyed, self.now, self.records,
+                self.by_id, self.by_content, decisions, _RECORD_SETTERS, _DECISION_SETTERS, KEPT)
 
     def kept_alone(self, doc, row: int) -> Decision:
         """Row ``row``, one of ``alone_rows``, kept as the next serial: what ``decide`` makes of it (``_alone``,
@@ -386,11 +428,9 @@ class _State:
         serial = self.by_content.get(content)
         return None if serial is None else self.record(serial)
 
-    def _representative(self, serial: int) -> DocRecord:
-        if serial >= self.first_serial:
-            return self.record(serial)
-        doc_id = self.names[serial]
-        return DocRecord(serial, doc_id, True, serial, doc_id, None, None, None, False, b"", [], b"", 0.0)
+    def _representative_id(self, serial: int) -> str:
+        """The id of the kept document ``serial``, of this batch or stored."""
+        return self.record(serial).id if serial >= self.first_serial else self.names[serial]
 
     def _best_match(self, row: int) -> tuple[Optional[int], Optional[float], int, int]:
         """The most similar candidate at or above the threshold (ties: the earliest) and its Jaccard, how many
@@ -549,8 +589,28 @@ class _FirstPages:
         return self._keys.candidates(keys)
 
 
+def _setters(cls: type, names: tuple[str, ...]) -> tuple:
+    """``_kernel.slotted``'s setters of a slots dataclass whose fields are ``names``, in that order (the order
+    the kernel gives their values in)."""
+    if tuple(f.name for f in fields(cls)) != names:
+        raise TypeError(f"{cls.__name__}'s fields are not the ones the kernel fills")
+    return (cls, *(cls.__dict__[name] for name in names))
+
+
+_RECORD_SETTERS = _setters(DocRecord, ("serial", "id", "kept", "cluster", "cluster_id", "matched", "matched_id",
+                                       "similarity", "exact", "content", "source", "band_keys", "time", "expired",
+                                       "site", "containment"))
+_DECISION_SETTERS = _setters(Decision, ("id", "status", "cluster", "matched", "similarity", "reason", "exact",
+                                        "replayed", "candidates", "verified", "containment"))
+
+
 def _as_decision(record: DocRecord, replayed: bool = False, candidates: int = 0, verified: int = 0) -> Decision:
     # positional (id, status, cluster, matched, similarity, reason, exact, replayed, candidates, verified):
     # one per document, and keywords cost twice as much
-    return Decision(record.id, KEPT if record.kept else DUPLICATE, record.cluster_id, record.matched_id,
-                    record.similarity, None, record.exact, replayed, candidates, verified, record.containment)
+    status = KEPT if record.kept else DUPLICATE
+    if _kernel is not None:  # one per document: made through its slots (``_kernel.slotted``), the same decision
+        return _kernel.slotted(_DECISION_SETTERS, record.id, status, record.cluster_id, record.matched_id,
+                               record.similarity, None, record.exact, replayed, candidates, verified,
+                               record.containment)
+    return Decision(record.id, status, record.cluster_id, record.matched_id, record.similarity, None, record.exact,
+                    replayed, candidates, verified, record.containment)

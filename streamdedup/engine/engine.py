@@ -197,18 +197,17 @@ class Engine:
             write_rekeyed(txn, serial, keys)
 
     def _write_own(self, txn: IndexTxn, batch: PreparedBatch, together: Together, lookup_keys):
-        records, idents, kept_rows, placed = [], [], {}, {}
-        masks = place_masks(together.filed)
+        pairs = list(together.records.values())
+        records = [record for record, _ in pairs]
         id_keys = batch.id_keys
-        for record, row in together.records.values():
-            records.append(record)
-            idents.append(id_keys[row])
-            if record.kept:
-                kept_rows[row] = record.serial
-            elif masks[row]:
-                placed[record.serial] = (row, masks[row])
+        idents = [id_keys[row] for _, row in pairs]
+        kept_rows = {row: record.serial for record, row in pairs if record.kept}
+        masks = place_masks(together.filed)
+        placed = {record.serial: (row, masks[row]) for record, row in pairs if not record.kept and masks[row]} \
+            if any(masks) else {}
+        slots, rows, _ = batch.sorted_slots(lookup_keys)  # the decision's, kept
         return write_documents(txn, self.mirror, records, idents, kept_rows, batch.shingles, lookup_keys,
-                               together.serials, placed)
+                               together.serials, placed, (slots, rows))
 
     def commit(self, decided: DecidedBatch) -> list[Decision]:
         """Commit a decided batch durably; returns its decisions.

@@ -179,7 +179,7 @@ def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch:
     evidence.matches = matches.verified()
     evidence.unkept = sorted(matches.unkept)
     named = [serial for _, serial, _ in evidence.matches] + [serial for _, serial, _, _ in evidence.sources]
-    evidence.names = {serial: records.id_of(serial) for serial in named}
+    evidence.names = records.ids_of(named)
     if asking.cutoff is not None:
         held = {serial for serial in found_serials.tolist() if serial not in matches.unkept and records.holds(serial)}
         held |= {serial for _, serial, _ in evidence.rekeys}
@@ -294,6 +294,13 @@ class _RecordCache:
         """``get(serial).id``, without unpacking a record not read yet (``IndexTxn.record_id``)."""
         found = self._records.get(serial)
         return found.id if found is not None else self.txn.record_id(serial)
+
+    def ids_of(self, serials: list[int]) -> dict[int, str]:
+        """``id_of`` of each of ``serials`` (in their order), those not read yet read in one pass
+        (``IndexTxn.record_ids``)."""
+        cached = self._records
+        read = self.txn.record_ids([serial for serial in serials if cached.get(serial) is None])
+        return {serial: read[serial] if cached.get(serial) is None else cached[serial].id for serial in serials}
 
     def holds(self, serial: int) -> bool:
         """Whether the index holds a record of ``serial`` (a duplicate's entry outlives its forgotten record)."""

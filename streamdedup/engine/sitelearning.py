@@ -139,6 +139,9 @@ class SiteTemplates:
         settings = self.settings
         shared = self._shared_now(txn)
         timeline = SiteTimeline(lambda site: self._committed(txn, site).template, shared)
+        whole = self._whole_content(txn, view, batch, shared, timeline)
+        if whole is not None:
+            return whole
         copies: dict[int, SiteState] = {}
         seen: set[bytes] = set()
         rows, changed = [], []
@@ -185,6 +188,26 @@ class SiteTemplates:
         self._write(txn, copies, shared, batch.hosts)
         view.use_band_keys(self._content_keys(batch, rows, changed))
         return BatchContent(rows, timeline, settings, provisional, settles, repeats)
+
+    def _whole_content(self, txn: IndexTxn, view, batch: PreparedBatch, shared: np.ndarray,
+                       timeline: SiteTimeline) -> Optional[BatchContent]:
+        """``content``'s answer when no site of the batch learns or has a template, and no template is shared
+        (pages without a URL, by default): every row's content is its whole shingles and no state changes,
+        which the row by row plan would find at a microsecond a row. None: the batch needs the plan. With
+        ``repeats`` too: a pair is compared without what its sites repeat only when both its pages' sites learn,
+        and none of the batch's does."""
+        if len(shared):
+            return None
+        learns = self.settings.learns
+        copies: dict[int, SiteState] = {}
+        for site in dict.fromkeys(batch.sites.tolist()):  # in the order the plan meets them
+            committed = self._committed(txn, site)
+            if learns(site) or len(committed.template):
+                return None
+            copies[site] = committed.copy()
+        self._write(txn, copies, shared, batch.hosts)
+        view.use_band_keys(batch.keys)
+        return BatchContent(batch.shingles.each(), timeline, self.settings, set(), {}, None)
 
     def _committed(self, txn: IndexTxn, site: int) -> SiteState:
         state = self._sites.get(site)

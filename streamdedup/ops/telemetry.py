@@ -8,12 +8,16 @@ numbers, never the index: LMDB must not be read while the worker grows its map.
 
 from __future__ import annotations
 
+import bisect
 import os
+import threading
 import time
 from typing import Callable, Optional
 
 from ..core.records import REJECTED, Decision
 from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client.metrics_core import Metric
+from prometheus_client.utils import floatToGoString
 
 from .metrics import MetricsServer, new_registry
 
@@ -40,12 +44,11 @@ class WorkerTelemetry:
                                 registry=r)
         self.batch_seconds = Histogram("streamdedup_batch_duration_seconds", "Time to decide and commit one batch.",
                                        buckets=_BATCH_BUCKETS, registry=r)
-        self.candidates = Histogram("streamdedup_candidates_per_document",
-                                    "Kept documents proposed by the band tables, per document.",
-                                    buckets=_PER_DOCUMENT_BUCKETS, registry=r)
-        self.verifications = Histogram("streamdedup_verifications_per_document",
-                                       "Exact Jaccard computations, per document.", buckets=_PER_DOCUMENT_BUCKETS,
-                                       registry=r)
+        self.candidates = BatchHistogram("streamdedup_candidates_per_document",
+                                         "Kept documents proposed by the band tables, per document.",
+                                         _PER_DOCUMENT_BUCKETS, r)
+        self.verifications = BatchHistogram("streamdedup_verifications_per_document",
+                                            "Exact Jaccard computations, per document.", _PER_DOCUMENT_BUCKETS, r)
         self.lag = Gauge("streamdedup_consumer_lag_records",
                          "Records between the worker's position and the end of each input partition.",
                          ("topic", "partition"), registry=r)
@@ -134,23 +137,74 @@ class WorkerTelemetry:
         self.last_commit = self.clock()
         self.batch_seconds.observe(seconds)
         counts: dict[str, int] = {}
+        candidates: dict[int, int] = {}
+        verified: dict[int, int] = {}
+        replayed = 0
         for d in decisions:
             if d.replayed:
-                self.replayed.inc()
+                replayed += 1
                 continue
             outcome = "exact_duplicate" if d.exact else d.status
             counts[outcome] = counts.get(outcome, 0) + 1
             if d.status == REJECTED:
                 self.rejected.labels(reason=(d.reason or "").split(":")[0]).inc()
             else:
-                self.candidates.observe(d.candidates)
-                self.verifications.observe(d.verified)
+                candidates[d.candidates] = candidates.get(d.candidates, 0) + 1
+                verified[d.verified] = verified.get(d.verified, 0) + 1
         for outcome, count in counts.items():
             self.documents.labels(outcome=outcome).inc(count)
+        if replayed:
+            self.replayed.inc(replayed)
+        self.candidates.observe_counted(candidates)
+        self.verifications.observe_counted(verified)
 
     def set_lag(self, lag: dict) -> None:
         for partition, records in lag.items():
             self.lag.labels(topic=partition.topic, partition=str(partition.partition)).set(records)
+
+
+class BatchHistogram:
+    """A histogram exposed as prometheus_client's ``Histogram`` exposes one, but observed a batch at a time.
+
+    ``Histogram.observe`` takes a lock and walks the buckets for every value:
+    two such calls a document cost a worker's deciding process 4-7 µs a
+    document. A batch's values are counted in a dict first, and each
+    distinct value is added once here (``observe_counted``).
+    """
+
+    def __init__(self, name: str, documentation: str, buckets: tuple, registry) -> None:
+        self.name, self.documentation = name, documentation
+        self.bounds = [float(b) for b in buckets] + [float("inf")]
+        self.counts = [0] * len(self.bounds)
+        self.total = 0.0
+        self.created = time.time()
+        self._lock = threading.Lock()
+        registry.register(self)
+
+    def observe_counted(self, counted: dict) -> None:
+        """Observe each value of ``counted`` (value -> how many times)."""
+        with self._lock:
+            for value, times in counted.items():
+                self.counts[bisect.bisect_left(self.bounds, value)] += times
+                self.total += value * times
+
+    def observe(self, value: float) -> None:
+        self.observe_counted({value: 1})
+
+    def collect(self):
+        """The histogram's samples: cumulative buckets, count, sum, and when it was made (as ``Histogram``'s)."""
+        with self._lock:
+            counts, total = list(self.counts), self.total
+        metric = Metric(self.name, self.documentation, "histogram")
+        seen = 0
+        for bound, count in zip(self.bounds, counts):
+            seen += count
+            metric.add_sample(self.name + "_bucket", {"le": floatToGoString(bound)}, seen)
+        metric.add_sample(self.name + "_count", {}, seen)
+        metric.add_sample(self.name + "_sum", {}, total)
+        if os.environ.get("PROMETHEUS_DISABLE_CREATED_SERIES", "False").lower() not in ("true", "1"):
+            metric.add_sample(self.name + "_created", {}, self.created)
+        yield metric
 
 
 METRIC_NAMES = (

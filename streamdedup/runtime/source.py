@@ -156,6 +156,7 @@ class KafkaSource:
     def __init__(self, topics: list[str], client_settings: dict, group_id: str, batch_size: int):
         from kafka import KafkaConsumer
 
+        from .fetch import fast_records
         from .wire import read_binary_header_keys
 
         self.topics = topics
@@ -176,6 +177,7 @@ class KafkaSource:
                 **client_settings,
             }
         )
+        fast_records(self.consumer)
         self.batch_size = batch_size
 
     def partitions(self) -> list:

@@ -164,9 +164,16 @@ class DocRecord:
                           content: bytes, now: float, site: int = 0,
                           containment: Optional[float] = None) -> "DocRecord":
         """A duplicate of a kept document (``representative``), joining its cluster; with ``containment``, an excerpt of it."""
-        return cls(serial, doc.id, False, representative.serial, representative.id, representative.serial,
-                   representative.id, similarity, False, content, doc.source.as_list(), b"", now, False, site,
-                   containment)
+        return cls.near_duplicate(representative.serial, representative.id, similarity, serial, doc, content, now,
+                                  site, containment)
+
+    @classmethod
+    def near_duplicate(cls, cluster: int, cluster_id: str, similarity: float, serial: int, doc: "Document",
+                       content: bytes, now: float, site: int = 0,
+                       containment: Optional[float] = None) -> "DocRecord":
+        """``near_duplicate_of`` the kept document ``cluster`` whose id is ``cluster_id`` (no record of it made)."""
+        return cls(serial, doc.id, False, cluster, cluster_id, cluster, cluster_id, similarity, False, content,
+                   doc.source.as_list(), b"", now, False, site, containment)
 
     def pack(self, source_number: int, packer: Optional[msgpack.Packer] = None) -> bytes:
         """The stored form, with ``source_number`` standing for the source's name (``IndexTxn.source_number``);
@@ -645,6 +652,18 @@ class IndexTxn:
         raw = self.txn.get(serial_key(serial), db=self.dbs["docs"])
         found = _kernel.record_id(raw) if _kernel is not None and raw is not None else None
         return found if found is not None else self.record(serial).id
+
+    def record_ids(self, serials: list[int]) -> dict[int, str]:
+        """``record_id`` of each of these serials, the records read in one pass in the table's order."""
+        wanted = sorted(set(serials))
+        keys = [serial_key(serial) for serial in wanted]
+        found = dict(self.txn.cursor(db=self.dbs["docs"]).getmulti(keys))
+        ids = {}
+        for serial, key in zip(wanted, keys):
+            raw = found.get(key)
+            read = _kernel.record_id(raw) if _kernel is not None and raw is not None else None
+            ids[serial] = read if read is not None else self.record_id(serial)  # msgpack's, or the missing one's error
+        return ids
 
     def has_record(self, serial: int) -> bool:
         return self.txn.get(serial_key(serial), db=self.dbs["docs"]) is not None

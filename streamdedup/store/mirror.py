@@ -146,14 +146,20 @@ class RecentMirror:
         return mirror
 
     def add(self, entries: list[tuple[int, bytes, bytes]], kept_serials: np.ndarray, kept_keys: np.ndarray,
-            places: Optional[tuple[np.ndarray, np.ndarray, np.ndarray]] = None) -> None:
+            places: Optional[tuple[np.ndarray, np.ndarray, np.ndarray]] = None,
+            kept_entries: Optional[tuple[np.ndarray, np.ndarray]] = None) -> None:
         """Take in committed documents: (serial, id hash, content hash) each, the kept ones' band keys, and
-        the places duplicates took under band keys (``placed_entries``: serials, bands, keys)."""
+        the places duplicates took under band keys (``placed_entries``: serials, bands, keys); or, with no
+        places, ``kept_entries``: the kept ones' (slots, serials) sorted as ``_sorted_entries`` sorts them."""
         self._sorted = None
         self._file_hashes(entries)
         if entries:
             self.last_serial = max(self.last_serial, entries[-1][0])
         self.documents += len(entries)
+        if kept_entries is not None:
+            if len(kept_entries[0]):
+                self._insert_run(kept_entries)
+            return
         slots, serials = [], []
         if len(kept_serials):
             bands = np.tile(np.arange(kept_keys.shape[1], dtype=np.uint16), len(kept_serials))
@@ -268,8 +274,12 @@ class RecentMirror:
         ``FRESH_ENTRIES``: the large level grows to ``index.merge_every``
         documents' entries).
         """
-        self._fresh.append(_sorted_entries(keys, serials))
-        self._fresh_entries += len(keys)
+        self._insert_run(_sorted_entries(keys, serials))
+
+    def _insert_run(self, run: tuple[np.ndarray, np.ndarray]) -> None:
+        """``_insert_sorted`` of entries sorted already."""
+        self._fresh.append(run)
+        self._fresh_entries += len(run[0])
         self._present.add(self._fresh[-1][0])
         if self._fresh_entries >= FRESH_ENTRIES:
             self._fold_fresh()

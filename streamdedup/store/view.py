@@ -64,8 +64,8 @@ def first_documents(txn: IndexTxn, mirror: RecentMirror, contents: list[bytes],
 
 def write_documents(txn: IndexTxn, mirror: RecentMirror, records: list[DocRecord], idents: list[bytes],
                     kept_rows: dict[int, int], shingles: ShingleBatch, band_keys: np.ndarray,
-                    numbered: Optional[int] = None, placed: Optional[dict[int, tuple[int, int]]] = None
-                    ) -> Callable[[], None]:
+                    numbered: Optional[int] = None, placed: Optional[dict[int, tuple[int, int]]] = None,
+                    slots: Optional[tuple[np.ndarray, np.ndarray]] = None) -> Callable[[], None]:
     """Write decided documents into the transaction; returns what to do to the mirror once it commits.
 
     ``records`` in serial order, ``idents`` their id hashes; ``kept_rows``: batch row -> serial of the kept
@@ -73,7 +73,8 @@ def write_documents(txn: IndexTxn, mirror: RecentMirror, records: list[DocRecord
     bands). ``numbered``: how many serials the batch used (default: one per document; a shard stores only its
     own documents of a batch numbered for the whole deployment). ``placed``: serial -> (row, bands as bits) of
     the duplicates that took places under band keys (``candidates.file_prober``): entries of theirs, proposing
-    nothing.
+    nothing. ``slots``: the batch's ``lsh.sorted_slots`` of ``band_keys`` (slots, rows), from which the kept
+    documents' mirror entries are taken in the order the mirror sorts them into.
     """
     if records and records[-1].serial > MAX_SERIAL:
         raise IndexFullError(f"the index has numbered {MAX_SERIAL:,} documents, as many as it can; start a new "
@@ -102,7 +103,22 @@ def write_documents(txn: IndexTxn, mirror: RecentMirror, records: list[DocRecord
               duplicates=len(records) - kept, exact=exact)
     places = placed_entries(list(placed), [band_keys[row] for row, _ in placed.values()],
                             [bands for _, bands in placed.values()])
-    return lambda: mirror.add(entries, kept_serials, kept_keys, places)
+    if slots is None or len(places[0]):
+        return lambda: mirror.add(entries, kept_serials, kept_keys, places)
+    kept_entries = _kept_entries(slots, kept_row_array, kept_serials, len(band_keys))
+    return lambda: mirror.add(entries, kept_serials, kept_keys, kept_entries=kept_entries)
+
+
+def _kept_entries(slots: tuple[np.ndarray, np.ndarray], kept_rows: np.ndarray, kept_serials: np.ndarray,
+                  rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """The kept documents' band entries (slot, serial) sorted by slot, equal slots by serial: the batch's
+    sorted slots are sorted so (equal slots in row order, and serials follow rows), and the kept rows' are
+    taken from them instead of sorted again (``RecentMirror.add``)."""
+    serial_of = np.full(rows, -1, dtype=np.int64)
+    serial_of[kept_rows] = kept_serials
+    serials = serial_of[slots[1]]
+    held = serials >= 0
+    return slots[0][held], serials[held]
 
 
 def _rows_filed(records: list[DocRecord], idents: list[bytes], recent_keys: dict[int, bytes],

@@ -1,0 +1,130 @@
+"""Fetched records read by the C kernel: the one place that replaces a part of kafka-python's consumer.
+
+kafka-python (3.0.12) reads each record of a fetch in Python: varints one
+call each, a ``DefaultRecord``, then a ``ConsumerRecord``, about 19 µs a
+record of 3 KB, most of a signing process's reading. ``fast_records`` gives
+a consumer a ``PartitionRecords`` whose record batches are read by
+``_kernel.consumer_records`` into the same ``ConsumerRecord`` tuples (0.5-1
+µs a record). Everything around a record is kafka-python's, unchanged: the
+batch CRC check, decompression, aborted transactions and control batches of
+``read_committed`` (which batches are read at all), the fetch position that
+moves record by record as ``poll`` takes them. A batch the kernel does not
+read as kafka-python would (a framing error, a header key that is not UTF-8,
+bytes after its last record) goes to kafka-python's own reader, which raises
+or recovers (``wire``) as it always did.
+
+One difference, in kafka-python's fetch metrics only: a batch's bytes are
+counted when its first record is taken, not record by record.
+"""
+
+from __future__ import annotations
+
+__all__ = ["fast_records", "FETCH_KAFKA_PYTHON"]
+
+FETCH_KAFKA_PYTHON = "3.0."  # the kafka-python releases whose fetcher ``fast_records`` was checked against
+
+try:
+    from ..core import _kernel
+
+    consumer_records = _kernel.consumer_records
+except ImportError:  # built without a C compiler: kafka-python reads every record
+    consumer_records = None
+
+
+def fast_records(consumer) -> bool:
+    """Have ``consumer`` read its fetched record batches in the kernel; whether it does.
+
+    Not for a consumer with deserializers (ours have none), a kafka-python
+    other than the checked releases, or a build without the kernel: those
+    read as kafka-python does.
+    """
+    import kafka
+
+    fetcher = getattr(consumer, "_fetcher", None)
+    parent = getattr(type(fetcher), "PartitionRecords", None)
+    if (consumer_records is None or parent is None or not kafka.__version__.startswith(FETCH_KAFKA_PYTHON)
+            or fetcher.config.get("key_deserializer") or fetcher.config.get("value_deserializer")):
+        return False
+    fetcher.PartitionRecords = _kernel_records_class(parent)
+    return True
+
+
+_classes: dict = {}
+
+
+def _kernel_records_class(parent: type) -> type:
+    """kafka-python's ``PartitionRecords`` with record batches read by the kernel (one class per parent)."""
+    if parent in _classes:
+        return _classes[parent]
+    from kafka.consumer.fetcher import ConsumerRecord
+    from kafka.errors import CorruptRecordError
+    from kafka.protocol.consumer import IsolationLevel
+
+    class KernelPartitionRecords(parent):
+        def _unpack_records(self, tp, records, key_deserializer, value_deserializer):
+            """kafka-python's ``_unpack_records`` (3.0.12), but a batch's records read by the kernel."""
+            try:
+                batch = records.next_batch()
+                last_batch = None
+                while batch is not None:
+                    last_batch = batch
+                    if self.check_crcs and not batch.validate_crc():
+                        raise CorruptRecordError("Record batch for partition %s at offset %s failed crc check"
+                                                 % (self.topic_partition, batch.base_offset))
+                    if batch.magic == 2 and self._skipped(batch):
+                        self.next_fetch_offset = batch.next_offset
+                        batch = records.next_batch()
+                        continue
+                    for record in self._records_of(tp, batch):
+                        self.records_read += 1
+                        self.next_fetch_offset = record.offset + 1
+                        yield record
+                    batch = records.next_batch()
+                else:
+                    if last_batch and last_batch.magic == 2:
+                        self.next_fetch_offset = last_batch.next_offset
+                    self.drain()
+            except StopIteration:  # as kafka-python: a StopIteration inside would end the generator silently
+                raise RuntimeError('StopIteration raised unpacking messageset')
+
+        def _skipped(self, batch) -> bool:
+            """Whether a v2 batch is not returned: an aborted transaction's, or a control batch (kafka-python's
+            rules, in its order: the aborted producers are updated first)."""
+            self.leader_epoch = batch.leader_epoch
+            if self.isolation_level == IsolationLevel.READ_COMMITTED and batch.has_producer_id():
+                self._consume_aborted_transactions_up_to(batch.last_offset)
+                if self._contains_abort_marker(batch):
+                    self.aborted_producer_ids.discard(batch.producer_id)
+                elif self._is_batch_aborted(batch):
+                    return True
+            return batch.is_control_batch
+
+        def _records_of(self, tp, batch):
+            """The ConsumerRecords of ``batch``: the kernel's list, else kafka-python's reader's."""
+            if batch.magic == 2:
+                iter(batch)  # decompressed
+                read = consumer_records(batch._buffer, batch._pos, batch.records_count, batch.base_offset,
+                                        batch.first_timestamp, batch.max_timestamp, batch.timestamp_type,
+                                        tp.topic, tp.partition, self.leader_epoch, ConsumerRecord)
+                if read is not None:
+                    self.bytes_read += read[1]
+                    return read[0]
+            return self._records_read_by_client(tp, batch)
+
+        def _records_read_by_client(self, tp, batch):
+            for record in batch:
+                if self.check_crcs and not record.validate_crc():
+                    raise CorruptRecordError("Record for partition %s at offset %s failed crc check"
+                                             % (self.topic_partition, record.offset))
+                headers = record.headers
+                header_size = (sum(len(k.encode("utf-8")) + (len(v) if v is not None else 0) for k, v in headers)
+                               if headers else -1)
+                self.bytes_read += record.size_in_bytes
+                yield ConsumerRecord(
+                    tp.topic, tp.partition, self.leader_epoch, record.offset, record.timestamp,
+                    record.timestamp_type, record.key, record.value, headers, record.checksum,
+                    len(record.key) if record.key is not None else -1,
+                    len(record.value) if record.value is not None else -1, header_size)
+
+    _classes[parent] = KernelPartitionRecords
+    return KernelPartitionRecords
