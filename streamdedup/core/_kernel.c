@@ -737,27 +737,35 @@ done:
     return PyLong_FromSsize_t(bad);
 }
 
+/* The first place of sorted v[0:n] whose value is at least key, knowing that none before from is:
+ * doubling steps from there, then a binary search (a walk through sorted keys costs their spread). */
+#define LOWER_BOUND_FROM(name, type)                                                 \
+    static Py_ssize_t name(const type *v, Py_ssize_t n, type key, Py_ssize_t from) { \
+        Py_ssize_t lo = from, hi = from, step = 1;                                   \
+        while (hi < n && v[hi] < key) {                                              \
+            lo = hi + 1;                                                             \
+            hi += step;                                                              \
+            step *= 2;                                                               \
+        }                                                                            \
+        if (hi > n) hi = n;                                                          \
+        while (lo < hi) {                                                            \
+            Py_ssize_t mid = lo + (hi - lo) / 2;                                     \
+            if (v[mid] < key) lo = mid + 1;                                          \
+            else hi = mid;                                                           \
+        }                                                                            \
+        return lo;                                                                   \
+    }
+LOWER_BOUND_FROM(lower_bound_from, uint64_t)
+LOWER_BOUND_FROM(lower_bound_from32, uint32_t)
+
 /* o[i] |= whether v[i] is in sorted t[0:m]: a doubling walk through the table while the values ascend, a
  * binary search from its start where they do not. */
 static void mark_members(const uint32_t *v, Py_ssize_t n, const uint32_t *t, Py_ssize_t m, uint8_t *o) {
     Py_ssize_t from = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         uint32_t key = v[i];
-        if (i && key < v[i - 1]) from = 0;
-        Py_ssize_t lo = from, hi = from, step = 1;
-        while (hi < m && t[hi] < key) {
-            lo = hi + 1;
-            hi += step;
-            step *= 2;
-        }
-        if (hi > m) hi = m;
-        while (lo < hi) {
-            Py_ssize_t mid = lo + (hi - lo) / 2;
-            if (t[mid] < key) lo = mid + 1;
-            else hi = mid;
-        }
-        from = lo;
-        o[i] |= lo < m && t[lo] == key;
+        from = lower_bound_from32(t, m, key, i && key < v[i - 1] ? 0 : from);
+        o[i] |= from < m && t[from] == key;
     }
 }
 
@@ -1111,23 +1119,6 @@ static int compare_i64(const void *x, const void *y) {
     return (a > b) - (a < b);
 }
 
-/* The first place of sorted v[0:n] whose value is at least key, knowing that none before from is:
- * doubling steps from there, then a binary search (a walk through sorted keys costs their spread). */
-static Py_ssize_t lower_bound_from(const uint64_t *v, Py_ssize_t n, uint64_t key, Py_ssize_t from) {
-    Py_ssize_t lo = from, hi = from, step = 1;
-    while (hi < n && v[hi] < key) {
-        lo = hi + 1;
-        hi += step;
-        step *= 2;
-    }
-    if (hi > n) hi = n;
-    while (lo < hi) {
-        Py_ssize_t mid = lo + (hi - lo) / 2;
-        if (v[mid] < key) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo;
-}
 
 static PyObject *hits(PyObject *self, PyObject *args) {
     PyObject *o[4];
