@@ -246,6 +246,7 @@ def test_decisions_without_the_kernel_are_the_decisions_with_it(tmp_path, monkey
         monkeypatch.setattr(module, "_kernel", None)
     monkeypatch.setattr(templates, "_sorted_member", None)
     monkeypatch.setattr(templates, "_sorted_without", None)
+    monkeypatch.setattr(templates, "_sorted_union", None)
     assert decisions("numpy") == compiled
     assert compiled.count(b'"duplicate"') > 200
 
@@ -290,6 +291,27 @@ def test_a_pages_content_is_made_in_the_kernel_as_numpy_makes_it(monkeypatch, se
         assert content.dtype == np.uint32 and np.array_equal(content, plain)
         assert (content is case[0]) == (plain is case[0])
     assert sum(content is not case[0] for case, content in zip(cases, compiled)) > 50
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_sorted_sets_are_merged_in_the_kernel_as_numpy_merges_them(monkeypatch, seed):
+    """``templates._merged`` (a site's growing sets): sorted unions, each value once; an array out of order falls
+    back to numpy's sort."""
+    from streamdedup.core import templates
+
+    rng = np.random.default_rng(seed)
+    cases = [(templates.EMPTY, templates.EMPTY), (np.array([5, 5, 7], dtype=np.uint32), templates.EMPTY),
+             (np.array([9, 1], dtype=np.uint32), np.array([1, 2], dtype=np.uint32)),
+             (np.array([0, 2**32 - 1], dtype=np.uint32), np.array([2**32 - 1], dtype=np.uint32))]
+    for _ in range(200):
+        one = np.unique(rng.integers(0, 5000, int(rng.integers(0, 3000))).astype(np.uint32))
+        other = np.unique(rng.integers(0, 5000, int(rng.integers(0, 600))).astype(np.uint32))
+        cases.append((one, other) if rng.random() < 0.5 else (other, one))
+    compiled = [templates._merged(*case) for case in cases]
+    monkeypatch.setattr(templates, "_sorted_union", None)
+    for case, merged in zip(cases, compiled):
+        assert merged.dtype == np.uint32 and np.array_equal(merged, templates._merged(*case))
+    assert compiled[2].tolist() == [1, 2, 9]
 
 
 def test_shingles_that_came_through_pickle_are_verified_by_the_kernel(monkeypatch):

@@ -28,6 +28,10 @@
  *     out[i] (one byte) = whether uint32 values[i] is in the sorted uint32 table: templates.in_sorted,
  *     numpy's searchsorted-and-compare without its calls' overhead on a page's few hundred values.
  *
+ * sorted_union(a, b, out) -> int
+ *     The sorted union of two sorted uint32 arrays, each value once, written to the front of out (room for
+ *     both); how many, or -1 when one of them is not sorted: templates._merged.
+ *
  * sorted_without(values, table, shared, out) -> int
  *     The uint32 values in neither sorted uint32 table, in their order, written to the front of out (room
  *     for every value); how many: templates.content_of's shingles without its two templates.
@@ -828,6 +832,40 @@ release1:
     PyBuffer_Release(&values);
     if (PyErr_Occurred()) return NULL;
     return PyLong_FromSsize_t(kept);
+}
+
+/* The sorted union of two sorted uint32 arrays, each value once, written to out (room for both); how many,
+ * or -1 when an array is not sorted (templates._merged then sorts them). */
+static PyObject *sorted_union(PyObject *self, PyObject *args) {
+    PyObject *o_a, *o_b, *o_out;
+    if (!PyArg_ParseTuple(args, "OOO", &o_a, &o_b, &o_out)) return NULL;
+    Py_buffer a, b, out;
+    Py_ssize_t written = -1;
+    if (get_buffer(o_a, &a, 4, 0, "a") < 0) return NULL;
+    if (get_buffer(o_b, &b, 4, 0, "b") < 0) goto release_a;
+    if (get_buffer(o_out, &out, 4, 1, "out") < 0) goto release_b;
+    const uint32_t *x = a.buf, *y = b.buf;
+    uint32_t *o = out.buf;
+    Py_ssize_t n = a.len / 4, m = b.len / 4, i = 0, j = 0;
+    if (out.len < a.len + b.len) {
+        PyErr_SetString(PyExc_ValueError, "sorted_union: out must have room for both arrays");
+        goto release_out;
+    }
+    for (Py_ssize_t k = 1; k < n; k++) if (x[k] < x[k - 1]) goto release_out;
+    for (Py_ssize_t k = 1; k < m; k++) if (y[k] < y[k - 1]) goto release_out;
+    written = 0;
+    while (i < n || j < m) {
+        uint32_t v = (j >= m || (i < n && x[i] <= y[j])) ? x[i++] : y[j++];
+        if (written == 0 || o[written - 1] != v) o[written++] = v;
+    }
+release_out:
+    PyBuffer_Release(&out);
+release_b:
+    PyBuffer_Release(&b);
+release_a:
+    PyBuffer_Release(&a);
+    if (PyErr_Occurred()) return NULL;
+    return PyLong_FromSsize_t(written);
 }
 
 /* How many values two sorted unique uint32 arrays share (a merge walk; both are a page's few hundred). */
@@ -2537,6 +2575,7 @@ static PyMethodDef methods[] = {
     {"ef_encode_many", ef_encode_many, METH_VARARGS, "ef_encode of each document of (values, offsets)."},
     {"shared_count", shared_count, METH_VARARGS, "Values two sorted unique uint32 arrays share."},
     {"sorted_member", sorted_member, METH_VARARGS, "Whether each uint32 value is in a sorted uint32 table, into out."},
+    {"sorted_union", sorted_union, METH_VARARGS, "The sorted union of two sorted uint32 arrays, into out; how many."},
     {"sorted_without", sorted_without, METH_VARARGS, "uint32 values in neither of two sorted tables, into out; how many."},
     {"ef_decode", ef_decode, METH_VARARGS, "The sorted uint32 values of an Elias-Fano coding (see eliasfano.py)."},
     {"merge_into", merge_into, METH_VARARGS, "A sorted run merged into sorted entries, in place (see the module)."},

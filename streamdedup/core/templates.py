@@ -108,9 +108,9 @@ from .sites import NO_SITE
 try:
     from . import _kernel
 
-    _sorted_member, _sorted_without = _kernel.sorted_member, _kernel.sorted_without
-except ImportError:  # built without a C compiler: numpy's searchsorted, the same answers
-    _sorted_member = _sorted_without = None
+    _sorted_member, _sorted_without, _sorted_union = _kernel.sorted_member, _kernel.sorted_without, _kernel.sorted_union
+except ImportError:  # built without a C compiler: numpy's searchsorted and sort, the same answers
+    _sorted_member = _sorted_without = _sorted_union = None
 
 __all__ = ["TemplateSettings", "SiteState", "GrowingSet", "NOTHING", "learned_template", "content_of", "in_sorted",
            "kept_rule", "without_repeats", "SiteTimeline", "EMPTY", "MAX_TEMPLATE", "MAX_WINDOW_PAGE"]
@@ -473,7 +473,13 @@ def _union(template: np.ndarray, blocks: np.ndarray) -> np.ndarray:
 
 
 def _merged(one: np.ndarray, other: np.ndarray) -> np.ndarray:
-    """The union of two sorted uint32 arrays (sorted; a stable sort merges the two runs in linear time)."""
+    """The union of two sorted uint32 arrays (sorted; a merge in the kernel, else a stable sort, which merges the
+    two runs in linear time)."""
+    if _sorted_union is not None and one.dtype == other.dtype == np.uint32:
+        union = np.empty(len(one) + len(other), dtype=np.uint32)
+        size = _sorted_union(np.ascontiguousarray(one), np.ascontiguousarray(other), union)
+        if size >= 0:
+            return union[:size]
     both = np.concatenate([one, other]).astype(np.uint32)
     both.sort(kind="stable")
     return both[np.concatenate(([True], both[1:] != both[:-1]))] if len(both) else both

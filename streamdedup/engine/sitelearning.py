@@ -107,7 +107,8 @@ class BatchRepeats:
         if found is None:
             pages = self._pages[site]
             values = np.concatenate([page for _, page, _ in pages])
-            rows = np.repeat(np.array([row for row, _, _ in pages], dtype=np.int64), [len(p) for _, p, _ in pages])
+            page_rows = np.array([row for row, _, _ in pages], dtype=np.int64)  # ascending: pages come in row order
+            rows = np.repeat(page_rows, [len(p) for _, p, _ in pages])
             order = np.lexsort((rows, values))
             values, rows = values[order], rows[order]
             start = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
@@ -116,8 +117,7 @@ class BatchRepeats:
             ends = np.append(start[1:], len(values))
             twice = ends - start >= 2
             second[twice] = rows[start[twice] + 1]
-            taking = {row: takes for row, _, takes in pages}
-            takes = np.array([taking[r] for r in first.tolist()], dtype=bool)
+            takes = np.array([takes for _, _, takes in pages], dtype=bool)[np.searchsorted(page_rows, first)]
             found = self._firsts[site] = (values[start], first, second, takes)
         return found
 
