@@ -188,9 +188,6 @@ class BatchHistogram:
                 self.counts[bisect.bisect_left(self.bounds, value)] += times
                 self.total += value * times
 
-    def observe(self, value: float) -> None:
-        self.observe_counted({value: 1})
-
     def collect(self):
         """The histogram's samples: cumulative buckets, count, sum, and when it was made (as ``Histogram``'s)."""
         with self._lock:
