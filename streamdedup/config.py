@@ -129,6 +129,9 @@ class TemplatesSection:
     min_block: int = _key(8, "shingles on exactly the same pages of the window that make a block", low=1)
     repeats: bool = _key(True, "a pair of pages of two sites is compared without each page's extra text that is on "
                          "other pages of its own site (its next/previous titles, its table of contents)")
+    own_text: bool = _key(True, "with repeats: a page more than a third of whose content is text its site repeats is "
+                          "also looked up by the rest (its own text), and may leave all of that text out of a pair "
+                          "with an earlier page")
 
 
 @dataclass(frozen=True)

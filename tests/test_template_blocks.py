@@ -175,9 +175,10 @@ def test_an_article_republished_under_another_sites_sectioned_template_is_found(
 
 
 def _made_before_neither(path, settings: list[str]) -> None:
-    """An index as the version before pairs were verified on neither site's template makes it."""
+    """An index as the version before pairs were verified on neither site's template makes it (nor were pages
+    looked up by their own text then)."""
     config = config_module.load(None, settings, environ={})
-    before = dataclasses.replace(template_settings(config), neither=False).fingerprint()
+    before = dataclasses.replace(template_settings(config), neither=False, own_text=False).fingerprint()
     Index(IndexSettings(path=str(path)), dataclasses.replace(signing_config(config), templates=before)).close()
 
 

@@ -18,7 +18,7 @@ import pytest
 from streamdedup.core import templates as templates_module
 from streamdedup.core.corpus import _Writer
 from streamdedup.core.records import Document, Source
-from streamdedup.core.templates import GrowingSet, SiteState, TemplateSettings, kept_rule, without_repeats
+from streamdedup.core.templates import GrowingSet, SiteState, TemplateSettings, kept_rule, own_text_of, without_repeats
 from streamdedup.core.excerpts import containment
 from streamdedup.core.verify import jaccard
 from streamdedup.engine.sitelearning import BatchRepeats
@@ -146,25 +146,26 @@ class DocSite:
     """A documentation site: a header and a footer, and on each page the titles of the pages before and
     after it and of its section, a table of its own headings and the titles of its section's pages."""
 
-    def __init__(self, name: str, writer: _Writer, pages: int):
+    def __init__(self, name: str, writer: _Writer, pages: int, section: int = 5):
         self.name = name
+        self.section = section  # pages a section has (its pages' "in this section" list)
         self.header = f"{name} documentation home index modules search " + " ".join(writer.words(12))
         self.footer = "copyright the authors built with a generator " + " ".join(writer.words(12))
         self.titles = [" ".join(writer.words(4)) for _ in range(pages)]
         self.headings = [[" ".join(writer.words(5)) for _ in range(3)] for _ in range(pages)]
-        self.sections = [" ".join(writer.words(3)) for _ in range(pages // 5 + 1)]
+        self.sections = [" ".join(writer.words(3)) for _ in range(pages // section + 1)]
 
     def page(self, n: int, body: str, headings=None) -> tuple[str, str]:
         headings = self.headings[n] if headings is None else headings
         titles = self.titles
-        nav = (f"next {titles[(n + 1) % len(titles)]} previous {titles[n - 1]} up {self.sections[n // 5]}")
+        nav = (f"next {titles[(n + 1) % len(titles)]} previous {titles[n - 1]} up {self.sections[n // self.section]}")
         paragraphs = body.split(". ")
         third = len(paragraphs) // 3
         text = (f"{titles[n]}\n{headings[0]}\n{'. '.join(paragraphs[:third])}.\n{headings[1]}\n"
                 f"{'. '.join(paragraphs[third:2 * third])}.\n{headings[2]}\n{'. '.join(paragraphs[2 * third:])}")
-        section = n // 5 * 5
+        section = n // self.section * self.section
         toc = ("table of contents\n" + "\n".join(headings) + "\nin this section\n"
-               + "\n".join(titles[section:section + 5]))
+               + "\n".join(titles[section:section + self.section]))
         return f"https://{self.name}.example/{n}", f"{self.header}\n{nav}\n{text}\n{toc}\n{nav}\n{self.footer}"
 
 
@@ -212,6 +213,84 @@ def test_bodies_republished_without_their_pages_navigation_are_found(tmp_path, w
     assert _found(on, republished) >= len(republished) - 1  # one source is on a's first pages, as it learns
     for decided in (off, on):
         assert all(d.status == "kept" for i, d in decided.items() if i not in republished)
+
+
+def _short_bodies_in_large_navigation(writer: _Writer):
+    """Site a of 40 pages of short articles (five sentences); site b of 40 pages in sections of 20, each page
+    listing its section's 20 titles: navigation several times a short body, on many of b's pages. Ten of b's
+    pages come after the others, and republish a's articles (b's navigation around them)."""
+    rng = random.Random(5)
+    a, b = DocSite("a", writer, 40), DocSite("b", writer, 40, section=20)
+    articles = [writer.article(5) for _ in range(40)]
+    pages, copies, republished = [], [], {}
+    for n in range(40):
+        pages.append((f"a{n}", *a.page(n, articles[n])))
+        if n % 4 == 2:
+            copies.append((f"b{n}", *b.page(n, articles[n - 2], a.headings[n - 2])))
+            republished[f"b{n}"] = f"a{n - 2}"
+        else:
+            pages.append((f"b{n}", *b.page(n, writer.article(5))))
+    rng.shuffle(pages)
+    return pages + copies, republished
+
+
+def test_a_short_body_in_a_host_page_of_large_navigation_is_looked_up_by_its_own_text(tmp_path, writer):
+    """The copy's band keys are mostly its host's navigation, so its source shares too few bands with it; looked
+    up by its own text too (``templates.own_text``), it finds its source, and the pair leaves out all of the
+    copy's navigation its site repeats (the earlier page's extra is held to ``REPEAT_SHARE``)."""
+    pages, republished = _short_bodies_in_large_navigation(writer)
+    with _engine(tmp_path / "off", "templates.own_text=false") as engine:
+        off = _decide(engine, pages, batch=25)
+    with _engine(tmp_path / "on") as engine:
+        on = _decide(engine, pages, batch=25)
+    assert _found(off, republished) <= len(republished) // 2
+    assert _found(on, republished) >= len(republished) - 1
+    for decided in (off, on):
+        assert all(d.status == "kept" for i, d in decided.items() if i not in republished)
+
+
+def test_a_page_looked_up_by_its_own_text_decides_alike_whatever_the_batches_and_restarts(tmp_path, writer):
+    """Sources and copies in one batch (found by the batch's own rows), in batches of one (found in the index),
+    and across restarts: the same decisions."""
+    pages, republished = _short_bodies_in_large_navigation(writer)
+    with _engine(tmp_path / "one") as engine:
+        reference = _decide(engine, pages, batch=len(pages))
+    assert _found(reference, republished) >= len(republished) - 1
+    for batch in (1, 7):
+        with _engine(tmp_path / f"batch{batch}") as engine:
+            assert _decide(engine, pages, batch=batch) == reference
+    for cut in (30, 85):
+        with _engine(tmp_path / f"cut{cut}") as engine:
+            first = _decide(engine, pages[:cut], batch=9)
+        with _engine(tmp_path / f"cut{cut}") as engine:
+            second = _decide(engine, pages[cut:], batch=13)
+        assert {**first, **second} == reference
+
+
+def test_own_text_is_the_content_without_what_its_site_repeats_when_that_is_most_of_it():
+    content = _u32(range(30))
+    assert own_text_of(content, np.arange(30) < 10, 0.05) is None  # a third repeated: its keys are close enough
+    assert own_text_of(content, np.arange(30) < 11, 0.05).tolist() == list(range(11, 30))
+    assert own_text_of(content, np.ones(30, dtype=bool), 0.05) is None  # nothing of its own
+    assert own_text_of(content, np.arange(30) < 29, 0.05) is None  # less than ``min_content_share`` left
+
+
+def test_only_the_earlier_page_keeps_its_extra_past_a_third_of_it():
+    later = _u32(range(0, 40))  # 10 shared, 30 of navigation its site repeats
+    earlier = _u32([*range(0, 10), *range(100, 104)])  # 10 shared, 4 of its own, none repeated
+    repeated_later = lambda values: values >= 10
+    nothing = lambda values: np.zeros(len(values), dtype=bool)
+    capped = without_repeats(later, earlier, repeated_later, nothing)
+    assert len(capped[0]) == 40  # more than a third of the page: kept
+    own_text = own_text_of(later, repeated_later(later), 0.05)
+    assert own_text.tolist() == list(range(10))  # all of it in the earlier page
+    uncapped = without_repeats(later, earlier, repeated_later, nothing, own_text)
+    assert len(uncapped[0]) == 14 and uncapped[1] is earlier  # as many extra left as the earlier page has
+    elsewhere = _u32([*range(0, 4), *range(100, 110)])  # holds less than half of the later page's own text
+    assert len(without_repeats(later, elsewhere, repeated_later, nothing, own_text)[0]) == 40
+    source = _u32(range(0, 40))  # an excerpt's source, earlier: its extra (the rest of its body) repeated
+    excerpt = _u32(range(0, 10))
+    assert len(without_repeats(excerpt, source, nothing, repeated_later, excerpt)[1]) == 40
 
 
 def test_an_article_on_two_pages_of_its_site_keeps_its_text(tmp_path, writer):
@@ -289,6 +368,10 @@ def test_an_index_made_before_repeats_were_on_by_default_keeps_deciding_without_
     assert kept_rule(before, now) == before
     older = TemplateSettings(repeats=False, confirm=False, neither=False).fingerprint()
     assert kept_rule(older, now) == older
+    no_own_text = TemplateSettings(own_text=False).fingerprint()
+    assert kept_rule(no_own_text, now) == no_own_text  # made before pages were looked up by their own text
+    made_before_both = TemplateSettings(own_text=False, repeats=False).fingerprint()
+    assert kept_rule(made_before_both, now) == made_before_both
     assert kept_rule(now, TemplateSettings(repeats=False).fingerprint()) == before  # asked off: refused (``Index``)
 
 

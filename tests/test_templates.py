@@ -68,10 +68,11 @@ def test_settings_survive_the_index_fingerprint():
                      TemplateSettings(True, 16, 0.6, 0, 5, 0.1, True),
                      TemplateSettings(window=16, min_pages=4, min_block=10)):
         assert TemplateSettings.from_fingerprint(settings.fingerprint()) == settings
-    made_before = TemplateSettings(neither=False, confirm=False, repeats=False)
+    made_before = TemplateSettings(neither=False, confirm=False, repeats=False, own_text=False)
     assert made_before.fingerprint() == "p8-s0.5-r200-m3-c0.05-u0"  # made before
-    assert TemplateSettings(confirm=False, repeats=False).fingerprint() == "p8-s0.5-r200-m3-c0.05-u0-v2"
-    assert TemplateSettings().fingerprint() == "p8-s0.5-r200-m3-c0.05-u0-e1-t1-v2"  # repeats on by default
+    assert TemplateSettings(confirm=False, repeats=False, own_text=False).fingerprint() == "p8-s0.5-r200-m3-c0.05-u0-v2"
+    assert TemplateSettings(own_text=False).fingerprint() == "p8-s0.5-r200-m3-c0.05-u0-e1-t1-v2"  # repeats on
+    assert TemplateSettings().fingerprint() == "p8-s0.5-r200-m3-c0.05-u0-o1-e1-t1-v2"  # and own text, by default
     assert not TemplateSettings.from_fingerprint("p8-s0.5-r200-m3-c0.05-u0-v2").confirm
     assert TemplateSettings.from_fingerprint("p8-s0.5-r200-m3-c0.05-u0").window == 0
     assert not TemplateSettings.from_fingerprint("p8-s0.5-r200-m3-c0.05-u0").neither

@@ -113,7 +113,7 @@ except ImportError:  # built without a C compiler: numpy's searchsorted and sort
     _sorted_member = _sorted_without = _sorted_union = None
 
 __all__ = ["TemplateSettings", "SiteState", "GrowingSet", "NOTHING", "learned_template", "content_of", "in_sorted",
-           "kept_rule", "without_repeats", "SiteTimeline", "EMPTY", "MAX_TEMPLATE", "MAX_WINDOW_PAGE"]
+           "kept_rule", "without_repeats", "own_text_of", "SiteTimeline", "EMPTY", "MAX_TEMPLATE", "MAX_WINDOW_PAGE"]
 
 EMPTY = np.zeros(0, dtype=np.uint32)
 MAX_TEMPLATE = 65536  # template shingles a site gets from repeated blocks at most
@@ -122,12 +122,14 @@ BUCKETS = 1 << 15  # counters a row of the window's sketch (an upper bound of th
 BLOCK_SHARE = 0.5  # a block is at most this share of the new shingles of most of the pages it is on
 MAX_SEEN = 1 << 18  # shingles a site remembers having seen, for ``repeats`` (1 MiB; past it no page adds any)
 REPEAT_SHARE = 1 / 3  # a page's extra text repeated on its site is left out of a pair when at most this share of it
+OWN_TEXT_HELD = 0.5  # share of a page's own text in the other page of a pair that lets all its repeated extra out
 MIN_RECENT = 4096  # a ``GrowingSet``'s recent part merges into its main part past this size (and an eighth of it)
 CONFIRM_PAGES = 32  # new pages of a site over which what a sample learned is counted again (``confirm``)
 _NEITHER = "-v2"  # the fingerprint's mark of pairs verified on what is template on neither site
 _CONFIRMED = "-t1"  # the fingerprint's mark of templates confirmed over the pages after their sample
 _REPEATS = "-e1"  # the fingerprint's mark of pairs compared without what each site repeats (``repeats``)
-_ADDED_SINCE = (_REPEATS, _CONFIRMED, _NEITHER)  # rules an index made before them keeps deciding without
+_OWN_TEXT = "-o1"  # the fingerprint's mark of pages looked up by their own text too (``own_text``)
+_ADDED_SINCE = (_OWN_TEXT, _REPEATS, _CONFIRMED, _NEITHER)  # rules an index made before them keeps deciding without
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,7 @@ class TemplateSettings:
     neither: bool = True  # a pair is verified on what is template on neither site (False: indexes made before)
     repeats: bool = True  # a cross-site pair leaves out each page's extra text repeated on other pages of its site
     confirm: bool = True  # what a sample learned stays template only if on most of the next pages (False: made before)
+    own_text: bool = True  # with ``repeats``: a page mostly of text its site repeats is looked up by the rest too
 
     def learns(self, site: int) -> bool:
         """Whether pages of ``site`` teach and use a site template (pages without a URL: if asked to)."""
@@ -160,6 +163,8 @@ class TemplateSettings:
                 f"-c{self.min_content_share:g}-u{int(self.learn_without_url)}")
         if self.window:
             text += f"-w{self.window}-k{self.min_pages}-b{self.min_block}"
+        if self.own_text:
+            text += _OWN_TEXT
         if self.repeats:
             text += _REPEATS
         if self.confirm:
@@ -194,7 +199,8 @@ class TemplateSettings:
         values = {part[0]: part[1:] for part in text.split("-")}
         blocks = (int(values["w"]), int(values["k"]), int(values["b"])) if "w" in values else (0, 3, 8)  # none
         return cls(True, int(values["p"]), float(values["s"]), int(values["r"]), int(values["m"]), float(values["c"]),
-                   values["u"] == "1", *blocks, "v" in values, values.get("e") == "1", values.get("t") == "1")
+                   values["u"] == "1", *blocks, "v" in values, values.get("e") == "1", values.get("t") == "1",
+                   values.get("o") == "1")
 
 
 @dataclass(frozen=True)
@@ -531,7 +537,8 @@ def content_of(shingles: np.ndarray, template: np.ndarray, shared: np.ndarray, m
     return kept
 
 
-def without_repeats(own: np.ndarray, other: np.ndarray, own_repeated, other_repeated) -> tuple[np.ndarray, np.ndarray]:
+def without_repeats(own: np.ndarray, other: np.ndarray, own_repeated, other_repeated,
+                    own_text: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
     """Two pages of two sites as their pair is compared with ``TemplateSettings.repeats``: each without its
     extra text (what the other page lacks) that is on other pages of its own site (``own_repeated(values)``:
     which of ``values``, sorted uint32, are on two or more new pages of the first page's site;
@@ -554,23 +561,51 @@ def without_repeats(own: np.ndarray, other: np.ndarray, own_repeated, other_repe
       of its own);
     - nothing when that is more than ``REPEAT_SHARE`` of the page: navigation
       is beside a page's own text, while an excerpt's source (whose extra is
-      the rest of its body) keeps its extra.
+      the rest of its body) keeps its extra. The first page, the one being
+      decided, is not held to it when its ``own_text`` (``own_text_of``: what
+      its site does not repeat, when that is less than two thirds of it) is
+      at least ``OWN_TEXT_HELD`` in the other page: a short body in a host
+      page whose navigation is several times its size, all of it on other
+      pages of its site. An excerpt's source is always the earlier page of
+      its pair (a decision is never revised); and a page whose body its own
+      site repeats (a copy of an article of its site) has little own text,
+      and none of it in an excerpt of that article elsewhere.
     """
     sides = []
     for this, that, repeated in ((own, other, own_repeated), (other, own, other_repeated)):
         extra = np.flatnonzero(~in_sorted(this, that))
         out = extra[repeated(this[extra])] if len(extra) else extra
         sides.append((this, len(extra), out))
+    uncapped = own_text is not None and np.count_nonzero(in_sorted(own_text, other)) >= OWN_TEXT_HELD * len(own_text)
     result = []
     for n, (this, extra, out) in enumerate(sides):
         _, other_extra, other_out = sides[1 - n]
         out = out[:max(0, extra - (other_extra - len(other_out)))]  # the lowest hashes: a choice of no order
-        if 0 < len(out) <= REPEAT_SHARE * len(this):
+        if 0 < len(out) and (len(out) <= REPEAT_SHARE * len(this) or (uncapped and n == 0)):
             keep = np.ones(len(this), dtype=bool)
             keep[out] = False
             this = this[keep]
         result.append(this)
     return result[0], result[1]
+
+
+def own_text_of(content: np.ndarray, repeated: np.ndarray, min_share: float) -> Optional[np.ndarray]:
+    """A page's content without the text its site repeats (``repeated``: which of ``content`` are on two or
+    more of the site's new pages), when that is more than ``REPEAT_SHARE`` of it and at least ``min_share`` of it
+    is left; else None (``TemplateSettings.own_text``).
+
+    A short body in a host page whose own navigation (its table of
+    contents, its neighbours' titles) is several times its size has band
+    keys made mostly of that navigation, and its source, elsewhere, shares
+    too few of them to be a candidate. Looked up by its own text too, the
+    body finds it. A page whose repeated text is a minor part of it has
+    band keys close to those of its own text already.
+    """
+    out = int(np.count_nonzero(repeated))
+    left = len(content) - out
+    if out <= REPEAT_SHARE * len(content) or left == 0 or left < min_share * len(content):
+        return None
+    return content[~repeated]
 
 
 def kept_rule(stored: str, wanted: str) -> str:

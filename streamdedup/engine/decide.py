@@ -47,7 +47,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ..core.excerpts import containment, likely_sources, need_of
+from ..core.excerpts import likely_sources, need_of
+from ..core.lsh import band_slots
 from ..core.prepare import PreparedBatch
 from ..core.records import DUPLICATE, KEPT, Decision, Rejected
 from ..core.signing import band_keys_of
@@ -58,7 +59,7 @@ from ..store.candidates import (Hits, RekeyedKeys, SharedKeys, chosen_candidates
                                  filed_places, keys_shared_within, room_under)
 from .settings import DedupSettings, ExcerptSettings
 from .sitelearning import BatchContent
-from .evidence import Evidence, Gathered, row_anchors
+from .evidence import Evidence, Gathered, excerpt_share, own_anchors, own_keys_of, probe_slots, row_anchors
 
 try:
     from ..core import _kernel
@@ -106,7 +107,8 @@ def decide_together(batch: PreparedBatch, evidences: list[Evidence], rules: Dedu
     """
     lookup_keys = batch.keys if lookup_keys is None else lookup_keys
     if gathered is None:
-        asked, rows, bands = batch.sorted_slots(lookup_keys)
+        filed_slots = batch.sorted_slots(lookup_keys)
+        asked, rows = probe_slots(batch, lookup_keys, content)
         found_keys = np.concatenate([e.found_keys for e in evidences])
         holding = [e for e in evidences if len(e.found_keys)]
         hits = holding[0].hits_of(asked, rules.max_candidates) if len(holding) == 1 else None
@@ -145,7 +147,7 @@ def decide_together(batch: PreparedBatch, evidences: list[Evidence], rules: Dedu
     if gathered is not None:  # the key owners filed the places, and the serials are the caller's
         return Together(decisions, state.records, first_serial, 0, np.zeros((len(batch.contents), 0), dtype=bool))
     serials = state.next_serial - first_serial
-    filed = _places_taken(state, asked, rows, bands, lookup_keys.shape, found_keys)
+    filed = _places_taken(state, *filed_slots, lookup_keys.shape, found_keys)
     if first is None:
         return Together(decisions, state.records, first_serial, serials, filed)
     return Together(decisions, state.records, first_serial, serials, filed, first.pages, first.rekeyed_here)
@@ -285,17 +287,23 @@ class _State:
         if len(own) < settings.min_shingles or anchors == 0:
             return None
         serials, shared = self.anchors.holders(row, need_of(anchors, settings.anchor_share))
-        if len(serials) == 0:
+        sources = likely_sources(serials, shared, anchors, settings.anchor_share, settings.max_sources)
+        among = own_anchors(self.content, row, settings)
+        if among is not None and len(among):
+            more = likely_sources(*self.anchors.holders_among(row, among, need_of(len(among), settings.anchor_share)),
+                                  len(among), settings.anchor_share, settings.max_sources)
+            sources += [serial for serial in more if serial not in sources]
+        if not sources:
             return None
         near: Optional[tuple[int, float]] = None
         part: Optional[tuple[int, float, float]] = None
-        sources = likely_sources(serials, shared, anchors, settings.anchor_share, settings.max_sources)
         for serial in sources:
             if not self._matchable(serial):
                 continue
             if serial >= self.first_serial:
                 compared, whole = self.pair_with_batch(row, own, serial)
-                similarity, share = jaccard(compared, whole), containment(compared, whole)
+                similarity = jaccard(compared, whole)
+                share = excerpt_share(self.content, row, compared, whole, settings)
             else:
                 similarity, share = self.sources[(row, serial)]
             if similarity >= self.rules.threshold:
@@ -386,9 +394,19 @@ class _State:
                 and row not in self.twins and ident not in self.by_id and content not in self.by_content
                 and (self.first is None or not self.first.rekeyed))
 
+    def _filed_within(self, row: int) -> list:
+        """The row's band slots another row of the batch looks up, that the row files (``file_prober``): not those
+        of its own text, which are looked up only (``evidence.probe_slots``)."""
+        shared = self.shared_within.get(row, ())  # most rows share no key with a later one
+        if not shared or own_keys_of(self.content, row) is None:
+            return shared
+        keys = self.lookup_keys[row].astype(np.uint64)
+        filed = set(band_slots(np.arange(len(keys), dtype=np.uint64), keys).tolist())
+        return [slot for slot in shared if slot in filed]
+
     def _kept(self, doc, row: int, serial: int, ident: bytes, content: bytes, site: int,
               wanted: bool = True, candidates: int = 0, verified: int = 0) -> Optional[Decision]:
-        shared = self.shared_within.get(row, ())  # most rows share no key with a later one
+        shared = self._filed_within(row)
         if shared:
             file_prober(self.kept_by_key, shared, serial, True, self.room, self.rules.max_candidates)
         if self.content is not None and row in self.content.provisional:
@@ -446,7 +464,7 @@ class _State:
         else:
             extra = [serial for key in within for serial in self.kept_by_key.get(key, ())]
             if rekeyed:
-                extra += self.first.candidates(self.lookup_keys[row])
+                extra += self.first.candidates(self.lookup_keys[row], own_keys_of(self.content, row))
             chosen, candidates = chosen_candidates(serials, shared, extra, rules.signing.min_shared, proposed,
                                                    rules.max_candidates)
         best, best_similarity = None, -1.0
@@ -479,7 +497,7 @@ class _State:
         self.by_id.setdefault(ident, []).append(record.serial)
         self.by_content.setdefault(record.content, record.serial)
         if probed and self.probes and not record.kept:
-            shared = self.shared_within.get(row, ())
+            shared = self._filed_within(row)
             if shared:
                 file_prober(self.kept_by_key, shared, record.serial, False, self.room, self.rules.max_candidates)
         return _as_decision(record, False, candidates, verified) if wanted else None
@@ -584,9 +602,9 @@ class _FirstPages:
     def rekeyed(self) -> bool:
         return bool(self._keys)
 
-    def candidates(self, keys: np.ndarray) -> list[int]:
-        """Pages rekeyed in this batch, once per band whose key they share with ``keys``."""
-        return self._keys.candidates(keys)
+    def candidates(self, keys: np.ndarray, also: Optional[np.ndarray] = None) -> list[int]:
+        """Pages rekeyed in this batch, once per band whose key they share with ``keys`` (or ``also``)."""
+        return self._keys.candidates(keys, also)
 
 
 def _setters(cls: type, names: tuple[str, ...]) -> tuple:

@@ -14,6 +14,7 @@ from typing import Optional
 import numpy as np
 
 from ..core.excerpts import anchors_of, containment, need_of
+from ..core.lsh import sorted_slots
 from ..core.prepare import PreparedBatch
 from ..core.signing import band_keys_of
 from ..core.templates import content_of
@@ -30,7 +31,8 @@ from .settings import ExcerptSettings
 from .sitelearning import BatchContent
 
 __all__ = ["Evidence", "Gathered", "Asking", "content_evidence", "band_evidence", "rows_settled", "OwnFirstPages",
-           "row_anchors", "row_items", "replay_of", "twin_of"]
+           "row_anchors", "row_items", "replay_of", "twin_of", "probe_slots", "own_keys_of", "own_anchors",
+           "excerpt_share"]
 
 _NO_ANCHORS = np.zeros(0, dtype=np.uint64)
 
@@ -121,11 +123,58 @@ class Asking:
     settled: frozenset = frozenset()  # rows the first round decides (``rows_settled``): nothing to verify
 
 
+def own_anchors(content: Optional[BatchContent], row: int, settings: ExcerptSettings) -> Optional[np.ndarray]:
+    """The anchors of row ``row``'s own text (``BatchContent.own_texts``), if it has one of ``min_shingles``: the
+    anchors a source must hold half of when the row's content is mostly its host page's navigation."""
+    text = None if content is None else content.own_texts.get(row)
+    if text is None or len(text) < settings.min_shingles:
+        return None
+    return anchors_of(text, settings.sampling)
+
+
+def excerpt_share(content: Optional[BatchContent], row: int, own: np.ndarray, whole: np.ndarray,
+                  settings: ExcerptSettings) -> float:
+    """How much of row ``row`` a candidate holds, ``own`` and ``whole`` their contents as their pair is compared:
+    ``containment(own, whole)``, or, for a row with an own text of ``min_shingles`` (``own_anchors``), that of
+    its own text if larger. An excerpt in a host page whose navigation is on other pages of its site is
+    contained in its source but for that navigation, which the pair's balance keeps in beside a source whose
+    extra (the rest of its body) is its own."""
+    share = containment(own, whole)
+    text = None if content is None else content.own_texts.get(row)
+    if text is not None and len(text) >= settings.min_shingles:
+        share = max(share, containment(text, whole))
+    return share
+
+
 def row_anchors(batch: PreparedBatch, content: Optional[BatchContent], settings: ExcerptSettings) -> list:
     """Each row's excerpt anchors (``decide._batch_anchors``): none for a row with too little content."""
     rows = range(len(batch.contents))
     shingles = content.shingles if content is not None else [batch.shingles.of(r) for r in rows]
     return [anchors_of(s, settings.sampling) if len(s) >= settings.min_shingles else _NO_ANCHORS for s in shingles]
+
+
+def probe_slots(batch: PreparedBatch, lookup_keys: np.ndarray, content: Optional[BatchContent]) -> tuple:
+    """The band slots a batch's rows look candidates up by, sorted, and the row of each: their lookup keys' and,
+    with site templates, the keys of the own text of the rows that have one (``BatchContent.own_keys``),
+    each slot of a row once (a candidate shares a band with a row when either key of the band is its).
+    Only lookup keys are filed: ``batch.sorted_slots(lookup_keys)``."""
+    asked, rows, _ = batch.sorted_slots(lookup_keys)
+    if content is None or not content.own_keys:
+        return asked, rows
+    if content.probe is None or content.probe[0] is not lookup_keys:
+        own_rows = np.fromiter(content.own_keys, dtype=np.int64, count=len(content.own_keys))
+        own_slots, at, _ = sorted_slots(np.stack(list(content.own_keys.values())))
+        slots, of = np.concatenate((asked, own_slots)), np.concatenate((rows, own_rows[at]))
+        order = np.lexsort((of, slots))
+        slots, of = slots[order], of[order]
+        first = np.concatenate(([True], (slots[1:] != slots[:-1]) | (of[1:] != of[:-1])))
+        content.probe = (lookup_keys, slots[first], of[first])
+    return content.probe[1], content.probe[2]
+
+
+def own_keys_of(content: Optional[BatchContent], row: int) -> Optional[np.ndarray]:
+    """The band keys of row ``row``'s own text, if it is looked up by them too (``probe_slots``)."""
+    return None if content is None else content.own_keys.get(row)
 
 
 def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch: PreparedBatch,
@@ -144,7 +193,7 @@ def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch:
     """
     records = _RecordCache(txn)
     evidence = Evidence()
-    asked, rows, _ = batch.sorted_slots(lookup_keys)
+    asked, rows = probe_slots(batch, lookup_keys, content)
     found_keys, found_serials = bands.lookup(txn, mirror, asked)
     if asking.cutoff is not None and len(found_keys):
         found_keys, found_serials = _unexpired(found_keys, found_serials, records, asking.cutoff)
@@ -168,7 +217,8 @@ def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch:
                 evidence.rekeys += first.rekey(site, row, lambda serial: matches.stored_content(serial, timeline),
                                                row not in content.provisional)
         if first is not None and first.rekeyed:
-            serials, shared = with_extra_candidates(*hits.of(row), first.candidates(lookup_keys[row]))
+            serials, shared = with_extra_candidates(*hits.of(row), first.candidates(lookup_keys[row],
+                                                                                  own_keys_of(content, row)))
             least = asking.min_shared
             matches.verify_row(row, [serial for serial, count in zip(serials.tolist(), shared.tolist())
                                      if count >= least], verified_by)
@@ -260,6 +310,7 @@ class _Sources:
     def __init__(self, txn: IndexTxn, batch: PreparedBatch, content: Optional[BatchContent],
                  settings: ExcerptSettings, evidence: Evidence):
         self.settings = settings
+        self.content = content
         self.evidence = evidence
         self.anchors = row_anchors(batch, content, settings)
         stored = BatchAnchors(txn, settings.max_postings, self.anchors)
@@ -270,13 +321,18 @@ class _Sources:
         anchors = len(self.anchors[row])
         if anchors == 0:
             return
-        need = need_of(anchors, self.settings.anchor_share)
+        settings = self.settings
+        need = need_of(anchors, settings.anchor_share)
         serials, shared = self.stored.holders(row, need)
-        for serial, count in zip(serials.tolist(), shared.tolist()):
-            if count < need:
-                continue
+        candidates = [serial for serial, count in zip(serials.tolist(), shared.tolist()) if count >= need]
+        among = own_anchors(self.content, row, settings)
+        if among is not None and len(among):
+            more, _ = self.stored.holders_among(row, among, need_of(len(among), settings.anchor_share))
+            candidates += sorted(set(more.tolist()).difference(candidates))
+        for serial in candidates:
             own, whole = matches.pair(row, serial, timeline)
-            self.evidence.sources.append((row, serial, jaccard(own, whole), containment(own, whole)))
+            self.evidence.sources.append((row, serial, jaccard(own, whole),
+                                          excerpt_share(self.content, row, own, whole, settings)))
 
 
 class _RecordCache:
@@ -451,9 +507,9 @@ class OwnFirstPages:
     def rekeyed(self) -> bool:
         return bool(self._keys)
 
-    def candidates(self, keys: np.ndarray) -> list[int]:
-        """Own pages rekeyed in this batch, once per band whose key they share with ``keys``."""
-        return self._keys.candidates(keys)
+    def candidates(self, keys: np.ndarray, also: Optional[np.ndarray] = None) -> list[int]:
+        """Own pages rekeyed in this batch, once per band whose key they share with ``keys`` (or ``also``)."""
+        return self._keys.candidates(keys, also)
 
 
 def _replays(txn: IndexTxn, mirror: RecentMirror, batch: PreparedBatch, record) -> dict:

@@ -11,7 +11,7 @@ copies, taken in only once it commits.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
 import numpy as np
@@ -20,7 +20,7 @@ from ..core.prepare import PreparedBatch
 from ..core.records import Document
 from ..core.signing import SigningConfig, band_keys_of
 from ..core.templates import (EMPTY, NOTHING, SiteState, SiteTimeline, TemplateSettings, content_of, in_sorted,
-                              without_repeats)
+                              own_text_of, without_repeats)
 from ..store.index import IndexTxn
 from ..store.sites import load_site, move_site_counts, save_site, shared_template
 
@@ -41,6 +41,9 @@ class BatchContent:
     provisional: set  # rows decided while their site was learning: kept, they are looked up again later
     settles: dict  # row -> learning sites whose template changes at that row
     repeats: Optional["BatchRepeats"] = None  # with ``settings.repeats``: what each site repeats, as of each row
+    own_texts: dict = field(default_factory=dict)  # row -> its own text (``settings.own_text``), sorted uint32
+    own_keys: dict = field(default_factory=dict)  # row -> the band keys of its own text
+    probe: Optional[tuple] = field(default=None, repr=False)  # the batch's probed slots (``evidence.probe_slots``)
 
     def content_of_stored(self, shingles: np.ndarray, site: int) -> np.ndarray:
         """A decided document's stored shingles without its site's template as it stands now."""
@@ -59,7 +62,7 @@ class BatchContent:
             return own, other
         row = timeline.row
         return without_repeats(own, other, lambda values: repeats.repeated(values, own_site, row),
-                               lambda values: repeats.repeated(values, other_site, row))
+                               lambda values: repeats.repeated(values, other_site, row), self.own_texts.get(row))
 
 
 class BatchRepeats:
@@ -187,7 +190,9 @@ class SiteTemplates:
                 changed.append(row)
         self._write(txn, copies, shared, batch.hosts)
         view.use_band_keys(self._content_keys(batch, rows, changed))
-        return BatchContent(rows, timeline, settings, provisional, settles, repeats)
+        own = self._own_texts(sites, rows, repeats) if repeats is not None and settings.own_text else {}
+        own_keys = dict(zip(own, band_keys_of(list(own.values()), self.signing))) if own else {}
+        return BatchContent(rows, timeline, settings, provisional, settles, repeats, own, own_keys)
 
     def _whole_content(self, txn: IndexTxn, view, batch: PreparedBatch, shared: np.ndarray,
                        timeline: SiteTimeline) -> Optional[BatchContent]:
@@ -255,6 +260,19 @@ class SiteTemplates:
         keys = batch.keys.copy()
         keys[changed] = band_keys_of([rows[r] for r in changed], self.signing)
         return keys
+
+    def _own_texts(self, sites: list, rows: list, repeats: BatchRepeats) -> dict[int, np.ndarray]:
+        """Row -> its own text (``templates.own_text_of``: its content without what its site repeats as of that
+        row), for the rows of learning sites that have one."""
+        learns, share = self.settings.learns, self.settings.min_content_share
+        own: dict[int, np.ndarray] = {}
+        for row, content in enumerate(rows):
+            site = sites[row]
+            if learns(site) and len(content):
+                found = own_text_of(content, repeats.repeated(content, site, row), share)
+                if found is not None:
+                    own[row] = found
+        return own
 
     def seed(self, txn: IndexTxn, templates: dict[int, np.ndarray], hosts: dict,
              counted: Optional[dict] = None) -> int:

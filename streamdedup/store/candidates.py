@@ -46,13 +46,17 @@ class RekeyedKeys:
     def __bool__(self) -> bool:
         return bool(self._keys)
 
-    def candidates(self, keys: np.ndarray) -> list[int]:
-        """The rekeyed pages, each once per band whose key it shares with ``keys``."""
+    def candidates(self, keys: np.ndarray, also: Optional[np.ndarray] = None) -> list[int]:
+        """The rekeyed pages, each once per band whose key it shares with ``keys`` (or, given ``also``, a second
+        key of each band: with either)."""
         if self._stacked is None:
             self._stacked = (np.fromiter(self._keys, dtype=np.int64, count=len(self._keys)),
                              np.stack(list(self._keys.values())))
         serials, stacked = self._stacked
-        return np.repeat(serials, np.count_nonzero(stacked == keys, axis=1)).tolist()
+        same = stacked == keys
+        if also is not None:
+            same |= stacked == also
+        return np.repeat(serials, np.count_nonzero(same, axis=1)).tolist()
 
 
 def chosen_candidates(serials: Sequence[int], shared: Sequence[int], extra: Iterable[int], min_shared: int,
