@@ -130,8 +130,8 @@ class TemplatesSection:
     repeats: bool = _key(True, "a pair of pages of two sites is compared without each page's extra text that is on "
                          "other pages of its own site (its next/previous titles, its table of contents)")
     own_text: bool = _key(True, "with repeats: a page more than a third of whose content is text its site repeats is "
-                          "also looked up by the rest (its own text), and may leave all of that text out of a pair "
-                          "with an earlier page")
+                          "also looked up by the rest (its own text), and is a near duplicate of a page its own text "
+                          "is a near duplicate of")
 
 
 @dataclass(frozen=True)

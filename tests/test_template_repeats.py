@@ -236,8 +236,7 @@ def _short_bodies_in_large_navigation(writer: _Writer):
 
 def test_a_short_body_in_a_host_page_of_large_navigation_is_looked_up_by_its_own_text(tmp_path, writer):
     """The copy's band keys are mostly its host's navigation, so its source shares too few bands with it; looked
-    up by its own text too (``templates.own_text``), it finds its source, and the pair leaves out all of the
-    copy's navigation its site repeats (the earlier page's extra is held to ``REPEAT_SHARE``)."""
+    up by its own text too (``templates.own_text``), it finds its source, a near duplicate of its own text."""
     pages, republished = _short_bodies_in_large_navigation(writer)
     with _engine(tmp_path / "off", "templates.own_text=false") as engine:
         off = _decide(engine, pages, batch=25)
@@ -275,22 +274,17 @@ def test_own_text_is_the_content_without_what_its_site_repeats_when_that_is_most
     assert own_text_of(content, np.arange(30) < 29, 0.05) is None  # less than ``min_content_share`` left
 
 
-def test_only_the_earlier_page_keeps_its_extra_past_a_third_of_it():
-    later = _u32(range(0, 40))  # 10 shared, 30 of navigation its site repeats
-    earlier = _u32([*range(0, 10), *range(100, 104)])  # 10 shared, 4 of its own, none repeated
-    repeated_later = lambda values: values >= 10
-    nothing = lambda values: np.zeros(len(values), dtype=bool)
-    capped = without_repeats(later, earlier, repeated_later, nothing)
-    assert len(capped[0]) == 40  # more than a third of the page: kept
-    own_text = own_text_of(later, repeated_later(later), 0.05)
-    assert own_text.tolist() == list(range(10))  # all of it in the earlier page
-    uncapped = without_repeats(later, earlier, repeated_later, nothing, own_text)
-    assert len(uncapped[0]) == 14 and uncapped[1] is earlier  # as many extra left as the earlier page has
-    elsewhere = _u32([*range(0, 4), *range(100, 110)])  # holds less than half of the later page's own text
-    assert len(without_repeats(later, elsewhere, repeated_later, nothing, own_text)[0]) == 40
-    source = _u32(range(0, 40))  # an excerpt's source, earlier: its extra (the rest of its body) repeated
-    excerpt = _u32(range(0, 10))
-    assert len(without_repeats(excerpt, source, nothing, repeated_later, excerpt)[1]) == 40
+def test_a_page_with_an_own_text_is_as_similar_as_its_own_text_is():
+    from streamdedup.engine.evidence import pair_similarity
+    from streamdedup.engine.sitelearning import BatchContent
+
+    later = _u32(range(0, 40))  # 10 of its own, 30 of navigation its site repeats
+    earlier = _u32([*range(0, 10), *range(100, 103)])
+    content = BatchContent([later], None, TemplateSettings(), set(), {}, own_texts={0: own_text_of(later, later >= 10,
+                                                                                                    0.05)})
+    assert jaccard(later, earlier) == 10 / 43
+    assert pair_similarity(content, 0, later, earlier) == 10 / 13  # its own text against the other page
+    assert pair_similarity(None, 0, later, earlier) == 10 / 43
 
 
 def test_an_article_on_two_pages_of_its_site_keeps_its_text(tmp_path, writer):

@@ -65,6 +65,17 @@ filter, run per site and as pages arrive):
   without each page's extra text that is on two or more pages of its site
   (``without_repeats``: never what both pages hold, and only while that is
   a minor part of the page).
+- **A page's own text** (``own_text``, with ``repeats``; on by default
+  since 2026-12-06, indexes made before keep deciding without it). A short
+  body in a host page whose navigation is two to five times its size has
+  band keys made mostly of that navigation, so its source elsewhere is not
+  even a candidate. A page more than ``REPEAT_SHARE`` of whose content is
+  text its site repeats (as of that page) is also looked up by the band keys
+  of the rest, its own text (``own_text_of``; looked up only, never filed),
+  and is a near duplicate of a candidate when its own text is
+  (``evidence.pair_similarity``: the larger of the pair's Jaccard and its own
+  text's). Only for the single worker: site templates are refused by a
+  deployment that splits the band tables by key.
 - **Across sites.** A shingle in the settled templates of at least
   ``min_sites`` sites (a shared cookie banner, a CMS footer) is template on
   every page, of every site and of pages without a URL.
@@ -122,7 +133,6 @@ BUCKETS = 1 << 15  # counters a row of the window's sketch (an upper bound of th
 BLOCK_SHARE = 0.5  # a block is at most this share of the new shingles of most of the pages it is on
 MAX_SEEN = 1 << 18  # shingles a site remembers having seen, for ``repeats`` (1 MiB; past it no page adds any)
 REPEAT_SHARE = 1 / 3  # a page's extra text repeated on its site is left out of a pair when at most this share of it
-OWN_TEXT_HELD = 0.5  # share of a page's own text in the other page of a pair that lets all its repeated extra out
 MIN_RECENT = 4096  # a ``GrowingSet``'s recent part merges into its main part past this size (and an eighth of it)
 CONFIRM_PAGES = 32  # new pages of a site over which what a sample learned is counted again (``confirm``)
 _NEITHER = "-v2"  # the fingerprint's mark of pairs verified on what is template on neither site
@@ -537,8 +547,7 @@ def content_of(shingles: np.ndarray, template: np.ndarray, shared: np.ndarray, m
     return kept
 
 
-def without_repeats(own: np.ndarray, other: np.ndarray, own_repeated, other_repeated,
-                    own_text: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
+def without_repeats(own: np.ndarray, other: np.ndarray, own_repeated, other_repeated) -> tuple[np.ndarray, np.ndarray]:
     """Two pages of two sites as their pair is compared with ``TemplateSettings.repeats``: each without its
     extra text (what the other page lacks) that is on other pages of its own site (``own_repeated(values)``:
     which of ``values``, sorted uint32, are on two or more new pages of the first page's site;
@@ -561,27 +570,18 @@ def without_repeats(own: np.ndarray, other: np.ndarray, own_repeated, other_repe
       of its own);
     - nothing when that is more than ``REPEAT_SHARE`` of the page: navigation
       is beside a page's own text, while an excerpt's source (whose extra is
-      the rest of its body) keeps its extra. The first page, the one being
-      decided, is not held to it when its ``own_text`` (``own_text_of``: what
-      its site does not repeat, when that is less than two thirds of it) is
-      at least ``OWN_TEXT_HELD`` in the other page: a short body in a host
-      page whose navigation is several times its size, all of it on other
-      pages of its site. An excerpt's source is always the earlier page of
-      its pair (a decision is never revised); and a page whose body its own
-      site repeats (a copy of an article of its site) has little own text,
-      and none of it in an excerpt of that article elsewhere.
+      the rest of its body) keeps its extra.
     """
     sides = []
     for this, that, repeated in ((own, other, own_repeated), (other, own, other_repeated)):
         extra = np.flatnonzero(~in_sorted(this, that))
         out = extra[repeated(this[extra])] if len(extra) else extra
         sides.append((this, len(extra), out))
-    uncapped = own_text is not None and np.count_nonzero(in_sorted(own_text, other)) >= OWN_TEXT_HELD * len(own_text)
     result = []
     for n, (this, extra, out) in enumerate(sides):
         _, other_extra, other_out = sides[1 - n]
         out = out[:max(0, extra - (other_extra - len(other_out)))]  # the lowest hashes: a choice of no order
-        if 0 < len(out) and (len(out) <= REPEAT_SHARE * len(this) or (uncapped and n == 0)):
+        if 0 < len(out) <= REPEAT_SHARE * len(this):
             keep = np.ones(len(this), dtype=bool)
             keep[out] = False
             this = this[keep]

@@ -47,19 +47,18 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ..core.excerpts import likely_sources, need_of
+from ..core.excerpts import containment, likely_sources, need_of
 from ..core.lsh import band_slots
 from ..core.prepare import PreparedBatch
 from ..core.records import DUPLICATE, KEPT, Decision, Rejected
 from ..core.signing import band_keys_of
-from ..core.verify import jaccard
 from ..store.index import DocRecord
 from ..store.anchors import BatchAnchors
 from ..store.candidates import (Hits, RekeyedKeys, SharedKeys, chosen_candidates, earliest_of_each_key, file_prober,
                                  filed_places, keys_shared_within, room_under)
 from .settings import DedupSettings, ExcerptSettings
 from .sitelearning import BatchContent
-from .evidence import Evidence, Gathered, excerpt_share, own_anchors, own_keys_of, probe_slots, row_anchors
+from .evidence import Evidence, Gathered, own_keys_of, pair_similarity, probe_slots, row_anchors
 
 try:
     from ..core import _kernel
@@ -287,23 +286,18 @@ class _State:
         if len(own) < settings.min_shingles or anchors == 0:
             return None
         serials, shared = self.anchors.holders(row, need_of(anchors, settings.anchor_share))
-        sources = likely_sources(serials, shared, anchors, settings.anchor_share, settings.max_sources)
-        among = own_anchors(self.content, row, settings)
-        if among is not None and len(among):
-            more = likely_sources(*self.anchors.holders_among(row, among, need_of(len(among), settings.anchor_share)),
-                                  len(among), settings.anchor_share, settings.max_sources)
-            sources += [serial for serial in more if serial not in sources]
-        if not sources:
+        if len(serials) == 0:
             return None
         near: Optional[tuple[int, float]] = None
         part: Optional[tuple[int, float, float]] = None
+        sources = likely_sources(serials, shared, anchors, settings.anchor_share, settings.max_sources)
         for serial in sources:
             if not self._matchable(serial):
                 continue
             if serial >= self.first_serial:
                 compared, whole = self.pair_with_batch(row, own, serial)
-                similarity = jaccard(compared, whole)
-                share = excerpt_share(self.content, row, compared, whole, settings)
+                similarity = pair_similarity(self.content, row, compared, whole)
+                share = containment(compared, whole)
             else:
                 similarity, share = self.sources[(row, serial)]
             if similarity >= self.rules.threshold:
@@ -471,7 +465,7 @@ class _State:
         own = self.own_content(row) if self.gathered is None else None
         for serial in chosen:
             if own is not None and serial >= self.first_serial:
-                similarity = jaccard(*self.pair_with_batch(row, own, serial))
+                similarity = pair_similarity(self.content, row, *self.pair_with_batch(row, own, serial))
             else:
                 similarity = self.similarity.get((row, serial), -1.0)
             if similarity >= rules.threshold and (

@@ -31,8 +31,8 @@ from .settings import ExcerptSettings
 from .sitelearning import BatchContent
 
 __all__ = ["Evidence", "Gathered", "Asking", "content_evidence", "band_evidence", "rows_settled", "OwnFirstPages",
-           "row_anchors", "row_items", "replay_of", "twin_of", "probe_slots", "own_keys_of", "own_anchors",
-           "excerpt_share"]
+           "row_anchors", "row_items", "replay_of", "twin_of", "probe_slots", "own_keys_of",
+           "pair_similarity"]
 
 _NO_ANCHORS = np.zeros(0, dtype=np.uint64)
 
@@ -123,27 +123,14 @@ class Asking:
     settled: frozenset = frozenset()  # rows the first round decides (``rows_settled``): nothing to verify
 
 
-def own_anchors(content: Optional[BatchContent], row: int, settings: ExcerptSettings) -> Optional[np.ndarray]:
-    """The anchors of row ``row``'s own text (``BatchContent.own_texts``), if it has one of ``min_shingles``: the
-    anchors a source must hold half of when the row's content is mostly its host page's navigation."""
+def pair_similarity(content: Optional[BatchContent], row: int, own: np.ndarray, other: np.ndarray) -> float:
+    """The Jaccard of row ``row`` and a candidate, ``own`` and ``other`` their contents as their pair is compared
+    (``BatchContent.pair_contents``), or, for a row with an own text (``BatchContent.own_texts``), that of its
+    own text and ``other`` if higher: a short body in a host page whose navigation, on other pages of its
+    site, is several times its size is a near duplicate of its source by its own text alone."""
+    similarity = jaccard(own, other)
     text = None if content is None else content.own_texts.get(row)
-    if text is None or len(text) < settings.min_shingles:
-        return None
-    return anchors_of(text, settings.sampling)
-
-
-def excerpt_share(content: Optional[BatchContent], row: int, own: np.ndarray, whole: np.ndarray,
-                  settings: ExcerptSettings) -> float:
-    """How much of row ``row`` a candidate holds, ``own`` and ``whole`` their contents as their pair is compared:
-    ``containment(own, whole)``, or, for a row with an own text of ``min_shingles`` (``own_anchors``), that of
-    its own text if larger. An excerpt in a host page whose navigation is on other pages of its site is
-    contained in its source but for that navigation, which the pair's balance keeps in beside a source whose
-    extra (the rest of its body) is its own."""
-    share = containment(own, whole)
-    text = None if content is None else content.own_texts.get(row)
-    if text is not None and len(text) >= settings.min_shingles:
-        share = max(share, containment(text, whole))
-    return share
+    return similarity if text is None else max(similarity, jaccard(text, other))
 
 
 def row_anchors(batch: PreparedBatch, content: Optional[BatchContent], settings: ExcerptSettings) -> list:
@@ -310,7 +297,7 @@ class _Sources:
     def __init__(self, txn: IndexTxn, batch: PreparedBatch, content: Optional[BatchContent],
                  settings: ExcerptSettings, evidence: Evidence):
         self.settings = settings
-        self.content = content
+        self.content = content  # a row's own text counts in its similarity (``pair_similarity``)
         self.evidence = evidence
         self.anchors = row_anchors(batch, content, settings)
         stored = BatchAnchors(txn, settings.max_postings, self.anchors)
@@ -321,18 +308,14 @@ class _Sources:
         anchors = len(self.anchors[row])
         if anchors == 0:
             return
-        settings = self.settings
-        need = need_of(anchors, settings.anchor_share)
+        need = need_of(anchors, self.settings.anchor_share)
         serials, shared = self.stored.holders(row, need)
-        candidates = [serial for serial, count in zip(serials.tolist(), shared.tolist()) if count >= need]
-        among = own_anchors(self.content, row, settings)
-        if among is not None and len(among):
-            more, _ = self.stored.holders_among(row, among, need_of(len(among), settings.anchor_share))
-            candidates += sorted(set(more.tolist()).difference(candidates))
-        for serial in candidates:
+        for serial, count in zip(serials.tolist(), shared.tolist()):
+            if count < need:
+                continue
             own, whole = matches.pair(row, serial, timeline)
-            self.evidence.sources.append((row, serial, jaccard(own, whole),
-                                          excerpt_share(self.content, row, own, whole, settings)))
+            self.evidence.sources.append((row, serial, pair_similarity(self.content, row, own, whole),
+                                          containment(own, whole)))
 
 
 class _RecordCache:
@@ -444,8 +427,8 @@ class _Matches:
             if timeline is None:
                 similarity = jaccard(own, shingles)
             else:
-                similarity = jaccard(*self._paired(row, own, serial, self._templated(serial, shingles, timeline),
-                                                   timeline))
+                other = self._templated(serial, shingles, timeline)
+                similarity = pair_similarity(self.content, row, *self._paired(row, own, serial, other, timeline))
             if similarity >= threshold:
                 found.append((row, serial, similarity))
 

@@ -34,7 +34,7 @@ from ..core.prepare import prepare
 from ..core.records import Document, Rejected, Source
 from ..core.shingle import ShingleBatch, normalize
 from ..core.signing import sign_batch
-from ..core.templates import EMPTY, content_of, own_text_of, without_repeats
+from ..core.templates import EMPTY, content_of, without_repeats
 from ..core.verify import jaccard
 from ..errors import UnknownDocumentError
 from ..store.bands import record_band_keys
@@ -251,12 +251,11 @@ def _without_repeats(engine: Readable, txn_of: Callable[[DocRecord], IndexTxn], 
     if not (settings.enabled and settings.repeats) or sites[0] == sites[1] or not all(map(settings.learns, sites)):
         return compared
     states = [load_site(txn_of(record), record.site) for record in (record_a, record_b)]
-    swapped = record_a.serial < record_b.serial  # the later page first, as its decision compared them
-    first, second = (compared[1], compared[0]) if swapped else compared
-    repeated = [state.repeated.contains for state in (states[::-1] if swapped else states)]
-    own_text = own_text_of(first, repeated[0](first), settings.min_content_share) if settings.own_text else None
-    later, earlier = without_repeats(first, second, *repeated, own_text)
-    return (earlier, later) if swapped else (later, earlier)
+
+    def on_two_pages(state):
+        return state.repeated.contains
+
+    return without_repeats(*compared, on_two_pages(states[0]), on_two_pages(states[1]))
 
 
 def _content(engine: Readable, txn: IndexTxn, template: np.ndarray, shingles: np.ndarray) -> np.ndarray:

@@ -62,7 +62,7 @@ class BatchContent:
             return own, other
         row = timeline.row
         return without_repeats(own, other, lambda values: repeats.repeated(values, own_site, row),
-                               lambda values: repeats.repeated(values, other_site, row), self.own_texts.get(row))
+                               lambda values: repeats.repeated(values, other_site, row))
 
 
 class BatchRepeats:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from .index import IndexTxn, u64
-from .candidates import Hits, ranges, with_extra_candidates
+from .candidates import Hits, with_extra_candidates
 
 __all__ = ["BatchAnchors", "remove_anchors", "anchor_entries"]
 
@@ -42,7 +42,6 @@ class BatchAnchors:
         asked, rows = flat[by_key], np.repeat(np.arange(len(anchors)), lengths)[by_key]
         self._keys, self._serials = self._fetched(asked)
         self._committed = Hits.found(asked, rows, len(anchors), self._keys, self._serials)
-        self._runs: dict[int, tuple[list[int], int]] = {}  # anchor -> the rows holding it, room left
         self._earlier = self._earlier_holders(asked, rows)
         self._kept: dict[int, int] = {}  # batch row -> serial, for the batch's kept documents
 
@@ -78,7 +77,6 @@ class BatchAnchors:
             if room <= 0:
                 continue
             run = sorted(rows[first : last + 1].tolist())
-            self._runs[int(asked[first])] = (run, room)
             for place in range(1, len(run)):
                 earlier.setdefault(run[place], []).append((run, place, room))
         return earlier
@@ -103,19 +101,6 @@ class BatchAnchors:
         for run, place, room in runs:
             extra.extend([kept[r] for r in run[:place] if r in kept][:room])
         return with_extra_candidates(serials, shared, extra)
-
-    def holders_among(self, row: int, among: np.ndarray, need: int = 1) -> tuple[np.ndarray, np.ndarray]:
-        """``holders`` counting only ``among``, some of row ``row``'s anchors (sorted; those of its own text)."""
-        lo, hi = np.searchsorted(self._keys, among, "left"), np.searchsorted(self._keys, among, "right")
-        serials, shared = np.unique(self._serials[ranges(lo, hi - lo)], return_counts=True)
-        kept, extra = self._kept, []
-        for anchor in among.tolist():
-            run, room = self._runs.get(anchor, ((), 0))
-            if row in run:
-                extra.extend([kept[r] for r in run[:run.index(row)] if r in kept][:room])
-        serials, shared = with_extra_candidates(serials.astype(np.int64), shared.astype(np.int64), extra)
-        keep = shared >= need
-        return serials[keep], shared[keep]
 
     def anchors(self, row: int) -> np.ndarray:
         return self._anchors[row]
