@@ -2567,6 +2567,177 @@ failed:
     return NULL;
 }
 
+/* ===== Band evidence: the recent mirror's levels searched in one call, found runs merged (hot36) =====
+ *
+ * level_rows(levels, asked, bits, shift) -> (slots bytearray, serials bytearray)
+ *     The entries of the recent mirror's levels (mirror.RecentMirror: a list of (uint64 slots, int64
+ *     serials) pairs, each sorted by slot, oldest level first) under the sorted band slots asked (repeats
+ *     allowed, each searched once), leaving out those whose presence bit (key_bits_test's) is clear:
+ *     slot by slot, each level's entries in turn, so that with levels whose serials ascend within a slot
+ *     and from level to level the result is sorted by slot, then serial.
+ *
+ * earliest_runs(runs, limit) -> (keys bytearray, serials bytearray) or None
+ *     candidates.earliest_of_each_key of the runs' entries together ((uint64 keys, int64 serials) pairs):
+ *     sorted by key, then serial, each key keeping its first limit; by merging the runs, each of which
+ *     must be so sorted already (None when one is not: the caller sorts). */
+
+typedef struct { int64_t *serials; uint64_t *keys; Py_ssize_t size, room; } Entries;
+
+static int entries_add(Entries *e, uint64_t key, int64_t serial) {
+    if (e->size == e->room) {
+        Py_ssize_t room = e->room ? 2 * e->room : 256;
+        uint64_t *keys = realloc(e->keys, (size_t)room * 8);
+        if (!keys) { PyErr_NoMemory(); return -1; }
+        e->keys = keys;
+        int64_t *serials = realloc(e->serials, (size_t)room * 8);
+        if (!serials) { PyErr_NoMemory(); return -1; }
+        e->serials = serials;
+        e->room = room;
+    }
+    e->keys[e->size] = key;
+    e->serials[e->size++] = serial;
+    return 0;
+}
+
+static PyObject *entries_result(Entries *e) {
+    PyObject *keys = PyByteArray_FromStringAndSize((const char *)e->keys, e->size * 8);
+    PyObject *serials = keys ? PyByteArray_FromStringAndSize((const char *)e->serials, e->size * 8) : NULL;
+    if (!serials) { Py_XDECREF(keys); return NULL; }
+    return Py_BuildValue("NN", keys, serials);
+}
+
+/* The (keys, serials) pairs of a list, viewed: n of them, or -1 with an error set (views released). */
+static Py_ssize_t entry_pairs(PyObject *list, Py_buffer **views, const char *what) {
+    if (!PyList_Check(list)) { PyErr_Format(PyExc_TypeError, "%s: a list of (keys, serials)", what); return -1; }
+    Py_ssize_t n = PyList_GET_SIZE(list), got = 0;
+    *views = calloc((size_t)(2 * n + 1), sizeof(Py_buffer));
+    if (!*views) { PyErr_NoMemory(); return -1; }
+    for (; got < n; got++) {
+        PyObject *pair = PyList_GET_ITEM(list, got);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_Format(PyExc_TypeError, "%s: a list of (keys, serials)", what);
+            break;
+        }
+        if (get_buffer(PyTuple_GET_ITEM(pair, 0), &(*views)[2 * got], 8, 0, "keys") < 0) break;
+        if (get_buffer(PyTuple_GET_ITEM(pair, 1), &(*views)[2 * got + 1], 8, 0, "serials") < 0) {
+            PyBuffer_Release(&(*views)[2 * got]);
+            break;
+        }
+        if ((*views)[2 * got].len != (*views)[2 * got + 1].len) {
+            PyErr_Format(PyExc_ValueError, "%s: keys and serials differ in length", what);
+            PyBuffer_Release(&(*views)[2 * got]);
+            PyBuffer_Release(&(*views)[2 * got + 1]);
+            break;
+        }
+    }
+    if (got == n) return n;
+    for (Py_ssize_t i = 0; i < 2 * got; i++) PyBuffer_Release(&(*views)[i]);
+    free(*views);
+    *views = NULL;
+    return -1;
+}
+
+static void entry_pairs_release(Py_buffer *views, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < 2 * n; i++) PyBuffer_Release(&views[i]);
+    free(views);
+}
+
+static PyObject *level_rows(PyObject *self, PyObject *args) {
+    PyObject *o_levels, *o_asked, *o_bits;
+    int shift;
+    if (!PyArg_ParseTuple(args, "OOOi", &o_levels, &o_asked, &o_bits, &shift)) return NULL;
+    Py_buffer *levels = NULL, av, bv;
+    Py_ssize_t k = entry_pairs(o_levels, &levels, "level_rows");
+    if (k < 0) return NULL;
+    if (get_buffer(o_asked, &av, 8, 0, "asked") < 0) { entry_pairs_release(levels, k); return NULL; }
+    if (get_buffer(o_bits, &bv, 1, 0, "bits") < 0) {
+        PyBuffer_Release(&av);
+        entry_pairs_release(levels, k);
+        return NULL;
+    }
+    Entries out = {NULL, NULL, 0, 0};
+    PyObject *result = NULL;
+    Py_ssize_t *from = calloc((size_t)k + 1, sizeof(Py_ssize_t));
+    if (!from) { PyErr_NoMemory(); goto done; }
+    const uint64_t *asked = av.buf, mask = (uint64_t)bv.len * 8 - 1;
+    const uint8_t *map = bv.buf;
+    Py_ssize_t a = av.len / 8;
+    if (bv.len == 0 || (bv.len & (bv.len - 1)) || shift < 0 || shift > 63) {
+        PyErr_SetString(PyExc_ValueError, "level_rows: the presence bits are not a power of two bytes");
+        goto done;
+    }
+    for (Py_ssize_t q = 0; q < a; q++) {
+        uint64_t want = asked[q], number = (want >> shift) & mask;
+        if ((q > 0 && want == asked[q - 1]) || !((map[number >> 3] >> (number & 7)) & 1)) continue;
+        for (Py_ssize_t l = 0; l < k; l++) {
+            const uint64_t *keys = levels[2 * l].buf;
+            const int64_t *serials = levels[2 * l + 1].buf;
+            Py_ssize_t n = levels[2 * l].len / 8, at = from[l];
+            if (at >= n) continue;
+            at = lower_bound_from(keys, n, want, at);
+            for (; at < n && keys[at] == want; at++)
+                if (entries_add(&out, want, serials[at]) < 0) goto done;
+            from[l] = at;
+        }
+    }
+    result = entries_result(&out);
+done:
+    free(from); free(out.keys); free(out.serials);
+    PyBuffer_Release(&bv);
+    PyBuffer_Release(&av);
+    entry_pairs_release(levels, k);
+    return result;
+}
+
+/* Whether entries are sorted by key, then serial. */
+static int entries_sorted(const uint64_t *keys, const int64_t *serials, Py_ssize_t n) {
+    for (Py_ssize_t i = 1; i < n; i++)
+        if (keys[i] < keys[i - 1] || (keys[i] == keys[i - 1] && serials[i] < serials[i - 1])) return 0;
+    return 1;
+}
+
+static PyObject *earliest_runs(PyObject *self, PyObject *args) {
+    PyObject *o_runs;
+    Py_ssize_t limit;
+    if (!PyArg_ParseTuple(args, "On", &o_runs, &limit)) return NULL;
+    Py_buffer *runs = NULL;
+    Py_ssize_t k = entry_pairs(o_runs, &runs, "earliest_runs");
+    if (k < 0) return NULL;
+    Entries out = {NULL, NULL, 0, 0};
+    PyObject *result = NULL;
+    Py_ssize_t *at = calloc((size_t)k + 1, sizeof(Py_ssize_t));
+    if (!at) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t r = 0; r < k; r++)
+        if (!entries_sorted(runs[2 * r].buf, runs[2 * r + 1].buf, runs[2 * r].len / 8)) {
+            result = Py_None;
+            Py_INCREF(result);
+            goto done;
+        }
+    Py_ssize_t kept = 0;
+    for (;;) {
+        Py_ssize_t best = -1;
+        uint64_t key = 0;
+        int64_t serial = 0;
+        for (Py_ssize_t r = 0; r < k; r++) {
+            if (at[r] >= runs[2 * r].len / 8) continue;
+            uint64_t rk = ((const uint64_t *)runs[2 * r].buf)[at[r]];
+            int64_t rs = ((const int64_t *)runs[2 * r + 1].buf)[at[r]];
+            if (best < 0 || rk < key || (rk == key && rs < serial)) { best = r; key = rk; serial = rs; }
+        }
+        if (best < 0) break;
+        at[best]++;
+        kept = out.size && out.keys[out.size - 1] == key ? kept + 1 : 1;
+        if (kept <= limit && entries_add(&out, key, serial) < 0) goto done;
+    }
+    result = entries_result(&out);
+done:
+    free(at); free(out.keys); free(out.serials);
+    entry_pairs_release(runs, k);
+    return result;
+}
+
+/* ===== end of the band evidence block (hot36) ===== */
+
 static PyMethodDef methods[] = {
     {"shingles", shingles, METH_VARARGS, "Sorted unique shingle hashes of every document (see the module)."},
     {"minhash", minhash, METH_VARARGS, "MinHash signatures of every document (see the module)."},
@@ -2600,6 +2771,8 @@ static PyMethodDef methods[] = {
     {"kept_alone", kept_alone, METH_VARARGS, "A batch's items surely kept, from start to stop (see the module)."},
     {"record_batches", record_batches, METH_VARARGS, "Kafka v2 record batches of (timestamp_ms, key, value, headers) records (see the module)."},
     {"consumer_records", consumer_records, METH_VARARGS, "A v2 record batch's records as kafka-python's ConsumerRecords (see the module)."},
+    {"level_rows", level_rows, METH_VARARGS, "The recent mirror's entries under sorted slots, every level in one pass (see the block)."},
+    {"earliest_runs", earliest_runs, METH_VARARGS, "Sorted (key, serial) runs merged, each key's first so many kept (see the block)."},
     {NULL, NULL, 0, NULL},
 };
 
