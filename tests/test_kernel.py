@@ -251,6 +251,51 @@ def test_decisions_without_the_kernel_are_the_decisions_with_it(tmp_path, monkey
     assert compiled.count(b'"duplicate"') > 200
 
 
+@pytest.mark.parametrize("kernel", [True, False])
+def test_rows_decided_by_their_stored_candidates_on_the_quick_path_as_one_by_one(tmp_path, monkeypatch, kernel):
+    """Rows whose only candidates are stored documents (``decide._State.quick_rows``), decided on the quick path
+    (by ``_kernel.kept_alone``, or ``decided_quick`` without the kernel), are decided as ``decide`` decides them
+    one by one: the same decisions file, with near duplicates and rows kept after a look among them, and the
+    same records in the index."""
+    import json
+
+    from streamdedup import config as config_module
+    from streamdedup.core import corpus
+    from streamdedup.core.decode import InputSpec
+    from streamdedup.engine import decide
+    from streamdedup.engine.engine import Engine
+    from streamdedup.runtime.offline import dedup_files
+
+    lines = [json.dumps({"id": d.id, "text": d.text}) for d in corpus.generate(700, seed=11)]
+    source = tmp_path / "in.jsonl"
+    source.write_text("\n".join(lines) + "\n")
+    cfg = config_module.load(None, environ={})
+    if not kernel:
+        monkeypatch.setattr(decide, "_kernel", None)
+    quick_rows, outcomes = decide._State.quick_rows, []
+
+    def noted(state, alone):
+        rows = quick_rows(state, alone)
+        outcomes.extend((count, match) for count, match in zip(state.quick_counts, state.quick_matches) if count)
+        return rows
+
+    def decided(name: str):
+        with Engine(cfg, str(tmp_path / name)) as engine:
+            dedup_files(engine, [str(source)], InputSpec(), None, str(tmp_path / f"{name}.jsonl"), 250)
+            with engine.index.read() as txn:
+                records = [txn.record(serial) for serial in range(1, len(lines) + 1)]
+        return (tmp_path / f"{name}.jsonl").read_bytes(), [(r.id, r.kept, r.cluster, r.cluster_id, r.matched,
+                                                             r.matched_id, r.similarity, r.exact, r.content)
+                                                            for r in records]
+
+    monkeypatch.setattr(decide._State, "quick_rows", noted)
+    quick = decided("quick")
+    monkeypatch.setattr(decide._State, "quick_rows", lambda state, alone: alone)
+    assert decided("one_by_one") == quick
+    assert sum(match is not None for _, match in outcomes) > 100
+    assert sum(match is None for _, match in outcomes) > 0
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_the_kernel_finds_values_in_a_sorted_table_as_searchsorted_does(monkeypatch, seed):
     """``templates.in_sorted``: values ascending (a page's shingles) or not, repeated, past the table's ends."""

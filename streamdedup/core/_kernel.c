@@ -117,7 +117,9 @@
  *     Items start..stop-1 of a batch, documents whose rows are surely kept (decide._State.alone_rows),
  *     kept as serials from serial, as decide._State.kept_alone keeps one: its DocRecord.new_cluster
  *     and (record, row) in records, its serial filed in by_id and by_content, its Decision in
- *     decisions; the context is decide._State.alone_context's tuple.
+ *     decisions; the context is decide._State.alone_context's tuple. Rows decided from the store's
+ *     evidence alone are taken too (decide._State.quick_rows: see "Rows decided from the store's
+ *     evidence" below).
  *
  * consumer_records(buffer, pos, count, base_offset, first_ts, max_ts, timestamp_type, topic, partition,
  *                  leader_epoch, record_type) -> (list, record bytes) or None
@@ -1977,24 +1979,25 @@ static PyObject *slotted(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 
 /* kept_alone's context: what a batch's rows surely kept need (decide._State.alone_context). */
 enum { K_ITEMS, K_ROWS, K_ID_KEYS, K_CONTENTS, K_SITES, K_REKEYED, K_NOW, K_RECORDS, K_BY_ID, K_BY_CONTENT,
-       K_DECISIONS, K_RECORD_SETTERS, K_DECISION_SETTERS, K_KEPT, K_FIELDS };
+       K_DECISIONS, K_RECORD_SETTERS, K_DECISION_SETTERS, K_KEPT, K_MATCHES, K_SIMILARITIES, K_COUNTS, K_NAMES,
+       K_DUPLICATE, K_FIELDS };
 static PyObject *id_name, *source_name, *as_list_name, *empty_bytes;
 
 static int kept_context_check(PyObject *c) {
     if (!PyTuple_Check(c) || PyTuple_GET_SIZE(c) != K_FIELDS) {
-        PyErr_SetString(PyExc_TypeError, "kept_alone: the context is a tuple of 14");
+        PyErr_SetString(PyExc_TypeError, "kept_alone: the context is a tuple of 19");
         return -1;
     }
-    int lists[] = {K_ITEMS, K_ROWS, K_ID_KEYS, K_CONTENTS, K_SITES, K_DECISIONS};
-    int dicts[] = {K_REKEYED, K_RECORDS, K_BY_ID, K_BY_CONTENT};
+    int lists[] = {K_ITEMS, K_ROWS, K_ID_KEYS, K_CONTENTS, K_SITES, K_DECISIONS, K_MATCHES, K_SIMILARITIES, K_COUNTS};
+    int dicts[] = {K_REKEYED, K_RECORDS, K_BY_ID, K_BY_CONTENT, K_NAMES};
     for (size_t i = 0; i < sizeof lists / sizeof *lists; i++)
         if (!PyList_Check(PyTuple_GET_ITEM(c, lists[i]))) {
-            PyErr_SetString(PyExc_TypeError, "kept_alone: items, rows, hashes, sites and decisions are lists");
+            PyErr_SetString(PyExc_TypeError, "kept_alone: items, rows, hashes, sites, decisions and outcomes are lists");
             return -1;
         }
     for (size_t i = 0; i < sizeof dicts / sizeof *dicts; i++)
         if (!PyDict_Check(PyTuple_GET_ITEM(c, dicts[i]))) {
-            PyErr_SetString(PyExc_TypeError, "kept_alone: rekeyed, records, by_id and by_content are dicts");
+            PyErr_SetString(PyExc_TypeError, "kept_alone: rekeyed, records, by_id, by_content and names are dicts");
             return -1;
         }
     if (PyTuple_GET_SIZE(PyTuple_GET_ITEM(c, K_RECORD_SETTERS)) != R_FIELDS + 1
@@ -2027,7 +2030,36 @@ static int file_serial(PyObject *by_id, PyObject *ident, PyObject *serial) {
     return PyList_Append(serials, serial);
 }
 
-/* Item i (a document, row surely kept) kept as serial: decide._State.kept_alone's steps. */
+/* ===== Rows decided from the store's evidence alone (hot36) =====
+ * Besides rows surely kept, kept_alone takes the rows whose only candidates are stored documents that the
+ * evidence verified (decide._State.quick_rows): counts[row] of them (0: a row surely kept), matches[row] the
+ * best at or above the threshold (None: none), similarities[row] its Jaccard, names[match] its id. Such a row
+ * is a near duplicate of its match (DocRecord.near_duplicate), or kept; its decision counts its candidates,
+ * all verified (decide._as_decision). */
+
+/* The row's match and its id (both borrowed; match None: kept), or -1 with an error set. */
+static int quick_match(PyObject *c, Py_ssize_t r, PyObject **match, PyObject **name) {
+    PyObject *matches = PyTuple_GET_ITEM(c, K_MATCHES);
+    if (r >= PyList_GET_SIZE(matches) || r >= PyList_GET_SIZE(PyTuple_GET_ITEM(c, K_SIMILARITIES))
+        || r >= PyList_GET_SIZE(PyTuple_GET_ITEM(c, K_COUNTS))) {
+        PyErr_SetString(PyExc_IndexError, "kept_alone: a row out of the outcomes");
+        return -1;
+    }
+    *match = PyList_GET_ITEM(matches, r);
+    *name = NULL;
+    if (*match == Py_None) return 0;
+    *name = PyDict_GetItemWithError(PyTuple_GET_ITEM(c, K_NAMES), *match);
+    if (!*name) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyError, "kept_alone: a match without a name");
+        return -1;
+    }
+    return 0;
+}
+
+/* ===== end of the rows decided from the store's evidence (hot36) ===== */
+
+/* Item i (a document, row surely kept or decided from the store's evidence) as serial: decide._State.kept_alone's
+ * steps. */
 static int keep_alone(PyObject *c, Py_ssize_t i, PyObject *serial) {
     PyObject *doc = PyList_GET_ITEM(PyTuple_GET_ITEM(c, K_ITEMS), i);
     PyObject *row = PyList_GET_ITEM(PyTuple_GET_ITEM(c, K_ROWS), i);
@@ -2039,25 +2071,33 @@ static int keep_alone(PyObject *c, Py_ssize_t i, PyObject *serial) {
         PyErr_SetString(PyExc_IndexError, "kept_alone: a row out of the batch");
         return -1;
     }
-    PyObject *ident = PyList_GET_ITEM(id_keys, r), *content = PyList_GET_ITEM(contents, r);
+    PyObject *ident = PyList_GET_ITEM(id_keys, r), *content = PyList_GET_ITEM(contents, r), *match, *name;
+    if (quick_match(c, r, &match, &name) < 0) return -1;
+    PyObject *similarity = PyList_GET_ITEM(PyTuple_GET_ITEM(c, K_SIMILARITIES), r);
+    PyObject *count = PyList_GET_ITEM(PyTuple_GET_ITEM(c, K_COUNTS), r);
     PyObject *keys = PyDict_GetItemWithError(PyTuple_GET_ITEM(c, K_REKEYED), row);
     if (!keys && PyErr_Occurred()) return -1;
     PyObject *id = PyObject_GetAttr(doc, id_name), *source = id ? PyObject_GetAttr(doc, source_name) : NULL;
     PyObject *places = source ? PyObject_CallMethodNoArgs(source, as_list_name) : NULL;
-    PyObject *record = NULL, *pair = NULL, *decision = NULL, *zero = PyLong_FromLong(0);
+    PyObject *record = NULL, *pair = NULL, *decision = NULL;
     int result = -1;
-    if (!places || !zero) goto done;
-    PyObject *fields[R_FIELDS] = {serial, id, Py_True, serial, id, Py_None, Py_None, Py_None, Py_False, content,
-                                  places, keys ? keys : empty_bytes, PyTuple_GET_ITEM(c, K_NOW), Py_False,
-                                  PyList_GET_ITEM(sites, r), Py_None};
-    if (!(record = made(PyTuple_GET_ITEM(c, K_RECORD_SETTERS), fields, R_FIELDS))) goto done;
+    if (!places) goto done;
+    PyObject *kept[R_FIELDS] = {serial, id, Py_True, serial, id, Py_None, Py_None, Py_None, Py_False, content,
+                                places, keys ? keys : empty_bytes, PyTuple_GET_ITEM(c, K_NOW), Py_False,
+                                PyList_GET_ITEM(sites, r), Py_None};
+    PyObject *near[R_FIELDS] = {serial, id, Py_False, match, name, match, name, similarity, Py_False, content,
+                                places, empty_bytes, PyTuple_GET_ITEM(c, K_NOW), Py_False,
+                                PyList_GET_ITEM(sites, r), Py_None};
+    if (!(record = made(PyTuple_GET_ITEM(c, K_RECORD_SETTERS), name ? near : kept, R_FIELDS))) goto done;
     if (!(pair = PyTuple_Pack(2, record, row))) goto done;
     if (PyDict_SetItem(PyTuple_GET_ITEM(c, K_RECORDS), serial, pair) < 0) goto done;
     if (file_serial(PyTuple_GET_ITEM(c, K_BY_ID), ident, serial) < 0) goto done;
     if (!PyDict_SetDefault(PyTuple_GET_ITEM(c, K_BY_CONTENT), content, serial)) goto done;
     PyObject *outcome[11] = {id, PyTuple_GET_ITEM(c, K_KEPT), id, Py_None, Py_None, Py_None, Py_False, Py_False,
-                             zero, zero, Py_None};
-    if (!(decision = made(PyTuple_GET_ITEM(c, K_DECISION_SETTERS), outcome, 11))) goto done;
+                             count, count, Py_None};
+    PyObject *duplicate[11] = {id, PyTuple_GET_ITEM(c, K_DUPLICATE), name, name, similarity, Py_None, Py_False,
+                               Py_False, count, count, Py_None};
+    if (!(decision = made(PyTuple_GET_ITEM(c, K_DECISION_SETTERS), name ? duplicate : outcome, 11))) goto done;
     result = PyList_SetItem(PyTuple_GET_ITEM(c, K_DECISIONS), i, decision);  /* steals it */
     decision = NULL;
 done:
@@ -2067,7 +2107,6 @@ done:
     Py_XDECREF(record);
     Py_XDECREF(pair);
     Py_XDECREF(decision);
-    Py_XDECREF(zero);
     return result;
 }
 
