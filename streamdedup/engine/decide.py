@@ -354,9 +354,10 @@ class _State:
         if similarity:
             pairs = np.array(list(similarity), dtype=np.int64).reshape(len(similarity), 2)
             values = np.fromiter(similarity.values(), dtype=np.float64, count=len(similarity))
-            listed = (np.repeat(np.arange(len(counts), dtype=np.int64), counts) << 40) | strong.serials
-            take = (by_stored[pairs[:, 0]] & (values >= self.rules.threshold)
-                    & np.isin((pairs[:, 0] << 40) | pairs[:, 1], listed))
+            listed = (np.repeat(np.arange(len(counts), dtype=np.int64), counts) << 40) | strong.serials  # sorted
+            asked = (pairs[:, 0] << 40) | pairs[:, 1]
+            at = np.minimum(np.searchsorted(listed, asked), max(len(listed) - 1, 0))
+            take = by_stored[pairs[:, 0]] & (values >= self.rules.threshold) & (listed[at] == asked)
             rows, serials, values = pairs[take, 0], pairs[take, 1], values[take]
             order = np.lexsort((serials, -values, rows))  # by row, the most similar first, then the earliest
             rows, serials = rows[order], serials[order]
