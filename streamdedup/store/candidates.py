@@ -182,8 +182,7 @@ def room_under(slots: np.ndarray, found_slots: np.ndarray, per_key: int) -> dict
     if not len(slots) or not len(found_slots):
         return {}
     shared = np.sort(slots)  # few, made unique: each found entry is placed among them (found ones are many)
-    shared = shared[np.concatenate(([True], shared[1:] != shared[:-1]))]  # np.unique's, without its first call's
-    # import of numpy.ma (15 ms, in the first batch)
+    shared = shared[np.concatenate(([True], shared[1:] != shared[:-1]))]  # np.unique imports numpy.ma at first
     place = np.minimum(np.searchsorted(shared, found_slots), len(shared) - 1)
     hit = shared[place] == found_slots
     count = np.bincount(place[hit], minlength=len(shared))
