@@ -316,6 +316,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--docs", type=int, default=30000, help="documents (default 30000)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--peers", default="datasketch,rensa", help="the peers measured, of datasketch and rensa "
+                        "(rensa only if installed; datasketch takes about 18 minutes a round at 1M documents)")
+    parser.add_argument("--parts", default="signing,stages,e2e", help="what is measured, of signing, stages "
+                        "(preparing's steps) and e2e (end to end); the split of e2e's time needs stages")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--input", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -333,24 +337,29 @@ def main(argv=None) -> int:
     scratch = tempfile.mkdtemp(prefix="bench-input-")
     lines = JsonlFile([(json.dumps({"id": d.id, "text": d.text}) + "\n").encode() for d in docs],
                       os.path.join(scratch, "crawl.jsonl"))
-    peers = ["datasketch"] + (["rensa"] if rensa_available() else [])
+    asked, parts = args.peers.split(","), args.parts.split(",")
+    peers = [p for p in ("datasketch", "rensa") if p in asked and (p != "rensa" or rensa_available())]
     notes = {"streamdedup": "2 processes; LMDB on disk, fsync per batch, verified",
              "streamdedup, one process": "signing in the deciding process",
              "datasketch": "in memory, no verification", "rensa": "in memory, no verification"}
     try:
-        signing, _ = measure([f"sign:{n}" for n in ["streamdedup", "streamdedup, numpy path"] + peers],
-                             lines.path, args.rounds)
-        _, stages = measure(["stages:streamdedup", "stages:streamdedup, numpy path"], lines.path, args.rounds)
-        end_to_end, results = measure([f"e2e:{n}" for n in ["streamdedup", "streamdedup, one process"] + peers],
-                                      lines.path, args.rounds)
+        if "signing" in parts:
+            signing, _ = measure([f"sign:{n}" for n in ["streamdedup", "streamdedup, numpy path"] + peers],
+                                 lines.path, args.rounds)
+            show("Signing (text -> signature)", signing, {"streamdedup, numpy path": "without the compiled kernel"})
+        if "stages" in parts:
+            _, stages = measure(["stages:streamdedup", "stages:streamdedup, numpy path"], lines.path, args.rounds)
+            show_stages(stages)
+        if "e2e" in parts:
+            end_to_end, results = measure([f"e2e:{n}" for n in ["streamdedup", "streamdedup, one process"] + peers],
+                                          lines.path, args.rounds)
+            show("End to end (JSONL line -> decision)", end_to_end,
+                 {name: f"{note}; kept {results[name][-1]['result']['kept']:,}" for name, note in notes.items()
+                  if name in results})
+            if "stages" in parts:
+                show_split(stages, end_to_end)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    show("Signing (text -> signature)", signing, {"streamdedup, numpy path": "without the compiled kernel"})
-    show_stages(stages)
-    show("End to end (JSONL line -> decision)", end_to_end,
-         {name: f"{note}; kept {results[name][-1]['result']['kept']:,}" for name, note in notes.items()
-          if name in results})
-    show_split(stages, end_to_end)
     return 0
 
 

@@ -144,15 +144,61 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def single_round(bootstrap: str, raw: str, work: Path, expected: int, timeout: float) -> dict:
+def listening_pid(port: int) -> int | None:
+    """The process that listens on TCP ``port`` of this machine (the broker), if this user can see it."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":  # 0A: LISTEN
+                inodes.add(f"socket:[{fields[9]}]")
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if any(os.readlink(fd) in inodes for fd in (proc / "fd").iterdir()):
+                    return int(proc.name)
+            except OSError:
+                continue
+    return None
+
+
+class MachineCpu:
+    """Where the machine's cores went between its start and ``spent()``: the broker's CPU, and the cores no process
+    used (``/proc/stat``'s idle and iowait), both in cores over the wall time; the contender's own processes are
+    counted by the caller."""
+
+    def __init__(self, broker_pid: int | None):
+        self.broker_pid = broker_pid
+        self.began, self.idle, self.broker = time.monotonic(), self._idle_seconds(), self._broker_seconds()
+
+    def spent(self) -> dict:
+        seconds = time.monotonic() - self.began
+        return {"broker": (self._broker_seconds() - self.broker) / seconds,
+                "idle": (self._idle_seconds() - self.idle) / seconds}
+
+    @staticmethod
+    def _idle_seconds() -> float:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+        return (int(fields[4]) + int(fields[5])) / TICKS
+
+    def _broker_seconds(self) -> float:
+        try:
+            return cpu_seconds(self.broker_pid) if self.broker_pid else 0.0
+        except OSError:
+            return 0.0
+
+
+def single_round(bootstrap: str, raw: str, work: Path, expected: int, timeout: float,
+                 broker_pid: int | None = None) -> dict:
     run = Run(bootstrap, raw, work, 1)
-    cpu, began = children_cpu(), time.monotonic()
+    cpu, began, machine = children_cpu(), time.monotonic(), MachineCpu(broker_pid)
     process = subprocess.Popen(run.role("worker"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         seconds = watch(run, [process], began, expected, timeout, work)
+        spent = machine.spent()
     finally:
         stop_processes([process])
-    return {"seconds": seconds, "cpu": children_cpu() - cpu, "outcomes": run.outcomes()}
+    return {"seconds": seconds, "cpu": children_cpu() - cpu, "outcomes": run.outcomes(), "machine": spent}
 
 
 def watch(run: Run, processes: list, began: float, expected: int, timeout: float, work: Path) -> float:
@@ -177,6 +223,7 @@ class Deployment:
 
     def __init__(self, run: Run, work: Path, args):
         self.run, self.work, self.args = run, work, args
+        self.machine = MachineCpu(args.broker_pid)
         self.roles = ["vshards"] * args.hosts + ["sign"] * args.signers
         self.logs = [open(work / f"{role}-{n}-{run.tag}.log", "wb") for n, role in enumerate(self.roles)]
         self.began = time.monotonic()
@@ -201,12 +248,12 @@ def deployment_round(bootstrap: str, raw: str, work: Path, args, expected: int, 
     deployment = Deployment(run, work, args)
     try:
         seconds = deployment.seconds_to(expected)
-        cpu = deployment.cpu()
+        cpu, spent = deployment.cpu(), deployment.machine.spent()
         paced = paced_latencies(run, bootstrap, raw, args, number) if args.paced_rate else []
     finally:
         deployment.stop()
     return {"seconds": seconds, "cpu": cpu, "outcomes": run.outcomes(), "bytes": internal_bytes(run),
-            "latency": paced}
+            "latency": paced, "machine": spent}
 
 
 def start_up_round(bootstrap: str, work: Path, args) -> dict:
@@ -304,6 +351,7 @@ def main(argv=None) -> int:
         KEYS.extend(["--set", 'log.level="debug"'])
     with local_broker(args.port) as bootstrap, tempfile.TemporaryDirectory(prefix="bench-sharded-") as tmp:
         work = Path(tmp)
+        args.broker_pid = listening_pid(int(bootstrap.rsplit(":", 1)[1]))
         raw = f"bench-raw-{uuid.uuid4().hex[:8]}"
         create(bootstrap, [raw])
         docs = corpus.generate(args.docs // 2, seed=5)
@@ -313,7 +361,7 @@ def main(argv=None) -> int:
               flush=True)
         singles, deployed, starts = [], [], []
         for n in range(args.rounds):
-            singles.append(single_round(bootstrap, raw, work, len(docs), args.timeout))
+            singles.append(single_round(bootstrap, raw, work, len(docs), args.timeout, args.broker_pid))
             deployed.append(deployment_round(bootstrap, raw, work, args, len(docs), n))
             starts.append(start_up_round(bootstrap, work, args))
             print(f"round {n + 1}: single worker {singles[-1]['seconds']:.1f} s, deployment "
@@ -323,6 +371,12 @@ def main(argv=None) -> int:
                 keep_logs(work, Path(args.keep_logs) / f"round-{n + 1}")
         report(args, len(docs), singles, deployed, starts)
     return 0
+
+
+def own_cpu(result: dict) -> float:
+    """A contender's CPU seconds in a round: the single worker's, or the sum of the deployment's processes'."""
+    cpu = result["cpu"]
+    return sum(cpu.values()) if isinstance(cpu, dict) else cpu
 
 
 def median_p99_ms(latencies: list[float]) -> tuple[float, float]:
@@ -368,6 +422,11 @@ def report(args, docs: int, singles: list[dict], deployed: list[dict], starts: l
           f"µs (its two processes); deployment {total:.1f} µs ({total / single_cpu:.2f}x), per process:")
     for role in roles:
         print(f"  {role:<12} {per_role[role]:7.1f} µs")
+    print(f"cores of the {os.cpu_count()} while running (median): "
+          + "; ".join(f"{name} {med(own_cpu(r) / r['seconds'] for r in runs):.2f} in its processes, broker "
+                      f"{med(r['machine']['broker'] for r in runs):.2f}, idle {med(r['machine']['idle'] for r in runs):.2f}"
+                      for name, runs in (("single worker", singles), ("deployment", deployed)))
+          + ("" if args.broker_pid else " (the broker's process is not visible here: its share counts as 0)"))
     sizes = deployed[-1]["bytes"]
     print("internal topic bytes per document: " + ", ".join(f"{name} {size / docs:.0f}" for name, size in sizes.items()))
     same, total_records = agreement(singles[-1]["outcomes"], deployed[-1]["outcomes"])

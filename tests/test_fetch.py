@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 import uuid
 
 import pytest
@@ -13,7 +14,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 from kafka_helpers import create_topics
 
-from streamdedup.runtime.fetch import _kernel_records_class, consumer_records
+from streamdedup.runtime.fetch import _kernel_records_class, consumer_records, held_fetches
 from streamdedup.runtime.source import KafkaSource
 from streamdedup.runtime.wire import BinaryHeaderKey, read_binary_header_keys
 
@@ -148,3 +149,51 @@ def _all_of(consumer) -> list:
             break
         records += [r for batch in polled.values() for r in batch]
     return records
+
+
+@pytest.mark.kafka
+def test_held_fetches_wait_long_only_when_they_ask_for_every_partition(kafka):
+    """A fetch that leaves out a partition whose records are not all taken comes back after the short wait (a
+    record that comes for that partition meanwhile is not held for the long one); a fetch of every partition
+    waits long (the broker answers it as soon as any partition has a record)."""
+    topic = f"held-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka, [topic], 2)
+    producer = KafkaProducer(bootstrap_servers=kafka, acks="all")
+    for _ in range(2):
+        producer.send(topic, partition=0, value=b"x")
+    producer.flush()
+    consumer = KafkaConsumer(bootstrap_servers=kafka, enable_auto_commit=False, fetch_max_wait_ms=3000,
+                             auto_offset_reset="earliest")
+    assert held_fetches(consumer, 10)
+    fetcher, asked = consumer._fetcher, []
+    create = fetcher._create_fetch_requests
+
+    def seen():
+        requests = create()
+        asked.extend((len(offsets), request.max_wait_ms) for request, offsets in requests.values())
+        return requests
+
+    fetcher._create_fetch_requests = seen
+    consumer.assign([TopicPartition(topic, 0), TopicPartition(topic, 1)])
+    taken = []
+    while len(taken) < 2:
+        taken += _polled(consumer)
+    consumer.poll(timeout_ms=0)  # every record taken: a fetch of both partitions, held at the broker
+    producer.send(topic, partition=0, value=b"y")
+    producer.flush()
+    for _ in range(100):  # the held fetch comes back with it, not taken yet
+        if fetcher._completed_fetches:
+            break
+        time.sleep(0.05)
+    fetcher.send_fetches()  # partition 0's records wait to be taken: a fetch of partition 1 alone
+    while len(taken) < 3:
+        taken += _polled(consumer)
+    consumer.close()
+    producer.close()
+    assert [r.value for r in taken] == [b"x", b"x", b"y"]
+    assert {wait for n, wait in asked if n == 1} == {10}
+    assert {wait for n, wait in asked if n == 2} == {3000}
+
+
+def _polled(consumer, max_records: int = 500) -> list:
+    return [r for batch in consumer.poll(timeout_ms=1000, max_records=max_records).values() for r in batch]

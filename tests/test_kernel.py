@@ -251,6 +251,51 @@ def test_decisions_without_the_kernel_are_the_decisions_with_it(tmp_path, monkey
     assert compiled.count(b'"duplicate"') > 200
 
 
+@pytest.mark.parametrize("kernel", [True, False])
+def test_rows_decided_by_their_stored_candidates_on_the_quick_path_as_one_by_one(tmp_path, monkeypatch, kernel):
+    """Rows whose only candidates are stored documents (``decide._State.quick_rows``), decided on the quick path
+    (by ``_kernel.kept_alone``, or ``decided_quick`` without the kernel), are decided as ``decide`` decides them
+    one by one: the same decisions file, with near duplicates and rows kept after a look among them, and the
+    same records in the index."""
+    import json
+
+    from streamdedup import config as config_module
+    from streamdedup.core import corpus
+    from streamdedup.core.decode import InputSpec
+    from streamdedup.engine import decide
+    from streamdedup.engine.engine import Engine
+    from streamdedup.runtime.offline import dedup_files
+
+    lines = [json.dumps({"id": d.id, "text": d.text}) for d in corpus.generate(700, seed=11)]
+    source = tmp_path / "in.jsonl"
+    source.write_text("\n".join(lines) + "\n")
+    cfg = config_module.load(None, environ={})
+    if not kernel:
+        monkeypatch.setattr(decide, "_kernel", None)
+    quick_rows, outcomes = decide._State.quick_rows, []
+
+    def noted(state, alone):
+        rows = quick_rows(state, alone)
+        outcomes.extend((count, match) for count, match in zip(state.quick_counts, state.quick_matches) if count)
+        return rows
+
+    def decided(name: str):
+        with Engine(cfg, str(tmp_path / name)) as engine:
+            dedup_files(engine, [str(source)], InputSpec(), None, str(tmp_path / f"{name}.jsonl"), 250)
+            with engine.index.read() as txn:
+                records = [txn.record(serial) for serial in range(1, len(lines) + 1)]
+        return (tmp_path / f"{name}.jsonl").read_bytes(), [(r.id, r.kept, r.cluster, r.cluster_id, r.matched,
+                                                             r.matched_id, r.similarity, r.exact, r.content)
+                                                            for r in records]
+
+    monkeypatch.setattr(decide._State, "quick_rows", noted)
+    quick = decided("quick")
+    monkeypatch.setattr(decide._State, "quick_rows", lambda state, alone: alone)
+    assert decided("one_by_one") == quick
+    assert sum(match is not None for _, match in outcomes) > 100
+    assert sum(match is None for _, match in outcomes) > 0
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_the_kernel_finds_values_in_a_sorted_table_as_searchsorted_does(monkeypatch, seed):
     """``templates.in_sorted``: values ascending (a page's shingles) or not, repeated, past the table's ends."""
@@ -585,6 +630,37 @@ def test_the_earliest_entries_of_each_key_sorted_in_the_kernel_as_lexsort_does(m
 
 
 @pytest.mark.parametrize("seed", range(4))
+def test_sorted_runs_merged_in_the_kernel_keep_each_keys_earliest_as_lexsort_does(monkeypatch, seed):
+    """``candidates.earliest_of_runs``: runs sorted by key, then serial, merged by the kernel
+    (``_kernel.earliest_runs``) keep what ``earliest_of_each_key`` keeps of them together, in its order;
+    a run out of order (seed 3) is sorted instead, with the same answer; empty runs and no runs too."""
+    from streamdedup.core import _kernel
+    from streamdedup.store import candidates
+
+    rng = np.random.default_rng(seed)
+    runs = []
+    for _ in range(int(rng.integers(0, 6))):
+        size = int(rng.integers(0, 400))
+        keys = rng.integers(0, 60, size, dtype=np.uint64) << np.uint64(30)
+        serials = rng.integers(0, 1 << 20, size).astype(np.int64)
+        order = np.lexsort((serials, keys)) if seed < 3 else np.arange(size)
+        runs.append((keys[order], serials[order]))
+    together = (np.concatenate([k for k, _ in runs]) if runs else np.zeros(0, np.uint64),
+                np.concatenate([s for _, s in runs]) if runs else np.zeros(0, np.int64))
+    for limit in (1, 2, 5, 1000):
+        expected = candidates.earliest_of_each_key(*together, limit) if len(together[0]) else together
+        for kernel in (candidates._kernel, None):
+            monkeypatch.setattr(candidates, "_kernel", kernel)
+            found = candidates.earliest_of_runs(runs, limit)
+            assert found[0].dtype == np.uint64 and found[1].dtype == np.int64
+            assert np.array_equal(found[0], expected[0]) and np.array_equal(found[1], expected[1])
+    if seed < 3 and runs:
+        assert _kernel.earliest_runs([(np.ascontiguousarray(k), s) for k, s in runs], 2) is not None
+    if seed == 3 and any(len(k) > 1 for k, _ in runs):
+        assert _kernel.earliest_runs([(k, s) for k, s in runs], 2) is None
+
+
+@pytest.mark.parametrize("seed", range(4))
 def test_a_batchs_band_slots_sorted_in_the_kernel_as_numpy_sorts_them(monkeypatch, seed):
     """``lsh.sorted_slots`` by the kernel (``_kernel.band_slots_sorted``, band by band): the same sorted slots,
     rows and bands as numpy's stable argsort, a slot several rows hold listing them in row order; keys of
@@ -634,6 +710,9 @@ def test_the_mirrors_levels_answer_as_one_sorted_array_would(monkeypatch, kernel
         expected = np.isin(slots, asked)
         assert sorted(zip(found[0].tolist(), found[1].tolist())) == sorted(zip(slots[expected].tolist(),
                                                                                owners[expected].tolist()))
+        if kernel:  # every level searched slot by slot: sorted by slot, then serial
+            assert list(zip(found[0].tolist(), found[1].tolist())) == sorted(zip(found[0].tolist(),
+                                                                                 found[1].tolist()))
         if batch == 30:
             assert len(recent._middle) and len(recent._settled)
     order = np.argsort(np.concatenate(all_slots), kind="stable")

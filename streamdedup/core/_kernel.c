@@ -117,7 +117,9 @@
  *     Items start..stop-1 of a batch, documents whose rows are surely kept (decide._State.alone_rows),
  *     kept as serials from serial, as decide._State.kept_alone keeps one: its DocRecord.new_cluster
  *     and (record, row) in records, its serial filed in by_id and by_content, its Decision in
- *     decisions; the context is decide._State.alone_context's tuple.
+ *     decisions; the context is decide._State.alone_context's tuple. Rows decided from the store's
+ *     evidence alone are taken too (decide._State.quick_rows: see "Rows decided from the store's
+ *     evidence" below).
  *
  * consumer_records(buffer, pos, count, base_offset, first_ts, max_ts, timestamp_type, topic, partition,
  *                  leader_epoch, record_type) -> (list, record bytes) or None
@@ -1977,24 +1979,25 @@ static PyObject *slotted(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 
 /* kept_alone's context: what a batch's rows surely kept need (decide._State.alone_context). */
 enum { K_ITEMS, K_ROWS, K_ID_KEYS, K_CONTENTS, K_SITES, K_REKEYED, K_NOW, K_RECORDS, K_BY_ID, K_BY_CONTENT,
-       K_DECISIONS, K_RECORD_SETTERS, K_DECISION_SETTERS, K_KEPT, K_FIELDS };
+       K_DECISIONS, K_RECORD_SETTERS, K_DECISION_SETTERS, K_KEPT, K_MATCHES, K_SIMILARITIES, K_COUNTS, K_NAMES,
+       K_DUPLICATE, K_FIELDS };
 static PyObject *id_name, *source_name, *as_list_name, *empty_bytes;
 
 static int kept_context_check(PyObject *c) {
     if (!PyTuple_Check(c) || PyTuple_GET_SIZE(c) != K_FIELDS) {
-        PyErr_SetString(PyExc_TypeError, "kept_alone: the context is a tuple of 14");
+        PyErr_SetString(PyExc_TypeError, "kept_alone: the context is a tuple of 19");
         return -1;
     }
-    int lists[] = {K_ITEMS, K_ROWS, K_ID_KEYS, K_CONTENTS, K_SITES, K_DECISIONS};
-    int dicts[] = {K_REKEYED, K_RECORDS, K_BY_ID, K_BY_CONTENT};
+    int lists[] = {K_ITEMS, K_ROWS, K_ID_KEYS, K_CONTENTS, K_SITES, K_DECISIONS, K_MATCHES, K_SIMILARITIES, K_COUNTS};
+    int dicts[] = {K_REKEYED, K_RECORDS, K_BY_ID, K_BY_CONTENT, K_NAMES};
     for (size_t i = 0; i < sizeof lists / sizeof *lists; i++)
         if (!PyList_Check(PyTuple_GET_ITEM(c, lists[i]))) {
-            PyErr_SetString(PyExc_TypeError, "kept_alone: items, rows, hashes, sites and decisions are lists");
+            PyErr_SetString(PyExc_TypeError, "kept_alone: items, rows, hashes, sites, decisions and outcomes are lists");
             return -1;
         }
     for (size_t i = 0; i < sizeof dicts / sizeof *dicts; i++)
         if (!PyDict_Check(PyTuple_GET_ITEM(c, dicts[i]))) {
-            PyErr_SetString(PyExc_TypeError, "kept_alone: rekeyed, records, by_id and by_content are dicts");
+            PyErr_SetString(PyExc_TypeError, "kept_alone: rekeyed, records, by_id, by_content and names are dicts");
             return -1;
         }
     if (PyTuple_GET_SIZE(PyTuple_GET_ITEM(c, K_RECORD_SETTERS)) != R_FIELDS + 1
@@ -2027,7 +2030,36 @@ static int file_serial(PyObject *by_id, PyObject *ident, PyObject *serial) {
     return PyList_Append(serials, serial);
 }
 
-/* Item i (a document, row surely kept) kept as serial: decide._State.kept_alone's steps. */
+/* ===== Rows decided from the store's evidence alone (hot36) =====
+ * Besides rows surely kept, kept_alone takes the rows whose only candidates are stored documents that the
+ * evidence verified (decide._State.quick_rows): counts[row] of them (0: a row surely kept), matches[row] the
+ * best at or above the threshold (None: none), similarities[row] its Jaccard, names[match] its id. Such a row
+ * is a near duplicate of its match (DocRecord.near_duplicate), or kept; its decision counts its candidates,
+ * all verified (decide._as_decision). */
+
+/* The row's match and its id (both borrowed; match None: kept), or -1 with an error set. */
+static int quick_match(PyObject *c, Py_ssize_t r, PyObject **match, PyObject **name) {
+    PyObject *matches = PyTuple_GET_ITEM(c, K_MATCHES);
+    if (r >= PyList_GET_SIZE(matches) || r >= PyList_GET_SIZE(PyTuple_GET_ITEM(c, K_SIMILARITIES))
+        || r >= PyList_GET_SIZE(PyTuple_GET_ITEM(c, K_COUNTS))) {
+        PyErr_SetString(PyExc_IndexError, "kept_alone: a row out of the outcomes");
+        return -1;
+    }
+    *match = PyList_GET_ITEM(matches, r);
+    *name = NULL;
+    if (*match == Py_None) return 0;
+    *name = PyDict_GetItemWithError(PyTuple_GET_ITEM(c, K_NAMES), *match);
+    if (!*name) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyError, "kept_alone: a match without a name");
+        return -1;
+    }
+    return 0;
+}
+
+/* ===== end of the rows decided from the store's evidence (hot36) ===== */
+
+/* Item i (a document, row surely kept or decided from the store's evidence) as serial: decide._State.kept_alone's
+ * steps. */
 static int keep_alone(PyObject *c, Py_ssize_t i, PyObject *serial) {
     PyObject *doc = PyList_GET_ITEM(PyTuple_GET_ITEM(c, K_ITEMS), i);
     PyObject *row = PyList_GET_ITEM(PyTuple_GET_ITEM(c, K_ROWS), i);
@@ -2039,25 +2071,33 @@ static int keep_alone(PyObject *c, Py_ssize_t i, PyObject *serial) {
         PyErr_SetString(PyExc_IndexError, "kept_alone: a row out of the batch");
         return -1;
     }
-    PyObject *ident = PyList_GET_ITEM(id_keys, r), *content = PyList_GET_ITEM(contents, r);
+    PyObject *ident = PyList_GET_ITEM(id_keys, r), *content = PyList_GET_ITEM(contents, r), *match, *name;
+    if (quick_match(c, r, &match, &name) < 0) return -1;
+    PyObject *similarity = PyList_GET_ITEM(PyTuple_GET_ITEM(c, K_SIMILARITIES), r);
+    PyObject *count = PyList_GET_ITEM(PyTuple_GET_ITEM(c, K_COUNTS), r);
     PyObject *keys = PyDict_GetItemWithError(PyTuple_GET_ITEM(c, K_REKEYED), row);
     if (!keys && PyErr_Occurred()) return -1;
     PyObject *id = PyObject_GetAttr(doc, id_name), *source = id ? PyObject_GetAttr(doc, source_name) : NULL;
     PyObject *places = source ? PyObject_CallMethodNoArgs(source, as_list_name) : NULL;
-    PyObject *record = NULL, *pair = NULL, *decision = NULL, *zero = PyLong_FromLong(0);
+    PyObject *record = NULL, *pair = NULL, *decision = NULL;
     int result = -1;
-    if (!places || !zero) goto done;
-    PyObject *fields[R_FIELDS] = {serial, id, Py_True, serial, id, Py_None, Py_None, Py_None, Py_False, content,
-                                  places, keys ? keys : empty_bytes, PyTuple_GET_ITEM(c, K_NOW), Py_False,
-                                  PyList_GET_ITEM(sites, r), Py_None};
-    if (!(record = made(PyTuple_GET_ITEM(c, K_RECORD_SETTERS), fields, R_FIELDS))) goto done;
+    if (!places) goto done;
+    PyObject *kept[R_FIELDS] = {serial, id, Py_True, serial, id, Py_None, Py_None, Py_None, Py_False, content,
+                                places, keys ? keys : empty_bytes, PyTuple_GET_ITEM(c, K_NOW), Py_False,
+                                PyList_GET_ITEM(sites, r), Py_None};
+    PyObject *near[R_FIELDS] = {serial, id, Py_False, match, name, match, name, similarity, Py_False, content,
+                                places, empty_bytes, PyTuple_GET_ITEM(c, K_NOW), Py_False,
+                                PyList_GET_ITEM(sites, r), Py_None};
+    if (!(record = made(PyTuple_GET_ITEM(c, K_RECORD_SETTERS), name ? near : kept, R_FIELDS))) goto done;
     if (!(pair = PyTuple_Pack(2, record, row))) goto done;
     if (PyDict_SetItem(PyTuple_GET_ITEM(c, K_RECORDS), serial, pair) < 0) goto done;
     if (file_serial(PyTuple_GET_ITEM(c, K_BY_ID), ident, serial) < 0) goto done;
     if (!PyDict_SetDefault(PyTuple_GET_ITEM(c, K_BY_CONTENT), content, serial)) goto done;
     PyObject *outcome[11] = {id, PyTuple_GET_ITEM(c, K_KEPT), id, Py_None, Py_None, Py_None, Py_False, Py_False,
-                             zero, zero, Py_None};
-    if (!(decision = made(PyTuple_GET_ITEM(c, K_DECISION_SETTERS), outcome, 11))) goto done;
+                             count, count, Py_None};
+    PyObject *duplicate[11] = {id, PyTuple_GET_ITEM(c, K_DUPLICATE), name, name, similarity, Py_None, Py_False,
+                               Py_False, count, count, Py_None};
+    if (!(decision = made(PyTuple_GET_ITEM(c, K_DECISION_SETTERS), name ? duplicate : outcome, 11))) goto done;
     result = PyList_SetItem(PyTuple_GET_ITEM(c, K_DECISIONS), i, decision);  /* steals it */
     decision = NULL;
 done:
@@ -2067,7 +2107,6 @@ done:
     Py_XDECREF(record);
     Py_XDECREF(pair);
     Py_XDECREF(decision);
-    Py_XDECREF(zero);
     return result;
 }
 
@@ -2567,6 +2606,177 @@ failed:
     return NULL;
 }
 
+/* ===== Band evidence: the recent mirror's levels searched in one call, found runs merged (hot36) =====
+ *
+ * level_rows(levels, asked, bits, shift) -> (slots bytearray, serials bytearray)
+ *     The entries of the recent mirror's levels (mirror.RecentMirror: a list of (uint64 slots, int64
+ *     serials) pairs, each sorted by slot, oldest level first) under the sorted band slots asked (repeats
+ *     allowed, each searched once), leaving out those whose presence bit (key_bits_test's) is clear:
+ *     slot by slot, each level's entries in turn, so that with levels whose serials ascend within a slot
+ *     and from level to level the result is sorted by slot, then serial.
+ *
+ * earliest_runs(runs, limit) -> (keys bytearray, serials bytearray) or None
+ *     candidates.earliest_of_each_key of the runs' entries together ((uint64 keys, int64 serials) pairs):
+ *     sorted by key, then serial, each key keeping its first limit; by merging the runs, each of which
+ *     must be so sorted already (None when one is not: the caller sorts). */
+
+typedef struct { int64_t *serials; uint64_t *keys; Py_ssize_t size, room; } Entries;
+
+static int entries_add(Entries *e, uint64_t key, int64_t serial) {
+    if (e->size == e->room) {
+        Py_ssize_t room = e->room ? 2 * e->room : 256;
+        uint64_t *keys = realloc(e->keys, (size_t)room * 8);
+        if (!keys) { PyErr_NoMemory(); return -1; }
+        e->keys = keys;
+        int64_t *serials = realloc(e->serials, (size_t)room * 8);
+        if (!serials) { PyErr_NoMemory(); return -1; }
+        e->serials = serials;
+        e->room = room;
+    }
+    e->keys[e->size] = key;
+    e->serials[e->size++] = serial;
+    return 0;
+}
+
+static PyObject *entries_result(Entries *e) {
+    PyObject *keys = PyByteArray_FromStringAndSize((const char *)e->keys, e->size * 8);
+    PyObject *serials = keys ? PyByteArray_FromStringAndSize((const char *)e->serials, e->size * 8) : NULL;
+    if (!serials) { Py_XDECREF(keys); return NULL; }
+    return Py_BuildValue("NN", keys, serials);
+}
+
+/* The (keys, serials) pairs of a list, viewed: n of them, or -1 with an error set (views released). */
+static Py_ssize_t entry_pairs(PyObject *list, Py_buffer **views, const char *what) {
+    if (!PyList_Check(list)) { PyErr_Format(PyExc_TypeError, "%s: a list of (keys, serials)", what); return -1; }
+    Py_ssize_t n = PyList_GET_SIZE(list), got = 0;
+    *views = calloc((size_t)(2 * n + 1), sizeof(Py_buffer));
+    if (!*views) { PyErr_NoMemory(); return -1; }
+    for (; got < n; got++) {
+        PyObject *pair = PyList_GET_ITEM(list, got);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_Format(PyExc_TypeError, "%s: a list of (keys, serials)", what);
+            break;
+        }
+        if (get_buffer(PyTuple_GET_ITEM(pair, 0), &(*views)[2 * got], 8, 0, "keys") < 0) break;
+        if (get_buffer(PyTuple_GET_ITEM(pair, 1), &(*views)[2 * got + 1], 8, 0, "serials") < 0) {
+            PyBuffer_Release(&(*views)[2 * got]);
+            break;
+        }
+        if ((*views)[2 * got].len != (*views)[2 * got + 1].len) {
+            PyErr_Format(PyExc_ValueError, "%s: keys and serials differ in length", what);
+            PyBuffer_Release(&(*views)[2 * got]);
+            PyBuffer_Release(&(*views)[2 * got + 1]);
+            break;
+        }
+    }
+    if (got == n) return n;
+    for (Py_ssize_t i = 0; i < 2 * got; i++) PyBuffer_Release(&(*views)[i]);
+    free(*views);
+    *views = NULL;
+    return -1;
+}
+
+static void entry_pairs_release(Py_buffer *views, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < 2 * n; i++) PyBuffer_Release(&views[i]);
+    free(views);
+}
+
+static PyObject *level_rows(PyObject *self, PyObject *args) {
+    PyObject *o_levels, *o_asked, *o_bits;
+    int shift;
+    if (!PyArg_ParseTuple(args, "OOOi", &o_levels, &o_asked, &o_bits, &shift)) return NULL;
+    Py_buffer *levels = NULL, av, bv;
+    Py_ssize_t k = entry_pairs(o_levels, &levels, "level_rows");
+    if (k < 0) return NULL;
+    if (get_buffer(o_asked, &av, 8, 0, "asked") < 0) { entry_pairs_release(levels, k); return NULL; }
+    if (get_buffer(o_bits, &bv, 1, 0, "bits") < 0) {
+        PyBuffer_Release(&av);
+        entry_pairs_release(levels, k);
+        return NULL;
+    }
+    Entries out = {NULL, NULL, 0, 0};
+    PyObject *result = NULL;
+    Py_ssize_t *from = calloc((size_t)k + 1, sizeof(Py_ssize_t));
+    if (!from) { PyErr_NoMemory(); goto done; }
+    const uint64_t *asked = av.buf, mask = (uint64_t)bv.len * 8 - 1;
+    const uint8_t *map = bv.buf;
+    Py_ssize_t a = av.len / 8;
+    if (bv.len == 0 || (bv.len & (bv.len - 1)) || shift < 0 || shift > 63) {
+        PyErr_SetString(PyExc_ValueError, "level_rows: the presence bits are not a power of two bytes");
+        goto done;
+    }
+    for (Py_ssize_t q = 0; q < a; q++) {
+        uint64_t want = asked[q], number = (want >> shift) & mask;
+        if ((q > 0 && want == asked[q - 1]) || !((map[number >> 3] >> (number & 7)) & 1)) continue;
+        for (Py_ssize_t l = 0; l < k; l++) {
+            const uint64_t *keys = levels[2 * l].buf;
+            const int64_t *serials = levels[2 * l + 1].buf;
+            Py_ssize_t n = levels[2 * l].len / 8, at = from[l];
+            if (at >= n) continue;
+            at = lower_bound_from(keys, n, want, at);
+            for (; at < n && keys[at] == want; at++)
+                if (entries_add(&out, want, serials[at]) < 0) goto done;
+            from[l] = at;
+        }
+    }
+    result = entries_result(&out);
+done:
+    free(from); free(out.keys); free(out.serials);
+    PyBuffer_Release(&bv);
+    PyBuffer_Release(&av);
+    entry_pairs_release(levels, k);
+    return result;
+}
+
+/* Whether entries are sorted by key, then serial. */
+static int entries_sorted(const uint64_t *keys, const int64_t *serials, Py_ssize_t n) {
+    for (Py_ssize_t i = 1; i < n; i++)
+        if (keys[i] < keys[i - 1] || (keys[i] == keys[i - 1] && serials[i] < serials[i - 1])) return 0;
+    return 1;
+}
+
+static PyObject *earliest_runs(PyObject *self, PyObject *args) {
+    PyObject *o_runs;
+    Py_ssize_t limit;
+    if (!PyArg_ParseTuple(args, "On", &o_runs, &limit)) return NULL;
+    Py_buffer *runs = NULL;
+    Py_ssize_t k = entry_pairs(o_runs, &runs, "earliest_runs");
+    if (k < 0) return NULL;
+    Entries out = {NULL, NULL, 0, 0};
+    PyObject *result = NULL;
+    Py_ssize_t *at = calloc((size_t)k + 1, sizeof(Py_ssize_t));
+    if (!at) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t r = 0; r < k; r++)
+        if (!entries_sorted(runs[2 * r].buf, runs[2 * r + 1].buf, runs[2 * r].len / 8)) {
+            result = Py_None;
+            Py_INCREF(result);
+            goto done;
+        }
+    Py_ssize_t kept = 0;
+    for (;;) {
+        Py_ssize_t best = -1;
+        uint64_t key = 0;
+        int64_t serial = 0;
+        for (Py_ssize_t r = 0; r < k; r++) {
+            if (at[r] >= runs[2 * r].len / 8) continue;
+            uint64_t rk = ((const uint64_t *)runs[2 * r].buf)[at[r]];
+            int64_t rs = ((const int64_t *)runs[2 * r + 1].buf)[at[r]];
+            if (best < 0 || rk < key || (rk == key && rs < serial)) { best = r; key = rk; serial = rs; }
+        }
+        if (best < 0) break;
+        at[best]++;
+        kept = out.size && out.keys[out.size - 1] == key ? kept + 1 : 1;
+        if (kept <= limit && entries_add(&out, key, serial) < 0) goto done;
+    }
+    result = entries_result(&out);
+done:
+    free(at); free(out.keys); free(out.serials);
+    entry_pairs_release(runs, k);
+    return result;
+}
+
+/* ===== end of the band evidence block (hot36) ===== */
+
 static PyMethodDef methods[] = {
     {"shingles", shingles, METH_VARARGS, "Sorted unique shingle hashes of every document (see the module)."},
     {"minhash", minhash, METH_VARARGS, "MinHash signatures of every document (see the module)."},
@@ -2600,6 +2810,8 @@ static PyMethodDef methods[] = {
     {"kept_alone", kept_alone, METH_VARARGS, "A batch's items surely kept, from start to stop (see the module)."},
     {"record_batches", record_batches, METH_VARARGS, "Kafka v2 record batches of (timestamp_ms, key, value, headers) records (see the module)."},
     {"consumer_records", consumer_records, METH_VARARGS, "A v2 record batch's records as kafka-python's ConsumerRecords (see the module)."},
+    {"level_rows", level_rows, METH_VARARGS, "The recent mirror's entries under sorted slots, every level in one pass (see the block)."},
+    {"earliest_runs", earliest_runs, METH_VARARGS, "Sorted (key, serial) runs merged, each key's first so many kept (see the block)."},
     {NULL, NULL, 0, NULL},
 };
 

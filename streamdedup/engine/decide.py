@@ -124,7 +124,7 @@ def decide_together(batch: PreparedBatch, evidences: list[Evidence], rules: Dedu
     alone_rows = state.alone_rows()
     alone = alone_rows.tolist()
     quick = gathered is None and mine is None  # alone rows kept on the short path (``_State.keep_alone``)
-    for i in _others(batch.row, alone_rows) if quick else range(len(batch.items)):
+    for i in _others(batch.row, state.quick_rows(alone_rows)) if quick else range(len(batch.items)):
         if quick:
             state.keep_alone(decisions, i)  # the items before ``i`` not kept yet: most rows
             if i == len(batch.items):
@@ -209,6 +209,11 @@ class _State:
         self.first = _FirstPages(self, rekeys, provisional_pages) if content is not None else None
         self.kept_upto = 0  # the items before it are decided (``keep_alone``)
         self._alone_context: Optional[tuple] = None
+        n = len(batch.contents)  # each row's outcome on the quick path (``quick_rows``): kept alone by default
+        self.quick_counts: list[int] = [0] * n
+        self.quick_matches: list[Optional[int]] = [None] * n
+        self.quick_similarities: list[Optional[float]] = [None] * n
+        self._untouched: Optional[np.ndarray] = None
 
     def record(self, serial: int) -> DocRecord:
         record, row = self.records[serial]
@@ -320,11 +325,63 @@ class _State:
         alone = np.diff(np.asarray(self.strong.bounds)) == 0
         if self.anchors is not None:
             alone[:] = False
-        others = set(self.shared_within) | set(self.replays) | set(self.twins)
-        if others:
-            alone[np.fromiter(others, dtype=np.int64, count=len(others))] = False
-        alone &= ~self._rows_templates_touch() & self.alike_ids.first_of_each() & self.alike_contents.first_of_each()
+        alone &= self._rows_untouched()
         return alone[:n]
+
+    def _rows_untouched(self) -> np.ndarray:
+        """The rows no other row of the batch touches: no replay or twin, sharing no band key, id or content
+        with another row, and whose keeping touches no site template."""
+        if self._untouched is None:
+            untouched = np.ones(len(self.batch.contents), dtype=bool)
+            others = set(self.shared_within) | set(self.replays) | set(self.twins)
+            if others:
+                untouched[np.fromiter(others, dtype=np.int64, count=len(others))] = False
+            untouched &= ~self._rows_templates_touch() & self.alike_ids.first_of_each()
+            self._untouched = untouched & self.alike_contents.first_of_each()
+        return self._untouched
+
+    def quick_rows(self, alone: np.ndarray) -> np.ndarray:
+        """The rows the quick path decides (``keep_alone``): those surely kept (``alone``), and those decided by
+        the stored candidates' similarities alone (``_rows_by_stored``), whose outcomes it notes: how many
+        candidates, the best match at or above the threshold (ties: the earliest) and its Jaccard, as
+        ``_best_match`` finds them."""
+        by_stored = self._rows_by_stored()
+        if not by_stored.any():
+            return alone
+        strong = self.strong
+        counts = np.diff(np.asarray(strong.bounds))
+        for row, count in zip(np.flatnonzero(by_stored).tolist(), counts[by_stored].tolist()):
+            self.quick_counts[row] = count
+        similarity = self.similarity  # (row, serial) -> Jaccard of the stored candidates verified
+        if similarity:
+            pairs = np.array(list(similarity), dtype=np.int64).reshape(len(similarity), 2)
+            values = np.fromiter(similarity.values(), dtype=np.float64, count=len(similarity))
+            listed = (np.repeat(np.arange(len(counts), dtype=np.int64), counts) << 40) | strong.serials  # sorted
+            asked = (pairs[:, 0] << 40) | pairs[:, 1]
+            at = np.minimum(np.searchsorted(listed, asked), max(len(listed) - 1, 0))
+            take = by_stored[pairs[:, 0]] & (values >= self.rules.threshold) & (listed[at] == asked)
+            rows, serials, values = pairs[take, 0], pairs[take, 1], values[take]
+            order = np.lexsort((serials, -values, rows))  # by row, the most similar first, then the earliest
+            rows, serials = rows[order], serials[order]
+            best = np.ones(len(rows), dtype=bool)
+            best[1:] = rows[1:] != rows[:-1]
+            for row, serial in zip(rows[best].tolist(), serials[best].tolist()):
+                self.quick_matches[row] = serial
+                self.quick_similarities[row] = similarity[(row, serial)]
+        return alone | by_stored
+
+    def _rows_by_stored(self) -> np.ndarray:
+        """The rows whose decision the stored candidates' similarities make alone: they share ``min_shared``
+        bands with at most ``max_candidates`` stored documents, all proposed and verified by the evidence, and
+        no other row touches them (``_rows_untouched``: with site templates, rows before the first where a
+        site settles, and not a learning site's first page); the batch has no excerpts or candidates gathered
+        elsewhere, no entry that proposes nothing and none past retention. ``decide`` takes such a row's
+        candidates as listed (``_best_match``: no page is rekeyed before it), and keeps it or makes it a near
+        duplicate of the most similar, filing nothing else."""
+        counts = np.diff(np.asarray(self.strong.bounds))
+        if self.anchors is not None or self.gathered is not None or self.unmatchable or self.unkept:
+            return np.zeros(len(counts), dtype=bool)
+        return (counts > 0) & (counts <= self.rules.max_candidates) & self._rows_untouched()
 
     def _rows_templates_touch(self) -> np.ndarray:
         """The rows whose keeping touches the site templates: learning sites' first pages, and every row from
@@ -338,15 +395,15 @@ class _State:
         return touched
 
     def keep_alone(self, decisions: list, stop: int) -> None:
-        """The items from ``kept_upto`` to ``stop``, documents of ``alone_rows``, kept (``kept_alone``); in one
-        kernel call when there is one (``_kernel.kept_alone``: the same records, decisions and filing)."""
+        """The items from ``kept_upto`` to ``stop``, documents of ``quick_rows``, decided (``decided_quick``); in
+        one kernel call when there is one (``_kernel.kept_alone``: the same records, decisions and filing)."""
         start, self.kept_upto = self.kept_upto, stop + 1
         if start >= stop:
             return
         if _kernel is None:
             items, rows = self.batch.items, self.batch.row
             for i in range(start, stop):
-                decisions[i] = self.kept_alone(items[i], rows[i])
+                decisions[i] = self.decided_quick(items[i], rows[i])
             return
         if self._alone_context is None:
             self._alone_context = self.alone_context(decisions)
@@ -357,7 +414,22 @@ class _State:
         batch = self.batch
         rekeyed = {row: self.lookup_keys[row].astype(">u4").tobytes() for row in self.rekeyed_rows}
         return (batch.items, batch.row, batch.id_keys, batch.contents, self.sites, rekeyed, self.now, self.records,
-                self.by_id, self.by_content, decisions, _RECORD_SETTERS, _DECISION_SETTERS, KEPT)
+                self.by_id, self.by_content, decisions, _RECORD_SETTERS, _DECISION_SETTERS, KEPT, self.quick_matches,
+                self.quick_similarities, self.quick_counts, self.names, DUPLICATE)
+
+    def decided_quick(self, doc, row: int) -> Decision:
+        """Row ``row``, one of ``quick_rows``, decided as ``decide`` decides it: kept alone, or by its stored
+        candidates' outcome (``quick_rows``), a near duplicate of its best match or kept."""
+        count = self.quick_counts[row]
+        if count == 0:
+            return self.kept_alone(doc, row)
+        batch, serial, site, match = self.batch, self.next_serial, self.sites[row], self.quick_matches[row]
+        ident, content = batch.id_keys[row], batch.contents[row]
+        if match is None:
+            return self._kept(doc, row, serial, ident, content, site, True, count, count)
+        record = DocRecord.near_duplicate(match, self.names[match], self.quick_similarities[row], serial, doc,
+                                          content, self.now, site)
+        return self._insert(record, ident, row, True, count, count)
 
     def kept_alone(self, doc, row: int) -> Decision:
         """Row ``row``, one of ``alone_rows``, kept as the next serial: what ``decide`` makes of it (``_alone``,

@@ -23,7 +23,7 @@ from ..store.anchors import BatchAnchors
 from ..store.bands import BandTables
 from ..store.hashed import serials_of_many
 from ..store.index import DocRecord, IndexTxn, damaged_shingles
-from ..store.candidates import Hits, RekeyedKeys, earliest_of_each_key, with_extra_candidates
+from ..store.candidates import Hits, RekeyedKeys, earliest_of_runs, with_extra_candidates
 from ..store.mirror import RecentMirror
 from ..store.view import first_documents
 from ..store.sites import provisional_pages, remove_rekeyed, write_rekeyed
@@ -181,11 +181,11 @@ def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch:
     records = _RecordCache(txn)
     evidence = Evidence()
     asked, rows = probe_slots(batch, lookup_keys, content)
-    found_keys, found_serials = bands.lookup(txn, mirror, asked)
-    if asking.cutoff is not None and len(found_keys):
-        found_keys, found_serials = _unexpired(found_keys, found_serials, records, asking.cutoff)
+    runs = bands.lookup_runs(txn, mirror, asked)
+    if asking.cutoff is not None:
+        runs = [_unexpired(keys, serials, records, asking.cutoff) for keys, serials in runs if len(keys)]
+    found_keys, found_serials = earliest_of_runs(runs, asking.max_candidates)
     if len(found_keys):
-        found_keys, found_serials = earliest_of_each_key(found_keys, found_serials, asking.max_candidates)
         evidence.found_keys, evidence.found_serials = found_keys, found_serials
     hits = Hits.found(asked, rows, len(batch.contents), found_keys, found_serials, asking.max_candidates)
     evidence.hits = (asked, asking.max_candidates, hits)  # the batch's decision asks for the same

@@ -229,6 +229,13 @@ class BandTables:
         cursor positioning per key and epoch (``_stored_rows``); keys the
         filter surely lacks are not asked.
         """
+        runs = self.lookup_runs(txn, mirror, slots)
+        return np.concatenate([k for k, _ in runs]), np.concatenate([s for _, s in runs])
+
+    def lookup_runs(self, txn: IndexTxn, mirror, slots: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``lookup``'s entries as the runs it joins: the table's (sorted by slot, then serial, while the
+        index numbers fewer than 2^23 documents: one epoch), the rekeyed table's, the mirror's
+        (``RecentMirror.band_runs``); ``candidates.earliest_of_runs`` merges such runs."""
         in_order_band, in_order_key, first = _walk_order(slots)
         request = np.empty(int(first.sum()), dtype=KEY_ROW)
         request["band"], request["key"] = in_order_band[first], in_order_key[first]
@@ -245,10 +252,9 @@ class BandTables:
             found = txn.txn.cursor(db=txn.dbs["rekeyed"]).getmulti(as_bytes_list(everything), dupdata=True,
                                                                    dupfixed_bytes=8, keyfixed=True)
             rekeyed = np.frombuffer(found, dtype=BAND_ROW)
-        recent_slots, recent_serials = mirror.band_rows(slots)
-        return (np.concatenate((band_slots(stored_bands, stored_keys_),
-                                band_slots(rekeyed["band"], rekeyed["key"]), recent_slots)),
-                np.concatenate((stored_serials, rekeyed["serial"].astype(np.int64), recent_serials)))
+        return [(band_slots(stored_bands, stored_keys_), stored_serials),
+                (band_slots(rekeyed["band"], rekeyed["key"]), rekeyed["serial"].astype(np.int64)),
+                *mirror.band_runs(slots)]
 
     # -- changes -------------------------------------------------------
 

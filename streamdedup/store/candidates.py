@@ -17,7 +17,7 @@ except ImportError:  # built by ``pip install`` when a C compiler is there; nump
     _kernel = None
 
 __all__ = ["Hits", "SharedKeys", "RekeyedKeys", "keys_shared_within", "chosen_candidates", "file_prober", "filed_places",
-           "with_extra_candidates", "earliest_of_each_key", "room_under", "ranges"]
+           "with_extra_candidates", "earliest_of_each_key", "earliest_of_runs", "room_under", "ranges"]
 
 
 def with_extra_candidates(serials: np.ndarray, shared: np.ndarray, extra: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -185,7 +185,8 @@ def room_under(slots: np.ndarray, found_slots: np.ndarray, per_key: int) -> dict
     committed entries found under it (``found_slots``, one per entry), for the slots some found ones hold."""
     if not len(slots) or not len(found_slots):
         return {}
-    shared = np.unique(slots)  # few: each found entry is placed among them (found ones are many)
+    shared = np.sort(slots)  # few, made unique: each found entry is placed among them (found ones are many)
+    shared = shared[np.concatenate(([True], shared[1:] != shared[:-1]))]  # np.unique imports numpy.ma at first
     place = np.minimum(np.searchsorted(shared, found_slots), len(shared) - 1)
     hit = shared[place] == found_slots
     count = np.bincount(place[hit], minlength=len(shared))
@@ -289,6 +290,20 @@ class SharedKeys:
     def slots(self) -> np.ndarray:
         """Every band slot some row shares with another (with repeats)."""
         return self._keys
+
+
+def earliest_of_runs(runs: list[tuple[np.ndarray, np.ndarray]], limit: int) -> tuple[np.ndarray, np.ndarray]:
+    """``earliest_of_each_key`` of the (keys, serials) runs' entries together: merged by the kernel when every
+    run is sorted by key, then serial already (``_kernel.earliest_runs``: the same pairs), else sorted."""
+    runs = [(np.ascontiguousarray(k, dtype=np.uint64), np.ascontiguousarray(s, dtype=np.int64))
+            for k, s in runs if len(k)]
+    if _kernel is not None and runs:
+        merged = _kernel.earliest_runs(runs, limit)
+        if merged is not None:
+            return np.frombuffer(merged[0], dtype=np.uint64), np.frombuffer(merged[1], dtype=np.int64)
+    if not runs:
+        return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
+    return earliest_of_each_key(np.concatenate([k for k, _ in runs]), np.concatenate([s for _, s in runs]), limit)
 
 
 def earliest_of_each_key(keys: np.ndarray, serials: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:

@@ -308,23 +308,35 @@ class RecentMirror:
         of new documents) are dropped first; each other key is searched
         once, in sorted order, which keeps the binary searches in cache.
         """
+        runs = self.band_runs(asked)
+        if len(runs) == 1:
+            return runs[0]
+        return np.concatenate([k for k, _ in runs]), np.concatenate([s for _, s in runs])
+
+    def band_runs(self, asked: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``band_rows`` as the runs it joins: the generation being merged's, then this one's, each sorted by
+        slot (and by serial within a slot, as entries are taken in serial order but for the places of a
+        batch's duplicates, which follow its kept documents' entries)."""
         older = self.merging
         if older is not None:
             rest = asked[int(np.searchsorted(asked, np.uint64(self._merged_slots))):]
-            found = [older.band_rows(rest), self._own_band_rows(asked)]
-            return np.concatenate([k for k, _ in found]), np.concatenate([s for _, s in found])
-        return self._own_band_rows(asked)
+            return [older._own_band_rows(rest), self._own_band_rows(asked)]
+        return [self._own_band_rows(asked)]
 
     def _own_band_rows(self, asked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if not len(self._settled) and not len(self._middle) and not self._fresh:
             none = _band_entries()
             return none[0], none[1]
+        levels = [self._settled.entries(), self._middle.entries(), *self._fresh]
+        if _kernel is not None:  # every level searched in one pass, slot by slot (the same entries, sorted)
+            slots, serials = _kernel.level_rows(levels, np.ascontiguousarray(asked, dtype=np.uint64),
+                                                self._present.bits, int(self._present.SHIFT))
+            return np.frombuffer(slots, dtype=np.uint64), np.frombuffer(serials, dtype=np.int64)
         first = np.ones(len(asked), dtype=bool)
         first[1:] = asked[1:] != asked[:-1]
         first &= self._present.may_hold(asked)
         asked = asked[first]  # each key once (np.unique, which hashes, is slower here)
-        found = [_rows_with_keys(keys, serials, asked)
-                 for keys, serials in (self._settled.entries(), self._middle.entries(), *self._fresh)]
+        found = [_rows_with_keys(keys, serials, asked) for keys, serials in levels]
         return np.concatenate([k for k, _ in found]), np.concatenate([s for _, s in found])
 
     def remove(self, serials: set[int], kept: set[int]) -> None:
@@ -570,6 +582,11 @@ class _KeyBits:
 
     def __init__(self) -> None:
         self._bits = np.zeros(1 << (KEY_BITS_LOG2 - 3), dtype=np.uint8)
+
+    @property
+    def bits(self) -> np.ndarray:
+        """The map itself (read only): ``_kernel.level_rows`` tests it as ``may_hold`` does."""
+        return self._bits
 
     def add(self, keys: np.ndarray) -> None:
         """Set the bits of ``keys`` (in the kernel; in numpy sorted by bit first, so that a byte's bits are

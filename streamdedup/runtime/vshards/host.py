@@ -37,6 +37,7 @@ from ...faults import reached
 from ...ops.logs import Log
 from ...ops.telemetry import WorkerTelemetry
 from ..checkpoint import VShardCommit, VShardEpoch
+from ..fetch import held_fetches
 from ..sessions import SessionLoop, Stopper
 from ..sink.appender import RecordAppender
 from ..sink.producer import KafkaSink, Pending
@@ -48,13 +49,17 @@ from .topics import SIGNED_MESSAGE_BYTES, ensure_internal_topics, values_topic
 
 __all__ = ["run_vshards", "parse_vshards", "VShardHost"]
 
-# A stage's messages cross between processes once a fetch brings them: with the client's default (500 ms), a
-# fetch the broker holds came back only when its wait ran out, and an epoch took 1.3 s where its stages' work
-# took 0.1 (36,852 documents, 8 vshards in 2 processes: 11.1 s; 6.4 s with 5 ms). With 10 ms an idle host spends
-# 12-13% of a core fetching (and the broker 9-12%). Longer waits let some stage messages sit out the whole wait
-# (2026-12-06, load 4-5: epochs' p90 1.07 s at 10 ms, 1.25 s at 100, 1.69 s at 500; a one-record epoch 0.15 s at
-# 10 ms, 0.6 s at 500), although two plain clients ping-pong in 4 ms at either wait.
+# A stage's messages cross between processes once a fetch brings them. kafka-python leaves out of a fetch the
+# partitions whose records it holds untaken, and sends no other fetch to the broker until the one in flight comes
+# back: a message for such a partition waited out the whole wait (with the client's default 500 ms, an epoch took
+# 1.3 s where its stages' work took 0.1; a one-record epoch 0.6 s against 0.15 at 10 ms). So a fetch that leaves
+# some out waits ``FETCH_WAIT_MS`` at most, and one that asks for every partition, which the broker answers as soon
+# as any has a message, ``HELD_FETCH_MS`` (``fetch.held_fetches``): fetching every 10 ms cost an idle host 6% of a
+# core and the broker 3% for each (2026-12-06: 2.5% and 0.5% so). One case is left: a partition assigned while a held
+# fetch is in flight (a vshard taken from another process) is first fetched when that fetch comes back, at most
+# ``HELD_FETCH_MS`` later; a process fetches nothing before its first vshards, so its start does not wait so.
 FETCH_WAIT_MS = 10
+HELD_FETCH_MS = 500
 # The group's member reads nothing: its partitions are paused as they are assigned, but a fetch may go out before
 # (kafka-python assigns them, then calls the listener), and from the records topic's beginning a fetch brought up
 # to 64 MiB of home messages for the member's network thread to parse in Python. A host that was given all the
@@ -194,7 +199,8 @@ class _Inbound:
 
         self.order_tp = TopicPartition(config.shards.signed_topic, 0)
         self.records_topic, self.exchange_topic = values_topic(config), config.shards.evidence_topic
-        self.source = KafkaSource([], {"fetch_max_wait_ms": FETCH_WAIT_MS, **settings}, None, 1000)
+        self.source = KafkaSource([], {"fetch_max_wait_ms": HELD_FETCH_MS, **settings}, None, 1000)
+        held_fetches(self.source.consumer, FETCH_WAIT_MS)
         self.source.assign([self.order_tp])
         self.first_order = self.source.consumer.beginning_offsets([self.order_tp])[self.order_tp]
         self.orders: dict[int, bytes] = {}
@@ -436,7 +442,9 @@ class VShardHost:
                 received = self._receive(inbound.take_stages())
                 self._flush()
                 self._commit_decided()
-            if started or received:
+            if not self.hosted:  # no fetch held at the broker when the first vshards come (``HELD_FETCH_MS``)
+                self.stopper.wait(0.05)
+            elif started or received:
                 inbound.poll(0)
             elif not inbound.poll(50) and until_caught_up and self._caught_up():
                 return
