@@ -36,6 +36,20 @@
  *     The uint32 values in neither sorted uint32 table, in their order, written to the front of out (room
  *     for every value); how many: templates.content_of's shingles without its two templates.
  *
+ * bucket_starts(table, shift, out)
+ *     Where each bucket of a sorted uint32 table starts: out[j] (uint32, 2**(32 - shift) + 1 of them) = the
+ *     first place whose value >> shift is j or more (the last: len(table)); templates.GrowingSet's main part.
+ *
+ * growing_member(values, main, starts, shift, recent, out)
+ *     out[i] (one byte) = whether uint32 values[i] is in sorted main (found through its bucket_starts) or in
+ *     sorted recent: templates.GrowingSet.contains, one bucket's few values walked a value instead of a
+ *     search through a site's hundreds of thousands of seen shingles.
+ *
+ * union_runs(a, b, out) -> int
+ *     sorted_union of two strictly increasing uint32 arrays, the smaller's values put between the runs of
+ *     the larger copied whole: a site's few hundred new shingles into its tens of thousands
+ *     (templates._merged); -1 when either is not strictly increasing (sorted_union then merges them).
+ *
  * merge_into(keys, values, n, run_keys, run_values)
  *     A run sorted by uint64 key, each key with an 8-byte value, merged into the first n entries of
  *     keys/values (sorted the same way, with room for the run) in place, from the end; the run's
@@ -2567,6 +2581,126 @@ failed:
     return NULL;
 }
 
+/* ---- Site learning's lookups and merges (templates.GrowingSet): a large sorted table found through its
+ * buckets, a page's few values merged into it ---- */
+
+/* starts[j] = the first place of sorted t[0:m] whose value's top bits (value >> shift) are j or more, for every
+ * j up to 2**(32 - shift) (that last one: m). */
+static void fill_bucket_starts(const uint32_t *t, Py_ssize_t m, int shift, uint32_t *starts) {
+    uint64_t buckets = (uint64_t)1 << (32 - shift);
+    Py_ssize_t at = 0;
+    for (uint64_t j = 0; j < buckets; j++) {
+        while (at < m && (uint64_t)(t[at] >> shift) < j) at++;
+        starts[j] = (uint32_t)at;
+    }
+    starts[buckets] = (uint32_t)m;
+}
+
+/* o[i] |= whether v[i] is in sorted t, found through its bucket (a few values, walked in order). */
+static void mark_bucketed(const uint32_t *v, Py_ssize_t n, const uint32_t *t, const uint32_t *starts, int shift,
+                          uint8_t *o) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint32_t key = v[i], j = shift == 32 ? 0 : key >> shift;
+        uint32_t at = starts[j], end = starts[j + 1];
+        while (at < end && t[at] < key) at++;
+        o[i] |= at < end && t[at] == key;
+    }
+}
+
+static int bucket_shift_ok(int shift, Py_ssize_t starts_len) {
+    if (shift < 1 || shift > 32 || starts_len != (((Py_ssize_t)1 << (32 - shift)) + 1) * 4) {
+        PyErr_SetString(PyExc_ValueError, "bucket starts: shift in 1..32 and 2**(32 - shift) + 1 starts");
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *bucket_starts(PyObject *self, PyObject *args) {
+    PyObject *o_table, *o_out;
+    int shift;
+    if (!PyArg_ParseTuple(args, "OiO", &o_table, &shift, &o_out)) return NULL;
+    Py_buffer table, out;
+    if (get_buffer(o_table, &table, 4, 0, "table") < 0) return NULL;
+    if (get_buffer(o_out, &out, 4, 1, "out") < 0) { PyBuffer_Release(&table); return NULL; }
+    if (bucket_shift_ok(shift, out.len)) fill_bucket_starts(table.buf, table.len / 4, shift, out.buf);
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&table);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *growing_member(PyObject *self, PyObject *args) {
+    PyObject *objects[5];
+    int shift;
+    if (!PyArg_ParseTuple(args, "OOOiOO", &objects[0], &objects[1], &objects[2], &shift, &objects[3], &objects[4]))
+        return NULL;
+    static const char *names[5] = {"values", "main", "starts", "recent", "out"};
+    Py_buffer views[5];
+    int got = 0;
+    for (; got < 5; got++)
+        if (get_buffer(objects[got], &views[got], got == 4 ? 1 : 4, got == 4, names[got]) < 0) break;
+    if (got == 5 && bucket_shift_ok(shift, views[2].len)) {
+        Py_ssize_t n = views[0].len / 4;
+        if (views[4].len != n) {
+            PyErr_SetString(PyExc_ValueError, "growing_member: out must have one byte a value");
+        } else {
+            memset(views[4].buf, 0, n);
+            mark_bucketed(views[0].buf, n, views[1].buf, views[2].buf, shift, views[4].buf);
+            mark_members(views[0].buf, n, views[3].buf, views[3].len / 4, views[4].buf);
+        }
+    }
+    while (got > 0) PyBuffer_Release(&views[--got]);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* Whether v[0:n] is strictly increasing (every value compared: no branch a value). */
+static int strictly_increasing(const uint32_t *v, Py_ssize_t n) {
+    int bad = 0;
+    for (Py_ssize_t k = 1; k < n; k++) bad |= v[k] <= v[k - 1];
+    return !bad;
+}
+
+/* The union of strictly increasing x[0:n] and y[0:m] into o, y's values put one by one between the runs of x
+ * copied whole (a merge costs a copy of the larger array, not a step a value); how many. */
+static Py_ssize_t union_by_runs(const uint32_t *x, Py_ssize_t n, const uint32_t *y, Py_ssize_t m, uint32_t *o) {
+    Py_ssize_t i = 0, w = 0;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        uint32_t v = y[j];
+        Py_ssize_t at = lower_bound_from32(x, n, v, i);
+        memcpy(o + w, x + i, (size_t)(at - i) * 4);
+        w += at - i;
+        i = at + (at < n && x[at] == v);
+        o[w++] = v;
+    }
+    memcpy(o + w, x + i, (size_t)(n - i) * 4);
+    return w + n - i;
+}
+
+static PyObject *union_runs(PyObject *self, PyObject *args) {
+    PyObject *o_a, *o_b, *o_out;
+    if (!PyArg_ParseTuple(args, "OOO", &o_a, &o_b, &o_out)) return NULL;
+    Py_buffer a, b, out;
+    Py_ssize_t written = -1;
+    if (get_buffer(o_a, &a, 4, 0, "a") < 0) return NULL;
+    if (get_buffer(o_b, &b, 4, 0, "b") < 0) { PyBuffer_Release(&a); return NULL; }
+    if (get_buffer(o_out, &out, 4, 1, "out") < 0) goto release;
+    Py_ssize_t n = a.len / 4, m = b.len / 4;
+    if (out.len < a.len + b.len) {
+        PyErr_SetString(PyExc_ValueError, "union_runs: out must have room for both arrays");
+    } else if (strictly_increasing(a.buf, n) && strictly_increasing(b.buf, m)) {
+        written = n >= m ? union_by_runs(a.buf, n, b.buf, m, out.buf) : union_by_runs(b.buf, m, a.buf, n, out.buf);
+    }
+    PyBuffer_Release(&out);
+release:
+    PyBuffer_Release(&b);
+    PyBuffer_Release(&a);
+    if (PyErr_Occurred()) return NULL;
+    return PyLong_FromSsize_t(written);
+}
+
+/* ---- end of site learning's lookups and merges ---- */
+
 static PyMethodDef methods[] = {
     {"shingles", shingles, METH_VARARGS, "Sorted unique shingle hashes of every document (see the module)."},
     {"minhash", minhash, METH_VARARGS, "MinHash signatures of every document (see the module)."},
@@ -2600,6 +2734,9 @@ static PyMethodDef methods[] = {
     {"kept_alone", kept_alone, METH_VARARGS, "A batch's items surely kept, from start to stop (see the module)."},
     {"record_batches", record_batches, METH_VARARGS, "Kafka v2 record batches of (timestamp_ms, key, value, headers) records (see the module)."},
     {"consumer_records", consumer_records, METH_VARARGS, "A v2 record batch's records as kafka-python's ConsumerRecords (see the module)."},
+    {"bucket_starts", bucket_starts, METH_VARARGS, "Where each bucket of a sorted uint32 table starts (see the module)."},
+    {"union_runs", union_runs, METH_VARARGS, "The union of two strictly increasing uint32 arrays, into out; how many (see the module)."},
+    {"growing_member", growing_member, METH_VARARGS, "Whether each uint32 value is in a GrowingSet, into out (see the module)."},
     {NULL, NULL, 0, NULL},
 };
 

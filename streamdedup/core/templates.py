@@ -109,8 +109,9 @@ try:
     from . import _kernel
 
     _sorted_member, _sorted_without, _sorted_union = _kernel.sorted_member, _kernel.sorted_without, _kernel.sorted_union
+    _growing_member, _union_runs = _kernel.growing_member, _kernel.union_runs
 except ImportError:  # built without a C compiler: numpy's searchsorted and sort, the same answers
-    _sorted_member = _sorted_without = _sorted_union = None
+    _sorted_member = _sorted_without = _sorted_union = _growing_member = _union_runs = None
 
 __all__ = ["TemplateSettings", "SiteState", "GrowingSet", "NOTHING", "learned_template", "content_of", "in_sorted",
            "kept_rule", "without_repeats", "SiteTimeline", "EMPTY", "MAX_TEMPLATE", "MAX_WINDOW_PAGE"]
@@ -123,6 +124,8 @@ BLOCK_SHARE = 0.5  # a block is at most this share of the new shingles of most o
 MAX_SEEN = 1 << 18  # shingles a site remembers having seen, for ``repeats`` (1 MiB; past it no page adds any)
 REPEAT_SHARE = 1 / 3  # a page's extra text repeated on its site is left out of a pair when at most this share of it
 MIN_RECENT = 4096  # a ``GrowingSet``'s recent part merges into its main part past this size (and an eighth of it)
+BUCKETED = 1024  # a ``GrowingSet``'s main part of this many values or more is looked up through its buckets
+BUCKET_VALUES = 8  # values a bucket holds on average
 CONFIRM_PAGES = 32  # new pages of a site over which what a sample learned is counted again (``confirm``)
 _NEITHER = "-v2"  # the fingerprint's mark of pairs verified on what is template on neither site
 _CONFIRMED = "-t1"  # the fingerprint's mark of templates confirmed over the pages after their sample
@@ -216,6 +219,7 @@ class GrowingSet:
 
     main: np.ndarray = field(default_factory=lambda: EMPTY)  # sorted uint32
     recent: np.ndarray = field(default_factory=lambda: EMPTY)  # sorted uint32, none in ``main``
+    _buckets: Optional[tuple] = field(default=None, repr=False, compare=False)  # ``main_buckets``, once asked
 
     def __len__(self) -> int:
         return len(self.main) + len(self.recent)
@@ -234,10 +238,37 @@ class GrowingSet:
 
     def contains(self, values: np.ndarray) -> np.ndarray:
         """Which of ``values`` (uint32) are in the set."""
+        buckets = self.main_buckets() if _growing_member is not None and values.dtype == np.uint32 else None
+        if buckets is not None:
+            found = np.empty(len(values), dtype=bool)
+            _growing_member(np.ascontiguousarray(values), self.main, buckets[1], buckets[0],
+                            np.ascontiguousarray(self.recent), found)
+            return found
         found = in_sorted(values, self.main)
         if len(self.recent):
             found |= in_sorted(values, self.recent)
         return found
+
+    def main_buckets(self) -> Optional[tuple[int, np.ndarray]]:
+        """(shift, starts): where each bucket of ``main`` (its values of one ``value >> shift``) starts, the
+        last start its length (``_kernel.bucket_starts``); None when ``main`` is small or either part is not
+        uint32.
+
+        A site's ``seen`` shingles grow to hundreds of thousands and every
+        new page looks its few hundred up in them: a search through the
+        whole array costs a dozen unpredictable steps a value, a bucket of
+        ``BUCKET_VALUES`` values a short walk. Made once for a ``main``
+        (which changes rarely) and handed on to the sets grown from it.
+        """
+        main = self.main
+        if len(main) < BUCKETED or main.dtype != np.uint32 or self.recent.dtype != np.uint32:
+            return None
+        if self._buckets is None:
+            shift = 32 - (len(main) // BUCKET_VALUES).bit_length() + 1
+            starts = np.empty((1 << (32 - shift)) + 1, dtype=np.uint32)
+            _kernel.bucket_starts(np.ascontiguousarray(main), shift, starts)
+            object.__setattr__(self, "_buckets", (shift, starts))
+        return self._buckets
 
     def with_values(self, values: np.ndarray) -> "GrowingSet":
         """The set with ``values`` (sorted uint32, none of them in it)."""
@@ -246,7 +277,7 @@ class GrowingSet:
         recent = _merged(self.recent, values) if len(self.recent) else values
         if len(recent) > max(MIN_RECENT, len(self.main) // 8):
             return GrowingSet(_merged(self.main, recent), EMPTY)
-        return GrowingSet(self.main, recent)
+        return GrowingSet(self.main, recent, self._buckets)
 
 
 NOTHING = GrowingSet()
@@ -473,11 +504,15 @@ def _union(template: np.ndarray, blocks: np.ndarray) -> np.ndarray:
 
 
 def _merged(one: np.ndarray, other: np.ndarray) -> np.ndarray:
-    """The union of two sorted uint32 arrays (sorted; a merge in the kernel, else a stable sort, which merges the
-    two runs in linear time)."""
+    """The union of two sorted uint32 arrays (sorted; in the kernel the smaller put between the larger's runs when
+    both are strictly increasing, as they are but for a caller's mistake, else a merge; without it a stable sort,
+    which merges the two runs in linear time)."""
     if _sorted_union is not None and one.dtype == other.dtype == np.uint32:
         union = np.empty(len(one) + len(other), dtype=np.uint32)
-        size = _sorted_union(np.ascontiguousarray(one), np.ascontiguousarray(other), union)
+        one, other = np.ascontiguousarray(one), np.ascontiguousarray(other)
+        size = _union_runs(one, other, union)
+        if size < 0:
+            size = _sorted_union(one, other, union)
         if size >= 0:
             return union[:size]
     both = np.concatenate([one, other]).astype(np.uint32)

@@ -106,20 +106,29 @@ class BatchRepeats:
         found = self._firsts.get(site)
         if found is None:
             pages = self._pages[site]
-            values = np.concatenate([page for _, page, _ in pages])
             page_rows = np.array([row for row, _, _ in pages], dtype=np.int64)  # ascending: pages come in row order
-            rows = np.repeat(page_rows, [len(p) for _, p, _ in pages])
-            order = np.lexsort((rows, values))
-            values, rows = values[order], rows[order]
+            ordered = _by_value_then_page([page for _, page, _ in pages])
+            values, at = (ordered >> np.uint64(32)).astype(np.uint32), (ordered & np.uint64(0xFFFFFFFF)).astype(np.int64)
             start = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
-            first = rows[start]
+            first = page_rows[at[start]]
             second = np.full(len(start), np.iinfo(np.int64).max, dtype=np.int64)
             ends = np.append(start[1:], len(values))
             twice = ends - start >= 2
-            second[twice] = rows[start[twice] + 1]
-            takes = np.array([takes for _, _, takes in pages], dtype=bool)[np.searchsorted(page_rows, first)]
+            second[twice] = page_rows[at[start[twice] + 1]]
+            takes = np.array([takes for _, _, takes in pages], dtype=bool)[at[start]]
             found = self._firsts[site] = (values[start], first, second, takes)
         return found
+
+
+def _by_value_then_page(pages: list) -> np.ndarray:
+    """Every shingle of ``pages`` (uint32 arrays) with the number of its page, as ``shingle << 32 | page``, sorted:
+    by shingle, then by page (one sort of machine words, not a sort by two keys)."""
+    sizes = [len(page) for page in pages]
+    numbers = np.repeat(np.arange(len(pages), dtype=np.uint64), sizes)
+    keyed = np.concatenate(pages).astype(np.uint64) << np.uint64(32) if pages else np.zeros(0, dtype=np.uint64)
+    keyed |= numbers
+    keyed.sort()
+    return keyed
 
 
 class SiteTemplates:

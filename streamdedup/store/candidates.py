@@ -33,26 +33,42 @@ def with_extra_candidates(serials: np.ndarray, shared: np.ndarray, extra: Sequen
 
 class RekeyedKeys:
     """The band keys of the pages rekeyed in a batch (serial -> its latest keys, in the order first rekeyed),
-    and which of them a row's keys find: one array comparison a row, the keys stacked again after a rekey."""
+    and which of them a row's keys find: a look-up a band, in the pages' (band, key) slots.
+
+    A site that settles rekeys every kept page it had while learning, and
+    every later row of the batch asks which of them its keys meet: compared
+    with all of them at once, that cost the rekeyed pages times the bands a
+    row; looked up by slot, it costs the bands.
+    """
 
     def __init__(self):
-        self._keys: dict[int, np.ndarray] = {}
-        self._stacked: Optional[tuple[np.ndarray, np.ndarray]] = None  # (serials, serials x bands keys)
+        self._keys: dict[int, list[int]] = {}  # serial -> its latest keys, in the order first rekeyed
+        self._order: dict[int, int] = {}  # serial -> its place in that order
+        self._serials: dict[tuple[int, int], list[int]] = {}  # (band, key) -> the serials whose latest keys hold it
 
     def __setitem__(self, serial: int, keys: np.ndarray) -> None:
-        self._keys[serial] = keys
-        self._stacked = None
+        for slot in enumerate(self._keys.get(serial, ())):
+            self._serials[slot].remove(serial)
+        self._keys[serial] = keys = keys.tolist()
+        self._order.setdefault(serial, len(self._order))
+        for slot in enumerate(keys):
+            self._serials.setdefault(slot, []).append(serial)
 
     def __bool__(self) -> bool:
         return bool(self._keys)
 
     def candidates(self, keys: np.ndarray) -> list[int]:
-        """The rekeyed pages, each once per band whose key it shares with ``keys``."""
-        if self._stacked is None:
-            self._stacked = (np.fromiter(self._keys, dtype=np.int64, count=len(self._keys)),
-                             np.stack(list(self._keys.values())))
-        serials, stacked = self._stacked
-        return np.repeat(serials, np.count_nonzero(stacked == keys, axis=1)).tolist()
+        """The rekeyed pages, each once per band whose key it shares with ``keys`` (in the order first
+        rekeyed)."""
+        found: dict[int, int] = {}
+        get = self._serials.get
+        for slot in enumerate(keys.tolist()):
+            for serial in get(slot, ()):
+                found[serial] = found.get(serial, 0) + 1
+        if len(found) > 1:
+            order = self._order
+            found = {serial: found[serial] for serial in sorted(found, key=order.__getitem__)}
+        return [serial for serial, bands in found.items() for _ in range(bands)]
 
 
 def chosen_candidates(serials: Sequence[int], shared: Sequence[int], extra: Iterable[int], min_shared: int,
