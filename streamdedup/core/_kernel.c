@@ -2596,11 +2596,19 @@ static void fill_bucket_starts(const uint32_t *t, Py_ssize_t m, int shift, uint3
     starts[buckets] = (uint32_t)m;
 }
 
-/* o[i] |= whether v[i] is in sorted t, found through its bucket (a few values, walked in order). */
+#define BUCKET_OF(key, shift) ((shift) == 32 ? 0 : (key) >> (shift))
+#define STARTS_AHEAD 16 /* values ahead whose bucket start is fetched, */
+#define VALUES_AHEAD 8  /* and whose bucket's first values are (read from that start, fetched before) */
+
+/* o[i] |= whether v[i] is in sorted t, found through its bucket (a few values, walked in order). A site's table
+ * is seldom in the cache when its next page comes: each value's two reads miss, so those of the values ahead
+ * are asked for early and the misses overlap. */
 static void mark_bucketed(const uint32_t *v, Py_ssize_t n, const uint32_t *t, const uint32_t *starts, int shift,
                           uint8_t *o) {
     for (Py_ssize_t i = 0; i < n; i++) {
-        uint32_t key = v[i], j = shift == 32 ? 0 : key >> shift;
+        if (i + STARTS_AHEAD < n) __builtin_prefetch(&starts[BUCKET_OF(v[i + STARTS_AHEAD], shift)]);
+        if (i + VALUES_AHEAD < n) __builtin_prefetch(&t[starts[BUCKET_OF(v[i + VALUES_AHEAD], shift)]]);
+        uint32_t key = v[i], j = BUCKET_OF(key, shift);
         uint32_t at = starts[j], end = starts[j + 1];
         while (at < end && t[at] < key) at++;
         o[i] |= at < end && t[at] == key;
