@@ -50,6 +50,12 @@
  *     the larger copied whole: a site's few hundred new shingles into its tens of thousands
  *     (templates._merged); -1 when either is not strictly increasing (sorted_union then merges them).
  *
+ * new_and_again(page, seen main, starts, shift, recent, repeated main, starts, shift, recent, fresh, again)
+ *     -> (fresh count, again count)
+ *     A new page's values (uint32) against its site's two GrowingSets (each as growing_member reads it): those
+ *     not in seen, in order, into fresh, and those in seen but not in repeated into again (both with room for
+ *     the page): templates.SiteState.count_repeats in one call.
+ *
  * merge_into(keys, values, n, run_keys, run_values)
  *     A run sorted by uint64 key, each key with an 8-byte value, merged into the first n entries of
  *     keys/values (sorted the same way, with room for the run) in place, from the end; the run's
@@ -2707,6 +2713,91 @@ release:
     return PyLong_FromSsize_t(written);
 }
 
+/* The values of v[0:n] (one byte a value in mark) whose mark is want, in order, into o; how many. */
+static Py_ssize_t gather_marked(const uint32_t *v, Py_ssize_t n, const uint8_t *mark, uint8_t want, uint32_t *o) {
+    Py_ssize_t w = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        o[w] = v[i];
+        w += mark[i] == want;
+    }
+    return w;
+}
+
+/* A GrowingSet as the kernel reads it: its main part, that part's bucket starts and shift, its recent part. */
+typedef struct {
+    Py_buffer main, starts, recent;
+    int shift;
+} growing_view;
+
+static int growing_views(PyObject *main, PyObject *starts, int shift, PyObject *recent, growing_view *g) {
+    if (get_buffer(main, &g->main, 4, 0, "main") < 0) return -1;
+    if (get_buffer(starts, &g->starts, 4, 0, "starts") < 0) goto fail_main;
+    if (get_buffer(recent, &g->recent, 4, 0, "recent") < 0) goto fail_starts;
+    g->shift = shift;
+    if (bucket_shift_ok(shift, g->starts.len)) return 0;
+    PyBuffer_Release(&g->recent);
+fail_starts:
+    PyBuffer_Release(&g->starts);
+fail_main:
+    PyBuffer_Release(&g->main);
+    return -1;
+}
+
+static void growing_release(growing_view *g) {
+    PyBuffer_Release(&g->recent);
+    PyBuffer_Release(&g->starts);
+    PyBuffer_Release(&g->main);
+}
+
+static void mark_growing(const uint32_t *v, Py_ssize_t n, const growing_view *g, uint8_t *o) {
+    mark_bucketed(v, n, g->main.buf, g->starts.buf, g->shift, o);
+    mark_members(v, n, g->recent.buf, g->recent.len / 4, o);
+}
+
+static PyObject *new_and_again(PyObject *self, PyObject *args) {
+    PyObject *o_page, *o_fresh, *o_again, *set[6];
+    int shifts[2];
+    if (!PyArg_ParseTuple(args, "OOOiOOOiOOO", &o_page, &set[0], &set[1], &shifts[0], &set[2], &set[3], &set[4],
+                          &shifts[1], &set[5], &o_fresh, &o_again))
+        return NULL;
+    Py_buffer page, fresh, again;
+    growing_view seen, repeated;
+    Py_ssize_t n_fresh = -1, n_again = -1;
+    if (get_buffer(o_page, &page, 4, 0, "page") < 0) return NULL;
+    if (get_buffer(o_fresh, &fresh, 4, 1, "fresh") < 0) goto release_page;
+    if (get_buffer(o_again, &again, 4, 1, "again") < 0) goto release_fresh;
+    if (growing_views(set[0], set[1], shifts[0], set[2], &seen) < 0) goto release_again;
+    if (growing_views(set[3], set[4], shifts[1], set[5], &repeated) < 0) goto release_seen;
+    Py_ssize_t n = page.len / 4;
+    uint8_t *mark = fresh.len < page.len || again.len < page.len ? NULL : calloc(n ? n : 1, 1);
+    if (!mark) {
+        if (fresh.len < page.len || again.len < page.len)
+            PyErr_SetString(PyExc_ValueError, "new_and_again: fresh and again must have room for the page");
+        else
+            PyErr_NoMemory();
+    } else {
+        const uint32_t *v = page.buf;
+        mark_growing(v, n, &seen, mark);
+        n_fresh = gather_marked(v, n, mark, 0, fresh.buf);
+        Py_ssize_t known = gather_marked(v, n, mark, 1, again.buf);
+        memset(mark, 0, n);
+        mark_growing(again.buf, known, &repeated, mark);
+        n_again = gather_marked(again.buf, known, mark, 0, again.buf);
+        free(mark);
+    }
+    growing_release(&repeated);
+release_seen:
+    growing_release(&seen);
+release_again:
+    PyBuffer_Release(&again);
+release_fresh:
+    PyBuffer_Release(&fresh);
+release_page:
+    PyBuffer_Release(&page);
+    if (PyErr_Occurred()) return NULL;
+    return Py_BuildValue("(nn)", n_fresh, n_again);
+}
+
 /* ---- end of site learning's lookups and merges ---- */
 
 static PyMethodDef methods[] = {
@@ -2744,6 +2835,7 @@ static PyMethodDef methods[] = {
     {"consumer_records", consumer_records, METH_VARARGS, "A v2 record batch's records as kafka-python's ConsumerRecords (see the module)."},
     {"bucket_starts", bucket_starts, METH_VARARGS, "Where each bucket of a sorted uint32 table starts (see the module)."},
     {"union_runs", union_runs, METH_VARARGS, "The union of two strictly increasing uint32 arrays, into out; how many (see the module)."},
+    {"new_and_again", new_and_again, METH_VARARGS, "A page's values a site has not seen, and seen but not repeated (see the module)."},
     {"growing_member", growing_member, METH_VARARGS, "Whether each uint32 value is in a GrowingSet, into out (see the module)."},
     {NULL, NULL, 0, NULL},
 };

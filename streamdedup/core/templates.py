@@ -109,9 +109,9 @@ try:
     from . import _kernel
 
     _sorted_member, _sorted_without, _sorted_union = _kernel.sorted_member, _kernel.sorted_without, _kernel.sorted_union
-    _growing_member, _union_runs = _kernel.growing_member, _kernel.union_runs
+    _growing_member, _union_runs, _new_and_again = _kernel.growing_member, _kernel.union_runs, _kernel.new_and_again
 except ImportError:  # built without a C compiler: numpy's searchsorted and sort, the same answers
-    _sorted_member = _sorted_without = _sorted_union = _growing_member = _union_runs = None
+    _sorted_member = _sorted_without = _sorted_union = _growing_member = _union_runs = _new_and_again = None
 
 __all__ = ["TemplateSettings", "SiteState", "GrowingSet", "NOTHING", "learned_template", "content_of", "in_sorted",
            "kept_rule", "without_repeats", "SiteTimeline", "EMPTY", "MAX_TEMPLATE", "MAX_WINDOW_PAGE"]
@@ -124,7 +124,6 @@ BLOCK_SHARE = 0.5  # a block is at most this share of the new shingles of most o
 MAX_SEEN = 1 << 18  # shingles a site remembers having seen, for ``repeats`` (1 MiB; past it no page adds any)
 REPEAT_SHARE = 1 / 3  # a page's extra text repeated on its site is left out of a pair when at most this share of it
 MIN_RECENT = 4096  # a ``GrowingSet``'s recent part merges into its main part past this size (and an eighth of it)
-BUCKETED = 1024  # a ``GrowingSet``'s main part of this many values or more is looked up through its buckets
 BUCKET_VALUES = 8  # values a bucket holds on average
 CONFIRM_PAGES = 32  # new pages of a site over which what a sample learned is counted again (``confirm``)
 _NEITHER = "-v2"  # the fingerprint's mark of pairs verified on what is template on neither site
@@ -219,7 +218,7 @@ class GrowingSet:
 
     main: np.ndarray = field(default_factory=lambda: EMPTY)  # sorted uint32
     recent: np.ndarray = field(default_factory=lambda: EMPTY)  # sorted uint32, none in ``main``
-    _buckets: Optional[tuple] = field(default=None, repr=False, compare=False)  # ``main_buckets``, once asked
+    _buckets: Optional[tuple] = field(default=None, repr=False, compare=False)  # (shift, starts) of ``main``
 
     def __len__(self) -> int:
         return len(self.main) + len(self.recent)
@@ -238,37 +237,38 @@ class GrowingSet:
 
     def contains(self, values: np.ndarray) -> np.ndarray:
         """Which of ``values`` (uint32) are in the set."""
-        buckets = self.main_buckets() if _growing_member is not None and values.dtype == np.uint32 else None
-        if buckets is not None:
+        parts = self.kernel_parts() if _growing_member is not None and values.dtype == np.uint32 else None
+        if parts is not None:
             found = np.empty(len(values), dtype=bool)
-            _growing_member(np.ascontiguousarray(values), self.main, buckets[1], buckets[0],
-                            np.ascontiguousarray(self.recent), found)
+            _growing_member(np.ascontiguousarray(values), *parts, found)
             return found
         found = in_sorted(values, self.main)
         if len(self.recent):
             found |= in_sorted(values, self.recent)
         return found
 
-    def main_buckets(self) -> Optional[tuple[int, np.ndarray]]:
-        """(shift, starts): where each bucket of ``main`` (its values of one ``value >> shift``) starts, the
-        last start its length (``_kernel.bucket_starts``); None when ``main`` is small or either part is not
-        uint32.
+    def kernel_parts(self) -> Optional[tuple[np.ndarray, np.ndarray, int, np.ndarray]]:
+        """The set as the kernel reads it (``_kernel.growing_member``): ``main``, where each of its buckets (its
+        values of one ``value >> shift``) starts, the last start its length, ``shift``, and ``recent``; None
+        when either part is not uint32.
 
         A site's ``seen`` shingles grow to hundreds of thousands and every
         new page looks its few hundred up in them: a search through the
         whole array costs a dozen unpredictable steps a value, a bucket of
-        ``BUCKET_VALUES`` values a short walk. Made once for a ``main``
-        (which changes rarely) and handed on to the sets grown from it.
+        ``BUCKET_VALUES`` values a short walk. The starts are made once for
+        a ``main`` (which changes rarely) and handed on to the sets grown
+        from it.
         """
-        main = self.main
-        if len(main) < BUCKETED or main.dtype != np.uint32 or self.recent.dtype != np.uint32:
+        main, recent = np.ascontiguousarray(self.main), np.ascontiguousarray(self.recent)
+        if main.dtype != np.uint32 or recent.dtype != np.uint32:
             return None
         if self._buckets is None:
-            shift = 32 - (len(main) // BUCKET_VALUES).bit_length() + 1
+            shift = 32 - max(0, (len(main) // BUCKET_VALUES).bit_length() - 1)
             starts = np.empty((1 << (32 - shift)) + 1, dtype=np.uint32)
-            _kernel.bucket_starts(np.ascontiguousarray(main), shift, starts)
+            _kernel.bucket_starts(main, shift, starts)
             object.__setattr__(self, "_buckets", (shift, starts))
-        return self._buckets
+        shift, starts = self._buckets
+        return main, starts, shift, recent
 
     def with_values(self, values: np.ndarray) -> "GrowingSet":
         """The set with ``values`` (sorted uint32, none of them in it)."""
@@ -401,12 +401,10 @@ class SiteState:
         """Count a new page's shingles (sorted uint32): those seen before are ``repeated`` (on two or more of the
         site's new pages); the others are added to ``seen`` while it holds fewer than ``MAX_SEEN``
         (``takes_new``)."""
-        known = self.seen.contains(page)
-        again = page[known]
-        if len(again):
-            self.repeated = self.repeated.with_values(again[~self.repeated.contains(again)])
-        if self.takes_new() and len(again) < len(page):
-            self.seen = self.seen.with_values(page[~known])
+        fresh, again = _fresh_and_again(page, self.seen, self.repeated)
+        self.repeated = self.repeated.with_values(again)
+        if self.takes_new():
+            self.seen = self.seen.with_values(fresh)
 
     def _learn_blocks(self, page: np.ndarray, settings: TemplateSettings) -> bool:
         """Put the page into the window, after adding the repeated blocks it shows; whether any was added."""
@@ -473,6 +471,20 @@ class SiteState:
         else:
             self.window.append(fresh)
         _count(counts, fresh, 1)
+
+
+def _fresh_and_again(page: np.ndarray, seen: GrowingSet, repeated: GrowingSet) -> tuple[np.ndarray, np.ndarray]:
+    """The values of ``page`` (sorted uint32) not in ``seen``, and those in it but not in ``repeated`` (in one
+    kernel call when it is there)."""
+    usable = _new_and_again is not None and page.dtype == np.uint32
+    seen_parts, repeated_parts = (seen.kernel_parts(), repeated.kernel_parts()) if usable else (None, None)
+    if seen_parts is None or repeated_parts is None:
+        known = seen.contains(page)
+        again = page[known]
+        return page[~known], again[~repeated.contains(again)]
+    fresh, again = np.empty(len(page), dtype=np.uint32), np.empty(len(page), dtype=np.uint32)
+    sizes = _new_and_again(np.ascontiguousarray(page), *seen_parts, *repeated_parts, fresh, again)
+    return fresh[:sizes[0]], again[:sizes[1]]
 
 
 def _buckets(shingles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
