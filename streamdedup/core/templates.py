@@ -113,8 +113,8 @@ try:
 except ImportError:  # built without a C compiler: numpy's searchsorted and sort, the same answers
     _sorted_member = _sorted_without = _sorted_union = _growing_member = _union_runs = _new_and_again = None
 
-__all__ = ["TemplateSettings", "SiteState", "GrowingSet", "NOTHING", "learned_template", "content_of", "in_sorted",
-           "kept_rule", "without_repeats", "SiteTimeline", "EMPTY", "MAX_TEMPLATE", "MAX_WINDOW_PAGE"]
+__all__ = ["TemplateSettings", "SiteState", "GrowingSet", "NOTHING", "learned_template", "content_of", "content_of_rest",
+           "in_sorted", "kept_rule", "without_repeats", "SiteTimeline", "EMPTY", "MAX_TEMPLATE", "MAX_WINDOW_PAGE"]
 
 EMPTY = np.zeros(0, dtype=np.uint32)
 MAX_TEMPLATE = 65536  # template shingles a site gets from repeated blocks at most
@@ -391,7 +391,7 @@ class SiteState:
     def counted_part(self, page: np.ndarray) -> np.ndarray:
         """What ``repeats`` counts of a new page: its shingles not in the template as it stands before it (the
         template is out of every pair's contents anyway)."""
-        return page[~in_sorted(page, self.template)] if len(self.template) else page
+        return _without(page, self.template, EMPTY) if len(self.template) else page
 
     def takes_new(self) -> bool:
         """Whether ``seen`` takes the shingles it has not seen of the site's next new page."""
@@ -562,20 +562,35 @@ def content_of(shingles: np.ndarray, template: np.ndarray, shared: np.ndarray, m
     """
     if len(template) == 0 and len(shared) == 0:
         return shingles
-    if _sorted_without is not None and shingles.dtype == template.dtype == shared.dtype == np.uint32:
-        kept = np.empty(len(shingles), dtype=np.uint32)
-        left = _sorted_without(np.ascontiguousarray(shingles), np.ascontiguousarray(template),
-                               np.ascontiguousarray(shared), kept)
-        kept = kept[:left]
-    else:
-        drop = in_sorted(shingles, template)
-        if len(shared):
-            drop |= in_sorted(shingles, shared)
-        left = len(shingles) - int(np.count_nonzero(drop))
-        kept = shingles[~drop] if left else shingles
+    return _content_left(shingles, _without(shingles, template, shared), min_share)
+
+
+def content_of_rest(shingles: np.ndarray, rest: np.ndarray, shared: np.ndarray, min_share: float) -> np.ndarray:
+    """``content_of(shingles, template, shared, min_share)`` from ``rest``, ``shingles`` without ``template``
+    already (a new page's ``SiteState.counted_part``: the page is not gone through twice)."""
+    return _content_left(shingles, _without(rest, EMPTY, shared) if len(shared) else rest, min_share)
+
+
+def _content_left(shingles: np.ndarray, kept: np.ndarray, min_share: float) -> np.ndarray:
+    """``kept`` (what of ``shingles`` is not template), unless it is all of them, none, or less than
+    ``min_share`` of them: then ``shingles`` itself."""
+    left = len(kept)
     if left == len(shingles) or left == 0 or left < min_share * len(shingles):
         return shingles
     return kept
+
+
+def _without(values: np.ndarray, template: np.ndarray, shared: np.ndarray) -> np.ndarray:
+    """The values in neither sorted table, in their order (in the kernel when all are uint32)."""
+    if _sorted_without is not None and values.dtype == template.dtype == shared.dtype == np.uint32:
+        kept = np.empty(len(values), dtype=np.uint32)
+        left = _sorted_without(np.ascontiguousarray(values), np.ascontiguousarray(template),
+                               np.ascontiguousarray(shared), kept)
+        return kept[:left]
+    drop = in_sorted(values, template)
+    if len(shared):
+        drop |= in_sorted(values, shared)
+    return values[~drop]
 
 
 def without_repeats(own: np.ndarray, other: np.ndarray, own_repeated, other_repeated) -> tuple[np.ndarray, np.ndarray]:

@@ -19,8 +19,8 @@ import numpy as np
 from ..core.prepare import PreparedBatch
 from ..core.records import Document
 from ..core.signing import SigningConfig, band_keys_of
-from ..core.templates import (EMPTY, NOTHING, SiteState, SiteTimeline, TemplateSettings, content_of, in_sorted,
-                              without_repeats)
+from ..core.templates import (EMPTY, NOTHING, SiteState, SiteTimeline, TemplateSettings, content_of, content_of_rest,
+                              in_sorted, without_repeats)
 from ..store.index import IndexTxn
 from ..store.sites import load_site, move_site_counts, save_site, shared_template
 
@@ -171,10 +171,10 @@ class SiteTemplates:
                     repeats.states[site] = committed
             digest = batch.contents[row]
             learning = learns(site)
+            before, counted = None, None  # the template before a new page, and the page without it (``repeats``)
             if learning and digest not in seen and view.serial_of_content(digest) is None:
                 seen.add(digest)
                 before, was_settled = state.template, state.settled_for_good()
-                counted = None
                 if repeats is not None and not state.ahead:
                     counted = state.counted_part(full)
                     repeats.add(site, row, counted, state.takes_new())
@@ -188,15 +188,23 @@ class SiteTemplates:
                     timeline.record(row, None, shared)
             if learning and not state.settled_for_good():
                 provisional.add(row)
-            template = state.template
-            content = full if not len(template) and not len(shared) else content_of(  # ``content_of``'s answer
-                full, template, shared, settings.min_content_share)
+            content = self._row_content(full, state.template, shared, before, counted)
             rows.append(content)
             if content is not full:
                 changed.append(row)
         self._write(txn, copies, shared, batch.hosts)
         view.use_band_keys(self._content_keys(batch, rows, changed))
         return BatchContent(rows, timeline, settings, provisional, settles, repeats)
+
+    def _row_content(self, full: np.ndarray, template: np.ndarray, shared: np.ndarray, before: Optional[np.ndarray],
+                     counted: Optional[np.ndarray]) -> np.ndarray:
+        """A row's content (``content_of``), from its ``counted_part`` when it has one (``counted``, the page
+        without ``before``) and its page left the template as it was."""
+        if not len(template) and not len(shared):
+            return full
+        if counted is not None and template is before:
+            return content_of_rest(full, counted, shared, self.settings.min_content_share)
+        return content_of(full, template, shared, self.settings.min_content_share)
 
     def _whole_content(self, txn: IndexTxn, view, batch: PreparedBatch, shared: np.ndarray,
                        timeline: SiteTimeline) -> Optional[BatchContent]:
