@@ -45,14 +45,20 @@ class RekeyedKeys:
         self._keys: dict[int, list[int]] = {}  # serial -> its latest keys, in the order first rekeyed
         self._order: dict[int, int] = {}  # serial -> its place in that order
         self._serials: dict[tuple[int, int], list[int]] = {}  # (band, key) -> the serials whose latest keys hold it
+        self._held: dict[int, int] = {}  # key -> in how many of those slots: most rows meet none of them
 
     def __setitem__(self, serial: int, keys: np.ndarray) -> None:
+        held = self._held
         for slot in enumerate(self._keys.get(serial, ())):
             self._serials[slot].remove(serial)
+            held[slot[1]] -= 1
+            if not held[slot[1]]:
+                del held[slot[1]]
         self._keys[serial] = keys = keys.tolist()
         self._order.setdefault(serial, len(self._order))
         for slot in enumerate(keys):
             self._serials.setdefault(slot, []).append(serial)
+            held[slot[1]] = held.get(slot[1], 0) + 1
 
     def __bool__(self) -> bool:
         return bool(self._keys)
@@ -60,9 +66,12 @@ class RekeyedKeys:
     def candidates(self, keys: np.ndarray) -> list[int]:
         """The rekeyed pages, each once per band whose key it shares with ``keys`` (in the order first
         rekeyed)."""
+        keys = keys.tolist()
+        if self._held.keys().isdisjoint(keys):
+            return []
         found: dict[int, int] = {}
         get = self._serials.get
-        for slot in enumerate(keys.tolist()):
+        for slot in enumerate(keys):
             for serial in get(slot, ()):
                 found[serial] = found.get(serial, 0) + 1
         if len(found) > 1:
