@@ -113,8 +113,9 @@ try:
 except ImportError:  # built without a C compiler: numpy's searchsorted and sort, the same answers
     _sorted_member = _sorted_without = _sorted_union = _growing_member = _union_runs = _new_and_again = None
 
-__all__ = ["TemplateSettings", "SiteState", "GrowingSet", "NOTHING", "learned_template", "content_of", "content_of_rest",
-           "in_sorted", "kept_rule", "without_repeats", "SiteTimeline", "EMPTY", "MAX_TEMPLATE", "MAX_WINDOW_PAGE"]
+__all__ = ["TemplateSettings", "SiteState", "GrowingSet", "NOTHING", "learned_template", "content_of",
+           "content_of_rest", "in_sorted", "kept_rule", "without_repeats", "SiteTimeline", "EMPTY", "MAX_TEMPLATE",
+           "MAX_WINDOW_PAGE"]
 
 EMPTY = np.zeros(0, dtype=np.uint32)
 MAX_TEMPLATE = 65536  # template shingles a site gets from repeated blocks at most

@@ -108,7 +108,8 @@ class BatchRepeats:
             pages = self._pages[site]
             page_rows = np.array([row for row, _, _ in pages], dtype=np.int64)  # ascending: pages come in row order
             ordered = _by_value_then_page([page for _, page, _ in pages])
-            values, at = (ordered >> np.uint64(32)).astype(np.uint32), (ordered & np.uint64(0xFFFFFFFF)).astype(np.int64)
+            values = (ordered >> np.uint64(32)).astype(np.uint32)
+            at = (ordered & np.uint64(0xFFFFFFFF)).astype(np.int64)  # each value's page
             start = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
             first = page_rows[at[start]]
             second = np.full(len(start), np.iinfo(np.int64).max, dtype=np.int64)
