@@ -247,6 +247,8 @@ def test_decisions_without_the_kernel_are_the_decisions_with_it(tmp_path, monkey
     monkeypatch.setattr(templates, "_sorted_member", None)
     monkeypatch.setattr(templates, "_sorted_without", None)
     monkeypatch.setattr(templates, "_sorted_union", None)
+    monkeypatch.setattr(templates, "_growing_member", None)
+    monkeypatch.setattr(templates, "_new_and_again", None)
     assert decisions("numpy") == compiled
     assert compiled.count(b'"duplicate"') > 200
 
@@ -313,6 +315,62 @@ def test_the_kernel_finds_values_in_a_sorted_table_as_searchsorted_does(monkeypa
     for (values, table), found in zip(cases, compiled):
         assert found.dtype == bool and np.array_equal(found, templates.in_sorted(values, table))
     assert sum(int(found.sum()) for found in compiled) > 1000
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_growing_set_finds_values_through_its_buckets_as_searchsorted_does(monkeypatch, seed):
+    """``GrowingSet.contains`` in the kernel (its main part through its buckets, a site's seen shingles): values
+    ascending or not, repeated, at both ends of uint32, in either part."""
+    from streamdedup.core import templates
+
+    rng = np.random.default_rng(seed)
+    cases = []
+    for _ in range(60):
+        size = int(rng.choice([0, 7, 16, 50, 1023, 1024, 20000]))
+        pool = np.unique(np.concatenate([rng.integers(0, 2**32, size + 600, dtype=np.uint64).astype(np.uint32),
+                                         np.array([0, 2**32 - 1], dtype=np.uint32)]))
+        chosen = rng.permutation(len(pool))
+        grown = templates.GrowingSet(np.sort(pool[chosen[:size]]))
+        grown = grown.with_values(np.sort(pool[chosen[size:size + int(rng.integers(0, 300))]]))
+        values = np.concatenate([pool[rng.integers(0, len(pool), 400)],
+                                 rng.integers(0, 2**32, 100, dtype=np.uint64).astype(np.uint32)])
+        cases.append((grown, np.unique(values) if rng.random() < 0.5 else values))
+    compiled = [grown.contains(values) for grown, values in cases]
+    monkeypatch.setattr(templates, "_growing_member", None)
+    for (grown, values), found in zip(cases, compiled):
+        plain = templates.in_sorted(values, grown.main) | templates.in_sorted(values, grown.recent)
+        assert found.dtype == bool and np.array_equal(found, plain)
+        assert np.array_equal(found, grown.contains(values))
+    assert sum(int(found.sum()) for found in compiled) > 5000
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_sites_repeats_are_counted_in_the_kernel_as_numpy_counts_them(monkeypatch, seed):
+    """``SiteState.count_repeats`` page by page (``_kernel.new_and_again``, the merges by runs): the same ``seen``
+    and ``repeated``, parts and all, on a site whose pages share much (its recent parts merge into the main ones)
+    and past ``MAX_SEEN``."""
+    from streamdedup.core import templates
+
+    monkeypatch.setattr(templates, "MAX_SEEN", 30000)
+    rng = np.random.default_rng(seed)
+    common = rng.integers(0, 2**32, 8000, dtype=np.uint64).astype(np.uint32)
+    pages = [np.unique(np.concatenate([rng.choice(common, int(rng.integers(0, 800))),
+                                       rng.integers(0, 2**32, int(rng.integers(0, 500)), dtype=np.uint64)
+                                       .astype(np.uint32)])).astype(np.uint32) for _ in range(150)]
+
+    def counted() -> list:
+        state, states = templates.SiteState(), []
+        for page in pages:
+            state.count_repeats(page)
+            states.append((state.seen.main, state.seen.recent, state.repeated.main, state.repeated.recent))
+        return states
+
+    compiled = counted()
+    for name in ("_new_and_again", "_growing_member", "_sorted_union"):
+        monkeypatch.setattr(templates, name, None)
+    for kernel, plain in zip(compiled, counted()):
+        assert all(np.array_equal(one, other) and one.dtype == other.dtype for one, other in zip(kernel, plain))
+    assert len(compiled[-1][0]) > 20000 and len(compiled[-1][2]) > 4000 and len(compiled[-1][3])
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -36,6 +36,26 @@
  *     The uint32 values in neither sorted uint32 table, in their order, written to the front of out (room
  *     for every value); how many: templates.content_of's shingles without its two templates.
  *
+ * bucket_starts(table, shift, out)
+ *     Where each bucket of a sorted uint32 table starts: out[j] (uint32, 2**(32 - shift) + 1 of them) = the
+ *     first place whose value >> shift is j or more (the last: len(table)); templates.GrowingSet's main part.
+ *
+ * growing_member(values, main, starts, shift, recent, out)
+ *     out[i] (one byte) = whether uint32 values[i] is in sorted main (found through its bucket_starts) or in
+ *     sorted recent: templates.GrowingSet.contains, one bucket's few values walked a value instead of a
+ *     search through a site's hundreds of thousands of seen shingles.
+ *
+ * union_runs(a, b, out) -> int
+ *     sorted_union of two strictly increasing uint32 arrays, the smaller's values put between the runs of
+ *     the larger copied whole: a site's few hundred new shingles into its tens of thousands
+ *     (templates._merged); -1 when either is not strictly increasing (sorted_union then merges them).
+ *
+ * new_and_again(page, seen main, starts, shift, recent, repeated main, starts, shift, recent, fresh, again)
+ *     -> (fresh count, again count)
+ *     A new page's values (uint32) against its site's two GrowingSets (each as growing_member reads it): those
+ *     not in seen, in order, into fresh, and those in seen but not in repeated into again (both with room for
+ *     the page): templates.SiteState.count_repeats in one call.
+ *
  * merge_into(keys, values, n, run_keys, run_values)
  *     A run sorted by uint64 key, each key with an 8-byte value, merged into the first n entries of
  *     keys/values (sorted the same way, with room for the run) in place, from the end; the run's
@@ -2776,6 +2796,218 @@ done:
 }
 
 /* ===== end of the band evidence block (hot36) ===== */
+/* ---- Site learning's lookups and merges (templates.GrowingSet): a large sorted table found through its
+ * buckets, a page's few values merged into it ---- */
+
+/* starts[j] = the first place of sorted t[0:m] whose value's top bits (value >> shift) are j or more, for every
+ * j up to 2**(32 - shift) (that last one: m). */
+static void fill_bucket_starts(const uint32_t *t, Py_ssize_t m, int shift, uint32_t *starts) {
+    uint64_t buckets = (uint64_t)1 << (32 - shift);
+    Py_ssize_t at = 0;
+    for (uint64_t j = 0; j < buckets; j++) {
+        while (at < m && (uint64_t)(t[at] >> shift) < j) at++;
+        starts[j] = (uint32_t)at;
+    }
+    starts[buckets] = (uint32_t)m;
+}
+
+#define BUCKET_OF(key, shift) ((shift) == 32 ? 0 : (key) >> (shift))
+#define STARTS_AHEAD 16 /* values ahead whose bucket start is fetched, */
+#define VALUES_AHEAD 8  /* and whose bucket's first values are (read from that start, fetched before) */
+
+/* o[i] |= whether v[i] is in sorted t, found through its bucket (a few values, walked in order). A site's table
+ * is seldom in the cache when its next page comes: each value's two reads miss, so those of the values ahead
+ * are asked for early and the misses overlap. */
+static void mark_bucketed(const uint32_t *v, Py_ssize_t n, const uint32_t *t, const uint32_t *starts, int shift,
+                          uint8_t *o) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i + STARTS_AHEAD < n) __builtin_prefetch(&starts[BUCKET_OF(v[i + STARTS_AHEAD], shift)]);
+        if (i + VALUES_AHEAD < n) __builtin_prefetch(&t[starts[BUCKET_OF(v[i + VALUES_AHEAD], shift)]]);
+        uint32_t key = v[i], j = BUCKET_OF(key, shift);
+        uint32_t at = starts[j], end = starts[j + 1];
+        while (at < end && t[at] < key) at++;
+        o[i] |= at < end && t[at] == key;
+    }
+}
+
+static int bucket_shift_ok(int shift, Py_ssize_t starts_len) {
+    if (shift < 1 || shift > 32 || starts_len != (((Py_ssize_t)1 << (32 - shift)) + 1) * 4) {
+        PyErr_SetString(PyExc_ValueError, "bucket starts: shift in 1..32 and 2**(32 - shift) + 1 starts");
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *bucket_starts(PyObject *self, PyObject *args) {
+    PyObject *o_table, *o_out;
+    int shift;
+    if (!PyArg_ParseTuple(args, "OiO", &o_table, &shift, &o_out)) return NULL;
+    Py_buffer table, out;
+    if (get_buffer(o_table, &table, 4, 0, "table") < 0) return NULL;
+    if (get_buffer(o_out, &out, 4, 1, "out") < 0) { PyBuffer_Release(&table); return NULL; }
+    if (bucket_shift_ok(shift, out.len)) fill_bucket_starts(table.buf, table.len / 4, shift, out.buf);
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&table);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *growing_member(PyObject *self, PyObject *args) {
+    PyObject *objects[5];
+    int shift;
+    if (!PyArg_ParseTuple(args, "OOOiOO", &objects[0], &objects[1], &objects[2], &shift, &objects[3], &objects[4]))
+        return NULL;
+    static const char *names[5] = {"values", "main", "starts", "recent", "out"};
+    Py_buffer views[5];
+    int got = 0;
+    for (; got < 5; got++)
+        if (get_buffer(objects[got], &views[got], got == 4 ? 1 : 4, got == 4, names[got]) < 0) break;
+    if (got == 5 && bucket_shift_ok(shift, views[2].len)) {
+        Py_ssize_t n = views[0].len / 4;
+        if (views[4].len != n) {
+            PyErr_SetString(PyExc_ValueError, "growing_member: out must have one byte a value");
+        } else {
+            memset(views[4].buf, 0, n);
+            mark_bucketed(views[0].buf, n, views[1].buf, views[2].buf, shift, views[4].buf);
+            mark_members(views[0].buf, n, views[3].buf, views[3].len / 4, views[4].buf);
+        }
+    }
+    while (got > 0) PyBuffer_Release(&views[--got]);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* Whether v[0:n] is strictly increasing (every value compared: no branch a value). */
+static int strictly_increasing(const uint32_t *v, Py_ssize_t n) {
+    int bad = 0;
+    for (Py_ssize_t k = 1; k < n; k++) bad |= v[k] <= v[k - 1];
+    return !bad;
+}
+
+/* The union of strictly increasing x[0:n] and y[0:m] into o, y's values put one by one between the runs of x
+ * copied whole (a merge costs a copy of the larger array, not a step a value); how many. */
+static Py_ssize_t union_by_runs(const uint32_t *x, Py_ssize_t n, const uint32_t *y, Py_ssize_t m, uint32_t *o) {
+    Py_ssize_t i = 0, w = 0;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        uint32_t v = y[j];
+        Py_ssize_t at = lower_bound_from32(x, n, v, i);
+        memcpy(o + w, x + i, (size_t)(at - i) * 4);
+        w += at - i;
+        i = at + (at < n && x[at] == v);
+        o[w++] = v;
+    }
+    memcpy(o + w, x + i, (size_t)(n - i) * 4);
+    return w + n - i;
+}
+
+static PyObject *union_runs(PyObject *self, PyObject *args) {
+    PyObject *o_a, *o_b, *o_out;
+    if (!PyArg_ParseTuple(args, "OOO", &o_a, &o_b, &o_out)) return NULL;
+    Py_buffer a, b, out;
+    Py_ssize_t written = -1;
+    if (get_buffer(o_a, &a, 4, 0, "a") < 0) return NULL;
+    if (get_buffer(o_b, &b, 4, 0, "b") < 0) { PyBuffer_Release(&a); return NULL; }
+    if (get_buffer(o_out, &out, 4, 1, "out") < 0) goto release;
+    Py_ssize_t n = a.len / 4, m = b.len / 4;
+    if (out.len < a.len + b.len) {
+        PyErr_SetString(PyExc_ValueError, "union_runs: out must have room for both arrays");
+    } else if (strictly_increasing(a.buf, n) && strictly_increasing(b.buf, m)) {
+        written = n >= m ? union_by_runs(a.buf, n, b.buf, m, out.buf) : union_by_runs(b.buf, m, a.buf, n, out.buf);
+    }
+    PyBuffer_Release(&out);
+release:
+    PyBuffer_Release(&b);
+    PyBuffer_Release(&a);
+    if (PyErr_Occurred()) return NULL;
+    return PyLong_FromSsize_t(written);
+}
+
+/* The values of v[0:n] (one byte a value in mark) whose mark is want, in order, into o; how many. */
+static Py_ssize_t gather_marked(const uint32_t *v, Py_ssize_t n, const uint8_t *mark, uint8_t want, uint32_t *o) {
+    Py_ssize_t w = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        o[w] = v[i];
+        w += mark[i] == want;
+    }
+    return w;
+}
+
+/* A GrowingSet as the kernel reads it: its main part, that part's bucket starts and shift, its recent part. */
+typedef struct {
+    Py_buffer main, starts, recent;
+    int shift;
+} growing_view;
+
+static int growing_views(PyObject *main, PyObject *starts, int shift, PyObject *recent, growing_view *g) {
+    if (get_buffer(main, &g->main, 4, 0, "main") < 0) return -1;
+    if (get_buffer(starts, &g->starts, 4, 0, "starts") < 0) goto fail_main;
+    if (get_buffer(recent, &g->recent, 4, 0, "recent") < 0) goto fail_starts;
+    g->shift = shift;
+    if (bucket_shift_ok(shift, g->starts.len)) return 0;
+    PyBuffer_Release(&g->recent);
+fail_starts:
+    PyBuffer_Release(&g->starts);
+fail_main:
+    PyBuffer_Release(&g->main);
+    return -1;
+}
+
+static void growing_release(growing_view *g) {
+    PyBuffer_Release(&g->recent);
+    PyBuffer_Release(&g->starts);
+    PyBuffer_Release(&g->main);
+}
+
+static void mark_growing(const uint32_t *v, Py_ssize_t n, const growing_view *g, uint8_t *o) {
+    mark_bucketed(v, n, g->main.buf, g->starts.buf, g->shift, o);
+    mark_members(v, n, g->recent.buf, g->recent.len / 4, o);
+}
+
+static PyObject *new_and_again(PyObject *self, PyObject *args) {
+    PyObject *o_page, *o_fresh, *o_again, *set[6];
+    int shifts[2];
+    if (!PyArg_ParseTuple(args, "OOOiOOOiOOO", &o_page, &set[0], &set[1], &shifts[0], &set[2], &set[3], &set[4],
+                          &shifts[1], &set[5], &o_fresh, &o_again))
+        return NULL;
+    Py_buffer page, fresh, again;
+    growing_view seen, repeated;
+    Py_ssize_t n_fresh = -1, n_again = -1;
+    if (get_buffer(o_page, &page, 4, 0, "page") < 0) return NULL;
+    if (get_buffer(o_fresh, &fresh, 4, 1, "fresh") < 0) goto release_page;
+    if (get_buffer(o_again, &again, 4, 1, "again") < 0) goto release_fresh;
+    if (growing_views(set[0], set[1], shifts[0], set[2], &seen) < 0) goto release_again;
+    if (growing_views(set[3], set[4], shifts[1], set[5], &repeated) < 0) goto release_seen;
+    Py_ssize_t n = page.len / 4;
+    uint8_t *mark = fresh.len < page.len || again.len < page.len ? NULL : calloc(n ? n : 1, 1);
+    if (!mark) {
+        if (fresh.len < page.len || again.len < page.len)
+            PyErr_SetString(PyExc_ValueError, "new_and_again: fresh and again must have room for the page");
+        else
+            PyErr_NoMemory();
+    } else {
+        const uint32_t *v = page.buf;
+        mark_growing(v, n, &seen, mark);
+        n_fresh = gather_marked(v, n, mark, 0, fresh.buf);
+        Py_ssize_t known = gather_marked(v, n, mark, 1, again.buf);
+        memset(mark, 0, n);
+        mark_growing(again.buf, known, &repeated, mark);
+        n_again = gather_marked(again.buf, known, mark, 0, again.buf);
+        free(mark);
+    }
+    growing_release(&repeated);
+release_seen:
+    growing_release(&seen);
+release_again:
+    PyBuffer_Release(&again);
+release_fresh:
+    PyBuffer_Release(&fresh);
+release_page:
+    PyBuffer_Release(&page);
+    if (PyErr_Occurred()) return NULL;
+    return Py_BuildValue("(nn)", n_fresh, n_again);
+}
+
+/* ---- end of site learning's lookups and merges ---- */
 
 static PyMethodDef methods[] = {
     {"shingles", shingles, METH_VARARGS, "Sorted unique shingle hashes of every document (see the module)."},
@@ -2812,6 +3044,10 @@ static PyMethodDef methods[] = {
     {"consumer_records", consumer_records, METH_VARARGS, "A v2 record batch's records as kafka-python's ConsumerRecords (see the module)."},
     {"level_rows", level_rows, METH_VARARGS, "The recent mirror's entries under sorted slots, every level in one pass (see the block)."},
     {"earliest_runs", earliest_runs, METH_VARARGS, "Sorted (key, serial) runs merged, each key's first so many kept (see the block)."},
+    {"bucket_starts", bucket_starts, METH_VARARGS, "Where each bucket of a sorted uint32 table starts (see the module)."},
+    {"union_runs", union_runs, METH_VARARGS, "The union of two strictly increasing uint32 arrays, into out; how many (see the module)."},
+    {"new_and_again", new_and_again, METH_VARARGS, "A page's values a site has not seen, and seen but not repeated (see the module)."},
+    {"growing_member", growing_member, METH_VARARGS, "Whether each uint32 value is in a GrowingSet, into out (see the module)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -120,11 +120,13 @@ try:
     from . import _kernel
 
     _sorted_member, _sorted_without, _sorted_union = _kernel.sorted_member, _kernel.sorted_without, _kernel.sorted_union
+    _growing_member, _union_runs, _new_and_again = _kernel.growing_member, _kernel.union_runs, _kernel.new_and_again
 except ImportError:  # built without a C compiler: numpy's searchsorted and sort, the same answers
-    _sorted_member = _sorted_without = _sorted_union = None
+    _sorted_member = _sorted_without = _sorted_union = _growing_member = _union_runs = _new_and_again = None
 
-__all__ = ["TemplateSettings", "SiteState", "GrowingSet", "NOTHING", "learned_template", "content_of", "in_sorted",
-           "kept_rule", "without_repeats", "own_text_of", "SiteTimeline", "EMPTY", "MAX_TEMPLATE", "MAX_WINDOW_PAGE"]
+__all__ = ["TemplateSettings", "SiteState", "GrowingSet", "NOTHING", "learned_template", "content_of",
+           "content_of_rest", "in_sorted", "kept_rule", "without_repeats", "own_text_of", "SiteTimeline", "EMPTY",
+           "MAX_TEMPLATE", "MAX_WINDOW_PAGE"]
 
 EMPTY = np.zeros(0, dtype=np.uint32)
 MAX_TEMPLATE = 65536  # template shingles a site gets from repeated blocks at most
@@ -134,6 +136,7 @@ BLOCK_SHARE = 0.5  # a block is at most this share of the new shingles of most o
 MAX_SEEN = 1 << 18  # shingles a site remembers having seen, for ``repeats`` (1 MiB; past it no page adds any)
 REPEAT_SHARE = 1 / 3  # a page's extra text repeated on its site is left out of a pair when at most this share of it
 MIN_RECENT = 4096  # a ``GrowingSet``'s recent part merges into its main part past this size (and an eighth of it)
+BUCKET_VALUES = 8  # values a bucket holds on average
 CONFIRM_PAGES = 32  # new pages of a site over which what a sample learned is counted again (``confirm``)
 _NEITHER = "-v2"  # the fingerprint's mark of pairs verified on what is template on neither site
 _CONFIRMED = "-t1"  # the fingerprint's mark of templates confirmed over the pages after their sample
@@ -232,6 +235,7 @@ class GrowingSet:
 
     main: np.ndarray = field(default_factory=lambda: EMPTY)  # sorted uint32
     recent: np.ndarray = field(default_factory=lambda: EMPTY)  # sorted uint32, none in ``main``
+    _buckets: Optional[tuple] = field(default=None, repr=False, compare=False)  # (shift, starts) of ``main``
 
     def __len__(self) -> int:
         return len(self.main) + len(self.recent)
@@ -250,10 +254,38 @@ class GrowingSet:
 
     def contains(self, values: np.ndarray) -> np.ndarray:
         """Which of ``values`` (uint32) are in the set."""
+        parts = self.kernel_parts() if _growing_member is not None and values.dtype == np.uint32 else None
+        if parts is not None:
+            found = np.empty(len(values), dtype=bool)
+            _growing_member(np.ascontiguousarray(values), *parts, found)
+            return found
         found = in_sorted(values, self.main)
         if len(self.recent):
             found |= in_sorted(values, self.recent)
         return found
+
+    def kernel_parts(self) -> Optional[tuple[np.ndarray, np.ndarray, int, np.ndarray]]:
+        """The set as the kernel reads it (``_kernel.growing_member``): ``main``, where each of its buckets (its
+        values of one ``value >> shift``) starts, the last start its length, ``shift``, and ``recent``; None
+        when either part is not uint32.
+
+        A site's ``seen`` shingles grow to hundreds of thousands and every
+        new page looks its few hundred up in them: a search through the
+        whole array costs a dozen unpredictable steps a value, a bucket of
+        ``BUCKET_VALUES`` values a short walk. The starts are made once for
+        a ``main`` (which changes rarely) and handed on to the sets grown
+        from it.
+        """
+        main, recent = np.ascontiguousarray(self.main), np.ascontiguousarray(self.recent)
+        if main.dtype != np.uint32 or recent.dtype != np.uint32:
+            return None
+        if self._buckets is None:
+            shift = 32 - max(0, (len(main) // BUCKET_VALUES).bit_length() - 1)
+            starts = np.empty((1 << (32 - shift)) + 1, dtype=np.uint32)
+            _kernel.bucket_starts(main, shift, starts)
+            object.__setattr__(self, "_buckets", (shift, starts))
+        shift, starts = self._buckets
+        return main, starts, shift, recent
 
     def with_values(self, values: np.ndarray) -> "GrowingSet":
         """The set with ``values`` (sorted uint32, none of them in it)."""
@@ -262,7 +294,7 @@ class GrowingSet:
         recent = _merged(self.recent, values) if len(self.recent) else values
         if len(recent) > max(MIN_RECENT, len(self.main) // 8):
             return GrowingSet(_merged(self.main, recent), EMPTY)
-        return GrowingSet(self.main, recent)
+        return GrowingSet(self.main, recent, self._buckets)
 
 
 NOTHING = GrowingSet()
@@ -376,7 +408,7 @@ class SiteState:
     def counted_part(self, page: np.ndarray) -> np.ndarray:
         """What ``repeats`` counts of a new page: its shingles not in the template as it stands before it (the
         template is out of every pair's contents anyway)."""
-        return page[~in_sorted(page, self.template)] if len(self.template) else page
+        return _without(page, self.template, EMPTY) if len(self.template) else page
 
     def takes_new(self) -> bool:
         """Whether ``seen`` takes the shingles it has not seen of the site's next new page."""
@@ -386,12 +418,10 @@ class SiteState:
         """Count a new page's shingles (sorted uint32): those seen before are ``repeated`` (on two or more of the
         site's new pages); the others are added to ``seen`` while it holds fewer than ``MAX_SEEN``
         (``takes_new``)."""
-        known = self.seen.contains(page)
-        again = page[known]
-        if len(again):
-            self.repeated = self.repeated.with_values(again[~self.repeated.contains(again)])
-        if self.takes_new() and len(again) < len(page):
-            self.seen = self.seen.with_values(page[~known])
+        fresh, again = _fresh_and_again(page, self.seen, self.repeated)
+        self.repeated = self.repeated.with_values(again)
+        if self.takes_new():
+            self.seen = self.seen.with_values(fresh)
 
     def _learn_blocks(self, page: np.ndarray, settings: TemplateSettings) -> bool:
         """Put the page into the window, after adding the repeated blocks it shows; whether any was added."""
@@ -460,6 +490,20 @@ class SiteState:
         _count(counts, fresh, 1)
 
 
+def _fresh_and_again(page: np.ndarray, seen: GrowingSet, repeated: GrowingSet) -> tuple[np.ndarray, np.ndarray]:
+    """The values of ``page`` (sorted uint32) not in ``seen``, and those in it but not in ``repeated`` (in one
+    kernel call when it is there)."""
+    usable = _new_and_again is not None and page.dtype == np.uint32
+    seen_parts, repeated_parts = (seen.kernel_parts(), repeated.kernel_parts()) if usable else (None, None)
+    if seen_parts is None or repeated_parts is None:
+        known = seen.contains(page)
+        again = page[known]
+        return page[~known], again[~repeated.contains(again)]
+    fresh, again = np.empty(len(page), dtype=np.uint32), np.empty(len(page), dtype=np.uint32)
+    sizes = _new_and_again(np.ascontiguousarray(page), *seen_parts, *repeated_parts, fresh, again)
+    return fresh[:sizes[0]], again[:sizes[1]]
+
+
 def _buckets(shingles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The sketch's two buckets of each shingle: two independent parts of its hash."""
     return shingles & (BUCKETS - 1), (shingles >> 15) & (BUCKETS - 1)
@@ -489,11 +533,15 @@ def _union(template: np.ndarray, blocks: np.ndarray) -> np.ndarray:
 
 
 def _merged(one: np.ndarray, other: np.ndarray) -> np.ndarray:
-    """The union of two sorted uint32 arrays (sorted; a merge in the kernel, else a stable sort, which merges the
-    two runs in linear time)."""
+    """The union of two sorted uint32 arrays (sorted; in the kernel the smaller put between the larger's runs when
+    both are strictly increasing, as they are but for a caller's mistake, else a merge; without it a stable sort,
+    which merges the two runs in linear time)."""
     if _sorted_union is not None and one.dtype == other.dtype == np.uint32:
         union = np.empty(len(one) + len(other), dtype=np.uint32)
-        size = _sorted_union(np.ascontiguousarray(one), np.ascontiguousarray(other), union)
+        one, other = np.ascontiguousarray(one), np.ascontiguousarray(other)
+        size = _union_runs(one, other, union)
+        if size < 0:
+            size = _sorted_union(one, other, union)
         if size >= 0:
             return union[:size]
     both = np.concatenate([one, other]).astype(np.uint32)
@@ -531,20 +579,35 @@ def content_of(shingles: np.ndarray, template: np.ndarray, shared: np.ndarray, m
     """
     if len(template) == 0 and len(shared) == 0:
         return shingles
-    if _sorted_without is not None and shingles.dtype == template.dtype == shared.dtype == np.uint32:
-        kept = np.empty(len(shingles), dtype=np.uint32)
-        left = _sorted_without(np.ascontiguousarray(shingles), np.ascontiguousarray(template),
-                               np.ascontiguousarray(shared), kept)
-        kept = kept[:left]
-    else:
-        drop = in_sorted(shingles, template)
-        if len(shared):
-            drop |= in_sorted(shingles, shared)
-        left = len(shingles) - int(np.count_nonzero(drop))
-        kept = shingles[~drop] if left else shingles
+    return _content_left(shingles, _without(shingles, template, shared), min_share)
+
+
+def content_of_rest(shingles: np.ndarray, rest: np.ndarray, shared: np.ndarray, min_share: float) -> np.ndarray:
+    """``content_of(shingles, template, shared, min_share)`` from ``rest``, ``shingles`` without ``template``
+    already (a new page's ``SiteState.counted_part``: the page is not gone through twice)."""
+    return _content_left(shingles, _without(rest, EMPTY, shared) if len(shared) else rest, min_share)
+
+
+def _content_left(shingles: np.ndarray, kept: np.ndarray, min_share: float) -> np.ndarray:
+    """``kept`` (what of ``shingles`` is not template), unless it is all of them, none, or less than
+    ``min_share`` of them: then ``shingles`` itself."""
+    left = len(kept)
     if left == len(shingles) or left == 0 or left < min_share * len(shingles):
         return shingles
     return kept
+
+
+def _without(values: np.ndarray, template: np.ndarray, shared: np.ndarray) -> np.ndarray:
+    """The values in neither sorted table, in their order (in the kernel when all are uint32)."""
+    if _sorted_without is not None and values.dtype == template.dtype == shared.dtype == np.uint32:
+        kept = np.empty(len(values), dtype=np.uint32)
+        left = _sorted_without(np.ascontiguousarray(values), np.ascontiguousarray(template),
+                               np.ascontiguousarray(shared), kept)
+        return kept[:left]
+    drop = in_sorted(values, template)
+    if len(shared):
+        drop |= in_sorted(values, shared)
+    return values[~drop]
 
 
 def without_repeats(own: np.ndarray, other: np.ndarray, own_repeated, other_repeated) -> tuple[np.ndarray, np.ndarray]:

@@ -30,7 +30,7 @@ from ..store.housekeeping import ForgetRequests, forget, rebuild_tables, sweep_e
 from ..store.index import Index, IndexSettings, IndexTxn, MapFull
 from ..store.merge import SpreadMerge, merge_slices
 from ..store.mirror import RecentMirror, place_masks
-from ..store.sites import provisional_pages, remove_rekeyed, set_provisional_pages, write_rekeyed
+from ..store.sites import provisional_pages, set_provisional_pages, write_rekeyed
 from ..store.view import write_documents
 from ..core.templates import TemplateSettings
 from .decide import Together, decide_together
@@ -193,7 +193,6 @@ class Engine:
     def _write_rekeyed(self, txn: IndexTxn, together: Together) -> None:
         """The band keys of the batch's first pages, rekeyed in it."""
         for serial, keys in together.rekeyed.items():
-            remove_rekeyed(txn, serial)
             write_rekeyed(txn, serial, keys)
 
     def _write_own(self, txn: IndexTxn, batch: PreparedBatch, together: Together, lookup_keys):

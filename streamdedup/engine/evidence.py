@@ -26,7 +26,7 @@ from ..store.index import DocRecord, IndexTxn, damaged_shingles
 from ..store.candidates import Hits, RekeyedKeys, earliest_of_runs, with_extra_candidates
 from ..store.mirror import RecentMirror
 from ..store.view import first_documents
-from ..store.sites import provisional_pages, remove_rekeyed, write_rekeyed
+from ..store.sites import provisional_pages, write_rekeyed
 from .settings import ExcerptSettings
 from .sitelearning import BatchContent
 
@@ -481,7 +481,6 @@ class OwnFirstPages:
             return []
         keys = band_keys_of([content_now(serial) for serial in pages], self.signing)
         for serial, serial_keys in zip(pages, keys):
-            remove_rekeyed(self.txn, serial)
             write_rekeyed(self.txn, serial, serial_keys)
             self._keys[serial] = serial_keys
         return [(row, serial, serial_keys.tolist()) for serial, serial_keys in zip(pages, keys)]

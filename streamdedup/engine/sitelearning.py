@@ -19,8 +19,8 @@ import numpy as np
 from ..core.prepare import PreparedBatch
 from ..core.records import Document
 from ..core.signing import SigningConfig, band_keys_of
-from ..core.templates import (EMPTY, NOTHING, SiteState, SiteTimeline, TemplateSettings, content_of, in_sorted,
-                              own_text_of, without_repeats)
+from ..core.templates import (EMPTY, NOTHING, SiteState, SiteTimeline, TemplateSettings, content_of, content_of_rest,
+                              in_sorted, own_text_of, without_repeats)
 from ..store.index import IndexTxn
 from ..store.sites import load_site, move_site_counts, save_site, shared_template
 
@@ -109,20 +109,30 @@ class BatchRepeats:
         found = self._firsts.get(site)
         if found is None:
             pages = self._pages[site]
-            values = np.concatenate([page for _, page, _ in pages])
             page_rows = np.array([row for row, _, _ in pages], dtype=np.int64)  # ascending: pages come in row order
-            rows = np.repeat(page_rows, [len(p) for _, p, _ in pages])
-            order = np.lexsort((rows, values))
-            values, rows = values[order], rows[order]
+            ordered = _by_value_then_page([page for _, page, _ in pages])
+            values = (ordered >> np.uint64(32)).astype(np.uint32)
+            at = (ordered & np.uint64(0xFFFFFFFF)).astype(np.int64)  # each value's page
             start = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
-            first = rows[start]
+            first = page_rows[at[start]]
             second = np.full(len(start), np.iinfo(np.int64).max, dtype=np.int64)
             ends = np.append(start[1:], len(values))
             twice = ends - start >= 2
-            second[twice] = rows[start[twice] + 1]
-            takes = np.array([takes for _, _, takes in pages], dtype=bool)[np.searchsorted(page_rows, first)]
+            second[twice] = page_rows[at[start[twice] + 1]]
+            takes = np.array([takes for _, _, takes in pages], dtype=bool)[at[start]]
             found = self._firsts[site] = (values[start], first, second, takes)
         return found
+
+
+def _by_value_then_page(pages: list) -> np.ndarray:
+    """Every shingle of ``pages`` (uint32 arrays) with the number of its page, as ``shingle << 32 | page``, sorted:
+    by shingle, then by page (one sort of machine words, not a sort by two keys)."""
+    sizes = [len(page) for page in pages]
+    numbers = np.repeat(np.arange(len(pages), dtype=np.uint64), sizes)
+    keyed = np.concatenate(pages).astype(np.uint64) << np.uint64(32) if pages else np.zeros(0, dtype=np.uint64)
+    keyed |= numbers
+    keyed.sort()
+    return keyed
 
 
 class SiteTemplates:
@@ -165,10 +175,10 @@ class SiteTemplates:
                     repeats.states[site] = committed
             digest = batch.contents[row]
             learning = learns(site)
+            before, counted = None, None  # the template before a new page, and the page without it (``repeats``)
             if learning and digest not in seen and view.serial_of_content(digest) is None:
                 seen.add(digest)
                 before, was_settled = state.template, state.settled_for_good()
-                counted = None
                 if repeats is not None and not state.ahead:
                     counted = state.counted_part(full)
                     repeats.add(site, row, counted, state.takes_new())
@@ -182,9 +192,7 @@ class SiteTemplates:
                     timeline.record(row, None, shared)
             if learning and not state.settled_for_good():
                 provisional.add(row)
-            template = state.template
-            content = full if not len(template) and not len(shared) else content_of(  # ``content_of``'s answer
-                full, template, shared, settings.min_content_share)
+            content = self._row_content(full, state.template, shared, before, counted)
             rows.append(content)
             if content is not full:
                 changed.append(row)
@@ -193,6 +201,16 @@ class SiteTemplates:
         own = self._own_texts(sites, rows, repeats) if repeats is not None and settings.own_text else {}
         own_keys = dict(zip(own, band_keys_of(list(own.values()), self.signing))) if own else {}
         return BatchContent(rows, timeline, settings, provisional, settles, repeats, own, own_keys)
+
+    def _row_content(self, full: np.ndarray, template: np.ndarray, shared: np.ndarray, before: Optional[np.ndarray],
+                     counted: Optional[np.ndarray]) -> np.ndarray:
+        """A row's content (``content_of``), from its ``counted_part`` when it has one (``counted``, the page
+        without ``before``) and its page left the template as it was."""
+        if not len(template) and not len(shared):
+            return full
+        if counted is not None and template is before:
+            return content_of_rest(full, counted, shared, self.settings.min_content_share)
+        return content_of(full, template, shared, self.settings.min_content_share)
 
     def _whole_content(self, txn: IndexTxn, view, batch: PreparedBatch, shared: np.ndarray,
                        timeline: SiteTimeline) -> Optional[BatchContent]:

@@ -33,30 +33,56 @@ def with_extra_candidates(serials: np.ndarray, shared: np.ndarray, extra: Sequen
 
 class RekeyedKeys:
     """The band keys of the pages rekeyed in a batch (serial -> its latest keys, in the order first rekeyed),
-    and which of them a row's keys find: one array comparison a row, the keys stacked again after a rekey."""
+    and which of them a row's keys find: a look-up a band, in the pages' (band, key) slots.
+
+    A site that settles rekeys every kept page it had while learning, and
+    every later row of the batch asks which of them its keys meet: compared
+    with all of them at once, that cost the rekeyed pages times the bands a
+    row; looked up by slot, it costs the bands.
+    """
 
     def __init__(self):
-        self._keys: dict[int, np.ndarray] = {}
-        self._stacked: Optional[tuple[np.ndarray, np.ndarray]] = None  # (serials, serials x bands keys)
+        self._keys: dict[int, list[int]] = {}  # serial -> its latest keys, in the order first rekeyed
+        self._order: dict[int, int] = {}  # serial -> its place in that order
+        self._serials: dict[tuple[int, int], list[int]] = {}  # (band, key) -> the serials whose latest keys hold it
+        self._held: dict[int, int] = {}  # key -> in how many of those slots: most rows meet none of them
 
     def __setitem__(self, serial: int, keys: np.ndarray) -> None:
-        self._keys[serial] = keys
-        self._stacked = None
+        held = self._held
+        for slot in enumerate(self._keys.get(serial, ())):
+            self._serials[slot].remove(serial)
+            held[slot[1]] -= 1
+            if not held[slot[1]]:
+                del held[slot[1]]
+        self._keys[serial] = keys = keys.tolist()
+        self._order.setdefault(serial, len(self._order))
+        for slot in enumerate(keys):
+            self._serials.setdefault(slot, []).append(serial)
+            held[slot[1]] = held.get(slot[1], 0) + 1
 
     def __bool__(self) -> bool:
         return bool(self._keys)
 
     def candidates(self, keys: np.ndarray, also: Optional[np.ndarray] = None) -> list[int]:
         """The rekeyed pages, each once per band whose key it shares with ``keys`` (or, given ``also``, a second
-        key of each band: with either)."""
-        if self._stacked is None:
-            self._stacked = (np.fromiter(self._keys, dtype=np.int64, count=len(self._keys)),
-                             np.stack(list(self._keys.values())))
-        serials, stacked = self._stacked
-        same = stacked == keys
-        if also is not None:
-            same |= stacked == also
-        return np.repeat(serials, np.count_nonzero(same, axis=1)).tolist()
+        key of each band: with either), in the order first rekeyed."""
+        keys = keys.tolist()
+        seconds = also.tolist() if also is not None else None
+        held = self._held.keys()
+        if held.isdisjoint(keys) and (seconds is None or held.isdisjoint(seconds)):
+            return []
+        found: dict[int, int] = {}
+        get = self._serials.get
+        for band, key in enumerate(keys):
+            for serial in get((band, key), ()):
+                found[serial] = found.get(serial, 0) + 1
+            if seconds is not None and seconds[band] != key:  # a page has one key a band: never both
+                for serial in get((band, seconds[band]), ()):
+                    found[serial] = found.get(serial, 0) + 1
+        if len(found) > 1:
+            order = self._order
+            found = {serial: found[serial] for serial in sorted(found, key=order.__getitem__)}
+        return [serial for serial, bands in found.items() for _ in range(bands)]
 
 
 def chosen_candidates(serials: Sequence[int], shared: Sequence[int], extra: Iterable[int], min_shared: int,

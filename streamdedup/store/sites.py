@@ -166,10 +166,20 @@ def set_provisional_pages(txn: IndexTxn, site: int, serials: list[int]) -> None:
 
 
 def write_rekeyed(txn: IndexTxn, serial: int, keys: np.ndarray) -> None:
-    """A first page's band keys by its settled content (``keys``: one per band), beside its own."""
+    """A first page's band keys by its settled content (``keys``: one per band), beside its own, in place of
+    those it had in the table: only the bands whose key changed are written (a page rekeyed again when its
+    site's template moves keeps most of them)."""
     value = u64(serial)
+    raw = txn.get("rekeyed_of", value)
+    before = np.frombuffer(raw, dtype=">u8").tolist() if raw is not None else []
+    now = keys.tolist()
+    if now == before:
+        return
+    for band, key in enumerate(before):
+        if band >= len(now) or now[band] != key:
+            txn.delete("rekeyed", band.to_bytes(2, "big") + key.to_bytes(8, "big"), value)
     pairs = sorted((band.to_bytes(2, "big") + key.to_bytes(8, "big"), value)
-                   for band, key in enumerate(keys.tolist()))
+                   for band, key in enumerate(now) if band >= len(before) or before[band] != key)
     txn.txn.cursor(db=txn.dbs["rekeyed"]).putmulti(pairs, dupdata=True)
     txn.txn.put(value, keys.astype(">u8").tobytes(), db=txn.dbs["rekeyed_of"])
 
