@@ -30,7 +30,9 @@
  *
  * sorted_union(a, b, out) -> int
  *     The sorted union of two sorted uint32 arrays, each value once, written to the front of out (room for
- *     both); how many, or -1 when one of them is not sorted: templates._merged.
+ *     both); how many, or -1 when one of them is not sorted: templates._merged. Two strictly increasing
+ *     arrays are merged by runs: the smaller's values put between the larger's runs, copied whole (a site's
+ *     few hundred new shingles into its tens of thousands).
  *
  * sorted_without(values, table, shared, out) -> int
  *     The uint32 values in neither sorted uint32 table, in their order, written to the front of out (room
@@ -44,11 +46,6 @@
  *     out[i] (one byte) = whether uint32 values[i] is in sorted main (found through its bucket_starts) or in
  *     sorted recent: templates.GrowingSet.contains, one bucket's few values walked a value instead of a
  *     search through a site's hundreds of thousands of seen shingles.
- *
- * union_runs(a, b, out) -> int
- *     sorted_union of two strictly increasing uint32 arrays, the smaller's values put between the runs of
- *     the larger copied whole: a site's few hundred new shingles into its tens of thousands
- *     (templates._merged); -1 when either is not strictly increasing (sorted_union then merges them).
  *
  * new_and_again(page, seen main, starts, shift, recent, repeated main, starts, shift, recent, fresh, again)
  *     -> (fresh count, again count)
@@ -856,8 +853,33 @@ release1:
     return PyLong_FromSsize_t(kept);
 }
 
+/* Whether v[0:n] is strictly increasing (every value compared: no branch a value). */
+static int strictly_increasing(const uint32_t *v, Py_ssize_t n) {
+    int bad = 0;
+    for (Py_ssize_t k = 1; k < n; k++) bad |= v[k] <= v[k - 1];
+    return !bad;
+}
+
+/* The union of strictly increasing x[0:n] and y[0:m] into o, y's values put one by one between the runs of x
+ * copied whole (a merge costs a copy of the larger array, not a step a value); how many. */
+static Py_ssize_t union_by_runs(const uint32_t *x, Py_ssize_t n, const uint32_t *y, Py_ssize_t m, uint32_t *o) {
+    Py_ssize_t i = 0, w = 0;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        uint32_t v = y[j];
+        Py_ssize_t at = lower_bound_from32(x, n, v, i);
+        memcpy(o + w, x + i, (size_t)(at - i) * 4);
+        w += at - i;
+        i = at + (at < n && x[at] == v);
+        o[w++] = v;
+    }
+    memcpy(o + w, x + i, (size_t)(n - i) * 4);
+    return w + n - i;
+}
+
 /* The sorted union of two sorted uint32 arrays, each value once, written to out (room for both); how many,
- * or -1 when an array is not sorted (templates._merged then sorts them). */
+ * or -1 when an array is not sorted (templates._merged then sorts them). Two strictly increasing arrays (a
+ * site's few hundred new shingles and its tens of thousands) are merged by runs (union_by_runs), others a
+ * value at a time. */
 static PyObject *sorted_union(PyObject *self, PyObject *args) {
     PyObject *o_a, *o_b, *o_out;
     if (!PyArg_ParseTuple(args, "OOO", &o_a, &o_b, &o_out)) return NULL;
@@ -871,6 +893,10 @@ static PyObject *sorted_union(PyObject *self, PyObject *args) {
     Py_ssize_t n = a.len / 4, m = b.len / 4, i = 0, j = 0;
     if (out.len < a.len + b.len) {
         PyErr_SetString(PyExc_ValueError, "sorted_union: out must have room for both arrays");
+        goto release_out;
+    }
+    if (strictly_increasing(x, n) && strictly_increasing(y, m)) {
+        written = n >= m ? union_by_runs(x, n, y, m, o) : union_by_runs(y, m, x, n, o);
         goto release_out;
     }
     for (Py_ssize_t k = 1; k < n; k++) if (x[k] < x[k - 1]) goto release_out;
@@ -2877,51 +2903,6 @@ static PyObject *growing_member(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* Whether v[0:n] is strictly increasing (every value compared: no branch a value). */
-static int strictly_increasing(const uint32_t *v, Py_ssize_t n) {
-    int bad = 0;
-    for (Py_ssize_t k = 1; k < n; k++) bad |= v[k] <= v[k - 1];
-    return !bad;
-}
-
-/* The union of strictly increasing x[0:n] and y[0:m] into o, y's values put one by one between the runs of x
- * copied whole (a merge costs a copy of the larger array, not a step a value); how many. */
-static Py_ssize_t union_by_runs(const uint32_t *x, Py_ssize_t n, const uint32_t *y, Py_ssize_t m, uint32_t *o) {
-    Py_ssize_t i = 0, w = 0;
-    for (Py_ssize_t j = 0; j < m; j++) {
-        uint32_t v = y[j];
-        Py_ssize_t at = lower_bound_from32(x, n, v, i);
-        memcpy(o + w, x + i, (size_t)(at - i) * 4);
-        w += at - i;
-        i = at + (at < n && x[at] == v);
-        o[w++] = v;
-    }
-    memcpy(o + w, x + i, (size_t)(n - i) * 4);
-    return w + n - i;
-}
-
-static PyObject *union_runs(PyObject *self, PyObject *args) {
-    PyObject *o_a, *o_b, *o_out;
-    if (!PyArg_ParseTuple(args, "OOO", &o_a, &o_b, &o_out)) return NULL;
-    Py_buffer a, b, out;
-    Py_ssize_t written = -1;
-    if (get_buffer(o_a, &a, 4, 0, "a") < 0) return NULL;
-    if (get_buffer(o_b, &b, 4, 0, "b") < 0) { PyBuffer_Release(&a); return NULL; }
-    if (get_buffer(o_out, &out, 4, 1, "out") < 0) goto release;
-    Py_ssize_t n = a.len / 4, m = b.len / 4;
-    if (out.len < a.len + b.len) {
-        PyErr_SetString(PyExc_ValueError, "union_runs: out must have room for both arrays");
-    } else if (strictly_increasing(a.buf, n) && strictly_increasing(b.buf, m)) {
-        written = n >= m ? union_by_runs(a.buf, n, b.buf, m, out.buf) : union_by_runs(b.buf, m, a.buf, n, out.buf);
-    }
-    PyBuffer_Release(&out);
-release:
-    PyBuffer_Release(&b);
-    PyBuffer_Release(&a);
-    if (PyErr_Occurred()) return NULL;
-    return PyLong_FromSsize_t(written);
-}
-
 /* The values of v[0:n] (one byte a value in mark) whose mark is want, in order, into o; how many. */
 static Py_ssize_t gather_marked(const uint32_t *v, Py_ssize_t n, const uint8_t *mark, uint8_t want, uint32_t *o) {
     Py_ssize_t w = 0;
@@ -3045,7 +3026,6 @@ static PyMethodDef methods[] = {
     {"level_rows", level_rows, METH_VARARGS, "The recent mirror's entries under sorted slots, every level in one pass (see the block)."},
     {"earliest_runs", earliest_runs, METH_VARARGS, "Sorted (key, serial) runs merged, each key's first so many kept (see the block)."},
     {"bucket_starts", bucket_starts, METH_VARARGS, "Where each bucket of a sorted uint32 table starts (see the module)."},
-    {"union_runs", union_runs, METH_VARARGS, "The union of two strictly increasing uint32 arrays, into out; how many (see the module)."},
     {"new_and_again", new_and_again, METH_VARARGS, "A page's values a site has not seen, and seen but not repeated (see the module)."},
     {"growing_member", growing_member, METH_VARARGS, "Whether each uint32 value is in a GrowingSet, into out (see the module)."},
     {NULL, NULL, 0, NULL},

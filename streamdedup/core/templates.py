@@ -120,9 +120,9 @@ try:
     from . import _kernel
 
     _sorted_member, _sorted_without, _sorted_union = _kernel.sorted_member, _kernel.sorted_without, _kernel.sorted_union
-    _growing_member, _union_runs, _new_and_again = _kernel.growing_member, _kernel.union_runs, _kernel.new_and_again
+    _growing_member, _new_and_again = _kernel.growing_member, _kernel.new_and_again
 except ImportError:  # built without a C compiler: numpy's searchsorted and sort, the same answers
-    _sorted_member = _sorted_without = _sorted_union = _growing_member = _union_runs = _new_and_again = None
+    _sorted_member = _sorted_without = _sorted_union = _growing_member = _new_and_again = None
 
 __all__ = ["TemplateSettings", "SiteState", "GrowingSet", "NOTHING", "learned_template", "content_of",
            "content_of_rest", "in_sorted", "kept_rule", "without_repeats", "own_text_of", "SiteTimeline", "EMPTY",
@@ -539,9 +539,7 @@ def _merged(one: np.ndarray, other: np.ndarray) -> np.ndarray:
     if _sorted_union is not None and one.dtype == other.dtype == np.uint32:
         union = np.empty(len(one) + len(other), dtype=np.uint32)
         one, other = np.ascontiguousarray(one), np.ascontiguousarray(other)
-        size = _union_runs(one, other, union)
-        if size < 0:
-            size = _sorted_union(one, other, union)
+        size = _sorted_union(one, other, union)
         if size >= 0:
             return union[:size]
     both = np.concatenate([one, other]).astype(np.uint32)
