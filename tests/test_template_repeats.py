@@ -248,6 +248,26 @@ def test_a_short_body_in_a_host_page_of_large_navigation_is_looked_up_by_its_own
         assert all(d.status == "kept" for i, d in decided.items() if i not in republished)
 
 
+def test_explain_shows_the_own_text_similarity_a_decision_took(tmp_path, writer):
+    """Copies found by their own text: ``explain`` gives that similarity beside the pair's (below the threshold),
+    and the higher of the two is the decision's (no note that it differs)."""
+    from streamdedup.engine.explain import explain
+    from streamdedup.ops.explained import explanation_lines
+
+    pages, republished = _short_bodies_in_large_navigation(writer)
+    with _engine(tmp_path / "on") as engine:
+        decided = _decide(engine, pages, batch=25)
+        texts = {page: text for page, _, text in pages}
+        found = [explain(engine, page, texts=texts) for page, source in republished.items()
+                 if decided[page].cluster == source]
+    by_own_text = [e for e in found if e.similarity < e.threshold]
+    assert len(found) >= len(republished) - 1 and len(by_own_text) >= len(found) // 2
+    for explained in by_own_text:
+        assert explained.own_text_similarity >= explained.threshold
+        assert not [note for note in explained.notes if "differs from the decision" in note]
+        assert any(line.lstrip().startswith("own text") for line in explanation_lines(explained))
+
+
 def test_a_page_looked_up_by_its_own_text_decides_alike_whatever_the_batches_and_restarts(tmp_path, writer):
     """Sources and copies in one batch (found by the batch's own rows), in batches of one (found in the index),
     and across restarts: the same decisions."""

@@ -34,7 +34,7 @@ from ..core.prepare import prepare
 from ..core.records import Document, Rejected, Source
 from ..core.shingle import ShingleBatch, normalize
 from ..core.signing import sign_batch
-from ..core.templates import EMPTY, content_of, without_repeats
+from ..core.templates import EMPTY, content_of, own_text_of, without_repeats
 from ..core.verify import jaccard
 from ..errors import UnknownDocumentError
 from ..store.bands import record_band_keys
@@ -84,6 +84,7 @@ class Explanation:
     decided_similarity: Optional[float]  # the similarity recorded with ``a``'s decision (against ``matched``)
     decided_containment: Optional[float]  # an excerpt's recorded share of its content inside ``matched``
     similarity: Optional[float] = None  # exact Jaccard of the two contents, computed now
+    own_text_similarity: Optional[float] = None  # of ``a``'s own text and ``b``'s content, when ``a`` has one
     containment: Optional[float] = None  # the share of ``a``'s content inside ``b``'s, computed now
     shared_shingles: Optional[int] = None
     bands: int = 0  # bands of a signature
@@ -160,6 +161,8 @@ def explain_in(engines: Sequence[Readable], doc_id: str, other: Optional[str] = 
                                                               templates["b"])
             compared = _without_repeats(engine, txn_of, record_a, record_b, compared)
             _compare(engine, txn_of, result, record_a, record_b, contents["a"], contents["b"], compared)
+            result.own_text_similarity = _own_text_similarity(engine, txn_of(record_a), record_a, compared)
+            _note_a_changed_similarity(result)
         if words["a"] is not None and words["b"] is not None:
             result.passages = passages(words["a"], words["b"])
         else:
@@ -281,8 +284,27 @@ def _compare(engine: Readable, txn_of: Callable[[DocRecord], IndexTxn], result: 
     keys_a = _keys(engine, txn_of(record_a), record_a, content_a)
     keys_b = _keys(engine, txn_of(record_b), record_b, content_b)
     result.shared_bands = np.flatnonzero(keys_a == keys_b).tolist()
+
+
+def _own_text_similarity(engine: Readable, txn: IndexTxn, record: DocRecord,
+                         compared: tuple[np.ndarray, np.ndarray]) -> Optional[float]:
+    """With ``templates.own_text``, the Jaccard of ``record``'s own text (its compared content without what its
+    site repeats, as the index knows the site now) and the other side of the pair, as ``evidence.pair_similarity``
+    takes it; None when the page has no own text (its site's repeats are a minor part of it)."""
+    settings = engine.template_settings
+    if not (settings.enabled and settings.repeats and settings.own_text and settings.learns(record.site)):
+        return None
+    part, whole = compared
+    own = own_text_of(part, load_site(txn, record.site).repeated.contains(part), settings.min_content_share)
+    return None if own is None else round(jaccard(own, whole), 6)
+
+
+def _note_a_changed_similarity(result: Explanation) -> None:
+    """Say so when the similarity computed now (the higher of the pair's and its own text's, as a decision takes
+    it) is not the one recorded with the decision."""
     decided = result.decided_similarity
-    if result.b_is_match and decided is not None and abs(similarity - decided) > 1e-9:
+    now = max(result.similarity, result.own_text_similarity or 0.0)
+    if result.b_is_match and decided is not None and abs(now - decided) > 1e-6:
         result.notes.append("the similarity computed now differs from the decision's: a site template learned since "
                             "changed what counts as content (the decision stands)")
 

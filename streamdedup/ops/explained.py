@@ -32,6 +32,9 @@ def explanation_lines(explained: Explanation, width: int = 100) -> list[str]:
         lines.append(f"  now          similarity {explained.similarity:.6f}: {explained.shared_shingles:,} content "
                      f"shingles shared, A {a.shingles:,} ({a.shingles_from}), B {b.shingles:,} ({b.shingles_from}); "
                      f"A inside B {explained.containment:.6f}")
+    if explained.own_text_similarity is not None:
+        lines.append(f"  own text     similarity {explained.own_text_similarity:.6f}: A without the text its site "
+                     "repeats, against B (a decision takes the higher)")
     if explained.shared_bands is not None:
         lines.append("  bands        " + _bands(explained))
     if explained.members is not None:
