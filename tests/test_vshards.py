@@ -318,3 +318,42 @@ def test_the_exchange_position_committed_with_an_epoch_passes_no_message_still_t
     host._receive([(3, 30, pack_message(Message(5, "contents", 1, 3, b""))),
                    (3, 31, pack_message(Message(6, "contents", 1, 3, b"")))])
     assert floors_at_delivery[0] == {5: 30, 6: 31}  # epoch 6's message counts before epoch 5 may commit
+
+
+@pytest.mark.parametrize("kernel", [True, False])
+def test_rows_surely_kept_take_the_quick_path_in_a_vshard_and_are_decided_as_by_one_worker(tmp_path, monkeypatch,
+                                                                                          kernel):
+    """A vshard decides its rows surely kept (``decide._State.alone_rows``) as the single worker's quick path
+    does, one row a call since the gathered serials are not consecutive (``_State.keep_alone_at``: the kernel's
+    ``kept_alone``, or ``kept_alone`` without it), and the outcomes are the single worker's."""
+    from streamdedup.engine import decide
+
+    if not kernel:
+        monkeypatch.setattr(decide, "_kernel", None)
+    keep_alone_at, kept = decide._State.keep_alone_at, []
+
+    def noted(state, decisions, i, serial):
+        kept.append(serial)
+        return keep_alone_at(state, decisions, i, serial)
+
+    monkeypatch.setattr(decide._State, "keep_alone_at", noted)
+    items = _items((doc.id, doc.text) for doc in corpus.generate(150, seed=4))
+    _, expected = _assert_same_as_single_worker(tmp_path, items, 8, 4, seed=4)
+    assert len(set(kept)) > len(items) // 3
+    assert sum(d.status == "duplicate" for d in expected) > 50
+
+
+def test_band_slots_and_serials_sort_by_slot_then_serial_in_epochs_of_any_size():
+    """``vshard._slotted`` sorts (slot, offset in the epoch) pairs by one key: the slot's 40 bits and the
+    offset's 24; in an epoch of 2^24 records or more, by the pairs' ranks. Either way, ``np.lexsort``'s order."""
+    from streamdedup.engine.vshards.vshard import _slot_then_offset
+
+    rng = np.random.default_rng(7)
+    slots = (rng.integers(0, 256, 4000).astype(np.uint64) << np.uint64(32)) | rng.integers(0, 2 ** 32, 4000).astype(
+        np.uint64)
+    slots[:50] = slots[50:100]  # keys probed by several documents
+    for largest in (1000, 1 << 24, 1 << 30):
+        offsets = rng.integers(0, largest, 4000).astype(np.uint64)
+        want = np.lexsort((offsets, slots))
+        got = np.argsort(_slot_then_offset(slots, offsets))
+        assert (slots[got] == slots[want]).all() and (offsets[got] == offsets[want]).all()

@@ -140,6 +140,8 @@ def decide_together(batch: PreparedBatch, evidences: list[Evidence], rules: Dedu
         wanted = mine is None or mine[i]
         if not wanted and alone[row]:
             state.kept_unwanted(item, row)
+        elif gathered is not None and alone[row]:  # most rows: kept on the quick path, their serials given
+            state.keep_alone_at(decisions, i, state.next_serial)
         else:
             decisions[i] = state.decide(item, row, wanted)
     first, state.first = state.first, None  # it refers to the state: refcounting frees both, not the collector
@@ -443,6 +445,17 @@ class _State:
         self.by_id.setdefault(batch.id_keys[row], []).append(serial)
         self.by_content.setdefault(content, serial)
         return Decision(doc.id, KEPT, doc.id, None, None, None, False, False, 0, 0, None)  # ``_as_decision``'s
+
+    def keep_alone_at(self, decisions: list, i: int, serial: int) -> None:
+        """Item ``i``, a document of ``alone_rows``, kept as ``serial`` (``kept_alone``), in the kernel when there
+        is one: with ``gathered`` the rows' serials are the caller's, not consecutive, so one item a call."""
+        if _kernel is None:
+            self.next_serial = serial
+            decisions[i] = self.kept_alone(self.batch.items[i], self.batch.row[i])
+            return
+        if self._alone_context is None:
+            self._alone_context = self.alone_context(decisions)
+        self.next_serial = _kernel.kept_alone(self._alone_context, i, i + 1, serial)
 
     def kept_unwanted(self, doc, row: int) -> None:
         """Row ``row``, one of ``alone_rows``, kept as the next serial without a decision or record (made if a

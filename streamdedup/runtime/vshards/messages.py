@@ -90,7 +90,7 @@ def unpack_home(data: bytes) -> Home:
     if fields[:2] != [KEYS_FORMAT, "home"]:
         raise ValueError(f"not a home message of format {KEYS_FORMAT}: {fields[:2]!r}")
     _, _, places, payload, prepared = fields
-    payload[2] = [tuple(tuple(h) for h in headers) for headers in payload[2]]
+    payload[2] = [tuple(map(tuple, headers)) if headers else () for headers in payload[2]]  # most have none
     records = raw_records(tuple(payload))
     return Home(places, records, prepared_of(prepared, [r.source for r in records]))
 
