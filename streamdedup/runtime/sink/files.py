@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
+import threading
 from typing import BinaryIO, Optional
 
 from ...core.records import KEPT, Decision, FileBatch
@@ -130,9 +131,17 @@ class FileOutputs:
                                         if d.status == KEPT)
         return written
 
-    def sizes_after(self, written: dict) -> dict:
-        """The outputs' sizes once ``written`` is appended."""
-        return {name: size + len(written.get(name, b"")) for name, size in self.sizes().items()}
+    def sizes_after(self, written: dict, sizes: Optional[dict] = None) -> dict:
+        """The outputs' sizes once ``written`` is appended to them at ``sizes`` (default: their sizes now)."""
+        return {name: size + len(written.get(name, b"")) for name, size in (sizes or self.sizes()).items()}
+
+    def appending(self, written: dict) -> "Appending":
+        """``append(written)`` begun on a thread of its own, when every output can be cut back (a resumed run
+        drops what a batch never committed wrote); else put off until the caller waits for it (stdout, a pipe:
+        nothing reaches them before the batch's decisions are sure)."""
+        if all(output.cuttable for output in (self.clean, self.decisions) if output is not None):
+            return Appending(self, written, threading.Thread)
+        return Appending(self, written, None)
 
     def append(self, written: dict) -> None:
         """Append one batch's bytes (``batch_bytes``) and make them durable."""
@@ -145,3 +154,37 @@ class FileOutputs:
         for output in (self.clean, self.decisions):
             if output is not None:
                 output.close()
+
+
+class Appending:
+    """One batch's bytes appended to the outputs and made durable (``FileOutputs.append``), on a thread while
+    the caller goes on (the writes and fsyncs wait for the disk without the GIL), or on ``wait`` without one."""
+
+    def __init__(self, outputs: FileOutputs, written: dict, thread: Optional[type] = None):
+        self._outputs, self._written = outputs, dict(written)
+        self._error: Optional[BaseException] = None
+        self._thread = None
+        if thread is not None:
+            self._thread = thread(target=self._append, name="streamdedup-outputs", daemon=True)
+            self._thread.start()
+
+    def _append(self) -> None:
+        try:
+            self._outputs.append(self._written)
+        except BaseException as exc:  # raised again in the caller's thread, by ``wait``
+            self._error = exc
+
+    def wait(self) -> None:
+        """Until the bytes are appended and durable (raises what appending them raised)."""
+        if self._thread is None:
+            self._thread = False
+            self._append()
+        elif self._thread:
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+    def settle(self) -> None:
+        """Until the thread, if one was started, has stopped (the caller fails: its error is the one raised)."""
+        if self._thread:
+            self._thread.join()
