@@ -260,8 +260,9 @@ def _offline(folder, source, crash_at: str = "", monkeypatch=None):
 
 @pytest.mark.parametrize("step", ["file-decided", "file-written", "file-committed"])
 def test_an_offline_run_dying_at_each_step_resumes_into_an_uninterrupted_runs_outputs(tmp_path, monkeypatch, step):
-    """After step 1 nothing is written; after step 2 the outputs hold the batch but the index does not (the
-    resume cuts them back); after step 3 both have it."""
+    """Once the batch is decided its lines are being appended (step 2 begins as the decisions are made, and a
+    failure waits for it to end); after step 2 the outputs hold the batch but the index does not (the resume cuts
+    them back); after step 3 both have it."""
     source = tmp_path / "in.jsonl"
     source.write_bytes(b"".join(r.value + b"\n" for r in _records(300)))
     reference, crashed = tmp_path / "reference", tmp_path / "crashed"
@@ -270,8 +271,42 @@ def test_an_offline_run_dying_at_each_step_resumes_into_an_uninterrupted_runs_ou
     with pytest.raises(Crash):
         _offline(crashed, source, step, monkeypatch)
     decided = (crashed / "decisions.jsonl").read_bytes().count(b"\n")
-    assert decided == {"file-decided": 120, "file-written": 180, "file-committed": 180}[step]
+    assert decided == {"file-decided": 180, "file-written": 180, "file-committed": 180}[step]
     _offline(crashed, source)  # the same command again resumes
     for name in ("clean.jsonl", "decisions.jsonl"):
         assert (crashed / name).read_bytes() == (reference / name).read_bytes(), name
     assert index_snapshot(crashed / "state")["records"] == index_snapshot(reference / "state")["records"]
+
+
+
+def test_an_offline_batchs_lines_are_appended_while_its_documents_are_written(tmp_path, monkeypatch):
+    """Step 2 begins as soon as a batch is decided: its lines reach the decisions file while its documents are
+    written into the index transaction (the writes here wait for them, up to 2 s), and the run ends as an
+    uninterrupted one's."""
+    import time
+
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(b"".join(r.value + b"\n" for r in _records(300)))
+    reference, overlapped = tmp_path / "reference", tmp_path / "overlapped"
+    reference.mkdir(), overlapped.mkdir()
+    _offline(reference, source)
+    decisions, lines_found = overlapped / "decisions.jsonl", []
+    write_own = Engine._write_own
+
+    def lines() -> int:
+        return decisions.read_bytes().count(b"\n") if decisions.exists() else 0
+
+    def written_once_the_lines_are_there(self, txn, batch, together, lookup_keys):
+        for _ in range(200):
+            if lines() >= 60 * (len(lines_found) + 1):
+                break
+            time.sleep(0.01)
+        lines_found.append(lines())
+        return write_own(self, txn, batch, together, lookup_keys)
+
+    monkeypatch.setattr(Engine, "_write_own", written_once_the_lines_are_there)
+    _offline(overlapped, source)
+    monkeypatch.undo()
+    assert lines_found == [60, 120, 180, 240, 300]
+    for name in ("clean.jsonl", "decisions.jsonl"):
+        assert (overlapped / name).read_bytes() == (reference / name).read_bytes(), name

@@ -117,7 +117,11 @@ class Engine:
         return prepare(items, self.signing)
 
     def decide(self, batch: PreparedBatch, bookkeeping: Optional[Bookkeeping] = None) -> DecidedBatch:
-        """Decide a prepared batch in a new index transaction, with ``bookkeeping`` in it; leave it prepared."""
+        """Decide a prepared batch in a new index transaction, with ``bookkeeping`` in it; leave it prepared.
+
+        ``bookkeeping`` is called with the decisions before the batch's documents are written (again if the
+        batch is decided again into a grown map, with the same decisions).
+        """
         return self._decided(batch, self.clock(), bookkeeping)
 
     def _decided(self, batch: PreparedBatch, now: float, bookkeeping: Optional[Bookkeeping]) -> DecidedBatch:
@@ -125,10 +129,7 @@ class Engine:
         self.bands.loaded_filter()  # before the transaction: building it reads the index
 
         def work(txn: IndexTxn) -> list[Decision]:
-            decisions = self._decide_in(txn, batch, now, [self._first_round(txn, batch)])
-            if bookkeeping is not None:
-                bookkeeping(txn, decisions)
-            return decisions
+            return self._decide_in(txn, batch, now, [self._first_round(txn, batch)], bookkeeping)
 
         txn, decisions = self.index.prepare(work)
         return DecidedBatch(batch, decisions, txn, now, work)
@@ -158,9 +159,13 @@ class Engine:
                         rows_settled(first_round, settings.retention_s > 0))
         return band_evidence(txn, self.mirror, self.bands, batch, lookup_keys, content, first, asking)
 
-    def _decide_in(self, txn: IndexTxn, batch: PreparedBatch, now: float,
-                   evidences: list[Evidence]) -> list[Decision]:
-        """Decide ``batch`` from ``evidences`` (and the second round's) and write its documents in ``txn``."""
+    def _decide_in(self, txn: IndexTxn, batch: PreparedBatch, now: float, evidences: list[Evidence],
+                   bookkeeping: Optional[Bookkeeping] = None) -> list[Decision]:
+        """Decide ``batch`` from ``evidences`` (and the second round's) and write its documents in ``txn``.
+
+        ``bookkeeping`` is called as soon as the decisions are made, before the documents are written: what
+        it starts (the offline outputs' append) overlaps the writes.
+        """
         lookup_keys, content, first = batch.keys, None, None
         if self.templates is not None:
             seen = _SeenContents(evidences).for_batch(batch)
@@ -172,6 +177,8 @@ class Engine:
             evidences = evidences + [own]
         together = decide_together(batch, evidences, self.settings, txn.counters.get("next_serial", 0) + 1, now,
                                    lookup_keys, content, lambda site: provisional_pages(txn, site))
+        if bookkeeping is not None:
+            bookkeeping(txn, together.decisions)
         for site, pages in together.provisional.items():
             set_provisional_pages(txn, site, pages)
         self._write_rekeyed(txn, together)

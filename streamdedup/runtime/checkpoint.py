@@ -19,7 +19,10 @@ had then. Each batch:
    lines; the transaction is prepared (a map that fills up here: grown, and
    the batch decided again);
 2. append the batch's decision and clean lines to the outputs and ``fsync``
-   them;
+   them: begun on a thread as soon as the decisions are made, while step 1
+   writes the batch's documents into the transaction, and waited for before
+   step 3 (with an output that cannot be cut back, stdout or a pipe, only
+   once step 1 is done);
 3. commit the index transaction durably.
 
 Why a crash anywhere is safe: until step 3 commits, the index holds neither
@@ -176,19 +179,28 @@ class FileRun:
                prepared: PreparedBatch) -> list[Decision]:
         """One batch through the offline protocol's steps 1-3; returns its decisions."""
         with collector_paused():  # from the batch's Documents on (see ``engine``)
-            # Step 1. Decide, with the checkpoint after the batch, in a prepared index transaction.
-            written: dict = {}
+            # Step 1. Decide, with the checkpoint after the batch, in a prepared index transaction; step 2 begins
+            # as soon as the decisions are made, while the batch's documents are written into the transaction.
+            sizes, written, appending = outputs.sizes(), {}, []
 
             def checkpoint(txn: IndexTxn, decisions: list[Decision]) -> None:
-                written.update(outputs.batch_bytes(lines, decisions))
-                self._save(txn, position, outputs.sizes_after(written))
+                written.update(outputs.batch_bytes(lines, decisions))  # the same bytes if decided again
+                self._save(txn, position, outputs.sizes_after(written, sizes))
+                if not appending:
+                    appending.append(outputs.appending(written))
 
-            decided = engine.decide(prepared, checkpoint)
-            reached("file-decided")
-            # Step 2. Append the batch's lines to the outputs, durably.
             try:
-                outputs.append(written)
+                decided = engine.decide(prepared, checkpoint)
             except BaseException:
+                for started in appending:
+                    started.settle()
+                raise
+            try:
+                reached("file-decided")  # the append may be under way
+                # Step 2. The batch's lines appended to the outputs, durably.
+                appending[0].wait()
+            except BaseException:
+                appending[0].settle()
                 decided.abort()
                 raise
             reached("file-written")

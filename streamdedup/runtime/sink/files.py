@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import queue
 import stat
 import sys
+import threading
 from typing import BinaryIO, Optional
 
 from ...core.records import KEPT, Decision, FileBatch
@@ -113,6 +115,7 @@ class FileOutputs:
         self.durable = durable
         self.clean = _Output(clean, sizes.get("clean", 0)) if clean else None
         self.decisions = _Output(decisions, sizes.get("decisions", 0)) if decisions else None
+        self._appender: Optional[_Appender] = None  # started by the first ``appending``
 
     def sizes(self) -> dict:
         return {
@@ -130,9 +133,20 @@ class FileOutputs:
                                         if d.status == KEPT)
         return written
 
-    def sizes_after(self, written: dict) -> dict:
-        """The outputs' sizes once ``written`` is appended."""
-        return {name: size + len(written.get(name, b"")) for name, size in self.sizes().items()}
+    def sizes_after(self, written: dict, sizes: Optional[dict] = None) -> dict:
+        """The outputs' sizes once ``written`` is appended to them at ``sizes`` (default: their sizes now)."""
+        return {name: size + len(written.get(name, b"")) for name, size in (sizes or self.sizes()).items()}
+
+    def appending(self, written: dict) -> "Appending":
+        """``append(written)`` begun on the outputs' thread, when every output can be cut back (a resumed run
+        drops what a batch never committed wrote); else put off until the caller waits for it (stdout, a pipe:
+        nothing reaches them before the batch's decisions are sure)."""
+        appending = Appending(self, written)
+        if all(output.cuttable for output in (self.clean, self.decisions) if output is not None):
+            if self._appender is None:
+                self._appender = _Appender()
+            self._appender.begin(appending)
+        return appending
 
     def append(self, written: dict) -> None:
         """Append one batch's bytes (``batch_bytes``) and make them durable."""
@@ -142,6 +156,67 @@ class FileOutputs:
                 output.sync(self.durable)
 
     def close(self) -> None:
+        if self._appender is not None:
+            self._appender.stop()
         for output in (self.clean, self.decisions):
             if output is not None:
                 output.close()
+
+
+class Appending:
+    """One batch's bytes appended to the outputs and made durable (``FileOutputs.append``): on the outputs'
+    thread (``_Appender``) while the caller goes on (the writes and fsyncs wait for the disk without the GIL),
+    or, never begun there, by ``wait``."""
+
+    def __init__(self, outputs: FileOutputs, written: dict):
+        self._outputs, self._written = outputs, dict(written)
+        self._error: Optional[BaseException] = None
+        self._done: Optional[threading.Event] = None  # set once appended, when begun on the thread
+
+    def queued(self) -> None:
+        """It is handed to the outputs' thread (``_Appender``), which runs it."""
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        try:
+            self._outputs.append(self._written)
+        except BaseException as exc:  # raised again in the caller's thread, by ``wait``
+            self._error = exc
+        if self._done is not None:
+            self._done.set()
+
+    def wait(self) -> None:
+        """Until the bytes are appended and durable (raises what appending them raised)."""
+        if self._done is None:
+            self._done = threading.Event()
+            self.run()
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+
+    def settle(self) -> None:
+        """Until the append, if it was begun on the thread, has ended (the caller fails: its error is raised)."""
+        if self._done is not None:
+            self._done.wait()
+
+
+class _Appender:
+    """The thread the outputs' appends run on, one batch after the other (started once: a thread started a
+    batch waits for the new thread to run, milliseconds on a busy machine)."""
+
+    def __init__(self):
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="streamdedup-outputs", daemon=True)
+        self._thread.start()
+
+    def begin(self, appending: Appending) -> None:
+        appending.queued()
+        self._jobs.put(appending)
+
+    def _run(self) -> None:
+        while (appending := self._jobs.get()) is not None:
+            appending.run()
+
+    def stop(self) -> None:
+        self._jobs.put(None)
+        self._thread.join()
