@@ -132,6 +132,9 @@ class TemplatesSection:
     own_text: bool = _key(True, "with repeats: a page more than a third of whose content is text its site repeats is "
                           "also looked up by the rest (its own text), and is a near duplicate of a page its own text "
                           "is a near duplicate of")
+    lines: bool = _key(True, "with repeats and excerpts: a page's containment in an earlier one is also measured "
+                       "without the text its site repeats in its short lines (a host page's table of contents, "
+                       "its neighbours' titles)")
 
 
 @dataclass(frozen=True)

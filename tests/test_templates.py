@@ -71,8 +71,9 @@ def test_settings_survive_the_index_fingerprint():
     made_before = TemplateSettings(neither=False, confirm=False, repeats=False, own_text=False)
     assert made_before.fingerprint() == "p8-s0.5-r200-m3-c0.05-u0"  # made before
     assert TemplateSettings(confirm=False, repeats=False, own_text=False).fingerprint() == "p8-s0.5-r200-m3-c0.05-u0-v2"
-    assert TemplateSettings(own_text=False).fingerprint() == "p8-s0.5-r200-m3-c0.05-u0-e1-t1-v2"  # repeats on
-    assert TemplateSettings().fingerprint() == "p8-s0.5-r200-m3-c0.05-u0-o1-e1-t1-v2"  # and own text, by default
+    assert TemplateSettings(own_text=False, lines=False).fingerprint() == "p8-s0.5-r200-m3-c0.05-u0-e1-t1-v2"
+    assert TemplateSettings(lines=False).fingerprint() == "p8-s0.5-r200-m3-c0.05-u0-o1-e1-t1-v2"  # and own text
+    assert TemplateSettings().fingerprint() == "p8-s0.5-r200-m3-c0.05-u0-n1-o1-e1-t1-v2"  # and lines, by default
     assert not TemplateSettings.from_fingerprint("p8-s0.5-r200-m3-c0.05-u0-v2").confirm
     assert TemplateSettings.from_fingerprint("p8-s0.5-r200-m3-c0.05-u0").window == 0
     assert not TemplateSettings.from_fingerprint("p8-s0.5-r200-m3-c0.05-u0").neither

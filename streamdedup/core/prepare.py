@@ -23,13 +23,17 @@ from .records import Document, Item, RawRecord, Rejected, Source, id_key
 from .shingle import NormalizedBatch, ShingleBatch, narrow, normalize_texts, shingle_batch
 from .signing import SigningConfig, permutations, sign_batch
 from .sites import site_host, site_key
+from .templates import reads_lines
+
+SHORT_LINE_WORDS = 12  # a line of at most this many words is a short line (``short_line_shingles``)
+_NO_SHINGLES = np.zeros(0, dtype=np.uint32)
 
 try:
     from . import _kernel
 except ImportError:  # built by ``pip install`` when a C compiler is there; the steps below give the same
     _kernel = None
 
-__all__ = ["PreparedBatch", "die_with_parent", "prepare",
+__all__ = ["PreparedBatch", "die_with_parent", "prepare", "short_line_shingles",
            "prepare_compact", "prepare_raw", "preparing_process", "raw_payload", "raw_records", "restore_items"]
 
 
@@ -48,6 +52,7 @@ class PreparedBatch:
     keys: np.ndarray  # (documents, bands) uint64
     sites: np.ndarray  # site key of each document row (uint64, ``core.sites``)
     hosts: dict  # site key -> host, for the batch's sites
+    short_lines: Optional[ShingleBatch] = None  # each row's shingles within its runs of short lines, if read
     _slots: Optional[tuple] = field(default=None, repr=False, compare=False)  # (keys, sorted_slots(keys)), last asked
 
     def sorted_slots(self, keys: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -63,7 +68,8 @@ class PreparedBatch:
 
 
 def prepare(items: list[Item], signing: SigningConfig) -> PreparedBatch:
-    """Normalize, shingle, sign and band every document of the batch in one go."""
+    """Normalize, shingle, sign and band every document of the batch in one go (and, when the index's rules read
+    them, ``short_line_shingles``)."""
     documents = [item for item in items if isinstance(item, Document)]
     texts = [doc.text for doc in documents]
     fused = _prepared_ascii(texts, signing) if _kernel is not None else None
@@ -87,7 +93,54 @@ def prepare(items: list[Item], signing: SigningConfig) -> PreparedBatch:
         if doc.url:
             hosts[site_key(doc.url)] = site_host(doc.url)
     sites = np.array([site_key(doc.url) for doc in documents], dtype=np.uint64)
-    return PreparedBatch(items, row, contents, id_keys, shingles, keys, sites, hosts)
+    lines = short_line_shingles([doc.text for doc in documents], signing) if reads_lines(signing.templates) \
+        and signing.excerpt_sampling else None
+    return PreparedBatch(items, row, contents, id_keys, shingles, keys, sites, hosts, lines)
+
+
+def short_line_shingles(texts: list[str], signing: SigningConfig) -> ShingleBatch:
+    """Each text's shingles (narrowed, sorted) whose words all lie in a run of consecutive lines of at most
+    ``SHORT_LINE_WORDS`` words each: where a page's navigation is, as its text says it (``templates.lines``).
+
+    A page's text keeps its lines: a sidebar's table of contents, breadcrumbs,
+    the titles of the pages before and after are lines of a few words,
+    paragraphs of body text are long ones. The normalized text keeps no line,
+    but a shingle's hash depends on its words alone, so a run's own shingles
+    are the text's shingles that lie within it.
+    """
+    runs, owner = [], []
+    for number, text in enumerate(texts):
+        for run in _short_runs(text):
+            runs.append(run)
+            owner.append(number)
+    per_text: list[list[np.ndarray]] = [[] for _ in texts]
+    if runs:
+        shingled = narrow(shingle_batch(normalize_texts(runs), signing.shingle, signing.k))
+        for number, hashes in zip(owner, shingled.each()):
+            per_text[number].append(hashes)
+    arrays = [np.unique(np.concatenate(found)) if len(found) > 1 else found[0] if found else _NO_SHINGLES
+              for found in per_text]
+    offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
+    np.cumsum([len(a) for a in arrays], out=offsets[1:])
+    hashes = np.concatenate(arrays).astype(np.uint32) if arrays else _NO_SHINGLES
+    return ShingleBatch(hashes, offsets)
+
+
+def _short_runs(text: str) -> list[str]:
+    """The runs of consecutive short lines of ``text`` that hold a word (blank lines join a run)."""
+    runs, current, words = [], [], 0
+    for line in text.split("\n"):
+        count = len(line.split())
+        if count <= SHORT_LINE_WORDS:
+            current.append(line)
+            words += count
+            continue
+        if words:
+            runs.append("\n".join(current))
+        current, words = [], 0
+    if words:
+        runs.append("\n".join(current))
+    return [run for run in runs if any(c.isalnum() for c in run)]
 
 
 def _prepared_ascii(texts: list[str], signing: SigningConfig):

@@ -157,7 +157,7 @@ def template_settings(config: Config) -> TemplateSettings:
     return TemplateSettings(section.enabled, section.sample_pages, section.share, section.relearn_every,
                             section.min_sites, section.min_content_share, section.learn_without_url,
                             section.window, section.min_pages, section.min_block, repeats=section.repeats,
-                            own_text=section.own_text)
+                            own_text=section.own_text, lines=section.lines)
 
 
 def band_keys_of(sets: list[np.ndarray], signing: "SigningConfig") -> np.ndarray:

@@ -76,6 +76,16 @@ filter, run per site and as pages arrive):
   (``evidence.pair_similarity``: the larger of the pair's Jaccard and its own
   text's). Only for the single worker: site templates are refused by a
   deployment that splits the band tables by key.
+- **An excerpt without its host page's navigation** (``lines``, with
+  ``repeats`` and excerpts on; indexes made before keep deciding without
+  it). An excerpt put in a documentation page keeps that page's table of
+  contents and its neighbours' titles, on other pages of the site too,
+  which its source lacks. Text a site repeats is not all navigation (a
+  passage quoted on several of its pages is body text); navigation is
+  lines of a few words. Each page's shingles within its runs of short lines
+  are read as it is prepared (``core.prepare.short_line_shingles``), and
+  its containment in a page of another site is also measured without
+  those its site repeats (``excerpt_text_of``).
 - **Across sites.** A shingle in the settled templates of at least
   ``min_sites`` sites (a shared cookie banner, a CMS footer) is template on
   every page, of every site and of pages without a URL.
@@ -125,7 +135,8 @@ except ImportError:  # built without a C compiler: numpy's searchsorted and sort
     _sorted_member = _sorted_without = _sorted_union = _growing_member = _new_and_again = None
 
 __all__ = ["TemplateSettings", "SiteState", "GrowingSet", "NOTHING", "learned_template", "content_of",
-           "content_of_rest", "in_sorted", "kept_rule", "without_repeats", "own_text_of", "SiteTimeline", "EMPTY",
+           "content_of_rest", "in_sorted", "kept_rule", "reads_lines", "excerpt_text_of", "without_repeats",
+           "own_text_of", "SiteTimeline", "EMPTY",
            "MAX_TEMPLATE", "MAX_WINDOW_PAGE"]
 
 EMPTY = np.zeros(0, dtype=np.uint32)
@@ -142,7 +153,9 @@ _NEITHER = "-v2"  # the fingerprint's mark of pairs verified on what is template
 _CONFIRMED = "-t1"  # the fingerprint's mark of templates confirmed over the pages after their sample
 _REPEATS = "-e1"  # the fingerprint's mark of pairs compared without what each site repeats (``repeats``)
 _OWN_TEXT = "-o1"  # the fingerprint's mark of pages looked up by their own text too (``own_text``)
-_ADDED_SINCE = (_OWN_TEXT, _REPEATS, _CONFIRMED, _NEITHER)  # rules an index made before them keeps deciding without
+_LINES = "-n1"  # the fingerprint's mark of excerpts measured without their short lines the site repeats (``lines``)
+# rules an index made before them keeps deciding without
+_ADDED_SINCE = (_LINES, _OWN_TEXT, _REPEATS, _CONFIRMED, _NEITHER)
 
 
 @dataclass(frozen=True)
@@ -163,6 +176,7 @@ class TemplateSettings:
     repeats: bool = True  # a cross-site pair leaves out each page's extra text repeated on other pages of its site
     confirm: bool = True  # what a sample learned stays template only if on most of the next pages (False: made before)
     own_text: bool = True  # with ``repeats``: a page mostly of text its site repeats is looked up by the rest too
+    lines: bool = True  # with ``repeats``: an excerpt is measured without its short lines' text its site repeats
 
     def learns(self, site: int) -> bool:
         """Whether pages of ``site`` teach and use a site template (pages without a URL: if asked to)."""
@@ -176,6 +190,8 @@ class TemplateSettings:
                 f"-c{self.min_content_share:g}-u{int(self.learn_without_url)}")
         if self.window:
             text += f"-w{self.window}-k{self.min_pages}-b{self.min_block}"
+        if self.lines and self.repeats:
+            text += _LINES
         if self.own_text:
             text += _OWN_TEXT
         if self.repeats:
@@ -213,7 +229,7 @@ class TemplateSettings:
         blocks = (int(values["w"]), int(values["k"]), int(values["b"])) if "w" in values else (0, 3, 8)  # none
         return cls(True, int(values["p"]), float(values["s"]), int(values["r"]), int(values["m"]), float(values["c"]),
                    values["u"] == "1", *blocks, "v" in values, values.get("e") == "1", values.get("t") == "1",
-                   values.get("o") == "1")
+                   values.get("o") == "1", values.get("n") == "1")
 
 
 @dataclass(frozen=True)
@@ -667,6 +683,38 @@ def own_text_of(content: np.ndarray, repeated: np.ndarray, min_share: float) -> 
     if out <= REPEAT_SHARE * len(content) or left == 0 or left < min_share * len(content):
         return None
     return content[~repeated]
+
+
+def reads_lines(fingerprint: str) -> bool:
+    """Whether an index whose template settings are ``fingerprint`` reads its pages' short lines (``lines``:
+    ``core.prepare.short_line_shingles``)."""
+    return _LINES in fingerprint
+
+
+def excerpt_text_of(content: np.ndarray, repeated: np.ndarray, short_lines: np.ndarray,
+                    min_shingles: int) -> Optional[np.ndarray]:
+    """A page's content as an excerpt of another page is measured (``TemplateSettings.lines``): without the
+    shingles its site repeats (``repeated``: which of ``content`` are on two or more of the site's new pages)
+    that lie in its runs of short lines (``short_lines``, sorted uint32); None when that leaves out nothing, or
+    leaves fewer than ``min_shingles``.
+
+    An excerpt put in a host page keeps the host's own navigation: its
+    table of contents, its neighbours' titles, its breadcrumbs, on the host
+    page and its neighbours too, and as large as the excerpt on documentation
+    sites. Its source lacks all of it, so the excerpt's containment falls
+    below the mark. Which of a page's text its site repeats does not tell
+    navigation from body text the site repeats (a passage quoted on several
+    of its pages, beside a passage of another page: not an excerpt of that
+    page); where the text is does: navigation is lines of a few words,
+    body text is paragraphs.
+    """
+    if not len(short_lines):
+        return None
+    out = repeated & in_sorted(content, short_lines)
+    if not out.any():
+        return None
+    text = content[~out]
+    return text if len(text) >= min_shingles else None
 
 
 def kept_rule(stored: str, wanted: str) -> str:

@@ -47,7 +47,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ..core.excerpts import containment, likely_sources, need_of
+from ..core.excerpts import likely_sources, need_of
 from ..core.lsh import band_slots
 from ..core.prepare import PreparedBatch
 from ..core.records import DUPLICATE, KEPT, Decision, Rejected
@@ -58,7 +58,8 @@ from ..store.candidates import (Hits, RekeyedKeys, SharedKeys, chosen_candidates
                                  filed_places, keys_shared_within, room_under)
 from .settings import DedupSettings, ExcerptSettings
 from .sitelearning import BatchContent
-from .evidence import Evidence, Gathered, own_keys_of, pair_similarity, probe_slots, row_anchors
+from .evidence import (Evidence, Gathered, excerpt_anchors, own_keys_of, pair_containment, pair_similarity,
+                       probe_slots, row_anchors)
 
 try:
     from ..core import _kernel
@@ -292,6 +293,7 @@ class _State:
         anchors = len(self.anchors.anchors(row))
         if len(own) < settings.min_shingles or anchors == 0:
             return None
+        anchors = excerpt_anchors(self.content, row, anchors, settings)
         serials, shared = self.anchors.holders(row, need_of(anchors, settings.anchor_share))
         if len(serials) == 0:
             return None
@@ -304,7 +306,8 @@ class _State:
             if serial >= self.first_serial:
                 compared, whole = self.pair_with_batch(row, own, serial)
                 similarity = pair_similarity(self.content, row, compared, whole)
-                share = containment(compared, whole)
+                share = pair_containment(self.content, row, compared, whole, settings,
+                                         self.record(serial).site != self.sites[row])
             else:
                 similarity, share = self.sources[(row, serial)]
             if similarity >= self.rules.threshold:

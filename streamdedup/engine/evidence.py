@@ -32,7 +32,7 @@ from .sitelearning import BatchContent
 
 __all__ = ["Evidence", "Gathered", "Asking", "content_evidence", "band_evidence", "rows_settled", "OwnFirstPages",
            "row_anchors", "row_items", "replay_of", "twin_of", "probe_slots", "own_keys_of",
-           "pair_similarity"]
+           "pair_similarity", "pair_containment", "excerpt_anchors"]
 
 _NO_ANCHORS = np.zeros(0, dtype=np.uint64)
 
@@ -131,6 +131,32 @@ def pair_similarity(content: Optional[BatchContent], row: int, own: np.ndarray, 
     similarity = jaccard(own, other)
     text = None if content is None else content.own_texts.get(row)
     return similarity if text is None else max(similarity, jaccard(text, other))
+
+
+def excerpt_text(content: Optional[BatchContent], row: int, settings: ExcerptSettings) -> Optional[np.ndarray]:
+    """Row ``row``'s content without the text its site repeats in its short lines (``BatchContent.excerpt_texts``),
+    if it has one of at least ``excerpts.min_shingles``."""
+    text = None if content is None else content.excerpt_texts.get(row)
+    return text if text is not None and len(text) >= settings.min_shingles else None
+
+
+def pair_containment(content: Optional[BatchContent], row: int, own: np.ndarray, other: np.ndarray,
+                     settings: ExcerptSettings, other_site: bool) -> float:
+    """The containment of row ``row`` in a candidate, ``own`` and ``other`` their contents as their pair is
+    compared, or, for a row with an ``excerpt_text`` and a candidate of another site (``other_site``), that of
+    the text in ``other`` if higher: an excerpt in a host page keeps the host's navigation, which its source
+    lacks (``templates.excerpt_text_of``). Pages of one site are compared as before: what a reference repeats
+    in its short lines (a family's members) is body text to its own pages."""
+    share = containment(own, other)
+    text = excerpt_text(content, row, settings) if other_site else None
+    return share if text is None else max(share, containment(text, other))
+
+
+def excerpt_anchors(content: Optional[BatchContent], row: int, anchors: int, settings: ExcerptSettings) -> int:
+    """How many anchors of row ``row`` a candidate source must hold half of (``excerpts.anchor_share``): its
+    ``anchors``, or those of its ``excerpt_text`` when it has one (fewer: they are among them)."""
+    text = excerpt_text(content, row, settings)
+    return anchors if text is None else min(anchors, len(anchors_of(text, settings.sampling)))
 
 
 def row_anchors(batch: PreparedBatch, content: Optional[BatchContent], settings: ExcerptSettings) -> list:
@@ -308,14 +334,15 @@ class _Sources:
         anchors = len(self.anchors[row])
         if anchors == 0:
             return
-        need = need_of(anchors, self.settings.anchor_share)
+        need = need_of(excerpt_anchors(self.content, row, anchors, self.settings), self.settings.anchor_share)
         serials, shared = self.stored.holders(row, need)
         for serial, count in zip(serials.tolist(), shared.tolist()):
             if count < need:
                 continue
             own, whole = matches.pair(row, serial, timeline)
             self.evidence.sources.append((row, serial, pair_similarity(self.content, row, own, whole),
-                                          containment(own, whole)))
+                                          pair_containment(self.content, row, own, whole, self.settings,
+                                                           matches.other_site(row, serial))))
 
 
 class _RecordCache:
@@ -373,6 +400,10 @@ class _Matches:
             return shingles
         return content_of(shingles, timeline.template(self.records.get(serial).site), timeline.shared,
                           self.content.settings.min_content_share)
+
+    def other_site(self, row: int, serial: int) -> bool:
+        """Whether the stored ``serial`` is a page of another site than row ``row``'s."""
+        return self.records.get(serial).site != int(self.batch.sites[row])
 
     def own(self, row: int) -> np.ndarray:
         return self.batch.shingles.of(row) if self.content is None else self.content.shingles[row]

@@ -20,7 +20,7 @@ from ..core.prepare import PreparedBatch
 from ..core.records import Document
 from ..core.signing import SigningConfig, band_keys_of
 from ..core.templates import (EMPTY, NOTHING, SiteState, SiteTimeline, TemplateSettings, content_of, content_of_rest,
-                              in_sorted, own_text_of, without_repeats)
+                              excerpt_text_of, in_sorted, own_text_of, without_repeats)
 from ..store.index import IndexTxn
 from ..store.sites import load_site, move_site_counts, save_site, shared_template
 
@@ -43,6 +43,7 @@ class BatchContent:
     repeats: Optional["BatchRepeats"] = None  # with ``settings.repeats``: what each site repeats, as of each row
     own_texts: dict = field(default_factory=dict)  # row -> its own text (``settings.own_text``), sorted uint32
     own_keys: dict = field(default_factory=dict)  # row -> the band keys of its own text
+    excerpt_texts: dict = field(default_factory=dict)  # row -> its content as an excerpt is measured (``lines``)
     probe: Optional[tuple] = field(default=None, repr=False)  # the batch's probed slots (``evidence.probe_slots``)
 
     def content_of_stored(self, shingles: np.ndarray, site: int) -> np.ndarray:
@@ -198,9 +199,10 @@ class SiteTemplates:
                 changed.append(row)
         self._write(txn, copies, shared, batch.hosts)
         view.use_band_keys(self._content_keys(batch, rows, changed))
-        own = self._own_texts(sites, rows, repeats) if repeats is not None and settings.own_text else {}
+        lines = batch.short_lines if settings.lines else None
+        own, texts = self._own_and_excerpt_texts(sites, rows, repeats, lines) if repeats is not None else ({}, {})
         own_keys = dict(zip(own, band_keys_of(list(own.values()), self.signing))) if own else {}
-        return BatchContent(rows, timeline, settings, provisional, settles, repeats, own, own_keys)
+        return BatchContent(rows, timeline, settings, provisional, settles, repeats, own, own_keys, texts)
 
     def _row_content(self, full: np.ndarray, template: np.ndarray, shared: np.ndarray, before: Optional[np.ndarray],
                      counted: Optional[np.ndarray]) -> np.ndarray:
@@ -279,18 +281,28 @@ class SiteTemplates:
         keys[changed] = band_keys_of([rows[r] for r in changed], self.signing)
         return keys
 
-    def _own_texts(self, sites: list, rows: list, repeats: BatchRepeats) -> dict[int, np.ndarray]:
+    def _own_and_excerpt_texts(self, sites: list, rows: list, repeats: BatchRepeats,
+                               lines) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
         """Row -> its own text (``templates.own_text_of``: its content without what its site repeats as of that
-        row), for the rows of learning sites that have one."""
-        learns, share = self.settings.learns, self.settings.min_content_share
+        row), for the rows of learning sites that have one (with ``own_text``); and, with ``lines`` (the batch's
+        ``short_line_shingles``), row -> its content as an excerpt is measured (``templates.excerpt_text_of``)."""
+        settings = self.settings
+        learns, share = settings.learns, settings.min_content_share
         own: dict[int, np.ndarray] = {}
+        texts: dict[int, np.ndarray] = {}
+        if not settings.own_text and lines is None:
+            return own, texts
         for row, content in enumerate(rows):
             site = sites[row]
             if learns(site) and len(content):
-                found = own_text_of(content, repeats.repeated(content, site, row), share)
+                repeated = repeats.repeated(content, site, row)
+                found = own_text_of(content, repeated, share) if settings.own_text else None
                 if found is not None:
                     own[row] = found
-        return own
+                text = excerpt_text_of(content, repeated, lines.of(row), 1) if lines is not None else None
+                if text is not None:
+                    texts[row] = text
+        return own, texts
 
     def seed(self, txn: IndexTxn, templates: dict[int, np.ndarray], hosts: dict,
              counted: Optional[dict] = None) -> int:
