@@ -37,11 +37,14 @@ import sys
 import tempfile
 import time
 
+import numpy
+
 from streamdedup import config as config_module
 from streamdedup.core import corpus
 from streamdedup.core.decode import InputSpec
 from streamdedup.engine.engine import Engine
-from streamdedup.store import bands as bands_module
+from streamdedup.core import lsh
+from streamdedup.store import bandfilter, bands as bands_module
 from streamdedup.runtime.feed import open_feed
 from streamdedup.runtime.source import FilePosition
 
@@ -137,14 +140,16 @@ def charged(row: dict, log: list[tuple[int, float, float]]) -> tuple[float, floa
     return seconds, cpu
 
 
-def filter_figures(engine: Engine) -> tuple[float, float]:
-    """(fill ratio, false-positive rate) of the writer's band filter: the share of a million random band keys it
-    says it may hold (nearly all of them are not stored)."""
+def filter_figures(engine: Engine) -> tuple[float, float, float]:
+    """(fill ratio, false-positive rate, MB) of the writer's band filter: the share of a million random band
+    slots (a band of the index's, a random 32-bit key) it says it may hold (nearly all of them are not stored)."""
     band_filter = engine.bands.loaded_filter()
     if band_filter is None:
-        return 0.0, 1.0
-    keys = __import__("numpy").random.default_rng(7).integers(0, 1 << 32, 1 << 20, dtype="uint64")
-    return band_filter.fill_ratio(), float(band_filter.may_hold(keys).mean())
+        return 0.0, 1.0, 0.0
+    rng = numpy.random.default_rng(7)
+    slots = lsh.band_slots(rng.integers(0, engine.signing.bands, 1 << 20), rng.integers(0, 1 << 32, 1 << 20))
+    held = band_filter.may_hold(bandfilter.slot_keys(slots))
+    return band_filter.fill_ratio(), float(held.mean()), band_filter.size_bytes / 1e6
 
 
 def band_tree(engine: Engine) -> tuple[int, float]:
@@ -315,7 +320,7 @@ def measure_row(engine: Engine, size: int, window: int, seconds: float, latencie
     file_bytes = os.path.getsize(os.path.join(engine.index.path, "data.mdb"))
     ordered = sorted(latencies)
     counted, batches = use["counted"], max(1, len(latencies))
-    fill, false_positives = filter_figures(engine)
+    fill, false_positives, filter_mb = filter_figures(engine)
     depth, per_bucket = band_tree(engine)
     return {
         "size": size,
@@ -331,6 +336,7 @@ def measure_row(engine: Engine, size: int, window: int, seconds: float, latencie
         "peak_rss_mb": memory().get("VmHWM", 0) / 1e6,
         "filter_fill": fill,
         "filter_fp": false_positives,
+        "filter_mb": filter_mb,
         "asked_per_batch": counted["asked"] / batches,
         "past_filter_per_batch": counted["wanted"] / batches,
         "positionings_per_batch": counted["positionings"] / batches,
@@ -355,7 +361,8 @@ def print_row(row: dict, flush: bool = False) -> None:
           f"RSS anon {row['anon_mb']:,.0f} MB, mapped index {row['file_mb']:,.0f} MB, peak {row['peak_rss_mb']:,.0f} MB  "
           f"{row['bytes_per_doc']:,.0f} B/doc "
           f"(per doc: {tables})\n"
-          f"    grows: filter fill {row['filter_fill']:.3f} false positives {row['filter_fp']:.4f}; a batch asks "
+          f"    grows: filter fill {row['filter_fill']:.3f} false positives {row['filter_fp']:.4f} "
+          f"({row['filter_mb']:,.0f} MB); a batch asks "
           f"{row['asked_per_batch']:,.0f} keys, {row['past_filter_per_batch']:,.0f} past the filter, "
           f"{row['positionings_per_batch']:,.0f} cursor positionings; band tree depth {row['band_depth']}, "
           f"{row['entries_per_bucket']:,.0f} entries a bucket; {row['faults_per_doc']:.1f} page faults and "

@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 from streamdedup import config as config_module
-from streamdedup.core import corpus
+from streamdedup.core import corpus, lsh
 from streamdedup.core.records import Document, Source
 from streamdedup.engine.engine import Engine
 from streamdedup.store import bandfilter
@@ -55,6 +55,37 @@ def test_a_filter_grows_in_layers_keeps_every_key_and_its_false_positives_low_up
     assert len(fixed.layers) == 1 and fixed.may_hold(stored).all() and fixed.may_hold(others).mean() > 0.5
     capped = BandFilter.of_keys(np.array_split(stored, 7), 1 << 16, 1 << 18)  # room for 64 + 128 KiB only
     assert [len(layer) * 8 for layer in capped.layers] == [1 << 16, 1 << 17] and capped.may_hold(stored).all()
+
+
+def test_each_later_layer_takes_more_bits_a_key_so_false_positives_stay_bounded_as_layers_are_added():
+    """A layer's false-positive rate when full falls by about 0.62 from one layer to the next (``TIGHTEN``), so
+    the filter's, their sum, stays under 3% however many layers it grows (each full layer at 12 bits a key
+    would add its 1.1%)."""
+    rng = np.random.default_rng(13)
+    grown = BandFilter(1 << 16, 1 << 20)  # 64 KiB, then 128, 256, 512
+    capacity = sum(bandfilter.layer_capacity(8192 << n, n) for n in range(4))
+    grown.add(rng.integers(0, 2**64, size=capacity, dtype=np.uint64))
+    assert [len(layer) * 8 for layer in grown.layers] == [1 << 16, 1 << 17, 1 << 18, 1 << 19]
+    others = rng.integers(0, 2**64, size=1 << 20, dtype=np.uint64)
+    own = []
+    for layer in grown.layers:
+        alone = BandFilter(8)
+        alone.layers = [layer]
+        own.append(alone.may_hold(others).mean())
+    assert all(later < 0.75 * earlier for earlier, later in zip(own, own[1:])), own
+    assert grown.may_hold(others).mean() < 0.03
+
+
+def test_a_band_key_held_under_one_band_is_not_held_under_the_others():
+    """The filter holds band slots (``slot_keys``), not bare band keys: a key stored in one band says nothing of
+    the others (at 10M documents 5% of all 32-bit keys are some band's)."""
+    rng = np.random.default_rng(14)
+    keys = rng.integers(0, 2**32, size=100_000, dtype=np.uint64)
+    band_filter = BandFilter(1 << 20)
+    band_filter.add(bandfilter.slot_keys(lsh.band_slots(np.full(len(keys), 2), keys)))
+    assert band_filter.may_hold(bandfilter.slot_keys(lsh.band_slots(np.full(len(keys), 2), keys))).all()
+    for band in (0, 1, 3, 19):
+        assert band_filter.may_hold(bandfilter.slot_keys(lsh.band_slots(np.full(len(keys), band), keys))).mean() < 0.01
 
 
 def test_the_next_layer_is_made_and_faulted_in_ahead_as_keys_come_and_changes_no_bit(monkeypatch):

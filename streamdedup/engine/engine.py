@@ -109,7 +109,7 @@ class Engine:
                                           sealed=counters["merged_upto"] >= counters["merge_upto"])
                 self.bands.loaded_filter()  # as saved by the merge before (or, once sealed, by this one)
                 if self.mirror.merging is not None:
-                    self.bands.holding(self.mirror.merging.keys)  # the slices written
+                    self.bands.holding(self.mirror.merging.slots)  # the slices written
             else:  # an earlier version's merge, in one go: done again whole
                 self.merge_recent()
 

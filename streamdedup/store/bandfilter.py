@@ -11,18 +11,27 @@ costs one memory access. The word comes from a key's low bits, the bit
 positions from its high bits, after one multiplication by an odd constant
 spreads the 32-bit band keys (``fmix64`` outputs) over the word.
 It starts at ``index.band_filter_mb`` and grows in layers as keys fill it:
-a layer takes keys until it holds one for every ``BITS_PER_KEY`` of its bits,
+a layer takes keys until it holds one for every ``BITS_PER_KEY`` of its bits
+(the first layer; each later one ``TIGHTEN`` times as many bits a key, so
+its false-positive rate when full is about 0.62 times the one before),
 then a layer twice as large takes the next ones, up to
 ``index.band_filter_max_mb`` in all (past that the last layer fills on, and
 only the false-positive rate rises, which costs lookups, never decisions).
 The next layer is made ahead, its pages faulted in a share at a time from
 half of the last one's keys on, so no merge step waits for them (``_ahead``).
-A key may be held if any layer may hold it, so the false-positive rate stays
-about the sum of the layers' (about 1% each when full) however large the
-index grows, and memory follows the keys held (a band entry takes about
-1.5 bytes), never more than the cap. A fixed 32 MiB filter was 80% false
-positives at 10M documents (227M band entries): almost every key asked went
-to the B-tree again, once per epoch of serials.
+A key may be held if any layer may hold it, so the false-positive rate is
+about the sum of the layers' (1.1%, 0.7%, 0.5%, 0.3% ... when full: under
+3% however many layers), and memory follows the keys held (a band entry
+takes 1.5 bytes in the first layer, 3 in the fifth), never more than the
+cap. A fixed 32 MiB filter was 80% false positives at 10M documents (227M
+band entries): almost every key asked went to the B-tree again, once per
+epoch of serials.
+
+Its keys are band slots (``slot_keys``: the band key salted by its band),
+not the 32-bit band keys alone: a band key is stored in some band far more
+often than in the band asked (at 10M documents 5% of all 32-bit values are
+some band's key), and a filter of the bare keys said "may hold" for all of
+those (7.9% of random keys at 10M, of which 5 points were such keys).
 
 The filter is derived data. The writer adds the keys of each merge and
 saves it next to the index (``band-filter.bin``, written whole and renamed
@@ -51,13 +60,14 @@ try:
 except ImportError:  # built without a C compiler: numpy does it, with the same bits and answers
     _kernel = None
 
-__all__ = ["BandFilter", "SCAN_CHUNK", "FILE_NAME", "forget_saved", "load_or_build", "save"]
+__all__ = ["BandFilter", "SCAN_CHUNK", "FILE_NAME", "forget_saved", "load_or_build", "save", "slot_keys"]
 
 FILE_NAME = "band-filter.bin"
 _HEADER = struct.Struct("<8s32sQQI")  # magic, index id, merged_upto, layers, 0
 _LAYER = struct.Struct("<QQI")  # a layer's words, the keys it took and the crc32 of its file (FILE_NAME.number)
-_MAGIC = b"SDBFLT03"  # 01: one layer, its bits after the header
-BITS_PER_KEY = 12  # a layer is full when it holds a key for every this many of its bits (~1% false positives)
+_MAGIC = b"SDBFLT04"  # 01: one layer, its bits after the header; 03: bare band keys, 12 bits a key in every layer
+BITS_PER_KEY = 12  # the first layer is full when it holds a key for every this many of its bits (1.1% false positives)
+TIGHTEN = 2 ** 0.25  # each later layer takes this many times the bits a key of the one before (x0.62 false positives)
 
 _PROBES = 4  # bits per key
 _SPREAD = 0x9E3779B97F4A7C15  # odd: a bijection of the 64-bit words
@@ -120,8 +130,10 @@ class BandFilter:
             self._ahead()
 
     def _capacity(self) -> int:
-        """Keys the last layer takes before the next one does."""
-        return len(self.layers[-1]) * 64 // BITS_PER_KEY
+        """Keys the last layer takes before the next one does: fewer a bit in each later layer, so the layers'
+        false-positive rates, whose sum is the filter's, fall as a geometric series (measured, a layer full:
+        1.1%, 0.7%, 0.5%, 0.3%, 0.2%)."""
+        return layer_capacity(len(self.layers[-1]), len(self.layers) - 1)
 
     def _ahead(self) -> None:
         """Once the last layer holds 1/``AHEAD_FROM`` of its keys, the next one is made and its pages written
@@ -168,6 +180,27 @@ class BandFilter:
         ones = sum(int(np.unpackbits(part.view(np.uint8)).sum()) for layer in self.layers
                    for part in np.array_split(layer, 64))
         return ones / (64 * self.size_bytes // 8)
+
+
+def layer_capacity(words: int, number: int) -> int:
+    """Keys layer ``number`` (0 first) of ``words`` 64-bit words takes when full."""
+    return int(words * 64 / (BITS_PER_KEY * TIGHTEN ** number))
+
+
+_SALT = (0xBF58476D1CE4E5B9, 0x94D049BB133111EB)  # splitmix64's finaliser
+
+
+def slot_keys(slots: np.ndarray) -> np.ndarray:
+    """The filter's key of each band slot (``lsh.band_slots``: band << 32 | band key): the band key XOR a 64-bit
+    salt made from its band (splitmix64's finaliser of band + 1), so that the same band key in two bands is two
+    unrelated keys (their low bits, which choose the word, differ too). Fixed forever: saved filters hold these."""
+    slots = np.asarray(slots, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        salt = (slots >> np.uint64(32)) + np.uint64(1)
+        salt = (salt ^ (salt >> np.uint64(30))) * np.uint64(_SALT[0])
+        salt = (salt ^ (salt >> np.uint64(27))) * np.uint64(_SALT[1])
+        salt ^= salt >> np.uint64(31)
+    return (slots & np.uint64(0xFFFFFFFF)) ^ salt
 
 
 def _spread(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -180,6 +180,15 @@ def stored_keys(txn: IndexTxn, chunk: int) -> Iterator[np.ndarray]:
     return _INDEX_ROWS.stored_keys(txn, chunk)
 
 
+def stored_slot_keys(txn: IndexTxn, chunk: int) -> Iterator[np.ndarray]:
+    """The band filter's key (``bandfilter.slot_keys``) of every entry of the index's table, as uint64 arrays of
+    at most ``chunk`` keys."""
+    pairs = txn.txn.cursor(db=txn.dbs["bands"]).iternext(keys=True, values=True)
+    while rows := list(itertools.islice(pairs, chunk)):
+        bands, keys, _, _ = _INDEX_ROWS.decoded(b"".join(k + v for k, v in rows))
+        yield bandfilter.slot_keys(band_slots(bands, keys))
+
+
 def record_band_keys(txn: IndexTxn, record: DocRecord) -> np.ndarray:
     """A live kept document's band keys (uint64, one per band).
 
@@ -215,7 +224,7 @@ class BandTables:
         """
         if self._filter is None and self.filter_bytes:
             self._filter = bandfilter.load_or_build(self.index, self.filter_bytes,
-                                                    lambda txn: stored_keys(txn, bandfilter.SCAN_CHUNK),
+                                                    lambda txn: stored_slot_keys(txn, bandfilter.SCAN_CHUNK),
                                                     self.filter_max_bytes)
         return self._filter
 
@@ -243,7 +252,7 @@ class BandTables:
         wanted_band, wanted_key = request["band"], request["key"]
         band_filter = self._filter
         if band_filter is not None:
-            maybe = band_filter.may_hold(in_order_key[first])
+            maybe = band_filter.may_hold(bandfilter.slot_keys(band_slots(wanted_band, wanted_key)))
             wanted_band, wanted_key = wanted_band[maybe], wanted_key[maybe]
         stored_bands, stored_keys_, stored_serials, _ = _INDEX_ROWS.decoded(
             _INDEX_ROWS.stored_rows(txn, wanted_band, wanted_key, txn.counters.get("next_serial", 0)))
@@ -260,7 +269,7 @@ class BandTables:
 
     def insert_slice(self, txn: IndexTxn, mirror, number: int, slices: int) -> np.ndarray:
         """Write slice ``number`` of ``slices`` of the mirror's band entries (split by band, then by the key's
-        high bits: a range of its sorted slots); returns their band keys."""
+        high bits: a range of its sorted slots); returns their slots (``holding`` takes them)."""
         slots, serials = mirror.slots, mirror.serials
         low, high = (merged_thresholds(part, slices, txn.index.signing.bands)[0] for part in (number, number + 1))
         begin, end = np.searchsorted(slots, np.array([low, high], dtype=np.uint64)).tolist()
@@ -270,14 +279,14 @@ class BandTables:
         keys = slots & KEY_MASK
         table_keys, values = _INDEX_ROWS.entries(slots >> _U64(32), keys, serials)
         txn.txn.cursor(db=txn.dbs["bands"]).putmulti(list(zip(table_keys, values)), dupdata=True)
-        return keys
+        return slots
 
-    def holding(self, keys: np.ndarray) -> None:
-        """Before entries under these band keys commit into the table: the filter must hold them (in memory:
+    def holding(self, slots: np.ndarray) -> None:
+        """Before entries under these band slots commit into the table: the filter must hold them (in memory:
         the saved file is the last finished merge's, ``inserted``)."""
         band_filter = self._filter
-        if band_filter is not None and len(keys):
-            band_filter.add(keys)
+        if band_filter is not None and len(slots):
+            band_filter.add(bandfilter.slot_keys(slots))
 
     def saved(self) -> None:
         """After a merge is recorded (every key of it ``holding``): the filter saved with the index's new stamp,
