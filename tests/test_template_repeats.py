@@ -58,24 +58,29 @@ def test_a_full_site_counts_what_it_has_seen_and_adds_nothing(monkeypatch):
 def test_what_a_site_repeats_is_the_same_at_every_row_of_a_batch_as_page_by_page(monkeypatch):
     """``BatchRepeats`` answers from the committed state and the batch's pages up to a row: exactly what the
     site's state holds after that row, whatever the batch holds before and after it (``seen`` fills up
-    within some of the batches)."""
+    within some of the batches). Asked at a row of the site's own page, it answers from what counting the page
+    found, for the values of the page not in its template and for the others (its template, values on no page)."""
     monkeypatch.setattr(templates_module, "MAX_SEEN", 300)
     rng = np.random.default_rng(5)
-    pages = [_u32(rng.integers(0, 500, 60)) for _ in range(30)]
+    pages = [_u32([*range(600, 640), *rng.integers(0, 500, 60)]) for _ in range(30)]  # 600-639: the template
     site, settings = 7, TemplateSettings(repeats=True)
     for cut in (0, 9, 21):
         committed = SiteState()
         for page in pages[:cut]:
             committed.add_page(page, settings)
         repeats = BatchRepeats(lambda s: committed if s == site else SiteState(), settings.learns)
-        sequential, expected = committed.copy(), []
-        values = np.arange(500, dtype=np.uint32)
+        sequential, expected, parts = committed.copy(), [], []
+        values = np.arange(700, dtype=np.uint32)
         for row, page in enumerate(pages[cut:]):
-            repeats.add(site, row, page, sequential.takes_new())
-            sequential.add_page(page, settings)
+            takes, counted = sequential.takes_new(), sequential.counted_part(page)  # as ``SiteTemplates`` does
+            repeats.add(site, row, counted, takes, sequential.count_repeats(counted))
+            sequential.add_page(page, settings, counted)
             expected.append(np.isin(values, sequential.repeated))
+            parts.append(counted)
         for row in rng.permutation(len(expected)).tolist():  # asked in any order, once the batch is planned
-            assert (repeats.repeated(values, site, row) == expected[row]).all()
+            assert (repeats.repeated(values, site, row) == expected[row]).all()  # as the row's counting found
+            assert (repeats.repeated(parts[row], site, row) == expected[row][parts[row]]).all()  # its counted part
+            assert (repeats._searched(values, site, row) == expected[row]).all()  # from the sets and batch pages
         assert not repeats.repeated(values, site + 1, 0).any()  # a site without pages: nothing repeated
 
 

@@ -348,15 +348,15 @@ class SiteState:
     def add_page(self, page: np.ndarray, settings: TemplateSettings,
                  counted: Optional[np.ndarray] = None) -> Optional[tuple[np.ndarray, np.ndarray]]:
         """Count a new page (``page``: its sorted uint32 shingles; ``counted``: its ``counted_part``, when the
-        caller has it already).
+        caller counted its repeats already, with ``count_repeats``).
 
         Returns (old, new) settled template when the page completes a sample
         or adds repeated blocks to a settled template (the across-site
         counts then move), else None.
         """
         sampled = self.samples_next(settings)
-        if settings.repeats and not self.ahead:
-            self.count_repeats(self.counted_part(page) if counted is None else counted)
+        if settings.repeats and not self.ahead and counted is None:
+            self.count_repeats(self.counted_part(page))
         unconfirmed = self._confirm(page, settings.share)
         grew = self._learn_blocks(page, settings)
         self.pages += 1
@@ -430,14 +430,16 @@ class SiteState:
         """Whether ``seen`` takes the shingles it has not seen of the site's next new page."""
         return len(self.seen) < MAX_SEEN
 
-    def count_repeats(self, page: np.ndarray) -> None:
+    def count_repeats(self, page: np.ndarray) -> np.ndarray:
         """Count a new page's shingles (sorted uint32): those seen before are ``repeated`` (on two or more of the
         site's new pages); the others are added to ``seen`` while it holds fewer than ``MAX_SEEN``
-        (``takes_new``)."""
+        (``takes_new``). Returns the others (sorted uint32): those of the page its site does not repeat as of
+        the page."""
         fresh, again = _fresh_and_again(page, self.seen, self.repeated)
         self.repeated = self.repeated.with_values(again)
         if self.takes_new():
             self.seen = self.seen.with_values(fresh)
+        return fresh
 
     def _learn_blocks(self, page: np.ndarray, settings: TemplateSettings) -> bool:
         """Put the page into the window, after adding the repeated blocks it shows; whether any was added."""

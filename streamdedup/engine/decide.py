@@ -217,6 +217,7 @@ class _State:
         self.quick_matches: list[Optional[int]] = [None] * n
         self.quick_similarities: list[Optional[float]] = [None] * n
         self._untouched: Optional[np.ndarray] = None
+        self._contents: dict[int, tuple] = {}  # serial -> its content as last made (``batch_content``)
 
     def record(self, serial: int) -> DocRecord:
         record, row = self.records[serial]
@@ -240,7 +241,7 @@ class _State:
         shingles = self.batch.shingles.of(self.records[serial][1])
         if self.content is None:
             return shingles
-        return self.content.content_of_stored(shingles, self.record(serial).site)
+        return self.content.content_of_stored(shingles, self.record(serial).site, self._contents, serial)
 
     def pair_with_batch(self, row: int, own: np.ndarray, serial: int) -> tuple[np.ndarray, np.ndarray]:
         """Row ``row``'s content ``own`` and this batch's kept document ``serial``'s, as the pair is verified

@@ -382,6 +382,7 @@ class _Matches:
                  threshold: float):
         self.txn, self.records, self.batch, self.content, self.threshold = txn, records, batch, content, threshold
         self._shingles: dict[int, np.ndarray] = {}
+        self._contents: dict[int, tuple] = {}  # serial -> (template, shared template, its content under them)
         self._coded: dict[int, bytes] = {}  # stored codings of candidates verified without templates
         self.found: list = []
         self.unkept: set[int] = set()  # candidates' entries that are duplicates': no candidates
@@ -396,10 +397,17 @@ class _Matches:
         return self._templated(serial, shingles, timeline)
 
     def _templated(self, serial: int, shingles: np.ndarray, timeline) -> np.ndarray:
+        """A stored candidate's content under the templates as ``timeline`` has them, made again only when its
+        site's template or the shared one changed since it was last made (a candidate of many rows)."""
         if timeline is None:
             return shingles
-        return content_of(shingles, timeline.template(self.records.get(serial).site), timeline.shared,
-                          self.content.settings.min_content_share)
+        template, shared = timeline.template(self.records.get(serial).site), timeline.shared
+        made = self._contents.get(serial)
+        if made is not None and made[0] is template and made[1] is shared:
+            return made[2]
+        content = content_of(shingles, template, shared, self.content.settings.min_content_share)
+        self._contents[serial] = template, shared, content
+        return content
 
     def other_site(self, row: int, serial: int) -> bool:
         """Whether the stored ``serial`` is a page of another site than row ``row``'s."""

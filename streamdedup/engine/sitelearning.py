@@ -46,10 +46,20 @@ class BatchContent:
     excerpt_texts: dict = field(default_factory=dict)  # row -> its content as an excerpt is measured (``lines``)
     probe: Optional[tuple] = field(default=None, repr=False)  # the batch's probed slots (``evidence.probe_slots``)
 
-    def content_of_stored(self, shingles: np.ndarray, site: int) -> np.ndarray:
-        """A decided document's stored shingles without its site's template as it stands now."""
+    def content_of_stored(self, shingles: np.ndarray, site: int, made: Optional[dict] = None,
+                          key: Optional[int] = None) -> np.ndarray:
+        """A decided document's stored shingles without its site's template as it stands now; with ``made``
+        (``key`` -> the templates a content was made under, and that content), made again only when they
+        changed since (a candidate of many rows)."""
         timeline = self.timeline
-        return content_of(shingles, timeline.template(site), timeline.shared, self.settings.min_content_share)
+        template, shared = timeline.template(site), timeline.shared
+        found = None if made is None else made.get(key)
+        if found is not None and found[0] is template and found[1] is shared:
+            return found[2]
+        content = content_of(shingles, template, shared, self.settings.min_content_share)
+        if made is not None:
+            made[key] = template, shared, content
+        return content
 
     def pair_contents(self, own: np.ndarray, own_site: int, other: np.ndarray, other_site: int,
                       timeline: Optional[SiteTimeline] = None) -> tuple[np.ndarray, np.ndarray]:
@@ -77,15 +87,25 @@ class BatchRepeats:
         self.states: dict[int, SiteState] = {}  # the committed state of each site the batch touches
         self._pages: dict[int, list[tuple[int, np.ndarray, bool]]] = {}  # site -> (row, shingles, takes new)
         self._firsts: dict[int, tuple] = {}  # site -> its batch pages' shingles and where each is first, second
+        self._counted: dict[int, tuple[int, np.ndarray, np.ndarray]] = {}  # row -> site, its page, what was fresh
 
-    def add(self, site: int, row: int, page: np.ndarray, takes_new: bool) -> None:
-        """A new page of ``site`` at ``row`` (rows in order); ``takes_new``: its site's ``seen`` takes it."""
+    def add(self, site: int, row: int, page: np.ndarray, takes_new: bool, fresh: np.ndarray) -> None:
+        """A new page of ``site`` at ``row`` (rows in order); ``takes_new``: its site's ``seen`` takes it;
+        ``fresh``: what of it its site had not seen (``SiteState.count_repeats``)."""
         self._pages.setdefault(site, []).append((row, page, takes_new))
         self._firsts.pop(site, None)
+        self._counted[row] = site, page, fresh
 
     def repeated(self, values: np.ndarray, site: int, row: int) -> np.ndarray:
         """Which of ``values`` (sorted uint32) are on two or more new pages of ``site`` up to ``row``, this one
         included (as ``SiteState.count_repeats`` page by page would say)."""
+        counted = self._counted.get(row)
+        if counted is not None and counted[0] == site:  # the row's own page: as its counting found
+            return _repeated_of_counted(values, counted[1], counted[2], lambda rest: self._searched(rest, site, row))
+        return self._searched(values, site, row)
+
+    def _searched(self, values: np.ndarray, site: int, row: int) -> np.ndarray:
+        """``repeated``, from the site's committed sets and its batch pages."""
         state = self.states.get(site)
         if state is None:
             state = self._committed(site)
@@ -123,6 +143,26 @@ class BatchRepeats:
             takes = np.array([takes for _, _, takes in pages], dtype=bool)[at[start]]
             found = self._firsts[site] = (values[start], first, second, takes)
         return found
+
+
+def _repeated_of_counted(content: np.ndarray, counted: np.ndarray, fresh: np.ndarray, repeated) -> np.ndarray:
+    """Which of ``content`` (sorted uint32) a new page's site repeats as of the page (``BatchRepeats.repeated``)
+    when the page's ``counted`` part was counted and ``fresh`` is what of it the site had not seen: the values of
+    ``counted`` are repeated unless fresh, the others (template before the page, or not on the page) are looked
+    up by ``repeated(values)``.
+
+    Counting searched the site's sets for the page's shingles already;
+    ``BatchRepeats.repeated`` would search them again, and each search is a
+    cache miss in up to a quarter of a million values (a third of a
+    templated run's deciding went to it).
+    """
+    if content is counted:
+        return ~in_sorted(content, fresh)
+    inside = in_sorted(content, counted)
+    found = ~in_sorted(content, fresh)
+    if not inside.all():
+        found[~inside] = repeated(content[~inside])
+    return found
 
 
 def _by_value_then_page(pages: list) -> np.ndarray:
@@ -182,7 +222,8 @@ class SiteTemplates:
                 before, was_settled = state.template, state.settled_for_good()
                 if repeats is not None and not state.ahead:
                     counted = state.counted_part(full)
-                    repeats.add(site, row, counted, state.takes_new())
+                    takes = state.takes_new()
+                    repeats.add(site, row, counted, takes, state.count_repeats(counted))
                 moved = state.add_page(full, settings, counted)
                 if not was_settled and state.template is not before:
                     settles.setdefault(row, []).append(site)
