@@ -24,6 +24,7 @@ from streamdedup.core.signing import SigningConfig
 from streamdedup.core.templates import TemplateSettings, excerpt_text_of, kept_rule, reads_lines
 from conftest import run_cli
 from test_templates import _decide, _engine
+from test_template_repeats import _found
 
 EXCERPTS = "excerpts.enabled=true"
 
@@ -119,11 +120,6 @@ def _excerpts_in_host_pages(writer: _Writer):
 @pytest.fixture
 def writer():
     return _Writer(random.Random(13))
-
-
-def _found(decided: dict, excerpts: dict) -> int:
-    return sum(decided[page].status == "duplicate" and decided[page].cluster == source
-               for page, source in excerpts.items())
 
 
 def test_an_excerpt_in_a_host_page_is_measured_without_the_navigation_its_site_repeats(tmp_path, writer):
