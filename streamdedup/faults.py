@@ -51,8 +51,9 @@ def pause_point(step: str) -> None:
     if not _due(PAUSE_ENV, step):
         return
     path = os.environ[PAUSE_FILE_ENV]
-    with open(path, "w") as handle:
+    with open(path + ".tmp", "w") as handle:
         handle.write(step)
+    os.replace(path + ".tmp", path)  # whole or absent: a test that sees the file reads the step in it
     while os.path.exists(path):
         time.sleep(0.05)
 
