@@ -17,7 +17,6 @@ from ..core.excerpts import anchors_of, containment, need_of
 from ..core.lsh import sorted_slots
 from ..core.prepare import PreparedBatch
 from ..core.signing import band_keys_of
-from ..core.templates import content_of
 from ..core.verify import codes_together, jaccard, jaccard_coded, jaccards_coded
 from ..store.anchors import BatchAnchors
 from ..store.bands import BandTables
@@ -401,13 +400,8 @@ class _Matches:
         site's template or the shared one changed since it was last made (a candidate of many rows)."""
         if timeline is None:
             return shingles
-        template, shared = timeline.template(self.records.get(serial).site), timeline.shared
-        made = self._contents.get(serial)
-        if made is not None and made[0] is template and made[1] is shared:
-            return made[2]
-        content = content_of(shingles, template, shared, self.content.settings.min_content_share)
-        self._contents[serial] = template, shared, content
-        return content
+        return self.content.content_of_stored(shingles, self.records.get(serial).site, self._contents, serial,
+                                              timeline)
 
     def other_site(self, row: int, serial: int) -> bool:
         """Whether the stored ``serial`` is a page of another site than row ``row``'s."""

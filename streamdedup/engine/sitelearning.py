@@ -47,11 +47,11 @@ class BatchContent:
     probe: Optional[tuple] = field(default=None, repr=False)  # the batch's probed slots (``evidence.probe_slots``)
 
     def content_of_stored(self, shingles: np.ndarray, site: int, made: Optional[dict] = None,
-                          key: Optional[int] = None) -> np.ndarray:
-        """A decided document's stored shingles without its site's template as it stands now; with ``made``
-        (``key`` -> the templates a content was made under, and that content), made again only when they
-        changed since (a candidate of many rows)."""
-        timeline = self.timeline
+                          key: Optional[int] = None, timeline: Optional[SiteTimeline] = None) -> np.ndarray:
+        """A decided document's stored shingles without its site's template as it stands now (or as
+        ``timeline`` has it); with ``made`` (``key`` -> the templates a content was made under, and that
+        content), made again only when they changed since (a candidate of many rows)."""
+        timeline = self.timeline if timeline is None else timeline
         template, shared = timeline.template(site), timeline.shared
         found = None if made is None else made.get(key)
         if found is not None and found[0] is template and found[1] is shared:
