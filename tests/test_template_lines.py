@@ -171,3 +171,26 @@ def test_pages_prepared_in_the_feed_process_keep_their_short_lines(tmp_path, wri
     assert outcomes[0] == outcomes[1]
     decided = [json.loads(line) for line in outcomes[1].splitlines()]
     assert sum(d["relation"] == "excerpt" for d in decided if d["id"] in excerpts) == len(excerpts) - 1
+
+
+def test_explain_shows_an_excerpts_containment_without_its_hosts_navigation(tmp_path, writer):
+    """An excerpt found without its host's navigation: ``explain`` gives that containment beside the plain one
+    (below the mark), and the higher of the two is the one its decision recorded."""
+    from streamdedup.engine.explain import explain
+    from streamdedup.ops.explained import explanation_lines
+
+    pages, excerpts, _ = _excerpts_in_host_pages(writer)
+    texts = {page: text for page, _, text in pages}
+    with _engine(tmp_path / "on", EXCERPTS) as engine:
+        decided = _decide(engine, pages, batch=25)
+        found = [explain(engine, page, texts=texts) for page, source in excerpts.items()
+                 if decided[page].cluster == source]
+        without_text = explain(engine, found[0].a.id)
+        same_site = explain(engine, "x0", other="b1", texts=texts)
+    assert len(found) == len(excerpts) - 1
+    for explained in found:
+        assert explained.containment < 0.8 <= explained.excerpt_text_containment
+        assert explained.excerpt_text_containment == pytest.approx(explained.decided_containment, abs=1e-6)
+        assert any(line.lstrip().startswith("excerpt text") for line in explanation_lines(explained))
+    assert without_text.excerpt_text_containment is None  # its short lines are in its text, not the index
+    assert same_site.excerpt_text_containment is None  # pages of one site are compared as before

@@ -13,7 +13,10 @@ texts the caller hands in:
   stored; a duplicate's are not (the index stays small), so for a duplicate
   they come from its text;
 - with both texts, the shared and differing passages: the normalized texts'
-  words aligned with ``difflib``.
+  words aligned with ``difflib``;
+- with excerpts on and A's text, A's containment without the short lines'
+  text its site repeats (``templates.lines``), as an excerpt of another
+  site's page is measured.
 
 A text that is not the one the index decided (its normalized content hash
 differs from the record's) is not used; the explanation says so.
@@ -24,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Mapping, Optional, Sequence, Union
+from typing import Callable, Mapping, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 
@@ -34,7 +37,7 @@ from ..core.prepare import prepare
 from ..core.records import Document, Rejected, Source
 from ..core.shingle import ShingleBatch, normalize
 from ..core.signing import sign_batch
-from ..core.templates import EMPTY, content_of, own_text_of, without_repeats
+from ..core.templates import EMPTY, content_of, excerpt_text_of, own_text_of, without_repeats
 from ..core.verify import jaccard
 from ..errors import UnknownDocumentError
 from ..store.bands import record_band_keys
@@ -86,6 +89,7 @@ class Explanation:
     similarity: Optional[float] = None  # exact Jaccard of the two contents, computed now
     own_text_similarity: Optional[float] = None  # of ``a``'s own text and ``b``'s content, when ``a`` has one
     containment: Optional[float] = None  # the share of ``a``'s content inside ``b``'s, computed now
+    excerpt_text_containment: Optional[float] = None  # that share without the short lines ``a``'s site repeats
     shared_shingles: Optional[int] = None
     bands: int = 0  # bands of a signature
     min_shared: int = 0  # bands a kept document must share with a document to be verified against it
@@ -144,29 +148,30 @@ def explain_in(engines: Sequence[Readable], doc_id: str, other: Optional[str] = 
             if record_a.kept:
                 result.members = sum(txn.member_count(record_a.serial) for txn in txns)
             return result
-        words = {}
+        read = {}
         contents = {}
         templates = {}
         for side, record in (("a", record_a), ("b", record_b)):
-            shingles, origin, words[side] = _shingles_of(engine, txn_of(record), record, texts.get(record.id),
-                                                         result.notes)
+            read[side] = _shingles_of(engine, txn_of(record), record, texts.get(record.id), result.notes)
             described = getattr(result, side)
-            described.text_given = words[side] is not None
-            if shingles is not None:
+            described.text_given = read[side].words is not None
+            if read[side].shingles is not None:
                 templates[side] = _template(engine, txn_of(record), record)
-                contents[side] = _content(engine, txn_of(record), templates[side], shingles)
-                described.shingles, described.shingles_from = len(contents[side]), origin
+                contents[side] = _content(engine, txn_of(record), templates[side], read[side].shingles)
+                described.shingles, described.shingles_from = len(contents[side]), read[side].origin
         if len(contents) == 2:
             compared = engine.template_settings.pair_contents(contents["a"], contents["b"], templates["a"],
                                                               templates["b"])
             compared = _without_repeats(engine, txn_of, record_a, record_b, compared)
             _compare(engine, txn_of, result, record_a, record_b, contents["a"], contents["b"], compared)
             result.own_text_similarity = _own_text_similarity(engine, txn_of(record_a), record_a, compared)
+            result.excerpt_text_containment = _excerpt_text_containment(
+                engine, txn_of(record_a), record_a, record_b, contents["a"], compared[1], read["a"].short_lines)
             _note_a_changed_similarity(result)
-        if words["a"] is not None and words["b"] is not None:
-            result.passages = passages(words["a"], words["b"])
+        if read["a"].words is not None and read["b"].words is not None:
+            result.passages = passages(read["a"].words, read["b"].words)
         else:
-            missing = [r.id for side, r in (("a", record_a), ("b", record_b)) if words[side] is None]
+            missing = [r.id for side, r in (("a", record_a), ("b", record_b)) if read[side].words is None]
             result.notes.append(f"no text for {', '.join(map(repr, missing))}: the index keeps no text; give the "
                                 "input file (--texts FILE.jsonl, or texts= in Python) to see the passages")
     return result
@@ -207,14 +212,22 @@ def _relation(record: DocRecord) -> Optional[str]:
     return "exact" if record.exact else "near" if record.containment is None else "excerpt"
 
 
+class _Read(NamedTuple):
+    """What is known of one side's text: None where it is not (a duplicate's shingles without its text, the words
+    and short lines without a text)."""
+
+    shingles: Optional[np.ndarray]  # its whole shingles
+    origin: Optional[str]  # where they came from: "index" or "text"
+    words: Optional[list[str]] = None  # its normalized words
+    short_lines: Optional[np.ndarray] = None  # its shingles within runs of short lines, if the index reads them
+
+
 def _shingles_of(engine: Readable, txn: IndexTxn, record: DocRecord, text: Union[str, Sequence[str], None],
-                 notes: list[str]) -> tuple[Optional[np.ndarray], Optional[str], Optional[list[str]]]:
-    """A document's whole shingles, where they came from ("index" or "text"), and its normalized words.
+                 notes: list[str]) -> _Read:
+    """A document's whole shingles, where they came from, its normalized words and its short lines' shingles.
 
     ``text`` may be several candidates (an id found on several lines: its
     versions); the one whose normalized content the index decided is used.
-    None for what is not known: a duplicate's shingles without its text, the
-    words without a text.
     """
     stored = txn.stored_shingles(record.serial) if record.kept else None
     origin = None if stored is None else "index"
@@ -222,19 +235,20 @@ def _shingles_of(engine: Readable, txn: IndexTxn, record: DocRecord, text: Union
         if stored is None:
             notes.append(f"{record.id!r} is a duplicate, whose shingles the index does not keep: give its text for "
                          "the exact similarity and the shared bands")
-        return stored, origin, None
+        return _Read(stored, origin)
     given = [text] if isinstance(text, str) else list(text)
     batch = prepare([Document(record.id, t, Source("explain", -1, n)) for n, t in enumerate(given)], engine.signing)
     for n, item in enumerate(batch.items):
         row = batch.row[n]
         if row >= 0 and batch.contents[row] == record.content:
+            lines = None if batch.short_lines is None else batch.short_lines.of(row)
             if stored is None:
-                return batch.shingles.of(row), "text", normalize(given[n]).split()
-            return stored, origin, normalize(given[n]).split()
+                return _Read(batch.shingles.of(row), "text", normalize(given[n]).split(), lines)
+            return _Read(stored, origin, normalize(given[n]).split(), lines)
     problems = [item.message() if isinstance(item, Rejected) else "not the text the index decided (its normalized "
                 "content differs)" for item in batch.items]
     notes.append(f"the text given for {record.id!r} was not used: {'; '.join(sorted(set(problems)))}")
-    return stored, origin, None
+    return _Read(stored, origin)
 
 
 def _template(engine: Readable, txn: IndexTxn, record: DocRecord) -> np.ndarray:
@@ -297,6 +311,22 @@ def _own_text_similarity(engine: Readable, txn: IndexTxn, record: DocRecord,
     part, whole = compared
     own = own_text_of(part, load_site(txn, record.site).repeated.contains(part), settings.min_content_share)
     return None if own is None else round(jaccard(own, whole), 6)
+
+
+def _excerpt_text_containment(engine: Readable, txn: IndexTxn, record: DocRecord, other: DocRecord,
+                              content: np.ndarray, whole: np.ndarray,
+                              short_lines: Optional[np.ndarray]) -> Optional[float]:
+    """With excerpts and ``templates.lines``, the share inside ``whole`` (the other page's content as the pair is
+    compared) of ``record``'s ``content`` without the text its site repeats in its short lines
+    (``templates.excerpt_text_of``, as the index knows the site now), as ``evidence.pair_containment`` takes it
+    against a page of another site; None when the rule does not apply, or leaves out nothing."""
+    settings = engine.template_settings
+    if short_lines is None or record.site == other.site or not (settings.enabled and settings.repeats
+                                                                 and settings.learns(record.site)):
+        return None
+    repeated = load_site(txn, record.site).repeated.contains(content)
+    text = excerpt_text_of(content, repeated, short_lines, engine.settings.excerpts.min_shingles)
+    return None if text is None else round(containment(text, whole), 6)
 
 
 def _note_a_changed_similarity(result: Explanation) -> None:

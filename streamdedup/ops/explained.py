@@ -35,6 +35,10 @@ def explanation_lines(explained: Explanation, width: int = 100) -> list[str]:
     if explained.own_text_similarity is not None:
         lines.append(f"  own text     similarity {explained.own_text_similarity:.6f}: A without the text its site "
                      "repeats, against B (a decision takes the higher)")
+    if explained.excerpt_text_containment is not None:
+        lines.append(f"  excerpt text A inside B {explained.excerpt_text_containment:.6f}: A without the short lines' "
+                     "text its site repeats (its navigation), as an excerpt of another site's page is measured "
+                     "(a decision takes the higher)")
     if explained.shared_bands is not None:
         lines.append("  bands        " + _bands(explained))
     if explained.members is not None:
