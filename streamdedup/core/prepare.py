@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 import time
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -33,7 +34,7 @@ try:
 except ImportError:  # built by ``pip install`` when a C compiler is there; the steps below give the same
     _kernel = None
 
-__all__ = ["PreparedBatch", "die_with_parent", "prepare", "short_line_shingles",
+__all__ = ["PreparedBatch", "die_with_parent", "decode_raw", "prepare", "prepare_ahead", "short_line_shingles",
            "prepare_compact", "prepare_raw", "preparing_process", "raw_payload", "raw_records", "restore_items"]
 
 
@@ -67,16 +68,18 @@ class PreparedBatch:
         return answer
 
 
-def prepare(items: list[Item], signing: SigningConfig) -> PreparedBatch:
+def prepare(items: list[Item], signing: SigningConfig, fused: Optional[Future] = None) -> PreparedBatch:
     """Normalize, shingle, sign and band every document of the batch in one go (and, when the index's rules read
-    them, ``short_line_shingles``)."""
+    them, ``short_line_shingles``). ``fused``: the kernel's part, started by ``prepare_ahead``."""
     documents = [item for item in items if isinstance(item, Document)]
-    texts = [doc.text for doc in documents]
-    fused = _prepared_ascii(texts, signing) if _kernel is not None else None
-    if fused is not None:  # most batches: every text ASCII, none empty
-        contents, shingles, keys = fused
+    if fused is not None:
+        made = fused.result()
     else:
-        normalized = normalize_texts(texts)
+        made = _prepared_ascii([doc.text for doc in documents], signing) if _kernel is not None else None
+    if made is not None:  # most batches: every text ASCII, none empty
+        contents, shingles, keys = made
+    else:
+        normalized = normalize_texts([doc.text for doc in documents])
         if not normalized.lengths.all():
             items, documents, normalized = _reject_empty(items, normalized)
         contents = normalized.contents
@@ -96,6 +99,22 @@ def prepare(items: list[Item], signing: SigningConfig) -> PreparedBatch:
     lines = short_line_shingles([doc.text for doc in documents], signing) if reads_lines(signing.templates) \
         and signing.excerpt_sampling else None
     return PreparedBatch(items, row, contents, id_keys, shingles, keys, sites, hosts, lines)
+
+
+def prepare_ahead(items: list[Item], signing: SigningConfig, executor: Executor) -> Callable[[], PreparedBatch]:
+    """``prepare``, its compiled part (``_prepared_ascii``) started on ``executor``'s thread: call the answer for
+    the prepared batch.
+
+    The kernel prepares without the GIL, so a thread makes the next batch's
+    hashes while this one decides the current batch and waits for the disk.
+    Only the kernel's call goes there: Python's steps on a second thread
+    would take the GIL from the deciding one at each of its waits.
+    """
+    if _kernel is None:
+        return lambda: prepare(items, signing)
+    texts = [item.text for item in items if isinstance(item, Document)]
+    fused = executor.submit(_prepared_ascii, texts, signing)
+    return lambda: prepare(items, signing, fused)
 
 
 def short_line_shingles(texts: list[str], signing: SigningConfig) -> ShingleBatch:
@@ -227,15 +246,18 @@ def raw_records(payload: tuple) -> list:
 
 def prepare_raw(payload, spec, signing: SigningConfig) -> PreparedBatch:
     """Decode ``raw_payload`` columns (or the lines of a ``FileBatch``) and prepare them."""
+    return prepare(decode_raw(payload, spec), signing)
+
+
+def decode_raw(payload, spec) -> list[Item]:
+    """The items of ``raw_payload`` columns (or of the lines of a ``FileBatch``)."""
     if isinstance(payload, tuple):
         values, keys, headers, _, names, partitions, offsets, rejected = payload
-        items = decode_many(values, [Source(n, p, o) for n, p, o in zip(names, partitions, offsets)], spec, keys,
-                            headers, rejected)
-    elif payload.format == "warc":
-        items = [decode_warc_line(v, source, spec) for v, source in zip(payload.values(), payload.sources())]
-    else:
-        items = decode_many(payload.values(), payload.sources(), spec)
-    return prepare(items, signing)
+        return decode_many(values, [Source(n, p, o) for n, p, o in zip(names, partitions, offsets)], spec, keys,
+                           headers, rejected)
+    if payload.format == "warc":
+        return [decode_warc_line(v, source, spec) for v, source in zip(payload.values(), payload.sources())]
+    return decode_many(payload.values(), payload.sources(), spec)
 
 
 def prepare_compact(payload, spec, signing: SigningConfig) -> PreparedBatch:
