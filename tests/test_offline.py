@@ -348,13 +348,13 @@ def test_one_process_dedup_makes_the_next_batchs_hashes_on_a_thread_with_the_sam
     assert len(alone) > 4
 
     threads = set()
-    kernel_part = prepare_module._prepared_ascii
+    kernel_call = prepare_module._AsciiCall.run
 
-    def noted(texts, config):
+    def noted(call):
         threads.add(threading.get_ident())
-        return kernel_part(texts, config)
+        return kernel_call(call)
 
-    monkeypatch.setattr(prepare_module, "_prepared_ascii", noted)
+    monkeypatch.setattr(prepare_module._AsciiCall, "run", noted)
     feed = open_feed([str(crawl_file)], spec, signing, size, 0, FilePosition())
     try:
         fed = list(feed.batches())
