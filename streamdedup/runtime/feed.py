@@ -49,8 +49,8 @@ if TYPE_CHECKING:
 # This module imports nothing heavy at the top (numpy, LMDB: see ``prepare``), so the command line can
 # spawn the feed process first thing, and the process imports them while the deciding one does the same.
 
-__all__ = ["FedBatch", "InlineFeed", "ThreadFeed", "ProcessFeed", "KafkaReading", "FileReading", "kafka_reading", "spawn_feed",
-           "open_feed", "spawn_file_feed"]
+__all__ = ["FedBatch", "InlineFeed", "ThreadFeed", "ProcessFeed", "KafkaReading", "FileReading", "kafka_reading",
+           "spawn_feed", "open_feed", "spawn_file_feed"]
 
 FILL_WAIT_MS = 50  # longest wait for more records to top up a batch (see ``_filled``)
 STOP_GRACE_S = 0.05  # how long a feed process told to stop may take before it is killed
@@ -264,7 +264,7 @@ def feed_start_method() -> str:
 def open_feed(paths: list[str], spec, signing, batch_size: int, processes: int, start: FilePosition,
               spawned: Optional["ProcessFeed"] = None) -> Union["ProcessFeed", "ThreadFeed"]:
     """A started feed of the lines of ``paths`` from ``start`` on (read in a second process when ``processes``,
-    else on a thread of this one).
+    else here, the kernel's part of preparing on a thread: ``ThreadFeed``).
 
     ``spawned``: the feed process ``spawn_file_feed`` made for these paths, taken over.
     """
