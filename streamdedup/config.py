@@ -168,8 +168,8 @@ class WorkerSection:
     batch_size: int = _key(2000, "records decided per batch and per commit", low=1, high=100000)
     poll_timeout_ms: int = _key(500, "longest wait for a batch to fill", low=1)
     transactional_id: str = _key("", "Kafka transactional id ('' derives it from the index id)")
-    prepare_processes: int = _key(1, "second process that reads and signs the next batch while one is decided (0: none)",
-                                  low=0, high=1)
+    prepare_processes: int = _key(1, "second process that reads and signs the next batch while one is decided "
+                                  "(0: none; dedup then signs on a thread)", low=0, high=1)
     kafka_timeout_s: float = _key(60.0, "longest wait for the broker in one step of a batch's Kafka transaction; "
                                   "then the session is rebuilt and the batch recovered", low=1.0)
     stall_timeout_s: float = _key(300.0, "/healthz fails once one step has waited this long, so an orchestrator "

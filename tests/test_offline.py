@@ -324,3 +324,47 @@ def test_a_file_feed_hands_over_to_its_process_after_any_block_with_the_same_bat
         [(b.records.first_line, b.records.values(), b.position) for b in alone]
     assert all(np.array_equal(f.prepared.keys, a.prepared.keys) for f, a in zip(fed, alone))
     assert process_started == (ready_after is not None)
+
+
+def test_one_process_dedup_makes_the_next_batchs_hashes_on_a_thread_with_the_same_batches(crawl_file, monkeypatch):
+    """With ``worker.prepare_processes = 0`` the kernel's part of preparing runs on another thread, a batch ahead
+    (``feed.ThreadFeed``); the batches, their positions and their prepared batches are those read inline."""
+    import threading
+
+    import numpy as np
+
+    from streamdedup.core import prepare as prepare_module
+    from streamdedup.core.decode import InputSpec
+    from streamdedup.core.signing import SigningConfig
+    from streamdedup.runtime.feed import FileReading, InlineFeed, open_feed
+    from streamdedup.runtime.source import FilePosition
+
+    if prepare_module._kernel is None:
+        pytest.skip("the kernel is not built: preparing has no part without the GIL to hand to a thread")
+    signing, spec, size = SigningConfig(), InputSpec(), 150
+    inline = InlineFeed(FileReading((str(crawl_file),), size).open(), spec, signing)
+    inline.start(FilePosition())
+    alone = list(inline.batches())
+    assert len(alone) > 4
+
+    threads = set()
+    kernel_call = prepare_module._AsciiCall.run
+
+    def noted(call):
+        threads.add(threading.get_ident())
+        return kernel_call(call)
+
+    monkeypatch.setattr(prepare_module._AsciiCall, "run", noted)
+    feed = open_feed([str(crawl_file)], spec, signing, size, 0, FilePosition())
+    try:
+        fed = list(feed.batches())
+    finally:
+        feed.close()
+    assert threads and threading.get_ident() not in threads
+    assert [(b.records.first_line, b.records.values(), b.position, b.at_end) for b in fed] == \
+        [(b.records.first_line, b.records.values(), b.position, b.at_end) for b in alone]
+    for f, a in zip(fed, alone):
+        assert np.array_equal(f.prepared.keys, a.prepared.keys)
+        assert f.prepared.contents == a.prepared.contents and f.prepared.id_keys == a.prepared.id_keys
+        assert np.array_equal(f.prepared.shingles.hashes, a.prepared.shingles.hashes)
+        assert [i.id for i in f.prepared.items] == [i.id for i in a.prepared.items]

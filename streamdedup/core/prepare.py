@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 import time
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -27,13 +28,14 @@ from .templates import reads_lines
 
 SHORT_LINE_WORDS = 12  # a line of at most this many words is a short line (``short_line_shingles``)
 _NO_SHINGLES = np.zeros(0, dtype=np.uint32)
+_UNMADE = object()  # ``prepare``'s kernel answer not made beforehand
 
 try:
     from . import _kernel
 except ImportError:  # built by ``pip install`` when a C compiler is there; the steps below give the same
     _kernel = None
 
-__all__ = ["PreparedBatch", "die_with_parent", "prepare", "short_line_shingles",
+__all__ = ["PreparedBatch", "die_with_parent", "decode_raw", "prepare", "prepare_ahead", "short_line_shingles",
            "prepare_compact", "prepare_raw", "preparing_process", "raw_payload", "raw_records", "restore_items"]
 
 
@@ -67,16 +69,16 @@ class PreparedBatch:
         return answer
 
 
-def prepare(items: list[Item], signing: SigningConfig) -> PreparedBatch:
+def prepare(items: list[Item], signing: SigningConfig, made=_UNMADE) -> PreparedBatch:
     """Normalize, shingle, sign and band every document of the batch in one go (and, when the index's rules read
-    them, ``short_line_shingles``)."""
+    them, ``short_line_shingles``). ``made``: ``_prepared_ascii``'s answer, made already (``prepare_ahead``)."""
     documents = [item for item in items if isinstance(item, Document)]
-    texts = [doc.text for doc in documents]
-    fused = _prepared_ascii(texts, signing) if _kernel is not None else None
-    if fused is not None:  # most batches: every text ASCII, none empty
-        contents, shingles, keys = fused
+    if made is _UNMADE:
+        made = _prepared_ascii([doc.text for doc in documents], signing)
+    if made is not None:  # most batches: every text ASCII, none empty
+        contents, shingles, keys = made
     else:
-        normalized = normalize_texts(texts)
+        normalized = normalize_texts([doc.text for doc in documents])
         if not normalized.lengths.all():
             items, documents, normalized = _reject_empty(items, normalized)
         contents = normalized.contents
@@ -96,6 +98,23 @@ def prepare(items: list[Item], signing: SigningConfig) -> PreparedBatch:
     lines = short_line_shingles([doc.text for doc in documents], signing) if reads_lines(signing.templates) \
         and signing.excerpt_sampling else None
     return PreparedBatch(items, row, contents, id_keys, shingles, keys, sites, hosts, lines)
+
+
+def prepare_ahead(items: list[Item], signing: SigningConfig, executor: Executor) -> Callable[[], PreparedBatch]:
+    """``prepare``, the kernel's call in it (``_AsciiCall.run``) started on ``executor``'s thread: call the answer
+    for the prepared batch.
+
+    The kernel prepares without the GIL, so a thread makes the next batch's
+    hashes while this one decides the current batch and waits for the disk.
+    Only the call goes there, its arguments made and its answer read here:
+    each time the thread takes the GIL, the deciding thread waits for it (on
+    a busy machine, for as long as the thread waits to be scheduled).
+    """
+    call = _ascii_call([item.text for item in items if isinstance(item, Document)], signing)
+    if call is None:
+        return lambda: prepare(items, signing)
+    written = executor.submit(call.run)
+    return lambda: prepare(items, signing, call.answer(written.result()))
 
 
 def short_line_shingles(texts: list[str], signing: SigningConfig) -> ShingleBatch:
@@ -147,25 +166,47 @@ def _prepared_ascii(texts: list[str], signing: SigningConfig):
     """The steps of ``prepare`` from texts to band keys in one call of the compiled kernel (``prepare_ascii``):
     (content hashes, narrowed shingles, band keys), the same as the steps give; None when a text is not ASCII
     or nothing is left of one after normalization (the steps then take the batch, and reject it)."""
-    count = len(texts)
-    if not count or not all(t.isascii() for t in texts) or signing.shingle not in ("word", "char"):
+    call = _ascii_call(texts, signing)
+    return None if call is None else call.answer(call.run())
+
+
+def _ascii_call(texts: list[str], signing: SigningConfig) -> Optional["_AsciiCall"]:
+    """The kernel's call for ``texts``; None without the kernel, or when a text is not ASCII."""
+    if _kernel is None or not texts or not all(t.isascii() for t in texts) or signing.shingle not in ("word", "char"):
         return None
-    text = "".join(texts).encode("ascii")
-    lengths = np.fromiter(map(len, texts), dtype=np.int64, count=count)
-    a, b = permutations(signing.num_perm, signing.seed)
-    points = np.empty(len(text) + count, dtype=np.uint8)
-    out_lengths = np.empty(count, dtype=np.int64)
-    contents = bytearray(16 * count)
-    hashes = np.empty(len(text) + count, dtype=np.uint32)
-    offsets = np.empty(count + 1, dtype=np.int64)
-    keys = np.empty((count, signing.bands), dtype=np.uint64)
-    written = _kernel.prepare_ascii(text, lengths, signing.shingle == "word", signing.k, a.ravel(), b.ravel(),
-                                    signing.bands, signing.rows, int(BAND_BASE), points, out_lengths, contents,
-                                    hashes, offsets, keys)
-    if not out_lengths.all():
-        return None
-    whole = bytes(contents)
-    return [whole[i:i + 16] for i in range(0, 16 * count, 16)], ShingleBatch(hashes[:written].copy(), offsets), keys
+    return _AsciiCall(texts, signing)
+
+
+class _AsciiCall:
+    """``_kernel.prepare_ascii``'s arguments for a batch of ASCII texts (its outputs allocated), and its answer."""
+
+    def __init__(self, texts: list[str], signing: SigningConfig):
+        count = len(texts)
+        self.signing = signing
+        self.text = "".join(texts).encode("ascii")
+        self.lengths = np.fromiter(map(len, texts), dtype=np.int64, count=count)
+        self.a, self.b = permutations(signing.num_perm, signing.seed)
+        self.points = np.empty(len(self.text) + count, dtype=np.uint8)
+        self.out_lengths = np.empty(count, dtype=np.int64)
+        self.contents = bytearray(16 * count)
+        self.hashes = np.empty(len(self.text) + count, dtype=np.uint32)
+        self.offsets = np.empty(count + 1, dtype=np.int64)
+        self.keys = np.empty((count, signing.bands), dtype=np.uint64)
+
+    def run(self) -> int:
+        """The kernel's call (without the GIL, for the most part): the count of shingle hashes written."""
+        signing = self.signing
+        return _kernel.prepare_ascii(self.text, self.lengths, signing.shingle == "word", signing.k, self.a.ravel(),
+                                     self.b.ravel(), signing.bands, signing.rows, int(BAND_BASE), self.points,
+                                     self.out_lengths, self.contents, self.hashes, self.offsets, self.keys)
+
+    def answer(self, written: int):
+        """(content hashes, narrowed shingles, band keys) after ``run``; None when a text normalized to nothing."""
+        if not self.out_lengths.all():
+            return None
+        whole = bytes(self.contents)
+        contents = [whole[i:i + 16] for i in range(0, len(whole), 16)]
+        return contents, ShingleBatch(self.hashes[:written].copy(), self.offsets), self.keys
 
 
 def _reject_empty(items: list[Item], normalized: NormalizedBatch):
@@ -227,15 +268,18 @@ def raw_records(payload: tuple) -> list:
 
 def prepare_raw(payload, spec, signing: SigningConfig) -> PreparedBatch:
     """Decode ``raw_payload`` columns (or the lines of a ``FileBatch``) and prepare them."""
+    return prepare(decode_raw(payload, spec), signing)
+
+
+def decode_raw(payload, spec) -> list[Item]:
+    """The items of ``raw_payload`` columns (or of the lines of a ``FileBatch``)."""
     if isinstance(payload, tuple):
         values, keys, headers, _, names, partitions, offsets, rejected = payload
-        items = decode_many(values, [Source(n, p, o) for n, p, o in zip(names, partitions, offsets)], spec, keys,
-                            headers, rejected)
-    elif payload.format == "warc":
-        items = [decode_warc_line(v, source, spec) for v, source in zip(payload.values(), payload.sources())]
-    else:
-        items = decode_many(payload.values(), payload.sources(), spec)
-    return prepare(items, signing)
+        return decode_many(values, [Source(n, p, o) for n, p, o in zip(names, partitions, offsets)], spec, keys,
+                           headers, rejected)
+    if payload.format == "warc":
+        return [decode_warc_line(v, source, spec) for v, source in zip(payload.values(), payload.sources())]
+    return decode_many(payload.values(), payload.sources(), spec)
 
 
 def prepare_compact(payload, spec, signing: SigningConfig) -> PreparedBatch:

@@ -14,8 +14,12 @@ decision. ``dedup``, ``run`` and ``backfill`` all read through one.
   batch while this process decides and commits the current one, so both
   cores work (and kafka-python's polling, which costs CPU, runs there).
   Stdin is handed to it as a file descriptor.
-- ``InlineFeed`` (``worker.prepare_processes = 0``) reads and prepares in the
-  caller's own thread, from the same kind of reader.
+- ``ThreadFeed`` (``dedup`` with ``worker.prepare_processes = 0``) reads and
+  prepares in the caller's thread, one batch ahead, but for the kernel's part
+  of preparing, which runs on a thread without the GIL: it overlaps the
+  deciding thread's work and its waits for the disk.
+- ``InlineFeed`` (the worker with ``worker.prepare_processes = 0``) reads and
+  prepares in the caller's own thread, from the same kind of reader.
 
 Positions never move here: the front ends commit them after each batch
 they decided (``checkpoint``). A feed that is dropped takes its unread
@@ -45,8 +49,8 @@ if TYPE_CHECKING:
 # This module imports nothing heavy at the top (numpy, LMDB: see ``prepare``), so the command line can
 # spawn the feed process first thing, and the process imports them while the deciding one does the same.
 
-__all__ = ["FedBatch", "InlineFeed", "ProcessFeed", "KafkaReading", "FileReading", "kafka_reading", "spawn_feed",
-           "open_feed", "spawn_file_feed"]
+__all__ = ["FedBatch", "InlineFeed", "ThreadFeed", "ProcessFeed", "KafkaReading", "FileReading", "kafka_reading",
+           "spawn_feed", "open_feed", "spawn_file_feed"]
 
 FILL_WAIT_MS = 50  # longest wait for more records to top up a batch (see ``_filled``)
 STOP_GRACE_S = 0.05  # how long a feed process told to stop may take before it is killed
@@ -258,14 +262,15 @@ def feed_start_method() -> str:
 
 
 def open_feed(paths: list[str], spec, signing, batch_size: int, processes: int, start: FilePosition,
-              spawned: Optional["ProcessFeed"] = None) -> Union["ProcessFeed", "InlineFeed"]:
-    """A started feed of the lines of ``paths`` from ``start`` on (read in a second process when ``processes``).
+              spawned: Optional["ProcessFeed"] = None) -> Union["ProcessFeed", "ThreadFeed"]:
+    """A started feed of the lines of ``paths`` from ``start`` on (read in a second process when ``processes``,
+    else here, the kernel's part of preparing on a thread: ``ThreadFeed``).
 
     ``spawned``: the feed process ``spawn_file_feed`` made for these paths, taken over.
     """
     reading = file_reading(paths, batch_size, processes)
     if spawned is None and not processes:
-        feed: Union[ProcessFeed, InlineFeed] = InlineFeed(reading.open(), spec, signing)
+        feed: Union[ProcessFeed, ThreadFeed] = ThreadFeed(InlineFeed(reading.open(), spec, signing))
         feed.start(start, signing, spec)
         return feed
     feed = spawned or ProcessFeed(reading, spec, signing)
@@ -320,6 +325,62 @@ class InlineFeed:
 
     def close(self) -> None:
         pass
+
+
+class ThreadFeed:
+    """Reads and prepares in this thread, but the kernel's part of preparing on another, one batch ahead: files.
+
+    When a batch is taken, the next one is read and decoded here and its
+    hashes are started on a thread (``prepare.prepare_ahead``): the kernel
+    makes them without the GIL while this thread decides and commits the
+    batch taken, on the second core or while it waits for the disk. The
+    batches, their positions and their decisions are an ``InlineFeed``'s.
+    """
+
+    def __init__(self, inline: InlineFeed):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._inline = inline
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="streamdedup-prepare")
+        self._ahead: Optional[tuple] = None  # (Read, its prepared batch when called), or None at the end
+        self.position: Any = None
+        self.ended = False
+
+    def start(self, order, signing=None, spec=None) -> None:
+        self._inline.start(order, signing, spec)
+        self.position = self._inline.position
+        self._ahead = self._read_ahead()
+
+    def next(self, timeout_ms: int = 0) -> Optional[FedBatch]:
+        """The next batch, or None once the input ended (``ended``)."""
+        if self._ahead is None:
+            self.ended = True
+            return None
+        message, prepared = self._ahead
+        batch = FedBatch(message.records, prepared(), message.position, message.at_end)
+        self.position = message.position
+        self._ahead = self._read_ahead()
+        return batch
+
+    def batches(self) -> Iterator[FedBatch]:
+        """Every batch to the end of the input."""
+        return _batches(self)
+
+    def fetch_ahead(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+    def _read_ahead(self) -> Optional[tuple]:
+        """The next block read and decoded, its hashes started on the thread; None at the end of the input."""
+        from ..core.prepare import decode_raw, prepare_ahead
+
+        inline = self._inline
+        message = inline.reader.read()
+        if isinstance(message, Ended):
+            return None
+        return message, prepare_ahead(decode_raw(message.records, inline.spec), inline.signing, self._executor)
 
 
 class ProcessFeed:
