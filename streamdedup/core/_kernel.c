@@ -781,13 +781,29 @@ done:
 LOWER_BOUND_FROM(lower_bound_from, uint64_t)
 LOWER_BOUND_FROM(lower_bound_from32, uint32_t)
 
+#define NEAR_VALUES 16 /* a table's values counted whole before a doubling walk (lower_bound_near32) */
+
+/* lower_bound_from32 for keys that ascend through a table a few times as long (a page's values through its
+ * site's template or recent shingles, a page's new values merged into those): the next NEAR_VALUES values
+ * counted without a branch (the place is how many are below key), the doubling walk only past them. Each
+ * step of that walk is a branch the processor cannot foresee; most keys are within a few places of the last. */
+static inline Py_ssize_t lower_bound_near32(const uint32_t *v, Py_ssize_t n, uint32_t key, Py_ssize_t from) {
+    if (from + NEAR_VALUES <= n) {
+        int below = 0;
+        for (int k = 0; k < NEAR_VALUES; k++) below += v[from + k] < key;
+        if (below < NEAR_VALUES) return from + below;
+        from += NEAR_VALUES;
+    }
+    return lower_bound_from32(v, n, key, from);
+}
+
 /* o[i] |= whether v[i] is in sorted t[0:m]: a doubling walk through the table while the values ascend, a
  * binary search from its start where they do not. */
 static void mark_members(const uint32_t *v, Py_ssize_t n, const uint32_t *t, Py_ssize_t m, uint8_t *o) {
     Py_ssize_t from = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         uint32_t key = v[i];
-        from = lower_bound_from32(t, m, key, i && key < v[i - 1] ? 0 : from);
+        from = lower_bound_near32(t, m, key, i && key < v[i - 1] ? 0 : from);
         o[i] |= from < m && t[from] == key;
     }
 }
@@ -866,7 +882,7 @@ static Py_ssize_t union_by_runs(const uint32_t *x, Py_ssize_t n, const uint32_t 
     Py_ssize_t i = 0, w = 0;
     for (Py_ssize_t j = 0; j < m; j++) {
         uint32_t v = y[j];
-        Py_ssize_t at = lower_bound_from32(x, n, v, i);
+        Py_ssize_t at = lower_bound_near32(x, n, v, i);
         memcpy(o + w, x + i, (size_t)(at - i) * 4);
         w += at - i;
         i = at + (at < n && x[at] == v);
