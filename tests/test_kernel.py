@@ -397,9 +397,10 @@ def test_a_pages_content_is_made_in_the_kernel_as_numpy_makes_it(monkeypatch, se
 
 
 def test_ascending_values_a_few_places_apart_are_found_and_merged_as_numpy_does(monkeypatch):
-    """The kernel's walk through a sorted table counts the next 16 values before it doubles its steps
-    (``lower_bound_near32``): values every 1 to 70 places of the table (so each found within, at the edge of and
-    past those 16), between its values and at its end, found and merged as numpy does."""
+    """The kernel's walk through a sorted table 4 to 64 times as long as the values counts the table's next 16
+    values before it doubles its steps (``lower_bound_near32``), and only doubles elsewhere: values every 1 to 70
+    places of the table (both walks; found within, at the edge of and past those 16), between its values and at
+    its end, found, kept and merged as numpy does."""
     from streamdedup.core import templates
 
     table = np.arange(0, 20000, 2, dtype=np.uint32)
