@@ -396,6 +396,32 @@ def test_a_pages_content_is_made_in_the_kernel_as_numpy_makes_it(monkeypatch, se
     assert sum(content is not case[0] for case, content in zip(cases, compiled)) > 50
 
 
+def test_ascending_values_a_few_places_apart_are_found_and_merged_as_numpy_does(monkeypatch):
+    """The kernel's walk through a sorted table 4 to 64 times as long as the values counts the table's next 16
+    values before it doubles its steps (``lower_bound_near32``), and only doubles elsewhere: values every 1 to 70
+    places of the table (both walks; found within, at the edge of and past those 16), between its values and at
+    its end, found, kept and merged as numpy does."""
+    from streamdedup.core import templates
+
+    table = np.arange(0, 20000, 2, dtype=np.uint32)
+    cases = []
+    for gap in range(1, 71):
+        for shift in (0, 1):  # on the table's values, or between them
+            values = (table[::gap] + shift).astype(np.uint32)
+            cases.append((values, table))
+            cases.append((values[: len(values) // 2], table[: 17 * gap // 2 + 3]))  # past the table's end
+    found = [templates.in_sorted(values, table) for values, table in cases]
+    kept = [templates._without(values, table, templates.EMPTY) for values, table in cases]
+    merged = [templates._merged(table, values[np.isin(values, table, invert=True)]) for values, table in cases]
+    for name in ("_sorted_member", "_sorted_without", "_sorted_union"):
+        monkeypatch.setattr(templates, name, None)
+    for (values, table), one, two, three in zip(cases, found, kept, merged):
+        assert np.array_equal(one, templates.in_sorted(values, table))
+        assert np.array_equal(two, templates._without(values, table, templates.EMPTY))
+        assert np.array_equal(three, templates._merged(table, values[np.isin(values, table, invert=True)]))
+    assert sum(int(one.sum()) for one in found) > 10000
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_sorted_sets_are_merged_in_the_kernel_as_numpy_merges_them(monkeypatch, seed):
     """``templates._merged`` (a site's growing sets): sorted unions, each value once; an array out of order falls
