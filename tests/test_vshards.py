@@ -357,3 +357,29 @@ def test_band_slots_and_serials_sort_by_slot_then_serial_in_epochs_of_any_size()
         want = np.lexsort((offsets, slots))
         got = np.argsort(_slot_then_offset(slots, offsets))
         assert (slots[got] == slots[want]).all() and (offsets[got] == offsets[want]).all()
+
+
+def test_a_vshard_kept_through_a_new_generation_of_its_group_reads_again_what_kafka_has_of_it():
+    """The outcomes' transactions commit under the generation of the vshards' group the process last followed
+    (KIP-447): on a new one, the committed order offset of every vshard kept is read again before its next
+    commit (another process may have hosted it, and committed, under a generation this one did not see); under
+    the same generation nothing is read."""
+    import threading
+    from types import SimpleNamespace
+
+    from streamdedup.runtime.vshards.host import VShardHost
+
+    host, h = _host_of(3, 5, [], position=0)
+    first, second = SimpleNamespace(generation_id=4), SimpleNamespace(generation_id=6)
+    host.fixed, host.group, host.lost_seen, host.rejoined_seen = None, first, 0, 0
+    host.membership = SimpleNamespace(assignment=({3}, first), lost=0, rejoined=0)
+    host.config = SimpleNamespace(worker=SimpleNamespace(kafka_timeout_s=10))
+    host.reading_lock = threading.Lock()
+    read = []
+    host._emitted_before = lambda numbers: read.append(numbers) or {n: 12 for n in numbers}
+    VShardHost._follow_assignment(host)
+    assert h.reading is None and read == []
+    host.membership.assignment = ({3}, second)
+    VShardHost._follow_assignment(host)
+    host._await_emitted(h)
+    assert (read, h.emitted_before, host.group) == ([[3]], 12, second)

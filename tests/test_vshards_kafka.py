@@ -146,7 +146,9 @@ def test_make_demo_sharded_runs_the_sample_crawl_as_one_worker_decides(kafka, tm
     assert "same as the single worker (1,191 of 1,191 records)" in out
     assert sorted(os.listdir(tmp_path / "demo" / "logs")) == ["sign-0.log", "sign-1.log", "single.log",
                                                               "vshards-0.log", "vshards-1.log"]
-    assert sorted(os.listdir(tmp_path / "demo" / "vshards")) == [f"vshard-{n}" for n in range(8)]
+    # the states, and the two processes' host slots (``host.host_slot``)
+    assert sorted(os.listdir(tmp_path / "demo" / "vshards")) == ["host-0.lock", "host-1.lock",
+                                                                  *(f"vshard-{n}" for n in range(8))]
 
 
 def test_a_backfill_in_large_epochs_decides_as_streaming_in_small_ones(kafka, tmp_path):
@@ -286,3 +288,83 @@ def test_a_group_member_whose_join_outlasts_its_polls_still_completes_it(kafka):
             assert len(consumer.assignment()) == 8
         finally:
             consumer.close()
+
+
+class _VShardCommitted:
+    """A vshard as ``VShardCommit`` sees it: its number, and its state's commit (what it was given)."""
+
+    def __init__(self, number: int):
+        self.number, self.positions = number, None
+
+    def commit(self, positions: dict) -> None:
+        self.positions = positions
+
+
+def _group_member(kafka: str, topic: str, group: str):
+    """A consumer of ``group`` on ``topic``, once the group has given it its partitions."""
+    from kafka import KafkaConsumer
+
+    member = KafkaConsumer(topic, bootstrap_servers=kafka, group_id=group, enable_auto_commit=False)
+    deadline = time.monotonic() + 60
+    while not member.assignment():
+        assert time.monotonic() < deadline, "the group gave the member nothing"
+        member.poll(timeout_ms=200)
+    return member
+
+
+def test_a_process_the_vshards_group_moved_on_from_commits_nothing(kafka):
+    """One transaction a process, fenced by the generation of the group ``<group_id>-vshards`` (KIP-447): an
+    epoch committed with the group's metadata as a member had it before the group moved on (here: the member
+    left and another joined) is refused by the broker, its outcomes aborted, its state not committed, and
+    the session ends (``TransactionFencedError``, retriable); with the current generation the epochs of two
+    vshards go out in one transaction, their order offsets readable (read_committed) on their partitions of the
+    exchange topic."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    from streamdedup.core.records import Decision, RawRecord, Source
+    from streamdedup.errors import TransactionFencedError
+    from streamdedup.runtime.checkpoint import VShardCommit, VShardEpoch
+    from streamdedup.runtime.sink import KafkaSink
+
+    topics = Topics.fresh(kafka)
+    tag = uuid.uuid4().hex[:8]
+    exchange, group = f"evidence-{tag}", f"sharded-{tag}-vshards"
+    create_topics(kafka, [exchange], 2)
+    sink = KafkaSink({"bootstrap_servers": kafka}, f"test-{tag}-vshards-host-0",
+                     {"clean": topics.clean, "duplicates": topics.duplicates, "dead_letter": topics.dead_letter},
+                     1 << 20)
+
+    def epochs(offset: int) -> list:
+        made = []
+        for n in range(2):
+            doc = f"doc-{offset}-{n}"
+            record = RawRecord(json.dumps({"id": doc}).encode(), Source(topics.raw, 0, 2 * offset + n),
+                               key=doc.encode())
+            made.append(VShardEpoch(_VShardCommitted(n), offset, [record], [2 * offset + n + 1],
+                                    [Decision(doc, "kept", cluster=doc)], {"order_at": offset + 1}, True))
+        return made
+
+    former = _group_member(kafka, topics.raw, group)
+    stale = former.group_metadata()
+    former.close()
+    member = _group_member(kafka, topics.raw, group)
+    try:
+        commit = VShardCommit(sink.producer, exchange, 30)
+        refused = epochs(4)
+        with pytest.raises(TransactionFencedError, match="consumer group"):
+            commit.commit(refused, sink, stale)
+        assert [e.vshard.positions for e in refused] == [None, None]
+        sink.abort()
+        taken = epochs(7)
+        commit.commit(taken, sink, member.group_metadata())
+        assert [e.vshard.positions for e in taken] == [{"order_at": 8}, {"order_at": 8}]
+    finally:
+        member.close()
+        sink.close()
+    assert sorted(where for where in outcomes(kafka, topics)) == [(0, 14), (0, 15)]
+    reader = KafkaConsumer(bootstrap_servers=kafka, group_id=group, isolation_level="read_committed",
+                           enable_auto_commit=False)
+    try:
+        assert [reader.committed(TopicPartition(exchange, n)) for n in range(2)] == [8, 8]
+    finally:
+        reader.close()

@@ -96,12 +96,14 @@ the next):
 1. wait until the broker has every message the vshard sent in the epoch (a
    vshard past an epoch never sends its messages of it again, and the
    others wait for them);
-2. in one Kafka transaction of the vshard's own producer (its
-   transactional id fences a former host): the outcomes of its records of
-   the epoch, and the order topic's offset after the epoch for the
-   vshard's group ``<group_id>-vshard-N``; the vshards' transactions are
-   sent and committed side by side (each is its own: one may commit and
-   another not, as if the process died between them);
+2. in one Kafka transaction of the process's producer, for all its vshards
+   that decided an epoch in the turn: their outcomes, and for each of them
+   the order topic's offset after its epoch, committed for the group
+   ``<group_id>-vshards`` (the one that gives processes their vshards) on
+   the vshard's partition of the exchange topic, with the group's
+   generation as this process last followed it (KIP-447): a process the
+   group has moved on from (its vshards given to others) is fenced by the
+   group coordinator, its transaction aborted;
 3. commit the vshard's state (LMDB, every change of the epoch in the one
    write transaction it began with it) with its positions: the next order
    message, each input partition's next offset, the next serial, where to
@@ -112,11 +114,14 @@ of the epoch and the state is the epoch before's; the restarted vshard
 reads the epoch's order message, its records and the messages the others
 sent it again, sends its own again (the same), and decides the epoch again,
 alike. Between steps 2 and 3 Kafka has the outcomes and the order offset,
-the state has neither: at start the vshard reads its group's committed
-offset and decides every epoch before it again *without emitting*. A
-vshard moved to another process is the same restart, there. A transaction
-the broker aborted (the process paused past ``transaction_timeout_ms``) or
-a fenced producer never gets to step 3: ``TransactionFencedError`` ends the
+the state has neither: a process given the vshard reads that committed
+offset (read_committed, so once no transaction that may write it is open)
+and decides every epoch before it again *without emitting*; it reads it
+again whenever the group's generation changes, as any commit of another
+generation than its own is refused. A vshard moved to another process is
+the same restart, there. A transaction the broker aborted (the process
+paused past ``transaction_timeout_ms``), a fenced producer or a refused
+generation never gets to step 3: ``TransactionFencedError`` ends the
 session (not the process), its epochs in flight thrown away uncommitted.
 """
 
@@ -364,8 +369,6 @@ class VShardEpoch:
     """A vshard's epoch, decided: what ``VShardCommit`` puts out and commits."""
 
     vshard: object  # engine.vshards.VShard
-    sink: object  # its transactional producer (sink.KafkaSink)
-    group_id: str  # its group, which holds the order topic's offset after its last epoch in Kafka
     offset: int  # the epoch's order message's
     records: list  # this home's records of it, whole, with their ``serials`` and ``decisions``
     serials: list
@@ -381,60 +384,72 @@ class VShardEpoch:
 class VShardCommit:
     """Steps 1-3 of the vshards' protocol for epochs decided together (see the module's docstring)."""
 
-    def __init__(self, publisher, order_topic: str, kafka_timeout_s: float):
+    def __init__(self, publisher, exchange_topic: str, kafka_timeout_s: float):
         """``publisher``: the producer (not transactional) of the vshards' messages to each other."""
         self.publisher = publisher
-        self.order_topic = order_topic
+        self.exchange_topic = exchange_topic
         self.kafka_timeout_s = kafka_timeout_s
 
-    def commit(self, epochs: list[VShardEpoch]) -> None:
-        """Each epoch's outcomes out (unless Kafka has them), then each vshard's state."""
+    def commit(self, epochs: list[VShardEpoch], sink, group) -> None:
+        """The epochs' outcomes out (those Kafka lacks) in one transaction of ``sink`` (the process's
+        transactional producer), their order offsets committed for ``group`` (the vshards' group's metadata, whose
+        generation fences a former host, or its bare name for vshards given by number), then each vshard's
+        state."""
         self.publisher.flush(timeout=self.kafka_timeout_s)  # Step 1.
-        out = [e for e in epochs if e.emits]  # Step 2, the vshards' transactions side by side:
-        joining = [(e, self._fenced_as_retriable(e, self._sent)) for e in out]
-        for e, offsets in joining:
-            self._fenced_as_retriable(e, lambda e: self._joined(e, offsets))
-        committing = [(e, e.sink.committing()) for e in out]
-        for e, pending in committing:
-            self._fenced_as_retriable(e, lambda e: e.sink.committed(pending, self.kafka_timeout_s))
-        reached("vshard-kafka-committed")
+        out = [e for e in epochs if e.emits]
+        if out:  # Step 2.
+            self._fenced_as_retriable(lambda: self._sent_and_committed(out, sink, group))
+            reached("vshard-kafka-committed")
         for e in epochs:
             e.vshard.commit(e.positions)  # Step 3.
             reached("vshard-committed")
 
-    def _sent(self, e: VShardEpoch):
-        """Step 2 begun: the transaction open, the outcomes sent in it, each saying its place in the order
-        (``streamdedup.order``: the epoch's order offset / the record's serial); returns the order offset's
-        way into it (``sink.Pending``)."""
+    def _sent_and_committed(self, out: list[VShardEpoch], sink, group) -> None:
+        """Step 2: the transaction open, each epoch's outcomes sent in it, each saying its place in the order
+        (``streamdedup.order``: the epoch's order offset / the record's serial), the order offsets joined to
+        it, and committed."""
         from kafka import TopicPartition
 
-        e.sink.begin()
+        sink.begin()
         reached("vshard-kafka-begun")
-        offsets = e.sink.send_offsets({TopicPartition(self.order_topic, 0): e.offset + 1}, e.group_id)
-        places = [[(ORDER_HEADER, f"{e.offset}/{serial}".encode())] for serial in e.serials]
-        e.sink.send(e.sink.messages(e.records, e.decisions, places))
-        return offsets
-
-    def _joined(self, e: VShardEpoch, offsets) -> None:
-        offsets.wait(self.kafka_timeout_s, "the order offset to join the Kafka transaction", e.sink.transaction_error)
+        offsets = sink.send_offsets({TopicPartition(self.exchange_topic, e.vshard.number): e.offset + 1 for e in out},
+                                    group)
+        for e in out:
+            places = [[(ORDER_HEADER, f"{e.offset}/{serial}".encode())] for serial in e.serials]
+            sink.send(sink.messages(e.records, e.decisions, places))
+        offsets.wait(self.kafka_timeout_s, "the order offsets to join the Kafka transaction", sink.transaction_error)
         reached("vshard-kafka-sent")  # the transaction is open at the broker now (a pause here outlives it)
+        sink.commit(self.kafka_timeout_s)
 
     @staticmethod
-    def _fenced_as_retriable(e: VShardEpoch, step: Callable[[VShardEpoch], object]):
-        """Run ``step`` of ``e``'s transaction; a fenced producer ends the session (``TransactionFencedError``),
+    def _fenced_as_retriable(step: Callable[[], None]) -> None:
+        """Run step 2; a fenced producer or a refused generation ends the session (``TransactionFencedError``),
         not the process.
 
-        For one worker a fenced producer means another worker took its index (fatal, ``kafka_trouble``);
-        for a vshard it means its transaction outlived ``transaction_timeout_ms`` (the process was
-        paused) and the broker aborted it, or its new host fenced it: the epoch's outcomes are not in Kafka,
-        the session is thrown away with its epochs in flight (their LMDB transactions aborted), and the
-        vshard's next host decides them again."""
-        from kafka.errors import InvalidProducerEpochError, ProducerFencedError
+        For one worker a fenced producer means another worker took its index (fatal, ``kafka_trouble``); for
+        the vshards' producer it means its transaction outlived ``transaction_timeout_ms`` (the process was
+        paused) and the broker aborted it, or a new session of the process took its transactional id; a
+        refused generation means the group moved the vshards since this process last followed it. Either way
+        the epochs' outcomes are not in Kafka: the session is thrown away with its epochs in flight (their
+        LMDB transactions aborted), and their hosts, this process or another, decide them again."""
+        from kafka.errors import (
+            CommitFailedError,
+            FencedInstanceIdError,
+            IllegalGenerationError,
+            InvalidProducerEpochError,
+            ProducerFencedError,
+            UnknownMemberIdError,
+        )
 
         try:
-            return step(e)
+            step()
         except (ProducerFencedError, InvalidProducerEpochError) as exc:
             raise TransactionFencedError(
-                f"vshard {e.vshard.number}'s Kafka transaction was fenced ({type(exc).__name__}): its epoch is "
-                "decided again in a new session; if this recurs without pauses, raise [kafka.producer] "
-                "transaction_timeout_ms above the longest epoch") from exc
+                f"the vshards' Kafka transaction was fenced ({type(exc).__name__}): its epochs are decided again in "
+                "a new session; if this recurs without pauses, raise [kafka.producer] transaction_timeout_ms above "
+                "the longest epoch") from exc
+        except (CommitFailedError, FencedInstanceIdError, IllegalGenerationError, UnknownMemberIdError) as exc:
+            raise TransactionFencedError(
+                f"the vshards' Kafka transaction was fenced by their consumer group ({type(exc).__name__}: the group "
+                "moved vshards since this process last looked): its epochs are decided again in a new session, by "
+                "their hosts now") from exc

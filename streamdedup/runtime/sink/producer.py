@@ -111,8 +111,10 @@ class KafkaSink:
         finally:
             self._appender.done()
 
-    def send_offsets(self, offsets: dict, group_id: str) -> Pending:
-        """Add the input offsets to the open transaction; returns at once, ``wait()`` on the result.
+    def send_offsets(self, offsets: dict, group) -> Pending:
+        """Add the input offsets to the open transaction for ``group`` (its name, or a consumer's
+        ``group_metadata()``, whose generation the group coordinator checks: KIP-447); returns at once,
+        ``wait()`` on the result.
 
         Two round trips to the broker that need nothing from the records, so
         they run on a helper thread while the batch is produced (the client is
@@ -121,7 +123,7 @@ class KafkaSink:
         from kafka.structs import OffsetAndMetadata
 
         wanted = {tp: OffsetAndMetadata(offset, "", -1) for tp, offset in offsets.items()}
-        return Pending(lambda: self.producer.send_offsets_to_transaction(wanted, group_id), "streamdedup-offsets")
+        return Pending(lambda: self.producer.send_offsets_to_transaction(wanted, group), "streamdedup-offsets")
 
     def commit(self, timeout_s: float) -> None:
         """Commit the open transaction, waiting at most ``timeout_s`` for the broker to confirm.

@@ -12,15 +12,19 @@ Where offsets move: a vshard's positions (the next order message, each input
 partition's next offset, the next serial, where to read its exchange
 partition from) are its state's, committed with it; the order topic's
 offset after each epoch whose outcomes went out is committed in that
-epoch's Kafka transaction for the vshard's own group, so a restart knows
-which epochs Kafka has and decides them again without emitting.
+epoch's Kafka transaction (one a process for the vshards that decided an
+epoch together) for the group ``<group_id>-vshards``, on the vshard's
+partition of the exchange topic, so a restart knows which epochs Kafka has
+and decides them again without emitting.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -115,18 +119,13 @@ class _Hosted:
     floors: dict = field(default_factory=dict)  # epoch -> lowest exchange offset read of a message of it
     exchange_at: Optional[int] = None  # where to read its exchange partition from after a restart
     records_at: Optional[int] = None  # where to read its records partition from: after the last home message
-    sink: Optional[KafkaSink] = None  # its transactional producer, while hosted
-    connecting: Optional[Pending] = None  # its Kafka side starting (``VShardHost._adopt``), until its first commit
+    reading: Optional[Pending] = None  # the read of its ``emitted_before`` (``VShardHost._read_emitted``), until used
 
     @property
     def number(self) -> int:
         return self.vshard.number
 
     def close(self) -> None:
-        if self.connecting is not None:
-            self.connecting.discard(lambda h: h.sink.close(0))
-        elif self.sink is not None:
-            self.sink.close()
         self.vshard.close()
 
     def positions(self) -> dict:
@@ -152,7 +151,7 @@ class _Membership:
         from kafka import ConsumerRebalanceListener
 
         membership = self
-        self.given: set[int] = set()
+        self.assignment: tuple = (set(), None)  # the vshards given, and the group's metadata when they were
         self.lost = 0  # times the group dropped this member (its session ran out), as the client reports them
         self.rejoined = 0  # times a join left half done by the client was asked for again
         self.stopping = threading.Event()
@@ -162,11 +161,12 @@ class _Membership:
                 pass  # the vshards still given when the new assignment comes stay, with their epochs
 
             def on_partitions_assigned(self, assigned):
-                membership.source.consumer.pause(*assigned)
-                membership.given = {tp.partition for tp in assigned}
+                consumer = membership.source.consumer
+                consumer.pause(*assigned)
+                membership.assignment = ({tp.partition for tp in assigned}, consumer.group_metadata())
 
             def on_partitions_lost(self, lost):
-                membership.given = set()  # the group dropped this member: let the vshards' states go for others
+                membership.assignment = (set(), None)  # the group dropped this member: let the states go for others
                 membership.lost += 1
 
         group = f"{config.kafka.group_id}-vshards"
@@ -298,13 +298,12 @@ class _Inbound:
 
 class VShardHost:
     """One connection to the broker for the vshards this process hosts: what they read (``_Inbound``), a producer
-    for their messages to others, and a transactional producer per vshard for its outcomes. Which vshards it
-    hosts can change between any two steps (the consumer group moves them): one it no longer hosts is dropped
-    with its epoch in flight (its new host decides that epoch again), one it is given is opened where its state
-    stands."""
+    for their messages to others, and one transactional producer for all their outcomes. Which vshards it hosts
+    can change between any two steps (the consumer group moves them): one it no longer hosts is dropped with its
+    epoch in flight (its new host decides that epoch again), one it is given is opened where its state stands."""
 
     def __init__(self, config: Config, open_vshard: Callable[[int], _Hosted], fixed: Optional[list[int]], log: Log,
-                 stopper: Stopper, step: Callable[[Optional[str]], None]):
+                 stopper: Stopper, step: Callable[[Optional[str]], None], transactional_id: str):
         from kafka import KafkaProducer
 
         ensure_internal_topics(config)
@@ -320,36 +319,89 @@ class VShardHost:
         self.fingerprint = signing_config(config).fingerprint()
         self.settings = kafka_client_settings(config.kafka, "consumer")
         self.producer_settings = kafka_client_settings(config.kafka, "producer")
-        self.order_topic = config.shards.signed_topic
-        self.inbound = self.publisher = self.membership = None
+        self.group_name = f"{config.kafka.group_id}-vshards"
+        # What the outcomes' transactions commit for: the group's generation as this process last followed it
+        # (``_follow_assignment``), or the group's bare name for vshards given by number (no generation).
+        self.group = self.group_name
+        self.inbound = self.publisher = self.membership = self.sink = self.offsets_reader = None
         self.fixed = fixed
+        self.reading_lock = threading.Lock()
         try:
             if fixed is None:  # first: the group is joined on its own thread while the rest connects
                 self.membership = _Membership(config, self.settings)
+            self.starting_sink = Pending(lambda: self._started_sink(transactional_id), "streamdedup-producer")
             self.publisher = KafkaProducer(**{"acks": "all", "linger_ms": 0, "max_request_size": SIGNED_MESSAGE_BYTES,
                                               **self.producer_settings})
             self.inbound = _Inbound(config, self.settings)
-            self.commit = VShardCommit(self.publisher, self.order_topic, config.worker.kafka_timeout_s)
+            self.commit = VShardCommit(self.publisher, config.shards.evidence_topic, config.worker.kafka_timeout_s)
             self.appender = RecordAppender.of(self.publisher, transactional=False)
         except BaseException:
             self.close()
             raise
         self.outcomes = WorkerStats()
 
-    # -- names ---------------------------------------------------------------------------------------------
+    # -- Kafka's side of the outcomes ------------------------------------------------------------------------
 
-    def transactional_id(self, number: int) -> str:
-        base = self.config.worker.transactional_id or f"streamdedup-{self.config.kafka.group_id}"
-        return f"{base}-vshard-{number}"
+    def _started_sink(self, transactional_id: str) -> KafkaSink:
+        """The process's transactional producer (0.05 to 0.3 s to start, on a thread while the vshards decide):
+        starting, it aborts a transaction its id left open (this process's former session, or a killed process
+        that held its host slot, ``host_transactional_id``)."""
+        out = self.config.output
+        sink = KafkaSink(self.producer_settings, transactional_id,
+                         {"clean": out.clean_topic, "duplicates": out.duplicates_topic,
+                          "dead_letter": out.dead_letter_topic}, out.dead_letter_max_bytes)
+        try:
+            sink.learn_topics()
+        except BaseException:
+            sink.close(0)
+            raise
+        return sink
 
-    def group_id(self, number: int) -> str:
-        return f"{self.config.kafka.group_id}-vshard-{number}"
+    def _sink(self) -> KafkaSink:
+        """The transactional producer, once started (``_started_sink``)."""
+        if self.sink is None:
+            self.sink = self.starting_sink.wait(self.config.worker.kafka_timeout_s, "the vshards' producer to start")
+        return self.sink
+
+    def _read_emitted(self, hosted: list[_Hosted]) -> None:
+        """Read, on a thread, which order messages have their outcomes in Kafka for each of ``hosted`` (decided
+        again without emitting): their committed offsets for the vshards' group, on their partitions of the
+        exchange topic. Read with read_committed, the broker answers once no transaction that may commit them is
+        open (a former host's, aborted at its timeout at the latest); read again whenever the generation
+        changes, since another generation may have committed them meanwhile."""
+        if hosted:
+            pending = Pending(lambda: self._emitted_before([h.number for h in hosted]), "streamdedup-adopt")
+            for h in hosted:
+                h.reading = pending
+
+    def _emitted_before(self, numbers: list[int]) -> dict[int, int]:
+        from kafka import KafkaConsumer, TopicPartition
+
+        timeout_ms = int(self.config.worker.kafka_timeout_s * 1000)
+        with self.reading_lock:
+            if self.offsets_reader is None:
+                self.offsets_reader = KafkaConsumer(**{**self.settings, "group_id": self.group_name,
+                                                       "enable_auto_commit": False,
+                                                       "isolation_level": "read_committed"})
+            reader = self.offsets_reader
+            return {n: reader.committed(TopicPartition(self.config.shards.evidence_topic, n),
+                                        timeout_ms=timeout_ms) or 0 for n in numbers}
+
+    def _await_emitted(self, h: _Hosted) -> None:
+        """Wait for ``h``'s ``emitted_before`` (``_read_emitted``)."""
+        pending = h.reading
+        if pending is None:
+            return
+        h.emitted_before = pending.wait(self.config.worker.kafka_timeout_s,
+                                        f"vshard {h.number}'s committed order offset")[h.number]
+        h.reading = None
 
     # -- which vshards ---------------------------------------------------------------------------------------
 
     def _follow_assignment(self) -> None:
-        """Drop the vshards this process no longer hosts, open those it is given."""
-        given = set(self.fixed) if self.membership is None else self.membership.given
+        """Drop the vshards this process no longer hosts, open those it is given; on a new generation of the
+        group, read again what Kafka has of the vshards kept."""
+        given, group = (set(self.fixed), self.group_name) if self.membership is None else self.membership.assignment
         if self.membership is not None and self.membership.lost > self.lost_seen:
             self.lost_seen = self.membership.lost
             self.log.warning("vshards_group_lost", role="vshards", hosted=",".join(map(str, sorted(self.hosted))),
@@ -361,10 +413,13 @@ class VShardHost:
                              "group half done", then="it joins again")
         gone = sorted(set(self.hosted) - given)
         new = sorted(given - set(self.hosted))
-        if not gone and not new:
-            return
         for n in gone:
             close_quietly(self.hosted.pop(n))
+        if group is not None and group != self.group:
+            self.group = group
+            self._read_emitted(list(self.hosted.values()))
+        if not gone and not new:
+            return
         new = self._adopt(new)
         if not gone and not new:  # every vshard given is still held by another process: nothing moved
             return
@@ -376,11 +431,8 @@ class VShardHost:
         """Host the vshards ``numbers``; returns those taken. One whose state another process still holds (its
         former host, not yet told it lost it, or paused) is tried again on the next turn of the loop.
 
-        Each one's Kafka side connects on a thread of its own while its epochs are decided (``_connected``: a
-        transactional producer takes 0.05 to 0.3 s to start, which a process given vshards, at start or when
-        another leaves, paid before its first epoch); its first commit waits for it (``_await_connected``).
-        Deciding needs nothing of it: the outcomes go out only at the commit, once the producer has fenced the
-        vshard's former host and Kafka has said which epochs it has."""
+        Which of their epochs Kafka has is read on a thread while they decide (``_read_emitted``); their first
+        commit waits for it. Deciding needs nothing of it: the outcomes go out only at the commit."""
         opened = {}
         for number in numbers:
             try:
@@ -390,44 +442,10 @@ class VShardHost:
                     self.waiting.add(number)
                     self.log.warning("vshard_state_busy", role="vshards", vshard=number,
                                      waiting_for="its former host to let go of its state")
-        for h in opened.values():
-            h.connecting = Pending(lambda h=h: self._connected(h), "streamdedup-adopt")
+        self._read_emitted(list(opened.values()))
         self.hosted.update(opened)
         self.waiting.difference_update(opened)
         return sorted(opened)
-
-    def _await_connected(self, h: _Hosted) -> None:
-        """Wait for ``h``'s Kafka side, begun when it was adopted (``_adopt``)."""
-        pending = h.connecting
-        if pending is None:
-            return
-        pending.wait(self.config.worker.kafka_timeout_s, f"vshard {h.number}'s producer to start")
-        h.connecting = None
-
-    def _connected(self, h: _Hosted) -> _Hosted:
-        """``h`` (opened where its state stands) with its transactional producer, which fences a former host's
-        and aborts its open transaction, knowing which order messages have their outcomes in Kafka already (its
-        group's committed offset on the order topic: decided again without emitting)."""
-        from kafka import KafkaConsumer, TopicPartition
-
-        out = self.config.output
-        sink = KafkaSink(self.producer_settings, self.transactional_id(h.number),
-                         {"clean": out.clean_topic, "duplicates": out.duplicates_topic,
-                          "dead_letter": out.dead_letter_topic}, out.dead_letter_max_bytes)
-        try:
-            sink.learn_topics()
-            consumer = KafkaConsumer(**{"group_id": self.group_id(h.number), "enable_auto_commit": False,
-                                        **self.settings})
-            try:
-                committed = consumer.committed(TopicPartition(self.order_topic, 0),
-                                               timeout_ms=int(self.config.worker.kafka_timeout_s * 1000))
-            finally:
-                consumer.close()
-        except BaseException:
-            sink.close(0)
-            raise
-        h.sink, h.emitted_before = sink, committed or 0
-        return h
 
     # -- the loop ------------------------------------------------------------------------------------------
 
@@ -551,11 +569,11 @@ class VShardHost:
             return
         done, self.decided = self.decided, []
         for h in done:
-            self._await_connected(h)
+            self._await_emitted(h)
         flights = [h.flight for h in done]
         epochs = [self._decided_epoch(h) for h in done]
         decided = time.monotonic()
-        self.commit.commit(epochs)
+        self.commit.commit(epochs, self._sink() if any(e.emits for e in epochs) else None, self.group)
         for h, flight, epoch in zip(done, flights, epochs):
             self.log.debug("epoch_committed", vshard=h.number, epoch=flight.number, records=len(flight.records),
                            decided_s=round(decided - flight.began, 3), commit_s=round(time.monotonic() - decided, 3),
@@ -565,14 +583,13 @@ class VShardHost:
 
     def _decided_epoch(self, h: _Hosted) -> VShardEpoch:
         """``h``'s epoch in flight, decided, as it commits; ``h`` moved past it. Its outcomes go out unless Kafka has
-        them already (decided again after a crash: ``emitted_before``, read once ``h``'s producer fenced its former
-        host)."""
+        them already (decided again after a crash: ``emitted_before``)."""
         flight = h.flight
         h.order_at = flight.offset + 1
         h.flight = None
         h.exchange_at = self._exchange_floor(h, flight.number)
-        return VShardEpoch(h.vshard, h.sink, self.group_id(h.number), flight.offset, flight.records, flight.serials,
-                           h.vshard.decided.pop(flight.number), h.positions(), flight.offset >= h.emitted_before)
+        return VShardEpoch(h.vshard, flight.offset, flight.records, flight.serials, h.vshard.decided.pop(flight.number),
+                           h.positions(), flight.offset >= h.emitted_before)
 
     def _exchange_floor(self, h: _Hosted, epoch: int) -> int:
         """Where a restart reads ``h``'s exchange partition from once ``epoch`` is committed: the first message
@@ -585,11 +602,47 @@ class VShardHost:
 
     def close(self) -> None:
         close_quietly(self.membership, *self.hosted.values(), self.inbound)
+        if self.sink is not None:
+            self.sink.close()
+        elif getattr(self, "starting_sink", None) is not None:
+            self.starting_sink.discard(lambda sink: sink.close(0))
+        if self.offsets_reader is not None:  # not under ``reading_lock``: a read may be stuck on a lost broker
+            close_quietly(self.offsets_reader)
         if self.publisher is not None:
             try:
                 self.publisher.close(timeout=5)
             except Exception:
                 pass
+
+
+def host_slot(state: Optional[str]):
+    """This process's host slot: the lowest ``host-K.lock`` of the states' folder ``state`` that no running process
+    holds, as (K, the open lock file; closing it or dying releases it), or (None, None) without ``state``."""
+    if not state:
+        return None, None
+    os.makedirs(state, exist_ok=True)
+    slot = 0
+    while True:
+        handle = open(os.path.join(state, f"host-{slot}.lock"), "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return slot, handle
+        except OSError:
+            handle.close()
+            slot += 1
+
+
+def host_transactional_id(config: Config, slot: Optional[int], numbers: Optional[list[int]]) -> str:
+    """The transactional id of a vshards process's producer. It need not fence a former host of a vshard (the
+    group's generation does, ``checkpoint.VShardCommit``), but a process started again should take its
+    predecessor's, whose init aborts the transaction a killed process left open; until aborted, that
+    transaction keeps a vshard's new host from reading its committed offset (read_committed) up to the
+    transaction timeout. So: the vshards given by number (one process a set), else the host slot in the states'
+    folder (a process started again takes the slot freed by the one killed), else one of its own."""
+    base = config.worker.transactional_id or f"streamdedup-{config.kafka.group_id}"
+    if numbers:
+        return f"{base}-vshards-{'-'.join(map(str, numbers))}"
+    return f"{base}-vshards-host-{slot if slot is not None else uuid.uuid4().hex}"
 
 
 def run_vshards(config: Config, state: Optional[str], numbers: Optional[list[int]], until_caught_up: bool, log: Log,
@@ -609,6 +662,8 @@ def run_vshards(config: Config, state: Optional[str], numbers: Optional[list[int
     loop = SessionLoop(config, log, stopper, telemetry, role="vshards")
     stats = WorkerStats()
     began = time.monotonic()
+    slot, slot_lock = host_slot(state) if numbers is None else (None, None)
+    transactional_id = host_transactional_id(config, slot, numbers)
 
     def opened(number: int) -> _Hosted:
         path = os.path.join(state, f"vshard-{number}") if state else None
@@ -620,7 +675,7 @@ def run_vshards(config: Config, state: Optional[str], numbers: Optional[list[int
             raise
 
     def session(connected: Callable[..., None]) -> WorkerStats:
-        host = VShardHost(config, opened, numbers, log, stopper, loop.watchdog.phase)
+        host = VShardHost(config, opened, numbers, log, stopper, loop.watchdog.phase, transactional_id)
         try:
             connected()
             host.run(until_caught_up)
@@ -634,6 +689,8 @@ def run_vshards(config: Config, state: Optional[str], numbers: Optional[list[int
             stats = found
     finally:
         loop.close()
+        if slot_lock is not None:
+            slot_lock.close()
         telemetry.stopping = True
         telemetry.stop()
     stats.summary.seconds = time.monotonic() - began
