@@ -43,6 +43,9 @@ retention) stay set, which is harmless. A key missing from it would hide a
 stored document, so every path that adds band entries (merges and ``check
 --fix``) goes through ``bands.BandTables``, which adds them here as well.
 Deleting the file is always safe.
+
+The same class, saved under another name, is the writer's filter of the id
+and content tables' hashes (``hashed.FILTER_FILE``), kept on these terms.
 """
 
 from __future__ import annotations

@@ -54,8 +54,8 @@ _HIGH_BITS = 7  # a bucket holds band keys of the same high 7 bits...
 _EPOCH_BITS = 23  # ...and serials of the same epoch: serial >> 23 (an epoch numbers 2^23 documents)
 _LOW_BITS = 32 - _HIGH_BITS  # the band key's bits in a value, before the serial's 23
 _U64 = np.uint64
-HASH_FILTER_SHARE = 32, 16  # the hash filter starts at the first share of the band filter's bytes, and is capped at
-# the second of its cap: a document has 2 hashes (at most) against ~23 band entries
+HASH_FILTER_START = 32  # the hash filter (``hashed``) starts at 1/32 of the band filter's bytes...
+HASH_FILTER_MAX = 16  # ...and grows to 1/16 of its cap: a document adds 2 hashes at most, ~23 band entries
 
 
 @dataclass(frozen=True)
@@ -233,9 +233,9 @@ class BandTables:
                                                     self.filter_max_bytes)
         if self._hashes is None and self.filter_bytes:
             self._hashes = bandfilter.load_or_build(
-                self.index, max(8, self.filter_bytes // HASH_FILTER_SHARE[0]),
+                self.index, max(8, self.filter_bytes // HASH_FILTER_START),
                 lambda txn: hashed.stored_filter_keys(txn, bandfilter.SCAN_CHUNK),
-                self.filter_max_bytes // HASH_FILTER_SHARE[1], hashed.FILTER_FILE)
+                self.filter_max_bytes // HASH_FILTER_MAX, hashed.FILTER_FILE)
         return self._filter
 
     @property

@@ -18,8 +18,8 @@ by ``bands.BandTables`` with the band filter and on the same terms: every
 merge slice's hashes held before it commits, a file trusted only with the
 index's current stamp). Most documents have a new id and a new content, and
 each such question was a cursor positioning at a random place of a table
-that grows with the index (``bench.growth``: the id and content lookups
-were most of what deciding gained from 10k to 1M documents).
+that grows with the index (``bench.growth``: about half of what deciding
+gained from 10k to 1M documents, 5.5 us a document).
 """
 
 from __future__ import annotations
