@@ -12,7 +12,7 @@ one merge's worth of work moving the recent lookup keys into the tables
 Beside docs/s (wall clock, which a shared machine moves), each row gives the
 deciding process's CPU time a document, and what grows with the index: the
 band filter's fill and false-positive rate (random keys it says it may hold),
-the cursor positionings a batch's lookups make (keys past the filter, once
+the id and content tables' hash filter's (random ids) and size, the cursor positionings a batch's lookups make (keys past the filter, once
 per epoch of serials), the band table's B-tree depth and entries a bucket,
 the page faults a document (index pages touched for the first time), the
 bytes written a document, and the time of the merge steps. A window
@@ -44,7 +44,7 @@ from streamdedup.core import corpus
 from streamdedup.core.decode import InputSpec
 from streamdedup.engine.engine import Engine
 from streamdedup.core import lsh
-from streamdedup.store import bandfilter, bands as bands_module
+from streamdedup.store import bandfilter, bands as bands_module, hashed
 from streamdedup.runtime.feed import open_feed
 from streamdedup.runtime.source import FilePosition
 
@@ -312,6 +312,17 @@ def show_timeline(size: int, timeline: list, out) -> None:
           f"merge steps {merging:.2f} s", flush=True)
 
 
+def hash_filter_figures(engine: Engine) -> tuple[float, float]:
+    """(false-positive rate, MB) of the writer's filter of the id and content tables' hashes (``hashed``): the
+    share of a million random ids' hashes it says the id table may hold; (1, 0) without one."""
+    engine.bands.loaded_filter()
+    hash_filter = engine.bands.hash_filter
+    if hash_filter is None:
+        return 1.0, 0.0
+    words = numpy.random.default_rng(8).integers(0, 1 << 63, 1 << 20, dtype=numpy.uint64)
+    return float(hash_filter.may_hold(hashed.salted("ids", words)).mean()), hash_filter.size_bytes / 1e6
+
+
 def measure_row(engine: Engine, size: int, window: int, seconds: float, latencies: list[float],
                 use: dict) -> dict:
     with engine.index.read() as txn:
@@ -322,6 +333,7 @@ def measure_row(engine: Engine, size: int, window: int, seconds: float, latencie
     counted, batches = use["counted"], max(1, len(latencies))
     fill, false_positives, filter_mb = filter_figures(engine)
     depth, per_bucket = band_tree(engine)
+    hash_fp, hash_mb = hash_filter_figures(engine)
     return {
         "size": size,
         "docs_per_s": window / seconds,
@@ -337,6 +349,8 @@ def measure_row(engine: Engine, size: int, window: int, seconds: float, latencie
         "filter_fill": fill,
         "filter_fp": false_positives,
         "filter_mb": filter_mb,
+        "hash_filter_fp": hash_fp,
+        "hash_filter_mb": hash_mb,
         "asked_per_batch": counted["asked"] / batches,
         "past_filter_per_batch": counted["wanted"] / batches,
         "positionings_per_batch": counted["positionings"] / batches,
@@ -362,7 +376,8 @@ def print_row(row: dict, flush: bool = False) -> None:
           f"{row['bytes_per_doc']:,.0f} B/doc "
           f"(per doc: {tables})\n"
           f"    grows: filter fill {row['filter_fill']:.3f} false positives {row['filter_fp']:.4f} "
-          f"({row['filter_mb']:,.0f} MB); a batch asks "
+          f"({row['filter_mb']:,.0f} MB); id and content hash filter false positives "
+          f"{row['hash_filter_fp']:.4f} ({row['hash_filter_mb']:,.1f} MB); a batch asks "
           f"{row['asked_per_batch']:,.0f} keys, {row['past_filter_per_batch']:,.0f} past the filter, "
           f"{row['positionings_per_batch']:,.0f} cursor positionings; band tree depth {row['band_depth']}, "
           f"{row['entries_per_bucket']:,.0f} entries a bucket; {row['faults_per_doc']:.1f} page faults and "

@@ -241,3 +241,44 @@ def test_the_kernel_sets_and_answers_exactly_as_numpy(monkeypatch):
     assert all(np.array_equal(a, b) for a, b in zip(compiled.layers, plain.layers))
     assert np.array_equal(answers, plain.may_hold(asked)) and answers[:len(stored[::7])].all()
     assert 0 < answers.mean() < 0.5 and compiled.may_hold(asked[:0]).shape == (0,)
+
+
+def test_the_id_and_content_tables_are_asked_through_a_filter_that_holds_every_hash_they_hold(tmp_path, monkeypatch):
+    """The writer's filter of the id and content tables' hashes (``hashed``), tiny so that it grows layers,
+    across merges and restarts (some in a merge's middle, the saved file loaded): it holds every hash the tables
+    hold, and replays (a document sent again) and exact copies (new ids, the same text) are found as without
+    filters, which also keeps most new hashes from the tables."""
+    from streamdedup.engine import engine as engine_module
+    from streamdedup.store import hashed
+    from streamdedup.store.bands import BandTables
+
+    texts = [d.text for d in corpus.generate(400, seed=26)]
+    batches = [_docs(texts[i:i + 20], i) for i in range(0, len(texts), 20)]
+    batches += [batches[2], _docs(texts[40:60], 5000), batches[15], _docs(texts[300:320], 6000)]  # again, copied
+    with_filter, without, loaded, restarted_in_merges, checked = [], [], 0, 0, 0
+    with monkeypatch.context() as patched:  # 2 KiB to start: the hash filter 64 bytes, 64 KiB at most
+        patched.setattr(engine_module, "BandTables", lambda index, start, most: BandTables(index, 2 << 10, 1 << 20))
+        for number in range(0, len(batches), 4):
+            with Engine(_config(), str(tmp_path / "on")) as engine:
+                restarted_in_merges += engine._merge is not None
+                engine.bands.loaded_filter()
+                loaded += engine.bands.hash_filter.loaded
+                for batch in batches[number:number + 4]:
+                    with_filter += engine.decide_batch(engine.prepare(batch))
+                hashes = engine.bands.hash_filter
+                with engine.index.read() as txn:
+                    stored = list(hashed.stored_filter_keys(txn, 1000))
+                if stored:  # once a merge wrote some
+                    assert hashes.may_hold(np.concatenate(stored)).all()
+                    checked += 1
+                unknown = hashed.filter_keys("ids", [os.urandom(8) for _ in range(2000)])
+                assert hashes.may_hold(unknown).mean() < 0.1
+    assert len(hashes.layers) >= 3 and loaded >= 2 and restarted_in_merges and checked >= 4
+    with Engine(_config("index.band_filter_mb=0"), str(tmp_path / "off")) as engine:
+        for batch in batches:
+            without += engine.decide_batch(engine.prepare(batch))
+        assert engine.bands.hash_filter is None
+    assert [(d.status, d.cluster, d.exact, d.replayed) for d in with_filter] == \
+        [(d.status, d.cluster, d.exact, d.replayed) for d in without]
+    assert sum(d.replayed for d in with_filter[-80:]) == 40  # the batches sent again, found by id
+    assert sum(d.exact for d in with_filter[-80:]) >= 30  # the copies, found by content

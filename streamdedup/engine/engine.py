@@ -28,7 +28,7 @@ from ..store.anchors import BatchAnchors
 from ..store.bands import BandTables
 from ..store.housekeeping import ForgetRequests, forget, rebuild_tables, sweep_expired
 from ..store.index import Index, IndexSettings, IndexTxn, MapFull
-from ..store.merge import SpreadMerge, merge_slices
+from ..store.merge import SpreadMerge, generation_hash_keys, merge_slices
 from ..store.mirror import RecentMirror, place_masks
 from ..store.sites import provisional_pages, set_provisional_pages, write_rekeyed
 from ..store.view import write_documents
@@ -108,8 +108,8 @@ class Engine:
                                           self.signing.bands, done=counters["merging"] - 1,
                                           sealed=counters["merged_upto"] >= counters["merge_upto"])
                 self.bands.loaded_filter()  # as saved by the merge before (or, once sealed, by this one)
-                if self.mirror.merging is not None:
-                    self.bands.holding(self.mirror.merging.slots)  # the slices written
+                if self.mirror.merging is not None:  # the slices written
+                    self.bands.holding(self.mirror.merging.slots, generation_hash_keys(self.mirror.merging))
             else:  # an earlier version's merge, in one go: done again whole
                 self.merge_recent()
 
@@ -142,7 +142,7 @@ class Engine:
         return self.templates is not None or self.settings.retention_s > 0
 
     def _first_round(self, txn: IndexTxn, batch: PreparedBatch) -> Evidence:
-        evidence = content_evidence(txn, self.mirror, batch)
+        evidence = content_evidence(txn, self.mirror, batch, self.bands.hash_filter)
         if self.two_rounds:
             return evidence
         found = self._band_evidence(txn, batch, batch.keys, None, None, first_round=[evidence])
@@ -331,7 +331,7 @@ class Engine:
         merge = self._merge
         if merge.done < merge.slices:
             def work(txn: IndexTxn) -> None:
-                self.bands.holding(merge.write_slice(txn, self.bands))  # before lookups can meet them
+                self.bands.holding(*merge.write_slice(txn, self.bands))  # before lookups can meet them
 
             self.index.write(work)
             merge.slice_committed()

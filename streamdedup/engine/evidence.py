@@ -102,11 +102,12 @@ def row_items(batch: PreparedBatch) -> np.ndarray:
     return np.flatnonzero(np.asarray(batch.row, dtype=np.int64) >= 0)
 
 
-def content_evidence(txn: IndexTxn, mirror: RecentMirror, batch: PreparedBatch) -> Evidence:
-    """Round one: replays and twins (what site templates must know before any band key is looked up)."""
+def content_evidence(txn: IndexTxn, mirror: RecentMirror, batch: PreparedBatch, hash_filter=None) -> Evidence:
+    """Round one: replays and twins (what site templates must know before any band key is looked up);
+    ``hash_filter``: the writer's filter of the id and content tables' hashes (``hashed``)."""
     records = _RecordCache(txn)
-    return Evidence(replays=_replays(txn, mirror, batch, records.get),
-                    twins=_twins(txn, mirror, batch.contents, records.get))
+    return Evidence(replays=_replays(txn, mirror, batch, records.get, hash_filter),
+                    twins=_twins(txn, mirror, batch.contents, records.get, hash_filter))
 
 
 @dataclass(frozen=True)
@@ -527,9 +528,9 @@ class OwnFirstPages:
         return self._keys.candidates(keys, also)
 
 
-def _replays(txn: IndexTxn, mirror: RecentMirror, batch: PreparedBatch, record) -> dict:
+def _replays(txn: IndexTxn, mirror: RecentMirror, batch: PreparedBatch, record, hash_filter=None) -> dict:
     """Row -> the earlier decision of that document (same id, same content)."""
-    stored = serials_of_many(txn, "ids", batch.id_keys)
+    stored = serials_of_many(txn, "ids", batch.id_keys, hash_filter)
     items = row_items(batch)
     replays = {}
     rows = range(len(batch.id_keys))
@@ -560,9 +561,9 @@ def twin_of(twin: DocRecord) -> list:
     return [twin.serial, twin.cluster, twin.cluster_id, twin.id]
 
 
-def _twins(txn: IndexTxn, mirror: RecentMirror, contents: list[bytes], record) -> dict:
+def _twins(txn: IndexTxn, mirror: RecentMirror, contents: list[bytes], record, hash_filter=None) -> dict:
     """Row -> the first stored document with the row's content."""
-    first = first_documents(txn, mirror, contents, record)
+    first = first_documents(txn, mirror, contents, record, hash_filter)
     twins = {}
     for row, content in enumerate(contents):
         serial = first.get(content)

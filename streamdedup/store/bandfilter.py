@@ -43,6 +43,9 @@ retention) stay set, which is harmless. A key missing from it would hide a
 stored document, so every path that adds band entries (merges and ``check
 --fix``) goes through ``bands.BandTables``, which adds them here as well.
 Deleting the file is always safe.
+
+The same class, saved under another name, is the writer's filter of the id
+and content tables' hashes (``hashed.FILTER_FILE``), kept on these terms.
 """
 
 from __future__ import annotations
@@ -230,20 +233,22 @@ def _set(layer: np.ndarray, keys: np.ndarray) -> None:
 
 
 def load_or_build(index, size_bytes: int, stored_keys: Callable[..., Iterator[np.ndarray]],
-                  max_bytes: int = 0) -> BandFilter:
-    """The saved filter if it is this index's current one, else one built from ``stored_keys(txn)`` (and saved)."""
+                  max_bytes: int = 0, name: str = FILE_NAME) -> BandFilter:
+    """The saved filter if it is this index's current one, else one built from ``stored_keys(txn)`` (and saved).
+    ``name``: its file (another filter of the same kind: ``hashed.FILTER_FILE``)."""
     with index.read() as txn:
         stamp = _stamp(index, txn)
-        loaded = _load(index.path, stamp, size_bytes, max_bytes)
+        loaded = _load(index.path, stamp, size_bytes, max_bytes, name)
         if loaded is not None:
             return loaded
         built = BandFilter.of_keys(stored_keys(txn), size_bytes, max_bytes)
     if built.keys_added:  # an empty one is made again in no time
-        save(index, built)
+        save(index, built, name=name)
     return built
 
 
-def save(index, band_filter: BandFilter, background: bool = False) -> Optional[threading.Thread]:
+def save(index, band_filter: BandFilter, background: bool = False,
+         name: str = FILE_NAME) -> Optional[threading.Thread]:
     """Write the filter with the index's current stamp: each layer that changed since it was last saved (a
     file of its own: a full layer never changes, so it is written once), then the header naming every layer
     with its checksum, each file new, flushed, then renamed over the old one.
@@ -266,10 +271,10 @@ def save(index, band_filter: BandFilter, background: bool = False) -> Optional[t
         crcs = [saved[number][2] if number not in changed else 0 for number in range(len(shapes))]
         try:
             for number, layer in changed.items():
-                crcs[number] = _write(os.path.join(index.path, f"{FILE_NAME}.{number}"), layer.view(np.uint8))
+                crcs[number] = _write(os.path.join(index.path, f"{name}.{number}"), layer.view(np.uint8))
             header = _HEADER.pack(_MAGIC, *stamp, len(shapes), 0) + b"".join(
                 _LAYER.pack(words, held, crc) for (words, held), crc in zip(shapes, crcs))
-            _write(os.path.join(index.path, FILE_NAME), header)
+            _write(os.path.join(index.path, name), header)
         except OSError:
             return
         band_filter.saved = [(words, held, crc) for (words, held), crc in zip(shapes, crcs)]
@@ -317,12 +322,13 @@ def _stamp(index, txn) -> tuple[bytes, int]:
     return index.meta["index_id"].encode()[:32], txn.counters["merged_upto"]
 
 
-def _load(folder: str, stamp: tuple[bytes, int], size_bytes: int, max_bytes: int = 0) -> Optional[BandFilter]:
+def _load(folder: str, stamp: tuple[bytes, int], size_bytes: int, max_bytes: int = 0,
+          name: str = FILE_NAME) -> Optional[BandFilter]:
     """The filter saved in ``folder`` if it carries ``stamp``, starts at the configured size, fits the configured
     cap and every layer's file is intact; else None."""
     made = BandFilter(size_bytes, max_bytes)
     try:
-        with open(os.path.join(folder, FILE_NAME), "rb") as handle:
+        with open(os.path.join(folder, name), "rb") as handle:
             header = handle.read(_HEADER.size)
             if len(header) != _HEADER.size:
                 return None
@@ -338,7 +344,7 @@ def _load(folder: str, stamp: tuple[bytes, int], size_bytes: int, max_bytes: int
         made.layers = [np.zeros(words, dtype=np.uint64) for words, _, _ in shapes]
         made.held = [held for _, held, _ in shapes]
         for number, (layer, (_, _, crc)) in enumerate(zip(made.layers, shapes)):
-            with open(os.path.join(folder, f"{FILE_NAME}.{number}"), "rb") as handle:
+            with open(os.path.join(folder, f"{name}.{number}"), "rb") as handle:
                 if handle.readinto(layer.view(np.uint8)) != len(layer) * 8 or handle.read(1):
                     return None
             if zlib.crc32(layer.view(np.uint8)) != crc:

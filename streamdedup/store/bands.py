@@ -35,7 +35,7 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from . import bandfilter
+from . import bandfilter, hashed
 from .bandfilter import BandFilter
 from ..core.lsh import band_keys
 from ..core.shingle import ShingleBatch
@@ -54,6 +54,8 @@ _HIGH_BITS = 7  # a bucket holds band keys of the same high 7 bits...
 _EPOCH_BITS = 23  # ...and serials of the same epoch: serial >> 23 (an epoch numbers 2^23 documents)
 _LOW_BITS = 32 - _HIGH_BITS  # the band key's bits in a value, before the serial's 23
 _U64 = np.uint64
+HASH_FILTER_START = 32  # the hash filter (``hashed``) starts at 1/32 of the band filter's bytes...
+HASH_FILTER_MAX = 16  # ...and grows to 1/16 of its cap: a document adds 2 hashes at most, ~23 band entries
 
 
 @dataclass(frozen=True)
@@ -207,17 +209,20 @@ def record_band_keys(txn: IndexTxn, record: DocRecord) -> np.ndarray:
 
 
 class BandTables:
-    """The band table of one index, with the writer's filter of its keys (``filter_bytes`` 0: none)."""
+    """The band table of one index, with the writer's filter of its keys (``filter_bytes`` 0: none), and the
+    writer's filter of the id and content tables' hashes (``hashed``), kept on the same terms."""
 
     def __init__(self, index: Index, filter_bytes: int = 0, filter_max_bytes: int = 0):
         self.index = index
         self.filter_bytes = filter_bytes
         self.filter_max_bytes = filter_max_bytes  # it grows in layers up to this (``bandfilter``)
-        self._saving = None  # the thread writing the filter, if one is
+        self._saving = []  # the threads writing the filters, if any are
         self._filter: Optional[BandFilter] = None
+        self._hashes: Optional[BandFilter] = None
 
     def loaded_filter(self) -> Optional[BandFilter]:
-        """The filter of stored keys, loaded or built from the table on first use (None without one).
+        """The filter of stored keys, loaded or built from the table on first use (None without one), and the
+        filter of stored hashes with it (``hash_filter``).
 
         It reads the index in a transaction of its own: call it before a
         write transaction begins, not inside one.
@@ -226,7 +231,17 @@ class BandTables:
             self._filter = bandfilter.load_or_build(self.index, self.filter_bytes,
                                                     lambda txn: stored_slot_keys(txn, bandfilter.SCAN_CHUNK),
                                                     self.filter_max_bytes)
+        if self._hashes is None and self.filter_bytes:
+            self._hashes = bandfilter.load_or_build(
+                self.index, max(8, self.filter_bytes // HASH_FILTER_START),
+                lambda txn: hashed.stored_filter_keys(txn, bandfilter.SCAN_CHUNK),
+                self.filter_max_bytes // HASH_FILTER_MAX, hashed.FILTER_FILE)
         return self._filter
+
+    @property
+    def hash_filter(self) -> Optional[BandFilter]:
+        """The filter of the id and content tables' hashes (``hashed.filter_keys``), once ``loaded_filter``."""
+        return self._hashes
 
     # -- lookups -------------------------------------------------------
 
@@ -281,25 +296,29 @@ class BandTables:
         txn.txn.cursor(db=txn.dbs["bands"]).putmulti(list(zip(table_keys, values)), dupdata=True)
         return slots
 
-    def holding(self, slots: np.ndarray) -> None:
-        """Before entries under these band slots commit into the table: the filter must hold them (in memory:
-        the saved file is the last finished merge's, ``inserted``)."""
+    def holding(self, slots: np.ndarray, hashes: Optional[np.ndarray] = None) -> None:
+        """Before entries under these band slots, and id and content entries of these hashes (their
+        ``hashed.filter_keys``), commit into the tables: the filters must hold them (in memory: the saved files
+        are the last finished merge's, ``saved``)."""
         band_filter = self._filter
         if band_filter is not None and len(slots):
             band_filter.add(bandfilter.slot_keys(slots))
+        if self._hashes is not None and hashes is not None and len(hashes):
+            self._hashes.add(hashes)
 
     def saved(self) -> None:
-        """After a merge is recorded (every key of it ``holding``): the filter saved with the index's new stamp,
-        in a thread (the layers that changed, copied first; ``bandfilter.save``)."""
+        """After a merge is recorded (every key of it ``holding``): the filters saved with the index's new
+        stamp, in threads (the layers that changed; ``bandfilter.save``)."""
         self.wait_saved()
         if self._filter is not None:
-            self._saving = bandfilter.save(self.index, self._filter, background=True)
+            self._saving.append(bandfilter.save(self.index, self._filter, background=True))
+        if self._hashes is not None:
+            self._saving.append(bandfilter.save(self.index, self._hashes, background=True, name=hashed.FILTER_FILE))
 
     def wait_saved(self) -> None:
-        """Until the filter saved last is written."""
-        if self._saving is not None:
-            self._saving.join()
-            self._saving = None
+        """Until the filters saved last are written."""
+        while self._saving:
+            self._saving.pop().join()
 
     def remove(self, txn: IndexTxn, serial: int, keys: np.ndarray) -> None:
         """Delete a kept document's entries (``keys``: its band keys, ``record_band_keys``)."""
@@ -308,10 +327,11 @@ class BandTables:
             txn.delete("bands", key, value)
 
     def rebuilding(self) -> None:
-        """Before the table is rebuilt from the records: no filter is trusted until one is built from it."""
+        """Before the tables are rebuilt from the records: no filter is trusted until one is built from them."""
         self.wait_saved()
         bandfilter.forget_saved(self.index)
-        self._filter = None
+        bandfilter.forget_saved(self.index, hashed.FILTER_FILE)
+        self._filter = self._hashes = None
 
 
 def as_bytes_list(rows: np.ndarray) -> list[bytes]:

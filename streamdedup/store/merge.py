@@ -34,13 +34,14 @@ from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
+from .hashed import filter_keys, salted
 from .index import IndexTxn, content_key, from_u64
 from .mirror import RecentMirror, merged_thresholds
 
 if TYPE_CHECKING:
     from .bands import BandTables
 
-__all__ = ["SpreadMerge", "merge_slices", "merge_recent", "MERGE_SLICE_BYTES", "FINISH_CHUNK"]
+__all__ = ["SpreadMerge", "generation_hash_keys", "merge_slices", "merge_recent", "MERGE_SLICE_BYTES", "FINISH_CHUNK"]
 
 
 MERGE_SLICE_BYTES = 32 << 20  # 32 MiB: table pages one merge transaction may dirty, about
@@ -89,9 +90,10 @@ class SpreadMerge:
         """Transactions still to come (a finishing step may find nothing left to delete and end the merge)."""
         return self.slices - self.done + max(1, self.finish_steps - self.finished)
 
-    def write_slice(self, txn: IndexTxn, tables: "BandTables") -> np.ndarray:
+    def write_slice(self, txn: IndexTxn, tables: "BandTables") -> tuple[np.ndarray, np.ndarray]:
         """Write the next slice of the generation into the tables, with the counters saying so; returns the
-        band keys it wrote (which the filter must hold before the slice commits)."""
+        band slots and the id and content hashes' filter keys it wrote (``BandTables.holding``: the filters
+        must hold them before the slice commits)."""
         number, generation = self.done, self.generation
         counters = txn.counters
         txn.count(merging=number + 2 - counters["merging"], merge_upto=self.upto - counters.get("merge_upto", 0),
@@ -105,11 +107,14 @@ class SpreadMerge:
                                     [(content_key(c), serial) for c, later in generation.content_more().items()
                                      for serial in later])
         raw, dbs = txn.txn, txn.dbs
+        hashes = []
         for name, pairs in (("ids", self._ids), ("content", self._contents)):
             rows = pairs.with_prefix(low, high)
             if rows:
                 raw.cursor(db=dbs[name]).putmulti(rows, dupdata=True)
-        return tables.insert_slice(txn, generation, number, self.slices)
+                hashes.append(pairs.filter_keys(name, low, high))
+        hash_keys = np.concatenate(hashes) if hashes else np.zeros(0, dtype=np.uint64)
+        return tables.insert_slice(txn, generation, number, self.slices), hash_keys
 
     def slice_committed(self) -> None:
         """The slice written last has committed: lookups take its entries from the tables now."""
@@ -143,11 +148,18 @@ def merge_recent(txn: IndexTxn, mirror: RecentMirror, tables: "BandTables") -> n
     upto = mirror.last_serial
     mirror.freeze()
     merge = SpreadMerge(mirror, upto, 1, txn.index.signing.bands)
-    keys = merge.write_slice(txn, tables)
+    keys, _ = merge.write_slice(txn, tables)
     merge.slice_committed()
     merge.finish(txn)
     mirror.merged()
     return keys
+
+
+def generation_hash_keys(generation: RecentMirror) -> np.ndarray:
+    """The hash filter's keys of every id and content hash of a mirrored generation (``hashed.filter_keys``):
+    what a merge of it writes into the id and content tables (its later serials of a hash add no key)."""
+    return np.concatenate((filter_keys("ids", list(generation.id_firsts())),
+                           filter_keys("content", [content_key(c) for c in generation.content])))
 
 
 class _Pairs:
@@ -169,6 +181,11 @@ class _Pairs:
         order = np.lexsort((serials, words))
         self._words, self._serials = words[order], serials[order]
         self._prefixes = self._words >> np.uint64(48)
+
+    def filter_keys(self, table: str, low: int, high: int) -> np.ndarray:
+        """The hash filter's keys (``hashed.filter_keys``) of the hashes whose first two bytes are in [low, high)."""
+        begin, end = np.searchsorted(self._prefixes, np.array([low, high], dtype=np.uint64)).tolist()
+        return salted(table, self._words[begin:end])
 
     def with_prefix(self, low: int, high: int) -> list[tuple[bytes, bytes]]:
         """The (key, value) rows of the hashes whose first two bytes are in [low, high), in table order."""

@@ -10,7 +10,7 @@ import numpy as np
 from ..core import eliasfano
 from ..core.shingle import ShingleBatch
 from ..errors import IndexFullError
-from .hashed import each_serial_of
+from .hashed import each_serial_of, maybe_held
 from .index import MAX_SERIAL, DocRecord, IndexTxn, content_key, serial_key, u64
 from .mirror import RecentMirror, pack_recent, placed_entries
 
@@ -29,9 +29,10 @@ def _coded(shingles: ShingleBatch, rows: np.ndarray) -> list[bytes]:
     return eliasfano.encode_many(shingles.hashes, shingles.offsets, rows)
 
 
-def _stored_first_documents(txn: IndexTxn, contents: list[bytes],
-                           record: Callable[[int], DocRecord]) -> dict[bytes, int]:
-    """The content table's document of each of these whole content hashes it holds.
+def _stored_first_documents(txn: IndexTxn, contents: list[bytes], record: Callable[[int], DocRecord],
+                            hash_filter=None) -> dict[bytes, int]:
+    """The content table's document of each of these whole content hashes it holds (``hash_filter``: the
+    writer's filter of the table's hashes, ``hashed.maybe_held``).
 
     The table is keyed by 8 bytes of the hash, which two contents may share:
     each hit's record (read by ``record``) must have the whole hash.
@@ -41,7 +42,8 @@ def _stored_first_documents(txn: IndexTxn, contents: list[bytes],
     if not txn.txn.stat(db)["entries"]:  # nothing merged into it yet (an index's first ``index.merge_every``)
         return found
     cursor = txn.txn.cursor(db=db)
-    for c in sorted(set(contents), key=content_key):  # in table order: the pages read stay in cache
+    asked = sorted(set(contents), key=content_key)  # in table order: the pages read stay in cache
+    for c in maybe_held("content", asked, hash_filter, content_key):
         serial = next((s for s in each_serial_of(cursor, content_key(c)) if record(s).content == c), None)
         if serial is not None:
             found[c] = serial
@@ -49,9 +51,10 @@ def _stored_first_documents(txn: IndexTxn, contents: list[bytes],
 
 
 def first_documents(txn: IndexTxn, mirror: RecentMirror, contents: list[bytes],
-                    record: Callable[[int], DocRecord]) -> dict[bytes, int]:
-    """The first document of each content hash: the content table's, else the mirror's."""
-    found = _stored_first_documents(txn, contents, record)
+                    record: Callable[[int], DocRecord], hash_filter=None) -> dict[bytes, int]:
+    """The first document of each content hash: the content table's, else the mirror's (``hash_filter``: the
+    writer's filter of the table's hashes)."""
+    found = _stored_first_documents(txn, contents, record, hash_filter)
     # without a generation being merged, the mirror's own content map is ``first_of_content``'s answer
     first_of = mirror.content.get if mirror.merging is None else mirror.first_of_content
     for c in contents:
