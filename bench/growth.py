@@ -12,8 +12,9 @@ one merge's worth of work moving the recent lookup keys into the tables
 Beside docs/s (wall clock, which a shared machine moves), each row gives the
 deciding process's CPU time a document, and what grows with the index: the
 band filter's fill and false-positive rate (random keys it says it may hold),
-the id and content tables' hash filter's (random ids) and size, the cursor positionings a batch's lookups make (keys past the filter, once
-per epoch of serials), the band table's B-tree depth and entries a bucket,
+the id and content tables' hash filter's false-positive rate (random ids)
+and size, the cursor positionings a batch's lookups make (keys past the
+filter, once per epoch of serials), the band table's B-tree depth and entries a bucket,
 the page faults a document (index pages touched for the first time), the
 bytes written a document, and the time of the merge steps. A window
 starts where the index stands: after the first window the index holds

@@ -32,8 +32,7 @@ import numpy as np
 from .index import IndexTxn, from_u64, serial_key
 
 __all__ = ["each_serial_of", "HASH_BYTES", "entry", "serials_of", "serials_of_many", "entries", "FILTER_FILE",
-           "filter_keys", "maybe_held", "salted",
-           "stored_filter_keys"]
+           "filter_keys", "maybe_held", "salted", "stored_filter_keys"]
 
 HASH_BYTES = 8
 _BUCKET_BYTES = 2
@@ -46,10 +45,7 @@ def filter_keys(table: str, digests: list[bytes]) -> np.ndarray:
     """The hash filter's key of each of these hashes of ``table`` (``ids`` or ``content``): its first 8 bytes
     (the table's entry) as a number, XOR a salt of the table, so an id and a content of the same hash are two
     keys. Fixed forever: saved filters hold these."""
-    if not digests:
-        return np.zeros(0, dtype=np.uint64)
-    joined = b"".join(digest[:HASH_BYTES] for digest in digests)
-    return salted(table, np.frombuffer(joined, dtype=">u8").astype(np.uint64))
+    return salted(table, _words(b"".join(digest[:HASH_BYTES] for digest in digests)))
 
 
 def salted(table: str, words: np.ndarray) -> np.ndarray:
@@ -62,8 +58,12 @@ def stored_filter_keys(txn: IndexTxn, chunk: int) -> Iterator[np.ndarray]:
     for table in ("ids", "content"):
         pairs = txn.txn.cursor(db=txn.dbs[table]).iternext(keys=True, values=True)
         while rows := list(itertools.islice(pairs, chunk)):
-            raw = np.frombuffer(b"".join(k + v for k, v in rows), dtype=np.uint8).reshape(len(rows), -1)
-            yield salted(table, np.ascontiguousarray(raw[:, :HASH_BYTES]).view(">u8").ravel().astype(np.uint64))
+            yield salted(table, _words(b"".join((k + v)[:HASH_BYTES] for k, v in rows)))
+
+
+def _words(joined: bytes) -> np.ndarray:
+    """8-byte hashes laid end to end, as big-endian numbers (uint64)."""
+    return np.frombuffer(joined, dtype=">u8").astype(np.uint64)
 
 
 def entry(digest: bytes, serial: int) -> tuple[bytes, bytes]:

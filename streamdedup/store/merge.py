@@ -143,16 +143,16 @@ class SpreadMerge:
         return True
 
 
-def merge_recent(txn: IndexTxn, mirror: RecentMirror, tables: "BandTables") -> np.ndarray:
-    """The whole mirror merged in one transaction (``check --fix``); returns the band keys written."""
+def merge_recent(txn: IndexTxn, mirror: RecentMirror, tables: "BandTables") -> None:
+    """The whole mirror merged in one transaction (``check --fix``), its keys and hashes held by the tables'
+    filters (``BandTables.holding``) as a spread merge's are."""
     upto = mirror.last_serial
     mirror.freeze()
     merge = SpreadMerge(mirror, upto, 1, txn.index.signing.bands)
-    keys, _ = merge.write_slice(txn, tables)
+    tables.holding(*merge.write_slice(txn, tables))
     merge.slice_committed()
     merge.finish(txn)
     mirror.merged()
-    return keys
 
 
 def generation_hash_keys(generation: RecentMirror) -> np.ndarray:

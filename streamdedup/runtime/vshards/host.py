@@ -323,7 +323,7 @@ class VShardHost:
         # What the outcomes' transactions commit for: the group's generation as this process last followed it
         # (``_follow_assignment``), or the group's bare name for vshards given by number (no generation).
         self.group = self.group_name
-        self.inbound = self.publisher = self.membership = self.sink = self.offsets_reader = None
+        self.inbound = self.publisher = self.membership = self.sink = self.offsets_reader = self.starting_sink = None
         self.fixed = fixed
         self.reading_lock = threading.Lock()
         try:
@@ -604,7 +604,7 @@ class VShardHost:
         close_quietly(self.membership, *self.hosted.values(), self.inbound)
         if self.sink is not None:
             self.sink.close()
-        elif getattr(self, "starting_sink", None) is not None:
+        elif self.starting_sink is not None:
             self.starting_sink.discard(lambda sink: sink.close(0))
         if self.offsets_reader is not None:  # not under ``reading_lock``: a read may be stuck on a lost broker
             close_quietly(self.offsets_reader)
