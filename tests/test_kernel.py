@@ -1036,3 +1036,44 @@ def test_a_batch_without_templates_has_its_whole_shingles_as_the_plan_gives(tmp_
     monkeypatch.setattr(SiteTemplates, "_whole_content", lambda self, *args: None)
     assert decisions("planned") == quick
     assert quick.count(b'"duplicate"') > 100
+
+
+@pytest.mark.parametrize("overrides", [(), ("lsh.cap=\"probes\"",)])
+def test_a_batchs_candidates_verified_at_once_as_row_by_row(tmp_path, monkeypatch, overrides):
+    """The band evidence's candidates of every row compared with their stored codings in one call
+    (``evidence._Matches.verify_listed``) give the decisions ``verify_row`` gives row by row, duplicates' places
+    among the candidates (``lsh.cap = "probes"``) included, on articles and on a web crawl with templates."""
+    import io
+    import json
+
+    from streamdedup import config as config_module
+    from streamdedup.core import corpus, webcrawl
+    from streamdedup.core.decode import InputSpec
+    from streamdedup.engine import evidence
+    from streamdedup.engine.engine import Engine
+    from streamdedup.runtime.offline import dedup_files
+
+    web = io.StringIO()
+    webcrawl.write_web_jsonl(webcrawl.generate_web(400, 8, seed=5), web)
+    lines = [json.dumps({"id": d.id, "text": d.text}) for d in corpus.generate(500, seed=13)]
+    source = tmp_path / "in.jsonl"
+    source.write_text("\n".join(lines + web.getvalue().splitlines()) + "\n")
+    cfg = config_module.load(None, overrides, environ={})
+    listed, at_once = evidence._Matches.verify_listed, []
+
+    def noted(matches, rows, serials, bounds):
+        done = listed(matches, rows, serials, bounds)
+        at_once.append(len(matches.found) if done else None)
+        return done
+
+    def decisions(name: str) -> bytes:
+        with Engine(cfg, str(tmp_path / name)) as engine:
+            dedup_files(engine, [str(source)], InputSpec(), None, str(tmp_path / f"{name}.jsonl"), 200)
+        return (tmp_path / f"{name}.jsonl").read_bytes()
+
+    monkeypatch.setattr(evidence._Matches, "verify_listed", noted)
+    together = decisions("at_once")
+    monkeypatch.setattr(evidence._Matches, "verify_listed", lambda matches, rows, serials, bounds: False)
+    assert decisions("row_by_row") == together
+    assert sum(found for found in at_once if found) > 100
+    assert together.count(b'"duplicate"') > 100
