@@ -90,7 +90,8 @@ def write_documents(txn: IndexTxn, mirror: RecentMirror, records: list[DocRecord
     kept_row_array = np.fromiter(kept_rows.keys(), dtype=np.int64, count=kept)
     kept_serials = np.fromiter(kept_rows.values(), dtype=np.int64, count=kept)
     kept_keys = band_keys[kept_row_array]
-    recent_keys = dict(zip(kept_serials.tolist(), (row.tobytes() for row in kept_keys.astype(">u4"))))
+    width, packed = 4 * kept_keys.shape[1], kept_keys.astype(">u4").tobytes()  # each row's keys, big-endian
+    recent_keys = dict(zip(kept_serials.tolist(), (packed[at * width:(at + 1) * width] for at in range(kept))))
     placed = placed or {}
     for serial, (row, bands) in placed.items():
         recent_keys[serial] = band_keys[row].astype(">u4").tobytes()
@@ -123,6 +124,11 @@ def _kept_entries(slots: tuple[np.ndarray, np.ndarray], kept_rows: np.ndarray, k
     taken from them instead of sorted again (``RecentMirror.add``)."""
     serial_of = np.full(rows, -1, dtype=np.int64)
     serial_of[kept_rows] = kept_serials
+    if _kernel is not None:  # in one pass (``_kernel.kept_entries``), the same entries
+        values, rows_of = np.ascontiguousarray(slots[0], dtype=np.uint64), np.ascontiguousarray(slots[1], np.int64)
+        out_slots, out_serials = np.empty(len(values), dtype=np.uint64), np.empty(len(values), dtype=np.int64)
+        n = _kernel.kept_entries(values, rows_of, serial_of, out_slots, out_serials)
+        return out_slots[:n].copy(), out_serials[:n].copy()  # the mirror keeps them: not views of the whole
     serials = serial_of[slots[1]]
     held = serials >= 0
     return slots[0][held], serials[held]
