@@ -26,7 +26,10 @@ one-process loop's: the difference is the deciding side (index lookups,
 verification, writes), less what of preparing the one process overlaps: the
 kernel's part of it (most of it) runs on a thread, a batch ahead
 (``feed.ThreadFeed``), so the difference is the deciding thread's wall clock
-less that part, not the deciding work alone.
+less that part, not the deciding work alone. The deciding work itself is the
+table's "its batches" lines: the deciding thread's own CPU and wall clock in
+the offline protocol's batches (``BatchClocks``), in the one process and in the
+deciding process of two.
 
 Run: ``make bench`` or ``python -m bench.offline --docs 30000 --rounds 3``.
 """
@@ -141,8 +144,41 @@ class JsonlFile(list):
         return made
 
 
+class BatchClocks:
+    """The deciding thread's own time in the offline protocol's batches (``FileRun.commit``: evidence, decision,
+    index writes, the outputs' append waited for, the durable commit), wall clock and CPU (``time.thread_time``:
+    this thread's alone, not the thread that signs the next batch nor the outputs' thread)."""
+
+    def __init__(self):
+        self.cpu = self.wall = 0.0
+
+    def __enter__(self) -> "BatchClocks":
+        from streamdedup.runtime.checkpoint import FileRun
+
+        self._commit = commit = FileRun.commit
+        clocks = self
+
+        def timed(run, *args, **kwargs):
+            cpu, wall = time.thread_time(), time.perf_counter()
+            try:
+                return commit(run, *args, **kwargs)
+            finally:
+                clocks.cpu += time.thread_time() - cpu
+                clocks.wall += time.perf_counter() - wall
+
+        FileRun.commit = timed
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from streamdedup.runtime.checkpoint import FileRun
+
+        FileRun.commit = self._commit
+
+
 def ours_end_to_end(lines: JsonlFile, processes: int = 1) -> dict:
-    """The offline command's loop: JSONL file in, decisions file out, durable LMDB index on disk."""
+    """The offline command's loop: JSONL file in, decisions file out, durable LMDB index on disk; with the
+    seconds of the deciding thread's batches (``BatchClocks``) and of the whole run: the process's CPU and the
+    deciding thread's."""
     from streamdedup import config as config_module
     from streamdedup.core.decode import InputSpec
     from streamdedup.engine.engine import Engine
@@ -155,12 +191,14 @@ def ours_end_to_end(lines: JsonlFile, processes: int = 1) -> dict:
     try:
         source = lines.path
         cfg = config_module.load(None, environ={})
+        process_cpu, thread_cpu = time.process_time(), time.thread_time()
         if processes:  # first thing, before the index is opened, as the command does
             spawned = spawn_file_feed(cfg, [source])
-        with Engine(cfg, os.path.join(work, "state")) as engine:
+        with BatchClocks() as batches, Engine(cfg, os.path.join(work, "state")) as engine:
             summary = dedup_files(engine, [source], InputSpec(), None, os.path.join(work, "decisions.jsonl"),
                                   cfg.worker.batch_size, prepare_processes=processes, spawned=spawned)
-        return {"kept": summary.outcomes["kept"]}
+        return {"kept": summary.outcomes["kept"], "batches_cpu": batches.cpu, "batches_wall": batches.wall,
+                "process_cpu": time.process_time() - process_cpu, "thread_cpu": time.thread_time() - thread_cpu}
     finally:
         if spawned is not None:
             spawned.close()
@@ -302,18 +340,36 @@ def show_stages(stages: dict[str, list]) -> None:
         print(f"  {path:<28}" + "".join(f"{m:>11.1f}" for m in medians))
 
 
-def show_split(stages: dict[str, list], end_to_end: dict[str, list[float]]) -> None:
-    """Where the end-to-end time goes: preparing (decode to band keys) and the rest, in the deciding process."""
+def show_split(stages: dict[str, list], end_to_end: dict[str, list[float]], results: dict[str, list]) -> None:
+    """Where the end-to-end time goes: preparing (decode to band keys) and the rest, in the deciding process; and
+    the deciding thread's own time in its batches (``BatchClocks``), which is the deciding work itself."""
     prepare = statistics.median((a["result"]["decode"] + a["result"]["prepare"]) / a["docs"] * 1e6
                                 for a in stages["streamdedup"])
     whole = 1e6 / statistics.median(end_to_end["streamdedup, one process"])
     two = 1e6 / statistics.median(end_to_end["streamdedup"])
+
+    def per_document(name: str, field: str, less: str = "") -> float:
+        return statistics.median((a["result"][field] - (a["result"][less] if less else 0)) / a["docs"] * 1e6
+                                 for a in results[name])
+
+    one = "streamdedup, one process"
     print("\nWhere the time goes (microseconds a document, medians)")
     print(f"  one process, end to end      {whole:8.1f}")
     print(f"    preparing (decode, prepare){prepare:8.1f}   (the second process's work with two)")
-    print(f"    deciding (the rest)        {whole - prepare:8.1f}   (the deciding process's work with two; less the "
-          "kernel's preparing, on a thread of the one process)")
+    print(f"    deciding (the rest)        {whole - prepare:8.1f}   (wall clock less preparing, of which the kernel's "
+          "part runs on a thread of the one process: not the deciding work alone)")
+    print(f"    its batches, CPU           {per_document(one, 'batches_cpu'):8.1f}   (the deciding thread's own, in "
+          "FileRun.commit: evidence, decision, index writes, commit)")
+    print(f"    its batches, wall clock    {per_document(one, 'batches_wall'):8.1f}   (the same, with the disk's and "
+          "the outputs' waits)")
+    print(f"    the deciding thread, CPU   {per_document(one, 'thread_cpu'):8.1f}   (its batches, reading and "
+          "decoding the input, opening the index)")
+    print(f"    the other threads, CPU     {per_document(one, 'process_cpu', 'thread_cpu'):8.1f}   (the kernel's "
+          "preparing, the outputs' append)")
     print(f"  two processes, end to end    {two:8.1f}")
+    print(f"    its batches, CPU           {per_document('streamdedup', 'batches_cpu'):8.1f}   (the deciding "
+          "process's main thread, as above)")
+    print(f"    its batches, wall clock    {per_document('streamdedup', 'batches_wall'):8.1f}")
 
 
 def main(argv=None) -> int:
@@ -361,7 +417,7 @@ def main(argv=None) -> int:
                  {name: f"{note}; kept {results[name][-1]['result']['kept']:,}" for name, note in notes.items()
                   if name in results})
             if "stages" in parts:
-                show_split(stages, end_to_end)
+                show_split(stages, end_to_end, results)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from test_shingle import MIXED
@@ -982,8 +984,9 @@ def test_the_kernel_makes_records_and_decisions_as_their_classes_do():
 @pytest.mark.parametrize("seed", range(4))
 def test_kept_entries_taken_from_the_batchs_sorted_slots_are_the_mirrors_sort(monkeypatch, seed):
     """``view._kept_entries`` (the kept rows' entries taken from the batch's sorted slots) gives what the mirror's
-    own sort of them gives, equal slots included (few distinct keys), with the kernel and without it."""
-    from streamdedup.core import lsh
+    own sort of them gives, equal slots included (few distinct keys), the slots sorted and the entries taken
+    with the kernel (``_kernel.kept_entries``) and without it; entries the mirror may keep (no view of more)."""
+    from streamdedup.core import _kernel, lsh
     from streamdedup.core.lsh import band_slots
     from streamdedup.store import mirror, view
 
@@ -995,11 +998,17 @@ def test_kept_entries_taken_from_the_batchs_sorted_slots_are_the_mirrors_sort(mo
     kept_keys = keys[kept_rows]
     expected = mirror._sorted_entries(band_slots(np.tile(np.arange(bands, dtype=np.uint16), len(kept_rows)),
                                                  kept_keys.ravel()), np.repeat(kept_serials, bands))
-    for kernel in (lsh._kernel, None):
-        monkeypatch.setattr(lsh, "_kernel", kernel)
+    for sorting, taking in itertools.product((lsh._kernel, None), (view._kernel, None)):
+        monkeypatch.setattr(lsh, "_kernel", sorting)
+        monkeypatch.setattr(view, "_kernel", taking)
         slots, slot_rows, _ = lsh.sorted_slots(keys)
         taken = view._kept_entries((slots, slot_rows), kept_rows, kept_serials, rows)
         assert np.array_equal(taken[0], expected[0]) and np.array_equal(taken[1], expected[1])
+        assert taken[0].dtype == np.uint64 and taken[1].dtype == np.int64
+        assert all(part.base is None or part.base.nbytes == part.nbytes for part in taken)
+    out = np.empty(2, dtype=np.uint64), np.empty(2, dtype=np.int64)
+    with pytest.raises(ValueError, match="out of range"):
+        _kernel.kept_entries(np.zeros(2, np.uint64), np.array([0, 3], np.int64), np.zeros(3, np.int64), *out)
 
 
 def test_a_batch_without_templates_has_its_whole_shingles_as_the_plan_gives(tmp_path, monkeypatch):
@@ -1036,3 +1045,44 @@ def test_a_batch_without_templates_has_its_whole_shingles_as_the_plan_gives(tmp_
     monkeypatch.setattr(SiteTemplates, "_whole_content", lambda self, *args: None)
     assert decisions("planned") == quick
     assert quick.count(b'"duplicate"') > 100
+
+
+@pytest.mark.parametrize("overrides", [(), ("lsh.cap=\"probes\"",)])
+def test_a_batchs_candidates_verified_at_once_as_row_by_row(tmp_path, monkeypatch, overrides):
+    """The band evidence's candidates of every row compared with their stored codings in one call
+    (``evidence._Matches.verify_listed``) give the decisions ``verify_row`` gives row by row, duplicates' places
+    among the candidates (``lsh.cap = "probes"``) included, on articles and on a web crawl with templates."""
+    import io
+    import json
+
+    from streamdedup import config as config_module
+    from streamdedup.core import corpus, webcrawl
+    from streamdedup.core.decode import InputSpec
+    from streamdedup.engine import evidence
+    from streamdedup.engine.engine import Engine
+    from streamdedup.runtime.offline import dedup_files
+
+    web = io.StringIO()
+    webcrawl.write_web_jsonl(webcrawl.generate_web(400, 8, seed=5), web)
+    lines = [json.dumps({"id": d.id, "text": d.text}) for d in corpus.generate(500, seed=13)]
+    source = tmp_path / "in.jsonl"
+    source.write_text("\n".join(lines + web.getvalue().splitlines()) + "\n")
+    cfg = config_module.load(None, overrides, environ={})
+    listed, at_once = evidence._Matches.verify_listed, []
+
+    def noted(matches, rows, serials, bounds):
+        done = listed(matches, rows, serials, bounds)
+        at_once.append(len(matches.found) if done else None)
+        return done
+
+    def decisions(name: str) -> bytes:
+        with Engine(cfg, str(tmp_path / name)) as engine:
+            dedup_files(engine, [str(source)], InputSpec(), None, str(tmp_path / f"{name}.jsonl"), 200)
+        return (tmp_path / f"{name}.jsonl").read_bytes()
+
+    monkeypatch.setattr(evidence._Matches, "verify_listed", noted)
+    together = decisions("at_once")
+    monkeypatch.setattr(evidence._Matches, "verify_listed", lambda matches, rows, serials, bounds: False)
+    assert decisions("row_by_row") == together
+    assert sum(found for found in at_once if found) > 100
+    assert together.count(b'"duplicate"') > 100

@@ -72,6 +72,12 @@
  *     each band's keys radix sorted with their rows in one word. False (nothing written) if a key
  *     does not fit in 32 bits or there are 2**31 rows or more: the caller sorts them itself.
  *
+ * kept_entries(slots, rows, serial_of, out_slots, out_serials) -> int
+ *     The entries (slot, serial) of a batch's kept documents, taken in order from its sorted band slots
+ *     (uint64 slots, the int64 row of each): each slot whose row's serial_of (int64, -1: not kept) is
+ *     not -1, written into out_slots and out_serials (room for every slot); returns how many
+ *     (view._kept_entries). ValueError for a row out of serial_of's range.
+ *
  * sorted_matches(keys, asked) -> bytearray of int64
  *     Where the entries of sorted uint64 keys (repeats allowed) whose key is one of sorted unique
  *     asked ones are, ascending: the recent mirror's entries under a batch's band slots.
@@ -1502,6 +1508,44 @@ done:
     for (int i = 0; i < got; i++) PyBuffer_Release(&v[i]);
     if (PyErr_Occurred()) return NULL;
     return PyBool_FromLong(sorted_here);
+}
+
+static PyObject *kept_entries(PyObject *self, PyObject *args) {
+    PyObject *o[5];
+    if (!PyArg_ParseTuple(args, "OOOOO", &o[0], &o[1], &o[2], &o[3], &o[4])) return NULL;
+    static const char *names[5] = {"slots", "rows", "serial_of", "out_slots", "out_serials"};
+    Py_buffer v[5];
+    int got = 0;
+    Py_ssize_t written = -1;
+    for (; got < 5; got++)
+        if (get_buffer(o[got], &v[got], 8, got > 2, names[got]) < 0) goto done;
+    Py_ssize_t n = v[0].len / 8, rows = v[2].len / 8;
+    if (v[1].len != v[0].len || v[3].len < v[0].len || v[4].len < v[0].len) {
+        PyErr_SetString(PyExc_ValueError, "kept_entries: the slots, rows and outputs disagree on their sizes");
+        goto done;
+    }
+    const uint64_t *slots = v[0].buf;
+    const int64_t *row_of = v[1].buf, *serial_of = v[2].buf;
+    uint64_t *out_slots = v[3].buf;
+    int64_t *out_serials = v[4].buf;
+    Py_ssize_t w = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t row = row_of[i];
+        if (row < 0 || row >= rows) {
+            PyErr_SetString(PyExc_ValueError, "kept_entries: a slot's row is out of range");
+            goto done;
+        }
+        int64_t serial = serial_of[row];
+        if (serial != -1) {
+            out_slots[w] = slots[i];
+            out_serials[w++] = serial;
+        }
+    }
+    written = w;
+done:
+    for (int i = 0; i < got; i++) PyBuffer_Release(&v[i]);
+    if (written < 0) return NULL;
+    return PyLong_FromSsize_t(written);
 }
 
 /* msgpack, as msgpack.Packer() packs (fallback.Packer._pack), for the types an index record holds. */
@@ -3043,6 +3087,7 @@ static PyMethodDef methods[] = {
     {"key_bits_test", key_bits_test, METH_VARARGS, "Test the presence bits of uint64 keys into out (see the module)."},
     {"sort_entries", sort_entries, METH_VARARGS, "(key, value) entries sorted by key in place, stably."},
     {"band_slots_sorted", band_slots_sorted, METH_VARARGS, "A batch's band slots sorted (see the module)."},
+    {"kept_entries", kept_entries, METH_VARARGS, "A batch's kept documents' entries from its sorted slots (see the module)."},
     {"pack_records", pack_records, METH_VARARGS, "Index records packed as DocRecord.pack does (see the module)."},
     {"sorted_matches", sorted_matches, METH_VARARGS, "Where sorted keys' entries under sorted asked keys are."},
     {"coded_shared", coded_shared, METH_VARARGS, "Values a sorted uint32 array shares with an Elias-Fano coding's."},

@@ -223,7 +223,12 @@ def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch:
     strong_serials, strong_bounds = strong.serials.tolist(), strong.bounds
     if verified_by is None:  # candidates compared with their stored codings: read at once
         matches.read_codings(strong_serials)
-    for row in _rows_to_verify(hits, asking, content, sources is not None):
+    to_verify = _rows_to_verify(hits, asking, content, sources is not None)
+    if (verified_by is None and sources is None and (content is None or not content.settles)
+            and (first is None or not first.rekeyed)
+            and matches.verify_listed(to_verify, strong_serials, strong_bounds)):
+        to_verify = []  # most batches: no row rekeys or takes another candidate, every row verified at once
+    for row in to_verify:
         if timeline is not None:
             timeline.at(row)
             for site in content.settles.get(row, ()):
@@ -466,6 +471,36 @@ class _Matches:
             if similarity >= threshold:
                 found.append((row, serial, similarity))
 
+    def verify_listed(self, rows: list[int], serials: list[int], bounds: list[int]) -> bool:
+        """``verify_row`` of each of ``rows`` (ascending) with its candidates ``serials[bounds[row]:bounds[row +
+        1]]``, every pair compared with the candidate's coding read ahead (``read_codings``) in one kernel call,
+        the matches found in the same order; False, with nothing done, if a row's content cannot be compared so
+        (not ``codes_together``), or matches were found before: then row by row."""
+        if self.found or self._later:
+            return False
+        owns = [self.own(row) for row in rows]
+        if not all(codes_together(own) for own in owns):
+            return False
+        coded, uncoded = self._coded, self._uncoded
+        pair_owns, pair_rows, pair_serials = [], [], []
+        for row, own in zip(rows, owns):
+            listed = serials[bounds[row]:bounds[row + 1]]
+            if uncoded:
+                self.unkept.update(serial for serial in listed if serial in uncoded)  # a duplicate's place
+                listed = [serial for serial in listed if serial not in uncoded]
+            pair_owns += [own] * len(listed)
+            pair_rows += [row] * len(listed)
+            pair_serials += listed
+        if not pair_serials:
+            return True
+        similarities, bad = jaccards_coded(pair_owns, [coded[serial] for serial in pair_serials])
+        if bad >= 0:
+            raise damaged_shingles(pair_serials[bad])
+        threshold = self.threshold
+        self.found = [(row, serial, similarity) for row, serial, similarity
+                      in zip(pair_rows, pair_serials, similarities.tolist()) if similarity >= threshold]
+        return True
+
     def read_codings(self, serials: list[int]) -> None:
         """The stored codings of these candidates read ahead, in one pass in the table's order, for
         ``verify_row`` to find (a candidate without one is named unkept only when a row meets it)."""
@@ -565,7 +600,7 @@ def _twins(txn: IndexTxn, mirror: RecentMirror, contents: list[bytes], record, h
     """Row -> the first stored document with the row's content."""
     first = first_documents(txn, mirror, contents, record, hash_filter)
     twins = {}
-    for row, content in enumerate(contents):
+    for row, content in enumerate(contents) if first else ():
         serial = first.get(content)
         if serial is not None:
             twin = record(serial)

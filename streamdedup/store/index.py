@@ -679,9 +679,8 @@ class IndexTxn:
     def pack_records(self, records: list[DocRecord]) -> list[bytes]:
         """``pack_record`` of each record, in order (sources numbered in that order): in one kernel call
         (``_kernel.pack_records``, the same bytes), else, or for a record of other types, by msgpack."""
-        numbers, number_of = [], self.source_number
-        for record in records:
-            numbers.append(number_of(record.source[0]))
+        known, number_of = self._source_numbers, self.source_number  # most records: a name numbered already
+        numbers = [known[name] if name in known else number_of(name) for name in [r.source[0] for r in records]]
         if _kernel is None:
             packer = msgpack.Packer()
             return [record.pack(number, packer) for record, number in zip(records, numbers)]

@@ -42,9 +42,10 @@ def _stored_first_documents(txn: IndexTxn, contents: list[bytes], record: Callab
     if not txn.txn.stat(db)["entries"]:  # nothing merged into it yet (an index's first ``index.merge_every``)
         return found
     cursor = txn.txn.cursor(db=db)
-    asked = sorted(set(contents), key=content_key)  # in table order: the pages read stay in cache
-    for c in maybe_held("content", asked, hash_filter, content_key):
-        serial = next((s for s in each_serial_of(cursor, content_key(c)) if record(s).content == c), None)
+    key_of = {c: content_key(c) for c in set(contents)}  # each content's key made once
+    asked = sorted(key_of, key=key_of.__getitem__)  # in table order: the pages read stay in cache
+    for c in maybe_held("content", asked, hash_filter, key_of.__getitem__):
+        serial = next((s for s in each_serial_of(cursor, key_of[c]) if record(s).content == c), None)
         if serial is not None:
             found[c] = serial
     return found
@@ -55,9 +56,12 @@ def first_documents(txn: IndexTxn, mirror: RecentMirror, contents: list[bytes],
     """The first document of each content hash: the content table's, else the mirror's (``hash_filter``: the
     writer's filter of the table's hashes)."""
     found = _stored_first_documents(txn, contents, record, hash_filter)
-    # without a generation being merged, the mirror's own content map is ``first_of_content``'s answer
-    first_of = mirror.content.get if mirror.merging is None else mirror.first_of_content
-    for c in contents:
+    if mirror.merging is None:  # the mirror's own content map is ``first_of_content``'s answer: the few it holds
+        held = mirror.content
+        asked, first_of = held.keys() & contents, held.get
+    else:
+        asked, first_of = contents, mirror.first_of_content
+    for c in asked:
         if c not in found:
             serial = first_of(c)
             if serial is not None:
@@ -86,7 +90,8 @@ def write_documents(txn: IndexTxn, mirror: RecentMirror, records: list[DocRecord
     kept_row_array = np.fromiter(kept_rows.keys(), dtype=np.int64, count=kept)
     kept_serials = np.fromiter(kept_rows.values(), dtype=np.int64, count=kept)
     kept_keys = band_keys[kept_row_array]
-    recent_keys = dict(zip(kept_serials.tolist(), (row.tobytes() for row in kept_keys.astype(">u4"))))
+    width, packed = 4 * kept_keys.shape[1], kept_keys.astype(">u4").tobytes()  # each row's keys, big-endian
+    recent_keys = dict(zip(kept_serials.tolist(), (packed[at * width:(at + 1) * width] for at in range(kept))))
     placed = placed or {}
     for serial, (row, bands) in placed.items():
         recent_keys[serial] = band_keys[row].astype(">u4").tobytes()
@@ -119,6 +124,11 @@ def _kept_entries(slots: tuple[np.ndarray, np.ndarray], kept_rows: np.ndarray, k
     taken from them instead of sorted again (``RecentMirror.add``)."""
     serial_of = np.full(rows, -1, dtype=np.int64)
     serial_of[kept_rows] = kept_serials
+    if _kernel is not None:  # in one pass (``_kernel.kept_entries``), the same entries
+        values, rows_of = np.ascontiguousarray(slots[0], dtype=np.uint64), np.ascontiguousarray(slots[1], np.int64)
+        out_slots, out_serials = np.empty(len(values), dtype=np.uint64), np.empty(len(values), dtype=np.int64)
+        n = _kernel.kept_entries(values, rows_of, serial_of, out_slots, out_serials)
+        return out_slots[:n].copy(), out_serials[:n].copy()  # the mirror keeps them: not views of the whole
     serials = serial_of[slots[1]]
     held = serials >= 0
     return slots[0][held], serials[held]
