@@ -318,7 +318,8 @@ def save(index, band_filter: BandFilter, background: bool = False,
                 crcs[number] = _write(os.path.join(index.path, f"{name}.{number}"), layer.view(np.uint8))
             records = b"".join(_LAYER.pack(words, held, crc, *covered)
                                for (words, held), crc, covered in zip(shapes, crcs, covers))
-            _write(os.path.join(index.path, name), _HEADER.pack(_MAGIC, *stamp, len(shapes), zlib.crc32(records)) + records)
+            header = _HEADER.pack(_MAGIC, *stamp, len(shapes), zlib.crc32(records))
+            _write(os.path.join(index.path, name), header + records)
         except OSError:
             return
         band_filter.saved = [(words, held, crc, *covered) for (words, held), crc, covered in zip(shapes, crcs, covers)]

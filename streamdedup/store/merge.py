@@ -41,7 +41,8 @@ from .mirror import RecentMirror, merged_thresholds
 if TYPE_CHECKING:
     from .bands import BandTables
 
-__all__ = ["SpreadMerge", "generation_hash_keys", "serial_span", "merge_slices", "merge_recent", "MERGE_SLICE_BYTES", "FINISH_CHUNK"]
+__all__ = ["SpreadMerge", "generation_hash_keys", "serial_span", "merge_slices", "merge_recent", "MERGE_SLICE_BYTES",
+           "FINISH_CHUNK"]
 
 
 MERGE_SLICE_BYTES = 32 << 20  # 32 MiB: table pages one merge transaction may dirty, about
