@@ -130,6 +130,7 @@ def test_a_grown_filter_is_saved_and_loaded_whole(tmp_path):
         loaded = engine.bands.loaded_filter()
         assert loaded.loaded and len(loaded.layers) == len(layers)
         assert all((a == b).all() for a, b in zip(loaded.layers, layers)) and loaded.held == written.held
+        assert loaded.covers == written.covers and loaded.covers[0][0] <= loaded.covers[-1][1]
 
 
 def test_decisions_are_the_same_with_and_without_the_filter_across_merges_and_restarts(tmp_path):
@@ -180,6 +181,60 @@ def test_decisions_are_the_same_with_a_filter_growing_in_layers_made_ahead_acros
         for number, chunk in enumerate(chunks):
             without += engine.decide_batch(engine.prepare(_docs(chunk, 100 * number)))
     assert [(d.status, d.cluster) for d in with_filter] == [(d.status, d.cluster) for d in without]
+
+
+def test_past_two_to_the_23_documents_a_key_is_asked_only_in_the_epochs_its_filter_layers_cover(tmp_path,
+                                                                                                monkeypatch):
+    """An index whose serials cross 2^23 (the band table's second epoch) with a filter of 2 KiB to start, grown in
+    layers across merges and restarts: each layer knows the serials it covers (saved with it), a key past the
+    filter is positioned only in the epochs of the layers that may hold it, and the decisions are those made
+    without a filter (every epoch asked). A filter built from the tables covers the epochs in order."""
+    from streamdedup.engine import engine as engine_module
+    from streamdedup.store import bands as bands_module
+    from streamdedup.store.bands import BandTables
+
+    epoch = 1 << bands_module._EPOCH_BITS
+    texts = [d.text for d in corpus.generate(600, seed=27)]
+    chunks = [texts[i:i + 100] for i in range(0, len(texts), 100)]
+    asked = []
+    original_rows = bands_module.BandRows.stored_rows
+
+    def counting_rows(rows, txn, bands, keys, last_serial, epochs=None):
+        every = (last_serial >> bands_module._EPOCH_BITS) + 1
+        asked.append((int(epochs.sum()) if epochs is not None else every * len(keys), every * len(keys)))
+        return original_rows(rows, txn, bands, keys, last_serial, epochs)
+
+    decided = {}
+    for name, start in (("on", 2 << 10), ("off", 0)):
+        state = str(tmp_path / name)
+        with Engine(_config(), state) as engine:
+            engine.index.write(lambda txn: txn.count(next_serial=epoch - 250))  # the 251st document opens epoch 1
+        with monkeypatch.context() as patched:
+            patched.setattr(engine_module, "BandTables", lambda index, _, most: BandTables(index, start, 1 << 20))
+            patched.setattr(bands_module.BandRows, "stored_rows", counting_rows)
+            decided[name] = []
+            for number, chunk in enumerate(chunks):
+                with Engine(_config(), state) as engine:
+                    for at in range(0, len(chunk), 20):
+                        decided[name] += engine.decide_batch(engine.prepare(_docs(chunk[at:at + 20],
+                                                                                  100 * number + at)))
+                    held = engine.bands.loaded_filter()
+                    with engine.index.read() as txn:
+                        last_serial = txn.counters["next_serial"]
+        if name == "on":
+            with_filter = asked[:]
+            covers = held.covers
+    assert [(d.status, d.cluster) for d in decided["on"]] == [(d.status, d.cluster) for d in decided["off"]]
+    assert last_serial >= epoch + 300
+    assert sum(d.status == "duplicate" and not d.exact for d in decided["on"]) > 20
+    assert len(covers) >= 3 and covers[0][1] < epoch <= covers[-1][0]  # the first layers' keys are epoch 0's
+    positioned, every = (sum(column) for column in zip(*with_filter))
+    assert 0 < positioned < every  # some keys past the filter asked in epoch 0 only
+    os.remove(os.path.join(str(tmp_path / "on"), bandfilter.FILE_NAME))
+    with Engine(_config(), str(tmp_path / "on")) as engine:
+        engine.bands.filter_bytes = 2 << 10
+        built = engine.bands.loaded_filter()
+        assert not built.loaded and built.covers[0] == (0, epoch - 1) and built.covers[-1][1] == 2 * epoch - 1
 
 
 def test_a_saved_filter_that_is_not_current_is_rebuilt_from_the_tables(tmp_path):

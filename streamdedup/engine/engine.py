@@ -28,7 +28,7 @@ from ..store.anchors import BatchAnchors
 from ..store.bands import BandTables
 from ..store.housekeeping import ForgetRequests, forget, rebuild_tables, sweep_expired
 from ..store.index import Index, IndexSettings, IndexTxn, MapFull
-from ..store.merge import SpreadMerge, generation_hash_keys, merge_slices
+from ..store.merge import SpreadMerge, generation_hash_keys, merge_slices, serial_span
 from ..store.mirror import RecentMirror, place_masks
 from ..store.sites import provisional_pages, set_provisional_pages, write_rekeyed
 from ..store.view import write_documents
@@ -109,7 +109,8 @@ class Engine:
                                           sealed=counters["merged_upto"] >= counters["merge_upto"])
                 self.bands.loaded_filter()  # as saved by the merge before (or, once sealed, by this one)
                 if self.mirror.merging is not None:  # the slices written
-                    self.bands.holding(self.mirror.merging.slots, generation_hash_keys(self.mirror.merging))
+                    self.bands.holding(self.mirror.merging.slots, generation_hash_keys(self.mirror.merging),
+                                       serial_span(self.mirror.merging.serials))
             else:  # an earlier version's merge, in one go: done again whole
                 self.merge_recent()
 

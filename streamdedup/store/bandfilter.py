@@ -44,6 +44,14 @@ stored document, so every path that adds band entries (merges and ``check
 --fix``) goes through ``bands.BandTables``, which adds them here as well.
 Deleting the file is always safe.
 
+Each layer knows the serials of the entries whose keys it took
+(``covers``: merges fill the layers in serial order, a generation at a time,
+so their ranges barely overlap). A key the filter may hold is asked of the
+table only in the epochs of serials (``bands``) that the layers which may
+hold it cover (``epochs_to_ask``): past 2^23 documents, a key the early
+layers alone may hold is positioned in the first epoch only, not in every
+epoch.
+
 The same class, saved under another name, is the writer's filter of the id
 and content tables' hashes (``hashed.FILTER_FILE``), kept on these terms.
 """
@@ -66,9 +74,13 @@ except ImportError:  # built without a C compiler: numpy does it, with the same 
 __all__ = ["BandFilter", "SCAN_CHUNK", "FILE_NAME", "forget_saved", "load_or_build", "save", "slot_keys"]
 
 FILE_NAME = "band-filter.bin"
-_HEADER = struct.Struct("<8s32sQQI")  # magic, index id, merged_upto, layers, 0
-_LAYER = struct.Struct("<QQI")  # a layer's words, the keys it took and the crc32 of its file (FILE_NAME.number)
-_MAGIC = b"SDBFLT04"  # 01: one layer, its bits after the header; 03: bare band keys, 12 bits a key in every layer
+_HEADER = struct.Struct("<8s32sQQI")  # magic, index id, merged_upto, layers, crc32 of the layers' records
+_LAYER = struct.Struct("<QQIQQ")  # a layer's words, the keys it took, the crc32 of its file (FILE_NAME.number),
+#                                   the first and last serial it covers
+_MAGIC = b"SDBFLT05"  # 01: one layer, its bits after the header; 03: bare band keys, 12 bits a key in every layer;
+#                       04: layers without the serials they cover
+EVERY_SERIAL = (0, (1 << 32) - 1)  # what keys added without their serials may belong to
+_NO_SERIAL = (1 << 32, 0)  # what an empty layer covers: nothing (first > last)
 BITS_PER_KEY = 12  # the first layer is full when it holds a key for every this many of its bits (1.1% false positives)
 TIGHTEN = 2 ** 0.25  # each later layer takes this many times the bits a key of the one before (x0.62 false positives)
 
@@ -90,9 +102,10 @@ class BandFilter:
         self.max_words = max(self.words, max_bytes // 8)  # of every layer together
         self.layers = [np.zeros(self.words, dtype=np.uint64)]  # each a power of two words, twice the one before
         self.held = [0]  # keys each layer took
+        self.covers = [_NO_SERIAL]  # (first, last) serial of the entries whose keys each layer took
         self.keys_added = 0  # by this process
         self.loaded = False  # read from the saved file (else built from the tables, or new)
-        self.saved: list[tuple[int, int, int]] = []  # (words, keys taken, crc32) of each layer as last saved
+        self.saved: list[tuple[int, ...]] = []  # (words, keys taken, crc32, first, last) of each layer as last saved
         self.ahead: Optional[np.ndarray] = None  # the next layer, made before it is needed (``_ahead``)
         self.ahead_touched = 0  # bytes of it written so far (its pages faulted in)
 
@@ -106,15 +119,20 @@ class BandFilter:
         return 8 * sum(len(layer) for layer in self.layers)
 
     @classmethod
-    def of_keys(cls, chunks: Iterator[np.ndarray], size_bytes: int, max_bytes: int = 0) -> "BandFilter":
-        """A filter holding every key of ``chunks`` (arrays of band keys: memory stays flat)."""
+    def of_keys(cls, chunks: Iterator, size_bytes: int, max_bytes: int = 0) -> "BandFilter":
+        """A filter holding every key of ``chunks`` (arrays of band keys, or (keys, (first, last) serial of their
+        entries) pairs: memory stays flat)."""
         made = cls(size_bytes, max_bytes)
-        for keys in chunks:
-            made.add(keys)
+        for chunk in chunks:
+            if isinstance(chunk, tuple):
+                made.add(*chunk)
+            else:
+                made.add(chunk)
         return made
 
-    def add(self, keys: np.ndarray) -> None:
-        """Set the bits of these band keys (uint64), in the last layer, or a new one once it is full."""
+    def add(self, keys: np.ndarray, serials: tuple[int, int] = EVERY_SERIAL) -> None:
+        """Set the bits of these band keys (uint64), in the last layer, or a new one once it is full; ``serials``:
+        the first and last serial of their entries (the layers taking them cover those)."""
         keys = np.asarray(keys, dtype=np.uint64)
         self.keys_added += len(keys)
         while len(keys):
@@ -124,11 +142,14 @@ class BandFilter:
                 self.layers.append(self.ahead if self.ahead is not None else
                                    np.zeros(2 * len(self.layers[-1]), dtype=np.uint64))
                 self.held.append(0)
+                self.covers.append(_NO_SERIAL)
                 self.ahead, self.ahead_touched = None, 0
                 continue
             taken = keys if room <= 0 else keys[:room]
             _set(self.layers[-1], taken)
             self.held[-1] += len(taken)
+            first, last = self.covers[-1]
+            self.covers[-1] = (min(first, serials[0]), max(last, serials[1]))
             keys = keys[len(taken):]
             self._ahead()
 
@@ -176,6 +197,27 @@ class BandFilter:
             held = (layer[(spread & np.uint64(len(layer) - 1)).astype(np.int64)] & mask) == mask
             found = held if found is None else found | held
         return found
+
+    def epochs_to_ask(self, keys: np.ndarray, epoch_bits: int, epochs: int) -> np.ndarray:
+        """For each of these keys (which ``may_hold``), the epochs of serials (serial >> ``epoch_bits``, below
+        ``epochs``) where its entries may be, as a bool matrix (epoch, key): those the layers that may hold the
+        key cover (each layer asked alone: a few keys, those past ``may_hold``)."""
+        asked = np.zeros((epochs, len(keys)), dtype=bool)
+        for layer, (first, last) in zip(self.layers, self.covers):
+            if first > last or not len(keys):
+                continue
+            held = self._layer_may_hold(layer, keys)
+            asked[min(first >> epoch_bits, epochs):min(last >> epoch_bits, epochs - 1) + 1] |= held
+        return asked
+
+    def _layer_may_hold(self, layer: np.ndarray, keys: np.ndarray) -> np.ndarray:
+        """``may_hold`` of one layer alone."""
+        if _kernel is not None:
+            held = np.empty(len(keys), dtype=np.bool_)
+            _kernel.bloom_may_hold(np.ascontiguousarray(keys, dtype=np.uint64), (layer,), held.view(np.uint8))
+            return held
+        spread, mask = _spread(keys)
+        return (layer[(spread & np.uint64(len(layer) - 1)).astype(np.int64)] & mask) == mask
 
     def fill_ratio(self) -> float:
         """Fraction of bits set, over every layer (a layer's false-positive rate is about its own to the fourth
@@ -232,10 +274,11 @@ def _set(layer: np.ndarray, keys: np.ndarray) -> None:
     layer[word[starts]] |= np.bitwise_or.reduceat(mask, starts)
 
 
-def load_or_build(index, size_bytes: int, stored_keys: Callable[..., Iterator[np.ndarray]],
+def load_or_build(index, size_bytes: int, stored_keys: Callable[..., Iterator],
                   max_bytes: int = 0, name: str = FILE_NAME) -> BandFilter:
-    """The saved filter if it is this index's current one, else one built from ``stored_keys(txn)`` (and saved).
-    ``name``: its file (another filter of the same kind: ``hashed.FILTER_FILE``)."""
+    """The saved filter if it is this index's current one, else one built from ``stored_keys(txn)`` (arrays of
+    keys, or (keys, serials) pairs as ``BandFilter.of_keys`` takes them), and saved. ``name``: its file (another
+    filter of the same kind: ``hashed.FILTER_FILE``)."""
     with index.read() as txn:
         stamp = _stamp(index, txn)
         loaded = _load(index.path, stamp, size_bytes, max_bytes, name)
@@ -266,18 +309,20 @@ def save(index, band_filter: BandFilter, background: bool = False,
     changed = {number: layer for number, (layer, held) in enumerate(zip(band_filter.layers, band_filter.held))
                if number >= len(saved) or saved[number][:2] != (len(layer), held)}
     shapes = [(len(layer), held) for layer, held in zip(band_filter.layers, band_filter.held)]
+    covers = list(band_filter.covers)  # as of the stamp: keys added later are held again after a restart
 
     def write() -> None:
         crcs = [saved[number][2] if number not in changed else 0 for number in range(len(shapes))]
         try:
             for number, layer in changed.items():
                 crcs[number] = _write(os.path.join(index.path, f"{name}.{number}"), layer.view(np.uint8))
-            header = _HEADER.pack(_MAGIC, *stamp, len(shapes), 0) + b"".join(
-                _LAYER.pack(words, held, crc) for (words, held), crc in zip(shapes, crcs))
-            _write(os.path.join(index.path, name), header)
+            records = b"".join(_LAYER.pack(words, held, crc, *covered)
+                               for (words, held), crc, covered in zip(shapes, crcs, covers))
+            header = _HEADER.pack(_MAGIC, *stamp, len(shapes), zlib.crc32(records))
+            _write(os.path.join(index.path, name), header + records)
         except OSError:
             return
-        band_filter.saved = [(words, held, crc) for (words, held), crc in zip(shapes, crcs)]
+        band_filter.saved = [(words, held, crc, *covered) for (words, held), crc, covered in zip(shapes, crcs, covers)]
 
     if not background:
         write()
@@ -332,18 +377,20 @@ def _load(folder: str, stamp: tuple[bytes, int], size_bytes: int, max_bytes: int
             header = handle.read(_HEADER.size)
             if len(header) != _HEADER.size:
                 return None
-            magic, index_id, merged_upto, layers, _ = _HEADER.unpack(header)
+            magic, index_id, merged_upto, layers, records_crc = _HEADER.unpack(header)
             if (magic, index_id.rstrip(b"\0"), merged_upto) != (_MAGIC, stamp[0], stamp[1]) or not 0 < layers < 64:
                 return None
-            shapes = [_LAYER.unpack(handle.read(_LAYER.size)) for _ in range(layers)]
-            if handle.read(1):
+            records = handle.read(_LAYER.size * layers)
+            if handle.read(1) or zlib.crc32(records) != records_crc:  # the serials covered are trusted too
                 return None
-        if [words for words, _, _ in shapes] != [made.words << n for n in range(layers)] or \
-                sum(words for words, _, _ in shapes) > made.max_words:
+            shapes = list(_LAYER.iter_unpack(records))
+        if [shape[0] for shape in shapes] != [made.words << n for n in range(layers)] or \
+                sum(shape[0] for shape in shapes) > made.max_words:
             return None
-        made.layers = [np.zeros(words, dtype=np.uint64) for words, _, _ in shapes]
-        made.held = [held for _, held, _ in shapes]
-        for number, (layer, (_, _, crc)) in enumerate(zip(made.layers, shapes)):
+        made.layers = [np.zeros(shape[0], dtype=np.uint64) for shape in shapes]
+        made.held = [shape[1] for shape in shapes]
+        made.covers = [(first, last) for _, _, _, first, last in shapes]
+        for number, (layer, (_, _, crc, _, _)) in enumerate(zip(made.layers, shapes)):
             with open(os.path.join(folder, f"{name}.{number}"), "rb") as handle:
                 if handle.readinto(layer.view(np.uint8)) != len(layer) * 8 or handle.read(1):
                     return None

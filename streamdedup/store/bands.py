@@ -111,18 +111,23 @@ class BandRows:
         while rows := list(itertools.islice(pairs, chunk)):
             yield self.decoded(b"".join(k + v for k, v in rows))[1]
 
-    def stored_rows(self, txn: IndexTxn, bands: np.ndarray, keys: np.ndarray, last_serial: int) -> bytes:
+    def stored_rows(self, txn: IndexTxn, bands: np.ndarray, keys: np.ndarray, last_serial: int,
+                    asked: Optional[np.ndarray] = None) -> bytes:
         """The table rows (key and value bytes) of these (band, band key) pairs, asked in table order (the
-        table holds serials up to ``last_serial``).
+        table holds serials up to ``last_serial``); ``asked``: the epochs to ask for each key (a bool matrix,
+        epoch by key: ``BandFilter.epochs_to_ask``), else every epoch.
 
         A bucket holds thousands of entries, so each key is found by positioning
         the cursor at its first possible value (``set_range_dup``:
         MDB_GET_BOTH_RANGE) and reading on up to its last possible one, once in
-        every epoch of serials the table has reached.
+        every epoch of serials asked.
         """
         epochs = (last_serial >> _EPOCH_BITS) + 1
-        floors = np.repeat(np.arange(epochs, dtype=np.uint64) << _U64(_EPOCH_BITS), len(keys))
-        bands, keys = np.tile(bands, epochs), np.tile(keys, epochs)
+        if asked is None:
+            asked = np.ones((epochs, len(keys)), dtype=bool)
+        epoch, which = np.nonzero(asked[:epochs])  # epoch-major: each epoch's keys in table order
+        floors = epoch.astype(np.uint64) << _U64(_EPOCH_BITS)
+        bands, keys = bands[which], keys[which]
         bucket, first = self.words(bands, keys, floors, np.zeros(len(floors), dtype=np.uint64))
         last = first | _U64((1 << (_EPOCH_BITS + self.home_bits)) - 1)  # the epoch's last serial and home
         buckets = _big_endian(bucket, _KEY_BYTES)
@@ -182,13 +187,34 @@ def stored_keys(txn: IndexTxn, chunk: int) -> Iterator[np.ndarray]:
     return _INDEX_ROWS.stored_keys(txn, chunk)
 
 
-def stored_slot_keys(txn: IndexTxn, chunk: int) -> Iterator[np.ndarray]:
-    """The band filter's key (``bandfilter.slot_keys``) of every entry of the index's table, as uint64 arrays of
-    at most ``chunk`` keys."""
-    pairs = txn.txn.cursor(db=txn.dbs["bands"]).iternext(keys=True, values=True)
-    while rows := list(itertools.islice(pairs, chunk)):
-        bands, keys, _, _ = _INDEX_ROWS.decoded(b"".join(k + v for k, v in rows))
-        yield bandfilter.slot_keys(band_slots(bands, keys))
+def stored_slot_keys(txn: IndexTxn, chunk: int) -> Iterator[tuple[np.ndarray, tuple[int, int]]]:
+    """The band filter's key (``bandfilter.slot_keys``) of every entry of the index's table, an epoch of serials
+    after another (the filter's layers then cover the epochs in order, as merges fill them), as uint64 arrays of
+    at most ``chunk`` keys, each with its epoch's first and last serial."""
+    epochs = (txn.counters.get("next_serial", 0) >> _EPOCH_BITS) + 1
+    for epoch in range(epochs):
+        serials = (epoch << _EPOCH_BITS, ((epoch + 1) << _EPOCH_BITS) - 1)
+        pairs = _epoch_entries(txn, epoch)
+        while rows := list(itertools.islice(pairs, chunk)):
+            bands, keys, _, _ = _INDEX_ROWS.decoded(b"".join(k + v for k, v in rows))
+            yield bandfilter.slot_keys(band_slots(bands, keys)), serials
+
+
+def _epoch_entries(txn: IndexTxn, epoch: int) -> Iterator[tuple[bytes, bytes]]:
+    """Every (key, value) row of the index's table whose bucket is of this epoch of serials, in table order
+    (the buckets of other epochs skipped by one positioning each)."""
+    cursor = txn.txn.cursor(db=txn.dbs["bands"])
+    epoch_mask = (1 << (16 - _HIGH_BITS)) - 1
+    wanted = epoch
+    while wanted < 1 << (8 * _KEY_BYTES) and cursor.set_range(wanted.to_bytes(_KEY_BYTES, "big")):
+        bucket = int.from_bytes(cursor.key(), "big")
+        if bucket & epoch_mask == epoch:
+            yield from cursor.iternext_dup(keys=True, values=True)
+            wanted = bucket + 1
+        elif bucket & epoch_mask < epoch:
+            wanted = (bucket & ~epoch_mask) | epoch
+        else:
+            wanted = (bucket | epoch_mask) + 1 + epoch
 
 
 def record_band_keys(txn: IndexTxn, record: DocRecord) -> np.ndarray:
@@ -265,12 +291,15 @@ class BandTables:
         request["band"], request["key"] = in_order_band[first], in_order_key[first]
         everything = request  # the rekeyed table is small and not in the filter
         wanted_band, wanted_key = request["band"], request["key"]
-        band_filter = self._filter
+        band_filter, last_serial, asked = self._filter, txn.counters.get("next_serial", 0), None
         if band_filter is not None:
-            maybe = band_filter.may_hold(bandfilter.slot_keys(band_slots(wanted_band, wanted_key)))
+            filter_keys = bandfilter.slot_keys(band_slots(wanted_band, wanted_key))
+            maybe = band_filter.may_hold(filter_keys)
             wanted_band, wanted_key = wanted_band[maybe], wanted_key[maybe]
+            if last_serial >> _EPOCH_BITS:  # more than one epoch: those its layers cover
+                asked = band_filter.epochs_to_ask(filter_keys[maybe], _EPOCH_BITS, (last_serial >> _EPOCH_BITS) + 1)
         stored_bands, stored_keys_, stored_serials, _ = _INDEX_ROWS.decoded(
-            _INDEX_ROWS.stored_rows(txn, wanted_band, wanted_key, txn.counters.get("next_serial", 0)))
+            _INDEX_ROWS.stored_rows(txn, wanted_band, wanted_key, last_serial, asked))
         rekeyed = np.zeros(0, dtype=BAND_ROW)  # sites' first pages by their settled content
         if txn.txn.stat(txn.dbs["rekeyed"])["entries"]:
             found = txn.txn.cursor(db=txn.dbs["rekeyed"]).getmulti(as_bytes_list(everything), dupdata=True,
@@ -282,27 +311,28 @@ class BandTables:
 
     # -- changes -------------------------------------------------------
 
-    def insert_slice(self, txn: IndexTxn, mirror, number: int, slices: int) -> np.ndarray:
+    def insert_slice(self, txn: IndexTxn, mirror, number: int, slices: int) -> tuple[np.ndarray, np.ndarray]:
         """Write slice ``number`` of ``slices`` of the mirror's band entries (split by band, then by the key's
-        high bits: a range of its sorted slots); returns their slots (``holding`` takes them)."""
+        high bits: a range of its sorted slots); returns their slots and serials (``holding`` takes them)."""
         slots, serials = mirror.slots, mirror.serials
         low, high = (merged_thresholds(part, slices, txn.index.signing.bands)[0] for part in (number, number + 1))
         begin, end = np.searchsorted(slots, np.array([low, high], dtype=np.uint64)).tolist()
         if begin == end:
-            return slots[:0]
+            return slots[:0], serials[:0]
         slots, serials = slots[begin:end], serials[begin:end]
         keys = slots & KEY_MASK
         table_keys, values = _INDEX_ROWS.entries(slots >> _U64(32), keys, serials)
         txn.txn.cursor(db=txn.dbs["bands"]).putmulti(list(zip(table_keys, values)), dupdata=True)
-        return slots
+        return slots, serials
 
-    def holding(self, slots: np.ndarray, hashes: Optional[np.ndarray] = None) -> None:
-        """Before entries under these band slots, and id and content entries of these hashes (their
-        ``hashed.filter_keys``), commit into the tables: the filters must hold them (in memory: the saved files
-        are the last finished merge's, ``saved``)."""
+    def holding(self, slots: np.ndarray, hashes: Optional[np.ndarray] = None,
+                serials: tuple[int, int] = bandfilter.EVERY_SERIAL) -> None:
+        """Before entries under these band slots (of serials ``serials``: the first and last), and id and content
+        entries of these hashes (their ``hashed.filter_keys``), commit into the tables: the filters must hold
+        them (in memory: the saved files are the last finished merge's, ``saved``)."""
         band_filter = self._filter
         if band_filter is not None and len(slots):
-            band_filter.add(bandfilter.slot_keys(slots))
+            band_filter.add(bandfilter.slot_keys(slots), serials)
         if self._hashes is not None and hashes is not None and len(hashes):
             self._hashes.add(hashes)
 

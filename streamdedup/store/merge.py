@@ -41,7 +41,8 @@ from .mirror import RecentMirror, merged_thresholds
 if TYPE_CHECKING:
     from .bands import BandTables
 
-__all__ = ["SpreadMerge", "generation_hash_keys", "merge_slices", "merge_recent", "MERGE_SLICE_BYTES", "FINISH_CHUNK"]
+__all__ = ["SpreadMerge", "generation_hash_keys", "serial_span", "merge_slices", "merge_recent", "MERGE_SLICE_BYTES",
+           "FINISH_CHUNK"]
 
 
 MERGE_SLICE_BYTES = 32 << 20  # 32 MiB: table pages one merge transaction may dirty, about
@@ -90,10 +91,10 @@ class SpreadMerge:
         """Transactions still to come (a finishing step may find nothing left to delete and end the merge)."""
         return self.slices - self.done + max(1, self.finish_steps - self.finished)
 
-    def write_slice(self, txn: IndexTxn, tables: "BandTables") -> tuple[np.ndarray, np.ndarray]:
+    def write_slice(self, txn: IndexTxn, tables: "BandTables") -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
         """Write the next slice of the generation into the tables, with the counters saying so; returns the
-        band slots and the id and content hashes' filter keys it wrote (``BandTables.holding``: the filters
-        must hold them before the slice commits)."""
+        band slots, the id and content hashes' filter keys, and the first and last serial of the band entries
+        it wrote (``BandTables.holding``: the filters must hold them before the slice commits)."""
         number, generation = self.done, self.generation
         counters = txn.counters
         txn.count(merging=number + 2 - counters["merging"], merge_upto=self.upto - counters.get("merge_upto", 0),
@@ -114,7 +115,8 @@ class SpreadMerge:
                 raw.cursor(db=dbs[name]).putmulti(rows, dupdata=True)
                 hashes.append(pairs.filter_keys(name, low, high))
         hash_keys = np.concatenate(hashes) if hashes else np.zeros(0, dtype=np.uint64)
-        return tables.insert_slice(txn, generation, number, self.slices), hash_keys
+        slots, serials = tables.insert_slice(txn, generation, number, self.slices)
+        return slots, hash_keys, serial_span(serials)
 
     def slice_committed(self) -> None:
         """The slice written last has committed: lookups take its entries from the tables now."""
@@ -153,6 +155,11 @@ def merge_recent(txn: IndexTxn, mirror: RecentMirror, tables: "BandTables") -> N
     merge.slice_committed()
     merge.finish(txn)
     mirror.merged()
+
+
+def serial_span(serials: np.ndarray) -> tuple[int, int]:
+    """The first and last of these serials (of band entries: ``BandTables.holding``); (0, 0) for none."""
+    return (int(serials.min()), int(serials.max())) if len(serials) else (0, 0)
 
 
 def generation_hash_keys(generation: RecentMirror) -> np.ndarray:
