@@ -114,7 +114,8 @@ pages of 800 words) and a count-min sketch of them (two rows of ``BUCKETS``
 8-bit counters, 64 KiB), rebuilt from the window when the site is read from the index. With ``repeats``,
 the shingles seen on the site's new pages (at most ``MAX_SEEN``, 1 MiB; past it shingles seen before are
 still counted, new ones no longer) and those seen on two or more (as many at most), each a ``GrowingSet``
-(a batch writes only what its pages added, unless that merged into the large part).
+(a batch writes only what its pages added, unless that merged into the large part), and both in one
+``RepeatTable`` while the site's state is cached (8 bytes a slot, at most two thirds full: up to 4 MiB).
 """
 
 from __future__ import annotations
@@ -410,9 +411,9 @@ class RepeatTable:
 
 
 def _empty_slots(values: int) -> np.ndarray:
-    """An empty ``RepeatTable`` for ``values`` values: a power of two of slots (key, stamp: uint32 each), at most
-    half of them taken."""
-    return np.zeros(2 << max(4, (2 * values).bit_length()), dtype=np.uint32)
+    """An empty ``RepeatTable`` for ``values`` values: the least power of two of slots (key, stamp: uint32 each)
+    of which they take at most half."""
+    return np.zeros(2 << max(4, (2 * values - 1).bit_length()), dtype=np.uint32)
 
 
 @dataclass
