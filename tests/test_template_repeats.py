@@ -18,7 +18,8 @@ import pytest
 from streamdedup.core import templates as templates_module
 from streamdedup.core.corpus import _Writer
 from streamdedup.core.records import Document, Source
-from streamdedup.core.templates import GrowingSet, SiteState, TemplateSettings, kept_rule, own_text_of, without_repeats
+from streamdedup.core.templates import (GrowingSet, RepeatTable, SiteState, TemplateSettings, kept_rule, own_text_of,
+                                       without_repeats)
 from streamdedup.core.excerpts import containment
 from streamdedup.core.verify import jaccard
 from streamdedup.engine.sitelearning import BatchRepeats
@@ -64,24 +65,120 @@ def test_what_a_site_repeats_is_the_same_at_every_row_of_a_batch_as_page_by_page
     rng = np.random.default_rng(5)
     pages = [_u32([*range(600, 640), *rng.integers(0, 500, 60)]) for _ in range(30)]  # 600-639: the template
     site, settings = 7, TemplateSettings(repeats=True)
-    for cut in (0, 9, 21):
+    for cut, table in ((0, False), (9, False), (21, False), (0, True), (9, True), (21, True)):
+        if table and not templates_module._hashed:
+            continue
         committed = SiteState()
         for page in pages[:cut]:
             committed.add_page(page, settings)
-        repeats = BatchRepeats(lambda s: committed if s == site else SiteState(), settings.learns)
+        base = 1000 * cut  # the stamps of earlier batches are below the batch's
+        repeats = BatchRepeats(lambda s: committed if s == site else SiteState(), settings.learns, base)
+        plain = committed.copy()  # counted in the sorted sets, whose ``repeated`` is the expectation
+        if table:
+            repeats.states[site] = committed
+            repeats.tables[site] = committed.with_table()
         sequential, expected, parts = committed.copy(), [], []
         values = np.arange(700, dtype=np.uint32)
         for row, page in enumerate(pages[cut:]):
             takes, counted = sequential.takes_new(), sequential.counted_part(page)  # as ``SiteTemplates`` does
-            repeats.add(site, row, counted, takes, sequential.count_repeats(counted))
+            repeats.add(site, row, counted, takes, sequential.count_repeats(counted, base + row + 1))
             sequential.add_page(page, settings, counted)
-            expected.append(np.isin(values, sequential.repeated))
+            plain.add_page(page, settings)
+            expected.append(np.isin(values, plain.repeated))
             parts.append(counted)
         for row in rng.permutation(len(expected)).tolist():  # asked in any order, once the batch is planned
             assert (repeats.repeated(values, site, row) == expected[row]).all()  # as the row's counting found
             assert (repeats.repeated(parts[row], site, row) == expected[row][parts[row]]).all()  # its counted part
             assert (repeats._searched(values, site, row) == expected[row]).all()  # from the sets and batch pages
         assert not repeats.repeated(values, site + 1, 0).any()  # a site without pages: nothing repeated
+
+
+def _counted_in_turn(pages: list, table: bool) -> tuple[SiteState, list]:
+    """A site's state after counting ``pages`` in turn (in its ``RepeatTable`` with ``table``, page n stamped
+    n + 1), and what each page's counting returned."""
+    state = SiteState()
+    if table:
+        assert state.with_table() is not None
+    returned = [state.count_repeats(page, n + 1).tolist() for n, page in enumerate(pages)]
+    state.settle_counts()
+    return state, returned
+
+
+@pytest.mark.skipif(not templates_module._hashed, reason="the kernel's tables")
+def test_a_sites_table_counts_as_its_sorted_sets_and_answers_as_of_each_page(monkeypatch):
+    """Counted in the kernel's open-addressed table (value 0 included, the table growing, ``seen`` filling
+    up), a site returns what the sorted sets return page by page and ends with the same sets, part by part;
+    by the stamps, the table tells what was repeated as of each page."""
+    monkeypatch.setattr(templates_module, "MAX_SEEN", 900)
+    monkeypatch.setattr(templates_module, "MIN_RECENT", 64)
+    rng = np.random.default_rng(11)
+    pages = [_u32([0, *rng.integers(0, 2000, 90)]) for _ in range(40)]
+    sorted_state, expected = _counted_in_turn(pages, table=False)
+    state, returned = _counted_in_turn(pages, table=True)
+    assert returned == expected
+    for part in ("main", "recent"):
+        assert getattr(state.seen, part).tolist() == getattr(sorted_state.seen, part).tolist()
+        assert getattr(state.repeated, part).tolist() == getattr(sorted_state.repeated, part).tolist()
+    assert state.table.matches(len(state.seen), len(state.repeated))
+    values = np.arange(2000, dtype=np.uint32)
+    for n in range(len(pages)):
+        as_of = SiteState()
+        for page in pages[:n + 1]:
+            as_of.count_repeats(page)
+        assert (state.table.repeated_as_of(values, n + 1) == as_of.repeated.contains(values)).all()
+    rebuilt = RepeatTable(state.seen, state.repeated)  # as a state read from the index builds it
+    assert (rebuilt.repeated_as_of(values, 0) == state.repeated.contains(values)).all()
+
+
+@pytest.mark.skipif(not templates_module._hashed, reason="the kernel's tables")
+def test_a_table_a_batch_moved_without_committing_is_built_again():
+    """A batch counts in the table its copy shares with the committed state; if the batch does not commit,
+    the committed state's table is ahead of it, and the next batch's copy gets one built from its sets."""
+    rng = np.random.default_rng(2)
+    pages = [_u32(rng.integers(0, 500, 80)) for _ in range(12)]
+    committed = SiteState()
+    for page in pages[:6]:
+        committed.count_repeats(page)
+    table = committed.with_table()
+    dropped = committed.copy()
+    for n, page in enumerate(pages[6:9]):
+        dropped.count_repeats(page, 100 + n)
+    assert not table.matches(len(committed.seen), len(committed.repeated))
+    again = committed.copy()
+    assert again.table is table  # shared, and behind nothing: the next batch builds its own
+    assert committed.with_table() is not table
+    retried = committed.copy()
+    reference = committed.copy()
+    reference.table = None
+    for page in pages[6:]:
+        assert retried.count_repeats(page, 200).tolist() == reference.count_repeats(page).tolist()
+    retried.settle_counts()
+    assert retried.seen.tolist() == reference.seen.tolist() and retried.repeated.tolist() == reference.repeated.tolist()
+
+
+def test_a_batch_that_did_not_commit_decides_and_counts_again_as_one_that_did(tmp_path, writer, monkeypatch):
+    """A batch whose index transaction fails after its sites counted their pages (their tables moved): the
+    same batch decided again, and the rest, decide and count as an uninterrupted run."""
+    from streamdedup.engine import sitelearning
+
+    pages, _ = _doc_crawl(writer)
+
+    def counts(engine):
+        return {site: (state.seen.tolist(), state.repeated.tolist()) for site, state in engine.templates._sites.items()}
+
+    with _engine(tmp_path / "one") as engine:
+        reference = _decide(engine, pages, batch=10)
+        counted = counts(engine)
+    save = sitelearning.save_site
+    with _engine(tmp_path / "failed") as engine:
+        decided = _decide(engine, pages[:30], batch=10)
+        monkeypatch.setattr(sitelearning, "save_site", lambda *args: (_ for _ in ()).throw(RuntimeError("down")))
+        with pytest.raises(RuntimeError):
+            _decide(engine, pages[30:40], batch=10)
+        monkeypatch.setattr(sitelearning, "save_site", save)
+        decided.update(_decide(engine, pages[30:], batch=10))
+        assert counts(engine) == counted
+    assert decided == reference
 
 
 # -- a pair compared without what each page's site repeats ------------------------------------------

@@ -53,6 +53,19 @@
  *     not in seen, in order, into fresh, and those in seen but not in repeated into again (both with room for
  *     the page): templates.SiteState.count_repeats in one call.
  *
+ * hashed_add(values, stamps, slots, meta)
+ * hashed_count(page, slots, meta, takes, stamp, fresh, again) -> (fresh count, again count)
+ * hashed_member(values, slots, meta, stamp, out)
+ *     A site's seen and repeated shingles as one open-addressed table (templates.RepeatTable): slots, uint32
+ *     pairs (key, stamp), a power of two of them, key 0 an empty slot, linear probing from the top bits of
+ *     value * 0x9E3779B1; a key's stamp 2**32 - 1 while seen on one page, else when it was first seen again;
+ *     meta (uint32) = [values held, whether 0 is held, 0's stamp, values repeated]. hashed_add puts
+ *     values[i] with stamps[i] (a value held gets the new stamp) in a table with room for the new ones;
+ *     hashed_count is new_and_again on the table, putting the fresh values in (when takes) and stamping the
+ *     again ones stamp as it goes; hashed_member: out[i] (one byte) = whether values[i] is held with a
+ *     stamp at most stamp (repeated as of it). One cache miss a value where a sorted table's search is a
+ *     dozen unpredictable steps, and an insertion in place where a sorted one merges.
+ *
  * merge_into(keys, values, n, run_keys, run_values)
  *     A run sorted by uint64 key, each key with an 8-byte value, merged into the first n entries of
  *     keys/values (sorted the same way, with room for the run) in place, from the end; the run's
@@ -3066,6 +3079,199 @@ release_page:
 
 /* ---- end of site learning's lookups and merges ---- */
 
+/* ---- a site's seen and repeated shingles as one open-addressed table (templates.RepeatTable) ---- */
+
+#define HASHED_AHEAD 8  /* values ahead whose slot is fetched early */
+#define NOT_REPEATED 0xFFFFFFFFu  /* the stamp of a value seen on one page */
+
+typedef struct {
+    Py_buffer slots, meta;
+    uint32_t *t, *m;  /* t[2 * at]: the key of slot at, t[2 * at + 1]: its stamp (one cache line for both) */
+    uint32_t mask;
+    int shift;
+} hashed_view;
+
+static inline uint32_t hashed_slot(uint32_t v, int shift) {
+    return shift >= 32 ? 0 : (uint32_t)(v * 0x9E3779B1u) >> shift;
+}
+
+static int hashed_views(PyObject *slots, PyObject *meta, hashed_view *h) {
+    if (get_buffer(slots, &h->slots, 8, 1, "slots") < 0) return -1;
+    if (get_buffer(meta, &h->meta, 4, 1, "meta") < 0) goto fail_slots;
+    Py_ssize_t n = h->slots.len / 8;
+    if (n < 2 || (n & (n - 1)) || n > ((Py_ssize_t)1 << 31) || h->meta.len < 16) {
+        PyErr_SetString(PyExc_ValueError, "hashed table: slots (key, stamp) a power of two of them, meta 4");
+        PyBuffer_Release(&h->meta);
+        goto fail_slots;
+    }
+    h->t = h->slots.buf;
+    h->m = h->meta.buf;
+    h->mask = (uint32_t)(n - 1);
+    int bits = 0;
+    while (((Py_ssize_t)1 << bits) < n) bits++;
+    h->shift = 32 - bits;
+    return 0;
+fail_slots:
+    PyBuffer_Release(&h->slots);
+    return -1;
+}
+
+static void hashed_release(hashed_view *h) {
+    PyBuffer_Release(&h->meta);
+    PyBuffer_Release(&h->slots);
+}
+
+/* Where v (not 0) is in the table, or the empty slot where it would go (the caller keeps a free slot). */
+static inline uint32_t hashed_find(const hashed_view *h, uint32_t v) {
+    uint32_t at = hashed_slot(v, h->shift);
+    while (h->t[2 * at] != v && h->t[2 * at] != 0) at = (at + 1) & h->mask;
+    return at;
+}
+
+static inline void hashed_prefetch(const hashed_view *h, const uint32_t *v, Py_ssize_t i, Py_ssize_t n) {
+    if (i + HASHED_AHEAD < n) __builtin_prefetch(&h->t[2 * hashed_slot(v[i + HASHED_AHEAD], h->shift)]);
+}
+
+/* v's stamp (where it is, into *at: the slot, or the mask + 1 for 0), or 0 with *held = 0 when absent. */
+static inline uint32_t hashed_stamp(const hashed_view *h, uint32_t v, uint32_t *at, int *held) {
+    if (v == 0) {
+        *at = h->mask + 1;
+        *held = h->m[1] != 0;
+        return h->m[2];
+    }
+    *at = hashed_find(h, v);
+    *held = h->t[2 * *at] != 0;
+    return h->t[2 * *at + 1];
+}
+
+/* Put v with stamp at its place (from hashed_stamp), counting values held and repeated ones. */
+static inline void hashed_set(hashed_view *h, uint32_t v, uint32_t at, int held, uint32_t old, uint32_t stamp) {
+    h->m[0] += !held;
+    h->m[3] += (!held || old == NOT_REPEATED) && stamp != NOT_REPEATED;
+    h->m[3] -= held && old != NOT_REPEATED && stamp == NOT_REPEATED;
+    if (at > h->mask) {
+        h->m[1] = 1;
+        h->m[2] = stamp;
+    } else {
+        h->t[2 * at] = v;
+        h->t[2 * at + 1] = stamp;
+    }
+}
+
+/* Whether the table has room for extra more values (at most two thirds full after them). */
+static int hashed_room(const hashed_view *h, Py_ssize_t extra) {
+    if (3 * ((Py_ssize_t)h->m[0] + extra) <= 2 * ((Py_ssize_t)h->mask + 1)) return 1;
+    PyErr_SetString(PyExc_ValueError, "hashed table: no room for the values (grow it first)");
+    return 0;
+}
+
+static PyObject *hashed_add(PyObject *self, PyObject *args) {
+    PyObject *o_values, *o_stamps, *o_slots, *o_meta;
+    if (!PyArg_ParseTuple(args, "OOOO", &o_values, &o_stamps, &o_slots, &o_meta)) return NULL;
+    Py_buffer values, stamps;
+    hashed_view h;
+    if (get_buffer(o_values, &values, 4, 0, "values") < 0) return NULL;
+    if (get_buffer(o_stamps, &stamps, 4, 0, "stamps") < 0) goto release_values;
+    if (hashed_views(o_slots, o_meta, &h) < 0) goto release_stamps;
+    Py_ssize_t n = values.len / 4;
+    if (stamps.len != values.len) {
+        PyErr_SetString(PyExc_ValueError, "hashed_add: a stamp a value");
+    } else {
+        const uint32_t *v = values.buf, *s = stamps.buf;
+        uint32_t at;
+        int held;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            hashed_prefetch(&h, v, i, n);
+            uint32_t old = hashed_stamp(&h, v[i], &at, &held);
+            if (!held && !hashed_room(&h, 1)) break;  /* a value held already takes no room */
+            hashed_set(&h, v[i], at, held, old, s[i]);
+        }
+    }
+    hashed_release(&h);
+release_stamps:
+    PyBuffer_Release(&stamps);
+release_values:
+    PyBuffer_Release(&values);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *hashed_count(PyObject *self, PyObject *args) {
+    PyObject *o_page, *o_slots, *o_meta, *o_fresh, *o_again;
+    int takes;
+    unsigned int stamp;
+    if (!PyArg_ParseTuple(args, "OOOpIOO", &o_page, &o_slots, &o_meta, &takes, &stamp, &o_fresh, &o_again))
+        return NULL;
+    Py_buffer page, fresh, again;
+    hashed_view h;
+    Py_ssize_t n_fresh = -1, n_again = -1;
+    if (get_buffer(o_page, &page, 4, 0, "page") < 0) return NULL;
+    if (get_buffer(o_fresh, &fresh, 4, 1, "fresh") < 0) goto release_page;
+    if (get_buffer(o_again, &again, 4, 1, "again") < 0) goto release_fresh;
+    if (hashed_views(o_slots, o_meta, &h) < 0) goto release_again;
+    Py_ssize_t n = page.len / 4;
+    if (fresh.len < page.len || again.len < page.len || stamp == NOT_REPEATED) {
+        PyErr_SetString(PyExc_ValueError, "hashed_count: fresh and again with room for the page, a stamp below 2**32-1");
+    } else if (hashed_room(&h, takes ? n : 0)) {
+        const uint32_t *v = page.buf;
+        uint32_t *f = fresh.buf, *a = again.buf, at;
+        int held;
+        n_fresh = n_again = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            hashed_prefetch(&h, v, i, n);
+            uint32_t old = hashed_stamp(&h, v[i], &at, &held);
+            if (!held) {
+                f[n_fresh++] = v[i];
+                if (takes) hashed_set(&h, v[i], at, held, old, NOT_REPEATED);
+            } else if (old == NOT_REPEATED) {
+                a[n_again++] = v[i];
+                hashed_set(&h, v[i], at, held, old, stamp);
+            }
+        }
+    }
+    hashed_release(&h);
+release_again:
+    PyBuffer_Release(&again);
+release_fresh:
+    PyBuffer_Release(&fresh);
+release_page:
+    PyBuffer_Release(&page);
+    if (PyErr_Occurred()) return NULL;
+    return Py_BuildValue("(nn)", n_fresh, n_again);
+}
+
+static PyObject *hashed_member(PyObject *self, PyObject *args) {
+    PyObject *o_values, *o_slots, *o_meta, *o_out;
+    unsigned int stamp;
+    if (!PyArg_ParseTuple(args, "OOOIO", &o_values, &o_slots, &o_meta, &stamp, &o_out)) return NULL;
+    Py_buffer values, out;
+    hashed_view h;
+    if (get_buffer(o_values, &values, 4, 0, "values") < 0) return NULL;
+    if (get_buffer(o_out, &out, 1, 1, "out") < 0) goto release_values;
+    if (hashed_views(o_slots, o_meta, &h) < 0) goto release_out;
+    Py_ssize_t n = values.len / 4;
+    if (out.len != n || stamp == NOT_REPEATED) {
+        PyErr_SetString(PyExc_ValueError, "hashed_member: out one byte a value, a stamp below 2**32-1");
+    } else {
+        const uint32_t *v = values.buf;
+        uint8_t *o = out.buf;
+        uint32_t at;
+        int held;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            hashed_prefetch(&h, v, i, n);
+            uint32_t found = hashed_stamp(&h, v[i], &at, &held);
+            o[i] = held && found <= stamp;
+        }
+    }
+    hashed_release(&h);
+release_out:
+    PyBuffer_Release(&out);
+release_values:
+    PyBuffer_Release(&values);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"shingles", shingles, METH_VARARGS, "Sorted unique shingle hashes of every document (see the module)."},
     {"minhash", minhash, METH_VARARGS, "MinHash signatures of every document (see the module)."},
@@ -3104,6 +3310,9 @@ static PyMethodDef methods[] = {
     {"earliest_runs", earliest_runs, METH_VARARGS, "Sorted (key, serial) runs merged, each key's first so many kept (see the block)."},
     {"bucket_starts", bucket_starts, METH_VARARGS, "Where each bucket of a sorted uint32 table starts (see the module)."},
     {"new_and_again", new_and_again, METH_VARARGS, "A page's values a site has not seen, and seen but not repeated (see the module)."},
+    {"hashed_add", hashed_add, METH_VARARGS, "uint32 values put in an open-addressed table (see the module)."},
+    {"hashed_count", hashed_count, METH_VARARGS, "new_and_again on open-addressed tables, put in as it goes (see the module)."},
+    {"hashed_member", hashed_member, METH_VARARGS, "Whether values are in an open-addressed table by a stamp (see the module)."},
     {"growing_member", growing_member, METH_VARARGS, "Whether each uint32 value is in a GrowingSet, into out (see the module)."},
     {NULL, NULL, 0, NULL},
 };

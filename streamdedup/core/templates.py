@@ -114,7 +114,8 @@ pages of 800 words) and a count-min sketch of them (two rows of ``BUCKETS``
 8-bit counters, 64 KiB), rebuilt from the window when the site is read from the index. With ``repeats``,
 the shingles seen on the site's new pages (at most ``MAX_SEEN``, 1 MiB; past it shingles seen before are
 still counted, new ones no longer) and those seen on two or more (as many at most), each a ``GrowingSet``
-(a batch writes only what its pages added, unless that merged into the large part).
+(a batch writes only what its pages added, unless that merged into the large part), and both in one
+``RepeatTable`` while the site's state is cached (8 bytes a slot, at most two thirds full: up to 4 MiB).
 """
 
 from __future__ import annotations
@@ -131,10 +132,12 @@ try:
 
     _sorted_member, _sorted_without, _sorted_union = _kernel.sorted_member, _kernel.sorted_without, _kernel.sorted_union
     _growing_member, _new_and_again = _kernel.growing_member, _kernel.new_and_again
+    _hashed = getattr(_kernel, "hashed_count", None) is not None
 except ImportError:  # built without a C compiler: numpy's searchsorted and sort, the same answers
     _sorted_member = _sorted_without = _sorted_union = _growing_member = _new_and_again = None
+    _hashed = False
 
-__all__ = ["TemplateSettings", "SiteState", "GrowingSet", "NOTHING", "learned_template", "content_of",
+__all__ = ["TemplateSettings", "SiteState", "GrowingSet", "RepeatTable", "NOTHING", "learned_template", "content_of",
            "content_of_rest", "in_sorted", "kept_rule", "reads_lines", "excerpt_text_of", "without_repeats",
            "own_text_of", "SiteTimeline", "EMPTY",
            "MAX_TEMPLATE", "MAX_WINDOW_PAGE"]
@@ -146,6 +149,7 @@ BUCKETS = 1 << 15  # counters a row of the window's sketch (an upper bound of th
 BLOCK_SHARE = 0.5  # a block is at most this share of the new shingles of most of the pages it is on
 MAX_SEEN = 1 << 18  # shingles a site remembers having seen, for ``repeats`` (1 MiB; past it no page adds any)
 REPEAT_SHARE = 1 / 3  # a page's extra text repeated on its site is left out of a pair when at most this share of it
+ONCE = 0xFFFFFFFF  # a ``RepeatTable``'s stamp of a value seen on one page (never repeated as of any stamp)
 MIN_RECENT = 4096  # a ``GrowingSet``'s recent part merges into its main part past this size (and an eighth of it)
 BUCKET_VALUES = 8  # values a bucket holds on average
 CONFIRM_PAGES = 32  # new pages of a site over which what a sample learned is counted again (``confirm``)
@@ -316,6 +320,102 @@ class GrowingSet:
 NOTHING = GrowingSet()
 
 
+def _settled_set(grown: GrowingSet, additions: list) -> GrowingSet:
+    """``grown`` after ``with_values`` of each of ``additions`` in turn (sorted uint32 arrays, none in it or in
+    another): the same parts, but each part merged once (which part holds a value follows from the sizes)."""
+    main_size, recent_size, cut = len(grown.main), len(grown.recent), -1
+    for n, values in enumerate(additions):
+        if len(values):
+            recent_size += len(values)
+            if recent_size > max(MIN_RECENT, main_size // 8):
+                main_size, recent_size, cut = main_size + recent_size, 0, n
+    if cut < 0:
+        return GrowingSet(grown.main, _union(grown.recent, _sorted_all(additions)), grown._buckets)
+    return GrowingSet(_merged(grown.main, _union(grown.recent, _sorted_all(additions[:cut + 1]))),
+                      _sorted_all(additions[cut + 1:]))
+
+
+def _sorted_all(parts: list) -> np.ndarray:
+    """The values of ``parts`` (uint32 arrays, no value in two), sorted."""
+    parts = [part for part in parts if len(part)]
+    if len(parts) <= 1:
+        return parts[0] if parts else EMPTY
+    values = np.concatenate(parts)
+    values.sort()
+    return values
+
+
+class RepeatTable:
+    """A site's ``seen`` and ``repeated`` shingles as one open-addressed hash table in the kernel, moved in place
+    page by page (``SiteState.count_repeats``): beside each value seen, when it was first seen again (a stamp;
+    ``ONCE`` while it is on one page), so what the site repeats as of any row of a batch is one look-up
+    (``repeated_as_of``).
+
+    The sorted ``GrowingSet``s stay what is written to the index, and what
+    a table is built from when a site's state is read (its repeated values
+    stamped 0): each new page was searched in two sorted arrays (a dozen
+    unpredictable steps a value, mostly cache misses) and merged into
+    their recent parts (a copy of thousands of values a page); here it is
+    one probe a value and an insertion in place, and the sets are merged
+    once a batch. A table belongs to the state whose set sizes it
+    matches (``matches``): a batch that did not commit leaves it ahead of
+    its site's committed state, and the next is built again.
+    """
+
+    def __init__(self, seen: GrowingSet, repeated: GrowingSet):
+        self._meta = np.zeros(4, dtype=np.uint32)
+        self._slots = _empty_slots(len(seen))
+        for part in (seen.main, seen.recent):
+            self._add(part, np.full(len(part), ONCE, dtype=np.uint32))
+        for part in (repeated.main, repeated.recent):
+            self._add(part, np.zeros(len(part), dtype=np.uint32))
+
+    def sizes(self) -> tuple[int, int]:
+        """How many values ``seen`` and ``repeated`` hold."""
+        return int(self._meta[0]), int(self._meta[3])
+
+    def matches(self, seen: int, repeated: int) -> bool:
+        return self.sizes() == (seen, repeated)
+
+    @property
+    def nbytes(self) -> int:
+        return self._slots.nbytes
+
+    def count(self, page: np.ndarray, takes: bool, stamp: int) -> tuple[np.ndarray, np.ndarray]:
+        """``_fresh_and_again`` of a new page (sorted uint32), the fresh values put in when ``takes``, the others
+        seen on one page stamped ``stamp``."""
+        if takes and 3 * (int(self._meta[0]) + len(page)) > len(self._slots):
+            self._grow(int(self._meta[0]) + len(page))
+        fresh, again = np.empty(len(page), dtype=np.uint32), np.empty(len(page), dtype=np.uint32)
+        sizes = _kernel.hashed_count(np.ascontiguousarray(page), self._slots, self._meta, takes, stamp, fresh, again)
+        return fresh[:sizes[0]], again[:sizes[1]]
+
+    def repeated_as_of(self, values: np.ndarray, stamp: int) -> np.ndarray:
+        """Which of ``values`` (uint32) were seen again by ``stamp``."""
+        found = np.empty(len(values), dtype=bool)
+        _kernel.hashed_member(np.ascontiguousarray(values, dtype=np.uint32), self._slots, self._meta, stamp, found)
+        return found
+
+    def _add(self, values: np.ndarray, stamps: np.ndarray) -> None:
+        _kernel.hashed_add(np.ascontiguousarray(values, dtype=np.uint32), stamps, self._slots, self._meta)
+
+    def _grow(self, values: int) -> None:
+        """Move the values into a table with room for ``values``, at most half full."""
+        slots, meta = self._slots, self._meta
+        held = np.flatnonzero(slots[0::2])
+        self._meta = np.zeros(4, dtype=np.uint32)
+        self._slots = _empty_slots(values)
+        self._add(slots[0::2][held], slots[1::2][held])
+        if meta[1]:
+            self._add(np.zeros(1, dtype=np.uint32), meta[2:3].copy())
+
+
+def _empty_slots(values: int) -> np.ndarray:
+    """An empty ``RepeatTable`` for ``values`` values: the least power of two of slots (key, stamp: uint32 each)
+    of which they take at most half."""
+    return np.zeros(2 << max(4, (2 * values - 1).bit_length()), dtype=np.uint32)
+
+
 @dataclass
 class SiteState:
     """What the index knows of one site's template."""
@@ -332,11 +432,32 @@ class SiteState:
     ahead: bool = False  # ``seen`` and ``repeated`` were counted over all its pages before any was decided
     probation: np.ndarray = field(default_factory=lambda: EMPTY)  # sorted uint32: learned by the last sample, unconfirmed
     confirmations: np.ndarray = field(default_factory=lambda: EMPTY)  # uint32: pages counted, then each one's pages
+    # ``seen`` and ``repeated`` in the kernel's tables, moved page by page, with what each page added to them not
+    # yet merged into them (``settle_counts``); shared with the copy a batch works on (``with_table``)
+    table: Optional[RepeatTable] = field(default=None, repr=False, compare=False)
+    pending: list = field(default_factory=list, repr=False, compare=False)  # (seen's, repeated's) of each page
 
     def copy(self) -> "SiteState":
         counts = None if self._counts is None else self._counts.copy()
         return SiteState(self.pages, self.settled, self.template, list(self.sample), self.blocks, list(self.window),
-                         counts, self.seen, self.repeated, self.ahead, self.probation, self.confirmations)
+                         counts, self.seen, self.repeated, self.ahead, self.probation, self.confirmations,
+                         self.table, list(self.pending))
+
+    def with_table(self) -> Optional[RepeatTable]:
+        """The state's ``RepeatTable`` (built when it has none, or one a batch that did not commit moved ahead),
+        when the kernel has the tables and the state counts as it goes."""
+        if not _hashed or self.ahead or self.pending:
+            return self.table
+        if self.table is None or not self.table.matches(len(self.seen), len(self.repeated)):
+            self.table = RepeatTable(self.seen, self.repeated)
+        return self.table
+
+    def settle_counts(self) -> None:
+        """Merge what counting added since into ``seen`` and ``repeated``, as page by page merges would have."""
+        if self.pending:
+            self.seen = _settled_set(self.seen, [fresh for fresh, _ in self.pending])
+            self.repeated = _settled_set(self.repeated, [again for _, again in self.pending])
+            self.pending = []
 
     def samples_next(self, settings: TemplateSettings) -> bool:
         """Whether the site's next new page goes into a sample."""
@@ -428,13 +549,19 @@ class SiteState:
 
     def takes_new(self) -> bool:
         """Whether ``seen`` takes the shingles it has not seen of the site's next new page."""
-        return len(self.seen) < MAX_SEEN
+        return len(self.seen) + sum(len(fresh) for fresh, _ in self.pending) < MAX_SEEN
 
-    def count_repeats(self, page: np.ndarray) -> np.ndarray:
+    def count_repeats(self, page: np.ndarray, stamp: int = 0) -> np.ndarray:
         """Count a new page's shingles (sorted uint32): those seen before are ``repeated`` (on two or more of the
         site's new pages); the others are added to ``seen`` while it holds fewer than ``MAX_SEEN``
         (``takes_new``). Returns the others (sorted uint32): those of the page its site does not repeat as of
-        the page."""
+        the page. With a ``table``, counted there (the repeated ones stamped ``stamp``) and merged into the
+        sets by ``settle_counts``."""
+        if self.table is not None:
+            takes = self.takes_new()
+            fresh, again = self.table.count(page, takes, stamp)
+            self.pending.append((fresh if takes else EMPTY, again))
+            return fresh
         fresh, again = _fresh_and_again(page, self.seen, self.repeated)
         self.repeated = self.repeated.with_values(again)
         if self.takes_new():
@@ -484,7 +611,8 @@ class SiteState:
         """The memory its arrays take."""
         arrays = [self.template, self.blocks, self.seen, self.repeated, self.probation, self.confirmations, *self.sample,
                   *self.window]
-        return sum(a.nbytes for a in arrays) + (0 if self._counts is None else self._counts.nbytes)
+        return sum(a.nbytes for a in arrays) + (0 if self._counts is None else self._counts.nbytes) + \
+            (0 if self.table is None else self.table.nbytes)
 
     def forget_window(self) -> None:
         """Drop the window (to bound memory); the next pages start another."""

@@ -81,10 +81,12 @@ class BatchRepeats:
     of a batch: the committed state, then the batch's new pages up to that row, in order (so a pair is
     compared alike whatever the batches)."""
 
-    def __init__(self, committed, learns):
+    def __init__(self, committed, learns, base: int = 0):
         self._committed = committed  # site -> its committed SiteState (of a site the batch does not touch)
         self.learns = learns
+        self.base = base  # row r's new values came into the sites' ``RepeatTable``s stamped base + r + 1
         self.states: dict[int, SiteState] = {}  # the committed state of each site the batch touches
+        self.tables: dict = {}  # the ``RepeatTable`` of each site the batch touches that has one
         self._pages: dict[int, list[tuple[int, np.ndarray, bool]]] = {}  # site -> (row, shingles, takes new)
         self._firsts: dict[int, tuple] = {}  # site -> its batch pages' shingles and where each is first, second
         self._counted: dict[int, tuple[int, np.ndarray, np.ndarray]] = {}  # row -> site, its page, what was fresh
@@ -105,10 +107,15 @@ class BatchRepeats:
         return self._searched(values, site, row)
 
     def _searched(self, values: np.ndarray, site: int, row: int) -> np.ndarray:
-        """``repeated``, from the site's committed sets and its batch pages."""
+        """``repeated``, from the site's table by the stamps, or from its committed sets and its batch pages."""
+        table = self.tables.get(site)
         state = self.states.get(site)
         if state is None:
             state = self._committed(site)
+            if state.table is not None and state.table.matches(len(state.seen), len(state.repeated)):
+                table = state.table
+        if table is not None:
+            return table.repeated_as_of(values, self.base + row + 1)
         repeated = state.repeated.contains(values)
         if site not in self._pages:
             return repeated
@@ -183,8 +190,10 @@ class SiteTemplates:
         self.settings = settings
         self.signing = signing
         self._sites: dict[int, SiteState] = {}
-        self._bytes = 0  # about what the cached states take (the states replaced by newer ones included)
+        self._bytes = 0  # about what the cached states take
+        self._sizes: dict[int, int] = {}  # site -> what its cached state took when cached
         self._shared: Optional[np.ndarray] = None
+        self._stamps = 0  # the ``RepeatTable`` stamps batches took so far (a batch's: one past each of its rows)
 
     def content(self, txn: IndexTxn, view, batch: PreparedBatch) -> BatchContent:
         """Every row's content, the sites' new state written into ``txn``, and ``view`` keyed by content
@@ -202,7 +211,8 @@ class SiteTemplates:
         provisional, settles = set(), {}
         sites = batch.sites.tolist()
         learns = settings.learns
-        repeats = BatchRepeats(lambda site: self._committed(txn, site), learns) if settings.repeats else None
+        base = self._stamp_base(len(sites))
+        repeats = BatchRepeats(lambda site: self._committed(txn, site), learns, base) if settings.repeats else None
         for i, item in enumerate(batch.items):
             row = batch.row[i]
             if row < 0 or not isinstance(item, Document):
@@ -211,9 +221,13 @@ class SiteTemplates:
             state = copies.get(site)
             if state is None:
                 committed = self._committed(txn, site)
+                if repeats is not None:
+                    committed.with_table()
                 state = copies[site] = committed.copy()
                 if repeats is not None:
                     repeats.states[site] = committed
+                    if state.table is not None:
+                        repeats.tables[site] = state.table
             digest = batch.contents[row]
             learning = learns(site)
             before, counted = None, None  # the template before a new page, and the page without it (``repeats``)
@@ -223,7 +237,7 @@ class SiteTemplates:
                 if repeats is not None and not state.ahead:
                     counted = state.counted_part(full)
                     takes = state.takes_new()
-                    repeats.add(site, row, counted, takes, state.count_repeats(counted))
+                    repeats.add(site, row, counted, takes, state.count_repeats(counted, base + row + 1))
                 moved = state.add_page(full, settings, counted)
                 if not was_settled and state.template is not before:
                     settles.setdefault(row, []).append(site)
@@ -275,6 +289,17 @@ class SiteTemplates:
         view.use_band_keys(batch.keys)
         return BatchContent(batch.shingles.each(), timeline, self.settings, set(), {}, None)
 
+    def _stamp_base(self, rows: int) -> int:
+        """The stamp before a batch of ``rows`` rows' first (``RepeatTable``): past every earlier batch's. Near
+        the end of uint32 the cached states drop their tables (built again, stamped 0) and stamps start over."""
+        if self._stamps + rows + 2 >= 1 << 32:
+            for state in self._sites.values():
+                state.table = None
+            self._stamps = 0
+        base = self._stamps
+        self._stamps += rows + 1
+        return base
+
     def _committed(self, txn: IndexTxn, site: int) -> SiteState:
         state = self._sites.get(site)
         if state is None:
@@ -283,11 +308,14 @@ class SiteTemplates:
         return state
 
     def _cache(self, site: int, state: SiteState) -> None:
+        self._bytes -= self._sizes.pop(site, 0)  # a state replaced: its tables and large parts are the new one's
         if len(self._sites) >= CACHED_SITES or self._bytes >= CACHED_BYTES:
             self._sites.clear()
+            self._sizes.clear()
             self._bytes = 0
         self._sites[site] = state
-        self._bytes += state.nbytes()
+        self._sizes[site] = state.nbytes()
+        self._bytes += self._sizes[site]
 
     def _shared_now(self, txn: IndexTxn) -> np.ndarray:
         if self._shared is None:
@@ -303,6 +331,7 @@ class SiteTemplates:
 
     def _write(self, txn: IndexTxn, copies: dict[int, SiteState], shared: np.ndarray, hosts: dict) -> None:
         for site, state in copies.items():
+            state.settle_counts()
             before = self._committed(txn, site)
             if state.pages != before.pages:
                 save_site(txn, site, state, before, hosts.get(site, ""))
@@ -378,6 +407,7 @@ class SiteTemplates:
     def forget_cache(self) -> None:
         """Drop the cached state (after the index changed under it: a rebuild)."""
         self._sites.clear()
+        self._sizes.clear()
         self._bytes = 0
         self._shared = None
 
