@@ -28,8 +28,8 @@ def keep_freed_memory() -> None:
 
     The sharded deployment's signing and vshards processes too: they prepare
     an epoch's records, or make, fetch and read its home messages, megabytes
-    each (reading 3 MB messages from a broker: 3.2-4.0 ns a byte of CPU with
-    freed memory kept, 4.5-5.1 without; docs/pages/performance.md).
+    each (reading 3 MB messages from a broker: a median of 3.55 ns a byte of
+    CPU with freed memory kept, 5.1 without; docs/pages/performance.md).
     """
     mallopt = libc_function("mallopt")
     if mallopt is not None:
