@@ -3,6 +3,7 @@ forget orders in the order topic, and where each record lives."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -45,6 +46,18 @@ def test_a_home_message_carries_its_records_whole_and_what_preparing_made_of_the
         assert [i.id for i in got.prepared.items] == [i.id for i in mine.items]
         assert got.prepared.contents == mine.contents and np.array_equal(got.prepared.keys, mine.keys)
         assert [i.source for i in got.prepared.items] == [records[i].source for i in places]
+
+
+def test_a_home_message_carries_band_keys_in_four_bytes_and_gives_them_back_as_prepared():
+    records = _records()
+    prepared = _prepared(records)
+    assert prepared.keys.dtype == np.uint64 and prepared.keys.size
+    narrow = pack_home(list(range(len(records))), records, prepared)
+    wide = dataclasses.replace(prepared, keys=prepared.keys | np.uint64(1 << 40))  # not a band key: sent whole
+    assert len(pack_home(list(range(len(records))), records, wide)) - len(narrow) == 4 * prepared.keys.size
+    got = unpack_home(narrow).prepared.keys
+    assert got.dtype == np.uint64 and np.array_equal(got, prepared.keys)
+    assert np.array_equal(unpack_home(pack_home(list(range(len(records))), records, wide)).prepared.keys, wide.keys)
 
 
 @pytest.mark.parametrize("count", [1, 3, 8])

@@ -172,3 +172,17 @@ def test_a_vshard_state_of_another_format_is_refused_saying_what_to_do(tmp_path)
     index.close()
     with pytest.raises(IncompatibleIndexError, match="start the deployment over in new folders and replay"):
         VShard(0, 1, _settings(config), folder, sync=False)
+
+
+def test_an_epochs_kept_shingles_are_coded_in_one_call_as_one_document_is():
+    import numpy as np
+
+    from streamdedup.core import eliasfano
+    from streamdedup.store.index import u64
+
+    draw = np.random.default_rng(3)
+    shingles = {serial: np.unique(draw.integers(0, 1 << 32, size, dtype=np.uint64)).astype(np.uint32)
+                for serial, size in [(40, 200), (7, 0), (12, 1), (900, 57)]}
+    assert vshardstate._coded_shingles(shingles) == sorted((u64(serial), eliasfano.encode(values))
+                                                           for serial, values in shingles.items())
+    assert vshardstate._coded_shingles({}) == []

@@ -259,8 +259,7 @@ class LmdbState:
         packed = self.txn.pack_records(records)
         self.cursor("docs").putmulti(sorted(zip([serial_key(r.serial) for r in records], packed)))
         self.cursor("ids").putmulti(sorted(entry(ident, r.serial) for ident, r in zip(ids, records)), dupdata=True)
-        self.cursor("shingles").putmulti(sorted((u64(serial), eliasfano.encode(kept))
-                                                for serial, kept in shingles.items()))
+        self.cursor("shingles").putmulti(_coded_shingles(shingles))
         self.cursor("members").putmulti(sorted((serial_key(cluster), serial_key(serial))
                                                for cluster, serial in members), dupdata=True)
 
@@ -456,6 +455,18 @@ def _both_levels(slots: np.ndarray, settled: tuple[np.ndarray, np.ndarray],
     begin = np.searchsorted(every_slot, slots, "left")
     return begin.astype(np.int64), (np.searchsorted(every_slot, slots, "right") - begin).astype(np.int64), \
         every[order]
+
+
+def _coded_shingles(shingles: dict[int, np.ndarray]) -> list[tuple[bytes, bytes]]:
+    """The ``shingles`` table's (key, value) of each kept document (serial -> its shingles), in key order: coded
+    in one call of ``eliasfano.encode_many`` (a call a document cost a home more than filing them)."""
+    if not shingles:
+        return []
+    serials = sorted(shingles)
+    values = [shingles[serial] for serial in serials]
+    offsets = np.zeros(len(values) + 1, dtype=np.int64)
+    np.cumsum([len(v) for v in values], out=offsets[1:])
+    return list(zip([u64(serial) for serial in serials], eliasfano.encode_many(np.concatenate(values), offsets)))
 
 
 def _first_in(cursor, content: bytes) -> Optional[tuple[int, int, bool]]:

@@ -242,9 +242,9 @@ class VShard:
         serials = np.fromiter(new, dtype=np.int64, count=len(new))
         contents = [batch.contents[row] for row in new.values()]
         owners = owners_of_contents(contents, self.count) if contents else _NONE
-        return [self._to(e, "contents", w, {"serials": _ints(serials[owners == w]),
-                                            "contents": [contents[i] for i in np.flatnonzero(owners == w).tolist()]})
-                for w in range(self.count)]
+        parts = _split_by(owners, self.count, serials, np.arange(len(contents)))
+        return [self._to(e, "contents", w, {"serials": _ints(owned), "contents": [contents[i] for i in at.tolist()]})
+                for w, (owned, at) in enumerate(parts)]
 
     def receive(self, message: Message) -> list[Message]:
         """Take one message; once every vshard's is in for its stage, run the stage: the messages it sends."""
@@ -305,9 +305,9 @@ class VShard:
                            for slot, asked in _by_slot(slots[cached], serials[cached])]
         slots, serials = slots[~cached], serials[~cached]
         e.probes = (slots, serials)
-        owners = owners_of_slots(slots, self.count)
-        return [self._to(e, "probes", w, {"at": _offsets(e, serials[owners == w]), "slots": _slots(slots[owners == w])})
-                for w in range(self.count)]
+        parts = _split_by(owners_of_slots(slots, self.count), self.count, serials, slots)
+        return [self._to(e, "probes", w, {"at": _offsets(e, owned), "slots": _slots(owned_slots)})
+                for w, (owned, owned_slots) in enumerate(parts)]
 
     def _on_probes(self, e: _Epoch, bodies: list[dict]) -> list[Message]:
         """As a band key's owner: its places to its first probers (``candidates.file_prober``'s rule), and each
@@ -330,21 +330,23 @@ class VShard:
                                   np.repeat(np.arange(len(slots)), earlier)])
         holders = np.concatenate([held[ranges(held_start[run], committed)],
                                   holder(*(values[ranges(starts[run], earlier)] for values in (serials, homes)))])
-        asking = homes[probers]
-        return [self._to(e, "places", home, {"probers": _offsets(e, serials[probers[asking == home]]),
-                                             "holders": _ints(holders[asking == home]),
-                                             "closed": self._closed_for(home, slots, homes, closed, run, held_start,
-                                                                        held_count, held),
-                                             "beyond": _offsets(e, serials[beyond & (homes == home)]),
-                                             "beyond_slots": _slots(slots[beyond & (homes == home)])})
+        asked = _split_by(homes[probers], self.count, serials[probers], holders)
+        past = np.flatnonzero(beyond)
+        passed = _split_by(homes[past], self.count, serials[past], slots[past])
+        shut = np.flatnonzero(closed)
+        closed_runs = _split_by(homes[shut], self.count, run[shut])
+        return [self._to(e, "places", home, {"probers": _offsets(e, asked[home][0]), "holders": _ints(asked[home][1]),
+                                             "closed": self._closed_for(closed_runs[home][0], slots, starts,
+                                                                        held_start, held_count, held),
+                                             "beyond": _offsets(e, passed[home][0]),
+                                             "beyond_slots": _slots(passed[home][1])})
                 for home in range(self.count)]
 
     @staticmethod
-    def _closed_for(home: int, slots, homes, closed, run, held_start, held_count, held) -> list:
-        """The closed keys ``home`` probed, each with its holders: (slot, holders)."""
-        runs = np.unique(run[closed & (homes == home)]).tolist()
-        return [(int(slots[np.searchsorted(run, r)]), _ints(held[held_start[r]:held_start[r] + held_count[r]]))
-                for r in runs]
+    def _closed_for(runs: np.ndarray, slots, starts, held_start, held_count, held) -> list:
+        """The closed keys of ``runs`` (a home's probes of them), each with its holders: (slot, holders)."""
+        return [(int(slots[starts[r]]), _ints(held[held_start[r]:held_start[r] + held_count[r]]))
+                for r in np.unique(runs).tolist()]
 
     def _on_places(self, e: _Epoch, bodies: list[dict]) -> list[Message]:
         """Sum the bands each candidate shares; ask each candidate's home to verify those sharing enough."""
@@ -458,9 +460,9 @@ class VShard:
         serials = np.concatenate([serials for _, serials in e.beyond]) if e.beyond else _NONE
         kept = np.array([serial in e.kept for serial in serials.tolist()], dtype=bool)
         slots, serials = slots[kept], serials[kept]
-        owners = owners_of_slots(slots, self.count)
-        return [self._to(e, "kept", w, {"at": _offsets(e, serials[owners == w]), "slots": _slots(slots[owners == w])})
-                for w in range(self.count)]
+        parts = _split_by(owners_of_slots(slots, self.count), self.count, serials, slots)
+        return [self._to(e, "kept", w, {"at": _offsets(e, owned), "slots": _slots(owned_slots)})
+                for w, (owned, owned_slots) in enumerate(parts)]
 
     def _on_kept(self, e: _Epoch, bodies: list[dict]) -> list[Message]:
         """As a band key's owner: file the kept documents past its cap after its places, then the epoch is done."""
@@ -693,6 +695,16 @@ class _SubBatch:
         else:
             serials = shared = _NONE
         return Gathered(Hits(serials.astype(np.int64), shared.astype(np.int64), bounds), self.serial_of)
+
+
+def _split_by(labels: np.ndarray, count: int, *columns: np.ndarray) -> list[tuple[np.ndarray, ...]]:
+    """``columns`` cut by ``labels`` (0 to ``count`` - 1, one an entry): for each label, each column's entries
+    where it stands, in their order. One stable sort, where a mask a label went over every entry ``count``
+    times (a stage's messages to every vshard)."""
+    order = np.argsort(labels, kind="stable")
+    bounds = np.searchsorted(labels[order], np.arange(count + 1)).tolist()
+    ordered = [column[order] for column in columns]
+    return [tuple(column[bounds[w]:bounds[w + 1]] for column in ordered) for w in range(count)]
 
 
 def _by_slot(slots: np.ndarray, serials: np.ndarray):

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from ...config import Config, kafka_client_settings
+from ...core.memory import keep_freed_memory
 from ...core.prepare import prepare
 from ...core.records import id_key
 from ...core.signed import ForgetOrder, subset
@@ -652,6 +653,7 @@ def run_vshards(config: Config, state: Optional[str], numbers: Optional[list[int
     ``state``, which every process that may host it reaches (without ``state``: in memory, so a vshard given
     to a process is decided again from the topics' beginning, emitting nothing Kafka has)."""
     check_supported(config)
+    keep_freed_memory()  # home messages and their fetches are megabytes each (``memory.keep_freed_memory``)
     stopper = stopper or Stopper()
     telemetry = WorkerTelemetry(None, config.metrics.address if config.metrics.enabled else None)
     telemetry.start()

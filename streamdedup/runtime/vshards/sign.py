@@ -23,6 +23,7 @@ from typing import Callable, Optional
 
 from ...config import Config, kafka_client_settings
 from ...core.decode import InputSpec
+from ...core.memory import keep_freed_memory
 from ...core.prepare import prepare_raw, raw_payload
 from ...core.records import RawRecord
 from ...core.signed import joined, split
@@ -203,6 +204,7 @@ def run_signer(config: Config, log: Log, stopper, until_idle_s: Optional[float] 
 
     Its sessions run in the reconnect loop every role shares (``sessions``).
     """
+    keep_freed_memory()  # an epoch's arrays and home messages are megabytes each (``memory.keep_freed_memory``)
     telemetry = WorkerTelemetry(None, config.metrics.address if config.metrics.enabled else None)
     telemetry.start()
     log.info("started", role="sign", topics=",".join(config.input.topics), signed_topic=config.shards.signed_topic,
