@@ -199,12 +199,16 @@ class KafkaSource:
         self.consumer.assign(partitions)
 
     def subscribe(self, topics: list[str], listener=None) -> None:
-        """Join the group on ``topics``, their partitions learnt first: a member whose client has not yet
-        heard of a topic (one created a moment ago) is assigned none of it, and the group rebalances again
-        once it has (half a second or more of a starting process, for nothing)."""
-        for topic in topics:
-            self.consumer.partitions_for_topic(topic)
+        """Join the group on ``topics``, their partitions learnt first, once subscribed: a member whose client has
+        not yet heard of a topic (one created a moment ago) is assigned none of it, and the group rebalances again
+        once it has (half a second or more of a starting process, for nothing). And the client's record of the
+        subscribed topics' partitions is made when metadata comes in: one that came before the subscription
+        records none of them, and a leader that assigns the group before the next comes sees their partitions
+        "change" after it, and makes the group rebalance again (kafka-python 3.0.12; seen in 4 to 6 of 10 starts of
+        the sharded deployment, a vshards host's first commit then sometimes refused for an old generation). So the
+        metadata is fetched after subscribing, before the first poll joins."""
         self.consumer.subscribe(topics, **({} if listener is None else {"listener": listener}))
+        self.consumer.topics()  # every topic's metadata, fetched now (the subscribed ones' partitions recorded)
 
     def committed(self, partition, timeout_s: float) -> Optional[int]:
         """The group's committed offset of a partition (None if it has none).

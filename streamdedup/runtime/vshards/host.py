@@ -78,7 +78,20 @@ IDLE_MEMBER = {"retry_backoff_ms": 100, "auto_offset_reset": "latest", "fetch_ma
 # A join of the group that outlasts the member's poll goes on without it, and may then never be completed
 # (``rejoin_if_abandoned``): the longer each poll, the rarer that is; closing the member waits for one.
 MEMBER_POLL_MS = 1000
+# A vshard with a new state reads its records and exchange partitions from their beginning. Seeking there
+# (``seek_to_beginning``) leaves a partition unfetchable until the client has asked the broker where that is, and
+# a broker answers a connection's requests in turn, so that question waited behind the held fetch in flight
+# (``HELD_FETCH_MS``), as did the metadata of topics the consumer had not read yet: a deployment's first epoch
+# took 0.6 to 1.6 s where its work took 0.1. So such a partition is read from offset 0, which the broker answers at
+# once; a partition whose beginning retention has removed is out of range there, and the consumer moves to its
+# beginning (``auto_offset_reset``), as the seek did.
+FROM_START = {"auto_offset_reset": "earliest"}
 WAIT_S = 60.0  # longest wait for a message named by another (a home message, the order topic's next)
+
+
+def known_offset(offset: Optional[int]) -> int:
+    """Where to read a partition from: ``offset``, or for None (from its beginning) offset 0 (``FROM_START``)."""
+    return 0 if offset is None else offset
 
 
 def parse_vshards(text: str, count: int) -> list[int]:
@@ -200,10 +213,11 @@ class _Inbound:
 
         self.order_tp = TopicPartition(config.shards.signed_topic, 0)
         self.records_topic, self.exchange_topic = values_topic(config), config.shards.evidence_topic
-        self.source = KafkaSource([], {"fetch_max_wait_ms": HELD_FETCH_MS, **settings}, None, 1000)
+        self.source = KafkaSource([], {"fetch_max_wait_ms": HELD_FETCH_MS, **settings, **FROM_START}, None, 1000)
         held_fetches(self.source.consumer, FETCH_WAIT_MS)
         self.source.assign([self.order_tp])
         self.first_order = self.source.consumer.beginning_offsets([self.order_tp])[self.order_tp]
+        self.source.consumer.partitions_for_topic(self.records_topic)  # every topic's leaders, before any fetch
         self.orders: dict[int, bytes] = {}
         self.homes: dict[tuple[int, int], bytes] = {}
         self.stages: list[tuple[int, int, bytes]] = []
@@ -219,8 +233,8 @@ class _Inbound:
         self.source.assign([self.order_tp, *(TopicPartition(topic, n) for n in hosted
                                              for topic in (self.records_topic, self.exchange_topic))])
         for n in new:
-            self.source.seek(TopicPartition(self.exchange_topic, n), hosted[n].exchange_at)
-            self.source.seek(TopicPartition(self.records_topic, n), hosted[n].records_at)
+            self.source.seek(TopicPartition(self.exchange_topic, n), known_offset(hosted[n].exchange_at))
+            self.source.seek(TopicPartition(self.records_topic, n), known_offset(hosted[n].records_at))
         self.stages = [stage for stage in self.stages if stage[0] in hosted and stage[0] not in new]
         self.homes = {key: value for key, value in self.homes.items() if key[0] in hosted and key[0] not in new}
         if new and hosted:
