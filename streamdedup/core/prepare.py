@@ -139,10 +139,8 @@ def short_line_shingles(texts: list[str], signing: SigningConfig) -> ShingleBatc
             per_text[number].append(hashes)
     arrays = [np.unique(np.concatenate(found)) if len(found) > 1 else found[0] if found else _NO_SHINGLES
               for found in per_text]
-    offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
-    np.cumsum([len(a) for a in arrays], out=offsets[1:])
-    hashes = np.concatenate(arrays).astype(np.uint32) if arrays else _NO_SHINGLES
-    return ShingleBatch(hashes, offsets)
+    batch = ShingleBatch.of_sets(arrays, _NO_SHINGLES)
+    return ShingleBatch(batch.hashes.astype(np.uint32, copy=False), batch.offsets)
 
 
 def _short_runs(text: str) -> list[str]:

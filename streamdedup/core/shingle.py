@@ -188,6 +188,9 @@ def content_hash(normalized: str) -> bytes:
     return hashlib.blake2b(normalized.encode("utf-8"), digest_size=16).digest()
 
 
+_NO_HASHES = np.zeros(0, dtype=np.uint64)
+
+
 @dataclass(frozen=True)
 class ShingleBatch:
     """The unique shingle hashes of a batch of documents, sorted within each document.
@@ -197,6 +200,13 @@ class ShingleBatch:
 
     hashes: np.ndarray  # uint64
     offsets: np.ndarray  # int64, len(documents) + 1
+
+    @classmethod
+    def of_sets(cls, sets: list[np.ndarray], empty: np.ndarray = _NO_HASHES) -> "ShingleBatch":
+        """The batch of these sorted shingle sets, a document each, in order (``empty``: the hashes of none)."""
+        offsets = np.zeros(len(sets) + 1, dtype=np.int64)
+        np.cumsum([len(s) for s in sets], out=offsets[1:])
+        return cls(np.concatenate(sets) if sets else empty, offsets)
 
     def of(self, i: int) -> np.ndarray:
         """The sorted unique shingle hashes of document ``i``."""

@@ -162,7 +162,5 @@ def template_settings(config: Config) -> TemplateSettings:
 
 def band_keys_of(sets: list[np.ndarray], signing: "SigningConfig") -> np.ndarray:
     """The band keys (rows x bands) of these shingle sets, each signed as a document of its own."""
-    offsets = np.zeros(len(sets) + 1, dtype=np.int64)
-    np.cumsum([len(s) for s in sets], out=offsets[1:])
-    signatures = sign_batch(ShingleBatch(np.concatenate(sets), offsets), signing.num_perm, signing.seed)
+    signatures = sign_batch(ShingleBatch.of_sets(sets), signing.num_perm, signing.seed)
     return band_keys(signatures, signing.bands, signing.rows)

@@ -448,9 +448,14 @@ class SiteState:
         when the kernel has the tables and the state counts as it goes."""
         if not _hashed or self.ahead or self.pending:
             return self.table
-        if self.table is None or not self.table.matches(len(self.seen), len(self.repeated)):
+        if self.matching_table() is None:
             self.table = RepeatTable(self.seen, self.repeated)
         return self.table
+
+    def matching_table(self) -> Optional[RepeatTable]:
+        """Its ``table`` if that holds what its sets hold (not one a batch that did not commit moved ahead)."""
+        table = self.table
+        return table if table is not None and table.matches(len(self.seen), len(self.repeated)) else None
 
     def settle_counts(self) -> None:
         """Merge what counting added since into ``seen`` and ``repeated``, as page by page merges would have."""

@@ -112,8 +112,7 @@ class BatchRepeats:
         state = self.states.get(site)
         if state is None:
             state = self._committed(site)
-            if state.table is not None and state.table.matches(len(state.seen), len(state.repeated)):
-                table = state.table
+            table = state.matching_table()
         if table is not None:
             return table.repeated_as_of(values, self.base + row + 1)
         repeated = state.repeated.contains(values)

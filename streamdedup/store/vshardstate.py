@@ -68,6 +68,7 @@ import numpy as np
 
 from ..core import eliasfano
 from ..core.lsh import KEY_MASK, band_slots
+from ..core.shingle import ShingleBatch
 from ..core.signing import SigningConfig
 from ..errors import IncompatibleIndexError, IndexUnusableError
 from .bandfilter import SCAN_CHUNK, BandFilter
@@ -463,10 +464,8 @@ def _coded_shingles(shingles: dict[int, np.ndarray]) -> list[tuple[bytes, bytes]
     if not shingles:
         return []
     serials = sorted(shingles)
-    values = [shingles[serial] for serial in serials]
-    offsets = np.zeros(len(values) + 1, dtype=np.int64)
-    np.cumsum([len(v) for v in values], out=offsets[1:])
-    return list(zip([u64(serial) for serial in serials], eliasfano.encode_many(np.concatenate(values), offsets)))
+    batch = ShingleBatch.of_sets([shingles[serial] for serial in serials])
+    return list(zip([u64(serial) for serial in serials], eliasfano.encode_many(batch.hashes, batch.offsets)))
 
 
 def _first_in(cursor, content: bytes) -> Optional[tuple[int, int, bool]]:
