@@ -182,6 +182,23 @@ def test_kernel_blake2b_equals_hashlib():
             assert _kernel.blake2b(data, size) == hashlib.blake2b(data, digest_size=size).digest(), (n, size)
 
 
+def test_a_batchs_id_keys_made_in_the_kernel_are_id_key_of_each(monkeypatch):
+    """``prepare.id_keys_of``: the kernel's keys of every id are ``records.id_key``'s, non-ASCII ids and every
+    length around BLAKE2b's 128-byte block included; without the kernel the same; a non-str id is refused."""
+    from streamdedup.core import prepare
+    from streamdedup.core.records import id_key
+
+    ids = [*TEXTS, "", "https://example.com/page?id=7", *("é" * n for n in range(60, 70)),
+           *("x" * n for n in range(120, 260))]
+    expected = [id_key(doc_id) for doc_id in ids]
+    assert prepare._kernel.id_keys(ids) == expected
+    assert prepare.id_keys_of(ids) == expected
+    with pytest.raises(TypeError):
+        prepare._kernel.id_keys(["a", 3])
+    monkeypatch.setattr(prepare, "_kernel", None)
+    assert prepare.id_keys_of(ids) == expected
+
+
 @pytest.mark.parametrize("kind, k, bands, rows", [("word", 3, 32, 4), ("word", 1, 20, 6), ("char", 5, 16, 8)])
 def test_kernel_prepares_ascii_batches_as_the_steps_do(monkeypatch, kind, k, bands, rows):
     """``prepare`` in one kernel call (every text ASCII) gives the contents, shingles and band keys of the

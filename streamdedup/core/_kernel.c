@@ -528,27 +528,33 @@ static PyObject *ef_encoded(const uint32_t *v, Py_ssize_t n) {
     PyObject *result = PyBytes_FromStringAndSize(NULL, size);
     if (!result) return NULL;
     uint8_t *out = (uint8_t *)PyBytes_AS_STRING(result);
-    memset(out, 0, size);
     Py_ssize_t at = 0;
     out[at++] = (uint8_t)low;
     uint64_t rest = (uint64_t)n;
     while (rest >= 0x80) { out[at++] = (uint8_t)(rest | 0x80); rest >>= 7; }
     out[at++] = (uint8_t)rest;
     uint8_t *lows = out + at, *upper = lows + low_bytes;
+    memset(upper, 0, size - (upper - out)); /* the low bits' bytes are all written below */
     uint64_t mask = low ? ((1ULL << low) - 1) : 0;
-    uint64_t pending = 0; /* low bits not written yet, the next byte's first (at most 7 + 32 of them) */
+    uint64_t pending = 0; /* low bits not written yet, the next bytes' first (at most 31 + 32 of them) */
     int held = 0;
     uint8_t *low_at = lows;
     for (Py_ssize_t i = 0; i < n; i++) {
         pending |= ((uint64_t)v[i] & mask) << held;
         held += low;
-        while (held >= 8) {
-            *low_at++ = (uint8_t)pending;
-            pending >>= 8;
-            held -= 8;
+        if (held >= 32) { /* four bytes at once, least significant first */
+            low_at[0] = (uint8_t)pending; low_at[1] = (uint8_t)(pending >> 8);
+            low_at[2] = (uint8_t)(pending >> 16); low_at[3] = (uint8_t)(pending >> 24);
+            low_at += 4;
+            pending >>= 32;
+            held -= 32;
         }
     }
-    if (held > 0) *low_at = (uint8_t)pending;
+    while (held > 0) {
+        *low_at++ = (uint8_t)pending;
+        pending >>= 8;
+        held -= 8;
+    }
     for (Py_ssize_t i = 0; i < n; i++) {
         uint64_t position = ((uint64_t)v[i] >> low) + (uint64_t)i;
         upper[position >> 3] |= (uint8_t)(1u << (position & 7));
@@ -1114,6 +1120,23 @@ static PyObject *blake2b_digest(PyObject *self, PyObject *args) {
     blake2b(data.buf, data.len, out, outlen);
     PyBuffer_Release(&data);
     return PyBytes_FromStringAndSize((const char *)out, outlen);
+}
+
+/* id_keys(ids): records.id_key of each str of a list, BLAKE2b-64 of its UTF-8 bytes, in one call. */
+static PyObject *id_keys(PyObject *self, PyObject *args) {
+    PyObject *ids;
+    if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &ids)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(ids);
+    PyObject *result = PyList_New(n);
+    for (Py_ssize_t i = 0; result && i < n; i++) {
+        Py_ssize_t size;
+        const char *text = PyUnicode_AsUTF8AndSize(PyList_GET_ITEM(ids, i), &size); /* TypeError if not a str */
+        PyObject *key = text ? PyBytes_FromStringAndSize(NULL, 8) : NULL;
+        if (!key) { Py_CLEAR(result); break; }
+        blake2b((const unsigned char *)text, size, (unsigned char *)PyBytes_AS_STRING(key), 8);
+        PyList_SET_ITEM(result, i, key);
+    }
+    return result;
 }
 
 /* prepare_ascii(text, text_lengths, kind_word, k, a, b, bands, rows, band_base,
@@ -3278,6 +3301,7 @@ static PyMethodDef methods[] = {
     {"ascii_normalize", ascii_normalize, METH_VARARGS, "The ASCII fast path of normalization (see the module)."},
     {"ef_encode", ef_encode, METH_VARARGS, "Elias-Fano coding of sorted unique uint32 values (see eliasfano.py)."},
     {"ef_encode_many", ef_encode_many, METH_VARARGS, "ef_encode of each document of (values, offsets)."},
+    {"id_keys", id_keys, METH_VARARGS, "records.id_key of each id of a list."},
     {"shared_count", shared_count, METH_VARARGS, "Values two sorted unique uint32 arrays share."},
     {"sorted_member", sorted_member, METH_VARARGS, "Whether each uint32 value is in a sorted uint32 table, into out."},
     {"sorted_union", sorted_union, METH_VARARGS, "The sorted union of two sorted uint32 arrays, into out; how many."},

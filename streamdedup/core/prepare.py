@@ -89,7 +89,7 @@ def prepare(items: list[Item], signing: SigningConfig, made=_UNMADE) -> Prepared
     for item in items:
         row.append(next_row if isinstance(item, Document) else -1)
         next_row += isinstance(item, Document)
-    id_keys = [id_key(doc.id) for doc in documents]
+    id_keys = id_keys_of([doc.id for doc in documents])
     hosts = {}
     for doc in documents:
         if doc.url:
@@ -98,6 +98,13 @@ def prepare(items: list[Item], signing: SigningConfig, made=_UNMADE) -> Prepared
     lines = short_line_shingles([doc.text for doc in documents], signing) if reads_lines(signing.templates) \
         and signing.excerpt_sampling else None
     return PreparedBatch(items, row, contents, id_keys, shingles, keys, sites, hosts, lines)
+
+
+def id_keys_of(ids: list[str]) -> list[bytes]:
+    """``records.id_key`` of each id, in one kernel call (``_kernel.id_keys``, the same keys) when there is one."""
+    if _kernel is None:
+        return [id_key(doc_id) for doc_id in ids]
+    return _kernel.id_keys(ids)
 
 
 def prepare_ahead(items: list[Item], signing: SigningConfig, executor: Executor) -> Callable[[], PreparedBatch]:
@@ -170,18 +177,21 @@ def _prepared_ascii(texts: list[str], signing: SigningConfig):
 
 def _ascii_call(texts: list[str], signing: SigningConfig) -> Optional["_AsciiCall"]:
     """The kernel's call for ``texts``; None without the kernel, or when a text is not ASCII."""
-    if _kernel is None or not texts or not all(t.isascii() for t in texts) or signing.shingle not in ("word", "char"):
+    if _kernel is None or not texts or signing.shingle not in ("word", "char"):
         return None
-    return _AsciiCall(texts, signing)
+    joined = "".join(texts)
+    if not joined.isascii():  # a flag of the string, read in one step: ASCII when every text is
+        return None
+    return _AsciiCall(texts, joined, signing)
 
 
 class _AsciiCall:
     """``_kernel.prepare_ascii``'s arguments for a batch of ASCII texts (its outputs allocated), and its answer."""
 
-    def __init__(self, texts: list[str], signing: SigningConfig):
+    def __init__(self, texts: list[str], joined: str, signing: SigningConfig):
         count = len(texts)
         self.signing = signing
-        self.text = "".join(texts).encode("ascii")
+        self.text = joined.encode("ascii")  # ``joined``: the texts joined
         self.lengths = np.fromiter(map(len, texts), dtype=np.int64, count=count)
         self.a, self.b = permutations(signing.num_perm, signing.seed)
         self.points = np.empty(len(self.text) + count, dtype=np.uint8)
