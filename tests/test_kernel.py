@@ -72,7 +72,7 @@ def _reference_signature(hashes: list[int], num_perm: int, seed: int) -> list[in
     return [min((int(a[p, 0]) * (h >> 32) + int(b[p, 0])) & 0xFFFFFFFF for h in hashes) for p in range(num_perm)]
 
 
-@pytest.mark.parametrize("num_perm, seed", [(128, 1), (64, 9), (7, 3)])
+@pytest.mark.parametrize("num_perm, seed", [(128, 1), (64, 9), (7, 3), (100, 5)])  # 100: blocks of 32 and a tail
 def test_kernel_signatures_equal_numpy_and_plain_python_on_mixed_scripts(monkeypatch, num_perm, seed):
     texts = [t for t in TEXTS if normalize_texts([t]).lengths[0]]
     shingles = shingle_batch(normalize_texts(texts))

@@ -395,17 +395,47 @@ fail0: PyBuffer_Release(&points);
     return NULL;
 }
 
-/* The permutations of one shingle folded into the running minima: contiguous lanes, so the
- * compiler vectorizes it; on x86-64 an AVX2 clone is picked at load time when the CPU has it. */
+/* The permutations of one document's shingles folded into the running minima, MINHASH_BLOCK permutations at a
+ * time: a block's minima and coefficients stay in registers while every shingle passes (the whole 128 did not
+ * fit, so each shingle loaded and stored all of them); contiguous lanes, so the compiler vectorizes it; on
+ * x86-64 an AVX2 clone is picked at load time when the CPU has it. */
+#define MINHASH_BLOCK 32
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
 __attribute__((target_clones("avx2", "default")))
 #endif
 static void minhash_document(const void *h, int wide, Py_ssize_t n, const uint32_t *a, const uint32_t *b,
                              Py_ssize_t num_perm, uint32_t *out) {
-    for (Py_ssize_t q = 0; q < num_perm; q++) out[q] = 0xFFFFFFFFu;
-    for (Py_ssize_t j = 0; j < n; j++) {
+    Py_ssize_t q0 = 0;
+    for (; q0 + MINHASH_BLOCK <= num_perm; q0 += MINHASH_BLOCK) {
+        uint32_t m[MINHASH_BLOCK], pa[MINHASH_BLOCK], pb[MINHASH_BLOCK];
+        for (int q = 0; q < MINHASH_BLOCK; q++) {
+            m[q] = 0xFFFFFFFFu;
+            pa[q] = a[q0 + q];
+            pb[q] = b[q0 + q];
+        }
+        if (wide) {
+            for (Py_ssize_t j = 0; j < n; j++) {
+                uint32_t x = (uint32_t)(((const uint64_t *)h)[j] >> 32);
+                for (int q = 0; q < MINHASH_BLOCK; q++) {
+                    uint32_t v = pa[q] * x + pb[q];
+                    m[q] = v < m[q] ? v : m[q];
+                }
+            }
+        } else {
+            for (Py_ssize_t j = 0; j < n; j++) {
+                uint32_t x = ((const uint32_t *)h)[j];
+                for (int q = 0; q < MINHASH_BLOCK; q++) {
+                    uint32_t v = pa[q] * x + pb[q];
+                    m[q] = v < m[q] ? v : m[q];
+                }
+            }
+        }
+        for (int q = 0; q < MINHASH_BLOCK; q++) out[q0 + q] = m[q];
+    }
+    for (Py_ssize_t q = q0; q < num_perm; q++) out[q] = 0xFFFFFFFFu;
+    for (Py_ssize_t j = 0; j < n && q0 < num_perm; j++) {
         uint32_t x = wide ? (uint32_t)(((const uint64_t *)h)[j] >> 32) : ((const uint32_t *)h)[j];
-        for (Py_ssize_t q = 0; q < num_perm; q++) {
+        for (Py_ssize_t q = q0; q < num_perm; q++) {
             uint32_t v = a[q] * x + b[q];
             out[q] = v < out[q] ? v : out[q];
         }
