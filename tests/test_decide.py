@@ -319,3 +319,27 @@ def test_stored_codings_read_at_once_are_those_read_one_by_one(tmp_path):
             one_by_one = {serial: txn.stored_coding(serial) for serial in serials}
             assert txn.stored_codings(serials) == {s: c for s, c in one_by_one.items() if c is not None}
             assert 0 < len(txn.stored_codings(serials)) < 4
+
+
+def test_record_ids_read_at_once_are_those_read_one_by_one(tmp_path, monkeypatch):
+    """``IndexTxn.record_ids`` (the ids of a batch's matches, read in one pass, in the kernel when there is one):
+    what ``record_id`` gives each serial, with the kernel and without, and a missing record says so;
+    ``stored_codings`` the same with the kernel and without."""
+    from streamdedup.errors import IndexCorruptError
+    from streamdedup.store import index as index_module
+
+    pages = [("a", BASE), ("b", _edit(BASE, 40)), ("c", "entirely different words " * 20), ("é-d", BASE)]
+    with Engine(config_module.load(None, environ={}), str(tmp_path)) as engine:
+        _run(engine, pages)
+        with engine.index.read() as txn:
+            serials = [4, 2, 1, 3, 2]
+            one_by_one = {serial: txn.record_id(serial) for serial in sorted(set(serials))}
+            codings = txn.stored_codings([1, 2, 3, 4, 99])
+            for kernel in (index_module._kernel, None):
+                monkeypatch.setattr(index_module, "_kernel", kernel)
+                assert list(txn.record_ids(serials).items()) == list(one_by_one.items())
+                assert txn.record_ids([]) == {}
+                with pytest.raises(IndexCorruptError):
+                    txn.record_ids([1, 99])
+                assert txn.stored_codings([1, 2, 3, 4, 99]) == codings
+            assert one_by_one[4] == "é-d"

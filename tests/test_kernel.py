@@ -718,6 +718,41 @@ def test_the_kernel_reads_a_packed_records_id_as_unpacking_does(seed):
         assert _kernel.record_id(odd) is None
 
 
+def test_fetched_keys_and_values_made_in_the_kernel_are_pythons():
+    """``_kernel.big_endian_keys`` is ``int.to_bytes(width, "big")`` of each serial (OverflowError where it
+    raises it); ``by_serial`` and ``record_ids`` are getmulti's pairs by ``from_u64`` of their keys, their values
+    or ``record_id`` of them (None where it gives None), in the pairs' order."""
+    import msgpack
+
+    from streamdedup.core import _kernel
+    from streamdedup.store.index import from_u64
+
+    serials = [0, 1, 255, 256, 65535, 2**24 + 7, 2**32 - 1, 2**32, 2**63, 2**64 - 1]
+    for width in range(1, 9):
+        fits = [serial for serial in serials if serial < 2 ** (8 * width)]
+        assert _kernel.big_endian_keys(fits, width) == [serial.to_bytes(width, "big") for serial in fits]
+        assert _kernel.big_endian_keys([np.int64(5)], width) == [(5).to_bytes(width, "big")]
+        for wide in [-1, 2 ** (8 * width)]:
+            with pytest.raises(OverflowError):
+                wide.to_bytes(width, "big")
+            with pytest.raises(OverflowError):
+                _kernel.big_endian_keys([1, wide], width)
+    with pytest.raises(ValueError):
+        _kernel.big_endian_keys([1], 9)
+    records = [msgpack.packb(["id-" + "é" * n, True, n]) for n in range(40)] + [b"", msgpack.packb([b"x"])]
+    pairs = [(serial.to_bytes(width, "big"), value) for serial, width, value
+             in zip(range(7, 7000, 160), itertools.cycle([4, 8]), records)]
+    assert list(_kernel.by_serial(pairs).items()) == [(from_u64(key), value) for key, value in pairs]
+    assert all(got is value for got, (_, value) in zip(_kernel.by_serial(pairs).values(), pairs))
+    assert list(_kernel.record_ids(pairs).items()) == [(from_u64(key), _kernel.record_id(value))
+                                                       for key, value in pairs]
+    assert list(_kernel.record_ids(pairs).values())[-2:] == [None, None]
+    assert _kernel.by_serial([]) == _kernel.record_ids([]) == {}
+    for odd in ([(b"123456789", b"")], [(1, b"")], [(b"1",)]):
+        with pytest.raises((TypeError, ValueError)):
+            _kernel.by_serial(odd)
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_the_earliest_entries_of_each_key_sorted_in_the_kernel_as_lexsort_does(monkeypatch, seed):
     """``candidates.earliest_of_each_key`` by two stable radix sorts (``_kernel.sort_entries``) keeps the

@@ -108,6 +108,19 @@
  *     The id of a packed index record (its first field, as msgpack unpacks it), without unpacking
  *     the rest; None for data of another layout (msgpack then says what it holds).
  *
+ * big_endian_keys(serials, width) -> list of bytes
+ *     Each int of a list as width (1-8) bytes, big-endian (int.to_bytes(width, "big"): index.u64,
+ *     serial_key): the keys a batch's candidates are fetched by. OverflowError for one that does
+ *     not fit, as to_bytes raises it.
+ *
+ * by_serial(pairs) -> dict
+ *     py-lmdb getmulti's (key, value) pairs as {int.from_bytes(key, "big"): value} (keys of at most
+ *     8 bytes): the candidates' stored codings by serial.
+ *
+ * record_ids(pairs) -> dict
+ *     getmulti's (key, packed record) pairs as {serial: record_id(record)} (None where record_id
+ *     gives None): the candidates' ids by serial, in one pass over the fetched records.
+ *
  * pack_records(records, numbers) -> list of bytes (None: a record left to msgpack)
  *     Each index.DocRecord packed as DocRecord.pack(number) does, byte for byte (msgpack's default
  *     Packer: str as raw with str8, bytes as bin, floats as doubles, ints in their smallest form),
@@ -1904,12 +1917,9 @@ static PyObject *bloom_may_hold(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* The first field of a packed record, a str: its id (None when the data is laid out otherwise). */
-static PyObject *record_id(PyObject *self, PyObject *args) {
-    Py_buffer data;
-    if (!PyArg_ParseTuple(args, "y*", &data)) return NULL;
-    const uint8_t *in = data.buf;
-    Py_ssize_t size = data.len, at = 1, n = -1;
+/* The first field of a packed record, a str: its id (NULL, no error set, when the data is laid out otherwise). */
+static PyObject *packed_id(const uint8_t *in, Py_ssize_t size) {
+    Py_ssize_t at = 1, n = -1;
     if (size >= 2 && (in[0] & 0xf0) == 0x90 && in[0] != 0x90) {
         uint8_t head = in[at++];
         if ((head & 0xe0) == 0xa0) n = head & 0x1f;
@@ -1925,10 +1935,95 @@ static PyObject *record_id(PyObject *self, PyObject *args) {
         result = PyUnicode_DecodeUTF8((const char *)in + at, n, NULL);
         if (!result) PyErr_Clear();
     }
+    return result;
+}
+
+static PyObject *record_id(PyObject *self, PyObject *args) {
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "y*", &data)) return NULL;
+    PyObject *result = packed_id(data.buf, data.len);
     PyBuffer_Release(&data);
     if (!result) Py_RETURN_NONE;
     return result;
 }
+
+static PyObject *big_endian_keys(PyObject *self, PyObject *args) {
+    PyObject *serials;
+    int width;
+    if (!PyArg_ParseTuple(args, "O!i", &PyList_Type, &serials, &width)) return NULL;
+    if (width < 1 || width > 8) {
+        PyErr_SetString(PyExc_ValueError, "width: 1 to 8 bytes");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(serials);
+    PyObject *result = PyList_New(n);
+    for (Py_ssize_t i = 0; result && i < n; i++) {
+        PyObject *number = PyNumber_Index(PyList_GET_ITEM(serials, i));
+        unsigned long long value = number ? PyLong_AsUnsignedLongLong(number) : 0;
+        Py_XDECREF(number);
+        if (!number || (value == (unsigned long long)-1 && PyErr_Occurred())) { Py_CLEAR(result); break; }
+        if (width < 8 && value >> (8 * width)) {
+            PyErr_SetString(PyExc_OverflowError, "int too big to convert");
+            Py_CLEAR(result);
+            break;
+        }
+        PyObject *key = PyBytes_FromStringAndSize(NULL, width);
+        if (!key) { Py_CLEAR(result); break; }
+        uint8_t *out = (uint8_t *)PyBytes_AS_STRING(key);
+        for (int b = width - 1; b >= 0; b--, value >>= 8) out[b] = (uint8_t)value;
+        PyList_SET_ITEM(result, i, key);
+    }
+    return result;
+}
+
+/* A getmulti pair's key (bytes of at most 8) as the int it is big-endian, and its value (borrowed); -1 with an error
+ * set for a pair of another shape. */
+static int fetched_pair(PyObject *pair, PyObject **serial, PyObject **value) {
+    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyBytes_Check(PyTuple_GET_ITEM(pair, 0))) {
+        PyErr_SetString(PyExc_TypeError, "pairs: (bytes key, value) tuples, as getmulti gives them");
+        return -1;
+    }
+    PyObject *key = PyTuple_GET_ITEM(pair, 0);
+    Py_ssize_t size = PyBytes_GET_SIZE(key);
+    if (size > 8) {
+        PyErr_SetString(PyExc_ValueError, "pairs: keys of at most 8 bytes");
+        return -1;
+    }
+    const uint8_t *in = (const uint8_t *)PyBytes_AS_STRING(key);
+    unsigned long long number = 0;
+    for (Py_ssize_t b = 0; b < size; b++) number = (number << 8) | in[b];
+    *serial = PyLong_FromUnsignedLongLong(number);
+    *value = PyTuple_GET_ITEM(pair, 1);
+    return *serial ? 0 : -1;
+}
+
+/* getmulti's pairs by serial: their values (ids false) or the ids of the packed records they are (ids true). */
+static PyObject *pairs_by_serial(PyObject *args, int ids) {
+    PyObject *pairs;
+    if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &pairs)) return NULL;
+    PyObject *result = PyDict_New();
+    for (Py_ssize_t i = 0; result && i < PyList_GET_SIZE(pairs); i++) {
+        PyObject *serial, *value;
+        if (fetched_pair(PyList_GET_ITEM(pairs, i), &serial, &value) < 0) { Py_CLEAR(result); break; }
+        PyObject *held = value;
+        if (ids) {
+            Py_buffer data;
+            if (PyObject_GetBuffer(value, &data, PyBUF_SIMPLE) < 0) { Py_DECREF(serial); Py_CLEAR(result); break; }
+            held = packed_id(data.buf, data.len);
+            PyBuffer_Release(&data);
+            if (!held) held = Py_NewRef(Py_None);
+        }
+        int failed = PyDict_SetItem(result, serial, held);
+        Py_DECREF(serial);
+        if (ids) Py_DECREF(held);
+        if (failed < 0) Py_CLEAR(result);
+    }
+    return result;
+}
+
+static PyObject *by_serial(PyObject *self, PyObject *args) { return pairs_by_serial(args, 0); }
+
+static PyObject *record_ids(PyObject *self, PyObject *args) { return pairs_by_serial(args, 1); }
 
 /* Set the bits of keys (uint64) in one layer (a 1-tuple: the same checks as bloom_may_hold's). */
 static PyObject *bloom_set(PyObject *self, PyObject *args) {
@@ -3353,6 +3448,9 @@ static PyMethodDef methods[] = {
     {"coded_shared", coded_shared, METH_VARARGS, "Values a sorted uint32 array shares with an Elias-Fano coding's."},
     {"coded_jaccards", coded_jaccards, METH_VARARGS, "Jaccard of arrays with codings (see the module)."},
     {"record_id", record_id, METH_VARARGS, "The id of a packed index record (see the module)."},
+    {"big_endian_keys", big_endian_keys, METH_VARARGS, "Each int of a list as width bytes, big-endian (see the module)."},
+    {"by_serial", by_serial, METH_VARARGS, "getmulti's (key, value) pairs as a dict by serial (see the module)."},
+    {"record_ids", record_ids, METH_VARARGS, "The ids of getmulti's packed records by serial (see the module)."},
     {"index_rows", index_rows, METH_VARARGS, "What write_documents files of each decided record (see the module)."},
     {"file_firsts", file_firsts, METH_VARARGS, "The recent mirror's hashes of committed documents (see the module)."},
     {"decision_lines", decision_lines, METH_VARARGS, "A batch's decisions file lines, joined (see the module)."},

@@ -638,8 +638,11 @@ class IndexTxn:
     def stored_codings(self, serials: list[int]) -> dict[int, bytes]:
         """``stored_coding`` of each of these ascending serials that has one, read in one pass in the table's
         order."""
-        found = self.txn.cursor(db=self.dbs["shingles"]).getmulti([u64(serial) for serial in serials])
-        return {from_u64(key): value for key, value in found}
+        if _kernel is None:
+            found = self.txn.cursor(db=self.dbs["shingles"]).getmulti([u64(serial) for serial in serials])
+            return {from_u64(key): value for key, value in found}
+        found = self.txn.cursor(db=self.dbs["shingles"]).getmulti(_kernel.big_endian_keys(serials, 8))
+        return _kernel.by_serial(found)  # the same dict, its keys and values made in one pass
 
     def record(self, serial: int) -> DocRecord:
         raw = self.txn.get(serial_key(serial), db=self.dbs["docs"])
@@ -654,13 +657,20 @@ class IndexTxn:
         return found if found is not None else self.record(serial).id
 
     def record_ids(self, serials: list[int]) -> dict[int, str]:
-        """``record_id`` of each of these serials, the records read in one pass in the table's order."""
+        """``record_id`` of each of these serials, the records read in one pass in the table's order; their ids
+        read in one kernel pass (``_kernel.record_ids``) when every one is there and of the kernel's layout."""
         wanted = sorted(set(serials))
-        keys = [serial_key(serial) for serial in wanted]
-        found = dict(self.txn.cursor(db=self.dbs["docs"]).getmulti(keys))
+        if _kernel is not None:
+            fetched = self.txn.cursor(db=self.dbs["docs"]).getmulti(_kernel.big_endian_keys(wanted, SERIAL_BYTES))
+            ids = _kernel.record_ids(fetched)
+            if len(ids) == len(wanted) and None not in ids.values():  # most batches: in ``wanted``'s order
+                return ids
+        else:
+            fetched = self.txn.cursor(db=self.dbs["docs"]).getmulti([serial_key(serial) for serial in wanted])
+        found = dict(fetched)
         ids = {}
-        for serial, key in zip(wanted, keys):
-            raw = found.get(key)
+        for serial in wanted:
+            raw = found.get(serial_key(serial))
             read = _kernel.record_id(raw) if _kernel is not None and raw is not None else None
             ids[serial] = read if read is not None else self.record_id(serial)  # msgpack's, or the missing one's error
         return ids
