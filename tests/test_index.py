@@ -388,6 +388,30 @@ def test_a_commit_that_fills_the_map_decides_the_batch_again_the_same(tmp_path, 
         [[(d.id, d.status, d.cluster, d.similarity) for d in b] for b in reference]
 
 
+def test_the_mirror_names_every_id_and_content_it_answers_while_a_merge_is_under_way(tmp_path):
+    """``RecentMirror.ids_held`` and ``contents_held`` (a batch's rows asked one by one are those they name)
+    hold every id hash ``serials_of_id`` finds and every content hash ``first_of_content`` answers, of both
+    generations, before, during and after a merge spread over batches."""
+    from streamdedup.core.records import id_key
+
+    texts = [d.text for d in corpus.generate(200, seed=11)]
+    docs = _docs(texts) + _docs(texts[:40], start=1000) + _docs(texts[50:70], start=50)  # copies, replays
+    cfg = config_module.load(None, ("index.merge_every=120",), environ={})
+    seen_ids, seen_contents, during = [b"\x00" * 8], [b"\x00" * 16], 0
+    with Engine(cfg, str(tmp_path / "held")) as engine:
+        for at in range(0, len(docs), 10):
+            batch = engine.prepare(docs[at:at + 10])
+            engine.decide_batch(batch)
+            seen_ids += batch.id_keys
+            seen_contents += batch.contents
+            mirror = engine.mirror
+            during += mirror.merging is not None
+            ids, contents = mirror.ids_held(seen_ids), mirror.contents_held(seen_contents)
+            assert {i for i in seen_ids if mirror.serials_of_id(i)} <= ids
+            assert {c for c in seen_contents if mirror.first_of_content(c) is not None} <= contents
+    assert during > 2
+
+
 def test_hash_tables_find_exactly_the_serials_of_a_hash_among_its_bucket(tmp_path):
     """ids and content entries share 2-byte buckets: a lookup gets its own hash's serials, ascending, no neighbour's."""
     from streamdedup.store.hashed import entries, entry, serials_of_many

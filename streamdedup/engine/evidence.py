@@ -568,10 +568,8 @@ def _replays(txn: IndexTxn, mirror: RecentMirror, batch: PreparedBatch, record, 
     stored = serials_of_many(txn, "ids", batch.id_keys, hash_filter)
     items = row_items(batch)
     replays = {}
-    rows = range(len(batch.id_keys))
-    if mirror.merging is None:  # most batches: only ids the tables or the mirror hold need a closer look
-        firsts = mirror.id_firsts()
-        rows = [row for row, ident in enumerate(batch.id_keys) if ident in firsts or ident in stored]
+    held = mirror.ids_held(batch.id_keys)  # only ids the tables or the mirror hold need a closer look
+    rows = [row for row, ident in enumerate(batch.id_keys) if ident in held or ident in stored]
     for row in rows:
         ident = batch.id_keys[row]
         earlier, recent = stored.get(ident), mirror.serials_of_id(ident)

@@ -231,6 +231,23 @@ class RecentMirror:
         """Id hash -> the first mirrored document with it (read only)."""
         return self._first_of_id
 
+    def ids_held(self, idents: list[bytes]) -> set[bytes]:
+        """Those of ``idents`` that a mirrored document has, of this generation or the one being merged: among
+        them every id hash ``serials_of_id`` finds serials of. Most of a batch's ids are new, and asked this way
+        they cost a set operation, not a call each (a merge is under way in most batches)."""
+        held = self._first_of_id.keys() & idents
+        if self.merging is not None:
+            held |= self.merging._first_of_id.keys() & idents
+        return held
+
+    def contents_held(self, contents: list[bytes]) -> set[bytes]:
+        """Those of ``contents`` that a mirrored document has, of this generation or the one being merged: among
+        them every content hash ``first_of_content`` answers (as ``ids_held``)."""
+        held = self.content.keys() & contents
+        if self.merging is not None:
+            held |= self.merging.content.keys() & contents
+        return held
+
     def id_more(self) -> dict[bytes, list[int]]:
         """Id hash -> the later mirrored documents with it, for the few ids seen more than once (read only)."""
         return self._more_of_id

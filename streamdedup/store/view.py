@@ -42,10 +42,9 @@ def _stored_first_documents(txn: IndexTxn, contents: list[bytes], record: Callab
     if not txn.txn.stat(db)["entries"]:  # nothing merged into it yet (an index's first ``index.merge_every``)
         return found
     cursor = txn.txn.cursor(db=db)
-    key_of = {c: content_key(c) for c in set(contents)}  # each content's key made once
-    asked = sorted(key_of, key=key_of.__getitem__)  # in table order: the pages read stay in cache
-    for c in maybe_held("content", asked, hash_filter, key_of.__getitem__):
-        serial = next((s for s in each_serial_of(cursor, key_of[c]) if record(s).content == c), None)
+    asked = sorted(set(contents))  # in table order (a key is a hash's first bytes): the pages read stay in cache
+    for c in maybe_held("content", asked, hash_filter, content_key):
+        serial = next((s for s in each_serial_of(cursor, content_key(c)) if record(s).content == c), None)
         if serial is not None:
             found[c] = serial
     return found
@@ -56,14 +55,9 @@ def first_documents(txn: IndexTxn, mirror: RecentMirror, contents: list[bytes],
     """The first document of each content hash: the content table's, else the mirror's (``hash_filter``: the
     writer's filter of the table's hashes)."""
     found = _stored_first_documents(txn, contents, record, hash_filter)
-    if mirror.merging is None:  # the mirror's own content map is ``first_of_content``'s answer: the few it holds
-        held = mirror.content
-        asked, first_of = held.keys() & contents, held.get
-    else:
-        asked, first_of = contents, mirror.first_of_content
-    for c in asked:
+    for c in mirror.contents_held(contents):  # the few the mirror holds
         if c not in found:
-            serial = first_of(c)
+            serial = mirror.first_of_content(c)
             if serial is not None:
                 found[c] = serial
     return found
