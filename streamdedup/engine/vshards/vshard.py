@@ -75,6 +75,7 @@ from ..decide import decide_together
 from ..engine import collector_paused
 from ..evidence import Evidence, Gathered, replay_of, twin_of
 from ..settings import DedupSettings
+from .message import Message
 from .placement import homes_of, owners_of_contents, owners_of_slots
 from .stores import ClosedKeys, MemoryState, holder, holder_homes, holder_serials
 
@@ -83,17 +84,6 @@ __all__ = ["Message", "VShard", "check_supported"]
 _ELSEWHERE = Source("vshard", -1, -1)  # another home's document decided here: never written, never sent out
 _NONE = np.zeros(0, dtype=np.int64)
 _OFFSET_BITS = 24  # of a serial's offset in its epoch, beside a band slot's 40 in one sort key (``_slot_then_offset``)
-
-
-@dataclass(frozen=True)
-class Message:
-    """One message between vshards: deterministic, so a copy delivered twice is the same message."""
-
-    epoch: int
-    stage: str
-    sender: int
-    to: int
-    body: bytes  # msgpack
 
 
 def check_supported(config: Config) -> None:
