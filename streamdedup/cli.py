@@ -596,7 +596,7 @@ def _cmd_run(args) -> int:
 
 def _run_role(args, cfg) -> int:
     """``run --role sign`` or ``run --role vshards``: one process of a sharded deployment."""
-    from .runtime.worker import Stopper
+    from .runtime.sessions import Stopper
 
     if cfg.shards.count < 1:
         raise ConfigError(f"--role {args.role} needs shards.count, the deployment's number of virtual shards (1 or "

@@ -75,6 +75,7 @@ from ..decide import decide_together
 from ..engine import collector_paused
 from ..evidence import Evidence, Gathered, replay_of, twin_of
 from ..settings import DedupSettings
+from .message import Message
 from .placement import homes_of, owners_of_contents, owners_of_slots
 from .stores import ClosedKeys, MemoryState, holder, holder_homes, holder_serials
 
@@ -83,17 +84,6 @@ __all__ = ["Message", "VShard", "check_supported"]
 _ELSEWHERE = Source("vshard", -1, -1)  # another home's document decided here: never written, never sent out
 _NONE = np.zeros(0, dtype=np.int64)
 _OFFSET_BITS = 24  # of a serial's offset in its epoch, beside a band slot's 40 in one sort key (``_slot_then_offset``)
-
-
-@dataclass(frozen=True)
-class Message:
-    """One message between vshards: deterministic, so a copy delivered twice is the same message."""
-
-    epoch: int
-    stage: str
-    sender: int
-    to: int
-    body: bytes  # msgpack
 
 
 def check_supported(config: Config) -> None:
@@ -364,7 +354,7 @@ class VShard:
             probers.append(np.repeat(asked, len(closed)))
             holders.append(np.tile(closed, len(asked)))
         probers, holders = np.concatenate(probers), np.concatenate(holders)
-        asks: list[dict] = [{} for _ in range(self.count)]  # home -> serial -> candidate serials there
+        asks: list[list] = [[] for _ in range(self.count)]  # home -> (serial, its candidate serials there)
         if len(probers):
             pairs, first, shared = np.unique(((probers - e.first) << 40) | holder_serials(holders),
                                              return_index=True, return_counts=True)
@@ -374,16 +364,14 @@ class VShard:
             bounds = np.flatnonzero(np.concatenate(([True], probers[1:] != probers[:-1], [True]))).tolist() \
                 if len(probers) else []
             for begin, end in zip(bounds[:-1], bounds[1:]):
-                serial = int(probers[begin])
-                e.candidates[serial] = (candidates[begin:end], shared[begin:end])
-                for candidate, home in zip(candidates[begin:end].tolist(), homes[begin:end].tolist()):
-                    asks[home].setdefault(serial, []).append(candidate)
+                e.candidates[int(probers[begin])] = (candidates[begin:end], shared[begin:end])
+            asks = [_grouped(*asked) for asked in _split_by(homes, self.count, probers, candidates)]
         twins: list[list] = [[] for _ in range(self.count)]
         for serial, (twin, home, stored) in sorted(e.twins.items()):
             if stored:
                 twins[home].append((serial, twin))
         return [self._to(e, "verify", home, {"asks": [(serial, self._shingles_of(e, serial), candidates)
-                                                      for serial, candidates in sorted(asks[home].items())],
+                                                      for serial, candidates in asks[home]],
                                              "twins": twins[home]})
                 for home in range(self.count)]
 
@@ -700,11 +688,29 @@ class _SubBatch:
 def _split_by(labels: np.ndarray, count: int, *columns: np.ndarray) -> list[tuple[np.ndarray, ...]]:
     """``columns`` cut by ``labels`` (0 to ``count`` - 1, one an entry): for each label, each column's entries
     where it stands, in their order. One stable sort, where a mask a label went over every entry ``count``
-    times (a stage's messages to every vshard)."""
-    order = np.argsort(labels, kind="stable")
-    bounds = np.searchsorted(labels[order], np.arange(count + 1)).tolist()
+    times (a stage's messages to every vshard). The labels are sorted in the narrowest type that holds them,
+    which numpy sorts by radix (8 times faster than int64 at 8 vshards)."""
+    order = np.argsort(_narrowest(labels, count), kind="stable")
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(labels, minlength=count)))).tolist() if len(labels) \
+        else [0] * (count + 1)
     ordered = [column[order] for column in columns]
     return [tuple(column[bounds[w]:bounds[w + 1]] for column in ordered) for w in range(count)]
+
+
+def _narrowest(labels: np.ndarray, count: int) -> np.ndarray:
+    """``labels`` (0 to ``count`` - 1) in 8 or 16 bits if they fit."""
+    if count <= 1 << 8:
+        return labels.astype(np.uint8)
+    return labels.astype(np.uint16) if count <= 1 << 16 else labels
+
+
+def _grouped(serials: np.ndarray, values: np.ndarray) -> list[tuple[int, list]]:
+    """(serial, its values) of each run of equal ``serials`` (sorted), in order."""
+    if not len(serials):
+        return []
+    bounds = np.flatnonzero(np.concatenate(([True], serials[1:] != serials[:-1], [True]))).tolist()
+    serials, values = serials.tolist(), values.tolist()
+    return [(serials[begin], values[begin:end]) for begin, end in zip(bounds[:-1], bounds[1:])]
 
 
 def _by_slot(slots: np.ndarray, serials: np.ndarray):

@@ -24,7 +24,7 @@ import msgpack
 from ...core.prepare import PreparedBatch, raw_payload, raw_records
 from ...core.records import RawRecord
 from ...core.signed import ForgetOrder, pack_forget, packed_prepared, prepared_of
-from ...engine.vshards import Message
+from ...engine.vshards.message import Message
 
 __all__ = ["Epoch", "Home", "ForgetOrder", "pack_epoch", "pack_home", "pack_forget", "unpack_order", "unpack_home",
            "pack_message", "unpack_message", "KEYS_FORMAT"]
