@@ -14,7 +14,7 @@ deciding process's CPU time a document, and what grows with the index: the
 band filter's fill and false-positive rate (random keys it says it may hold),
 the id and content tables' hash filter's false-positive rate (random ids)
 and size, the cursor positionings a batch's lookups make (keys past the
-filter, once per epoch of serials its filter layers cover), the band table's B-tree depth and entries a bucket,
+filter, once per run of serials its filter layers cover), the band table's B-tree depth and entries a bucket,
 the page faults a document (index pages touched for the first time), the
 bytes written a document, and the time of the merge steps. A window
 starts where the index stands: after the first window the index holds
@@ -72,7 +72,7 @@ def written_bytes() -> int:
 
 class Counted:
     """What the window's lookups and merge steps did: band keys asked, asked past the filter, cursor
-    positionings in the table (past the filter, once per epoch its filter layers cover), and the merge steps' count
+    positionings in the table (past the filter, once per run its filter layers cover), and the merge steps' count
     and seconds."""
 
     def __init__(self) -> None:
@@ -86,11 +86,11 @@ class Counted:
     def install(self, engine: Engine) -> None:
         counted, original_rows, original_step = self, bands_module.BandRows.stored_rows, engine._merge_step
 
-        def stored_rows(rows, txn, bands, keys, last_serial, asked=None):
+        def stored_rows(rows, txn, bands, keys, last_serial, asked=None, bases=None):
             counted.wanted += len(keys)
-            counted.positionings += int(asked.sum()) if asked is not None else \
-                len(keys) * ((last_serial >> bands_module._EPOCH_BITS) + 1)
-            return original_rows(rows, txn, bands, keys, last_serial, asked)
+            runs = len(bases) if bases is not None else (last_serial >> bands_module._EPOCH_BITS) + 1
+            counted.positionings += int(asked.sum()) if asked is not None else len(keys) * runs
+            return original_rows(rows, txn, bands, keys, last_serial, asked, bases)
 
         original_lookup = engine.bands.lookup
 

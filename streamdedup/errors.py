@@ -61,7 +61,8 @@ class IndexCorruptError(IndexUnusableError):
 
 
 class IndexFullError(IndexUnusableError):
-    """The index has numbered 2^32 documents: start a new index (or shard the input)."""
+    """The index has numbered all the documents it can (2^32, or as many as its band table's 512 runs of serials
+    hold, about 2.4 billion): start a new index (or shard the input)."""
 
 
 class DiskFullError(IndexUnusableError):

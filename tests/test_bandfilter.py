@@ -199,10 +199,10 @@ def test_past_two_to_the_23_documents_a_key_is_asked_only_in_the_epochs_its_filt
     asked = []
     original_rows = bands_module.BandRows.stored_rows
 
-    def counting_rows(rows, txn, bands, keys, last_serial, epochs=None):
-        every = (last_serial >> bands_module._EPOCH_BITS) + 1
-        asked.append((int(epochs.sum()) if epochs is not None else every * len(keys), every * len(keys)))
-        return original_rows(rows, txn, bands, keys, last_serial, epochs)
+    def counting_rows(rows, txn, bands, keys, last_serial, runs=None, bases=None):
+        every = len(bases) if bases is not None else (last_serial >> bands_module._EPOCH_BITS) + 1
+        asked.append((int(runs.sum()) if runs is not None else every * len(keys), every * len(keys)))
+        return original_rows(rows, txn, bands, keys, last_serial, runs, bases)
 
     decided = {}
     for name, start in (("on", 2 << 10), ("off", 0)):
@@ -234,7 +234,134 @@ def test_past_two_to_the_23_documents_a_key_is_asked_only_in_the_epochs_its_filt
     with Engine(_config(), str(tmp_path / "on")) as engine:
         engine.bands.filter_bytes = 2 << 10
         built = engine.bands.loaded_filter()
-        assert not built.loaded and built.covers[0] == (0, epoch - 1) and built.covers[-1][1] == 2 * epoch - 1
+        with engine.index.read() as txn:
+            bases = bands_module.run_bases(txn).tolist()
+        assert not built.loaded and bases == [0, epoch - 249]  # the run the first merge started
+        assert built.covers[0][0] == epoch - 249 and built.covers[-1][1] >= last_serial
+
+
+class _Crash(Exception):
+    pass
+
+
+def _decide_in_runs(state: str, chunks, monkeypatch, crash: tuple = (0, ""), first: int = 0) -> list:
+    """Decide ``chunks[first:]`` (of 100 texts) in batches of 20, an engine a chunk (restarts, some in a merge's
+    middle), with a 2 KiB filter growing in layers; ``crash``: (n, "inside") the process dies in the transaction
+    of the merge slice that starts the n-th new run, (n, "after") once it committed, and the chunk goes on from
+    where the index stands. Returns what the index decided (id, kept, cluster of each record)."""
+    from streamdedup.engine import engine as engine_module
+    from streamdedup.store import bands as bands_module
+    from streamdedup.store import merge as merge_module
+    from streamdedup.store.bands import BandTables
+
+    started, crashed = [0], [False]
+    original_start = merge_module.start_runs
+
+    def start_runs(txn, first, upto):
+        runs = len(bands_module.run_bases(txn))
+        bases = original_start(txn, first, upto)
+        started[0] += len(bases) > runs
+        if crash == (started[0], "inside") and len(bases) > runs and not crashed[0]:
+            crashed[0] = True
+            raise _Crash()
+        return bases
+
+    def reached(step):
+        if step == "merge-slice" and crash == (started[0], "after") and not crashed[0]:
+            crashed[0] = True
+            raise _Crash()
+
+    with monkeypatch.context() as patched:
+        patched.setattr(engine_module, "BandTables", lambda index, _, most: BandTables(index, 2 << 10, 1 << 20))
+        patched.setattr(engine_module, "reached", reached)
+        patched.setattr(merge_module, "start_runs", start_runs)
+        for number, chunk in enumerate(chunks[first:], start=first):
+            batches = [(at, chunk[at:at + 20]) for at in range(0, len(chunk), 20)]
+            while batches:
+                try:
+                    with Engine(_config(), state) as engine:
+                        while batches:
+                            at, texts = batches[0]
+                            engine.decide_batch(engine.prepare(_docs(texts, 100 * number + at)))
+                            batches.pop(0)
+                except _Crash:
+                    with Engine(_config(), state) as engine:
+                        with engine.index.read() as txn:
+                            documents = txn.counters["documents"]
+                    batches = [(at, texts) for at, texts in batches if 100 * number + at >= documents]
+    assert crashed[0] or not crash[0], "the crash asked for did not happen"
+    with Engine(_config(), state) as engine:
+        with engine.index.read() as txn:
+            return [(record.id, record.kept, record.cluster) for record in txn.records()]
+
+
+def test_a_merge_starts_a_new_run_of_serials_in_its_first_slice_and_decisions_do_not_change(tmp_path, monkeypatch):
+    """With runs of 200 serials (merges every 150 documents), the band table holds many runs, each started in
+    its merge's first slice (a crash just after that slice committed goes on with the run); a key past the filter
+    is positioned only in the runs its layers cover, the decisions are those of one run and no filter, and
+    ``check`` finds the index consistent. An index made before runs (its epochs, no manifest) continues the same."""
+    from streamdedup.store import bands as bands_module
+    from streamdedup.store import merge as merge_module
+    from streamdedup.store.check import check_index
+
+    texts = [d.text for d in corpus.generate(800, seed=29)]
+    chunks = [texts[i:i + 100] for i in range(0, len(texts), 100)]
+    with Engine(_config("index.band_filter_mb=0"), str(tmp_path / "one")) as engine:
+        for number, chunk in enumerate(chunks):
+            engine.decide_batch(engine.prepare(_docs(chunk, 100 * number)))
+        with engine.index.read() as txn:
+            assert bands_module.run_bases(txn).tolist() == [0]
+            decided = [(record.id, record.kept, record.cluster) for record in txn.records()]
+    asked = []
+    original_rows = bands_module.BandRows.stored_rows
+
+    def counting_rows(rows, txn, bands, keys, last_serial, runs=None, bases=None):
+        every = len(bases) if bases is not None else 1
+        asked.append((int(runs.sum()) if runs is not None else every * len(keys), every * len(keys)))
+        return original_rows(rows, txn, bands, keys, last_serial, runs, bases)
+
+    monkeypatch.setattr(bands_module, "RUN_SERIALS", 200)
+    monkeypatch.setattr(bands_module.BandRows, "stored_rows", counting_rows)
+    for crash in ((0, ""), (2, "inside"), (3, "after")):
+        state = str(tmp_path / f"runs-{crash[0]}")
+        in_runs = _decide_in_runs(state, chunks, monkeypatch, crash)
+        assert in_runs == decided
+        with Engine(_config(), state) as engine:
+            with engine.index.read() as txn:
+                bases = bands_module.run_bases(txn).tolist()
+                serials = [serial for _, _, serial in bands_module.band_entries(txn)]
+            assert check_index(engine.index).ok
+        assert len(bases) >= 3 and all(200 // 2 < b - a <= 200 + 150 for a, b in zip(bases[1:], bases[2:]))
+        assert max(serials) > bases[-1]
+    positioned, every = (sum(column) for column in zip(*asked))
+    assert 0 < positioned < every  # keys past the filter asked only in some runs
+    assert sum(not kept and cluster for _, kept, cluster in decided) > 100  # duplicates across runs
+    state = str(tmp_path / "runs-0")
+    with Engine(_config(), state) as engine:  # a damaged manifest: ``check`` says so, ``check --fix`` rebuilds
+        engine.index.write(lambda txn: txn.txn.put(bands_module.RUNS_KEY, b"[0, 500, 400]", db=txn.dbs["meta"]))
+        assert any("manifest of runs" in problem for problem in check_index(engine.index).problems)
+        engine.rebuild()
+        assert check_index(engine.index).ok
+        with engine.index.read() as txn:
+            assert bands_module.run_bases(txn).tolist()[0] == 0
+    again = _decide_in_runs(state, chunks + [texts[:100]], monkeypatch, first=len(chunks))  # copies, new ids
+    assert again[:len(decided)] == decided and not any(kept for _, kept, _ in again[len(decided):])
+
+    def epochs(txn, first, upto):  # what an index made before runs holds: epochs of 2^23 serials, no manifest
+        return bands_module.run_bases(txn)
+
+    old = str(tmp_path / "old")
+    with monkeypatch.context() as patched:
+        patched.setattr(merge_module, "start_runs", epochs)
+        _decide_in_runs(old, chunks[:8], monkeypatch)
+    with Engine(_config(), old) as engine:
+        with engine.index.read() as txn:
+            assert txn.txn.get(bands_module.RUNS_KEY, db=txn.dbs["meta"]) is None
+    assert _decide_in_runs(old, chunks, monkeypatch, first=8) == decided
+    with Engine(_config(), old) as engine:
+        with engine.index.read() as txn:
+            assert bands_module.run_bases(txn).tolist()[0] == 0 and len(bands_module.run_bases(txn)) >= 2
+        assert check_index(engine.index).ok
 
 
 def test_a_saved_filter_that_is_not_current_is_rebuilt_from_the_tables(tmp_path):

@@ -433,7 +433,7 @@ def test_band_table_finds_exactly_the_asked_band_and_key_in_every_epoch_of_seria
     entries of the asked (band, key), and removing one document removes its entries only."""
     import numpy as np
 
-    from streamdedup.store.bands import BandTables, band_entries, stored_keys
+    from streamdedup.store.bands import BandTables, band_entries, run_bases, start_runs, stored_keys
     from streamdedup.store.index import MAX_SERIAL
     from streamdedup.store.mirror import RecentMirror
 
@@ -449,10 +449,12 @@ def test_band_table_finds_exactly_the_asked_band_and_key_in_every_epoch_of_seria
     tables = BandTables(index)
 
     def merged(txn):
-        tables.insert_slice(txn, mirror, 0, 1)
+        tables.insert_slice(txn, mirror, 0, 1, start_runs(txn, min(serials), MAX_SERIAL))  # one run an epoch
         txn.count(next_serial=MAX_SERIAL)
 
     index.write(merged)
+    with index.read() as txn:
+        assert run_bases(txn).tolist() == [epoch << 23 for epoch in range(512)]
     every = {(band, int(keys[row, band]), serial) for row, serial in enumerate(serials) for band in range(3)}
     with index.read() as txn:
         assert {(band, int.from_bytes(key, "big"), serial) for band, key, serial in band_entries(txn)} == every
@@ -469,3 +471,26 @@ def test_band_table_finds_exactly_the_asked_band_and_key_in_every_epoch_of_seria
         assert set((b, int.from_bytes(k, "big"), s) for b, k, s in band_entries(txn)) == {
             entry for entry in every if entry[2] != serials[gone]}
     index.close()
+
+
+def test_a_merge_starts_a_run_once_the_current_one_would_span_more_than_a_runs_serials():
+    """Runs of ~2^20 serials, each begun at a merge's first band serial (again the same once begun: a restarted
+    merge); a generation of 2^23 serials or more, and the runs past ``SHORT_RUNS``, go an epoch a run; past
+    512 runs the index is full."""
+    import pytest
+
+    from streamdedup.errors import IndexFullError
+    from streamdedup.store.bands import RUN_SERIALS, SHORT_RUNS, runs_after_merge
+
+    epoch = 1 << 23
+    assert runs_after_merge([0], 1, 100_000) == [0]
+    assert runs_after_merge([0], RUN_SERIALS - 50_000, RUN_SERIALS + 50_000) == [0, RUN_SERIALS - 50_000]
+    assert runs_after_merge([0, 7], 7, RUN_SERIALS + 50_000) == [0, 7]  # begun: the merge restarted
+    assert runs_after_merge([0], 1, 3 * epoch) == [0, epoch, 2 * epoch, 3 * epoch]  # one generation, epochs
+    late = [n * RUN_SERIALS for n in range(SHORT_RUNS)]
+    first = late[-1] + RUN_SERIALS + 1
+    assert runs_after_merge(late, first, first + 100) == late  # no more short runs...
+    assert runs_after_merge(late, late[-1] + epoch - 5, late[-1] + epoch + 5) == late + [late[-1] + epoch]
+    full = [n * epoch for n in range(512)]
+    with pytest.raises(IndexFullError, match="start a new index"):
+        runs_after_merge(full, full[-1] + 10, full[-1] + epoch)

@@ -47,10 +47,9 @@ Deleting the file is always safe.
 Each layer knows the serials of the entries whose keys it took
 (``covers``: merges fill the layers in serial order, a generation at a time,
 so their ranges barely overlap). A key the filter may hold is asked of the
-table only in the epochs of serials (``bands``) that the layers which may
-hold it cover (``epochs_to_ask``): past 2^23 documents, a key the early
-layers alone may hold is positioned in the first epoch only, not in every
-epoch.
+table only in the runs of serials (``bands``) that the layers which may
+hold it cover (``runs_to_ask``): a key the early layers alone may hold is
+positioned in the early runs only, not in every run.
 
 The same class, saved under another name, is the writer's filter of the id
 and content tables' hashes (``hashed.FILTER_FILE``), kept on these terms.
@@ -100,7 +99,8 @@ class BandFilter:
         words = max(1, size_bytes // 8)
         self.words = 1 << (words.bit_length() - 1)  # a power of two: the word is a mask of the low bits
         self.max_words = max(self.words, max_bytes // 8)  # of every layer together
-        self.layers = [np.zeros(self.words, dtype=np.uint64)]  # each a power of two words, twice the one before
+        self.layers = [np.zeros(self.words, dtype=np.uint64)]  # each a power of two words, as many as the one
+        #                                                           before (a new run's: ``start_layer``) or twice
         self.held = [0]  # keys each layer took
         self.covers = [_NO_SERIAL]  # (first, last) serial of the entries whose keys each layer took
         self.keys_added = 0  # by this process
@@ -153,6 +153,17 @@ class BandFilter:
             keys = keys[len(taken):]
             self._ahead()
 
+    def start_layer(self) -> None:
+        """The keys added next go into a new layer (as large as the last, or twice as large once it fills), if
+        the last holds keys and the cap allows: a merge that starts a new run of serials (``bands.run_bases``)
+        starts one, so that a key the new layer alone may hold is asked in that run alone (``runs_to_ask``)."""
+        if not self.held[-1] or self.size_bytes // 8 + len(self.layers[-1]) > self.max_words:
+            return
+        self.layers.append(np.zeros(len(self.layers[-1]), dtype=np.uint64))
+        self.held.append(0)
+        self.covers.append(_NO_SERIAL)
+        self.ahead, self.ahead_touched = None, 0
+
     def _capacity(self) -> int:
         """Keys the last layer takes before the next one does: fewer a bit in each later layer, so the layers'
         false-positive rates, whose sum is the filter's, fall as a geometric series (measured, a layer full:
@@ -198,16 +209,17 @@ class BandFilter:
             found = held if found is None else found | held
         return found
 
-    def epochs_to_ask(self, keys: np.ndarray, epoch_bits: int, epochs: int) -> np.ndarray:
-        """For each of these keys (which ``may_hold``), the epochs of serials (serial >> ``epoch_bits``, below
-        ``epochs``) where its entries may be, as a bool matrix (epoch, key): those the layers that may hold the
-        key cover (each layer asked alone: a few keys, those past ``may_hold``)."""
-        asked = np.zeros((epochs, len(keys)), dtype=bool)
+    def runs_to_ask(self, keys: np.ndarray, bases: np.ndarray) -> np.ndarray:
+        """For each of these keys (which ``may_hold``), the runs of serials (starting at ``bases``, ascending from
+        0: ``bands.run_bases``) where its entries may be, as a bool matrix (run, key): those the layers that may
+        hold the key cover (each layer asked alone: a few keys, those past ``may_hold``)."""
+        asked = np.zeros((len(bases), len(keys)), dtype=bool)
         for layer, (first, last) in zip(self.layers, self.covers):
             if first > last or not len(keys):
                 continue
             held = self._layer_may_hold(layer, keys)
-            asked[min(first >> epoch_bits, epochs):min(last >> epoch_bits, epochs - 1) + 1] |= held
+            runs = np.searchsorted(bases, np.array([first, last], dtype=np.uint64), side="right") - 1
+            asked[runs[0]:runs[1] + 1] |= held
         return asked
 
     def _layer_may_hold(self, layer: np.ndarray, keys: np.ndarray) -> np.ndarray:
@@ -384,8 +396,9 @@ def _load(folder: str, stamp: tuple[bytes, int], size_bytes: int, max_bytes: int
             if handle.read(1) or zlib.crc32(records) != records_crc:  # the serials covered are trusted too
                 return None
             shapes = list(_LAYER.iter_unpack(records))
-        if [shape[0] for shape in shapes] != [made.words << n for n in range(layers)] or \
-                sum(shape[0] for shape in shapes) > made.max_words:
+        sizes = [shape[0] for shape in shapes]
+        if sizes[0] != made.words or any(later not in (size, 2 * size) for size, later in zip(sizes, sizes[1:])) \
+                or sum(sizes) > made.max_words:
             return None
         made.layers = [np.zeros(shape[0], dtype=np.uint64) for shape in shapes]
         made.held = [shape[1] for shape in shapes]

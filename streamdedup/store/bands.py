@@ -1,16 +1,24 @@
 """The band tables: where kept documents are found by their band keys, and every path that touches them.
 
 One dupsort table, ``bands``, of large buckets: the key (4 bytes) is a
-band number, the band key's high 7 bits and the serial's *epoch* (serial >>
-23: an epoch numbers 2^23 documents, and an index at most 2^32); each value
-(6 bytes, packed by LMDB with the others of its bucket in pages of their
-own) holds the band key's low 25 bits and the serial's low 23 bits, all
-big-endian so that buckets sort by band, then key, and values by key, then
-serial. At a million documents a bucket holds ~5,500 entries, so an entry
-costs its 6 bytes over LMDB's page fill (format 4's buckets of ~11 entries,
-keyed by the high 16 bits, paid LMDB's node and sub-page header for every
-~11 entries and filled their pages less). A lookup positions a cursor at
-each asked key's first possible value in each epoch (MDB_GET_BOTH_RANGE)
+band number, the band key's high 7 bits and the serial's *run* (9 bits);
+each value (6 bytes, packed by LMDB with the others of its bucket in pages
+of their own) holds the band key's low 25 bits and the serial's offset from
+its run's first serial (23 bits), all big-endian so that buckets sort by
+band, then key, and values by key, then serial. A run is a stretch of
+serials that merges fill (``run_bases``, the manifest in ``meta``): a merge
+starts a new one, in its first slice's transaction, once the current run
+would span more than ``RUN_SERIALS`` (about a million documents), so a
+merge rewrites the pages of one run of that size at most, however large
+the index (it rewrote the whole current epoch of up to 2^23 documents: 27
+µs a document at 10M against 16 at 1M). An index made before runs has no
+manifest: its runs are its *epochs* (serial >> 23, the run starting at
+epoch << 23), read as they are, and its manifest is written by the first
+merge that continues it. At a million documents a bucket holds ~5,500
+entries, so an entry costs its 6 bytes over LMDB's page fill (format 4's
+buckets of ~11 entries, keyed by the high 16 bits, paid LMDB's node and
+sub-page header for every ~11 entries and filled their pages less). A lookup positions a cursor at
+each asked key's first possible value in each run (MDB_GET_BOTH_RANGE)
 and reads on to its last possible one; the filter below answers most keys
 that are not stored without reading the table. A key's entries are its
 places (``candidates.file_prober``): every kept document's, and the first
@@ -30,6 +38,7 @@ which is harmless.
 from __future__ import annotations
 
 import itertools
+import json
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
@@ -40,18 +49,26 @@ from .bandfilter import BandFilter
 from ..core.lsh import band_keys
 from ..core.shingle import ShingleBatch
 from ..core.signing import sign_batch
+from ..errors import IndexCorruptError, IndexFullError
 from .index import DocRecord, Index, IndexTxn
 from ..core.lsh import KEY_MASK, band_slots
 from .mirror import merged_thresholds
 
-__all__ = ["BandRows", "BandTables", "as_bytes_list", "band_entries", "stored_keys", "record_band_keys", "KEY_ROW", "BAND_ROW", "BAND_KEY_BYTES"]
+__all__ = ["BandRows", "BandTables", "as_bytes_list", "band_entries", "stored_keys", "record_band_keys", "run_bases",
+           "runs_after_merge", "run_problems", "start_runs", "KEY_ROW", "BAND_ROW", "BAND_KEY_BYTES", "RUN_SERIALS",
+           "SHORT_RUNS", "RUNS_KEY"]
 
 BAND_KEY_BYTES = 4  # a band key is 32 bits (``lsh.band_keys``): in records, the recent log and the table
 KEY_ROW = np.dtype([("band", ">u2"), ("key", ">u8")])  # a key of the ``rekeyed`` table
 BAND_ROW = np.dtype([("band", ">u2"), ("key", ">u8"), ("serial", ">u8")])  # a ``rekeyed`` key and one value
 _KEY_BYTES, _VALUE_BYTES = 4, 6  # a ``bands`` row: key (band, bucket), value (band key's low bits, serial's)
 _HIGH_BITS = 7  # a bucket holds band keys of the same high 7 bits...
-_EPOCH_BITS = 23  # ...and serials of the same epoch: serial >> 23 (an epoch numbers 2^23 documents)
+_EPOCH_BITS = 23  # ...and serials of the same run, a value holding a serial's offset in its run: 23 bits
+_RUN_LIMIT = 1 << (16 - _HIGH_BITS)  # runs an index may have (the bucket's 9 bits)
+RUN_SERIALS = 1 << 20  # a merge starts a new run once the current one would span more serials (~1M documents)...
+SHORT_RUNS = 256  # ...while the index has fewer runs; later runs span up to 2^23 serials (the index then holds
+#                   at most 256 x 2^20 + 256 x 2^23 serials, about 2.4 billion documents)
+RUNS_KEY = b"band_runs"  # the manifest in ``meta``: the first serial of every run, JSON
 _LOW_BITS = 32 - _HIGH_BITS  # the band key's bits in a value, before the serial's 23
 _U64 = np.uint64
 HASH_FILTER_START = 32  # the hash filter (``hashed``) starts at 1/32 of the band filter's bytes...
@@ -72,37 +89,40 @@ class BandRows:
         return _VALUE_BYTES + self.home_bits // 8
 
     def words(self, bands: np.ndarray, keys: np.ndarray, serials: np.ndarray,
-              homes: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
+              homes: Optional[np.ndarray] = None, bases: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
         """(key, value) of table rows as integers, in the table's order: (band, key's high bits, serial's
-        epoch), (key's low bits, serial's, and the home's)."""
+        run), (key's low bits, serial's offset in its run, and the home's); ``bases``: the runs' first serials
+        (``run_bases``), None for epochs."""
         keys, serials = keys.astype(np.uint64), serials.astype(np.uint64)
+        run, offset = _run_offsets(serials, bases)
         bucket = ((bands.astype(np.uint64) << _U64(16)) | ((keys >> _U64(_LOW_BITS)) << _U64(16 - _HIGH_BITS))
-                  | (serials >> _U64(_EPOCH_BITS)))
-        low_key, low_serial = keys & _U64((1 << _LOW_BITS) - 1), serials & _U64((1 << _EPOCH_BITS) - 1)
-        value = (low_key << _U64(_EPOCH_BITS)) | low_serial
+                  | run)
+        low_key = keys & _U64((1 << _LOW_BITS) - 1)
+        value = (low_key << _U64(_EPOCH_BITS)) | offset
         if self.home_bits:
             value = (value << _U64(self.home_bits)) | homes.astype(np.uint64)
         order = _table_order(bucket, value)
         return bucket[order], value[order]
 
-    def entries(self, bands: np.ndarray, keys: np.ndarray, serials: np.ndarray,
-                homes: Optional[np.ndarray] = None) -> tuple[list[bytes], list[bytes]]:
+    def entries(self, bands: np.ndarray, keys: np.ndarray, serials: np.ndarray, homes: Optional[np.ndarray] = None,
+                bases: Optional[np.ndarray] = None) -> tuple[list[bytes], list[bytes]]:
         """Table rows (key bytes, value bytes) of these (band, 32-bit band key, serial[, home]), in the table's
-        order."""
-        bucket, value = self.words(bands, keys, serials, homes)
+        order (``bases``: as ``words``)."""
+        bucket, value = self.words(bands, keys, serials, homes, bases)
         return _big_endian(bucket, _KEY_BYTES), _big_endian(value, self.value_bytes)
 
-    def decoded(self, rows: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def decoded(self, rows: bytes, bases: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                                                np.ndarray]:
         """(band, band key, serial, home) of table rows (key and value bytes, one after the other; home 0
-        without ``home_bits``)."""
+        without ``home_bits``; ``bases``: as ``words``)."""
         raw = np.frombuffer(rows, dtype=np.uint8).reshape(-1, _KEY_BYTES + self.value_bytes).astype(np.uint64)
         bucket, value = _big_endian_int(raw, 0, _KEY_BYTES), _big_endian_int(raw, _KEY_BYTES, self.value_bytes)
         homes = (value & _U64((1 << self.home_bits) - 1)).astype(np.int64)
         value >>= _U64(self.home_bits)
         high = (bucket >> _U64(16 - _HIGH_BITS)) & _U64((1 << _HIGH_BITS) - 1)
-        epoch = bucket & _U64((1 << (16 - _HIGH_BITS)) - 1)
+        run = (bucket & _U64(_RUN_LIMIT - 1)).astype(np.int64)
         keys = (high << _U64(_LOW_BITS)) | (value >> _U64(_EPOCH_BITS))
-        serials = (epoch << _U64(_EPOCH_BITS)) | (value & _U64((1 << _EPOCH_BITS) - 1))
+        serials = _run_floors(run, bases) + (value & _U64((1 << _EPOCH_BITS) - 1))
         return (bucket >> _U64(16)).astype(np.int64), keys, serials.astype(np.int64), homes
 
     def stored_keys(self, txn: IndexTxn, chunk: int) -> Iterator[np.ndarray]:
@@ -112,24 +132,25 @@ class BandRows:
             yield self.decoded(b"".join(k + v for k, v in rows))[1]
 
     def stored_rows(self, txn: IndexTxn, bands: np.ndarray, keys: np.ndarray, last_serial: int,
-                    asked: Optional[np.ndarray] = None) -> bytes:
+                    asked: Optional[np.ndarray] = None, bases: Optional[np.ndarray] = None) -> bytes:
         """The table rows (key and value bytes) of these (band, band key) pairs, asked in table order (the
-        table holds serials up to ``last_serial``); ``asked``: the epochs to ask for each key (a bool matrix,
-        epoch by key: ``BandFilter.epochs_to_ask``), else every epoch.
+        table holds serials up to ``last_serial``, in the runs that start at ``bases``: ``run_bases``; None:
+        epochs of 2^23 serials); ``asked``: the runs to ask for each key (a bool matrix, run by key:
+        ``BandFilter.runs_to_ask``), else every run.
 
         A bucket holds thousands of entries, so each key is found by positioning
         the cursor at its first possible value (``set_range_dup``:
         MDB_GET_BOTH_RANGE) and reading on up to its last possible one, once in
-        every epoch of serials asked.
+        every run of serials asked.
         """
-        epochs = (last_serial >> _EPOCH_BITS) + 1
+        runs = len(bases) if bases is not None else (last_serial >> _EPOCH_BITS) + 1
         if asked is None:
-            asked = np.ones((epochs, len(keys)), dtype=bool)
-        epoch, which = np.nonzero(asked[:epochs])  # epoch-major: each epoch's keys in table order
-        floors = epoch.astype(np.uint64) << _U64(_EPOCH_BITS)
+            asked = np.ones((runs, len(keys)), dtype=bool)
+        run, which = np.nonzero(asked[:runs])  # run-major: each run's keys in table order
+        floors = _run_floors(run, bases)
         bands, keys = bands[which], keys[which]
-        bucket, first = self.words(bands, keys, floors, np.zeros(len(floors), dtype=np.uint64))
-        last = first | _U64((1 << (_EPOCH_BITS + self.home_bits)) - 1)  # the epoch's last serial and home
+        bucket, first = self.words(bands, keys, floors, np.zeros(len(floors), dtype=np.uint64), bases)
+        last = first | _U64((1 << (_EPOCH_BITS + self.home_bits)) - 1)  # the run's last serial and home
         buckets = _big_endian(bucket, _KEY_BYTES)
         firsts, lasts = _big_endian(first, self.value_bytes), _big_endian(last, self.value_bytes)
         cursor = txn.txn.cursor(db=txn.dbs[self.table])
@@ -148,6 +169,70 @@ class BandRows:
 
 
 _INDEX_ROWS = BandRows()
+
+
+def _run_offsets(serials: np.ndarray, bases: Optional[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(run, offset in it) of each serial (uint64): in the runs starting at ``bases``, else in epochs."""
+    if bases is None:
+        return serials >> _U64(_EPOCH_BITS), serials & _U64((1 << _EPOCH_BITS) - 1)
+    run = (np.searchsorted(bases, serials, side="right") - 1).astype(np.uint64)
+    return run, serials - bases[run.astype(np.int64)]
+
+
+def _run_floors(runs: np.ndarray, bases: Optional[np.ndarray]) -> np.ndarray:
+    """The first serial of each run (uint64): its base, else its epoch's."""
+    if bases is None:
+        return runs.astype(np.uint64) << _U64(_EPOCH_BITS)
+    return bases[runs.astype(np.int64)]
+
+
+def run_bases(txn: IndexTxn) -> np.ndarray:
+    """The first serial of each run of the index's band table (uint64, ascending, from 0): the manifest, or for
+    an index made before runs, its epochs up to its next serial."""
+    raw = txn.txn.get(RUNS_KEY, db=txn.dbs["meta"])
+    if raw is None:
+        epochs = (txn.counters.get("next_serial", 0) >> _EPOCH_BITS) + 1
+        return np.arange(epochs, dtype=np.uint64) << _U64(_EPOCH_BITS)
+    return np.array(json.loads(raw), dtype=np.uint64)
+
+
+def runs_after_merge(bases: list[int], first: int, upto: int) -> list[int]:
+    """The runs' first serials once a merge of serials ``first`` .. ``upto`` begins: a new run at ``first`` if the
+    current one would span more than ``RUN_SERIALS`` (while there are fewer than ``SHORT_RUNS``, and the
+    generation spans fewer than 2^23 serials), then one every 2^23 serials while a run would span more (a
+    generation that large, or the later runs: epochs); the same again once they are (a merge restarted)."""
+    bases = list(bases)
+    if upto - bases[-1] >= RUN_SERIALS and bases[-1] < first and upto - first < 1 << _EPOCH_BITS \
+            and len(bases) < SHORT_RUNS:
+        bases.append(first)
+    while upto - bases[-1] >= 1 << _EPOCH_BITS:
+        bases.append(bases[-1] + (1 << _EPOCH_BITS))
+    if len(bases) > _RUN_LIMIT:
+        raise IndexFullError(f"the band table has {_RUN_LIMIT} runs of serials, as many as it can (up to "
+                             f"#{bases[_RUN_LIMIT] - 1:,}); start a new index (or shard the input)")
+    return bases
+
+
+def run_problems(txn: IndexTxn) -> list[str]:
+    """What is wrong with the manifest of runs (``check``): runs from serial 0 up, each spanning at most 2^23
+    serials, at most 512 of them."""
+    bases = run_bases(txn).tolist()
+    spans = [later - first for first, later in zip(bases, bases[1:])]
+    if bases[:1] != [0] or len(bases) > _RUN_LIMIT or any(not 0 < span <= 1 << _EPOCH_BITS for span in spans):
+        return [f"the band table's manifest of runs is damaged ({len(bases)} runs starting at {bases[:4]}...): "
+                "run `streamdedup check --fix` to rebuild the tables"]
+    return []
+
+
+def start_runs(txn: IndexTxn, first: Optional[int], upto: int) -> np.ndarray:
+    """In a merge slice's transaction: the runs the merge of band entries of serials ``first`` .. ``upto`` (None:
+    none) writes into, written in the manifest if they changed (a new run, or an index made before runs); the
+    runs' first serials."""
+    bases = run_bases(txn)
+    wanted = bases.tolist() if first is None else runs_after_merge(bases.tolist(), first, upto)
+    if len(wanted) != len(bases) or txn.txn.get(RUNS_KEY, db=txn.dbs["meta"]) is None:
+        txn.txn.put(RUNS_KEY, json.dumps(wanted).encode(), db=txn.dbs["meta"])
+    return np.array(wanted, dtype=np.uint64)
 
 
 def _table_order(bucket: np.ndarray, value: np.ndarray) -> np.ndarray:
@@ -176,9 +261,14 @@ def _big_endian_int(raw: np.ndarray, first: int, width: int) -> np.ndarray:
 
 
 def band_entries(txn: IndexTxn) -> Iterator[tuple[int, bytes, int]]:
-    """Every (band, band key bytes, serial) of the table, in table order."""
+    """Every (band, band key bytes, serial) of the table, in table order; IndexCorruptError if the manifest of
+    runs is damaged (``run_problems``: the serials cannot be read)."""
+    if run_problems(txn):
+        raise IndexCorruptError("the band table's manifest of runs is damaged: its serials cannot be read; run "
+                                "`streamdedup check --fix` to rebuild the tables")
+    bases = run_bases(txn)
     for key, value in txn.txn.cursor(db=txn.dbs["bands"]):
-        band, keys, serials, _ = _INDEX_ROWS.decoded(key + value)
+        band, keys, serials, _ = _INDEX_ROWS.decoded(key + value, bases)
         yield int(band[0]), int(keys[0]).to_bytes(BAND_KEY_BYTES, "big"), int(serials[0])
 
 
@@ -188,33 +278,34 @@ def stored_keys(txn: IndexTxn, chunk: int) -> Iterator[np.ndarray]:
 
 
 def stored_slot_keys(txn: IndexTxn, chunk: int) -> Iterator[tuple[np.ndarray, tuple[int, int]]]:
-    """The band filter's key (``bandfilter.slot_keys``) of every entry of the index's table, an epoch of serials
-    after another (the filter's layers then cover the epochs in order, as merges fill them), as uint64 arrays of
-    at most ``chunk`` keys, each with its epoch's first and last serial."""
-    epochs = (txn.counters.get("next_serial", 0) >> _EPOCH_BITS) + 1
-    for epoch in range(epochs):
-        serials = (epoch << _EPOCH_BITS, ((epoch + 1) << _EPOCH_BITS) - 1)
-        pairs = _epoch_entries(txn, epoch)
+    """The band filter's key (``bandfilter.slot_keys``) of every entry of the index's table, a run of serials
+    after another (the filter's layers then cover the runs in order, as merges fill them), as uint64 arrays of
+    at most ``chunk`` keys, each with its run's first and last serial."""
+    bases = run_bases(txn).tolist()
+    last = max(bases[-1], txn.counters.get("next_serial", 0))
+    for run, (first, end) in enumerate(zip(bases, bases[1:] + [last + 1])):
+        serials = (first, end - 1)
+        pairs = _run_entries(txn, run)
         while rows := list(itertools.islice(pairs, chunk)):
             bands, keys, _, _ = _INDEX_ROWS.decoded(b"".join(k + v for k, v in rows))
             yield bandfilter.slot_keys(band_slots(bands, keys)), serials
 
 
-def _epoch_entries(txn: IndexTxn, epoch: int) -> Iterator[tuple[bytes, bytes]]:
-    """Every (key, value) row of the index's table whose bucket is of this epoch of serials, in table order
-    (the buckets of other epochs skipped by one positioning each)."""
+def _run_entries(txn: IndexTxn, run: int) -> Iterator[tuple[bytes, bytes]]:
+    """Every (key, value) row of the index's table whose bucket is of this run of serials, in table
+    order (the buckets of other runs skipped by one positioning each)."""
     cursor = txn.txn.cursor(db=txn.dbs["bands"])
-    epoch_mask = (1 << (16 - _HIGH_BITS)) - 1
-    wanted = epoch
+    run_mask = (1 << (16 - _HIGH_BITS)) - 1
+    wanted = run
     while wanted < 1 << (8 * _KEY_BYTES) and cursor.set_range(wanted.to_bytes(_KEY_BYTES, "big")):
         bucket = int.from_bytes(cursor.key(), "big")
-        if bucket & epoch_mask == epoch:
+        if bucket & run_mask == run:
             yield from cursor.iternext_dup(keys=True, values=True)
             wanted = bucket + 1
-        elif bucket & epoch_mask < epoch:
-            wanted = (bucket & ~epoch_mask) | epoch
+        elif bucket & run_mask < run:
+            wanted = (bucket & ~run_mask) | run
         else:
-            wanted = (bucket | epoch_mask) + 1 + epoch
+            wanted = (bucket | run_mask) + 1 + run
 
 
 def record_band_keys(txn: IndexTxn, record: DocRecord) -> np.ndarray:
@@ -245,6 +336,7 @@ class BandTables:
         self._saving = []  # the threads writing the filters, if any are
         self._filter: Optional[BandFilter] = None
         self._hashes: Optional[BandFilter] = None
+        self._run_base = 0  # the first serial of the last run a merge slice wrote into
 
     def loaded_filter(self) -> Optional[BandFilter]:
         """The filter of stored keys, loaded or built from the table on first use (None without one), and the
@@ -284,7 +376,7 @@ class BandTables:
 
     def lookup_runs(self, txn: IndexTxn, mirror, slots: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
         """``lookup``'s entries as the runs it joins: the table's (sorted by slot, then serial, while the
-        index numbers fewer than 2^23 documents: one epoch), the rekeyed table's, the mirror's
+        table has one run), the rekeyed table's, the mirror's
         (``RecentMirror.band_runs``); ``candidates.earliest_of_runs`` merges such runs."""
         in_order_band, in_order_key, first = _walk_order(slots)
         request = np.empty(int(first.sum()), dtype=KEY_ROW)
@@ -292,14 +384,15 @@ class BandTables:
         everything = request  # the rekeyed table is small and not in the filter
         wanted_band, wanted_key = request["band"], request["key"]
         band_filter, last_serial, asked = self._filter, txn.counters.get("next_serial", 0), None
+        bases = run_bases(txn)
         if band_filter is not None:
             filter_keys = bandfilter.slot_keys(band_slots(wanted_band, wanted_key))
             maybe = band_filter.may_hold(filter_keys)
             wanted_band, wanted_key = wanted_band[maybe], wanted_key[maybe]
-            if last_serial >> _EPOCH_BITS:  # more than one epoch: those its layers cover
-                asked = band_filter.epochs_to_ask(filter_keys[maybe], _EPOCH_BITS, (last_serial >> _EPOCH_BITS) + 1)
+            if len(bases) > 1:  # more than one run: those its layers cover
+                asked = band_filter.runs_to_ask(filter_keys[maybe], bases)
         stored_bands, stored_keys_, stored_serials, _ = _INDEX_ROWS.decoded(
-            _INDEX_ROWS.stored_rows(txn, wanted_band, wanted_key, last_serial, asked))
+            _INDEX_ROWS.stored_rows(txn, wanted_band, wanted_key, last_serial, asked, bases), bases)
         rekeyed = np.zeros(0, dtype=BAND_ROW)  # sites' first pages by their settled content
         if txn.txn.stat(txn.dbs["rekeyed"])["entries"]:
             found = txn.txn.cursor(db=txn.dbs["rekeyed"]).getmulti(as_bytes_list(everything), dupdata=True,
@@ -311,9 +404,12 @@ class BandTables:
 
     # -- changes -------------------------------------------------------
 
-    def insert_slice(self, txn: IndexTxn, mirror, number: int, slices: int) -> tuple[np.ndarray, np.ndarray]:
+    def insert_slice(self, txn: IndexTxn, mirror, number: int, slices: int,
+                     bases: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Write slice ``number`` of ``slices`` of the mirror's band entries (split by band, then by the key's
-        high bits: a range of its sorted slots); returns their slots and serials (``holding`` takes them)."""
+        high bits: a range of its sorted slots) into the runs starting at ``bases`` (``start_runs``); returns
+        their slots and serials (``holding`` takes them)."""
+        self._run_base = int(bases[-1])
         slots, serials = mirror.slots, mirror.serials
         low, high = (merged_thresholds(part, slices, txn.index.signing.bands)[0] for part in (number, number + 1))
         begin, end = np.searchsorted(slots, np.array([low, high], dtype=np.uint64)).tolist()
@@ -321,7 +417,7 @@ class BandTables:
             return slots[:0], serials[:0]
         slots, serials = slots[begin:end], serials[begin:end]
         keys = slots & KEY_MASK
-        table_keys, values = _INDEX_ROWS.entries(slots >> _U64(32), keys, serials)
+        table_keys, values = _INDEX_ROWS.entries(slots >> _U64(32), keys, serials, bases=bases)
         txn.txn.cursor(db=txn.dbs["bands"]).putmulti(list(zip(table_keys, values)), dupdata=True)
         return slots, serials
 
@@ -332,6 +428,8 @@ class BandTables:
         them (in memory: the saved files are the last finished merge's, ``saved``)."""
         band_filter = self._filter
         if band_filter is not None and len(slots):
+            if band_filter.covers[-1][1] < self._run_base <= serials[0]:  # the first keys of a new run
+                band_filter.start_layer()
             band_filter.add(bandfilter.slot_keys(slots), serials)
         if self._hashes is not None and hashes is not None and len(hashes):
             self._hashes.add(hashes)
@@ -352,7 +450,8 @@ class BandTables:
 
     def remove(self, txn: IndexTxn, serial: int, keys: np.ndarray) -> None:
         """Delete a kept document's entries (``keys``: its band keys, ``record_band_keys``)."""
-        table_keys, values = _INDEX_ROWS.entries(np.arange(len(keys)), keys, np.full(len(keys), serial))
+        table_keys, values = _INDEX_ROWS.entries(np.arange(len(keys)), keys, np.full(len(keys), serial),
+                                                 bases=run_bases(txn))
         for key, value in zip(table_keys, values):
             txn.delete("bands", key, value)
 

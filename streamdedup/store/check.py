@@ -17,7 +17,7 @@ import numpy as np
 
 from ..core.records import id_key
 from ..errors import IndexCorruptError
-from .bands import band_entries, record_band_keys
+from .bands import band_entries, record_band_keys, run_problems
 from .hashed import entries
 from .index import Index, IndexTxn, content_key, from_u64
 from .mirror import unpack_recent
@@ -128,6 +128,11 @@ def _check_recent_entry(record, name: str, keys: np.ndarray, entry, report: Chec
 def _check_bands(txn: IndexTxn, merged_keys: dict[int, set[tuple[int, int]]], merged: int,
                  report: CheckReport, unmerged_keys: dict) -> None:
     seen: dict[int, int] = {}
+    problems = run_problems(txn)
+    for problem in problems:
+        report.problem(problem)
+    if problems:
+        return  # the entries' serials cannot be read
     for band, key, serial in band_entries(txn):
         report.band_entries += 1
         wanted = merged_keys.get(serial)

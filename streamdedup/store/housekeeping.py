@@ -31,8 +31,9 @@ import numpy as np
 
 from ..core.excerpts import anchors_of
 from ..core.records import id_key
+from ..errors import IndexCorruptError
 from .anchors import remove_anchors
-from .bands import BandTables, band_entries, record_band_keys
+from .bands import RUNS_KEY, BandTables, band_entries, record_band_keys
 from .hashed import entry, serials_of
 from .index import DocRecord, IndexTxn, content_key, from_u64, serial_key, u64
 from .merge import merge_recent
@@ -106,8 +107,12 @@ def _forget_one(txn: IndexTxn, bands: BandTables, record: DocRecord, report: For
 
 
 def _places_found(txn: IndexTxn) -> list[tuple[int, int, int]]:
-    """(serial, band, band key) of every entry of the band table and place of the recent log."""
-    found = [(serial, band, int.from_bytes(key, "big")) for band, key, serial in band_entries(txn)]
+    """(serial, band, band key) of every entry of the band table and place of the recent log (the table's none if
+    its manifest of runs is damaged: its serials cannot be read, so duplicates' places there are lost)."""
+    try:
+        found = [(serial, band, int.from_bytes(key, "big")) for band, key, serial in band_entries(txn)]
+    except IndexCorruptError:
+        found = []
     bands = txn.index.signing.bands
     for key, value in txn.table_entries("recent"):
         _, _, keys, places = unpack_recent(value, bands)
@@ -191,6 +196,7 @@ def rebuild_tables(txn: IndexTxn, bands: BandTables) -> dict:
     held = _places_found(txn)
     for name in ("ids", "content", "members", "bands", "recent"):
         txn.txn.drop(txn.dbs[name], delete=False)
+    txn.txn.delete(RUNS_KEY, db=txn.dbs["meta"])  # the band table's runs start again with its entries
     mirror = RecentMirror()
     counters = {"documents": 0, "kept": 0, "duplicates": 0, "exact": 0}
     entries, kept_serials, kept_keys, last = [], [], [], 0

@@ -5,10 +5,12 @@ Named databases (integers are big-endian, so keys sort numerically):
 ============  =====================================  ================================
 database      key                                    value
 ============  =====================================  ================================
-meta          name                                   JSON (config, counters, ids)
-bands         band (2 B) + band key's high 7 bits +  its low 25 bits + the low 23 bits of
-              serial >> 23 (epoch; 2 B together)     a kept document's serial (dupsort,
-                                                     6 B each; bands.py)
+meta          name                                   JSON (config, counters, ids; ``band_runs``:
+                                                     the first serial of each run of ``bands``)
+bands         band (2 B) + band key's high 7 bits +  its low 25 bits + a kept document's serial
+              the serial's run (9 bits; 2 B          less its run's first serial (23 bits;
+              together; an index made before runs:   dupsort, 6 B each; bands.py)
+              serial >> 23, its epoch)
 docs          serial (4 B)                           msgpack record of the decision
 shingles      serial                                 sorted unique uint32 shingles of a kept
                                                      document, Elias-Fano coded (``eliasfano``)

@@ -12,6 +12,13 @@ merge as done). The writer spreads these steps
 over the batches that follow (``engine.Engine``), so no batch waits for a
 whole merge; meanwhile the next generation is mirrored as before.
 
+The band entries go into the band table's current run of serials
+(``bands.run_bases``); a merge whose generation would take that run past
+``bands.RUN_SERIALS`` starts a new one at the generation's first serial,
+recorded in the manifest in the transaction of its first slice (every
+slice asks again and finds it begun), so a merge rewrites the pages of
+about a million documents' entries at most, however large the index.
+
 A lookup meanwhile finds every entry once: the tables answer for the slices
 written, the generation being merged for the others, the new generation for
 its own documents (``RecentMirror.merged_below``). So what a document finds
@@ -34,6 +41,7 @@ from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
+from .bands import start_runs
 from .hashed import filter_keys, salted
 from .index import IndexTxn, content_key, from_u64
 from .mirror import RecentMirror, merged_thresholds
@@ -76,6 +84,7 @@ class SpreadMerge:
         self.finished = 0  # finishing steps done
         self._ids: Optional[_Pairs] = None
         self._contents: Optional[_Pairs] = None
+        self._first_serial: Optional[int] = None  # of the generation's band entries (-1: none)
 
     @property
     def generation(self) -> RecentMirror:
@@ -115,8 +124,16 @@ class SpreadMerge:
                 raw.cursor(db=dbs[name]).putmulti(rows, dupdata=True)
                 hashes.append(pairs.filter_keys(name, low, high))
         hash_keys = np.concatenate(hashes) if hashes else np.zeros(0, dtype=np.uint64)
-        slots, serials = tables.insert_slice(txn, generation, number, self.slices)
+        bases = start_runs(txn, self._first_band_serial(), self.upto)  # a new run: the first slice's transaction
+        slots, serials = tables.insert_slice(txn, generation, number, self.slices, bases)
         return slots, hash_keys, serial_span(serials)
+
+    def _first_band_serial(self) -> Optional[int]:
+        """The first serial of the generation's band entries (None: it has none)."""
+        if self._first_serial is None:
+            serials = self.generation.serials
+            self._first_serial = int(serials.min()) if len(serials) else -1
+        return self._first_serial if self._first_serial >= 0 else None
 
     def slice_committed(self) -> None:
         """The slice written last has committed: lookups take its entries from the tables now."""
