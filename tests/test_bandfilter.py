@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -357,11 +358,18 @@ def test_a_merge_starts_a_new_run_of_serials_in_its_first_slice_and_decisions_do
     with Engine(_config(), old) as engine:
         with engine.index.read() as txn:
             assert txn.txn.get(bands_module.RUNS_KEY, db=txn.dbs["meta"]) is None
+        engine.index.write(lambda txn: _set_format(txn, 6))  # as a streamdedup before runs made it
     assert _decide_in_runs(old, chunks, monkeypatch, first=8) == decided
     with Engine(_config(), old) as engine:
         with engine.index.read() as txn:
             assert bands_module.run_bases(txn).tolist()[0] == 0 and len(bands_module.run_bases(txn)) >= 2
+            assert json.loads(txn.txn.get(b"index", db=txn.dbs["meta"]))["format"] == 7  # refused before runs
         assert check_index(engine.index).ok
+
+
+def _set_format(txn, number):
+    meta = json.loads(txn.txn.get(b"index", db=txn.dbs["meta"]))
+    txn.txn.put(b"index", json.dumps({**meta, "format": number}).encode(), db=txn.dbs["meta"])
 
 
 def test_a_saved_filter_that_is_not_current_is_rebuilt_from_the_tables(tmp_path):

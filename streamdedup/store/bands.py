@@ -232,6 +232,7 @@ def start_runs(txn: IndexTxn, first: Optional[int], upto: int) -> np.ndarray:
     wanted = bases.tolist() if first is None else runs_after_merge(bases.tolist(), first, upto)
     if len(wanted) != len(bases) or txn.txn.get(RUNS_KEY, db=txn.dbs["meta"]) is None:
         txn.txn.put(RUNS_KEY, json.dumps(wanted).encode(), db=txn.dbs["meta"])
+        txn.mark_current_format()
     return np.array(wanted, dtype=np.uint64)
 
 

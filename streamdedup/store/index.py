@@ -84,7 +84,8 @@ if TYPE_CHECKING:
 __all__ = ["Index", "IndexSettings", "IndexTxn", "MapFull", "TxnState", "DocRecord", "FORMAT_VERSION", "MAX_SERIAL", "id_key",
            "u64", "from_u64", "serial_key", "content_key", "take_writer_lock"]
 
-FORMAT_VERSION = 6
+FORMAT_VERSION = 7
+READABLE_FORMATS = (5, 6, FORMAT_VERSION)  # 5: 6 with lsh.cap = "kept"; 6: 7 before its band table had runs
 MAX_SERIAL = (1 << 32) - 1  # the band table stores serials in 32 bits (``bands``)
 LOW_DISK_BYTES = 16 << 20  # 16 MiB: below this, a failed write is taken for a full disk
 _DATABASES = {
@@ -335,13 +336,13 @@ class Index:
             raw = txn.get(b"index")
         if raw is not None:
             meta = json.loads(raw)
-            if meta.get("format", 1) not in (5, FORMAT_VERSION):  # format 5: format 6 with lsh.cap = "kept"
+            if meta.get("format", 1) not in READABLE_FORMATS:
                 raise IncompatibleIndexError(
                     f"the index at {self.path!r} has format {meta.get('format', 1)}, this streamdedup reads format "
                     f"{FORMAT_VERSION} (site templates and excerpts since format 2, shingles stored in 32 bits since "
                     "format 3, the band table in large buckets keyed by a band key's high 7 bits, records with "
                     "numbered source names and 4-byte serials and id and content tables keyed by 8-byte hashes "
-                    "since format 5, and lsh.cap since format 6); rebuild it: "
+                    "since format 5, lsh.cap since format 6, and the band table in runs since format 7); rebuild it: "
                     "replay the input into a new index (`streamdedup backfill --from-beginning` or `streamdedup "
                     "dedup` with --state pointing at a new folder), then use that folder"
                 )
@@ -559,6 +560,14 @@ class IndexTxn:
             raise IndexUnusableError(f"the index transaction is {self.state.value}: nothing may read or write "
                                      "through it now (a bug in streamdedup: please report it)")
         return self._lmdb
+
+    def mark_current_format(self) -> None:
+        """Marks the index with this version's format, in this transaction: an index whose band table has runs
+        (``bands.start_runs``) would be misread by a streamdedup of format 6, which takes its runs for epochs;
+        marked, it is refused there with how to rebuild."""
+        meta = json.loads(self.txn.get(b"index", db=self.dbs["meta"]))
+        if meta.get("format") != FORMAT_VERSION:
+            self.txn.put(b"index", json.dumps({**meta, "format": FORMAT_VERSION}).encode(), db=self.dbs["meta"])
 
     def seal(self) -> None:
         """``OPEN`` -> ``PREPARED``: everything of this transaction is written."""
