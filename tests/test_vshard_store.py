@@ -186,3 +186,38 @@ def test_an_epochs_kept_shingles_are_coded_in_one_call_as_one_document_is():
     assert vshardstate._coded_shingles(shingles) == sorted((u64(serial), eliasfano.encode(values))
                                                            for serial, values in shingles.items())
     assert vshardstate._coded_shingles({}) == []
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_key_places_holders_are_every_entry_of_each_slot_through_merges_folds_and_removals(seed):
+    """``KeyPlaces.holders`` finds a slot among each level's distinct slots, kept until the level changes:
+    after every merge, fold, removal and clear, each asked slot's holders are those a scan of every entry
+    gives, in the order taken."""
+    import numpy as np
+
+    from streamdedup.store.mirror import KeyPlaces
+
+    draw = np.random.default_rng(seed)
+    places, taken = KeyPlaces(), []
+    for step in range(40):
+        width = 40 if step % 2 else 4000
+        slots = np.sort(draw.integers(0, width, int(draw.integers(0, 300))).astype(np.uint64))
+        holders = draw.integers(0, 1 << 40, len(slots)).astype(np.int64)
+        places._recent.merge((slots, holders))
+        taken += zip(slots.tolist(), holders.tolist())
+        if step % 7 == 3:
+            places.entries()
+        if step % 9 == 5 and taken:
+            gone = [taken[int(i)] for i in draw.integers(0, len(taken), 20)]
+            places.remove(np.array([s for s, _ in gone], dtype=np.uint64), np.array([h for _, h in gone]))
+            taken = [entry for entry in taken if entry not in set(gone)]
+        if step == 30:
+            places.clear()
+            taken = []
+        asked = np.unique(draw.integers(0, width, int(draw.integers(0, 200))).astype(np.uint64))
+        starts, counts, found = places.holders(asked)
+        by_slot = {}
+        for slot, holder in sorted(taken, key=lambda entry: entry[0]):
+            by_slot.setdefault(slot, []).append(holder)
+        for slot, start, count in zip(asked.tolist(), starts.tolist(), counts.tolist()):
+            assert found[start:start + count].tolist() == by_slot.get(slot, []), (step, slot)
