@@ -174,18 +174,21 @@ def test_a_vshard_state_of_another_format_is_refused_saying_what_to_do(tmp_path)
         VShard(0, 1, _settings(config), folder, sync=False)
 
 
-def test_an_epochs_kept_shingles_are_coded_in_one_call_as_one_document_is():
+def test_an_epochs_kept_shingles_are_coded_from_its_batch_as_one_document_is():
     import numpy as np
 
     from streamdedup.core import eliasfano
+    from streamdedup.core.shingle import ShingleBatch
     from streamdedup.store.index import u64
 
     draw = np.random.default_rng(3)
-    shingles = {serial: np.unique(draw.integers(0, 1 << 32, size, dtype=np.uint64)).astype(np.uint32)
-                for serial, size in [(40, 200), (7, 0), (12, 1), (900, 57)]}
-    assert vshardstate._coded_shingles(shingles) == sorted((u64(serial), eliasfano.encode(values))
-                                                           for serial, values in shingles.items())
-    assert vshardstate._coded_shingles({}) == []
+    sets = [np.unique(draw.integers(0, 1 << 32, size, dtype=np.uint64)).astype(np.uint32)
+            for size in (200, 0, 1, 57, 33)]
+    batch = ShingleBatch.of_sets(sets)
+    kept = {40: 0, 7: 1, 12: 2, 900: 3}  # serial -> row; row 4 is not kept
+    assert vshardstate._coded_shingles(batch, kept) == sorted((u64(serial), eliasfano.encode(sets[row]))
+                                                              for serial, row in kept.items())
+    assert vshardstate._coded_shingles(batch, {}) == []
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

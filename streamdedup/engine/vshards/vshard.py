@@ -472,7 +472,7 @@ class VShard:
 
     def _commit(self, e: _Epoch, together, own_rows: dict[int, int]) -> None:
         """Keep what the epoch decided: own documents (home), places and first contents (owner)."""
-        records, ids, shingles, members = [], [], {}, []
+        records, ids, kept, members = [], [], {}, []
         for serial, (record, row) in together.records.items():
             own = own_rows.get(row)
             if own is None:
@@ -480,11 +480,11 @@ class VShard:
             records.append(record)
             ids.append(e.batch.id_keys[own])
             if record.kept:
-                shingles[serial] = e.batch.shingles.of(own)
+                kept[serial] = own
                 e.kept.add(serial)
             elif record.cluster:
                 members.append((record.cluster, serial))
-        self.state.put_documents(records, ids, shingles, members)
+        self.state.put_documents(records, ids, e.batch.shingles, kept, members)
         self.state.places.add(*e.placed)
         self.state.add_contents(e.contents)
 
