@@ -174,15 +174,53 @@ def test_a_vshard_state_of_another_format_is_refused_saying_what_to_do(tmp_path)
         VShard(0, 1, _settings(config), folder, sync=False)
 
 
-def test_an_epochs_kept_shingles_are_coded_in_one_call_as_one_document_is():
+def test_an_epochs_kept_shingles_are_coded_from_its_batch_as_one_document_is():
     import numpy as np
 
     from streamdedup.core import eliasfano
+    from streamdedup.core.shingle import ShingleBatch
     from streamdedup.store.index import u64
 
     draw = np.random.default_rng(3)
-    shingles = {serial: np.unique(draw.integers(0, 1 << 32, size, dtype=np.uint64)).astype(np.uint32)
-                for serial, size in [(40, 200), (7, 0), (12, 1), (900, 57)]}
-    assert vshardstate._coded_shingles(shingles) == sorted((u64(serial), eliasfano.encode(values))
-                                                           for serial, values in shingles.items())
-    assert vshardstate._coded_shingles({}) == []
+    sets = [np.unique(draw.integers(0, 1 << 32, size, dtype=np.uint64)).astype(np.uint32)
+            for size in (200, 0, 1, 57, 33)]
+    batch = ShingleBatch.of_sets(sets)
+    kept = {40: 0, 7: 1, 12: 2, 900: 3}  # serial -> row; row 4 is not kept
+    assert vshardstate._coded_shingles(batch, kept) == sorted((u64(serial), eliasfano.encode(sets[row]))
+                                                              for serial, row in kept.items())
+    assert vshardstate._coded_shingles(batch, {}) == []
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_key_places_holders_are_every_entry_of_each_slot_through_merges_folds_and_removals(seed):
+    """``KeyPlaces.holders`` finds a slot among each level's distinct slots, kept until the level changes:
+    after every merge, fold, removal and clear, each asked slot's holders are those a scan of every entry
+    gives, in the order taken."""
+    import numpy as np
+
+    from streamdedup.store.mirror import KeyPlaces
+
+    draw = np.random.default_rng(seed)
+    places, taken = KeyPlaces(), []
+    for step in range(40):
+        width = 40 if step % 2 else 4000
+        slots = np.sort(draw.integers(0, width, int(draw.integers(0, 300))).astype(np.uint64))
+        holders = draw.integers(0, 1 << 40, len(slots)).astype(np.int64)
+        places._recent.merge((slots, holders))
+        taken += zip(slots.tolist(), holders.tolist())
+        if step % 7 == 3:
+            places.entries()
+        if step % 9 == 5 and taken:
+            gone = [taken[int(i)] for i in draw.integers(0, len(taken), 20)]
+            places.remove(np.array([s for s, _ in gone], dtype=np.uint64), np.array([h for _, h in gone]))
+            taken = [entry for entry in taken if entry not in set(gone)]
+        if step == 30:
+            places.clear()
+            taken = []
+        asked = np.unique(draw.integers(0, width, int(draw.integers(0, 200))).astype(np.uint64))
+        starts, counts, found = places.holders(asked)
+        by_slot = {}
+        for slot, holder in sorted(taken, key=lambda entry: entry[0]):
+            by_slot.setdefault(slot, []).append(holder)
+        for slot, start, count in zip(asked.tolist(), starts.tolist(), counts.tolist()):
+            assert found[start:start + count].tolist() == by_slot.get(slot, []), (step, slot)

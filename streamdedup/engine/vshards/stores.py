@@ -20,6 +20,7 @@ import numpy as np
 
 from typing import Any, Optional
 
+from ...core.shingle import ShingleBatch
 from ...store.index import DocRecord
 from ...store.mirror import KeyPlaces
 from ...store.vshardstate import holder, holder_homes, holder_serials
@@ -109,12 +110,12 @@ class MemoryState:
     def put_record(self, record: DocRecord) -> None:
         self._records[record.serial] = record
 
-    def put_documents(self, records: list[DocRecord], ids: list[bytes], shingles: dict[int, np.ndarray],
-                      members: list[tuple[int, int]]) -> None:
+    def put_documents(self, records: list[DocRecord], ids: list[bytes], shingles: ShingleBatch,
+                      kept: dict[int, int], members: list[tuple[int, int]]) -> None:
         for record, ident in zip(records, ids):
             self._records[record.serial] = record
             self._ids.setdefault(ident, []).append(record.serial)
-        self._shingles.update(shingles)
+        self._shingles.update((serial, shingles.of(row)) for serial, row in kept.items())
         for cluster, serial in members:
             self._members.setdefault(cluster, []).append(serial)
 

@@ -472,7 +472,7 @@ class VShard:
 
     def _commit(self, e: _Epoch, together, own_rows: dict[int, int]) -> None:
         """Keep what the epoch decided: own documents (home), places and first contents (owner)."""
-        records, ids, shingles, members = [], [], {}, []
+        records, ids, kept, members = [], [], {}, []
         for serial, (record, row) in together.records.items():
             own = own_rows.get(row)
             if own is None:
@@ -480,11 +480,11 @@ class VShard:
             records.append(record)
             ids.append(e.batch.id_keys[own])
             if record.kept:
-                shingles[serial] = e.batch.shingles.of(own)
+                kept[serial] = own
                 e.kept.add(serial)
             elif record.cluster:
                 members.append((record.cluster, serial))
-        self.state.put_documents(records, ids, shingles, members)
+        self.state.put_documents(records, ids, e.batch.shingles, kept, members)
         self.state.places.add(*e.placed)
         self.state.add_contents(e.contents)
 
@@ -603,59 +603,53 @@ class _SubBatch:
     for, in the deployment's order, with the evidence gathered for each (``decide_together``'s ``gathered``)."""
 
     def __init__(self, e: _Epoch, others: list):
-        self.items: list[Item] = []
-        self.item_row: list[int] = []
-        self.contents: list[bytes] = []
-        self.id_keys: list[bytes] = []
-        self.sites: list[int] = []
-        self.serial_of: list[int] = []
-        self.candidates: list[tuple[np.ndarray, np.ndarray]] = []
-        self.evidence = Evidence()
-        self.own_items: list[int] = []  # the own items' places here, in the home's order
-        self.own_rows: dict[int, int] = {}  # row here -> row of the home's batch
-        self.mine: list[bool] = []
         batch = e.batch
-        entries = [(serial, i, None) for i, serial in enumerate(e.item_serials)]
-        entries += [(row[0], -1, row) for row in others]
-        for serial, item, linked in sorted(entries, key=lambda entry: entry[0]):
-            if linked is not None:
-                self._add_linked(linked)
-                continue
-            self.own_items.append(len(self.items))
-            row = batch.row[item]
-            self.mine.append(True)
-            if row < 0:
-                self.items.append(batch.items[item])
-                self.item_row.append(-1)
-                continue
-            here = self._add_row(batch.items[item], batch.contents[row], batch.id_keys[row], int(batch.sites[row]),
-                                 serial)
-            self.own_rows[here] = row
-            if row in e.replays:
+        own_count = len(e.item_serials)
+        serials = np.concatenate((np.asarray(e.item_serials, dtype=np.int64),
+                                  np.fromiter((row[0] for row in others), dtype=np.int64, count=len(others))))
+        order = np.argsort(serials, kind="stable")  # own items and linked documents by serial, as one order
+        own = order < own_count
+        home_rows = np.concatenate((np.asarray(batch.row, dtype=np.int64), np.zeros(len(others), dtype=np.int64)))
+        home_rows = home_rows[order]
+        with_row = ~own | (home_rows >= 0)
+        count = int(np.count_nonzero(with_row))
+        item_row = np.full(len(order), -1, dtype=np.int64)
+        item_row[with_row] = np.arange(count)
+        placed = _placed_rows(batch, others, order, own_count, home_rows, with_row)
+        self.items: list[Item] = _picked(batch.items, [Document(row[1], "", _ELSEWHERE) for row in others],
+                                         order)
+        self.item_row: list[int] = item_row.tolist()
+        self.contents: list[bytes] = _picked(batch.contents, [row[3] for row in others], placed)
+        self.id_keys: list[bytes] = _picked(batch.id_keys, [row[2] for row in others], placed)
+        self.sites = np.concatenate((np.asarray(batch.sites, dtype=np.uint64),
+                                     np.array([row[4] for row in others], dtype=np.uint64)))[placed]
+        self.serial_of: list[int] = serials[order][with_row].tolist()
+        self.candidates: list[tuple[np.ndarray, np.ndarray]] = [(_NONE, _NONE)] * count
+        self.evidence = Evidence()
+        self.own_items: list[int] = np.flatnonzero(own).tolist()  # the own items' places here, in the home's order
+        own_rows = own & with_row
+        self.own_rows: dict[int, int] = dict(zip(item_row[own_rows].tolist(), home_rows[own_rows].tolist()))
+        self.mine: list[bool] = own.tolist()
+        self._add_evidences(e, others, order[with_row] - own_count, home_rows[with_row])
+
+    def _add_evidences(self, e: _Epoch, others: list, linked_at: np.ndarray, home_rows: np.ndarray) -> None:
+        """The evidence of each row here, in order: a replay's stored decision, or what was gathered for a new
+        document (``e``'s for an own one, its linked row's for another home's)."""
+        unkept = e.unkept
+        for here, serial, at, row in zip(range(len(self.serial_of)), self.serial_of, linked_at.tolist(),
+                                         home_rows.tolist()):
+            if at >= 0:
+                linked = others[at]
+                candidates, shared, matches, unkept_here, names, twin = linked[5:11]
+                self._add_evidence(here, _from_ints(candidates), _from_ints(shared), matches, unkept_here, names,
+                                   twin)
+            elif row in e.replays:
                 self.evidence.replays[here] = e.replays[row]
             elif serial in e.new:
                 candidates, shared = e.candidates.get(serial, (_NONE, _NONE))
                 self._add_evidence(here, candidates, shared, e.matches.get(serial, ()),
-                                   [c for c in candidates.tolist() if c in e.unkept], e.names,
+                                   [c for c in candidates.tolist() if c in unkept] if unkept else [], e.names,
                                    e.twin_records.get(serial))
-
-    def _add_linked(self, linked: list) -> None:
-        serial, doc_id, ident, content, site = linked[:5]
-        self.mine.append(False)
-        here = self._add_row(Document(doc_id, "", _ELSEWHERE), content, ident, site, serial)
-        candidates, shared, matches, unkept, names, twin = linked[5:11]
-        self._add_evidence(here, _from_ints(candidates), _from_ints(shared), matches, unkept, names, twin)
-
-    def _add_row(self, item: Item, content: bytes, ident: bytes, site: int, serial: int) -> int:
-        row = len(self.contents)
-        self.items.append(item)
-        self.item_row.append(row)
-        self.contents.append(content)
-        self.id_keys.append(ident)
-        self.sites.append(site)
-        self.serial_of.append(serial)
-        self.candidates.append((_NONE, _NONE))
-        return row
 
     def _add_evidence(self, row: int, candidates: np.ndarray, shared: np.ndarray, matches, unkept: list,
                       names: dict, twin) -> None:
@@ -672,7 +666,7 @@ class _SubBatch:
         n = len(self.contents)
         shingles = ShingleBatch(np.zeros(0, dtype=np.uint32), np.zeros(n + 1, dtype=np.int64))
         return PreparedBatch(self.items, self.item_row, self.contents, self.id_keys, shingles,
-                             np.zeros((n, 0), dtype=np.uint64), np.array(self.sites, dtype=np.uint64), {})
+                             np.zeros((n, 0), dtype=np.uint64), self.sites, {})
 
     def gathered(self) -> Gathered:
         counts = [len(serials) for serials, _ in self.candidates]
@@ -683,6 +677,20 @@ class _SubBatch:
         else:
             serials = shared = _NONE
         return Gathered(Hits(serials.astype(np.int64), shared.astype(np.int64), bounds), self.serial_of)
+
+
+def _placed_rows(batch: PreparedBatch, others: list, order: np.ndarray, own_count: int, home_rows: np.ndarray,
+                 with_row: np.ndarray) -> np.ndarray:
+    """Where each row of a ``_SubBatch`` comes from, in one index over the home's rows followed by the linked
+    documents (``_picked``'s): an own item's row of the home's batch, or a linked document's place past them."""
+    at = np.where(order < own_count, home_rows, order - own_count + len(batch.contents))
+    return at[with_row]
+
+
+def _picked(first: list, then: list, at: np.ndarray) -> list:
+    """The entries of ``first`` followed by ``then`` at the places ``at``."""
+    pool = first + then if then else first
+    return [pool[i] for i in at.tolist()]
 
 
 def _split_by(labels: np.ndarray, count: int, *columns: np.ndarray) -> list[tuple[np.ndarray, ...]]:
