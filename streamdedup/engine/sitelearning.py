@@ -29,7 +29,7 @@ __all__ = ["SiteTemplates", "BatchContent", "templates_in_advance"]
 CACHED_SITES = 200_000  # committed site states kept in memory (the rest are read from the index when needed)
 CACHED_BYTES = 1 << 30  # and at most about this much of them (a site's window and sketch: 100-200 KiB)
 ADVANCE_WINDOWS = 20_000  # sites whose windows the first pass of ``dedup --learn-first`` holds at once
-STORED_CONTENT_BYTES = 64 << 20  # stored candidates' contents kept across batches (``StoredContents``), about
+STORED_CONTENT_BYTES = 64 << 20  # stored candidates' contents kept across batches (``StoredContents``) at most
 
 
 @dataclass
