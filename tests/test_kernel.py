@@ -268,6 +268,7 @@ def test_decisions_without_the_kernel_are_the_decisions_with_it(tmp_path, monkey
     monkeypatch.setattr(templates, "_sorted_union", None)
     monkeypatch.setattr(templates, "_growing_member", None)
     monkeypatch.setattr(templates, "_new_and_again", None)
+    monkeypatch.setattr(templates, "_sorted_without_each", None)
     assert decisions("numpy") == compiled
     assert compiled.count(b'"duplicate"') > 200
 
@@ -413,6 +414,31 @@ def test_a_pages_content_is_made_in_the_kernel_as_numpy_makes_it(monkeypatch, se
         assert content.dtype == np.uint32 and np.array_equal(content, plain)
         assert (content is case[0]) == (plain is case[0])
     assert sum(content is not case[0] for case, content in zip(cases, compiled)) > 50
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_new_pages_counted_part_and_content_come_out_of_one_walk_as_of_two(monkeypatch, seed):
+    """``SiteState.counted_part_and_rest`` (``_kernel.sorted_without_each``): the page without its site's template,
+    and that without the shared template too, as the two walks of ``templates._without`` give them."""
+    from streamdedup.core import templates
+
+    rng = np.random.default_rng(seed)
+    cases = []
+    for _ in range(300):
+        page = np.unique(rng.integers(0, 4000, int(rng.integers(0, 600))).astype(np.uint32))
+        template = np.unique(rng.choice(page, int(rng.integers(0, len(page) + 1))) if len(page) else page)
+        shared = np.unique(rng.integers(0, 4000, int(rng.integers(0, 80))).astype(np.uint32))
+        cases.append((page, template.astype(np.uint32), shared if rng.random() < 0.8 else templates.EMPTY))
+    compiled = [templates.SiteState(template=template).counted_part_and_rest(page, shared)
+                for page, template, shared in cases]
+    monkeypatch.setattr(templates, "_sorted_without_each", None)
+    monkeypatch.setattr(templates, "_sorted_without", None)
+    monkeypatch.setattr(templates, "_sorted_member", None)
+    for (page, template, shared), (counted, kept) in zip(cases, compiled):
+        rest = templates._without(page, template, templates.EMPTY) if len(template) else page
+        assert counted.dtype == kept.dtype == np.uint32
+        assert np.array_equal(counted, rest) and np.array_equal(kept, templates._without(rest, templates.EMPTY, shared))
+    assert sum(0 < len(kept) < len(counted) < len(page) for (page, _, _), (counted, kept) in zip(cases, compiled)) > 50
 
 
 def test_ascending_values_a_few_places_apart_are_found_and_merged_as_numpy_does(monkeypatch):

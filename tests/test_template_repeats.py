@@ -181,6 +181,45 @@ def test_a_batch_that_did_not_commit_decides_and_counts_again_as_one_that_did(tm
     assert decided == reference
 
 
+def test_stored_candidates_contents_are_made_once_while_their_templates_stand(tmp_path, writer, monkeypatch):
+    """A stored page that is a candidate of several batches has its content made once while its site's template
+    and the shared one stand (``StoredContents``), with the same decisions as when every batch makes it again."""
+    from streamdedup.engine import sitelearning
+
+    pages, _ = _doc_crawl(writer)
+    made = []
+    content_of = sitelearning.content_of
+    monkeypatch.setattr(sitelearning, "content_of", lambda *args: made.append(1) or content_of(*args))
+    with _engine(tmp_path / "kept") as engine:
+        kept = _decide(engine, pages, batch=10)
+        kept_made = len(made)
+    made.clear()
+    monkeypatch.setattr(sitelearning.StoredContents, "get", lambda self, serial: None)
+    with _engine(tmp_path / "again") as engine:
+        again = _decide(engine, pages, batch=10)
+    assert kept == again
+    assert kept_made < len(made)
+
+
+def test_a_batch_that_did_not_commit_leaves_no_stored_contents(tmp_path, writer, monkeypatch):
+    """The contents a batch made of stored candidates are kept for later batches only once it commits."""
+    from streamdedup.engine import engine as engine_module
+
+    pages, _ = _doc_crawl(writer)
+    write = engine_module.write_documents
+    with _engine(tmp_path / "failed") as engine:
+        _decide(engine, pages[:60], batch=10)
+        stored = set(engine.templates._stored._made)
+        assert stored
+        monkeypatch.setattr(engine_module, "write_documents", lambda *args: (_ for _ in ()).throw(RuntimeError("down")))
+        with pytest.raises(RuntimeError):
+            _decide(engine, pages[60:], batch=len(pages))
+        assert set(engine.templates._stored._made) == stored
+        monkeypatch.setattr(engine_module, "write_documents", write)
+        _decide(engine, pages[60:], batch=len(pages))
+        assert set(engine.templates._stored._made) > stored
+
+
 # -- a pair compared without what each page's site repeats ------------------------------------------
 
 

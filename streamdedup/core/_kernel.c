@@ -952,6 +952,52 @@ release1:
     return PyLong_FromSsize_t(kept);
 }
 
+/* sorted_without's two answers in one walk of the values: those not in table (into rest) and those in neither
+ * table (into kept); (how many of each). A new page's part its site counts (without its template) and its
+ * content (without the shared template too). */
+static PyObject *sorted_without_each(PyObject *self, PyObject *args) {
+    PyObject *o_values, *o_table, *o_shared, *o_rest, *o_kept, *result = NULL;
+    if (!PyArg_ParseTuple(args, "OOOOO", &o_values, &o_table, &o_shared, &o_rest, &o_kept)) return NULL;
+    Py_buffer values, table, shared, rest, kept;
+    if (get_buffer(o_values, &values, 4, 0, "values") < 0) return NULL;
+    if (get_buffer(o_table, &table, 4, 0, "table") < 0) goto release1;
+    if (get_buffer(o_shared, &shared, 4, 0, "shared") < 0) goto release2;
+    if (get_buffer(o_rest, &rest, 4, 1, "rest") < 0) goto release3;
+    if (get_buffer(o_kept, &kept, 4, 1, "kept") < 0) goto release4;
+    Py_ssize_t n = values.len / 4;
+    uint8_t *marks = rest.len < values.len || kept.len < values.len ? NULL : calloc(n ? 2 * n : 1, 1);
+    if (!marks) {
+        if (rest.len < values.len || kept.len < values.len)
+            PyErr_SetString(PyExc_ValueError, "sorted_without_each: rest and kept must have room for every value");
+        else PyErr_NoMemory();
+    } else {
+        const uint32_t *v = values.buf;
+        uint32_t *r = rest.buf, *k = kept.buf;
+        uint8_t *templated = marks, *either = marks + n;
+        mark_members(v, n, table.buf, table.len / 4, templated);
+        mark_members(v, n, shared.buf, shared.len / 4, either);
+        Py_ssize_t rested = 0, left = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            r[rested] = v[i];
+            rested += !templated[i];
+            k[left] = v[i];
+            left += !(templated[i] | either[i]);
+        }
+        free(marks);
+        result = Py_BuildValue("nn", rested, left);
+    }
+    PyBuffer_Release(&kept);
+release4:
+    PyBuffer_Release(&rest);
+release3:
+    PyBuffer_Release(&shared);
+release2:
+    PyBuffer_Release(&table);
+release1:
+    PyBuffer_Release(&values);
+    return result;
+}
+
 /* Whether v[0:n] is strictly increasing (every value compared: no branch a value). */
 static int strictly_increasing(const uint32_t *v, Py_ssize_t n) {
     int bad = 0;
@@ -3431,6 +3477,7 @@ static PyMethodDef methods[] = {
     {"sorted_member", sorted_member, METH_VARARGS, "Whether each uint32 value is in a sorted uint32 table, into out."},
     {"sorted_union", sorted_union, METH_VARARGS, "The sorted union of two sorted uint32 arrays, into out; how many."},
     {"sorted_without", sorted_without, METH_VARARGS, "uint32 values in neither of two sorted tables, into out; how many."},
+    {"sorted_without_each", sorted_without_each, METH_VARARGS, "sorted_without both ways: not in the first table, in neither (see the module)."},
     {"ef_decode", ef_decode, METH_VARARGS, "The sorted uint32 values of an Elias-Fano coding (see eliasfano.py)."},
     {"merge_into", merge_into, METH_VARARGS, "A sorted run merged into sorted entries, in place (see the module)."},
     {"blake2b", blake2b_digest, METH_VARARGS, "hashlib.blake2b(data, digest_size=n).digest(), unkeyed."},

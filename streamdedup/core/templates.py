@@ -132,13 +132,14 @@ try:
 
     _sorted_member, _sorted_without, _sorted_union = _kernel.sorted_member, _kernel.sorted_without, _kernel.sorted_union
     _growing_member, _new_and_again = _kernel.growing_member, _kernel.new_and_again
+    _sorted_without_each = getattr(_kernel, "sorted_without_each", None)
     _hashed = getattr(_kernel, "hashed_count", None) is not None
 except ImportError:  # built without a C compiler: numpy's searchsorted and sort, the same answers
-    _sorted_member = _sorted_without = _sorted_union = _growing_member = _new_and_again = None
+    _sorted_member = _sorted_without = _sorted_union = _growing_member = _new_and_again = _sorted_without_each = None
     _hashed = False
 
 __all__ = ["TemplateSettings", "SiteState", "GrowingSet", "RepeatTable", "NOTHING", "learned_template", "content_of",
-           "content_of_rest", "in_sorted", "kept_rule", "reads_lines", "excerpt_text_of", "without_repeats",
+           "content_left", "in_sorted", "kept_rule", "reads_lines", "excerpt_text_of", "without_repeats",
            "own_text_of", "SiteTimeline", "EMPTY",
            "MAX_TEMPLATE", "MAX_WINDOW_PAGE"]
 
@@ -436,12 +437,13 @@ class SiteState:
     # yet merged into them (``settle_counts``); shared with the copy a batch works on (``with_table``)
     table: Optional[RepeatTable] = field(default=None, repr=False, compare=False)
     pending: list = field(default_factory=list, repr=False, compare=False)  # (seen's, repeated's) of each page
+    pending_seen: int = field(default=0, repr=False, compare=False)  # how many values ``pending`` adds to ``seen``
 
     def copy(self) -> "SiteState":
         counts = None if self._counts is None else self._counts.copy()
         return SiteState(self.pages, self.settled, self.template, list(self.sample), self.blocks, list(self.window),
                          counts, self.seen, self.repeated, self.ahead, self.probation, self.confirmations,
-                         self.table, list(self.pending))
+                         self.table, list(self.pending), self.pending_seen)
 
     def with_table(self) -> Optional[RepeatTable]:
         """The state's ``RepeatTable`` (built when it has none, or one a batch that did not commit moved ahead),
@@ -462,7 +464,7 @@ class SiteState:
         if self.pending:
             self.seen = _settled_set(self.seen, [fresh for fresh, _ in self.pending])
             self.repeated = _settled_set(self.repeated, [again for _, again in self.pending])
-            self.pending = []
+            self.pending, self.pending_seen = [], 0
 
     def samples_next(self, settings: TemplateSettings) -> bool:
         """Whether the site's next new page goes into a sample."""
@@ -552,9 +554,18 @@ class SiteState:
         template is out of every pair's contents anyway)."""
         return _without(page, self.template, EMPTY) if len(self.template) else page
 
+    def counted_part_and_rest(self, page: np.ndarray, shared: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``counted_part`` of a new page, and that without ``shared`` too (its content while the templates stand,
+        ``content_left``): one walk of the page for both."""
+        template = self.template
+        if not len(template) or not len(shared):
+            counted = self.counted_part(page)
+            return counted, (_without(counted, EMPTY, shared) if len(shared) else counted)
+        return _without_each(page, template, shared)
+
     def takes_new(self) -> bool:
         """Whether ``seen`` takes the shingles it has not seen of the site's next new page."""
-        return len(self.seen) + sum(len(fresh) for fresh, _ in self.pending) < MAX_SEEN
+        return len(self.seen) + self.pending_seen < MAX_SEEN
 
     def count_repeats(self, page: np.ndarray, stamp: int = 0) -> np.ndarray:
         """Count a new page's shingles (sorted uint32): those seen before are ``repeated`` (on two or more of the
@@ -566,6 +577,7 @@ class SiteState:
             takes = self.takes_new()
             fresh, again = self.table.count(page, takes, stamp)
             self.pending.append((fresh if takes else EMPTY, again))
+            self.pending_seen += len(fresh) if takes else 0
             return fresh
         fresh, again = _fresh_and_again(page, self.seen, self.repeated)
         self.repeated = self.repeated.with_values(again)
@@ -728,16 +740,10 @@ def content_of(shingles: np.ndarray, template: np.ndarray, shared: np.ndarray, m
     """
     if len(template) == 0 and len(shared) == 0:
         return shingles
-    return _content_left(shingles, _without(shingles, template, shared), min_share)
+    return content_left(shingles, _without(shingles, template, shared), min_share)
 
 
-def content_of_rest(shingles: np.ndarray, rest: np.ndarray, shared: np.ndarray, min_share: float) -> np.ndarray:
-    """``content_of(shingles, template, shared, min_share)`` from ``rest``, ``shingles`` without ``template``
-    already (a new page's ``SiteState.counted_part``: the page is not gone through twice)."""
-    return _content_left(shingles, _without(rest, EMPTY, shared) if len(shared) else rest, min_share)
-
-
-def _content_left(shingles: np.ndarray, kept: np.ndarray, min_share: float) -> np.ndarray:
+def content_left(shingles: np.ndarray, kept: np.ndarray, min_share: float) -> np.ndarray:
     """``kept`` (what of ``shingles`` is not template), unless it is all of them, none, or less than
     ``min_share`` of them: then ``shingles`` itself."""
     left = len(kept)
@@ -757,6 +763,18 @@ def _without(values: np.ndarray, template: np.ndarray, shared: np.ndarray) -> np
     if len(shared):
         drop |= in_sorted(values, shared)
     return values[~drop]
+
+
+def _without_each(values: np.ndarray, template: np.ndarray, shared: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``_without(values, template, EMPTY)`` and ``_without(values, template, shared)`` (in one kernel call when
+    all are uint32)."""
+    if _sorted_without_each is None or not values.dtype == template.dtype == shared.dtype == np.uint32:
+        rest = _without(values, template, EMPTY)
+        return rest, _without(rest, EMPTY, shared)
+    rest, kept = np.empty(len(values), dtype=np.uint32), np.empty(len(values), dtype=np.uint32)
+    sizes = _sorted_without_each(np.ascontiguousarray(values), np.ascontiguousarray(template),
+                                 np.ascontiguousarray(shared), rest, kept)
+    return rest[:sizes[0]], kept[:sizes[1]]
 
 
 def without_repeats(own: np.ndarray, other: np.ndarray, own_repeated, other_repeated) -> tuple[np.ndarray, np.ndarray]:

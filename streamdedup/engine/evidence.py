@@ -407,7 +407,7 @@ class _Matches:
         if timeline is None:
             return shingles
         return self.content.content_of_stored(shingles, self.records.get(serial).site, self._contents, serial,
-                                              timeline)
+                                              timeline, committed=True)
 
     def other_site(self, row: int, serial: int) -> bool:
         """Whether the stored ``serial`` is a page of another site than row ``row``'s."""

@@ -19,7 +19,7 @@ import numpy as np
 from ..core.prepare import PreparedBatch
 from ..core.records import Document
 from ..core.signing import SigningConfig, band_keys_of
-from ..core.templates import (EMPTY, NOTHING, SiteState, SiteTimeline, TemplateSettings, content_of, content_of_rest,
+from ..core.templates import (EMPTY, NOTHING, SiteState, SiteTimeline, TemplateSettings, content_left, content_of,
                               excerpt_text_of, in_sorted, own_text_of, without_repeats)
 from ..store.index import IndexTxn
 from ..store.sites import load_site, move_site_counts, save_site, shared_template
@@ -29,6 +29,7 @@ __all__ = ["SiteTemplates", "BatchContent", "templates_in_advance"]
 CACHED_SITES = 200_000  # committed site states kept in memory (the rest are read from the index when needed)
 CACHED_BYTES = 1 << 30  # and at most about this much of them (a site's window and sketch: 100-200 KiB)
 ADVANCE_WINDOWS = 20_000  # sites whose windows the first pass of ``dedup --learn-first`` holds at once
+STORED_CONTENT_BYTES = 64 << 20  # stored candidates' contents kept across batches (``StoredContents``) at most
 
 
 @dataclass
@@ -45,20 +46,30 @@ class BatchContent:
     own_keys: dict = field(default_factory=dict)  # row -> the band keys of its own text
     excerpt_texts: dict = field(default_factory=dict)  # row -> its content as an excerpt is measured (``lines``)
     probe: Optional[tuple] = field(default=None, repr=False)  # the batch's probed slots (``evidence.probe_slots``)
+    stored: Optional["StoredContents"] = field(default=None, repr=False)  # earlier batches' stored contents
+    made_stored: dict = field(default_factory=dict, repr=False)  # serial -> what this batch made of one stored before
 
     def content_of_stored(self, shingles: np.ndarray, site: int, made: Optional[dict] = None,
-                          key: Optional[int] = None, timeline: Optional[SiteTimeline] = None) -> np.ndarray:
+                          key: Optional[int] = None, timeline: Optional[SiteTimeline] = None,
+                          committed: bool = False) -> np.ndarray:
         """A decided document's stored shingles without its site's template as it stands now (or as
         ``timeline`` has it); with ``made`` (``key`` -> the templates a content was made under, and that
-        content), made again only when they changed since (a candidate of many rows)."""
+        content), made again only when they changed since (a candidate of many rows). ``committed``: ``key`` is
+        the serial of a document stored before the batch, whose content earlier batches may have made under
+        the same templates (``stored``)."""
         timeline = self.timeline if timeline is None else timeline
         template, shared = timeline.template(site), timeline.shared
         found = None if made is None else made.get(key)
+        stored = self.stored if committed else None
+        if found is None and stored is not None:
+            found = stored.get(key)
         if found is not None and found[0] is template and found[1] is shared:
             return found[2]
         content = content_of(shingles, template, shared, self.settings.min_content_share)
         if made is not None:
             made[key] = template, shared, content
+        if stored is not None:
+            self.made_stored[key] = template, shared, content
         return content
 
     def pair_contents(self, own: np.ndarray, own_site: int, other: np.ndarray, other_site: int,
@@ -74,6 +85,40 @@ class BatchContent:
         row = timeline.row
         return without_repeats(own, other, lambda values: repeats.repeated(values, own_site, row),
                                lambda values: repeats.repeated(values, other_site, row))
+
+
+class StoredContents:
+    """Stored documents' contents as earlier batches made them (serial -> the site template and shared
+    template they were made under, and the content), so a candidate of many batches is not made again while
+    its templates stand (``BatchContent.content_of_stored``: a template that changed is another array).
+
+    Taken in only once the batch that made them commits (its serials, and
+    the templates it made them under, are then the index's); at most
+    ``STORED_CONTENT_BYTES`` of contents, then emptied (a cache of a function
+    of the stored shingles and the templates: which entries it holds never
+    changes a content).
+    """
+
+    def __init__(self, limit: int = STORED_CONTENT_BYTES):
+        self._limit = limit
+        self._made: dict[int, tuple] = {}
+        self._bytes = 0
+
+    def get(self, serial: int) -> Optional[tuple]:
+        return self._made.get(serial)
+
+    def take_in(self, made: dict) -> None:
+        """A committed batch's ``BatchContent.made_stored``."""
+        for serial, entry in made.items():
+            if self._bytes >= self._limit:
+                self.clear()
+            before = self._made.get(serial)
+            self._bytes += entry[2].nbytes - (before[2].nbytes if before is not None else 0)
+            self._made[serial] = entry
+
+    def clear(self) -> None:
+        self._made.clear()
+        self._bytes = 0
 
 
 class BatchRepeats:
@@ -193,6 +238,7 @@ class SiteTemplates:
         self._sizes: dict[int, int] = {}  # site -> what its cached state took when cached
         self._shared: Optional[np.ndarray] = None
         self._stamps = 0  # the ``RepeatTable`` stamps batches took so far (a batch's: one past each of its rows)
+        self._stored = StoredContents()
 
     def content(self, txn: IndexTxn, view, batch: PreparedBatch) -> BatchContent:
         """Every row's content, the sites' new state written into ``txn``, and ``view`` keyed by content
@@ -229,12 +275,13 @@ class SiteTemplates:
                         repeats.tables[site] = state.table
             digest = batch.contents[row]
             learning = learns(site)
-            before, counted = None, None  # the template before a new page, and the page without it (``repeats``)
+            # the templates before a new page, the page without its site's (``repeats``) and without both
+            before, shared_before, counted, kept = None, shared, None, None
             if learning and digest not in seen and view.serial_of_content(digest) is None:
                 seen.add(digest)
                 before, was_settled = state.template, state.settled_for_good()
                 if repeats is not None and not state.ahead:
-                    counted = state.counted_part(full)
+                    counted, kept = state.counted_part_and_rest(full, shared)
                     takes = state.takes_new()
                     repeats.add(site, row, counted, takes, state.count_repeats(counted, base + row + 1))
                 moved = state.add_page(full, settings, counted)
@@ -247,7 +294,7 @@ class SiteTemplates:
                     timeline.record(row, None, shared)
             if learning and not state.settled_for_good():
                 provisional.add(row)
-            content = self._row_content(full, state.template, shared, before, counted)
+            content = self._row_content(full, state.template, shared, before, kept if shared is shared_before else None)
             rows.append(content)
             if content is not full:
                 changed.append(row)
@@ -256,16 +303,19 @@ class SiteTemplates:
         lines = batch.short_lines if settings.lines else None
         own, texts = self._own_and_excerpt_texts(sites, rows, repeats, lines) if repeats is not None else ({}, {})
         own_keys = dict(zip(own, band_keys_of(list(own.values()), self.signing))) if own else {}
-        return BatchContent(rows, timeline, settings, provisional, settles, repeats, own, own_keys, texts)
+        content = BatchContent(rows, timeline, settings, provisional, settles, repeats, own, own_keys, texts,
+                               stored=self._stored)
+        txn.after_commit.append(lambda: self._stored.take_in(content.made_stored))
+        return content
 
     def _row_content(self, full: np.ndarray, template: np.ndarray, shared: np.ndarray, before: Optional[np.ndarray],
-                     counted: Optional[np.ndarray]) -> np.ndarray:
-        """A row's content (``content_of``), from its ``counted_part`` when it has one (``counted``, the page
-        without ``before``) and its page left the template as it was."""
+                     kept: Optional[np.ndarray]) -> np.ndarray:
+        """A row's content (``content_of``), from ``kept`` (the page without ``before`` and ``shared``:
+        ``SiteState.counted_part_and_rest``) when it has one and its page left the templates as they were."""
         if not len(template) and not len(shared):
             return full
-        if counted is not None and template is before:
-            return content_of_rest(full, counted, shared, self.settings.min_content_share)
+        if kept is not None and template is before:
+            return content_left(full, kept, self.settings.min_content_share)
         return content_of(full, template, shared, self.settings.min_content_share)
 
     def _whole_content(self, txn: IndexTxn, view, batch: PreparedBatch, shared: np.ndarray,
@@ -409,6 +459,7 @@ class SiteTemplates:
         self._sizes.clear()
         self._bytes = 0
         self._shared = None
+        self._stored.clear()
 
 
 def templates_in_advance(batches: Iterable[PreparedBatch], settings: TemplateSettings,
