@@ -1,6 +1,7 @@
 """Growth benchmark: does the per-document cost stay flat as the index grows?
 
-Feeds the synthetic crawl into one on-disk index (default configuration,
+Feeds the synthetic crawl (slices of 10,000 documents, each its own
+articles, all in one invented language) into one on-disk index (default configuration,
 durable commits, preparation in a second process) and, when the index holds
 10k, 100k and 1M documents, measures a window of new documents: docs/s,
 median and p99 batch latency, the process's resident memory (its own, and the index pages LMDB maps in), and the index's
@@ -166,7 +167,8 @@ def band_tree(engine: Engine) -> tuple[int, float]:
 class Crawl:
     """The synthetic crawl, generated a slice at a time and written to a file, so it is never all in memory."""
 
-    SLICE = 10000  # documents per slice; each slice is a crawl of its own (own seed, own id prefix)
+    SLICE = 10000  # documents per slice; each slice is a crawl of its own (own seed, own id prefix)...
+    VOCABULARY_SEED = 0  # ...in one language: a slice of its own words would share almost no shingle with others
 
     def __init__(self, folder: str) -> None:
         self.folder = folder
@@ -178,7 +180,8 @@ class Crawl:
         path = os.path.join(self.folder, f"crawl-{start}-{end}.jsonl")
         with open(path, "w", encoding="utf-8") as handle:
             for number in range(start // self.SLICE, (end - 1) // self.SLICE + 1):
-                docs = corpus.generate(int(self.SLICE / 1.83) + 60, seed=number)[: self.SLICE]
+                docs = corpus.generate(int(self.SLICE / 1.83) + 60, seed=number,
+                                       vocabulary_seed=self.VOCABULARY_SEED)[: self.SLICE]
                 for offset, d in enumerate(docs):
                     if start <= number * self.SLICE + offset < end:
                         handle.write(json.dumps({"id": f"s{number}-{d.id}", "text": d.text}) + "\n")

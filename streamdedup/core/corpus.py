@@ -1,7 +1,7 @@
 """A synthetic crawl with known answers: original articles and their scraped copies.
 
-Each original article is 14 sentences of 9 to 16 words drawn from an
-invented, Zipf-distributed vocabulary (about 175 words). Half of the
+Each original article is 14 sentences of 9 to 16 words (about 175 words)
+drawn from an invented, Zipf-distributed vocabulary of 3,000 words. Half of the
 originals get no copy; the others get one, two or three, each made by one or
 two edits:
 
@@ -46,20 +46,11 @@ class CrawlDocument:
 class _Writer:
     """Draws words and sentences from a Zipf-weighted invented vocabulary."""
 
-    def __init__(self, rng: random.Random, vocabulary_size: int = 3000):
+    def __init__(self, rng: random.Random, vocabulary_size: int = 3000, vocabulary_rng: random.Random = None):
+        """``vocabulary_rng`` invents the words (default ``rng``, which then draws from them)."""
         self.rng = rng
-        self.vocabulary = self._invent(vocabulary_size)
+        self.vocabulary = _invented(vocabulary_rng or rng, vocabulary_size)
         self.cumulative = list(itertools.accumulate(1.0 / rank for rank in range(1, vocabulary_size + 1)))
-
-    def _invent(self, size: int) -> list[str]:
-        words: set[str] = set()
-        while len(words) < size:
-            syllables = self.rng.choice((1, 2, 2, 3, 3, 4))
-            words.add("".join(self._syllable() for _ in range(syllables)))
-        return self.rng.sample(sorted(words), size)
-
-    def _syllable(self) -> str:
-        return self.rng.choice(_ONSETS) + self.rng.choice(_NUCLEI) + self.rng.choice(_CODAS)
 
     def words(self, count: int) -> list[str]:
         return self.rng.choices(self.vocabulary, cum_weights=self.cumulative, k=count)
@@ -87,10 +78,25 @@ class _Writer:
         return " ".join(words)
 
 
-def generate(articles: int = 650, seed: int = 42) -> list[CrawlDocument]:
-    """The shuffled crawl: ``articles`` originals and their copies (about 1.86 documents each)."""
+def _invented(rng: random.Random, size: int) -> list[str]:
+    """``size`` invented words, most frequent first."""
+    words: set[str] = set()
+    while len(words) < size:
+        syllables = rng.choice((1, 2, 2, 3, 3, 4))
+        words.add("".join(_syllable(rng) for _ in range(syllables)))
+    return rng.sample(sorted(words), size)
+
+
+def _syllable(rng: random.Random) -> str:
+    return rng.choice(_ONSETS) + rng.choice(_NUCLEI) + rng.choice(_CODAS)
+
+
+def generate(articles: int = 650, seed: int = 42, vocabulary_seed: int = None) -> list[CrawlDocument]:
+    """The shuffled crawl: ``articles`` originals and their copies (about 1.86 documents each). Its words are
+    invented from ``seed`` too, unless ``vocabulary_seed`` is given: crawls of several seeds then write the same
+    language, as the slices of one large crawl do."""
     rng = random.Random(seed)
-    writer = _Writer(rng)
+    writer = _Writer(rng, vocabulary_rng=None if vocabulary_seed is None else random.Random(vocabulary_seed))
     made: list[tuple[str, int, tuple[str, ...]]] = []
     for family in range(articles):
         original = writer.article()
