@@ -393,19 +393,26 @@ def test_a_sites_repeats_are_counted_in_the_kernel_as_numpy_counts_them(monkeypa
     assert len(compiled[-1][0]) > 20000 and len(compiled[-1][2]) > 4000 and len(compiled[-1][3])
 
 
+def _random_pages(rng, with_shared: float):
+    """300 random (page, its site's template within it, the shared template: empty but for ``with_shared`` of
+    them), sorted unique uint32 arrays, drawn one page at a time from ``rng``."""
+    from streamdedup.core import templates
+
+    for _ in range(300):
+        page = np.unique(rng.integers(0, 4000, int(rng.integers(0, 600))).astype(np.uint32))
+        template = np.unique(rng.choice(page, int(rng.integers(0, len(page) + 1))) if len(page) else page)
+        shared = np.unique(rng.integers(0, 4000, int(rng.integers(0, 80))).astype(np.uint32))
+        yield page, template.astype(np.uint32), shared if rng.random() < with_shared else templates.EMPTY
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_a_pages_content_is_made_in_the_kernel_as_numpy_makes_it(monkeypatch, seed):
     """``templates.content_of``: the same content, the page's own array where nothing (or too much) would go."""
     from streamdedup.core import templates
 
     rng = np.random.default_rng(seed)
-    cases = []
-    for _ in range(300):
-        page = np.unique(rng.integers(0, 4000, int(rng.integers(0, 600))).astype(np.uint32))
-        template = np.unique(rng.choice(page, int(rng.integers(0, len(page) + 1))) if len(page) else page)
-        shared = np.unique(rng.integers(0, 4000, int(rng.integers(0, 80))).astype(np.uint32))
-        cases.append((page, template.astype(np.uint32), shared if rng.random() < 0.5 else templates.EMPTY,
-                      float(rng.choice([0.0, 0.2, 0.9]))))
+    cases = [(page, template, shared, float(rng.choice([0.0, 0.2, 0.9])))
+             for page, template, shared in _random_pages(rng, 0.5)]
     compiled = [templates.content_of(*case) for case in cases]
     monkeypatch.setattr(templates, "_sorted_without", None)
     monkeypatch.setattr(templates, "_sorted_member", None)
@@ -422,13 +429,7 @@ def test_a_new_pages_counted_part_and_content_come_out_of_one_walk_as_of_two(mon
     and that without the shared template too, as the two walks of ``templates._without`` give them."""
     from streamdedup.core import templates
 
-    rng = np.random.default_rng(seed)
-    cases = []
-    for _ in range(300):
-        page = np.unique(rng.integers(0, 4000, int(rng.integers(0, 600))).astype(np.uint32))
-        template = np.unique(rng.choice(page, int(rng.integers(0, len(page) + 1))) if len(page) else page)
-        shared = np.unique(rng.integers(0, 4000, int(rng.integers(0, 80))).astype(np.uint32))
-        cases.append((page, template.astype(np.uint32), shared if rng.random() < 0.8 else templates.EMPTY))
+    cases = list(_random_pages(np.random.default_rng(seed), 0.8))
     compiled = [templates.SiteState(template=template).counted_part_and_rest(page, shared)
                 for page, template, shared in cases]
     monkeypatch.setattr(templates, "_sorted_without_each", None)
