@@ -21,7 +21,12 @@ URLs, sites whose navigation changes by section) read with
 with repeated blocks too (``templates.window = 16``), without what each site
 repeats (``templates.repeats = false``: the default before), and with templates
 off, the last the base of the ratios (issue 31 asks learning to keep at
-least 90% of the rate without it).
+least 90% of the rate without it). Beside the rates it prints each
+contender's CPU a document (the worker with its feed process, and the
+broker's when it knows its process: its own, or ``$BENCH_KAFKA_DATA_DIR``,
+the data folder of a deploy/kafka broker named by ``KAFKA_BOOTSTRAP``) and
+the cores they kept busy: on a machine of two cores, work moved from the
+deciding process to the feed keeps its CPU.
 
 Run: ``python -m bench.live [--crawl web [--variants "NAME;..."]] [--port N]`` (starts a broker with deploy/kafka on ``--port``
 unless KAFKA_BOOTSTRAP is set).
@@ -32,13 +37,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
 import tempfile
 import uuid
 from contextlib import contextmanager
-from typing import Iterator, Sequence
+from typing import Iterator, Optional, Sequence
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
@@ -143,19 +149,47 @@ WEB_VARIANTS = {"templates (default)": URLS, "templates, blocks on": [*URLS, "--
                 "templates off": [*URLS, "--set", "templates.enabled=false"]}  # the web crawl's contenders
 
 
+BROKER_PID_FILE = "broker.pid"  # in deploy/kafka's data folder
+
+
 @contextmanager
 def local_broker(port: str) -> Iterator[str]:
-    """The address of ``$KAFKA_BOOTSTRAP``, or of a broker started on ``port`` by deploy/kafka and wiped after."""
+    """The address of ``$KAFKA_BOOTSTRAP``, or of a broker started on ``port`` by deploy/kafka and wiped after
+    (its data folder in ``$BENCH_KAFKA_DATA_DIR`` either way, so ``broker_cpu`` can read its process's CPU)."""
     if "KAFKA_BOOTSTRAP" in os.environ:
         yield os.environ["KAFKA_BOOTSTRAP"]
         return
-    env = dict(os.environ, KAFKA_PORT=port, KAFKA_DATA_DIR=tempfile.mkdtemp(prefix="bench-kafka-"))
+    data = tempfile.mkdtemp(prefix="bench-kafka-")
+    env = dict(os.environ, KAFKA_PORT=port, KAFKA_DATA_DIR=data)
     started = subprocess.run([str(ROOT / "deploy/kafka/start.sh")], env=env, capture_output=True, text=True,
                              check=True)
+    os.environ["BENCH_KAFKA_DATA_DIR"] = data
     try:
         yield started.stdout.strip().splitlines()[-1]
     finally:
+        os.environ.pop("BENCH_KAFKA_DATA_DIR", None)
         subprocess.run([str(ROOT / "deploy/kafka/stop.sh"), "--wipe"], env=env, capture_output=True)
+
+
+def broker_cpu() -> Optional[float]:
+    """CPU seconds (user + system) the broker's process used so far, when its data folder is known
+    (``$BENCH_KAFKA_DATA_DIR``: the bench's own broker, or one started by deploy/kafka with that folder)."""
+    data = os.environ.get("BENCH_KAFKA_DATA_DIR")
+    try:
+        with open(os.path.join(data, BROKER_PID_FILE)) as file:
+            pid = int(file.read().strip())
+        with open(f"/proc/{pid}/stat") as file:
+            fields = file.read().rsplit(")", 1)[1].split()
+    except (TypeError, OSError, ValueError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu() -> float:
+    """CPU seconds (user + system) of the programs this one ran and waited for, with theirs (a worker's feed
+    process too)."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 def timed_round(name: str, bootstrap: str, topic: str) -> float:
@@ -232,10 +266,34 @@ def web_rates(bootstrap: str, documents: int, rounds: int, contenders: Sequence[
     topic = preload(bootstrap, docs)
     print(f"{len(docs):,} web pages of {len({d.site for d in docs})} sites in {topic} on {bootstrap}; {rounds} rounds")
     timed_round("templates off", bootstrap, topic)  # warm-up
-    rates = harness.interleaved(list(contenders), rounds,
-                                lambda name, _: len(docs) / timed_round(name, bootstrap, topic), alternate=True)
-    print("\n" + harness.table(rates, "templates off"))
+    cpu: dict[str, list[tuple[float, Optional[float], float]]] = {name: [] for name in contenders}
+
+    def rate(name: str) -> float:
+        worker, broker = children_cpu(), broker_cpu()
+        seconds = timed_round(name, bootstrap, topic)
+        broker_after = broker_cpu()
+        cpu[name].append((children_cpu() - worker, None if broker is None or broker_after is None
+                          else broker_after - broker, seconds))
+        return len(docs) / seconds
+
+    rates = harness.interleaved(list(contenders), rounds, lambda name, _: rate(name), alternate=True)
+    print("\n" + harness.table(rates, "templates off", columns=cpu_columns(cpu, len(docs))))
+    print("\n(CPU: user + system a document, medians over the rounds; worker: the program with its feed process;\n"
+          " cores: the worker's and the broker's CPU over the run's wall time. Learning that moves between the\n"
+          " worker's processes keeps its CPU: on two cores, a rate is at most 2 / (their CPU a document).)")
     return 0
+
+
+def cpu_columns(cpu: dict, documents: int) -> dict[str, dict[str, str]]:
+    """The table's CPU columns: each contender's worker and broker CPU a document (µs) and the cores they kept
+    busy, medians over its rounds (the broker's only when ``broker_cpu`` knows it)."""
+    worker, broker, cores = {}, {}, {}
+    for name, runs in cpu.items():
+        worker[name] = f"{harness.median(w for w, _, _ in runs) * 1e6 / documents:,.0f}"
+        known = [(w, b, s) for w, b, s in runs if b is not None]
+        broker[name] = f"{harness.median(b for _, b, _ in known) * 1e6 / documents:,.0f}" if known else "-"
+        cores[name] = f"{harness.median((w + (b or 0)) / s for w, b, s in runs):.2f}"
+    return {"worker CPU µs a doc": worker, "broker CPU µs a doc": broker, "cores busy": cores}
 
 
 if __name__ == "__main__":
