@@ -474,6 +474,49 @@ def test_band_table_finds_exactly_the_asked_band_and_key_in_every_epoch_of_seria
     index.close()
 
 
+def test_band_table_rows_are_the_same_read_by_the_kernel_and_by_the_python_loop(tmp_path, monkeypatch):
+    """``BandRows.stored_rows`` walks the cursor in the kernel (``stored_walk``) or, built without it, in Python:
+    the same rows, byte for byte, for keys of many entries, of none, at a bucket's last values, in runs asked
+    or not."""
+    import numpy as np
+
+    from streamdedup.store import bands as bands_module
+    from streamdedup.store.bands import BandTables, run_bases, start_runs
+    from streamdedup.store.mirror import RecentMirror
+
+    assert bands_module._kernel is not None, "the kernel is built for the tests"
+    near = [0xAB000001, 0xAB000002, 0xAB000003, 0xAB7FFFFF, 0xAAFFFFFF, 0x00000001]  # a bucket's first and last
+    rng = np.random.default_rng(11)
+    serials = np.unique(rng.integers(0, 3 << 23, 400)).astype(np.int64)
+    keys = rng.choice(near, size=(len(serials), 4)).astype(np.uint64)
+    mirror = RecentMirror()
+    mirror.add([(int(s), int(s).to_bytes(16, "big"), int(s).to_bytes(16, "little")) for s in serials], serials, keys)
+    index = Index(IndexSettings(path=str(tmp_path)), SIGNING)
+    upto = (3 << 23) - 1
+
+    def merged(txn):
+        BandTables(index).insert_slice(txn, mirror, 0, 1, start_runs(txn, 0, upto))
+        txn.count(next_serial=upto)
+
+    index.write(merged)
+    asked_keys = np.array(near + [0xAB000004, 0x12345678], dtype=np.uint64)
+    bands = np.repeat(np.arange(5, dtype=np.uint64), len(asked_keys))  # band 4 holds nothing
+    asked_keys = np.tile(asked_keys, 5)
+    rows = bands_module._INDEX_ROWS
+    with index.read() as txn:
+        bases = run_bases(txn)
+        assert len(bases) == 3
+        some_runs = rng.random((3, len(asked_keys))) < 0.5
+        by_kernel = [rows.stored_rows(txn, bands, asked_keys, upto, asked, bases) for asked in (None, some_runs)]
+        with monkeypatch.context() as patched:
+            patched.setattr(bands_module, "_kernel", None)
+            by_python = [rows.stored_rows(txn, bands, asked_keys, upto, asked, bases) for asked in (None, some_runs)]
+    index.close()
+    assert by_kernel == by_python
+    assert len(by_kernel[0]) == 10 * 4 * len(serials)  # every entry of the table, each a row of 10 bytes
+    assert 0 < len(by_kernel[1]) < len(by_kernel[0])
+
+
 def test_a_merge_starts_a_run_once_the_current_one_would_span_more_than_a_runs_serials():
     """Runs of ~2^20 serials, each begun at a merge's first band serial (again the same once begun: a restarted
     merge); a generation of 2^23 serials or more, and the runs past ``SHORT_RUNS``, go an epoch a run; past

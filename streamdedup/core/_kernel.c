@@ -113,6 +113,14 @@
  *     serial_key): the keys a batch's candidates are fetched by. OverflowError for one that does
  *     not fit, as to_bytes raises it.
  *
+ * stored_walk(seek, value, next_dup, buckets, firsts, lasts, key_width, value_width) -> bytes
+ *     The rows (key then value bytes) of a dupsort table that each asked range holds: for range i (its
+ *     bucket key_width bytes of buckets, its bounds value_width bytes of firsts and lasts) the bound
+ *     methods of one py-lmdb cursor are called as bands.BandRows.stored_rows' loop calls them: seek
+ *     (set_range_dup) at (bucket, first), then value() and next_dup() while the value is at most last
+ *     (big-endian bytes of one width compare as their numbers). The same calls, without a Python
+ *     frame's work between them: the loop's bytes objects, comparisons and list of rows.
+ *
  * by_serial(pairs) -> dict
  *     py-lmdb getmulti's (key, value) pairs as {int.from_bytes(key, "big"): value} (keys of at most
  *     8 bytes): the candidates' stored codings by serial.
@@ -3466,6 +3474,93 @@ release_values:
     Py_RETURN_NONE;
 }
 
+
+/* One value of the cursor (value()) compared with a bound: 1 past it, 0 within, -1 an error (a value not
+ * of value_width bytes). Its bytes are appended to out after key (key_width bytes) when within. */
+static int walked_value(PyObject *value, const char *key, Py_ssize_t key_width, const char *last,
+                        Py_ssize_t value_width, char **out, Py_ssize_t *used, Py_ssize_t *room) {
+    PyObject *stored = PyObject_CallNoArgs(value);
+    if (!stored) return -1;
+    Py_buffer view;
+    if (PyObject_GetBuffer(stored, &view, PyBUF_SIMPLE) < 0) { Py_DECREF(stored); return -1; }
+    int past = 0;
+    if (view.len != value_width) {
+        PyErr_Format(PyExc_ValueError, "stored_walk: a stored value of %zd bytes, not %zd", view.len, value_width);
+        past = -1;
+    } else if (memcmp(view.buf, last, value_width) > 0) {
+        past = 1;
+    } else {
+        Py_ssize_t row = key_width + value_width;
+        if (*used + row > *room) {
+            Py_ssize_t grown = 2 * *room + row;
+            char *bigger = PyMem_Realloc(*out, grown);
+            if (!bigger) { PyErr_NoMemory(); past = -1; }
+            else { *out = bigger; *room = grown; }
+        }
+        if (past == 0) {
+            memcpy(*out + *used, key, key_width);
+            memcpy(*out + *used + key_width, view.buf, value_width);
+            *used += row;
+        }
+    }
+    PyBuffer_Release(&view);
+    Py_DECREF(stored);
+    return past;
+}
+
+/* Whether a cursor method's answer is true: 1, 0, or -1 with an exception (none on the answer itself). */
+static int called_true(PyObject *answer) {
+    if (!answer) return -1;
+    int truth = PyObject_IsTrue(answer);
+    Py_DECREF(answer);
+    return truth;
+}
+
+static PyObject *stored_walk(PyObject *self, PyObject *args) {
+    PyObject *seek, *value, *next_dup, *o_buckets, *o_firsts, *o_lasts;
+    Py_ssize_t key_width, value_width;
+    if (!PyArg_ParseTuple(args, "OOOOOOnn", &seek, &value, &next_dup, &o_buckets, &o_firsts, &o_lasts, &key_width,
+                          &value_width)) return NULL;
+    if (key_width < 1 || value_width < 1) return PyErr_Format(PyExc_ValueError, "stored_walk: widths must be positive");
+    Py_buffer buckets, firsts, lasts;
+    if (get_buffer(o_buckets, &buckets, key_width, 0, "buckets") < 0) return NULL;
+    if (get_buffer(o_firsts, &firsts, value_width, 0, "firsts") < 0) { PyBuffer_Release(&buckets); return NULL; }
+    if (get_buffer(o_lasts, &lasts, value_width, 0, "lasts") < 0) {
+        PyBuffer_Release(&firsts); PyBuffer_Release(&buckets); return NULL;
+    }
+    Py_ssize_t n = buckets.len / key_width;
+    PyObject *result = NULL;
+    char *out = NULL;
+    Py_ssize_t used = 0, room = 0;
+    if (firsts.len != n * value_width || lasts.len != n * value_width) {
+        PyErr_SetString(PyExc_ValueError, "stored_walk: as many firsts and lasts as buckets are needed");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const char *key = (const char *)buckets.buf + i * key_width;
+        const char *last = (const char *)lasts.buf + i * value_width;
+        PyObject *call[2];
+        call[0] = PyBytes_FromStringAndSize(key, key_width);
+        call[1] = call[0] ? PyBytes_FromStringAndSize((const char *)firsts.buf + i * value_width, value_width) : NULL;
+        int found = call[1] ? called_true(PyObject_Vectorcall(seek, call, 2, NULL)) : -1;
+        Py_XDECREF(call[0]);
+        Py_XDECREF(call[1]);
+        while (found == 1) {
+            int past = walked_value(value, key, key_width, last, value_width, &out, &used, &room);
+            if (past != 0) { found = past < 0 ? -1 : 0; break; }
+            found = called_true(PyObject_CallNoArgs(next_dup));
+        }
+        if (found < 0) goto done;
+    }
+    result = PyBytes_FromStringAndSize(out ? out : "", used);
+done:
+    PyMem_Free(out);
+    PyBuffer_Release(&lasts);
+    PyBuffer_Release(&firsts);
+    PyBuffer_Release(&buckets);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"shingles", shingles, METH_VARARGS, "Sorted unique shingle hashes of every document (see the module)."},
     {"minhash", minhash, METH_VARARGS, "MinHash signatures of every document (see the module)."},
@@ -3495,6 +3590,7 @@ static PyMethodDef methods[] = {
     {"coded_shared", coded_shared, METH_VARARGS, "Values a sorted uint32 array shares with an Elias-Fano coding's."},
     {"coded_jaccards", coded_jaccards, METH_VARARGS, "Jaccard of arrays with codings (see the module)."},
     {"record_id", record_id, METH_VARARGS, "The id of a packed index record (see the module)."},
+    {"stored_walk", stored_walk, METH_VARARGS, "The rows of a dupsort table in asked ranges, through a cursor's methods (see the module)."},
     {"big_endian_keys", big_endian_keys, METH_VARARGS, "Each int of a list as width bytes, big-endian (see the module)."},
     {"by_serial", by_serial, METH_VARARGS, "getmulti's (key, value) pairs as a dict by serial (see the module)."},
     {"record_ids", record_ids, METH_VARARGS, "The ids of getmulti's packed records by serial (see the module)."},
