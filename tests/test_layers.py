@@ -35,3 +35,14 @@ def test_a_signing_process_loads_no_engine_and_no_index():
             "'streamdedup.store.index', 'lmdb') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.stdout.strip() == "[]", result.stdout + result.stderr
+
+
+def test_a_vshards_host_loads_none_of_the_single_workers_modules():
+    """``run --role vshards`` decides with the vshards' stages: the single worker's session, its feed (and
+    multiprocessing), its progress bar and access check are not a host's (about 0.04 s of CPU at each host's
+    start)."""
+    code = ("import sys, streamdedup.cli, streamdedup.runtime.vshards.host; "
+            "print(sorted(m for m in ('streamdedup.runtime.worker', 'streamdedup.runtime.feed', "
+            "'streamdedup.ops.progress', 'streamdedup.runtime.access', 'multiprocessing') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == "[]", result.stdout + result.stderr

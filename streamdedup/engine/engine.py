@@ -10,15 +10,13 @@ batch sends out happens once, between the two.
 
 from __future__ import annotations
 
-import gc
 import os
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 from ..config import Config
-from ..core.memory import return_freed_memory
+from ..core.memory import collector_paused, return_freed_memory
 from ..core.prepare import PreparedBatch, prepare
 from ..core.records import Decision, Item
 from ..core.signing import signing_config
@@ -380,23 +378,3 @@ class _SeenContents:
 
     def use_band_keys(self, keys) -> None:
         self.keys = keys
-
-
-@contextmanager
-def collector_paused():
-    """Python's cycle collector off while a batch is decided and committed, on again after.
-
-    A batch makes tens of thousands of short-lived containers (records,
-    decisions, rows of table writes), which set the collector off dozens of
-    times per batch, and each full pass walks every object the process holds:
-    12-15% of the offline loop's time, measured. None of them form cycles;
-    refcounting frees them. Pausing is process-wide, for one batch at a time.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()

@@ -131,17 +131,20 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
+from ..core.memory import collector_paused
 from ..core.prepare import PreparedBatch
 from ..core.records import Decision, FileBatch
-from ..engine.engine import Engine, collector_paused
 from ..errors import IndexUnusableError, TransactionFencedError
 from ..faults import reached
 from ..store.index import Index, IndexTxn
 from .sink import FileOutputs
 from .sink.messages import HEADER_PREFIX
 from .source import FilePosition
+
+if TYPE_CHECKING:
+    from ..engine.engine import Engine
 
 __all__ = ["FileRun", "Resume", "KafkaCommit", "VShardCommit", "VShardEpoch", "StartPlan", "start_plan",
            "WORKER_POSITIONS"]

@@ -15,14 +15,16 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Callable, Optional, TypeVar
 
 from ..config import Config
 from ..errors import BrokerError, StreamdedupError, kafka_trouble
 from ..ops.logs import Log
+from ..ops.summary import Summary
 from ..ops.telemetry import WorkerTelemetry
 
-__all__ = ["Stopper", "Watchdog", "SessionLoop", "BACKOFF_FIRST_S", "BACKOFF_MAX_S"]
+__all__ = ["Stopper", "Watchdog", "SessionLoop", "WorkerStats", "close_quietly", "BACKOFF_FIRST_S", "BACKOFF_MAX_S"]
 
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 30.0
@@ -45,6 +47,28 @@ class Stopper:
 
     def wait(self, seconds: float) -> bool:
         return self.event.wait(seconds)
+
+
+@dataclass
+class WorkerStats:
+    """What a role's sessions did: the worker's, or a vshards process's outcomes."""
+
+    summary: Summary = field(default_factory=Summary)
+    batches: int = 0
+    last_commit: float = 0.0
+    lag: dict = field(default_factory=dict)
+    caught_up: bool = False
+
+
+def close_quietly(*parts) -> None:
+    """Close a session's parts (None: never made); closing after the broker vanished may fail, and nothing
+    is pending then."""
+    for part in parts:
+        if part is not None:
+            try:
+                part.close()
+            except Exception:
+                pass
 
 
 class Watchdog:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from ..config import Config, kafka_client_settings
@@ -28,7 +27,7 @@ from .access import check_access
 from .checkpoint import WORKER_POSITIONS, KafkaCommit, start_plan
 from .feed import InlineFeed, KafkaReader, ProcessFeed, kafka_reading, spawn_feed
 from .rights import Rights, check_topics
-from .sessions import SessionLoop, Stopper
+from .sessions import SessionLoop, Stopper, WorkerStats, close_quietly
 from .sink import KafkaSink, Pending
 from .sink.admin import create_output_topics
 from .sink.messages import kept_record_bytes
@@ -37,15 +36,6 @@ __all__ = ["Stopper", "run_worker", "run_backfill", "WorkerStats"]
 
 LAG_CHECK_S = 5.0  # how often a busy worker asks the broker for end offsets (an idle one: at every empty poll)
 ACCESS_CHECK_S = 10.0  # longest wait for each step of the connection and login check at the start of a session
-
-
-@dataclass
-class WorkerStats:
-    summary: Summary = field(default_factory=Summary)
-    batches: int = 0
-    last_commit: float = 0.0
-    lag: dict = field(default_factory=dict)
-    caught_up: bool = False
 
 
 class Session:
@@ -188,17 +178,6 @@ class Session:
 
     def close(self) -> None:
         close_quietly(self._process_feed, self.sink, self.source)
-
-
-def close_quietly(*parts) -> None:
-    """Close a session's parts (None: never made); closing after the broker vanished may fail, and nothing
-    is pending then."""
-    for part in parts:
-        if part is not None:
-            try:
-                part.close()
-            except Exception:
-                pass
 
 
 def session_rights(config: Config, topics: list[str], group_id: str, transactional_id: Optional[str]) -> Rights:

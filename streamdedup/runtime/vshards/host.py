@@ -29,12 +29,11 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from ...config import Config, kafka_client_settings
-from ...core.memory import keep_freed_memory
+from ...core.memory import collector_paused, keep_freed_memory
 from ...core.prepare import prepare
 from ...core.records import id_key
 from ...core.signed import ForgetOrder, subset
 from ...core.signing import signing_config
-from ...engine.engine import collector_paused
 from ...engine.settings import DedupSettings
 from ...engine.vshards import Message, VShard, check_supported, homes_of
 from ...errors import BrokerUnavailableError, ConfigError, IndexLockedError, IndexUnusableError
@@ -43,11 +42,10 @@ from ...ops.logs import Log
 from ...ops.telemetry import WorkerTelemetry
 from ..checkpoint import VShardCommit, VShardEpoch
 from ..fetch import held_fetches
-from ..sessions import SessionLoop, Stopper
+from ..sessions import SessionLoop, Stopper, WorkerStats, close_quietly
 from ..sink.appender import RecordAppender
 from ..sink.producer import KafkaSink, Pending
 from ..source import KafkaSource, rejoin_if_abandoned
-from ..worker import WorkerStats, close_quietly
 from .messages import Epoch, Home, pack_message, unpack_home, unpack_message, unpack_order
 from .sign import GROUP_SESSION
 from .topics import SIGNED_MESSAGE_BYTES, ensure_internal_topics, values_topic
