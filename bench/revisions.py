@@ -36,6 +36,7 @@ def main(argv=None) -> int:
     subprocess.run(["git", "-C", HERE, "worktree", "add", "--detach", old, args.against], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _build_kernel(old)
+    harness.compile_package(old)
     try:
         from streamdedup.core import corpus
 

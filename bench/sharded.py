@@ -18,10 +18,9 @@ compared record by record with the single worker's, and where the deployment's t
 faster). With ``--paced-rate``, the latency from a record in to its outcome out (median, p99): documents fed at a
 steady rate well below capacity, each latency from its input record's timestamp to its outcome's.
 
-Every process starts from the package's bytecode, as an installed package does (pip compiles it at install; the
-container image so installs it): the bench compiles it first (``compiled_package``), since with an editable install
-and ``PYTHONDONTWRITEBYTECODE`` set every process would compile its modules from source, about 0.2 s of CPU each,
-which a deployment of three processes pays three times at its start.
+Every process starts from the package's bytecode, as an installed package does (``harness.compile_package``): with
+an editable install and ``PYTHONDONTWRITEBYTECODE`` set every process would compile its modules from source, about
+0.2 s of CPU each, which a deployment of three processes pays three times at its start.
 
 Run: ``python -m bench.sharded`` (starts a broker with deploy/kafka on ``--port`` unless KAFKA_BOOTSTRAP is set).
 Medians over ``--rounds``; the machine is shared and noisy: compare ratios.
@@ -30,7 +29,6 @@ Medians over ``--rounds``; the machine is shared and noisy: compare ratios.
 from __future__ import annotations
 
 import argparse
-import compileall
 import json
 import os
 import resource
@@ -47,7 +45,7 @@ from pathlib import Path
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
-import streamdedup
+from bench import harness
 from bench.live import local_broker
 from deploy.demo import stop_processes
 from streamdedup.core import corpus
@@ -55,12 +53,6 @@ from streamdedup.core import corpus
 TICKS = os.sysconf("SC_CLK_TCK")
 KEYS = ["--set", "templates.enabled=false", "--set", "excerpts.enabled=false", "--set", 'lsh.cap="probes"']
 KINDS = ("clean", "duplicates", "dead_letter")
-
-
-def compiled_package() -> bool:
-    """Compile the package's modules whose bytecode is missing or out of date (in its ``__pycache__`` folders,
-    whatever ``PYTHONDONTWRITEBYTECODE`` says); whether all compiled."""
-    return bool(compileall.compile_dir(str(Path(streamdedup.__file__).parent), quiet=1))
 
 
 def create(bootstrap: str, names: list[str], partitions: int = 1) -> None:
@@ -360,8 +352,7 @@ def main(argv=None) -> int:
     parser.add_argument("--keep-logs", metavar="DIR", help="run every process at log level debug and move each "
                         "round's logs into DIR/round-N (the work folder goes at the end)")
     args = parser.parse_args(argv)
-    if not compiled_package():
-        print("the package's bytecode could not all be written: its processes compile those modules at each start")
+    harness.compile_package()
     if args.keep_logs:
         KEYS.extend(["--set", 'log.level="debug"'])
     with local_broker(args.port) as bootstrap, tempfile.TemporaryDirectory(prefix="bench-sharded-") as tmp:
