@@ -44,6 +44,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass, field, fields
+from itertools import chain
 from typing import Callable, Optional
 
 import numpy as np
@@ -193,7 +194,8 @@ class _State:
         self.following = following  # the rows sharing a band slot with an earlier row (``_rows_following``)
         self.strong = hits.at_least(rules.signing.min_shared)  # the hits that can be candidates by themselves
         self.first_serial, self.now, self.lookup_keys, self.content = first_serial, now, lookup_keys, content
-        self.rekeyed_rows = frozenset(np.flatnonzero((lookup_keys != batch.keys).any(axis=1)).tolist())
+        self.rekeyed_rows = frozenset() if lookup_keys is batch.keys else \
+            frozenset(np.flatnonzero((lookup_keys != batch.keys).any(axis=1)).tolist())
         self.alike_ids, self.alike_contents = _Alike(batch.id_keys, 8), _Alike(batch.contents, 16)
         self.sites = batch.sites.tolist()
         self.replays: dict = {}
@@ -408,7 +410,8 @@ class _State:
             self.quick_counts[row] = count
         similarity = self.similarity  # (row, serial) -> Jaccard of the stored candidates verified
         if similarity:
-            pairs = np.array(list(similarity), dtype=np.int64).reshape(len(similarity), 2)
+            pairs = np.fromiter(chain.from_iterable(similarity), dtype=np.int64,
+                                count=2 * len(similarity)).reshape(len(similarity), 2)
             values = np.fromiter(similarity.values(), dtype=np.float64, count=len(similarity))
             listed = (np.repeat(np.arange(len(counts), dtype=np.int64), counts) << 40) | strong.serials  # sorted
             asked = (pairs[:, 0] << 40) | pairs[:, 1]
