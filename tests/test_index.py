@@ -538,3 +538,18 @@ def test_a_merge_starts_a_run_once_the_current_one_would_span_more_than_a_runs_s
     full = [n * epoch for n in range(512)]
     with pytest.raises(IndexFullError, match="start a new index"):
         runs_after_merge(full, full[-1] + 10, full[-1] + epoch)
+
+
+def test_a_batchs_kept_keys_packed_a_row_at_once_are_each_rows_big_endian_bytes():
+    """``view._rows_packed``: each row's band keys as ``astype(">u4").tobytes()`` gives them, zero bytes at the
+    end of a row kept (a void view's values are not cut there), no rows, and rows of no keys."""
+    import numpy as np
+
+    from streamdedup.store import view
+
+    rng = np.random.default_rng(7)
+    keys = rng.integers(0, 2**32, size=(300, 32), dtype=np.uint64)
+    keys[3, -2:] = 0
+    keys[4] = 0
+    for case in (keys, keys[:1], keys[:0], keys[:, :5], np.zeros((4, 0), dtype=np.uint64)):
+        assert view._rows_packed(case) == [row.astype(">u4").tobytes() for row in case]

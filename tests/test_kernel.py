@@ -318,6 +318,57 @@ def test_rows_decided_by_their_stored_candidates_on_the_quick_path_as_one_by_one
     assert sum(match is None for _, match in outcomes) > 0
 
 
+@pytest.mark.parametrize("kernel", [True, False])
+@pytest.mark.parametrize("cap", ["kept", "probes"])
+def test_exact_copies_and_rows_leading_shared_slots_on_the_quick_path_as_one_by_one(tmp_path, monkeypatch, kernel,
+                                                                                   cap):
+    """Rows whose only link is a stored twin (``decide._State._rows_twinned``), made exact copies of it, and rows
+    sharing band slots with later rows only (``_rows_leading``), decided by their stored candidates and then
+    filing those slots, on the quick path (by ``_kernel.kept_alone`` and ``_file_leading``, or ``decided_quick``
+    without the kernel), are decided as ``decide`` decides them one by one: the same decisions file, the same
+    records and ``recent`` entries (with ``lsh.cap = "probes"``, the places taken: none by an exact copy)."""
+    import json
+
+    from streamdedup import config as config_module
+    from streamdedup.core import corpus
+    from streamdedup.core.decode import InputSpec
+    from streamdedup.engine import decide
+    from streamdedup.engine.engine import Engine
+    from streamdedup.runtime.offline import dedup_files
+
+    documents = corpus.generate(700, seed=11)
+    lines = [json.dumps({"id": d.id, "text": d.text}) for d in documents]
+    lines += [json.dumps({"id": f"copy-{n}", "text": d.text}) for n, d in enumerate(documents[::7])]
+    source = tmp_path / "in.jsonl"
+    source.write_text("\n".join(lines) + "\n")
+    cfg = config_module.load(None, environ={}, overrides=[f'lsh.cap="{cap}"'])
+    if not kernel:
+        monkeypatch.setattr(decide, "_kernel", None)
+    quick_rows, twins, leading = decide._State.quick_rows, [], []
+
+    def noted(state, alone):
+        rows = quick_rows(state, alone)
+        twins.extend(twin for twin in state.quick_twins if twin is not None)
+        leading.append(int(state._leading.sum()))
+        return rows
+
+    def decided(name: str):
+        with Engine(cfg, str(tmp_path / name)) as engine:
+            dedup_files(engine, [str(source)], InputSpec(), None, str(tmp_path / f"{name}.jsonl"), 250)
+            with engine.index.read() as txn:
+                records = [txn.record(serial) for serial in range(1, len(lines) + 1)]
+                recent = list(txn.txn.cursor(db=txn.dbs["recent"]))
+        return (tmp_path / f"{name}.jsonl").read_bytes(), recent, [
+            (r.id, r.kept, r.cluster, r.cluster_id, r.matched, r.matched_id, r.similarity, r.exact, r.content)
+            for r in records]
+
+    monkeypatch.setattr(decide._State, "quick_rows", noted)
+    quick = decided("quick")
+    monkeypatch.setattr(decide._State, "quick_rows", lambda state, alone: alone)
+    assert decided("one_by_one") == quick
+    assert len(twins) > 50 and sum(leading) > 20
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_the_kernel_finds_values_in_a_sorted_table_as_searchsorted_does(monkeypatch, seed):
     """``templates.in_sorted``: values ascending (a page's shingles) or not, repeated, past the table's ends."""

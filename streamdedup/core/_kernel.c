@@ -2317,15 +2317,16 @@ static PyObject *slotted(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 /* kept_alone's context: what a batch's rows surely kept need (decide._State.alone_context). */
 enum { K_ITEMS, K_ROWS, K_ID_KEYS, K_CONTENTS, K_SITES, K_REKEYED, K_NOW, K_RECORDS, K_BY_ID, K_BY_CONTENT,
        K_DECISIONS, K_RECORD_SETTERS, K_DECISION_SETTERS, K_KEPT, K_MATCHES, K_SIMILARITIES, K_COUNTS, K_NAMES,
-       K_DUPLICATE, K_FIELDS };
-static PyObject *id_name, *source_name, *as_list_name, *empty_bytes;
+       K_DUPLICATE, K_TWINS, K_SOURCE, K_FIELDS };
+static PyObject *id_name, *source_name, *as_list_name, *empty_bytes, *one_float, *source_fields[3];
 
 static int kept_context_check(PyObject *c) {
     if (!PyTuple_Check(c) || PyTuple_GET_SIZE(c) != K_FIELDS) {
-        PyErr_SetString(PyExc_TypeError, "kept_alone: the context is a tuple of 19");
+        PyErr_SetString(PyExc_TypeError, "kept_alone: the context is a tuple of 21");
         return -1;
     }
-    int lists[] = {K_ITEMS, K_ROWS, K_ID_KEYS, K_CONTENTS, K_SITES, K_DECISIONS, K_MATCHES, K_SIMILARITIES, K_COUNTS};
+    int lists[] = {K_ITEMS, K_ROWS, K_ID_KEYS, K_CONTENTS, K_SITES, K_DECISIONS, K_MATCHES, K_SIMILARITIES, K_COUNTS,
+                   K_TWINS};
     int dicts[] = {K_REKEYED, K_RECORDS, K_BY_ID, K_BY_CONTENT, K_NAMES};
     for (size_t i = 0; i < sizeof lists / sizeof *lists; i++)
         if (!PyList_Check(PyTuple_GET_ITEM(c, lists[i]))) {
@@ -2348,6 +2349,14 @@ static int kept_context_check(PyObject *c) {
     if (!source_name && !(source_name = PyUnicode_InternFromString("source"))) return -1;
     if (!as_list_name && !(as_list_name = PyUnicode_InternFromString("as_list"))) return -1;
     if (!empty_bytes && !(empty_bytes = PyBytes_FromStringAndSize("", 0))) return -1;
+    if (!one_float && !(one_float = PyFloat_FromDouble(1.0))) return -1;
+    static const char *names[3] = {"name", "partition", "offset"};
+    for (int i = 0; i < 3; i++)
+        if (!source_fields[i] && !(source_fields[i] = PyUnicode_InternFromString(names[i]))) return -1;
+    if (!PyType_Check(PyTuple_GET_ITEM(c, K_SOURCE))) {
+        PyErr_SetString(PyExc_TypeError, "kept_alone: the context's last field is records.Source");
+        return -1;
+    }
     return 0;
 }
 
@@ -2393,7 +2402,44 @@ static int quick_match(PyObject *c, Py_ssize_t r, PyObject **match, PyObject **n
     return 0;
 }
 
+/* The row's stored twin, (cluster, its id, twin, its id) borrowed, or NULL: not an exact copy (decide._State
+ * quick_twins); -1 with an error set. */
+static int quick_twin(PyObject *c, Py_ssize_t r, PyObject **twin) {
+    PyObject *twins = PyTuple_GET_ITEM(c, K_TWINS);
+    if (r >= PyList_GET_SIZE(twins)) {
+        PyErr_SetString(PyExc_IndexError, "kept_alone: a row out of the twins");
+        return -1;
+    }
+    *twin = PyList_GET_ITEM(twins, r);
+    if (*twin == Py_None) {
+        *twin = NULL;
+        return 0;
+    }
+    if (!PyTuple_Check(*twin) || PyTuple_GET_SIZE(*twin) != 4) {
+        PyErr_SetString(PyExc_TypeError, "kept_alone: a twin is (cluster, cluster id, serial, id)");
+        return -1;
+    }
+    return 0;
+}
+
 /* ===== end of the rows decided from the store's evidence (hot36) ===== */
+
+/* source.as_list() (records.Source.as_list: [name, partition, offset]), its attributes read here when source is
+ * of that very class (source_type), not through a call. */
+static PyObject *source_list(PyObject *source, PyObject *source_type) {
+    if ((PyObject *)Py_TYPE(source) != source_type) return PyObject_CallMethodNoArgs(source, as_list_name);
+    PyObject *list = PyList_New(3);
+    if (!list) return NULL;
+    for (int i = 0; i < 3; i++) {
+        PyObject *value = PyObject_GetAttr(source, source_fields[i]);
+        if (!value) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, value);
+    }
+    return list;
+}
 
 /* Item i (a document, row surely kept or decided from the store's evidence) as serial: decide._State.kept_alone's
  * steps. */
@@ -2408,14 +2454,14 @@ static int keep_alone(PyObject *c, Py_ssize_t i, PyObject *serial) {
         PyErr_SetString(PyExc_IndexError, "kept_alone: a row out of the batch");
         return -1;
     }
-    PyObject *ident = PyList_GET_ITEM(id_keys, r), *content = PyList_GET_ITEM(contents, r), *match, *name;
-    if (quick_match(c, r, &match, &name) < 0) return -1;
+    PyObject *ident = PyList_GET_ITEM(id_keys, r), *content = PyList_GET_ITEM(contents, r), *match, *name, *twin;
+    if (quick_match(c, r, &match, &name) < 0 || quick_twin(c, r, &twin) < 0) return -1;
     PyObject *similarity = PyList_GET_ITEM(PyTuple_GET_ITEM(c, K_SIMILARITIES), r);
     PyObject *count = PyList_GET_ITEM(PyTuple_GET_ITEM(c, K_COUNTS), r);
     PyObject *keys = PyDict_GetItemWithError(PyTuple_GET_ITEM(c, K_REKEYED), row);
     if (!keys && PyErr_Occurred()) return -1;
     PyObject *id = PyObject_GetAttr(doc, id_name), *source = id ? PyObject_GetAttr(doc, source_name) : NULL;
-    PyObject *places = source ? PyObject_CallMethodNoArgs(source, as_list_name) : NULL;
+    PyObject *places = source ? source_list(source, PyTuple_GET_ITEM(c, K_SOURCE)) : NULL;
     PyObject *record = NULL, *pair = NULL, *decision = NULL;
     int result = -1;
     if (!places) goto done;
@@ -2425,7 +2471,13 @@ static int keep_alone(PyObject *c, Py_ssize_t i, PyObject *serial) {
     PyObject *near[R_FIELDS] = {serial, id, Py_False, match, name, match, name, similarity, Py_False, content,
                                 places, empty_bytes, PyTuple_GET_ITEM(c, K_NOW), Py_False,
                                 PyList_GET_ITEM(sites, r), Py_None};
-    if (!(record = made(PyTuple_GET_ITEM(c, K_RECORD_SETTERS), name ? near : kept, R_FIELDS))) goto done;
+    PyObject *copy[R_FIELDS] = {serial, id, Py_False, twin ? PyTuple_GET_ITEM(twin, 0) : NULL,
+                                twin ? PyTuple_GET_ITEM(twin, 1) : NULL, twin ? PyTuple_GET_ITEM(twin, 2) : NULL,
+                                twin ? PyTuple_GET_ITEM(twin, 3) : NULL, one_float, Py_True, content, places,
+                                empty_bytes, PyTuple_GET_ITEM(c, K_NOW), Py_False, PyList_GET_ITEM(sites, r),
+                                Py_None};  /* DocRecord.exact_copy_of */
+    if (!(record = made(PyTuple_GET_ITEM(c, K_RECORD_SETTERS), twin ? copy : name ? near : kept, R_FIELDS)))
+        goto done;
     if (!(pair = PyTuple_Pack(2, record, row))) goto done;
     if (PyDict_SetItem(PyTuple_GET_ITEM(c, K_RECORDS), serial, pair) < 0) goto done;
     if (file_serial(PyTuple_GET_ITEM(c, K_BY_ID), ident, serial) < 0) goto done;
@@ -2434,7 +2486,10 @@ static int keep_alone(PyObject *c, Py_ssize_t i, PyObject *serial) {
                              count, count, Py_None};
     PyObject *duplicate[11] = {id, PyTuple_GET_ITEM(c, K_DUPLICATE), name, name, similarity, Py_None, Py_False,
                                Py_False, count, count, Py_None};
-    if (!(decision = made(PyTuple_GET_ITEM(c, K_DECISION_SETTERS), name ? duplicate : outcome, 11))) goto done;
+    PyObject *exact[11] = {id, PyTuple_GET_ITEM(c, K_DUPLICATE), copy[4], copy[6], one_float, Py_None, Py_True,
+                           Py_False, count, count, Py_None};  /* count: 0, an exact copy looks nothing up */
+    if (!(decision = made(PyTuple_GET_ITEM(c, K_DECISION_SETTERS), twin ? exact : name ? duplicate : outcome, 11)))
+        goto done;
     result = PyList_SetItem(PyTuple_GET_ITEM(c, K_DECISIONS), i, decision);  /* steals it */
     decision = NULL;
 done:

@@ -42,7 +42,9 @@ arriving after an excerpt of it is kept: decisions are never revised.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field, fields
+from itertools import chain
 from typing import Callable, Optional
 
 import numpy as np
@@ -50,7 +52,7 @@ import numpy as np
 from ..core.excerpts import likely_sources, need_of
 from ..core.lsh import band_slots
 from ..core.prepare import PreparedBatch
-from ..core.records import DUPLICATE, KEPT, Decision, Rejected
+from ..core.records import DUPLICATE, KEPT, Decision, Rejected, Source
 from ..core.signing import band_keys_of
 from ..store.index import DocRecord
 from ..store.anchors import BatchAnchors
@@ -117,10 +119,11 @@ def decide_together(batch: PreparedBatch, evidences: list[Evidence], rules: Dedu
                               np.concatenate([e.found_serials for e in evidences]), rules.max_candidates)
         shared_within = keys_shared_within(asked, rows)
         room = room_under(shared_within.slots(), found_keys, rules.max_candidates)
+        following = _rows_following(asked, rows, len(batch.contents))
     else:
-        hits, shared_within, room = gathered.hits, SharedKeys.none(), {}
+        hits, shared_within, room, following = gathered.hits, SharedKeys.none(), {}, None
     state = _State(batch, evidences, hits, shared_within, room, rules, first_serial, now, lookup_keys, content,
-                   provisional_pages, gathered)
+                   provisional_pages, gathered, following)
     decisions: list[Optional[Decision]] = [None] * len(batch.items)
     alone_rows = state.alone_rows()
     alone = alone_rows.tolist()
@@ -155,6 +158,20 @@ def decide_together(batch: PreparedBatch, evidences: list[Evidence], rules: Dedu
     return Together(decisions, state.records, first_serial, serials, filed, first.pages, first.rekeyed_here)
 
 
+def _rows_following(asked: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:
+    """Which of ``n`` rows look up a band slot an earlier row of the batch looks up too (``asked``: the slots
+    sorted, equal ones in row order, ``rows`` the row of each: ``evidence.probe_slots``)."""
+    return _rows_in(rows[1:][asked[1:] == asked[:-1]].tolist(), n)
+
+
+def _rows_in(rows, n: int) -> np.ndarray:
+    """Which of ``n`` rows are among ``rows`` (a collection of row numbers)."""
+    marked = np.zeros(n, dtype=bool)
+    if rows:
+        marked[np.fromiter(rows, dtype=np.int64, count=len(rows))] = True
+    return marked
+
+
 def _others(rows: list[int], alone: np.ndarray) -> list[int]:
     """The items the quick path does not keep (rejected ones, and documents of rows not ``alone``), then one
     past the last item."""
@@ -171,12 +188,14 @@ class _State:
     def __init__(self, batch: PreparedBatch, evidences: list[Evidence], hits: Hits, shared_within: SharedKeys,
                  room: dict[int, int], rules: DedupSettings, first_serial: int, now: float, lookup_keys: np.ndarray,
                  content: Optional[BatchContent], provisional_pages: Callable[[int], list[int]],
-                 gathered: Optional[Gathered] = None):
+                 gathered: Optional[Gathered] = None, following: Optional[np.ndarray] = None):
         self.batch, self.hits, self.shared_within, self.room, self.rules = batch, hits, shared_within, room, rules
         self.gathered = gathered
+        self.following = following  # the rows sharing a band slot with an earlier row (``_rows_following``)
         self.strong = hits.at_least(rules.signing.min_shared)  # the hits that can be candidates by themselves
         self.first_serial, self.now, self.lookup_keys, self.content = first_serial, now, lookup_keys, content
-        self.rekeyed_rows = frozenset(np.flatnonzero((lookup_keys != batch.keys).any(axis=1)).tolist())
+        self.rekeyed_rows = frozenset() if lookup_keys is batch.keys else \
+            frozenset(np.flatnonzero((lookup_keys != batch.keys).any(axis=1)).tolist())
         self.alike_ids, self.alike_contents = _Alike(batch.id_keys, 8), _Alike(batch.contents, 16)
         self.sites = batch.sites.tolist()
         self.replays: dict = {}
@@ -216,8 +235,12 @@ class _State:
         self.quick_counts: list[int] = [0] * n
         self.quick_matches: list[Optional[int]] = [None] * n
         self.quick_similarities: list[Optional[float]] = [None] * n
+        self.quick_twins: list[Optional[tuple]] = [None] * n  # (cluster, its id, twin, its id): an exact copy
         self._untouched: Optional[np.ndarray] = None
+        self._apart: Optional[np.ndarray] = None
+        self._leading: Optional[np.ndarray] = None  # ``_leading_noted``
         self._contents: dict[int, tuple] = {}  # serial -> its content as last made (``batch_content``)
+        self._leading_items: Optional[list[int]] = None  # the items of ``_rows_leading``, in order (``keep_alone``)
 
     def record(self, serial: int) -> DocRecord:
         record, row = self.records[serial]
@@ -338,29 +361,57 @@ class _State:
         """The rows no other row of the batch touches: no replay or twin, sharing no band key, id or content
         with another row, and whose keeping touches no site template."""
         if self._untouched is None:
-            untouched = np.ones(len(self.batch.contents), dtype=bool)
-            others = set(self.shared_within) | set(self.replays) | set(self.twins)
-            if others:
-                untouched[np.fromiter(others, dtype=np.int64, count=len(others))] = False
-            untouched &= ~self._rows_templates_touch() & self.alike_ids.first_of_each()
-            self._untouched = untouched & self.alike_contents.first_of_each()
+            n = len(self.batch.contents)
+            self._untouched = self._rows_apart() & ~_rows_in(self.twins, n) & ~_rows_in(self.shared_within, n)
         return self._untouched
 
+    def _rows_apart(self) -> np.ndarray:
+        """``_rows_untouched``, twins or not, sharing band keys or not."""
+        if self._apart is None:
+            apart = ~_rows_in(self.replays, len(self.batch.contents))
+            apart &= ~self._rows_templates_touch() & self.alike_ids.first_of_each()
+            self._apart = apart & self.alike_contents.first_of_each()
+        return self._apart
+
+    def _rows_leading(self) -> np.ndarray:
+        """The rows sharing band slots with later rows of the batch only (``following``): no candidate of the
+        batch is filed under their slots before them, so ``decide`` finds their stored ones alone, as for
+        ``_rows_untouched``; kept (or with ``lsh.cap = "probes"``, whatever they are) they file those slots
+        (``file_prober``) before the later rows look them up."""
+        n = len(self.batch.contents)
+        if self.following is None or not len(self.shared_within):
+            return np.zeros(n, dtype=bool)
+        shared = _rows_in(self.shared_within, n)
+        return shared & ~self.following & self._rows_apart() & ~_rows_in(self.twins, n)
+
+    def _rows_twinned(self) -> np.ndarray:
+        """The rows ``decide`` makes exact copies of a stored document at once (its twin step): a stored twin
+        whose cluster is not dissolved, and nothing else (``_rows_apart``); the batch has no excerpts or
+        candidates gathered elsewhere, and nothing past retention."""
+        n = len(self.batch.contents)
+        if not self.twins or self.anchors is not None or self.gathered is not None or self.unmatchable:
+            return np.zeros(n, dtype=bool)
+        shared = _rows_in(self.shared_within, n)
+        return _rows_in([row for row, twin in self.twins.items() if twin[1]], n) & self._rows_apart() & ~shared
+
     def quick_rows(self, alone: np.ndarray) -> np.ndarray:
-        """The rows the quick path decides (``keep_alone``): those surely kept (``alone``), and those decided by
-        the stored candidates' similarities alone (``_rows_by_stored``), whose outcomes it notes: how many
+        """The rows the quick path decides (``keep_alone``): those surely kept (``alone``), the exact copies of a
+        stored twin (``_twins_noted``), and those decided by the stored candidates' similarities alone
+        (``_rows_by_stored``), whose outcomes it notes: how many
         candidates, the best match at or above the threshold (ties: the earliest) and its Jaccard, as
         ``_best_match`` finds them."""
+        strong = self.strong
+        counts = np.diff(np.asarray(strong.bounds))
+        alone = alone | self._twins_noted() | (self._leading_noted() & (counts == 0))
         by_stored = self._rows_by_stored()
         if not by_stored.any():
             return alone
-        strong = self.strong
-        counts = np.diff(np.asarray(strong.bounds))
         for row, count in zip(np.flatnonzero(by_stored).tolist(), counts[by_stored].tolist()):
             self.quick_counts[row] = count
         similarity = self.similarity  # (row, serial) -> Jaccard of the stored candidates verified
         if similarity:
-            pairs = np.array(list(similarity), dtype=np.int64).reshape(len(similarity), 2)
+            pairs = np.fromiter(chain.from_iterable(similarity), dtype=np.int64,
+                                count=2 * len(similarity)).reshape(len(similarity), 2)
             values = np.fromiter(similarity.values(), dtype=np.float64, count=len(similarity))
             listed = (np.repeat(np.arange(len(counts), dtype=np.int64), counts) << 40) | strong.serials  # sorted
             asked = (pairs[:, 0] << 40) | pairs[:, 1]
@@ -376,6 +427,33 @@ class _State:
                 self.quick_similarities[row] = similarity[(row, serial)]
         return alone | by_stored
 
+    def _leading_noted(self) -> np.ndarray:
+        """``_rows_leading`` on the quick path when ``_rows_by_stored`` would take them but for the slots they
+        share (at most ``max_candidates`` stored candidates, none gathered elsewhere...), their items noted
+        for the filing after them (``keep_alone``)."""
+        if self.anchors is not None or self.gathered is not None or self.unmatchable or self.unkept:
+            self._leading = np.zeros(len(self.batch.contents), dtype=bool)
+        else:
+            counts = np.diff(np.asarray(self.strong.bounds))
+            self._leading = self._rows_leading() & (counts <= self.rules.max_candidates)
+        row = np.asarray(self.batch.row, dtype=np.int64)
+        documents = row >= 0
+        items = np.zeros(len(row), dtype=bool)
+        items[documents] = self._leading[row[documents]]
+        self._leading_items = np.flatnonzero(items).tolist()
+        return self._leading
+
+    def _twins_noted(self) -> np.ndarray:
+        """``_rows_twinned``, each with its twin's cluster and ids noted for the quick path (``decided_quick``);
+        none of them looks a band key up (``_places_taken``)."""
+        twinned = self._rows_twinned()
+        rows = np.flatnonzero(twinned).tolist()
+        for row in rows:
+            serial, cluster, cluster_id, doc_id = self.twins[row]
+            self.quick_twins[row] = (cluster, cluster_id, serial, doc_id)
+        self.unprobed_rows.update(rows)
+        return twinned
+
     def _rows_by_stored(self) -> np.ndarray:
         """The rows whose decision the stored candidates' similarities make alone: they share ``min_shared``
         bands with at most ``max_candidates`` stored documents, all proposed and verified by the evidence, and
@@ -387,7 +465,8 @@ class _State:
         counts = np.diff(np.asarray(self.strong.bounds))
         if self.anchors is not None or self.gathered is not None or self.unmatchable or self.unkept:
             return np.zeros(len(counts), dtype=bool)
-        return (counts > 0) & (counts <= self.rules.max_candidates) & self._rows_untouched()
+        leading = self._leading if self._leading is not None else False
+        return (counts > 0) & (counts <= self.rules.max_candidates) & (self._rows_untouched() | leading)
 
     def _rows_templates_touch(self) -> np.ndarray:
         """The rows whose keeping touches the site templates: learning sites' first pages, and every row from
@@ -413,7 +492,22 @@ class _State:
             return
         if self._alone_context is None:
             self._alone_context = self.alone_context(decisions)
-        self.next_serial = _kernel.kept_alone(self._alone_context, start, stop, self.next_serial)
+        first = self.next_serial
+        self.next_serial = _kernel.kept_alone(self._alone_context, start, stop, first)
+        if self._leading_items:
+            self._file_leading(start, stop, first)
+
+    def _file_leading(self, start: int, stop: int, first: int) -> None:
+        """The items of ``_rows_leading`` from ``start`` to ``stop`` (decided by the kernel as serials from
+        ``first`` on) file their slots as ``_kept`` and ``_insert`` do."""
+        items, rows = self._leading_items, self.batch.row
+        for i in items[bisect_left(items, start):bisect_left(items, stop)]:
+            serial, row = first + i - start, rows[i]
+            kept = self.records[serial][0].kept
+            if kept or self.probes:
+                shared = self._filed_within(row)
+                if shared:
+                    file_prober(self.kept_by_key, shared, serial, kept, self.room, self.rules.max_candidates)
 
     def alone_context(self, decisions: list) -> tuple:
         """What ``_kernel.kept_alone`` reads and fills, in its order."""
@@ -421,15 +515,22 @@ class _State:
         rekeyed = {row: self.lookup_keys[row].astype(">u4").tobytes() for row in self.rekeyed_rows}
         return (batch.items, batch.row, batch.id_keys, batch.contents, self.sites, rekeyed, self.now, self.records,
                 self.by_id, self.by_content, decisions, _RECORD_SETTERS, _DECISION_SETTERS, KEPT, self.quick_matches,
-                self.quick_similarities, self.quick_counts, self.names, DUPLICATE)
+                self.quick_similarities, self.quick_counts, self.names, DUPLICATE, self.quick_twins, Source)
 
     def decided_quick(self, doc, row: int) -> Decision:
-        """Row ``row``, one of ``quick_rows``, decided as ``decide`` decides it: kept alone, or by its stored
-        candidates' outcome (``quick_rows``), a near duplicate of its best match or kept."""
+        """Row ``row``, one of ``quick_rows``, decided as ``decide`` decides it: an exact copy of its stored twin,
+        kept alone, or by its stored candidates' outcome (``quick_rows``), a near duplicate of its best match or
+        kept."""
+        batch = self.batch
+        if self.quick_twins[row] is not None:
+            content = batch.contents[row]
+            record = DocRecord.exact_copy_of(self._twin(row, content), self.next_serial, doc, content, self.now,
+                                             self.sites[row])
+            return self._insert(record, batch.id_keys[row], row, True, probed=False)
         count = self.quick_counts[row]
-        if count == 0:
+        if count == 0 and row not in self.shared_within:
             return self.kept_alone(doc, row)
-        batch, serial, site, match = self.batch, self.next_serial, self.sites[row], self.quick_matches[row]
+        serial, site, match = self.next_serial, self.sites[row], self.quick_matches[row]
         ident, content = batch.id_keys[row], batch.contents[row]
         if match is None:
             return self._kept(doc, row, serial, ident, content, site, True, count, count)

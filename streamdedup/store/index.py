@@ -593,7 +593,8 @@ class IndexTxn:
             self.state = TxnState.ABORTED
             raise _translated(exc, self.index.path) from exc
         self.state = TxnState.COMMITTED
-        for after in self.after_commit:
+        steps, self.after_commit = self.after_commit, []  # run once, and what they hold freed now: not left to
+        for after in steps:  # the collector when a batch's pause ends (``engine.collector_paused``)
             after()
 
     def abort(self) -> None:

@@ -299,15 +299,23 @@ class RecentMirror:
         self._fresh_entries += len(run[0])
         self._present.add(self._fresh[-1][0])
         if self._fresh_entries >= FRESH_ENTRIES:
-            self._fold_fresh()
+            if len(self._middle) or self._fresh_entries <= max(FRESH_ENTRIES, len(self._settled) // 4):
+                self._fold_fresh()
+            else:  # the middle level would go into the settled one at once: the fresh runs go there themselves
+                self._settled.merge(self._fresh_run(), owned=True)
             if len(self._middle) > max(FRESH_ENTRIES, len(self._settled) // 4):
                 self._settled.merge(self._middle.entries())
                 self._middle.clear()
 
     def _fold_fresh(self) -> None:
         if self._fresh:
-            self._middle.merge(_merged_runs(self._fresh))
-            self._fresh, self._fresh_entries = [], 0
+            self._middle.merge(self._fresh_run(), owned=True)
+
+    def _fresh_run(self) -> tuple[np.ndarray, np.ndarray]:
+        """The fresh runs as one, taken out of the fresh level: arrays the mirror alone holds."""
+        run = _merged_runs(self._fresh)
+        self._fresh, self._fresh_entries = [], 0
+        return run
 
     def _folded(self) -> tuple[np.ndarray, np.ndarray]:
         """Every level merged into the settled entries (which are returned), equal slots in the order taken."""
@@ -449,9 +457,16 @@ class SortedEntries:
             self._distinct = keys[first], np.append(first, self._size).astype(np.int64)
         return self._distinct
 
-    def merge(self, run: tuple[np.ndarray, np.ndarray]) -> None:
-        """Take in a sorted run, its entries after equal slots."""
+    def merge(self, run: tuple[np.ndarray, np.ndarray], owned: bool = False) -> None:
+        """Take in a sorted run, its entries after equal slots. ``owned``: nothing else holds or changes the run's
+        arrays (uint64 slots, int64 serials), which an empty level without the room for them then takes as they
+        are, not copied into new memory."""
         size, added = self._size, len(run[0])
+        if owned and size == 0 and added > len(self._keys):
+            self._keys, self._serials = run
+            self._size = added
+            self._distinct = None
+            return
         if size + added > len(self._keys):
             room = max(2 * len(self._keys), size + added)
             self._keys, self._serials = _grown(self._keys, size, room), _grown(self._serials, size, room)

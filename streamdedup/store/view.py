@@ -84,8 +84,7 @@ def write_documents(txn: IndexTxn, mirror: RecentMirror, records: list[DocRecord
     kept_row_array = np.fromiter(kept_rows.keys(), dtype=np.int64, count=kept)
     kept_serials = np.fromiter(kept_rows.values(), dtype=np.int64, count=kept)
     kept_keys = band_keys[kept_row_array]
-    width, packed = 4 * kept_keys.shape[1], kept_keys.astype(">u4").tobytes()  # each row's keys, big-endian
-    recent_keys = dict(zip(kept_serials.tolist(), (packed[at * width:(at + 1) * width] for at in range(kept))))
+    recent_keys = dict(zip(kept_serials.tolist(), _rows_packed(kept_keys)))
     placed = placed or {}
     for serial, (row, bands) in placed.items():
         recent_keys[serial] = band_keys[row].astype(">u4").tobytes()
@@ -109,6 +108,15 @@ def write_documents(txn: IndexTxn, mirror: RecentMirror, records: list[DocRecord
         return lambda: mirror.add(entries, kept_serials, kept_keys, places)
     kept_entries = _kept_entries(slots, kept_row_array, kept_serials, len(band_keys))
     return lambda: mirror.add(entries, kept_serials, kept_keys, kept_entries=kept_entries)
+
+
+def _rows_packed(keys: np.ndarray) -> list[bytes]:
+    """Each row of ``keys`` as its values' 4 big-endian bytes one after another (a bytes object a row, made by
+    numpy from a view of the rows as single values, not sliced one by one)."""
+    packed = np.ascontiguousarray(keys.astype(">u4"))
+    if not packed.shape[1]:
+        return [b""] * len(packed)
+    return packed.view(f"V{4 * packed.shape[1]}").ravel().tolist()
 
 
 def _kept_entries(slots: tuple[np.ndarray, np.ndarray], kept_rows: np.ndarray, kept_serials: np.ndarray,
