@@ -191,6 +191,17 @@ def test_an_epochs_kept_shingles_are_coded_from_its_batch_as_one_document_is():
     assert vshardstate._coded_shingles(batch, {}) == ([], [])
 
 
+def test_a_serial_too_wide_for_its_key_is_refused_not_cut():
+    import numpy as np
+
+    from streamdedup.store.index import serial_key, u64
+
+    assert vshardstate._fixed(np.array([0, 7, (1 << 32) - 1]), ">u4") == [serial_key(n) for n in (0, 7, (1 << 32) - 1)]
+    assert vshardstate._fixed(np.array([1 << 40]), ">u8") == [u64(1 << 40)]
+    with pytest.raises(OverflowError):
+        vshardstate._fixed(np.array([5, 1 << 32]), ">u4")
+
+
 
 def test_documents_filed_below_a_stored_serial_are_filed_all_the_same(tmp_path):
     """An epoch's records and kept shingles are appended, their serials being past every stored one; one that

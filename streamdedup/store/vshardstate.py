@@ -484,9 +484,13 @@ def _coded_shingles(shingles: ShingleBatch, kept: dict[int, int]) -> tuple[list[
 
 
 def _fixed(values: np.ndarray, dtype: str) -> list[bytes]:
-    """Each of ``values`` as bytes of the fixed-width ``dtype`` (``">u4"``: ``serial_key``, ``">u8"``: ``u64``),
-    made by numpy: a bytes object a value, not a Python call."""
-    return _rows(np.asarray(values).astype(dtype))
+    """Each of ``values`` (not negative) as bytes of the fixed-width ``dtype`` (``">u4"``: ``serial_key``,
+    ``">u8"``: ``u64``), made by numpy: a bytes object a value, not a Python call. A value too wide is refused
+    as ``int.to_bytes`` refuses it, not cut to its low bytes."""
+    values = np.asarray(values)
+    if len(values) and int(values.max()) >> (8 * np.dtype(dtype).itemsize):
+        raise OverflowError(f"{int(values.max())} does not fit the {np.dtype(dtype).itemsize} bytes it is stored in")
+    return _rows(values.astype(dtype))
 
 
 def _rows(table: np.ndarray) -> list[bytes]:
