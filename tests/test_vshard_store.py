@@ -186,10 +186,50 @@ def test_an_epochs_kept_shingles_are_coded_from_its_batch_as_one_document_is():
             for size in (200, 0, 1, 57, 33)]
     batch = ShingleBatch.of_sets(sets)
     kept = {40: 0, 7: 1, 12: 2, 900: 3}  # serial -> row; row 4 is not kept
-    assert vshardstate._coded_shingles(batch, kept) == sorted((u64(serial), eliasfano.encode(sets[row]))
-                                                              for serial, row in kept.items())
-    assert vshardstate._coded_shingles(batch, {}) == []
+    assert list(zip(*vshardstate._coded_shingles(batch, kept))) == sorted(
+        (u64(serial), eliasfano.encode(sets[row])) for serial, row in kept.items())
+    assert vshardstate._coded_shingles(batch, {}) == ([], [])
 
+
+def test_a_serial_too_wide_for_its_key_is_refused_not_cut():
+    import numpy as np
+
+    from streamdedup.store.index import serial_key, u64
+
+    assert vshardstate._fixed(np.array([0, 7, (1 << 32) - 1]), ">u4") == [serial_key(n) for n in (0, 7, (1 << 32) - 1)]
+    assert vshardstate._fixed(np.array([1 << 40]), ">u8") == [u64(1 << 40)]
+    with pytest.raises(OverflowError):
+        vshardstate._fixed(np.array([5, 1 << 32]), ">u4")
+
+
+
+def test_documents_filed_below_a_stored_serial_are_filed_all_the_same(tmp_path):
+    """An epoch's records and kept shingles are appended, their serials being past every stored one; one that
+    is not (none is, while a home's serials grow) must still be filed, with its neighbours, not dropped."""
+    import numpy as np
+
+    from streamdedup.core.records import Document, Source, id_key
+    from streamdedup.core.shingle import ShingleBatch
+    from streamdedup.store.index import DocRecord
+
+    config = _config(tmp_path)
+    state = vshardstate.LmdbState(str(tmp_path / "v0"), {"number": 0}, _settings(config).signing, sync=False)
+    sets = [np.arange(10 * row, 10 * row + 5, dtype=np.uint32) for row in range(3)]
+    for epoch, serials in enumerate(([10, 11, 20], [5, 12, 30])):
+        records = [DocRecord.new_cluster(serial, Document(f"doc-{serial}", "", Source("t", 0, serial)),
+                                         serial.to_bytes(16, "big"), b"", NOW) for serial in serials]
+        state.begin()
+        state.put_documents(records, [id_key(r.id) for r in records], ShingleBatch.of_sets(sets),
+                            {serial: row for row, serial in enumerate(serials)}, [])
+        state.add_contents({r.content: [[r.serial, 0, True]] for r in records})
+        state.commit(epoch + 1, {})
+    assert [r.serial for r in state.records()] == [5, 10, 11, 12, 20, 30]
+    state.begin()
+    for row, serial in enumerate([5, 12, 30]):
+        assert state.serials_of_id(id_key(f"doc-{serial}")) == [serial]
+        assert state.shingles(serial).tolist() == sets[row].tolist()
+        assert state.first_of(serial.to_bytes(16, "big")) == (serial, 0, True)
+    state.close()
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_key_places_holders_are_every_entry_of_each_slot_through_merges_folds_and_removals(seed):

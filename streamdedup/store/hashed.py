@@ -31,11 +31,12 @@ import numpy as np
 
 from .index import IndexTxn, from_u64, serial_key
 
-__all__ = ["each_serial_of", "HASH_BYTES", "entry", "serials_of", "serials_of_many", "entries", "FILTER_FILE",
+__all__ = ["BUCKET_BYTES", "each_serial_of", "HASH_BYTES", "entry",
+           "serials_of", "serials_of_many", "entries", "FILTER_FILE",
            "filter_keys", "maybe_held", "salted", "stored_filter_keys"]
 
 HASH_BYTES = 8
-_BUCKET_BYTES = 2
+BUCKET_BYTES = 2
 _FIRST = b"\x00" * 4  # the smallest serial: where a hash's entries begin
 FILTER_FILE = "hash-filter.bin"
 _TABLE_SALT = {"ids": 0x6A09E667F3BCC908, "content": 0xBB67AE8584CAA73B}  # one filter for both tables' hashes
@@ -68,7 +69,7 @@ def _words(joined: bytes) -> np.ndarray:
 
 def entry(digest: bytes, serial: int) -> tuple[bytes, bytes]:
     """The (key, value) of the entry saying that ``serial`` has the 8-byte hash ``digest``."""
-    return digest[:_BUCKET_BYTES], digest[_BUCKET_BYTES:HASH_BYTES] + serial_key(serial)
+    return digest[:BUCKET_BYTES], digest[BUCKET_BYTES:HASH_BYTES] + serial_key(serial)
 
 
 def serials_of(cursor, digest: bytes) -> list[int]:
@@ -79,7 +80,7 @@ def serials_of(cursor, digest: bytes) -> list[int]:
 def each_serial_of(cursor, digest: bytes) -> Iterator[int]:
     """``serials_of``, read as they are asked for: a caller after the first of many (the first document of
     a content copied a hundred thousand times) reads one."""
-    bucket, rest = digest[:_BUCKET_BYTES], digest[_BUCKET_BYTES:HASH_BYTES]
+    bucket, rest = digest[:BUCKET_BYTES], digest[BUCKET_BYTES:HASH_BYTES]
     if cursor.set_range_dup(bucket, rest + _FIRST):
         value = cursor.value()
         while value[:-4] == rest:

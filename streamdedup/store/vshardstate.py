@@ -60,6 +60,7 @@ read transactions, so it is safe while the vshard runs.
 from __future__ import annotations
 
 import json
+import struct
 import time
 from typing import Any, Optional
 
@@ -73,7 +74,7 @@ from ..core.signing import SigningConfig
 from ..errors import IncompatibleIndexError, IndexUnusableError
 from .bandfilter import SCAN_CHUNK, BandFilter
 from .bands import BandRows
-from .hashed import entry, serials_of
+from .hashed import BUCKET_BYTES, HASH_BYTES, entry, serials_of
 from .index import DocRecord, Index, IndexSettings, IndexTxn, MapFull, from_u64, serial_key, u64
 from .mirror import KeyPlaces
 
@@ -86,6 +87,7 @@ FILTER_BYTES = 4 << 20  # the filter of the settled table's keys (fixed: a large
 _HOME_BITS = 16  # a holder is its serial and its home in one number: serial << 16 | home
 _SETTLED = BandRows("places", home_bits=_HOME_BITS)
 _RUN = np.dtype([("slot", ">u8"), ("holder", ">i8")])  # a recent run's entry
+_FIRST_VALUE = struct.Struct(">IH?")  # a firsts value: serial, home, still in a cluster (``_first_value``)
 _TABLES = {
     "meta": {},
     "docs": {},
@@ -253,16 +255,27 @@ class LmdbState:
 
     def put_documents(self, records: list[DocRecord], ids: list[bytes], shingles: ShingleBatch,
                       kept: dict[int, int], members: list[tuple[int, int]]) -> None:
-        """File an epoch's own decided documents at once: their ``records`` (with each one's id hash in
-        ``ids``), the kept ones' shingles (``kept``: serial -> its row of ``shingles``, the epoch's batch) and
-        the duplicates' places in their clusters ((cluster, serial) each). One ``putmulti`` a table, in key
-        order: a home's serials only grow, so the records and shingles are appended."""
-        packed = self.txn.pack_records(records)
-        self.cursor("docs").putmulti(sorted(zip([serial_key(r.serial) for r in records], packed)))
-        self.cursor("ids").putmulti(sorted(entry(ident, r.serial) for ident, r in zip(ids, records)), dupdata=True)
-        self.cursor("shingles").putmulti(_coded_shingles(shingles, kept))
-        self.cursor("members").putmulti(sorted((serial_key(cluster), serial_key(serial))
-                                               for cluster, serial in members), dupdata=True)
+        """File an epoch's own decided documents at once: their ``records`` in serial order (with each one's id
+        hash in ``ids``), the kept ones' shingles (``kept``: serial -> its row of ``shingles``, the epoch's
+        batch) and the duplicates' places in their clusters ((cluster, serial) each). One ``putmulti`` a table,
+        in key order, keys and values made in numpy: a home's serials only grow, so the records and shingles
+        are appended (``_appended``); the ids are sorted once."""
+        serials = np.fromiter((record.serial for record in records), dtype=np.int64, count=len(records))
+        self._appended("docs", _fixed(serials, ">u4"), self.txn.pack_records(records))
+        self.cursor("ids").putmulti(_id_entries(ids, serials), dupdata=True)
+        self._appended("shingles", *_coded_shingles(shingles, kept))
+        if members:
+            self.cursor("members").putmulti(_member_entries(members), dupdata=True)
+
+    def _appended(self, table: str, keys: list[bytes], values: list[bytes]) -> None:
+        """Rows of ``table`` (not dupsort) with ascending keys past every key it holds, appended: LMDB neither
+        searches for their places nor leaves pages half full. A key that is not past the last (none is, while
+        a home's serials only grow) is not written by an append, so then every row is put in its place."""
+        rows = list(zip(keys, values))
+        cursor = self.cursor(table)
+        consumed, added = cursor.putmulti(rows, append=True)
+        if added < consumed:
+            cursor.putmulti(rows)
 
     def delete_record(self, serial: int) -> None:
         self.txn.delete("docs", serial_key(serial))
@@ -301,9 +314,8 @@ class LmdbState:
 
     def add_contents(self, contents: dict[bytes, list[list]]) -> None:
         """File documents after those stored with the same content: content -> [serial, home, still in a
-        cluster] of each."""
-        rows = [(content, _first_value(*entry)) for content, entries in contents.items() for entry in entries]
-        self.cursor("firsts").putmulti(rows, dupdata=True)
+        cluster] of each (in serial order), in key order."""
+        self.cursor("firsts").putmulti(_content_entries(contents), dupdata=True)
 
     def drop_content(self, content: bytes, serial: int) -> None:
         """A forgotten document out of its content's documents (the next one is the first then)."""
@@ -458,17 +470,58 @@ def _both_levels(slots: np.ndarray, settled: tuple[np.ndarray, np.ndarray],
         every[order]
 
 
-def _coded_shingles(shingles: ShingleBatch, kept: dict[int, int]) -> list[tuple[bytes, bytes]]:
-    """The ``shingles`` table's (key, value) of each kept document (``kept``: serial -> its row of
+def _coded_shingles(shingles: ShingleBatch, kept: dict[int, int]) -> tuple[list[bytes], list[bytes]]:
+    """The ``shingles`` table's keys and values of the kept documents (``kept``: serial -> its row of
     ``shingles``), in key order: coded straight from the batch's rows in one call of ``eliasfano.encode_many``
     (a call a document cost a home more than filing them; gathering the rows into a batch of their own first,
     a fifth of the coding)."""
     if not kept:
-        return []
-    serials = sorted(kept)
-    rows = np.fromiter((kept[serial] for serial in serials), dtype=np.int64, count=len(serials))
-    codings = eliasfano.encode_many(shingles.hashes, shingles.offsets, rows)
-    return list(zip([u64(serial) for serial in serials], codings))
+        return [], []
+    serials = np.fromiter(kept, dtype=np.int64, count=len(kept))
+    rows = np.fromiter(kept.values(), dtype=np.int64, count=len(kept))
+    order = np.argsort(serials, kind="stable")
+    return _fixed(serials[order], ">u8"), eliasfano.encode_many(shingles.hashes, shingles.offsets, rows[order])
+
+
+def _fixed(values: np.ndarray, dtype: str) -> list[bytes]:
+    """Each of ``values`` (not negative) as bytes of the fixed-width ``dtype`` (``">u4"``: ``serial_key``,
+    ``">u8"``: ``u64``), made by numpy: a bytes object a value, not a Python call. A value too wide is refused
+    as ``int.to_bytes`` refuses it, not cut to its low bytes."""
+    values = np.asarray(values)
+    if len(values) and int(values.max()) >> (8 * np.dtype(dtype).itemsize):
+        raise OverflowError(f"{int(values.max())} does not fit the {np.dtype(dtype).itemsize} bytes it is stored in")
+    return _rows(values.astype(dtype))
+
+
+def _rows(table: np.ndarray) -> list[bytes]:
+    """Each row of a 2-D uint8 array, or each entry of a 1-D array, as a bytes object."""
+    table = np.ascontiguousarray(table)
+    width = table.dtype.itemsize * (table.shape[1] if table.ndim == 2 else 1)
+    return table.view(f"V{width}").ravel().tolist()
+
+
+def _id_entries(ids: list[bytes], serials: np.ndarray) -> list[tuple[bytes, bytes]]:
+    """The ids table's (key, value) of each (id hash, serial) (``hashed.entry``'s, made in numpy), in key
+    order: inserts in order find their pages in the cache (the order is LMDB's to keep: a speed, not a
+    rule; ``serials`` ascending put a hash's entries in order too)."""
+    digests = np.frombuffer(b"".join(ident[:HASH_BYTES] for ident in ids), dtype=np.uint8).reshape(-1, HASH_BYTES)
+    order = np.argsort(digests.view(">u8").ravel(), kind="stable")
+    table = np.concatenate((digests, serials.astype(">u4").view(np.uint8).reshape(-1, 4)), axis=1)[order]
+    return list(zip(_rows(table[:, :BUCKET_BYTES]), _rows(table[:, BUCKET_BYTES:])))
+
+
+def _member_entries(members: list[tuple[int, int]]) -> list[tuple[bytes, bytes]]:
+    """The members table's (key, value) of each (cluster, serial), sorted, made in numpy."""
+    pairs = np.array(members, dtype=np.int64).reshape(-1, 2)
+    pairs = pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))]
+    return list(zip(_fixed(pairs[:, 0], ">u4"), _fixed(pairs[:, 1], ">u4")))
+
+
+def _content_entries(contents: dict[bytes, list[list]]) -> list[tuple[bytes, bytes]]:
+    """The firsts table's (key, value) of each content's documents ([serial, home, still in a cluster] each),
+    in their order. Not sorted: a content hash's entries are nearly all of a new content, and sorting them
+    in Python cost more than LMDB's inserts in order saved."""
+    return [(content, _FIRST_VALUE.pack(*entry)) for content, entries in contents.items() for entry in entries]
 
 
 def _first_in(cursor, content: bytes) -> Optional[tuple[int, int, bool]]:
@@ -480,7 +533,7 @@ def _first_in(cursor, content: bytes) -> Optional[tuple[int, int, bool]]:
 
 def _first_value(serial: int, home: int, in_cluster: bool) -> bytes:
     """A firsts value: serial (4 B), home (2 B), still in a cluster (1 B)."""
-    return serial_key(serial) + home.to_bytes(2, "big") + (b"\1" if in_cluster else b"\0")
+    return _FIRST_VALUE.pack(serial, home, in_cluster)
 
 
 def _first(value: bytes) -> tuple[int, int, bool]:

@@ -624,7 +624,7 @@ class _SubBatch:
         self.sites = np.concatenate((np.asarray(batch.sites, dtype=np.uint64),
                                      np.array([row[4] for row in others], dtype=np.uint64)))[placed]
         self.serial_of: list[int] = serials[order][with_row].tolist()
-        self.candidates: list[tuple[np.ndarray, np.ndarray]] = [(_NONE, _NONE)] * count
+        self._found: list[tuple[int, np.ndarray, np.ndarray]] = []  # (row, its candidates, bands shared)
         self.evidence = Evidence()
         self.own_items: list[int] = np.flatnonzero(own).tolist()  # the own items' places here, in the home's order
         own_rows = own & with_row
@@ -633,34 +633,34 @@ class _SubBatch:
         self._add_evidences(e, others, order[with_row] - own_count, home_rows[with_row])
 
     def _add_evidences(self, e: _Epoch, others: list, linked_at: np.ndarray, home_rows: np.ndarray) -> None:
-        """The evidence of each row here, in order: a replay's stored decision, or what was gathered for a new
-        document (``e``'s for an own one, its linked row's for another home's)."""
-        unkept = e.unkept
-        for here, serial, at, row in zip(range(len(self.serial_of)), self.serial_of, linked_at.tolist(),
-                                         home_rows.tolist()):
-            if at >= 0:
-                linked = others[at]
-                candidates, shared, matches, unkept_here, names, twin = linked[5:11]
-                self._add_evidence(here, _from_ints(candidates), _from_ints(shared), matches, unkept_here, names,
-                                   twin)
-            elif row in e.replays:
-                self.evidence.replays[here] = e.replays[row]
-            elif serial in e.new:
-                candidates, shared = e.candidates.get(serial, (_NONE, _NONE))
-                self._add_evidence(here, candidates, shared, e.matches.get(serial, ()),
-                                   [c for c in candidates.tolist() if c in unkept] if unkept else [], e.names,
-                                   e.twin_records.get(serial))
-
-    def _add_evidence(self, row: int, candidates: np.ndarray, shared: np.ndarray, matches, unkept: list,
-                      names: dict, twin) -> None:
-        self.candidates[row] = (candidates, shared)
-        self.evidence.unkept.extend(unkept)
-        for serial, similarity in matches:
-            self.evidence.matches.append((row, serial, similarity))
-            if serial in names:
-                self.evidence.names[serial] = names[serial]
-        if twin is not None:
-            self.evidence.twins[row] = twin
+        """The evidence of the rows here: a replay's stored decision, or what was gathered for a new document
+        (``e``'s for an own one, its linked row's for another home's). Each of ``e``'s kinds is added at once,
+        placed by a binary search of its serials among the rows' (ascending): the decision reads the evidence
+        as dicts and sets (``decide._State``), so only which row each entry names matters, not its order."""
+        evidence = self.evidence
+        serials = np.asarray(self.serial_of, dtype=np.int64)
+        own = linked_at < 0
+        here_of_home_row = dict(zip(home_rows[own].tolist(), np.flatnonzero(own).tolist()))
+        evidence.replays.update((here_of_home_row[row], replay) for row, replay in e.replays.items())
+        self._found += [(here, candidates, shared) for here, (candidates, shared)
+                        in zip(_places_of(serials, e.candidates), e.candidates.values())]
+        for here, matched in zip(_places_of(serials, e.matches), e.matches.values()):
+            evidence.matches += [(here, serial, similarity) for serial, similarity in matched]
+        evidence.names.update(e.names)  # the ids of the candidates matched: every one a match of an own row
+        evidence.unkept += e.unkept  # the candidates of own rows found to be duplicates' places
+        evidence.twins.update(zip(_places_of(serials, e.twin_records), e.twin_records.values()))
+        linked = np.flatnonzero(~own)
+        for here, at in zip(linked.tolist(), linked_at[linked].tolist()):
+            candidates, shared, matches, unkept, names, twin = others[at][5:11]
+            if candidates:
+                self._found.append((here, _from_ints(candidates), _from_ints(shared)))
+            for serial, similarity in matches:
+                evidence.matches.append((here, serial, similarity))
+                if serial in names:
+                    evidence.names[serial] = names[serial]
+            evidence.unkept += unkept
+            if twin is not None:
+                evidence.twins[here] = twin
 
     def batch(self) -> PreparedBatch:
         n = len(self.contents)
@@ -669,14 +669,23 @@ class _SubBatch:
                              np.zeros((n, 0), dtype=np.uint64), self.sites, {})
 
     def gathered(self) -> Gathered:
-        counts = [len(serials) for serials, _ in self.candidates]
-        bounds = np.concatenate(([0], np.cumsum(counts))).astype(np.int64).tolist()
-        if bounds[-1]:
-            serials = np.concatenate([serials for serials, _ in self.candidates])
-            shared = np.concatenate([shared for _, shared in self.candidates])
+        """Each row's candidates (``_found``) laid end to end in the rows' order, with their bounds."""
+        found = sorted(self._found, key=lambda entry: entry[0])
+        counts = np.zeros(len(self.serial_of) + 1, dtype=np.int64)
+        counts[1 + np.fromiter((here for here, _, _ in found), dtype=np.int64, count=len(found))] = \
+            [len(serials) for _, serials, _ in found]
+        bounds = np.cumsum(counts).tolist()
+        if found:
+            serials = np.concatenate([serials for _, serials, _ in found]).astype(np.int64)
+            shared = np.concatenate([shared for _, _, shared in found]).astype(np.int64)
         else:
             serials = shared = _NONE
-        return Gathered(Hits(serials.astype(np.int64), shared.astype(np.int64), bounds), self.serial_of)
+        return Gathered(Hits(serials, shared, bounds), self.serial_of)
+
+
+def _places_of(serials: np.ndarray, keyed: dict) -> list[int]:
+    """Where each key of ``keyed`` (serials, all among the ascending ``serials``) stands in ``serials``."""
+    return np.searchsorted(serials, np.fromiter(keyed, dtype=np.int64, count=len(keyed))).tolist()
 
 
 def _placed_rows(batch: PreparedBatch, others: list, order: np.ndarray, own_count: int, home_rows: np.ndarray,
