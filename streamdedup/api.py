@@ -25,8 +25,9 @@ from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 from . import config as config_module
 from .core.decode import InputSpec, decode, decode_object, decode_pair
+from .core.memory import collector_paused
 from .core.records import Decision, Document, Item, Source
-from .engine.engine import Engine, collector_paused
+from .engine.engine import Engine
 from .engine.explain import Explanation, explain
 from .engine.query import ClusterView, Match, cluster_of, near_duplicates, stats_of, templates_learned
 from .engine.shardset import VShardSet, opened_set

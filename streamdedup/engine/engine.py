@@ -36,7 +36,7 @@ from .evidence import Asking, Evidence, OwnFirstPages, band_evidence, content_ev
 from .settings import DedupSettings
 from .sitelearning import SiteTemplates, templates_in_advance
 
-__all__ = ["Engine", "DecidedBatch", "collector_paused", "index_settings", "MERGE_PACE"]
+__all__ = ["Engine", "DecidedBatch", "index_settings", "MERGE_PACE"]
 
 MERGE_PACE = 0.75  # a merge's steps are spread over this share of ``index.merge_every`` documents after it
 

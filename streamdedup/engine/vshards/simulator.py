@@ -36,7 +36,7 @@ from typing import Callable, Iterable, Optional, TypeVar
 from ...config import Config
 from ...core.records import Decision, Item, id_key
 from ...core.signing import signing_config
-from ..engine import collector_paused
+from ...core.memory import collector_paused
 from ..settings import DedupSettings
 from .placement import homes_of
 from .vshard import Message, VShard, check_supported

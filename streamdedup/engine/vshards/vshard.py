@@ -72,7 +72,7 @@ from ...store.candidates import Hits, ranges
 from ...store.index import DocRecord
 from ...store.vshardstate import LmdbState
 from ..decide import decide_together
-from ..engine import collector_paused
+from ...core.memory import collector_paused
 from ..evidence import Evidence, Gathered, replay_of, twin_of
 from ..settings import DedupSettings
 from .message import Message
