@@ -97,7 +97,7 @@ def test_a_run_s_layer_is_sized_to_its_keys_so_memory_follows_the_runs_and_each_
             chunks.append((keys, (first, first + run_serials - 1)))
             assert grown.ahead is None or run == 0
     sizes = [len(layer) for layer in grown.layers]
-    assert sizes == [2048, 4096] + [8192] * 11, sizes  # as large as the last: 2048, 4096 x 4, 8192 x 4, 16384...
+    assert sizes == [2048, 4096] + [8192] * 11, sizes  # main's: 2048, 4096, 4096, 8192 x 3, 16384 x 5 (912 KiB)
     own = []
     for layer in grown.layers[2:]:
         alone = BandFilter(8)
