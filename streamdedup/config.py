@@ -158,8 +158,9 @@ class IndexSection:
     band_filter_mb: int = _key(32, "MiB of the writer's filter of stored band keys to start with (0: none); its "
                                "filter of the id and content tables' hashes starts at 1/32 of it", low=0)
     band_filter_max_mb: int = _key(1024, "MiB the filter may grow to, in layers, as the index grows (a band entry "
-                                   "takes 1.5 bytes of its first layer, 3 of its fifth; past this only its false "
-                                   "positives rise; the hash filter may grow to 1/16 of it)", low=0)
+                                   "takes 1.5 bytes of its first layer, about 2.8 of a later run's: 64 MiB a "
+                                   "million documents; past this only its false positives rise; the hash filter "
+                                   "may grow to 1/16 of it)", low=0)
     retention_days: float = _key(0.0, "kept documents older than this stop matching (0: keep forever)", low=0.0)
     sweep_interval_s: float = _key(600.0, "seconds between retention sweeps of the band tables", low=1.0)
 

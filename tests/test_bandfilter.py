@@ -77,6 +77,55 @@ def test_each_later_layer_takes_more_bits_a_key_so_false_positives_stay_bounded_
     assert grown.may_hold(others).mean() < 0.03
 
 
+def test_a_run_s_layer_is_sized_to_its_keys_so_memory_follows_the_runs_and_each_lets_as_few_through(tmp_path):
+    """A layer started with a run (``start_run``) is sized to the keys expected of it (as many a serial as the
+    runs before): every later run's layer is as large as the second's, none made ahead of it, each lets about
+    the same share of random keys through (a layer as large as the last took ever more bits a key, and doubled
+    every few runs), the cap still holds, and a filter built from the tables run after run (as
+    ``bands.stored_slot_keys`` gives them) and saved is laid out the same and loaded as it is."""
+    rng = np.random.default_rng(15)
+    run_serials, keys_a_serial = 1000, 20  # 20,000 keys a run: 20.2 bits a key take 6,313 words, so 8,192
+    grown = BandFilter(1 << 14, 1 << 20)  # 16 KiB to start (10,922 keys at 12 bits), then 32 KiB
+    chunks, others = [], rng.integers(0, 2**64, size=1 << 19, dtype=np.uint64)
+    for run in range(12):
+        first = run * run_serials
+        if run:
+            grown.start_run(bandfilter.run_keys(sum(grown.held), first, run_serials))
+        for part in range(4):
+            keys = rng.integers(0, 2**64, size=run_serials * keys_a_serial // 4, dtype=np.uint64)
+            grown.add(keys, (first, first + run_serials - 1))
+            chunks.append((keys, (first, first + run_serials - 1)))
+            assert grown.ahead is None or run == 0
+    sizes = [len(layer) for layer in grown.layers]
+    assert sizes == [2048, 4096] + [8192] * 11, sizes  # main's: 2048, 4096, 4096, 8192 x 3, 16384 x 5 (912 KiB)
+    own = []
+    for layer in grown.layers[2:]:
+        alone = BandFilter(8)
+        alone.layers = [layer]
+        own.append(alone.may_hold(others).mean())
+    assert max(own) < 0.005 and max(own) < 1.5 * min(own), own
+    bases = np.arange(12, dtype=np.uint64) * np.uint64(run_serials)
+    asked = grown.runs_to_ask(others[grown.may_hold(others)], bases)
+    assert asked.sum(axis=0).mean() < 1.1  # a random key past the filter is asked in about one run
+    capped = BandFilter.of_keys(iter(chunks), 1 << 14, 1 << 18)  # built from the tables, room for 256 KiB
+    assert [len(layer) for layer in capped.layers] == [2048, 4096, 8192, 8192, 8192, 2048]  # the last fills on
+    assert capped.may_hold(np.concatenate([keys for keys, _ in chunks])).all()
+    built = BandFilter.of_keys(iter(chunks), 1 << 14, 1 << 20)
+    assert [len(layer) for layer in built.layers] == sizes and built.covers == grown.covers
+
+    class Index:
+        path, meta = str(tmp_path), {"index_id": "x"}
+
+        def read(self):
+            import contextlib
+            return contextlib.nullcontext(type("Txn", (), {"counters": {"merged_upto": 7}})())
+
+    bandfilter.save(Index(), capped)
+    loaded = bandfilter._load(str(tmp_path), (b"x", 7), 1 << 14, 1 << 18)
+    assert loaded is not None and [len(layer) for layer in loaded.layers] == [2048, 4096, 8192, 8192, 8192, 2048]
+    assert loaded.for_run[-1] and loaded.held == capped.held  # a layer not twice the one before: a run's
+
+
 def test_a_band_key_held_under_one_band_is_not_held_under_the_others():
     """The filter holds band slots (``slot_keys``), not bare band keys: a key stored in one band says nothing of
     the others (at 10M documents 5% of all 32-bit keys are some band's)."""
@@ -331,7 +380,10 @@ def test_a_merge_starts_a_new_run_of_serials_in_its_first_slice_and_decisions_do
             with engine.index.read() as txn:
                 bases = bands_module.run_bases(txn).tolist()
                 serials = [serial for _, _, serial in bands_module.band_entries(txn)]
+                merged = txn.counters["merged_upto"]
             assert check_index(engine.index).ok
+            firsts = {first for first, _ in engine.bands.loaded_filter().covers}
+            assert {base for base in bases[1:] if base <= merged} <= firsts  # each run a layer, restarts or not
         assert len(bases) >= 3 and all(200 // 2 < b - a <= 200 + 150 for a, b in zip(bases[1:], bases[2:]))
         assert max(serials) > bases[-1]
     positioned, every = (sum(column) for column in zip(*asked))
@@ -365,6 +417,42 @@ def test_a_merge_starts_a_new_run_of_serials_in_its_first_slice_and_decisions_do
             assert bands_module.run_bases(txn).tolist()[0] == 0 and len(bands_module.run_bases(txn)) >= 2
             assert json.loads(txn.txn.get(b"index", db=txn.dbs["meta"]))["format"] == 7  # refused before runs
         assert check_index(engine.index).ok
+
+
+def test_a_merge_is_sliced_by_the_bytes_of_the_run_it_writes_into_not_the_whole_table(tmp_path, monkeypatch):
+    """With runs of 200 serials, a merge counts its slices from the bytes of the run it writes into (the table's
+    bytes a serial times the run's serials), so the later merges of an index of many runs take fewer slices than
+    the whole table would ask, and decide as those do."""
+    from streamdedup.engine import engine as engine_module
+    from streamdedup.store import bands as bands_module
+    from streamdedup.store import merge as merge_module
+
+    texts = [d.text for d in corpus.generate(900, seed=31)]
+    original = merge_module.merge_slices
+    monkeypatch.setattr(bands_module, "RUN_SERIALS", 200)
+    monkeypatch.setattr(merge_module, "MERGE_SLICE_BYTES", 1024)  # a slice a band for each KiB a band
+
+    def decide(name):
+        asked = []
+        monkeypatch.setattr(engine_module, "merge_slices",
+                            lambda table_bytes, bands: asked.append(table_bytes) or original(table_bytes, bands))
+        with Engine(_config(), str(tmp_path / name)) as engine:
+            decided = [(d.status, d.cluster) for at in range(0, len(texts), 50)
+                       for d in engine.decide_batch(engine.prepare(_docs(texts[at:at + 50], at)))]
+            with engine.index.read() as txn:
+                bases, merged = bands_module.run_bases(txn).tolist(), txn.counters["merged_upto"]
+                whole = engine.index.database_bytes()["bands"]
+                share = merge_module.rewritten_bytes(txn, whole, merged + 1, merged + 150)
+        assert len(bases) >= 3 and share < whole // 2
+        return decided, asked
+
+    by_runs, asked = decide("runs")
+    with monkeypatch.context() as patched:
+        patched.setattr(engine_module, "rewritten_bytes", lambda txn, table_bytes, first, upto: table_bytes)
+        by_table, whole_asked = decide("whole")
+    assert by_runs == by_table
+    assert len(asked) == len(whole_asked) and asked[0] == whole_asked[0] == 0  # the first merge: an empty table
+    assert asked[-1] < whole_asked[-1] // 2
 
 
 def _set_format(txn, number):

@@ -26,7 +26,7 @@ from ..store.anchors import BatchAnchors
 from ..store.bands import BandTables
 from ..store.housekeeping import ForgetRequests, forget, rebuild_tables, sweep_expired
 from ..store.index import Index, IndexSettings, IndexTxn, MapFull
-from ..store.merge import SpreadMerge, generation_hash_keys, merge_slices, serial_span
+from ..store.merge import SpreadMerge, generation_hash_keys, merge_slices, rewritten_bytes, serial_span
 from ..store.mirror import RecentMirror, place_masks
 from ..store.sites import provisional_pages, set_provisional_pages, write_rekeyed
 from ..store.view import write_documents
@@ -107,8 +107,10 @@ class Engine:
                                           sealed=counters["merged_upto"] >= counters["merge_upto"])
                 self.bands.loaded_filter()  # as saved by the merge before (or, once sealed, by this one)
                 if self.mirror.merging is not None:  # the slices written
-                    self.bands.holding(self.mirror.merging.slots, generation_hash_keys(self.mirror.merging),
-                                       serial_span(self.mirror.merging.serials))
+                    span = serial_span(self.mirror.merging.serials)
+                    with self.index.read() as txn:
+                        self.bands.resuming(txn, span, counters["merge_upto"])
+                    self.bands.holding(self.mirror.merging.slots, generation_hash_keys(self.mirror.merging), span)
             else:  # an earlier version's merge, in one go: done again whole
                 self.merge_recent()
 
@@ -315,8 +317,12 @@ class Engine:
 
     def _start_merge(self) -> None:
         self.bands.loaded_filter()  # loaded (or built) before the tables change
-        slices = merge_slices(self.index.database_bytes()["bands"], self.signing.bands)
-        upto = self.mirror.last_serial
+        upto, serials = self.mirror.last_serial, self.mirror.serials
+        table_bytes = self.index.database_bytes()["bands"]
+        if len(serials):  # the bytes of the run it writes into
+            with self.index.read() as txn:
+                table_bytes = rewritten_bytes(txn, table_bytes, int(serials.min()), upto)
+        slices = merge_slices(table_bytes, self.signing.bands)
         self.mirror.freeze()
         self._merge = SpreadMerge(self.mirror, upto, slices, self.signing.bands)
 

@@ -49,7 +49,14 @@ Each layer knows the serials of the entries whose keys it took
 so their ranges barely overlap). A key the filter may hold is asked of the
 table only in the runs of serials (``bands``) that the layers which may
 hold it cover (``runs_to_ask``): a key the early layers alone may hold is
-positioned in the early runs only, not in every run.
+positioned in the early runs only, not in every run. Each run after the
+first starts a layer of its own, sized to the keys it is expected to hold
+(``start_run``: as many a serial as the runs before, at the ``TIGHTEST``
+layer's bits a key, rounded up to a power of two words), so memory follows
+the runs (64 MiB a run of 2^20 serials of the synthetic crawl) and each run
+adds the same small share of false positives (0.2-0.3%): the filter's rate
+rises by that much a run, and the cap is reached after about
+``band_filter_max_mb`` / 64 runs, past which the last layer fills on.
 
 The same class, saved under another name, is the writer's filter of the id
 and content tables' hashes (``hashed.FILTER_FILE``), kept on these terms.
@@ -82,6 +89,7 @@ EVERY_SERIAL = (0, (1 << 32) - 1)  # what keys added without their serials may b
 _NO_SERIAL = (1 << 32, 0)  # what an empty layer covers: nothing (first > last)
 BITS_PER_KEY = 12  # the first layer is full when it holds a key for every this many of its bits (1.1% false positives)
 TIGHTEN = 2 ** 0.25  # each later layer takes this many times the bits a key of the one before (x0.62 false positives)
+TIGHTEST = 3  # up to the fourth layer (20.2 bits a key, 0.3%), where a run's layer (``start_run``) is full too
 
 _PROBES = 4  # bits per key
 _SPREAD = 0x9E3779B97F4A7C15  # odd: a bijection of the 64-bit words
@@ -99,10 +107,11 @@ class BandFilter:
         words = max(1, size_bytes // 8)
         self.words = 1 << (words.bit_length() - 1)  # a power of two: the word is a mask of the low bits
         self.max_words = max(self.words, max_bytes // 8)  # of every layer together
-        self.layers = [np.zeros(self.words, dtype=np.uint64)]  # each a power of two words, as many as the one
-        #                                                           before (a new run's: ``start_layer``) or twice
+        self.layers = [np.zeros(self.words, dtype=np.uint64)]  # each a power of two words: twice the one before,
+        #                                                           or sized to a new run's keys (``start_run``)
         self.held = [0]  # keys each layer took
         self.covers = [_NO_SERIAL]  # (first, last) serial of the entries whose keys each layer took
+        self.for_run = [False]  # whether each layer was sized for a run's keys (``start_run``: none made ahead)
         self.keys_added = 0  # by this process
         self.loaded = False  # read from the saved file (else built from the tables, or new)
         self.saved: list[tuple[int, ...]] = []  # (words, keys taken, crc32, first, last) of each layer as last saved
@@ -122,12 +131,16 @@ class BandFilter:
     def of_keys(cls, chunks: Iterator, size_bytes: int, max_bytes: int = 0) -> "BandFilter":
         """A filter holding every key of ``chunks`` (arrays of band keys, or (keys, (first, last) serial of their
         entries) pairs: memory stays flat)."""
-        made = cls(size_bytes, max_bytes)
+        made, run = cls(size_bytes, max_bytes), None
         for chunk in chunks:
-            if isinstance(chunk, tuple):
-                made.add(*chunk)
-            else:
+            if not isinstance(chunk, tuple):
                 made.add(chunk)
+                continue
+            keys, serials = chunk
+            if run is not None and serials != run:  # the next run of serials (``bands.stored_slot_keys``)
+                made.start_run(run_keys(sum(made.held), serials[0], serials[1] - serials[0] + 1))
+            made.add(keys, serials)
+            run = serials
         return made
 
     def add(self, keys: np.ndarray, serials: tuple[int, int] = EVERY_SERIAL) -> None:
@@ -143,6 +156,7 @@ class BandFilter:
                                    np.zeros(2 * len(self.layers[-1]), dtype=np.uint64))
                 self.held.append(0)
                 self.covers.append(_NO_SERIAL)
+                self.for_run.append(False)
                 self.ahead, self.ahead_touched = None, 0
                 continue
             taken = keys if room <= 0 else keys[:room]
@@ -153,15 +167,21 @@ class BandFilter:
             keys = keys[len(taken):]
             self._ahead()
 
-    def start_layer(self) -> None:
-        """The keys added next go into a new layer (as large as the last, or twice as large once it fills), if
-        the last holds keys and the cap allows: a merge that starts a new run of serials (``bands.run_bases``)
-        starts one, so that a key the new layer alone may hold is asked in that run alone (``runs_to_ask``)."""
-        if not self.held[-1] or self.size_bytes // 8 + len(self.layers[-1]) > self.max_words:
+    def start_run(self, keys: int) -> None:
+        """The keys added next, those of a new run of serials (``bands.run_bases``) expected to hold about ``keys``
+        keys, go into a new layer sized for them (``run_layer_words``), if the last holds keys and the cap leaves
+        room (as much as it leaves, else none: the last layer fills on). A key that layer alone may hold is then
+        asked in that run alone (``runs_to_ask``), and each run's layer lets through about the same share of keys
+        (0.2-0.3%) whatever the run's number, in memory that follows the keys (a layer as large as the last, as
+        before, took ever more bits a key: 928 MiB at 10M documents, the cap reached at about 11M)."""
+        room = self.max_words - self.size_bytes // 8
+        if not self.held[-1] or room < 1:
             return
-        self.layers.append(np.zeros(len(self.layers[-1]), dtype=np.uint64))
+        words = min(run_layer_words(keys, len(self.layers)), 1 << (room.bit_length() - 1))
+        self.layers.append(np.zeros(words, dtype=np.uint64))
         self.held.append(0)
         self.covers.append(_NO_SERIAL)
+        self.for_run.append(True)
         self.ahead, self.ahead_touched = None, 0
 
     def _capacity(self) -> int:
@@ -174,10 +194,11 @@ class BandFilter:
         """Once the last layer holds 1/``AHEAD_FROM`` of its keys, the next one is made and its pages written
         (faulted in) as keys come, so that it is whole when the last is full: a layer twice as large faulted
         in by its first keys took ~0.8 s in the step that made it (64 MiB at 1M documents, ``bench.growth``).
-        Memory: the next layer is there a little sooner, within ``index.band_filter_max_mb``."""
+        Memory: the next layer is there a little sooner, within ``index.band_filter_max_mb``. A layer sized for
+        its run's keys (``start_run``) is not expected to fill: none is made after it."""
         capacity, held = self._capacity(), self.held[-1]
         begin = capacity // AHEAD_FROM
-        if held <= begin or not self._may_grow():
+        if held <= begin or self.for_run[-1] or not self._may_grow():
             return
         if self.ahead is None:
             self.ahead, self.ahead_touched = np.empty(2 * len(self.layers[-1]), dtype=np.uint64), 0
@@ -241,7 +262,26 @@ class BandFilter:
 
 def layer_capacity(words: int, number: int) -> int:
     """Keys layer ``number`` (0 first) of ``words`` 64-bit words takes when full."""
-    return int(words * 64 / (BITS_PER_KEY * TIGHTEN ** number))
+    return int(words * 64 / layer_bits(number))
+
+
+def layer_bits(number: int) -> float:
+    """Bits a key layer ``number`` (0 first) takes when full: ``TIGHTEN`` times more each layer up to the
+    ``TIGHTEST``'s."""
+    return BITS_PER_KEY * TIGHTEN ** min(number, TIGHTEST)
+
+
+def run_layer_words(keys: int, number: int) -> int:
+    """Words of a layer ``number`` made for a run's ``keys``: the least power of two that takes them all (20-40
+    bits a key past the fourth layer: 64 MiB for a run of 2^20 serials of the synthetic crawl, 24M keys)."""
+    words = max(1, -(-int(keys * layer_bits(number)) // 64))
+    return 1 << (words - 1).bit_length()
+
+
+def run_keys(keys: int, first_serial: int, serials: int) -> int:
+    """Keys a run of ``serials`` serials starting at ``first_serial`` is expected to hold, with ``keys`` the keys of
+    the runs before it: as many a serial as they held."""
+    return -(-keys * serials // max(1, first_serial))
 
 
 _SALT = (0xBF58476D1CE4E5B9, 0x94D049BB133111EB)  # splitmix64's finaliser
@@ -397,12 +437,13 @@ def _load(folder: str, stamp: tuple[bytes, int], size_bytes: int, max_bytes: int
                 return None
             shapes = list(_LAYER.iter_unpack(records))
         sizes = [shape[0] for shape in shapes]
-        if sizes[0] != made.words or any(later not in (size, 2 * size) for size, later in zip(sizes, sizes[1:])) \
+        if sizes[0] != made.words or any(size < 1 or size & (size - 1) for size in sizes) \
                 or sum(sizes) > made.max_words:
             return None
         made.layers = [np.zeros(shape[0], dtype=np.uint64) for shape in shapes]
         made.held = [shape[1] for shape in shapes]
         made.covers = [(first, last) for _, _, _, first, last in shapes]
+        made.for_run = [False] + [later != 2 * size for size, later in zip(sizes, sizes[1:])]  # growth doubles
         for number, (layer, (_, _, crc, _, _)) in enumerate(zip(made.layers, shapes)):
             with open(os.path.join(folder, f"{name}.{number}"), "rb") as handle:
                 if handle.readinto(layer.view(np.uint8)) != len(layer) * 8 or handle.read(1):

@@ -353,7 +353,8 @@ class BandTables:
         self._saving = []  # the threads writing the filters, if any are
         self._filter: Optional[BandFilter] = None
         self._hashes: Optional[BandFilter] = None
-        self._run_base = 0  # the first serial of the last run a merge slice wrote into
+        self._run_base = 0  # the first serial of the last run a merge slice wrote into...
+        self._run_serials = RUN_SERIALS  # ...and the serials it may span
 
     def loaded_filter(self) -> Optional[BandFilter]:
         """The filter of stored keys, loaded or built from the table on first use (None without one), and the
@@ -426,7 +427,7 @@ class BandTables:
         """Write slice ``number`` of ``slices`` of the mirror's band entries (split by band, then by the key's
         high bits: a range of its sorted slots) into the runs starting at ``bases`` (``start_runs``); returns
         their slots and serials (``holding`` takes them)."""
-        self._run_base = int(bases[-1])
+        self._writing(bases)
         slots, serials = mirror.slots, mirror.serials
         low, high = (merged_thresholds(part, slices, txn.index.signing.bands)[0] for part in (number, number + 1))
         begin, end = np.searchsorted(slots, np.array([low, high], dtype=np.uint64)).tolist()
@@ -438,6 +439,17 @@ class BandTables:
         txn.txn.cursor(db=txn.dbs["bands"]).putmulti(list(zip(table_keys, values)), dupdata=True)
         return slots, serials
 
+    def resuming(self, txn: IndexTxn, serials: tuple[int, int], upto: int) -> None:
+        """Before the keys of a merge begun before a restart (its band entries' first and last serial ``serials``,
+        the merge's ``upto``) are held again: the run it writes into, as its slices ask (``runs_after_merge``),
+        so that those keys go into the run's own layer (else into the last run's, which then covers both)."""
+        self._writing(np.array(runs_after_merge(run_bases(txn).tolist(), serials[0], upto), dtype=np.uint64))
+
+    def _writing(self, bases: np.ndarray) -> None:
+        """Merge slices write into the last of the runs starting at ``bases``."""
+        self._run_base = int(bases[-1])
+        self._run_serials = RUN_SERIALS if len(bases) <= SHORT_RUNS else 1 << _EPOCH_BITS
+
     def holding(self, slots: np.ndarray, hashes: Optional[np.ndarray] = None,
                 serials: tuple[int, int] = bandfilter.EVERY_SERIAL) -> None:
         """Before entries under these band slots (of serials ``serials``: the first and last), and id and content
@@ -446,7 +458,7 @@ class BandTables:
         band_filter = self._filter
         if band_filter is not None and len(slots):
             if band_filter.covers[-1][1] < self._run_base <= serials[0]:  # the first keys of a new run
-                band_filter.start_layer()
+                band_filter.start_run(bandfilter.run_keys(sum(band_filter.held), self._run_base, self._run_serials))
             band_filter.add(bandfilter.slot_keys(slots), serials)
         if self._hashes is not None and hashes is not None and len(hashes):
             self._hashes.add(hashes)

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
-from .bands import start_runs
+from .bands import run_bases, runs_after_merge, start_runs
 from .hashed import filter_keys, salted
 from .index import IndexTxn, content_key, from_u64
 from .mirror import RecentMirror, merged_thresholds
@@ -49,8 +49,8 @@ from .mirror import RecentMirror, merged_thresholds
 if TYPE_CHECKING:
     from .bands import BandTables
 
-__all__ = ["SpreadMerge", "generation_hash_keys", "serial_span", "merge_slices", "merge_recent", "MERGE_SLICE_BYTES",
-           "FINISH_CHUNK"]
+__all__ = ["SpreadMerge", "generation_hash_keys", "serial_span", "merge_slices", "merge_recent", "rewritten_bytes",
+           "MERGE_SLICE_BYTES", "FINISH_CHUNK"]
 
 
 MERGE_SLICE_BYTES = 32 << 20  # 32 MiB: table pages one merge transaction may dirty, about
@@ -65,6 +65,16 @@ def merge_slices(bands_table_bytes: int, bands: int) -> int:
     """
     per_band = -(-bands_table_bytes // (bands * MERGE_SLICE_BYTES))
     return bands * max(1, per_band)
+
+
+def rewritten_bytes(txn: IndexTxn, bands_table_bytes: int, first: int, upto: int) -> int:
+    """The band table's bytes a merge of the serials ``first`` .. ``upto`` rewrites (``merge_slices`` takes them):
+    those of the run it writes into (``bands.runs_after_merge``), as many a serial as the table holds, not the
+    whole table's (at 10M documents 64 slices a merge where the run needs 32, a durable commit each)."""
+    base = runs_after_merge(run_bases(txn).tolist(), first, upto)[-1]
+    if base == 0:  # the run is the table: as before runs
+        return bands_table_bytes
+    return -(-bands_table_bytes * (upto - base + 1) // (txn.counters.get("merged_upto", 0) + 1))
 
 
 class SpreadMerge:
