@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -273,6 +274,23 @@ def test_decisions_without_the_kernel_are_the_decisions_with_it(tmp_path, monkey
     assert compiled.count(b'"duplicate"') > 200
 
 
+def _decided_in_batches(cfg, source, documents: int, state, recent: bool = False) -> tuple:
+    """``dedup`` of ``source`` in batches of 250 into a new index at ``state``: the decisions file's bytes, the
+    ``recent`` table's entries (with ``recent``) and each record's fields."""
+    from streamdedup.core.decode import InputSpec
+    from streamdedup.engine.engine import Engine
+    from streamdedup.runtime.offline import dedup_files
+
+    with Engine(cfg, str(state)) as engine:
+        dedup_files(engine, [str(source)], InputSpec(), None, f"{state}.jsonl", 250)
+        with engine.index.read() as txn:
+            records = [txn.record(serial) for serial in range(1, documents + 1)]
+            entries = list(txn.txn.cursor(db=txn.dbs["recent"])) if recent else []
+    return Path(f"{state}.jsonl").read_bytes(), entries, [
+        (r.id, r.kept, r.cluster, r.cluster_id, r.matched, r.matched_id, r.similarity, r.exact, r.content)
+        for r in records]
+
+
 @pytest.mark.parametrize("kernel", [True, False])
 def test_rows_decided_by_their_stored_candidates_on_the_quick_path_as_one_by_one(tmp_path, monkeypatch, kernel):
     """Rows whose only candidates are stored documents (``decide._State.quick_rows``), decided on the quick path
@@ -283,10 +301,7 @@ def test_rows_decided_by_their_stored_candidates_on_the_quick_path_as_one_by_one
 
     from streamdedup import config as config_module
     from streamdedup.core import corpus
-    from streamdedup.core.decode import InputSpec
     from streamdedup.engine import decide
-    from streamdedup.engine.engine import Engine
-    from streamdedup.runtime.offline import dedup_files
 
     lines = [json.dumps({"id": d.id, "text": d.text}) for d in corpus.generate(700, seed=11)]
     source = tmp_path / "in.jsonl"
@@ -301,19 +316,10 @@ def test_rows_decided_by_their_stored_candidates_on_the_quick_path_as_one_by_one
         outcomes.extend((count, match) for count, match in zip(state.quick_counts, state.quick_matches) if count)
         return rows
 
-    def decided(name: str):
-        with Engine(cfg, str(tmp_path / name)) as engine:
-            dedup_files(engine, [str(source)], InputSpec(), None, str(tmp_path / f"{name}.jsonl"), 250)
-            with engine.index.read() as txn:
-                records = [txn.record(serial) for serial in range(1, len(lines) + 1)]
-        return (tmp_path / f"{name}.jsonl").read_bytes(), [(r.id, r.kept, r.cluster, r.cluster_id, r.matched,
-                                                             r.matched_id, r.similarity, r.exact, r.content)
-                                                            for r in records]
-
     monkeypatch.setattr(decide._State, "quick_rows", noted)
-    quick = decided("quick")
+    quick = _decided_in_batches(cfg, source, len(lines), tmp_path / "quick")
     monkeypatch.setattr(decide._State, "quick_rows", lambda state, alone: alone)
-    assert decided("one_by_one") == quick
+    assert _decided_in_batches(cfg, source, len(lines), tmp_path / "one_by_one") == quick
     assert sum(match is not None for _, match in outcomes) > 100
     assert sum(match is None for _, match in outcomes) > 0
 
@@ -331,10 +337,7 @@ def test_exact_copies_and_rows_leading_shared_slots_on_the_quick_path_as_one_by_
 
     from streamdedup import config as config_module
     from streamdedup.core import corpus
-    from streamdedup.core.decode import InputSpec
     from streamdedup.engine import decide
-    from streamdedup.engine.engine import Engine
-    from streamdedup.runtime.offline import dedup_files
 
     documents = corpus.generate(700, seed=11)
     lines = [json.dumps({"id": d.id, "text": d.text}) for d in documents]
@@ -352,20 +355,10 @@ def test_exact_copies_and_rows_leading_shared_slots_on_the_quick_path_as_one_by_
         leading.append(int(state._leading.sum()))
         return rows
 
-    def decided(name: str):
-        with Engine(cfg, str(tmp_path / name)) as engine:
-            dedup_files(engine, [str(source)], InputSpec(), None, str(tmp_path / f"{name}.jsonl"), 250)
-            with engine.index.read() as txn:
-                records = [txn.record(serial) for serial in range(1, len(lines) + 1)]
-                recent = list(txn.txn.cursor(db=txn.dbs["recent"]))
-        return (tmp_path / f"{name}.jsonl").read_bytes(), recent, [
-            (r.id, r.kept, r.cluster, r.cluster_id, r.matched, r.matched_id, r.similarity, r.exact, r.content)
-            for r in records]
-
     monkeypatch.setattr(decide._State, "quick_rows", noted)
-    quick = decided("quick")
+    quick = _decided_in_batches(cfg, source, len(lines), tmp_path / "quick", recent=True)
     monkeypatch.setattr(decide._State, "quick_rows", lambda state, alone: alone)
-    assert decided("one_by_one") == quick
+    assert _decided_in_batches(cfg, source, len(lines), tmp_path / "one_by_one", recent=True) == quick
     assert len(twins) > 50 and sum(leading) > 20
 
 
