@@ -541,15 +541,16 @@ def test_a_merge_starts_a_run_once_the_current_one_would_span_more_than_a_runs_s
 
 
 def test_a_batchs_kept_keys_packed_a_row_at_once_are_each_rows_big_endian_bytes():
-    """``view._rows_packed``: each row's band keys as ``astype(">u4").tobytes()`` gives them, zero bytes at the
-    end of a row kept (a void view's values are not cut there), no rows, and rows of no keys."""
+    """``index.rows_as_bytes`` of the keys as ``">u4"`` (how ``view`` packs a batch's kept keys): each row's band
+    keys as ``astype(">u4").tobytes()`` gives them, zero bytes at the end of a row kept (a void view's values are
+    not cut there), no rows, and rows of no keys."""
     import numpy as np
 
-    from streamdedup.store import view
+    from streamdedup.store.index import rows_as_bytes
 
     rng = np.random.default_rng(7)
     keys = rng.integers(0, 2**32, size=(300, 32), dtype=np.uint64)
     keys[3, -2:] = 0
     keys[4] = 0
     for case in (keys, keys[:1], keys[:0], keys[:, :5], np.zeros((4, 0), dtype=np.uint64)):
-        assert view._rows_packed(case) == [row.astype(">u4").tobytes() for row in case]
+        assert rows_as_bytes(case.astype(">u4")) == [row.astype(">u4").tobytes() for row in case]

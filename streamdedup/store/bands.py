@@ -50,7 +50,7 @@ from ..core.lsh import band_keys
 from ..core.shingle import ShingleBatch
 from ..core.signing import sign_batch
 from ..errors import IndexCorruptError, IndexFullError
-from .index import DocRecord, Index, IndexTxn
+from .index import DocRecord, Index, IndexTxn, rows_as_bytes
 from ..core.lsh import KEY_MASK, band_slots
 from .mirror import merged_thresholds
 
@@ -260,8 +260,7 @@ def _table_order(bucket: np.ndarray, value: np.ndarray) -> np.ndarray:
 
 def _big_endian(words: np.ndarray, width: int) -> list[bytes]:
     """Each integer as its ``width`` low bytes, big-endian."""
-    raw = words.astype(">u8").view(np.uint8).reshape(-1, 8)[:, 8 - width:]
-    return np.ascontiguousarray(raw).view(np.dtype((np.void, width))).ravel().tolist()
+    return rows_as_bytes(words.astype(">u8").view(np.uint8).reshape(-1, 8)[:, 8 - width:])
 
 
 def _big_endian_bytes(words: np.ndarray, width: int) -> bytes:

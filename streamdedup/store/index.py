@@ -82,7 +82,7 @@ if TYPE_CHECKING:
     from ..core.records import Document
 
 __all__ = ["Index", "IndexSettings", "IndexTxn", "MapFull", "TxnState", "DocRecord", "FORMAT_VERSION", "MAX_SERIAL", "id_key",
-           "u64", "from_u64", "serial_key", "content_key", "take_writer_lock"]
+           "u64", "from_u64", "serial_key", "content_key", "rows_as_bytes", "take_writer_lock"]
 
 FORMAT_VERSION = 7
 READABLE_FORMATS = (5, 6, FORMAT_VERSION)  # 5: 6 with lsh.cap = "kept"; 6: 7 before its band table had runs
@@ -237,6 +237,16 @@ def content_key(content: bytes) -> bytes:
 
 def u64(n: int) -> bytes:
     return n.to_bytes(8, "big")
+
+
+def rows_as_bytes(table: np.ndarray) -> list[bytes]:
+    """Each row of a 2-D array, or each entry of a 1-D one, as a bytes object of its raw bytes (big-endian keys
+    when its dtype is): made by numpy from a view of the rows as single values, not sliced one by one."""
+    table = np.ascontiguousarray(table)
+    width = table.dtype.itemsize * (table.shape[1] if table.ndim == 2 else 1)
+    if not width:
+        return [b""] * len(table)
+    return table.view(f"V{width}").ravel().tolist()
 
 
 def from_u64(b: bytes) -> int:

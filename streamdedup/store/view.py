@@ -11,7 +11,7 @@ from ..core import eliasfano
 from ..core.shingle import ShingleBatch
 from ..errors import IndexFullError
 from .hashed import each_serial_of, maybe_held
-from .index import MAX_SERIAL, DocRecord, IndexTxn, content_key, serial_key, u64
+from .index import MAX_SERIAL, DocRecord, IndexTxn, content_key, rows_as_bytes, serial_key, u64
 from .mirror import RecentMirror, pack_recent, placed_entries
 
 try:
@@ -84,7 +84,7 @@ def write_documents(txn: IndexTxn, mirror: RecentMirror, records: list[DocRecord
     kept_row_array = np.fromiter(kept_rows.keys(), dtype=np.int64, count=kept)
     kept_serials = np.fromiter(kept_rows.values(), dtype=np.int64, count=kept)
     kept_keys = band_keys[kept_row_array]
-    recent_keys = dict(zip(kept_serials.tolist(), _rows_packed(kept_keys)))
+    recent_keys = dict(zip(kept_serials.tolist(), rows_as_bytes(kept_keys.astype(">u4"))))
     placed = placed or {}
     for serial, (row, bands) in placed.items():
         recent_keys[serial] = band_keys[row].astype(">u4").tobytes()
@@ -108,15 +108,6 @@ def write_documents(txn: IndexTxn, mirror: RecentMirror, records: list[DocRecord
         return lambda: mirror.add(entries, kept_serials, kept_keys, places)
     kept_entries = _kept_entries(slots, kept_row_array, kept_serials, len(band_keys))
     return lambda: mirror.add(entries, kept_serials, kept_keys, kept_entries=kept_entries)
-
-
-def _rows_packed(keys: np.ndarray) -> list[bytes]:
-    """Each row of ``keys`` as its values' 4 big-endian bytes one after another (a bytes object a row, made by
-    numpy from a view of the rows as single values, not sliced one by one)."""
-    packed = np.ascontiguousarray(keys.astype(">u4"))
-    if not packed.shape[1]:
-        return [b""] * len(packed)
-    return packed.view(f"V{4 * packed.shape[1]}").ravel().tolist()
 
 
 def _kept_entries(slots: tuple[np.ndarray, np.ndarray], kept_rows: np.ndarray, kept_serials: np.ndarray,

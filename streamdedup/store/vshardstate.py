@@ -75,7 +75,8 @@ from ..errors import IncompatibleIndexError, IndexUnusableError
 from .bandfilter import SCAN_CHUNK, BandFilter
 from .bands import BandRows
 from .hashed import BUCKET_BYTES, HASH_BYTES, entry, serials_of
-from .index import DocRecord, Index, IndexSettings, IndexTxn, MapFull, from_u64, serial_key, u64
+from .index import (DocRecord, Index, IndexSettings, IndexTxn, MapFull, from_u64, rows_as_bytes, serial_key,
+                    u64)
 from .mirror import KeyPlaces
 
 __all__ = ["LmdbState", "RECENT_PLACES", "StoredVShard", "VSHARD_FORMAT", "holder", "holder_homes", "holder_serials",
@@ -490,14 +491,7 @@ def _fixed(values: np.ndarray, dtype: str) -> list[bytes]:
     values = np.asarray(values)
     if len(values) and int(values.max()) >> (8 * np.dtype(dtype).itemsize):
         raise OverflowError(f"{int(values.max())} does not fit the {np.dtype(dtype).itemsize} bytes it is stored in")
-    return _rows(values.astype(dtype))
-
-
-def _rows(table: np.ndarray) -> list[bytes]:
-    """Each row of a 2-D uint8 array, or each entry of a 1-D array, as a bytes object."""
-    table = np.ascontiguousarray(table)
-    width = table.dtype.itemsize * (table.shape[1] if table.ndim == 2 else 1)
-    return table.view(f"V{width}").ravel().tolist()
+    return rows_as_bytes(values.astype(dtype))
 
 
 def _id_entries(ids: list[bytes], serials: np.ndarray) -> list[tuple[bytes, bytes]]:
@@ -507,7 +501,7 @@ def _id_entries(ids: list[bytes], serials: np.ndarray) -> list[tuple[bytes, byte
     digests = np.frombuffer(b"".join(ident[:HASH_BYTES] for ident in ids), dtype=np.uint8).reshape(-1, HASH_BYTES)
     order = np.argsort(digests.view(">u8").ravel(), kind="stable")
     table = np.concatenate((digests, serials.astype(">u4").view(np.uint8).reshape(-1, 4)), axis=1)[order]
-    return list(zip(_rows(table[:, :BUCKET_BYTES]), _rows(table[:, BUCKET_BYTES:])))
+    return list(zip(rows_as_bytes(table[:, :BUCKET_BYTES]), rows_as_bytes(table[:, BUCKET_BYTES:])))
 
 
 def _member_entries(members: list[tuple[int, int]]) -> list[tuple[bytes, bytes]]:
