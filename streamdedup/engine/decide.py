@@ -193,6 +193,7 @@ class _State:
         self.gathered = gathered
         self.following = following  # the rows sharing a band slot with an earlier row (``_rows_following``)
         self.strong = hits.at_least(rules.signing.min_shared)  # the hits that can be candidates by themselves
+        self.strong_counts = np.diff(np.asarray(self.strong.bounds))  # how many of them each row has
         self.first_serial, self.now, self.lookup_keys, self.content = first_serial, now, lookup_keys, content
         self.rekeyed_rows = frozenset() if lookup_keys is batch.keys else \
             frozenset(np.flatnonzero((lookup_keys != batch.keys).any(axis=1)).tolist())
@@ -351,7 +352,7 @@ class _State:
         ``_alone`` for the whole batch at once, without the rows whose keeping touches more (first pages of
         learning sites, and every row once a site may have rekeyed its pages)."""
         n = len(self.batch.contents)
-        alone = np.diff(np.asarray(self.strong.bounds)) == 0
+        alone = self.strong_counts == 0
         if self.anchors is not None:
             alone[:] = False
         alone &= self._rows_untouched()
@@ -401,7 +402,7 @@ class _State:
         candidates, the best match at or above the threshold (ties: the earliest) and its Jaccard, as
         ``_best_match`` finds them."""
         strong = self.strong
-        counts = np.diff(np.asarray(strong.bounds))
+        counts = self.strong_counts
         alone = alone | self._twins_noted() | (self._leading_noted() & (counts == 0))
         by_stored = self._rows_by_stored()
         if not by_stored.any():
@@ -434,7 +435,7 @@ class _State:
         if self.anchors is not None or self.gathered is not None or self.unmatchable or self.unkept:
             self._leading = np.zeros(len(self.batch.contents), dtype=bool)
         else:
-            counts = np.diff(np.asarray(self.strong.bounds))
+            counts = self.strong_counts
             self._leading = self._rows_leading() & (counts <= self.rules.max_candidates)
         row = np.asarray(self.batch.row, dtype=np.int64)
         documents = row >= 0
@@ -462,7 +463,7 @@ class _State:
         elsewhere, no entry that proposes nothing and none past retention. ``decide`` takes such a row's
         candidates as listed (``_best_match``: no page is rekeyed before it), and keeps it or makes it a near
         duplicate of the most similar, filing nothing else."""
-        counts = np.diff(np.asarray(self.strong.bounds))
+        counts = self.strong_counts
         if self.anchors is not None or self.gathered is not None or self.unmatchable or self.unkept:
             return np.zeros(len(counts), dtype=bool)
         leading = self._leading if self._leading is not None else False
