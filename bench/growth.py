@@ -17,7 +17,9 @@ the id and content tables' hash filter's false-positive rate (random ids)
 and size, the cursor positionings a batch's lookups make (keys past the
 filter, once per run of serials its filter layers cover), the band table's B-tree depth and entries a bucket,
 the page faults a document (index pages touched for the first time), the
-bytes written a document, and the time of the merge steps. A window
+bytes written a document (handed to write calls; beside them the page cache
+dirtied, which the kernel counts by the folio: ``written_bytes``), and the
+time of the merge steps. A window
 starts where the index stands: after the first window the index holds
 110,000 documents, so that is the second row (earlier versions fed documents
 100,000-110,000 twice there, which made it look faster).
@@ -62,11 +64,15 @@ def memory() -> dict:
     return found
 
 
-def written_bytes() -> int:
-    """Bytes this process caused to be written to storage so far (``/proc/self/io``; 0 where not readable)."""
+def written_bytes(field: str = "wchar") -> int:
+    """Bytes this process wrote so far (``/proc/self/io``; 0 where not readable): handed to write calls
+    (``wchar``: LMDB's pages and the filters' files, which is what reaches the disk), or with ``write_bytes``
+    the page cache it dirtied, which the kernel counts a whole folio at a time: a 4 KiB page written into a
+    2 MiB folio counts 2 MiB (ext4's large folios, Linux 6.16 on; LMDB writes runs of pages with ``writev``,
+    which makes large folios), so that figure grows with the index where the disk's writes do not."""
     try:
         with open("/proc/self/io") as handle:
-            return next(int(line.split()[1]) for line in handle if line.startswith("write_bytes:"))
+            return next(int(line.split()[1]) for line in handle if line.startswith(field + ":"))
     except (OSError, StopIteration):
         return 0
 
@@ -229,6 +235,7 @@ def main(argv=None) -> int:
                 first_step = len(counted.log)
                 recorder = perf_record(args.perf, held) if args.perf else None
                 usage, wrote = resource.getrusage(resource.RUSAGE_SELF), written_bytes()
+                dirtied = written_bytes("write_bytes")
                 window_began = time.monotonic()
                 timeline: list = []
                 profiler = __import__("cProfile").Profile() if args.profile else None
@@ -243,7 +250,8 @@ def main(argv=None) -> int:
                 after = resource.getrusage(resource.RUSAGE_SELF)
                 window_use = {"cpu_s": after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime,
                               "faults": after.ru_minflt + after.ru_majflt - usage.ru_minflt - usage.ru_majflt,
-                              "written": written_bytes() - wrote, "counted": vars(counted).copy()}
+                              "written": written_bytes() - wrote, "dirtied": written_bytes("write_bytes") - dirtied,
+                              "counted": vars(counted).copy()}
                 if recorder is not None:
                     recorder.send_signal(__import__("signal").SIGINT)
                     recorder.wait()
@@ -364,6 +372,7 @@ def measure_row(engine: Engine, size: int, window: int, seconds: float, latencie
         "entries_per_bucket": per_bucket,
         "faults_per_doc": use["faults"] / window,
         "written_per_doc": use["written"] / window,
+        "dirtied_per_doc": use["dirtied"] / window,
         "merge_steps": counted["steps"],
         "merge_s": counted["merge_s"],
         "merge_max_s": counted["merge_max_s"],
@@ -387,7 +396,8 @@ def print_row(row: dict, flush: bool = False) -> None:
           f"{row['asked_per_batch']:,.0f} keys, {row['past_filter_per_batch']:,.0f} past the filter, "
           f"{row['positionings_per_batch']:,.0f} cursor positionings; band tree depth {row['band_depth']}, "
           f"{row['entries_per_bucket']:,.0f} entries a bucket; {row['faults_per_doc']:.1f} page faults and "
-          f"{row['written_per_doc']:,.0f} bytes written a doc; merge {row['merge_steps']} steps, "
+          f"{row['written_per_doc']:,.0f} bytes written a doc ({row['dirtied_per_doc']:,.0f} of page cache dirtied, "
+          f"counted by the folio); merge {row['merge_steps']} steps, "
           f"{row['merge_s']:.1f} s (longest {row['merge_max_s']:.2f} s)", flush=flush)
 
 

@@ -108,7 +108,7 @@ def test_a_run_s_layer_is_sized_to_its_keys_so_memory_follows_the_runs_and_each_
     asked = grown.runs_to_ask(others[grown.may_hold(others)], bases)
     assert asked.sum(axis=0).mean() < 1.1  # a random key past the filter is asked in about one run
     capped = BandFilter.of_keys(iter(chunks), 1 << 14, 1 << 18)  # built from the tables, room for 256 KiB
-    assert [len(layer) for layer in capped.layers] == [2048, 4096, 8192, 8192, 8192, 2048]  # the last fills on
+    assert [len(layer) for layer in capped.layers] == [2048, 4096, 8192, 8192, 8192]  # past it, pairs folded
     assert capped.may_hold(np.concatenate([keys for keys, _ in chunks])).all()
     built = BandFilter.of_keys(iter(chunks), 1 << 14, 1 << 20)
     assert [len(layer) for layer in built.layers] == sizes and built.covers == grown.covers
@@ -122,8 +122,57 @@ def test_a_run_s_layer_is_sized_to_its_keys_so_memory_follows_the_runs_and_each_
 
     bandfilter.save(Index(), capped)
     loaded = bandfilter._load(str(tmp_path), (b"x", 7), 1 << 14, 1 << 18)
-    assert loaded is not None and [len(layer) for layer in loaded.layers] == [2048, 4096, 8192, 8192, 8192, 2048]
+    assert loaded is not None and [len(layer) for layer in loaded.layers] == [2048, 4096, 8192, 8192, 8192]
+    assert loaded.covers == capped.covers and loaded.may_hold(np.concatenate([keys for keys, _ in chunks])).all()
     assert loaded.for_run[-1] and loaded.held == capped.held  # a layer not twice the one before: a run's
+
+
+def test_past_its_cap_the_filter_folds_two_run_layers_into_one_so_each_new_run_still_has_a_layer(tmp_path):
+    """Once the cap leaves no room for a run's layer, two neighbouring layers of one size are OR-ed into one
+    (``_fold``: the pair holding the fewest keys) and the run gets a layer of its own: every key stays held, the
+    folded layer covers both runs, random keys mostly pass neither (the last layer filling on with every later
+    run's keys let most of them through), a key past the filter is asked in few runs, and the layers saved
+    after folds load with every key (the layers from the first folded one on written again)."""
+    rng = np.random.default_rng(16)
+    run_serials, keys_a_serial = 1000, 20  # 20,000 keys a run: a layer of 8,192 words (as in the test above)
+    folded = BandFilter(1 << 14, 1 << 18)  # 16 + 32 KiB for the first run, then room for three runs' layers
+    others = rng.integers(0, 2**64, size=1 << 18, dtype=np.uint64)
+    stored, runs = [], 12
+    for run in range(runs):
+        first = run * run_serials
+        if run:
+            folded.start_run(bandfilter.run_keys(sum(folded.held), first, run_serials))
+        for part in range(4):
+            keys = rng.integers(0, 2**64, size=run_serials * keys_a_serial // 4, dtype=np.uint64)
+            folded.add(keys, (first, first + run_serials - 1))
+            stored.append(keys)
+        if run == 5:  # saved once layers were folded, then folded again: saved again from the first fold on
+            assert len(folded.saved) == 0 or len(folded.layers) == 5
+            bandfilter.save(_FakeIndex(tmp_path), folded)
+    stored = np.concatenate(stored)
+    assert folded.may_hold(stored).all()
+    assert folded.size_bytes <= 1 << 18 and [len(layer) for layer in folded.layers] == [2048, 4096, 8192, 8192, 8192]
+    assert folded.covers[-1] == (11000, 11999) and folded.held[-1] == 20000  # the last run's own layer
+    assert all(later[0] == earlier[1] + 1 for earlier, later in zip(folded.covers[1:], folded.covers[2:]))
+    rate = folded.may_hold(others).mean()
+    assert rate < 0.4, rate  # 0.28 (at run 5: 0.03); the last layer filling on with 8 runs' keys: 0.97
+    bases = np.arange(runs, dtype=np.uint64) * np.uint64(run_serials)
+    asked = folded.runs_to_ask(others[folded.may_hold(others)], bases)
+    assert asked.sum() / len(others) < 3  # positionings a random key: 2.1 (the last layer filling on: 7.7)
+    bandfilter.save(_FakeIndex(tmp_path), folded)
+    loaded = bandfilter._load(str(tmp_path), (b"x", 7), 1 << 14, 1 << 18)
+    assert loaded is not None and loaded.covers == folded.covers and loaded.may_hold(stored).all()
+
+
+class _FakeIndex:
+    """What ``bandfilter.save`` asks of an index: its folder, id and ``merged_upto``."""
+
+    def __init__(self, folder) -> None:
+        self.path, self.meta = str(folder), {"index_id": "x"}
+
+    def read(self):
+        import contextlib
+        return contextlib.nullcontext(type("Txn", (), {"counters": {"merged_upto": 7}})())
 
 
 def test_a_band_key_held_under_one_band_is_not_held_under_the_others():
