@@ -121,3 +121,16 @@ def test_an_epoch_names_each_input_partition_it_read_with_its_first_and_last_off
     epoch = unpack_order(pack_epoch(1.0, "fp", records, {}))
     assert sorted(epoch.ranges) == [("raw", 0, 3, 4), ("raw", 1, 7, 12), ("web", 1, 2, 2)]
     assert input_ranges([]) == {}
+
+
+def test_an_epoch_of_the_format_before_runs_is_refused_naming_both_formats():
+    """Format 4 sends the probes' serials as runs (``vshard._runs``): a host of it cannot read the exchange of a
+    host of format 3, so their epochs refuse each other."""
+    import msgpack
+
+    from streamdedup.runtime.vshards.messages import KEYS_FORMAT
+
+    assert KEYS_FORMAT == 4
+    older = msgpack.packb([3, "epoch", 1.0, "fp", 1, [["raw", 0, 0, 0]], [[0, 0]]], use_bin_type=True)
+    with pytest.raises(ValueError, match=r"not an epoch of format 4: \[3, 'epoch'\]"):
+        unpack_order(older)

@@ -770,7 +770,8 @@ def _runs(e: _Epoch, serials: np.ndarray) -> dict:
     """Serials of the epoch, one for each band slot sent beside them, as runs: each run's 4-byte offset from the
     epoch's first (``at``) and its length (``runs``, 2 bytes each, or 4 if a run is longer). A document's slots
     to one owner go together, so its serial goes once instead of once a slot: a probing document sent its
-    serial 32 times, 128 of the probes' 272 bytes a document, now some 8 times with a length (47 bytes)."""
+    serial 32 times, 128 of the probes' 272 bytes a document; at 8 vshards it now goes some 8 times with a
+    length (47 bytes). A change of this coding is a change of ``messages.KEYS_FORMAT``."""
     offsets = np.ascontiguousarray(serials - e.first, dtype="<u4")
     starts = np.flatnonzero(np.concatenate(([True], offsets[1:] != offsets[:-1]))) if len(offsets) else _NONE
     lengths = np.diff(np.append(starts, len(offsets)))

@@ -29,7 +29,10 @@ from ...engine.vshards.message import Message
 __all__ = ["Epoch", "Home", "ForgetOrder", "pack_epoch", "pack_home", "pack_forget", "unpack_order", "unpack_home",
            "pack_message", "unpack_message", "input_ranges", "KEYS_FORMAT"]
 
-KEYS_FORMAT = 3  # the sharded deployment's messages (1 and 2 were the signed batches of the deployment before)
+# The sharded deployment's messages: 1 and 2 were the signed batches of the deployment before; 4 sends the probes'
+# and kept messages' serials as runs (``vshard._runs``), which a host of format 3 cannot read, so an epoch of
+# either is refused by the other's hosts.
+KEYS_FORMAT = 4
 
 
 @dataclass
