@@ -258,7 +258,7 @@ def deployment_round(bootstrap: str, raw: str, work: Path, args, expected: int, 
     finally:
         deployment.stop()
     return {"seconds": seconds, "cpu": cpu, "outcomes": run.outcomes(), "bytes": internal_bytes(run),
-            "latency": paced, "machine": spent}
+            "records": input_records(bootstrap, raw), "latency": paced, "machine": spent}
 
 
 def start_up_round(bootstrap: str, work: Path, args) -> dict:
@@ -312,6 +312,16 @@ def input_timestamps(bootstrap: str, topic: str, first: int) -> dict:
     stamps = {m.offset: m.timestamp for m in consumer}
     consumer.close()
     return stamps
+
+
+def input_records(bootstrap: str, topic: str) -> int:
+    """Records in the input topic: what the deployment's internal topics carry by the end of a round (the corpus,
+    and the paced documents of this round and every round before it, which each round's deployment reads too)."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+    tp = TopicPartition(topic, 0)
+    count = consumer.end_offsets([tp])[tp]
+    consumer.close()
+    return count
 
 
 def internal_bytes(run: Run) -> dict:
@@ -433,8 +443,9 @@ def report(args, docs: int, singles: list[dict], deployed: list[dict], starts: l
                       f"{med(r['machine']['broker'] for r in runs):.2f}, idle {med(r['machine']['idle'] for r in runs):.2f}"
                       for name, runs in (("single worker", singles), ("deployment", deployed)))
           + ("" if args.broker_pid else " (the broker's process is not visible here: its share counts as 0)"))
-    sizes = deployed[-1]["bytes"]
-    print("internal topic bytes per document: " + ", ".join(f"{name} {size / docs:.0f}" for name, size in sizes.items()))
+    sizes, records = deployed[-1]["bytes"], deployed[-1]["records"]
+    print(f"internal topic bytes per document (of the {records:,} input records the last round's deployment read): "
+          + ", ".join(f"{name} {size / records:.0f}" for name, size in sizes.items()))
     same, total_records = agreement(singles[-1]["outcomes"], deployed[-1]["outcomes"])
     print(f"outcomes: {same:,} of {total_records:,} records have one outcome, the single worker's")
     latencies = [x for d in deployed for x in d["latency"]]

@@ -16,7 +16,7 @@ from streamdedup.core.records import RawRecord, Rejected, Source
 from streamdedup.core.signed import ForgetOrder, joined, pack_forget, split, subset
 from streamdedup.core.signing import signing_config
 from streamdedup.engine.vshards.placement import item_homes
-from streamdedup.runtime.vshards.messages import pack_epoch, pack_home, unpack_home, unpack_order
+from streamdedup.runtime.vshards.messages import input_ranges, pack_epoch, pack_home, unpack_home, unpack_order
 
 SIGNING = signing_config(config_module.load(None, (), environ={}))
 
@@ -111,3 +111,26 @@ def test_a_rejected_record_belongs_to_the_vshard_its_place_names_wherever_it_is_
         assert item_homes(alone, count)[0] == item_homes(later, count)[1]
     spread = {int(item_homes(_prepared([r]), 8)[0]) for r in [RawRecord(b"{", Source("raw", 0, n)) for n in range(64)]}
     assert len(spread) > 4, "rejected records spread over the vshards"
+
+
+def test_an_epoch_names_each_input_partition_it_read_with_its_first_and_last_offsets():
+    records = [RawRecord(b"{}", Source(topic, partition, offset))
+               for topic, partition, offset in [("raw", 1, 9), ("raw", 0, 4), ("raw", 1, 7), ("web", 1, 2),
+                                                ("raw", 1, 12), ("raw", 0, 3)]]
+    assert input_ranges(records) == {("raw", 1): (7, 12), ("raw", 0): (3, 4), ("web", 1): (2, 2)}
+    epoch = unpack_order(pack_epoch(1.0, "fp", records, {}))
+    assert sorted(epoch.ranges) == [("raw", 0, 3, 4), ("raw", 1, 7, 12), ("web", 1, 2, 2)]
+    assert input_ranges([]) == {}
+
+
+def test_an_epoch_of_the_format_before_runs_is_refused_naming_both_formats():
+    """Format 4 sends the probes' serials as runs (``vshard._runs``): a host of it cannot read the exchange of a
+    host of format 3, so their epochs refuse each other."""
+    import msgpack
+
+    from streamdedup.runtime.vshards.messages import KEYS_FORMAT
+
+    assert KEYS_FORMAT == 4
+    older = msgpack.packb([3, "epoch", 1.0, "fp", 1, [["raw", 0, 0, 0]], [[0, 0]]], use_bin_type=True)
+    with pytest.raises(ValueError, match=r"not an epoch of format 4: \[3, 'epoch'\]"):
+        unpack_order(older)

@@ -359,6 +359,23 @@ def test_band_slots_and_serials_sort_by_slot_then_serial_in_epochs_of_any_size()
         assert (slots[got] == slots[want]).all() and (offsets[got] == offsets[want]).all()
 
 
+def test_serials_beside_band_slots_travel_as_runs_and_come_back_one_a_slot():
+    """``vshard._runs``: a probing document's slots to one owner go together, so its serial goes once with a
+    length; any sequence comes back as it was, runs longer than 2-byte lengths hold included."""
+    from types import SimpleNamespace
+
+    from streamdedup.engine.vshards.vshard import _from_runs, _runs
+
+    epoch = SimpleNamespace(first=1_000)
+    rng = np.random.default_rng(3)
+    probing = np.repeat(np.sort(rng.integers(1_000, 60_000, 300)), rng.integers(1, 33, 300))
+    for serials in (probing, rng.integers(1_000, 2_000, 500), np.full(70_000, 1_005), np.zeros(0, dtype=np.int64)):
+        body = _runs(epoch, np.asarray(serials, dtype=np.int64))
+        assert np.array_equal(_from_runs(body).astype(np.int64) + epoch.first, serials)
+    body = _runs(epoch, probing)
+    assert len(body["at"]) == 4 * len(np.unique(probing)) and len(body["runs"]) == 2 * len(np.unique(probing))
+
+
 def test_a_vshard_kept_through_a_new_generation_of_its_group_reads_again_what_kafka_has_of_it():
     """The outcomes' transactions commit under the generation of the vshards' group the process last followed
     (KIP-447): on a new one, the committed order offset of every vshard kept is read again before its next

@@ -36,7 +36,7 @@ from ..sink.admin import topic_limits
 from ..sink.messages import kept_record_bytes
 from ..sessions import SessionLoop
 from ..source import KafkaSource
-from .messages import pack_epoch, pack_home
+from .messages import input_ranges, pack_epoch, pack_home
 from .topics import SIGNED_MESSAGE_BYTES, ensure_internal_topics, values_topic
 
 __all__ = ["run_signer", "signed_chunks", "queue_forget"]
@@ -128,12 +128,9 @@ class _Signer:
             self.producer.send(self.config.shards.signed_topic, partition=0, value=epoch)
         self.producer.flush(timeout=timeout)
         reached("signed-sent")  # a crash here signs these records again: the vshards take them once
-        after: dict = {}
-        for r in records:
-            tp = TopicPartition(r.source.name, r.source.partition)
-            after[tp] = max(after.get(tp, 0), r.source.offset + 1)
         step("the group's offsets committed")
-        self._commit({tp: OffsetAndMetadata(offset, "", -1) for tp, offset in after.items()})
+        self._commit({TopicPartition(topic, partition): OffsetAndMetadata(last + 1, "", -1)
+                      for (topic, partition), (_, last) in input_ranges(records).items()})
         step(None)
         return len(records)
 
