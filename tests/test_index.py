@@ -554,3 +554,69 @@ def test_a_batchs_kept_keys_packed_a_row_at_once_are_each_rows_big_endian_bytes(
     keys[4] = 0
     for case in (keys, keys[:1], keys[:0], keys[:, :5], np.zeros((4, 0), dtype=np.uint64)):
         assert rows_as_bytes(case.astype(">u4")) == [row.astype(">u4").tobytes() for row in case]
+
+
+def test_lookups_before_the_first_merge_find_what_the_whole_walk_finds(tmp_path, monkeypatch):
+    """While nothing is merged into the band tables (``BandTables.holds_nothing``) a lookup asks the mirror
+    alone: the same entries, run by run, as the filter and the table's walk find, and once a merge has
+    written the tables the walk is taken again."""
+    import numpy as np
+
+    from streamdedup.store.bands import BandTables
+
+    cfg = config_module.load(None, ("index.merge_every=200",), environ={})
+    docs = _docs([d.text for d in corpus.generate(300, seed=5)])
+    rng = np.random.default_rng(5)
+    with Engine(cfg, str(tmp_path / "state")) as engine:
+        held = []
+        for at in range(0, len(docs), 50):
+            engine.decide_batch(engine.prepare(docs[at:at + 50]))
+            with engine.index.read() as txn:
+                asked = np.unique(np.concatenate([engine.mirror.slots, rng.integers(0, 1 << 37, 300, dtype=np.uint64)]))
+                empty = engine.bands.holds_nothing(txn)
+                runs = engine.bands.lookup_runs(txn, engine.mirror, asked)
+                with monkeypatch.context() as patched:
+                    patched.setattr(BandTables, "holds_nothing", lambda self, txn: False)
+                    walked = engine.bands.lookup_runs(txn, engine.mirror, asked)
+            held.append(empty)
+            assert len(runs) == len(walked)
+            for (slots, serials), (walked_slots, walked_serials) in zip(runs, walked):
+                assert slots.dtype == walked_slots.dtype and serials.dtype == walked_serials.dtype
+                assert slots.tolist() == walked_slots.tolist() and serials.tolist() == walked_serials.tolist()
+            assert sum(len(slots) for slots, _ in runs) >= len(np.unique(engine.mirror.slots))
+    assert held[0] and not held[-1]  # the mirror alone at first, the tables once merged
+
+
+def test_the_mirrors_sorted_entries_grow_where_they_lie_unless_something_else_holds_them(monkeypatch):
+    """``SortedEntries`` enlarges its arrays in place when nothing else refers to them (no copy), and copies them
+    when a view is held, which keeps reading the entries it was taken from; either way the entries are the runs
+    merged as a stable sort would."""
+    import numpy as np
+
+    from streamdedup.store import mirror
+
+    copies = []
+    grown = mirror._grown
+    monkeypatch.setattr(mirror, "_grown", lambda values, size, room: copies.append(room) or grown(values, size, room))
+    rng = np.random.default_rng(11)
+    runs = []
+    for size in (300, 700, 2000, 5000):
+        keys = np.sort(rng.integers(0, 900, size).astype(np.uint64))
+        runs.append((keys, rng.integers(0, 1 << 40, size).astype(np.int64)))
+    entries = mirror.SortedEntries()
+    entries.merge(runs[0])
+    entries.merge(runs[1])
+    assert not copies  # grown in place
+    view = entries.entries()
+    before = (view[0].copy(), view[1].copy())
+    entries.merge(runs[2])
+    assert len(copies) == 2  # the view holds the arrays: both copied into new memory
+    assert np.array_equal(view[0], before[0]) and np.array_equal(view[1], before[1])
+    del view
+    entries.merge(runs[3])
+    assert len(copies) == 2
+    keys = np.concatenate([run[0] for run in runs])
+    order = np.argsort(keys, kind="stable")
+    found = entries.entries()
+    assert np.array_equal(found[0], keys[order])
+    assert np.array_equal(found[1], np.concatenate([run[1] for run in runs])[order])

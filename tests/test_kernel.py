@@ -1209,3 +1209,22 @@ def test_a_batchs_candidates_verified_at_once_as_row_by_row(tmp_path, monkeypatc
     assert decisions("row_by_row") == together
     assert sum(found for found in at_once if found) > 100
     assert together.count(b'"duplicate"') > 100
+
+
+def test_arrays_code_together_only_when_each_one_does(monkeypatch):
+    """``verify.all_code_together`` is ``codes_together`` of every array (a dtype come through pickle is uint32
+    too), and false without the kernel."""
+    import pickle
+
+    from streamdedup.core import verify
+
+    plain = np.arange(5, dtype=np.uint32)
+    pickled = pickle.loads(pickle.dumps(np.arange(3, dtype=np.uint32)))
+    assert pickled.dtype is not plain.dtype and verify.all_code_together([plain, pickled, plain[:0]])
+    assert verify.all_code_together([])
+    for odd in (np.arange(3, dtype=np.int64), np.arange(3, dtype=">u4")):
+        assert not verify.all_code_together([plain, odd])
+        assert verify.all_code_together([plain, odd]) == all(verify.codes_together(a) for a in (plain, odd))
+    monkeypatch.setattr(verify, "_kernel", None)
+    assert not verify.all_code_together([plain]) and not verify.codes_together(plain)
+    assert verify.all_code_together([])  # as ``all`` of none

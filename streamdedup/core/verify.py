@@ -11,7 +11,7 @@ try:
 except ImportError:  # built by ``pip install`` when a C compiler is there
     _kernel = None
 
-__all__ = ["jaccard", "jaccard_coded", "jaccards_coded", "codes_together", "best_match"]
+__all__ = ["jaccard", "jaccard_coded", "jaccards_coded", "codes_together", "all_code_together", "best_match"]
 
 _UINT32 = np.dtype(np.uint32)
 
@@ -44,6 +44,11 @@ def jaccard_coded(a: np.ndarray, coded: bytes) -> Optional[float]:
 def codes_together(a: np.ndarray) -> bool:
     """Whether ``a`` can be verified against a coding in a batch's one call (``jaccards_coded``)."""
     return _kernel is not None and _is_uint32(a.dtype)
+
+
+def all_code_together(arrays: list[np.ndarray]) -> bool:
+    """``codes_together`` of every one of ``arrays``: their distinct dtypes asked once each."""
+    return not arrays or (_kernel is not None and all(_is_uint32(dtype) for dtype in {a.dtype for a in arrays}))
 
 
 def jaccards_coded(owns: list[np.ndarray], codings: list[bytes]) -> tuple[np.ndarray, int]:

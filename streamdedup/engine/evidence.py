@@ -17,7 +17,7 @@ from ..core.excerpts import anchors_of, containment, need_of
 from ..core.lsh import sorted_slots
 from ..core.prepare import PreparedBatch
 from ..core.signing import band_keys_of
-from ..core.verify import codes_together, jaccard, jaccard_coded, jaccards_coded
+from ..core.verify import all_code_together, codes_together, jaccard, jaccard_coded, jaccards_coded
 from ..store.anchors import BatchAnchors
 from ..store.bands import BandTables
 from ..store.hashed import serials_of_many
@@ -370,6 +370,9 @@ class _RecordCache:
         """``id_of`` of each of ``serials`` (in their order), those not read yet read in one pass
         (``IndexTxn.record_ids``)."""
         cached = self._records
+        if not cached:  # most batches: no record read whole
+            read = self.txn.record_ids(serials)
+            return {serial: read[serial] for serial in serials}
         read = self.txn.record_ids([serial for serial in serials if cached.get(serial) is None])
         return {serial: read[serial] if cached.get(serial) is None else cached[serial].id for serial in serials}
 
@@ -479,7 +482,7 @@ class _Matches:
         if self.found or self._later:
             return False
         owns = [self.own(row) for row in rows]
-        if not all(codes_together(own) for own in owns):
+        if not all_code_together(owns):
             return False
         coded, uncoded = self._coded, self._uncoded
         pair_owns, pair_rows, pair_serials = [], [], []
@@ -507,7 +510,8 @@ class _Matches:
         wanted = sorted(set(serials).difference(self._coded, self._shingles))
         read = self.txn.stored_codings(wanted)
         self._coded.update(read)
-        self._uncoded.update(serial for serial in wanted if serial not in read)
+        if len(read) < len(wanted):  # duplicates' places
+            self._uncoded.update(serial for serial in wanted if serial not in read)
 
     def verified(self) -> list:
         """``found``, the pairs put off by ``verify_row`` verified (in one kernel call) and kept in their
@@ -598,9 +602,6 @@ def _twins(txn: IndexTxn, mirror: RecentMirror, contents: list[bytes], record, h
     """Row -> the first stored document with the row's content."""
     first = first_documents(txn, mirror, contents, record, hash_filter)
     twins = {}
-    for row, content in enumerate(contents) if first else ():
-        serial = first.get(content)
-        if serial is not None:
-            twin = record(serial)
-            twins[row] = twin_of(twin)
+    for row in [row for row, content in enumerate(contents) if content in first] if first else ():
+        twins[row] = twin_of(record(first[contents[row]]))
     return twins

@@ -391,10 +391,18 @@ class BandTables:
         runs = self.lookup_runs(txn, mirror, slots)
         return np.concatenate([k for k, _ in runs]), np.concatenate([s for _, s in runs])
 
+    def holds_nothing(self, txn: IndexTxn) -> bool:
+        """Whether the band table and the rekeyed one are empty (nothing merged yet): a lookup then finds nothing
+        there, and needs neither the filter's keys nor the table's walk."""
+        stat, dbs = txn.txn.stat, txn.dbs
+        return not stat(dbs[_INDEX_ROWS.table])["entries"] and not stat(dbs["rekeyed"])["entries"]
+
     def lookup_runs(self, txn: IndexTxn, mirror, slots: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
         """``lookup``'s entries as the runs it joins: the table's (sorted by slot, then serial, while the
         table has one run), the rekeyed table's, the mirror's
         (``RecentMirror.band_runs``); ``candidates.earliest_of_runs`` merges such runs."""
+        if self.holds_nothing(txn):  # an index's first ``index.merge_every`` documents: the mirror alone
+            return [_NO_RUN, _NO_RUN, *mirror.band_runs(slots)]
         in_order_band, in_order_key, first = _walk_order(slots)
         request = np.empty(int(first.sum()), dtype=KEY_ROW)
         request["band"], request["key"] = in_order_band[first], in_order_key[first]
@@ -494,6 +502,9 @@ class BandTables:
 def as_bytes_list(rows: np.ndarray) -> list[bytes]:
     """Each row of a structured array as one bytes object (void fields keep trailing zero bytes)."""
     return rows.view(np.dtype((np.void, rows.dtype.itemsize))).tolist()
+
+
+_NO_RUN = (np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64))  # (slots, serials) of an empty table
 
 
 def _walk_order(slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -712,14 +712,15 @@ class IndexTxn:
         """``pack_record`` of each record, in order (sources numbered in that order): in one kernel call
         (``_kernel.pack_records``, the same bytes), else, or for a record of other types, by msgpack."""
         known, number_of = self._source_numbers, self.source_number  # most records: a name numbered already
-        numbers = [known[name] if name in known else number_of(name) for name in [r.source[0] for r in records]]
+        numbers = [known[name] if (name := record.source[0]) in known else number_of(name) for record in records]
         if _kernel is None:
             packer = msgpack.Packer()
             return [record.pack(number, packer) for record, number in zip(records, numbers)]
         packed = _kernel.pack_records(records, numbers)
-        for at, value in enumerate(packed):
-            if value is None:
-                packed[at] = records[at].pack(numbers[at])
+        if None in packed:  # a record the kernel does not lay out (other types): msgpack's
+            for at, value in enumerate(packed):
+                if value is None:
+                    packed[at] = records[at].pack(numbers[at])
         return packed
 
     def put_record(self, record: DocRecord) -> None:

@@ -469,7 +469,7 @@ class SortedEntries:
             return
         if size + added > len(self._keys):
             room = max(2 * len(self._keys), size + added)
-            self._keys, self._serials = _grown(self._keys, size, room), _grown(self._serials, size, room)
+            self._grow(size, room)
         if _kernel is not None:
             _kernel.merge_into(self._keys, self._serials, size, run[0], run[1])
         else:
@@ -477,6 +477,16 @@ class SortedEntries:
             self._keys[:size + added], self._serials[:size + added] = merged
         self._size = size + added
         self._distinct = None
+
+    def _grow(self, size: int, room: int) -> None:
+        """Room for ``room`` entries, the first ``size`` kept: each array enlarged where it lies (``ndarray.resize``:
+        a large block is remapped by ``realloc``, its pages neither copied nor faulted in again) when nothing
+        else refers to it, else copied into new memory."""
+        for name in ("_keys", "_serials"):
+            try:
+                getattr(self, name).resize(room, refcheck=True)  # refused when a view or another name holds it
+            except ValueError:
+                setattr(self, name, _grown(getattr(self, name), size, room))
 
     def clear(self) -> None:
         self._size = 0

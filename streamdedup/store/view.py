@@ -92,7 +92,7 @@ def write_documents(txn: IndexTxn, mirror: RecentMirror, records: list[DocRecord
     writes = {  # every table but members gets serials in increasing order: appended
         "docs": list(zip(keys, txn.pack_records(records))),
         "recent": recent,
-        "shingles": list(zip(map(u64, kept_serials.tolist()), _coded(shingles, kept_row_array))),
+        "shingles": list(zip(rows_as_bytes(kept_serials.astype(">u8")), _coded(shingles, kept_row_array))),
         "members": sorted(members),
     }
     raw, dbs = txn.txn, txn.dbs
