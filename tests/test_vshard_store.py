@@ -264,3 +264,46 @@ def test_key_places_holders_are_every_entry_of_each_slot_through_merges_folds_an
             by_slot.setdefault(slot, []).append(holder)
         for slot, start, count in zip(asked.tolist(), starts.tolist(), counts.tolist()):
             assert found[start:start + count].tolist() == by_slot.get(slot, []), (step, slot)
+
+
+@pytest.mark.parametrize("filter_bytes", [64, 1 << 20])
+def test_ids_and_contents_are_asked_through_a_filter_that_holds_every_stored_hash(tmp_path, monkeypatch,
+                                                                                    filter_bytes):
+    """``serials_of_ids`` and ``firsts_of`` find every id and content filed: in the epoch that filed them, and
+    after the state is opened again (the filter then built from the tables), through the filter's layers (64
+    bytes: many); most hashes never filed are not asked of LMDB (the filter lacks them)."""
+    import numpy as np
+
+    from streamdedup.core.records import Document, Source, id_key
+    from streamdedup.core.shingle import ShingleBatch
+    from streamdedup.store.index import DocRecord
+
+    monkeypatch.setattr(vshardstate, "HASH_FILTER_BYTES", filter_bytes)
+    config = _config(tmp_path)
+    signing = _settings(config).signing
+    state = vshardstate.LmdbState(str(tmp_path / "v0"), {"number": 0}, signing, sync=False)
+    filed = list(range(1, 2001))
+    for epoch in range(2):
+        serials = filed[epoch * 1000:(epoch + 1) * 1000]
+        records = [DocRecord.new_cluster(serial, Document(f"doc-{serial}", "", Source("t", 0, serial)),
+                                         serial.to_bytes(16, "big"), b"", NOW) for serial in serials]
+        state.begin()
+        state.put_documents(records, [id_key(r.id) for r in records], ShingleBatch.of_sets([]), {}, [])
+        state.add_contents({r.content: [[r.serial, 3, True]] for r in records})
+        assert state.serials_of_ids([id_key(f"doc-{s}") for s in serials]) == [[s] for s in serials]
+        assert state.firsts_of([s.to_bytes(16, "big") for s in serials]) == [(s, 3, True) for s in serials]
+        state.commit(epoch + 1, {})
+    state.close()
+
+    state = vshardstate.LmdbState(str(tmp_path / "v0"), {"number": 0}, signing, sync=False)
+    absent = list(range(10_001, 12_001))
+    asked_ids = [id_key(f"doc-{s}") for s in filed + absent]
+    asked_contents = [s.to_bytes(16, "big") for s in filed + absent]
+    state.begin()
+    assert state.serials_of_ids(asked_ids) == [[s] for s in filed] + [[]] * len(absent)
+    assert state.firsts_of(asked_contents) == [(s, 3, True) for s in filed] + [None] * len(absent)
+    if filter_bytes > 64:
+        maybe = vshardstate._maybe_held(state._hashes, "ids", asked_ids[len(filed):])
+        assert len(maybe) < len(absent) // 20
+    assert len(vshardstate._maybe_held(state._hashes, "content", asked_contents[:len(filed)])) == len(filed)
+    state.close()

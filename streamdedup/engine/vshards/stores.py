@@ -131,6 +131,9 @@ class MemoryState:
     def serials_of_id(self, ident: bytes) -> list[int]:
         return sorted(self._ids.get(ident, ()))
 
+    def serials_of_ids(self, idents: list[bytes]) -> list[list[int]]:
+        return [self.serials_of_id(ident) for ident in idents]
+
     def remove_id(self, ident: bytes, serial: int) -> None:
         self._ids[ident].remove(serial)
         if not self._ids[ident]:
@@ -145,6 +148,9 @@ class MemoryState:
     def first_of(self, content: bytes) -> Optional[tuple[int, int, bool]]:
         held = self._firsts.get(content)
         return tuple(held[0]) if held else None
+
+    def firsts_of(self, contents: list[bytes]) -> list[Optional[tuple[int, int, bool]]]:
+        return [self.first_of(content) for content in contents]
 
     def add_contents(self, contents: dict[bytes, list[list]]) -> None:
         for content, entries in contents.items():

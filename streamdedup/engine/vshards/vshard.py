@@ -259,12 +259,15 @@ class VShard:
 
     def _on_contents(self, e: _Epoch, bodies: list[dict]) -> list[Message]:
         """As a content owner: answer each new document with its content's first document."""
-        asked = sorted((serial, content, home) for home, body in enumerate(bodies)
-                       for serial, content in zip(_from_ints(body["serials"]).tolist(), body["contents"]))
+        serials = np.concatenate([_from_ints(body["serials"]) for body in bodies])
+        homes = np.repeat(np.arange(self.count), [len(body["contents"]) for body in bodies])
+        order = np.argsort(serials, kind="stable")  # the deployment's order (a serial is asked once)
+        every = [content for body in bodies for content in body["contents"]]
+        contents = [every[at] for at in order.tolist()]
         answers: list[list] = [[] for _ in range(self.count)]
         needed: list[list] = [[] for _ in range(self.count)]
-        for serial, content, home in asked:  # in the deployment's order
-            first = self.state.first_of(content)
+        for serial, content, home, first in zip(serials[order].tolist(), contents, homes[order].tolist(),
+                                                self.state.firsts_of(contents)):
             seen = e.contents.setdefault(content, [])
             seen.append([serial, home, True])
             if first is not None:
@@ -563,8 +566,7 @@ class VShard:
     def _stored_replays(self, batch: PreparedBatch, documents: list[Document]) -> dict:
         """Row -> the earlier decision of that very document (same id, same content) this home holds."""
         replays = {}
-        for row, ident in enumerate(batch.id_keys):
-            serials = self.state.serials_of_id(ident)
+        for row, (ident, serials) in enumerate(zip(batch.id_keys, self.state.serials_of_ids(batch.id_keys))):
             if not serials:
                 continue
             doc_id = documents[row].id
