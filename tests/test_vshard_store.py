@@ -307,3 +307,39 @@ def test_ids_and_contents_are_asked_through_a_filter_that_holds_every_stored_has
         assert len(maybe) < len(absent) // 20
     assert len(vshardstate._maybe_held(state._hashes, "content", asked_contents[:len(filed)])) == len(filed)
     state.close()
+
+
+def test_stored_candidates_verified_at_once_as_one_by_one(tmp_path):
+    """``similarities`` (the codings read in one pass, compared in one kernel call) gives each pair the Jaccard
+    of its stored shingles decoded, and None for a document with none; ``record_ids`` each record's id; the
+    memory state the same."""
+    import numpy as np
+
+    from streamdedup.core.records import Document, Source, id_key
+    from streamdedup.core.shingle import ShingleBatch
+    from streamdedup.core.verify import jaccard
+    from streamdedup.engine.vshards.stores import MemoryState
+    from streamdedup.store.index import DocRecord
+
+    draw = np.random.default_rng(3)
+    sets = [np.unique(draw.integers(0, 400, size=size, dtype=np.uint32)) for size in (0, 5, 80, 200, 150)]
+    serials = [3, 4, 7, 9, 12]
+    records = [DocRecord.new_cluster(serial, Document(f"doc-{serial}", "", Source("t", 0, serial)),
+                                     serial.to_bytes(16, "big"), b"", NOW) for serial in serials]
+    kept = {serial: row for row, serial in enumerate(serials) if serial != 7}  # 7: a duplicate, no shingles
+    owns = [np.unique(draw.integers(0, 400, size=size, dtype=np.uint32)) for size in (0, 3, 120, 190)]
+    asked_owns = [own for own in owns for _ in serials]
+    asked = serials * len(owns)
+    expected = [None if serial == 7 else jaccard(own, sets[serials.index(serial)])
+                for own, serial in zip(asked_owns, asked)]
+    assert any(value is not None and 0 < value < 1 for value in expected)
+    lmdb_state = vshardstate.LmdbState(str(tmp_path / "v0"), {"number": 0}, _settings(_config(tmp_path)).signing,
+                                       sync=False)
+    for state in (lmdb_state, MemoryState()):
+        state.begin()
+        state.put_documents(records, [id_key(r.id) for r in records], ShingleBatch.of_sets(sets), kept, [])
+        assert state.similarities(asked_owns, asked) == expected
+        assert state.similarities([], []) == []
+        assert state.record_ids([12, 3, 12]) == {3: "doc-3", 12: "doc-12"}
+        state.commit(1, {})
+    lmdb_state.close()

@@ -81,11 +81,13 @@ from ..core import eliasfano
 from ..core.lsh import KEY_MASK, band_slots
 from ..core.shingle import ShingleBatch
 from ..core.signing import SigningConfig
+from ..core.verify import codes_together, jaccard, jaccards_coded
 from ..errors import IncompatibleIndexError, IndexUnusableError
 from .bandfilter import SCAN_CHUNK, BandFilter
 from .bands import BandRows
 from .hashed import BUCKET_BYTES, HASH_BYTES, entry, filter_keys, salted, serials_of
-from .index import (DocRecord, Index, IndexSettings, IndexTxn, MapFull, from_u64, rows_as_bytes, serial_key,
+from .index import (DocRecord, Index, IndexSettings, IndexTxn, MapFull, damaged_shingles, from_u64, rows_as_bytes,
+                    serial_key,
                     u64)
 from .mirror import KeyPlaces
 
@@ -299,6 +301,31 @@ class LmdbState:
     def shingles(self, serial: int) -> Optional[np.ndarray]:
         """A kept document's shingles; None for a duplicate."""
         return self.txn.stored_shingles(serial)
+
+    def similarities(self, owns: list[np.ndarray], serials: list[int]) -> list[Optional[float]]:
+        """The Jaccard of each of ``owns`` with the stored shingles of the document at the same place of
+        ``serials``; None where that one has none (a duplicate). The codings read in one pass in the table's
+        order and compared without decoding, in one kernel call (``verify.jaccards_coded``), as one index
+        verifies a batch's stored candidates."""
+        if not serials:
+            return []
+        coded = self.txn.stored_codings(sorted(set(serials)))
+        at = [i for i, serial in enumerate(serials) if serial in coded]
+        found: list[Optional[float]] = [None] * len(serials)
+        if all(codes_together(owns[i]) for i in at):
+            similarities, bad = jaccards_coded([owns[i] for i in at], [coded[serials[i]] for i in at])
+            if bad >= 0:
+                raise damaged_shingles(serials[at[bad]])
+            for i, similarity in zip(at, similarities.tolist()):
+                found[i] = similarity
+            return found
+        for i in at:
+            found[i] = jaccard(owns[i], self.shingles(serials[i]))
+        return found
+
+    def record_ids(self, serials: list[int]) -> dict[int, str]:
+        """The id of each of these documents' records (serial -> id)."""
+        return self.txn.record_ids(serials) if serials else {}
 
     def pop_shingles(self, serial: int) -> np.ndarray:
         shingles = self.txn.shingles(serial)

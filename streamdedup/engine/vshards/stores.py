@@ -21,6 +21,7 @@ import numpy as np
 from typing import Any, Optional
 
 from ...core.shingle import ShingleBatch
+from ...core.verify import jaccard
 from ...store.index import DocRecord
 from ...store.mirror import KeyPlaces
 from ...store.vshardstate import holder, holder_homes, holder_serials
@@ -124,6 +125,16 @@ class MemoryState:
 
     def shingles(self, serial: int) -> Optional[np.ndarray]:
         return self._shingles.get(serial)
+
+    def similarities(self, owns: list[np.ndarray], serials: list[int]) -> list[Optional[float]]:
+        found: list[Optional[float]] = []
+        for own, serial in zip(owns, serials):
+            stored = self._shingles.get(serial)
+            found.append(None if stored is None else jaccard(own, stored))
+        return found
+
+    def record_ids(self, serials: list[int]) -> dict[int, str]:
+        return {serial: self._records[serial].id for serial in serials}
 
     def pop_shingles(self, serial: int) -> np.ndarray:
         return self._shingles.pop(serial)

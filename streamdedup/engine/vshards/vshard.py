@@ -380,33 +380,48 @@ class VShard:
 
     def _on_verify(self, e: _Epoch, bodies: list[dict]) -> list[Message]:
         """As the candidates' home: the Jaccard of each, at or above the threshold; stored twins' records."""
-        replies = []
-        for home, body in enumerate(bodies):
-            matches, unkept, names = [], [], {}
-            for serial, packed, candidates in body["asks"]:
+        threshold = self.settings.threshold
+        pairs = [(home, serial, candidate) for home, body in enumerate(bodies)
+                 for serial, packed, candidates in body["asks"] for candidate in candidates]
+        similarities = self._similarities(e, bodies)
+        matched = [candidate for (_, _, candidate), similarity in zip(pairs, similarities)
+                   if candidate < e.first and similarity is not None and similarity >= threshold]
+        named = self.state.record_ids(matched)
+        out = [([], [], {}) for _ in bodies]  # each asker's matches, unkept candidates, names
+        for (home, serial, candidate), similarity in zip(pairs, similarities):
+            matches, unkept, names = out[home]
+            if similarity is None:  # a duplicate's place: it proposes nothing
+                unkept.append(candidate)
+            elif similarity >= threshold:
+                matches.append((serial, candidate, similarity))
+                if candidate < e.first:
+                    names[candidate] = named[candidate]
+        return [self._to(e, "verified", home, {"matches": matches, "unkept": unkept, "names": names,
+                                               "twins": [(serial, twin_of(self.state.record(twin)))
+                                                         for serial, twin in body["twins"]]})
+                for home, ((matches, unkept, names), body) in enumerate(zip(out, bodies))]
+
+    def _similarities(self, e: _Epoch, bodies: list[dict]) -> list[Optional[float]]:
+        """The Jaccard of every pair asked (each ask's shingles with each of its candidates, in the messages'
+        order): against a stored candidate's shingles (all of them read and compared at once by the state),
+        or a candidate's of this epoch (marked needed: its decision is one the asker waits for); None for a
+        duplicate's place."""
+        owns, serials, found, stored = [], [], [], []
+        for body in bodies:
+            for _, packed, candidates in body["asks"]:
                 shingles = _shingles(packed)
                 for candidate in candidates:
-                    stored = self._candidate_shingles(e, candidate)
-                    if stored is None:  # a duplicate's place: it proposes nothing
-                        unkept.append(candidate)
+                    if candidate >= e.first:
+                        e.needed.add(candidate)
+                        found.append(jaccard(shingles, e.batch.shingles.of(e.new[candidate])))
                         continue
-                    similarity = jaccard(shingles, stored)
-                    if similarity >= self.settings.threshold:
-                        matches.append((serial, candidate, similarity))
-                        if candidate < e.first:
-                            names[candidate] = self.state.record(candidate).id
-            twins = [(serial, twin_of(self.state.record(twin))) for serial, twin in body["twins"]]
-            replies.append(self._to(e, "verified", home, {"matches": matches, "unkept": unkept, "names": names,
-                                                           "twins": twins}))
-        return replies
-
-    def _candidate_shingles(self, e: _Epoch, serial: int) -> Optional[np.ndarray]:
-        """A candidate's shingles: stored (a kept document's), or of this epoch (marked needed: its decision is
-        one the asker waits for); None for a duplicate's place."""
-        if serial >= e.first:
-            e.needed.add(serial)
-            return e.batch.shingles.of(e.new[serial])
-        return self.state.shingles(serial)
+                    stored.append(len(found))
+                    found.append(None)
+                    owns.append(shingles)
+                    serials.append(candidate)
+        for at, similarity in zip(stored, self.state.similarities(owns, serials)):
+            found[at] = similarity
+        return found
 
     def _on_verified(self, e: _Epoch, bodies: list[dict]) -> list[Message]:
         """Gather each document's evidence; send every vshard what decides those linked within the epoch."""
