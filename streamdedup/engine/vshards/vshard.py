@@ -126,7 +126,7 @@ class _Epoch:
     unkept: set = field(default_factory=set)
     names: dict = field(default_factory=dict)
     twin_records: dict = field(default_factory=dict)  # serial -> [serial, cluster, cluster id, id] (stored)
-    waits: dict = field(default_factory=dict)  # serial -> ``waits_for`` it, once its evidence is gathered
+    waits: dict = field(default_factory=dict)  # serial -> ``waits_for`` it, once its evidence is gathered (if any)
     kept: set = field(default_factory=set)  # own serials kept (once committed)
 
     def waits_for(self, serial: int) -> list[int]:
@@ -431,8 +431,8 @@ class VShard:
             e.unkept.update(body["unkept"])
             e.names.update(body["names"])
             e.twin_records.update((serial, twin) for serial, twin in body["twins"])
-        e.waits = {serial: e.waits_for(serial) for serial in e.new}  # once: the candidates and twins are all in
-        linked = [self._linked_row(e, serial) for serial in e.new if serial in e.needed or e.waits[serial]]
+        e.waits = _waiting(e)  # once: the candidates and twins are all in
+        linked = [self._linked_row(e, serial) for serial in e.new if serial in e.needed or serial in e.waits]
         self.linked_rows += len(linked)
         body = msgpack.packb({"rows": linked}, use_bin_type=True)  # the same for every vshard: packed once
         return [Message(e.number, "linked", self.number, w, body) for w in range(self.count)]
@@ -444,7 +444,7 @@ class VShard:
         names = {c: e.names[c] for c in candidates.tolist() if c in e.names}
         return [serial, doc.id, batch.id_keys[row], batch.contents[row], int(batch.sites[row]), _ints(candidates),
                 _ints(shared), e.matches.get(serial, []), [c for c in candidates.tolist() if c in e.unkept], names,
-                e.twin_records.get(serial), e.waits[serial]]
+                e.twin_records.get(serial), e.waits.get(serial, [])]
 
     def _on_linked(self, e: _Epoch, bodies: list[dict]) -> list[Message]:
         """Decide this vshard's records of the epoch and the linked documents of others they wait for, in
@@ -595,7 +595,10 @@ class VShard:
     @staticmethod
     def _new_rows(batch: PreparedBatch, documents: list[Document], replays: dict) -> list[int]:
         """The rows of new documents: neither a stored document again nor an earlier row again (same id and
-        content; every version of an id has this home, so the earlier row is among these)."""
+        content; every version of an id has this home, so the earlier row is among these). With no id hash
+        twice in the batch (most epochs) that is every row but the replays."""
+        if len(set(batch.id_keys)) == len(batch.id_keys):
+            return [row for row in range(len(batch.contents)) if row not in replays]
         seen, rows = set(), []
         for row, content in enumerate(batch.contents):
             if row in replays:
@@ -698,6 +701,14 @@ class _SubBatch:
         else:
             serials = shared = _NONE
         return Gathered(Hits(serials, shared, bounds), self.serial_of)
+
+
+def _waiting(e: _Epoch) -> dict[int, list[int]]:
+    """``waits_for`` of each new document that waits for another of the epoch (those with a candidate of the
+    epoch or a twin of it; the rest, most of them, wait for none), in serial order."""
+    waiting = {serial for serial, (found, _) in e.candidates.items() if int(found[-1]) >= e.first}
+    waiting.update(serial for serial, (_, _, stored) in e.twins.items() if not stored)
+    return {serial: e.waits_for(serial) for serial in sorted(waiting)}
 
 
 def _places_of(serials: np.ndarray, keyed: dict) -> list[int]:
