@@ -264,3 +264,82 @@ def test_key_places_holders_are_every_entry_of_each_slot_through_merges_folds_an
             by_slot.setdefault(slot, []).append(holder)
         for slot, start, count in zip(asked.tolist(), starts.tolist(), counts.tolist()):
             assert found[start:start + count].tolist() == by_slot.get(slot, []), (step, slot)
+
+
+@pytest.mark.parametrize("filter_bytes", [64, 1 << 20])
+def test_ids_and_contents_are_asked_through_a_filter_that_holds_every_stored_hash(tmp_path, monkeypatch,
+                                                                                    filter_bytes):
+    """``serials_of_ids`` and ``firsts_of`` find every id and content filed: in the epoch that filed them, and
+    after the state is opened again (the filter then built from the tables), through the filter's layers (64
+    bytes: many); most hashes never filed are not asked of LMDB (the filter lacks them)."""
+    import numpy as np
+
+    from streamdedup.core.records import Document, Source, id_key
+    from streamdedup.core.shingle import ShingleBatch
+    from streamdedup.store.index import DocRecord
+
+    monkeypatch.setattr(vshardstate, "HASH_FILTER_BYTES", filter_bytes)
+    config = _config(tmp_path)
+    signing = _settings(config).signing
+    state = vshardstate.LmdbState(str(tmp_path / "v0"), {"number": 0}, signing, sync=False)
+    filed = list(range(1, 2001))
+    for epoch in range(2):
+        serials = filed[epoch * 1000:(epoch + 1) * 1000]
+        records = [DocRecord.new_cluster(serial, Document(f"doc-{serial}", "", Source("t", 0, serial)),
+                                         serial.to_bytes(16, "big"), b"", NOW) for serial in serials]
+        state.begin()
+        state.put_documents(records, [id_key(r.id) for r in records], ShingleBatch.of_sets([]), {}, [])
+        state.add_contents({r.content: [[r.serial, 3, True]] for r in records})
+        assert state.serials_of_ids([id_key(f"doc-{s}") for s in serials]) == [[s] for s in serials]
+        assert state.firsts_of([s.to_bytes(16, "big") for s in serials]) == [(s, 3, True) for s in serials]
+        state.commit(epoch + 1, {})
+    state.close()
+
+    state = vshardstate.LmdbState(str(tmp_path / "v0"), {"number": 0}, signing, sync=False)
+    absent = list(range(10_001, 12_001))
+    asked_ids = [id_key(f"doc-{s}") for s in filed + absent]
+    asked_contents = [s.to_bytes(16, "big") for s in filed + absent]
+    state.begin()
+    assert state.serials_of_ids(asked_ids) == [[s] for s in filed] + [[]] * len(absent)
+    assert state.firsts_of(asked_contents) == [(s, 3, True) for s in filed] + [None] * len(absent)
+    if filter_bytes > 64:
+        maybe = vshardstate._maybe_held(state._hashes, "ids", asked_ids[len(filed):])
+        assert len(maybe) < len(absent) // 20
+    assert len(vshardstate._maybe_held(state._hashes, "content", asked_contents[:len(filed)])) == len(filed)
+    state.close()
+
+
+def test_stored_candidates_verified_at_once_as_one_by_one(tmp_path):
+    """``similarities`` (the codings read in one pass, compared in one kernel call) gives each pair the Jaccard
+    of its stored shingles decoded, and None for a document with none; ``record_ids`` each record's id; the
+    memory state the same."""
+    import numpy as np
+
+    from streamdedup.core.records import Document, Source, id_key
+    from streamdedup.core.shingle import ShingleBatch
+    from streamdedup.core.verify import jaccard
+    from streamdedup.engine.vshards.stores import MemoryState
+    from streamdedup.store.index import DocRecord
+
+    draw = np.random.default_rng(3)
+    sets = [np.unique(draw.integers(0, 400, size=size, dtype=np.uint32)) for size in (0, 5, 80, 200, 150)]
+    serials = [3, 4, 7, 9, 12]
+    records = [DocRecord.new_cluster(serial, Document(f"doc-{serial}", "", Source("t", 0, serial)),
+                                     serial.to_bytes(16, "big"), b"", NOW) for serial in serials]
+    kept = {serial: row for row, serial in enumerate(serials) if serial != 7}  # 7: a duplicate, no shingles
+    owns = [np.unique(draw.integers(0, 400, size=size, dtype=np.uint32)) for size in (0, 3, 120, 190)]
+    asked_owns = [own for own in owns for _ in serials]
+    asked = serials * len(owns)
+    expected = [None if serial == 7 else jaccard(own, sets[serials.index(serial)])
+                for own, serial in zip(asked_owns, asked)]
+    assert any(value is not None and 0 < value < 1 for value in expected)
+    lmdb_state = vshardstate.LmdbState(str(tmp_path / "v0"), {"number": 0}, _settings(_config(tmp_path)).signing,
+                                       sync=False)
+    for state in (lmdb_state, MemoryState()):
+        state.begin()
+        state.put_documents(records, [id_key(r.id) for r in records], ShingleBatch.of_sets(sets), kept, [])
+        assert state.similarities(asked_owns, asked) == expected
+        assert state.similarities([], []) == []
+        assert state.record_ids([12, 3, 12]) == {3: "doc-3", 12: "doc-12"}
+        state.commit(1, {})
+    lmdb_state.close()

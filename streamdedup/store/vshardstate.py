@@ -45,6 +45,15 @@ settled table only for keys a Bloom filter of its keys may hold
 (``bandfilter``, built at open); a place costs 8 B there. Nothing else is
 cached in Python but the closed keys (bounded): LMDB's pages are the cache.
 
+The ids and firsts tables are asked through a filter of the hashes they
+hold (``bandfilter.BandFilter`` of ``hashed.filter_keys``, built at open
+and added to as they are written), as one index asks its ids and content
+tables: nearly every document of an epoch has a new id and a new content,
+and each such question was a cursor positioned in a table that grows with
+the state (``serials_of_ids``, ``firsts_of``). A hash the filter keeps
+after its entries went (``forget``, an epoch not committed) costs a
+lookup, never a decision.
+
 With ``sync``, commits sync the data but not the meta page
 (``metasync=False``: one flush a commit, not two): power loss may undo the
 last commit, never more and never corrupting the state. A vshard that lost
@@ -59,6 +68,7 @@ read transactions, so it is safe while the vshard runs.
 
 from __future__ import annotations
 
+import itertools
 import json
 import struct
 import time
@@ -71,11 +81,13 @@ from ..core import eliasfano
 from ..core.lsh import KEY_MASK, band_slots
 from ..core.shingle import ShingleBatch
 from ..core.signing import SigningConfig
+from ..core.verify import codes_together, jaccard, jaccards_coded
 from ..errors import IncompatibleIndexError, IndexUnusableError
 from .bandfilter import SCAN_CHUNK, BandFilter
 from .bands import BandRows
-from .hashed import BUCKET_BYTES, HASH_BYTES, entry, serials_of
-from .index import (DocRecord, Index, IndexSettings, IndexTxn, MapFull, from_u64, rows_as_bytes, serial_key,
+from .hashed import BUCKET_BYTES, HASH_BYTES, entry, filter_keys, salted, serials_of
+from .index import (DocRecord, Index, IndexSettings, IndexTxn, MapFull, damaged_shingles, from_u64, rows_as_bytes,
+                    serial_key,
                     u64)
 from .mirror import KeyPlaces
 
@@ -85,6 +97,8 @@ __all__ = ["LmdbState", "RECENT_PLACES", "StoredVShard", "VSHARD_FORMAT", "holde
 VSHARD_FORMAT = 2  # 2: places settled in buckets with a recent level (1: one entry a place, keyed by the slot)
 RECENT_PLACES = 1 << 20  # recent places (16 B each in memory) merged into the settled table past this many
 FILTER_BYTES = 4 << 20  # the filter of the settled table's keys (fixed: a larger state has more false positives)
+HASH_FILTER_BYTES = 1 << 20  # the filter of the ids' and contents' hashes at first (700,000 keys), then in layers...
+HASH_FILTER_MAX_BYTES = 64 << 20  # ...up to this
 _HOME_BITS = 16  # a holder is its serial and its home in one number: serial << 16 | home
 _SETTLED = BandRows("places", home_bits=_HOME_BITS)
 _RUN = np.dtype([("slot", ">u8"), ("holder", ">i8")])  # a recent run's entry
@@ -178,6 +192,7 @@ class LmdbState:
             self._closed_order = {int.from_bytes(value[:8], "big"): int.from_bytes(key, "big")
                                   for key, value in txn.table_entries("closed")}  # slot -> its key
             self.places = _StoredPlaces(self, txn)
+            self._hashes = BandFilter.of_keys(_stored_hash_keys(txn), HASH_FILTER_BYTES, HASH_FILTER_MAX_BYTES)
         committed = json.loads(raw) if raw else {"epochs_done": 0, "meta": {}}
         self.epochs_done: int = committed["epochs_done"]
         self._meta: dict = committed["meta"]
@@ -262,6 +277,8 @@ class LmdbState:
         in key order, keys and values made in numpy: a home's serials only grow, so the records and shingles
         are appended (``_appended``); the ids are sorted once."""
         serials = np.fromiter((record.serial for record in records), dtype=np.int64, count=len(records))
+        if ids:
+            self._hashes.add(filter_keys("ids", ids))
         self._appended("docs", _fixed(serials, ">u4"), self.txn.pack_records(records))
         self.cursor("ids").putmulti(_id_entries(ids, serials), dupdata=True)
         self._appended("shingles", *_coded_shingles(shingles, kept))
@@ -285,6 +302,31 @@ class LmdbState:
         """A kept document's shingles; None for a duplicate."""
         return self.txn.stored_shingles(serial)
 
+    def similarities(self, owns: list[np.ndarray], serials: list[int]) -> list[Optional[float]]:
+        """The Jaccard of each of ``owns`` with the stored shingles of the document at the same place of
+        ``serials``; None where that one has none (a duplicate). The codings read in one pass in the table's
+        order and compared without decoding, in one kernel call (``verify.jaccards_coded``), as one index
+        verifies a batch's stored candidates."""
+        if not serials:
+            return []
+        coded = self.txn.stored_codings(sorted(set(serials)))
+        at = [i for i, serial in enumerate(serials) if serial in coded]
+        found: list[Optional[float]] = [None] * len(serials)
+        if all(codes_together(owns[i]) for i in at):
+            similarities, bad = jaccards_coded([owns[i] for i in at], [coded[serials[i]] for i in at])
+            if bad >= 0:
+                raise damaged_shingles(serials[at[bad]])
+            for i, similarity in zip(at, similarities.tolist()):
+                found[i] = similarity
+            return found
+        for i in at:
+            found[i] = jaccard(owns[i], self.shingles(serials[i]))
+        return found
+
+    def record_ids(self, serials: list[int]) -> dict[int, str]:
+        """The id of each of these documents' records (serial -> id)."""
+        return self.txn.record_ids(serials) if serials else {}
+
     def pop_shingles(self, serial: int) -> np.ndarray:
         shingles = self.txn.shingles(serial)
         self.txn.delete("shingles", u64(serial))
@@ -293,6 +335,13 @@ class LmdbState:
     def serials_of_id(self, ident: bytes) -> list[int]:
         """The serials of the documents with this id hash, ascending."""
         return serials_of(self.cursor("ids"), ident)
+
+    def serials_of_ids(self, idents: list[bytes]) -> list[list[int]]:
+        """``serials_of_id`` of each of ``idents``: those the filter of stored hashes surely lacks are not asked."""
+        cursor, found = self.cursor("ids"), [[] for _ in idents]
+        for at in _maybe_held(self._hashes, "ids", idents):
+            found[at] = serials_of(cursor, idents[at])
+        return found
 
     def remove_id(self, ident: bytes, serial: int) -> None:
         self.txn.delete("ids", *entry(ident, serial))
@@ -313,9 +362,18 @@ class LmdbState:
         """(serial, home, still in a cluster) of the first stored document with ``content``, if any."""
         return _first_in(self.cursor("firsts"), content)
 
+    def firsts_of(self, contents: list[bytes]) -> list[Optional[tuple[int, int, bool]]]:
+        """``first_of`` of each of ``contents``: those the filter of stored hashes surely lacks are not asked."""
+        cursor, found = self.cursor("firsts"), [None] * len(contents)
+        for at in _maybe_held(self._hashes, "content", contents):
+            found[at] = _first_in(cursor, contents[at])
+        return found
+
     def add_contents(self, contents: dict[bytes, list[list]]) -> None:
         """File documents after those stored with the same content: content -> [serial, home, still in a
         cluster] of each (in serial order), in key order."""
+        if contents:
+            self._hashes.add(filter_keys("content", list(contents)))
         self.cursor("firsts").putmulti(_content_entries(contents), dupdata=True)
 
     def drop_content(self, content: bytes, serial: int) -> None:
@@ -424,6 +482,25 @@ class _StoredPlaces:
             return np.zeros(0, dtype=np.uint64)
         bands, found_keys, _, _ = _SETTLED.decoded(b"".join(deleted))
         return np.unique(band_slots(bands, found_keys))
+
+
+def _stored_hash_keys(txn: IndexTxn):
+    """The filter key (``hashed.filter_keys``) of every id hash of the ids table and every content of the
+    firsts table, as uint64 arrays of at most ``SCAN_CHUNK``."""
+    ids = txn.txn.cursor(db=txn.dbs["ids"]).iternext(keys=True, values=True)
+    while rows := list(itertools.islice(ids, SCAN_CHUNK)):
+        yield salted("ids", np.frombuffer(b"".join((k + v)[:HASH_BYTES] for k, v in rows), dtype=">u8").astype(np.uint64))
+    contents = txn.txn.cursor(db=txn.dbs["firsts"]).iternext_nodup(keys=True, values=False)
+    while keys := list(itertools.islice(contents, SCAN_CHUNK)):
+        yield filter_keys("content", keys)
+
+
+def _maybe_held(hashes: BandFilter, table: str, digests: list[bytes]) -> list[int]:
+    """The places in ``digests`` of those the filter ``hashes`` may hold (``table``'s ``filter_keys``), in the
+    digests' order."""
+    if not digests:
+        return []
+    return np.flatnonzero(hashes.may_hold(filter_keys(table, digests))).tolist()
 
 
 def _recent_places(txn: IndexTxn) -> tuple[KeyPlaces, int]:

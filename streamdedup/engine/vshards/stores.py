@@ -21,6 +21,7 @@ import numpy as np
 from typing import Any, Optional
 
 from ...core.shingle import ShingleBatch
+from ...core.verify import jaccard
 from ...store.index import DocRecord
 from ...store.mirror import KeyPlaces
 from ...store.vshardstate import holder, holder_homes, holder_serials
@@ -125,11 +126,24 @@ class MemoryState:
     def shingles(self, serial: int) -> Optional[np.ndarray]:
         return self._shingles.get(serial)
 
+    def similarities(self, owns: list[np.ndarray], serials: list[int]) -> list[Optional[float]]:
+        found: list[Optional[float]] = []
+        for own, serial in zip(owns, serials):
+            stored = self._shingles.get(serial)
+            found.append(None if stored is None else jaccard(own, stored))
+        return found
+
+    def record_ids(self, serials: list[int]) -> dict[int, str]:
+        return {serial: self._records[serial].id for serial in serials}
+
     def pop_shingles(self, serial: int) -> np.ndarray:
         return self._shingles.pop(serial)
 
     def serials_of_id(self, ident: bytes) -> list[int]:
         return sorted(self._ids.get(ident, ()))
+
+    def serials_of_ids(self, idents: list[bytes]) -> list[list[int]]:
+        return [self.serials_of_id(ident) for ident in idents]
 
     def remove_id(self, ident: bytes, serial: int) -> None:
         self._ids[ident].remove(serial)
@@ -145,6 +159,9 @@ class MemoryState:
     def first_of(self, content: bytes) -> Optional[tuple[int, int, bool]]:
         held = self._firsts.get(content)
         return tuple(held[0]) if held else None
+
+    def firsts_of(self, contents: list[bytes]) -> list[Optional[tuple[int, int, bool]]]:
+        return [self.first_of(content) for content in contents]
 
     def add_contents(self, contents: dict[bytes, list[list]]) -> None:
         for content, entries in contents.items():

@@ -126,7 +126,7 @@ class _Epoch:
     unkept: set = field(default_factory=set)
     names: dict = field(default_factory=dict)
     twin_records: dict = field(default_factory=dict)  # serial -> [serial, cluster, cluster id, id] (stored)
-    waits: dict = field(default_factory=dict)  # serial -> ``waits_for`` it, once its evidence is gathered
+    waits: dict = field(default_factory=dict)  # serial -> ``waits_for`` it, once its evidence is gathered (if any)
     kept: set = field(default_factory=set)  # own serials kept (once committed)
 
     def waits_for(self, serial: int) -> list[int]:
@@ -259,12 +259,15 @@ class VShard:
 
     def _on_contents(self, e: _Epoch, bodies: list[dict]) -> list[Message]:
         """As a content owner: answer each new document with its content's first document."""
-        asked = sorted((serial, content, home) for home, body in enumerate(bodies)
-                       for serial, content in zip(_from_ints(body["serials"]).tolist(), body["contents"]))
+        serials = np.concatenate([_from_ints(body["serials"]) for body in bodies])
+        homes = np.repeat(np.arange(self.count), [len(body["contents"]) for body in bodies])
+        order = np.argsort(serials, kind="stable")  # the deployment's order (a serial is asked once)
+        every = [content for body in bodies for content in body["contents"]]
+        contents = [every[at] for at in order.tolist()]
         answers: list[list] = [[] for _ in range(self.count)]
         needed: list[list] = [[] for _ in range(self.count)]
-        for serial, content, home in asked:  # in the deployment's order
-            first = self.state.first_of(content)
+        for serial, content, home, first in zip(serials[order].tolist(), contents, homes[order].tolist(),
+                                                self.state.firsts_of(contents)):
             seen = e.contents.setdefault(content, [])
             seen.append([serial, home, True])
             if first is not None:
@@ -377,33 +380,48 @@ class VShard:
 
     def _on_verify(self, e: _Epoch, bodies: list[dict]) -> list[Message]:
         """As the candidates' home: the Jaccard of each, at or above the threshold; stored twins' records."""
-        replies = []
-        for home, body in enumerate(bodies):
-            matches, unkept, names = [], [], {}
-            for serial, packed, candidates in body["asks"]:
+        threshold = self.settings.threshold
+        pairs = [(home, serial, candidate) for home, body in enumerate(bodies)
+                 for serial, packed, candidates in body["asks"] for candidate in candidates]
+        similarities = self._similarities(e, bodies)
+        matched = [candidate for (_, _, candidate), similarity in zip(pairs, similarities)
+                   if candidate < e.first and similarity is not None and similarity >= threshold]
+        named = self.state.record_ids(matched)
+        out = [([], [], {}) for _ in bodies]  # each asker's matches, unkept candidates, names
+        for (home, serial, candidate), similarity in zip(pairs, similarities):
+            matches, unkept, names = out[home]
+            if similarity is None:  # a duplicate's place: it proposes nothing
+                unkept.append(candidate)
+            elif similarity >= threshold:
+                matches.append((serial, candidate, similarity))
+                if candidate < e.first:
+                    names[candidate] = named[candidate]
+        return [self._to(e, "verified", home, {"matches": matches, "unkept": unkept, "names": names,
+                                               "twins": [(serial, twin_of(self.state.record(twin)))
+                                                         for serial, twin in body["twins"]]})
+                for home, ((matches, unkept, names), body) in enumerate(zip(out, bodies))]
+
+    def _similarities(self, e: _Epoch, bodies: list[dict]) -> list[Optional[float]]:
+        """The Jaccard of every pair asked (each ask's shingles with each of its candidates, in the messages'
+        order): against a stored candidate's shingles (all of them read and compared at once by the state),
+        or a candidate's of this epoch (marked needed: its decision is one the asker waits for); None for a
+        duplicate's place."""
+        owns, serials, found, stored = [], [], [], []
+        for body in bodies:
+            for _, packed, candidates in body["asks"]:
                 shingles = _shingles(packed)
                 for candidate in candidates:
-                    stored = self._candidate_shingles(e, candidate)
-                    if stored is None:  # a duplicate's place: it proposes nothing
-                        unkept.append(candidate)
+                    if candidate >= e.first:
+                        e.needed.add(candidate)
+                        found.append(jaccard(shingles, e.batch.shingles.of(e.new[candidate])))
                         continue
-                    similarity = jaccard(shingles, stored)
-                    if similarity >= self.settings.threshold:
-                        matches.append((serial, candidate, similarity))
-                        if candidate < e.first:
-                            names[candidate] = self.state.record(candidate).id
-            twins = [(serial, twin_of(self.state.record(twin))) for serial, twin in body["twins"]]
-            replies.append(self._to(e, "verified", home, {"matches": matches, "unkept": unkept, "names": names,
-                                                           "twins": twins}))
-        return replies
-
-    def _candidate_shingles(self, e: _Epoch, serial: int) -> Optional[np.ndarray]:
-        """A candidate's shingles: stored (a kept document's), or of this epoch (marked needed: its decision is
-        one the asker waits for); None for a duplicate's place."""
-        if serial >= e.first:
-            e.needed.add(serial)
-            return e.batch.shingles.of(e.new[serial])
-        return self.state.shingles(serial)
+                    stored.append(len(found))
+                    found.append(None)
+                    owns.append(shingles)
+                    serials.append(candidate)
+        for at, similarity in zip(stored, self.state.similarities(owns, serials)):
+            found[at] = similarity
+        return found
 
     def _on_verified(self, e: _Epoch, bodies: list[dict]) -> list[Message]:
         """Gather each document's evidence; send every vshard what decides those linked within the epoch."""
@@ -413,8 +431,8 @@ class VShard:
             e.unkept.update(body["unkept"])
             e.names.update(body["names"])
             e.twin_records.update((serial, twin) for serial, twin in body["twins"])
-        e.waits = {serial: e.waits_for(serial) for serial in e.new}  # once: the candidates and twins are all in
-        linked = [self._linked_row(e, serial) for serial in e.new if serial in e.needed or e.waits[serial]]
+        e.waits = _waiting(e)  # once: the candidates and twins are all in
+        linked = [self._linked_row(e, serial) for serial in e.new if serial in e.needed or serial in e.waits]
         self.linked_rows += len(linked)
         body = msgpack.packb({"rows": linked}, use_bin_type=True)  # the same for every vshard: packed once
         return [Message(e.number, "linked", self.number, w, body) for w in range(self.count)]
@@ -426,7 +444,7 @@ class VShard:
         names = {c: e.names[c] for c in candidates.tolist() if c in e.names}
         return [serial, doc.id, batch.id_keys[row], batch.contents[row], int(batch.sites[row]), _ints(candidates),
                 _ints(shared), e.matches.get(serial, []), [c for c in candidates.tolist() if c in e.unkept], names,
-                e.twin_records.get(serial), e.waits[serial]]
+                e.twin_records.get(serial), e.waits.get(serial, [])]
 
     def _on_linked(self, e: _Epoch, bodies: list[dict]) -> list[Message]:
         """Decide this vshard's records of the epoch and the linked documents of others they wait for, in
@@ -563,8 +581,7 @@ class VShard:
     def _stored_replays(self, batch: PreparedBatch, documents: list[Document]) -> dict:
         """Row -> the earlier decision of that very document (same id, same content) this home holds."""
         replays = {}
-        for row, ident in enumerate(batch.id_keys):
-            serials = self.state.serials_of_id(ident)
+        for row, (ident, serials) in enumerate(zip(batch.id_keys, self.state.serials_of_ids(batch.id_keys))):
             if not serials:
                 continue
             doc_id = documents[row].id
@@ -578,7 +595,10 @@ class VShard:
     @staticmethod
     def _new_rows(batch: PreparedBatch, documents: list[Document], replays: dict) -> list[int]:
         """The rows of new documents: neither a stored document again nor an earlier row again (same id and
-        content; every version of an id has this home, so the earlier row is among these)."""
+        content; every version of an id has this home, so the earlier row is among these). With no id hash
+        twice in the batch (most epochs) that is every row but the replays."""
+        if len(set(batch.id_keys)) == len(batch.id_keys):
+            return [row for row in range(len(batch.contents)) if row not in replays]
         seen, rows = set(), []
         for row, content in enumerate(batch.contents):
             if row in replays:
@@ -681,6 +701,14 @@ class _SubBatch:
         else:
             serials = shared = _NONE
         return Gathered(Hits(serials, shared, bounds), self.serial_of)
+
+
+def _waiting(e: _Epoch) -> dict[int, list[int]]:
+    """``waits_for`` of each new document that waits for another of the epoch (those with a candidate of the
+    epoch or a twin of it; the rest, most of them, wait for none), in serial order."""
+    waiting = {serial for serial, (found, _) in e.candidates.items() if int(found[-1]) >= e.first}
+    waiting.update(serial for serial, (_, _, stored) in e.twins.items() if not stored)
+    return {serial: e.waits_for(serial) for serial in sorted(waiting)}
 
 
 def _places_of(serials: np.ndarray, keyed: dict) -> list[int]:
