@@ -880,10 +880,41 @@ static inline Py_ssize_t lower_bound_near32(const uint32_t *v, Py_ssize_t n, uin
     return lower_bound_from32(v, n, key, from);
 }
 
+/* Whether v[0:n] never descends (every value compared: no branch a value). */
+static int never_descends(const uint32_t *v, Py_ssize_t n) {
+    int bad = 0;
+    for (Py_ssize_t k = 1; k < n; k++) bad |= v[k] < v[k - 1];
+    return !bad;
+}
+
+/* Whether ascending values are marked through a table by one merge of the two (mark_merged): when the table is
+ * at most 4 times as long as they are many and at least an eighth (a page against its site's template or the
+ * shared one, against another page). There each value moves the walk's place by a step or none, a branch the
+ * processor cannot foresee; a merge moves two places by comparisons, with no branch but the loop's. */
+static inline int merge_close(Py_ssize_t keys, Py_ssize_t table) {
+    return table < 4 * keys && 8 * table >= keys && keys >= 16;
+}
+
+/* o[i] |= whether v[i] is in sorted t[0:m], for v that never descends: one branch-free merge of the two. */
+static void mark_merged(const uint32_t *v, Py_ssize_t n, const uint32_t *t, Py_ssize_t m, uint8_t *o) {
+    Py_ssize_t i = 0, j = 0;
+    while (i < n && j < m) {
+        uint32_t a = v[i], b = t[j];
+        o[i] |= a == b;
+        i += a <= b;
+        j += b < a;
+    }
+}
+
 /* o[i] |= whether v[i] is in sorted t[0:m]: a doubling walk through the table while the values ascend, a
- * binary search from its start where they do not. */
+ * binary search from its start where they do not (a merge where both are of close sizes and the values never
+ * descend). */
 static void mark_members(const uint32_t *v, Py_ssize_t n, const uint32_t *t, Py_ssize_t m, uint8_t *o) {
     Py_ssize_t from = 0;
+    if (merge_close(n, m) && never_descends(v, n)) {
+        mark_merged(v, n, t, m, o);
+        return;
+    }
     if (walk_near(n, m)) {
         for (Py_ssize_t i = 0; i < n; i++) {
             uint32_t key = v[i];
