@@ -130,6 +130,26 @@ def test_a_sites_table_counts_as_its_sorted_sets_and_answers_as_of_each_page(mon
     assert (rebuilt.repeated_as_of(values, 0) == state.repeated.contains(values)).all()
 
 
+@pytest.mark.skipif(templates_module._hashed_moved is None, reason="the kernel's tables")
+def test_a_table_grows_in_one_kernel_pass_into_the_slots_its_values_put_in_again_take(monkeypatch):
+    """``RepeatTable._grow`` moves the values in one kernel pass (``hashed_moved``): the same slots, stamps and
+    counts as putting them in again one by one (value 0, held beside the slots, and stamps of every kind)."""
+    rng = np.random.default_rng(4)
+    seen = _u32([0, *rng.integers(1, 2**32, 3000, dtype=np.uint64)])
+    repeated = seen[rng.random(len(seen)) < 0.4]
+    page = _u32(rng.integers(1, 2**32, 50, dtype=np.uint64))
+    grown = []
+    for moved in (templates_module._hashed_moved, None):
+        monkeypatch.setattr(templates_module, "_hashed_moved", moved)
+        table = RepeatTable(GrowingSet(seen), GrowingSet(repeated))
+        table.count(page, True, 7)
+        table._grow(3 * len(seen))
+        grown.append(table)
+    assert grown[0]._slots.tolist() == grown[1]._slots.tolist()
+    assert grown[0]._meta.tolist() == grown[1]._meta.tolist() and grown[0].sizes()[0] == len(seen) + 50
+    assert (grown[0].repeated_as_of(seen, 0) == np.isin(seen, repeated)).all()
+
+
 @pytest.mark.skipif(not templates_module._hashed, reason="the kernel's tables")
 def test_a_table_a_batch_moved_without_committing_is_built_again():
     """A batch counts in the table its copy shares with the committed state; if the batch does not commit,
