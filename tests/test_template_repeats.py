@@ -60,7 +60,8 @@ def test_what_a_site_repeats_is_the_same_at_every_row_of_a_batch_as_page_by_page
     """``BatchRepeats`` answers from the committed state and the batch's pages up to a row: exactly what the
     site's state holds after that row, whatever the batch holds before and after it (``seen`` fills up
     within some of the batches). Asked at a row of the site's own page, it answers from what counting the page
-    found, for the values of the page not in its template and for the others (its template, values on no page)."""
+    found, for the values of the page not in its template (all of them, or the part without a shared template, its
+    content) and for the others (its template, values on no page)."""
     monkeypatch.setattr(templates_module, "MAX_SEEN", 300)
     rng = np.random.default_rng(5)
     pages = [_u32([*range(600, 640), *rng.integers(0, 500, 60)]) for _ in range(30)]  # 600-639: the template
@@ -81,14 +82,16 @@ def test_what_a_site_repeats_is_the_same_at_every_row_of_a_batch_as_page_by_page
         values = np.arange(700, dtype=np.uint32)
         for row, page in enumerate(pages[cut:]):
             takes, counted = sequential.takes_new(), sequential.counted_part(page)  # as ``SiteTemplates`` does
-            repeats.add(site, row, counted, takes, sequential.count_repeats(counted, base + row + 1))
+            kept = counted[counted >= 100]  # the counted part without a shared template (values below 100)
+            repeats.add(site, row, counted, takes, sequential.count_repeats(counted, base + row + 1), kept)
             sequential.add_page(page, settings, counted)
             plain.add_page(page, settings)
             expected.append(np.isin(values, plain.repeated))
-            parts.append(counted)
+            parts.append((counted, kept))
         for row in rng.permutation(len(expected)).tolist():  # asked in any order, once the batch is planned
             assert (repeats.repeated(values, site, row) == expected[row]).all()  # as the row's counting found
-            assert (repeats.repeated(parts[row], site, row) == expected[row][parts[row]]).all()  # its counted part
+            for part in parts[row]:  # its counted part, and that part without the shared template
+                assert (repeats.repeated(part, site, row) == expected[row][part]).all()
             assert (repeats._searched(values, site, row) == expected[row]).all()  # from the sets and batch pages
         assert not repeats.repeated(values, site + 1, 0).any()  # a site without pages: nothing repeated
 
