@@ -382,6 +382,37 @@ def test_the_kernel_finds_values_in_a_sorted_table_as_searchsorted_does(monkeypa
 
 
 @pytest.mark.parametrize("seed", range(3))
+def test_values_and_a_table_of_close_sizes_are_merged_as_searchsorted_finds(monkeypatch, seed):
+    """The kernel's merge of values that never descend through a table an eighth to four times as many (a page
+    against its site's template or the shared one): values repeated, a table with repeated values, both ends of
+    uint32, either array ending first; found, kept and kept of each as numpy does."""
+    from streamdedup.core import templates
+
+    rng = np.random.default_rng(seed)
+    ends = np.array([0, 2**32 - 1], dtype=np.uint32)
+    cases = []
+    for _ in range(300):
+        size = int(rng.integers(16, 700))
+        span = int(rng.choice([2 * size, 50 * size, 2**32 - 1]))
+        values = np.sort(np.concatenate([rng.integers(0, span, size, dtype=np.uint64).astype(np.uint32),
+                                         ends[:int(rng.integers(0, 3))]]))
+        table = np.sort(rng.integers(0, span, int(size * rng.uniform(0.13, 3.9)), dtype=np.uint64).astype(np.uint32))
+        shared = np.sort(np.concatenate([rng.choice(values, size // 3), rng.integers(0, span, size // 2,
+                                                                                       dtype=np.uint64).astype(np.uint32)]))
+        cases.append((values, table, shared))
+    found = [templates.in_sorted(values, table) for values, table, _ in cases]
+    kept = [templates._without(values, table, shared) for values, table, shared in cases]
+    each = [templates._without_each(values, table, shared) for values, table, shared in cases]
+    for name in ("_sorted_member", "_sorted_without", "_sorted_without_each"):
+        monkeypatch.setattr(templates, name, None)
+    for (values, table, shared), one, two, (rest, left) in zip(cases, found, kept, each):
+        assert np.array_equal(one, np.isin(values, table))
+        assert np.array_equal(two, values[~np.isin(values, table) & ~np.isin(values, shared)])
+        assert np.array_equal(rest, values[~np.isin(values, table)]) and np.array_equal(left, two)
+    assert sum(int(one.sum()) for one in found) > 1000 and sum(len(two) for two in kept) > 1000
+
+
+@pytest.mark.parametrize("seed", range(3))
 def test_a_growing_set_finds_values_through_its_buckets_as_searchsorted_does(monkeypatch, seed):
     """``GrowingSet.contains`` in the kernel (its main part through its buckets, a site's seen shingles): values
     ascending or not, repeated, at both ends of uint32, in either part."""

@@ -60,7 +60,8 @@ def test_what_a_site_repeats_is_the_same_at_every_row_of_a_batch_as_page_by_page
     """``BatchRepeats`` answers from the committed state and the batch's pages up to a row: exactly what the
     site's state holds after that row, whatever the batch holds before and after it (``seen`` fills up
     within some of the batches). Asked at a row of the site's own page, it answers from what counting the page
-    found, for the values of the page not in its template and for the others (its template, values on no page)."""
+    found, for the values of the page not in its template (all of them, or the part without a shared template, its
+    content) and for the others (its template, values on no page)."""
     monkeypatch.setattr(templates_module, "MAX_SEEN", 300)
     rng = np.random.default_rng(5)
     pages = [_u32([*range(600, 640), *rng.integers(0, 500, 60)]) for _ in range(30)]  # 600-639: the template
@@ -81,14 +82,16 @@ def test_what_a_site_repeats_is_the_same_at_every_row_of_a_batch_as_page_by_page
         values = np.arange(700, dtype=np.uint32)
         for row, page in enumerate(pages[cut:]):
             takes, counted = sequential.takes_new(), sequential.counted_part(page)  # as ``SiteTemplates`` does
-            repeats.add(site, row, counted, takes, sequential.count_repeats(counted, base + row + 1))
+            kept = counted[counted >= 100]  # the counted part without a shared template (values below 100)
+            repeats.add(site, row, counted, takes, sequential.count_repeats(counted, base + row + 1), kept)
             sequential.add_page(page, settings, counted)
             plain.add_page(page, settings)
             expected.append(np.isin(values, plain.repeated))
-            parts.append(counted)
+            parts.append((counted, kept))
         for row in rng.permutation(len(expected)).tolist():  # asked in any order, once the batch is planned
             assert (repeats.repeated(values, site, row) == expected[row]).all()  # as the row's counting found
-            assert (repeats.repeated(parts[row], site, row) == expected[row][parts[row]]).all()  # its counted part
+            for part in parts[row]:  # its counted part, and that part without the shared template
+                assert (repeats.repeated(part, site, row) == expected[row][part]).all()
             assert (repeats._searched(values, site, row) == expected[row]).all()  # from the sets and batch pages
         assert not repeats.repeated(values, site + 1, 0).any()  # a site without pages: nothing repeated
 
@@ -128,6 +131,26 @@ def test_a_sites_table_counts_as_its_sorted_sets_and_answers_as_of_each_page(mon
         assert (state.table.repeated_as_of(values, n + 1) == as_of.repeated.contains(values)).all()
     rebuilt = RepeatTable(state.seen, state.repeated)  # as a state read from the index builds it
     assert (rebuilt.repeated_as_of(values, 0) == state.repeated.contains(values)).all()
+
+
+@pytest.mark.skipif(templates_module._hashed_moved is None, reason="the kernel's tables")
+def test_a_table_grows_in_one_kernel_pass_into_the_slots_its_values_put_in_again_take(monkeypatch):
+    """``RepeatTable._grow`` moves the values in one kernel pass (``hashed_moved``): the same slots, stamps and
+    counts as putting them in again one by one (value 0, held beside the slots, and stamps of every kind)."""
+    rng = np.random.default_rng(4)
+    seen = _u32([0, *rng.integers(1, 2**32, 3000, dtype=np.uint64)])
+    repeated = seen[rng.random(len(seen)) < 0.4]
+    page = _u32(rng.integers(1, 2**32, 50, dtype=np.uint64))
+    grown = []
+    for moved in (templates_module._hashed_moved, None):
+        monkeypatch.setattr(templates_module, "_hashed_moved", moved)
+        table = RepeatTable(GrowingSet(seen), GrowingSet(repeated))
+        table.count(page, True, 7)
+        table._grow(3 * len(seen))
+        grown.append(table)
+    assert grown[0]._slots.tolist() == grown[1]._slots.tolist()
+    assert grown[0]._meta.tolist() == grown[1]._meta.tolist() and grown[0].sizes()[0] == len(seen) + 50
+    assert (grown[0].repeated_as_of(seen, 0) == np.isin(seen, repeated)).all()
 
 
 @pytest.mark.skipif(not templates_module._hashed, reason="the kernel's tables")

@@ -334,3 +334,30 @@ def _assert_any_batching_and_restart_decide_alike(tmp_path, pages, cuts, batches
         with _engine(tmp_path / f"cut{cut}") as engine:
             second = _decide(engine, pages[cut:], batch=batches[1])
         assert {**first, **second} == reference
+
+
+def test_a_batchs_rekeyed_pages_written_at_once_leave_the_tables_as_written_page_by_page(tmp_path):
+    """``write_rekeyed_many``: first pages rekeyed several times in a batch (some of their bands' keys
+    unchanged, some pages rekeyed in an earlier batch), written once with their latest keys, leave the
+    ``rekeyed`` and ``rekeyed_of`` tables as writing each rekey in turn does."""
+    from streamdedup.store.sites import write_rekeyed_many
+
+    rng = np.random.default_rng(3)
+    earlier = {serial: rng.integers(0, 6, 32).astype(np.uint64) for serial in range(1, 9)}
+    steps = []
+    for _ in range(60):
+        serial = int(rng.integers(1, 15))
+        keys = (earlier.get(serial, rng.integers(0, 6, 32).astype(np.uint64))).copy()
+        changed = rng.random(32) < rng.choice([0.0, 0.2, 1.0])
+        keys[changed] = rng.integers(0, 6, int(changed.sum())).astype(np.uint64)
+        steps.append((serial, keys))
+    tables = []
+    for name, batches in (("in_turn", [[{s: k} for s, k in steps]]), ("at_once", [[dict(steps)]])):
+        engine = _engine(tmp_path / name)
+        engine.index.write(lambda txn: write_rekeyed_many(txn, earlier))
+        for writes in batches:
+            engine.index.write(lambda txn: [write_rekeyed_many(txn, one) for one in writes])
+        with engine.index.read() as txn:
+            tables.append([list(txn.table_entries(table)) for table in ("rekeyed", "rekeyed_of")])
+        engine.close()
+    assert tables[0] == tables[1] and len(tables[0][0]) > 200 and len(tables[0][1]) == 14

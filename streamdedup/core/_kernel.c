@@ -880,10 +880,41 @@ static inline Py_ssize_t lower_bound_near32(const uint32_t *v, Py_ssize_t n, uin
     return lower_bound_from32(v, n, key, from);
 }
 
+/* Whether v[0:n] never descends (every value compared: no branch a value). */
+static int never_descends(const uint32_t *v, Py_ssize_t n) {
+    int bad = 0;
+    for (Py_ssize_t k = 1; k < n; k++) bad |= v[k] < v[k - 1];
+    return !bad;
+}
+
+/* Whether ascending values are marked through a table by one merge of the two (mark_merged): when the table is
+ * at most 4 times as long as they are many and at least an eighth (a page against its site's template or the
+ * shared one, against another page). There each value moves the walk's place by a step or none, a branch the
+ * processor cannot foresee; a merge moves two places by comparisons, with no branch but the loop's. */
+static inline int merge_close(Py_ssize_t keys, Py_ssize_t table) {
+    return table < 4 * keys && 8 * table >= keys && keys >= 16;
+}
+
+/* o[i] |= whether v[i] is in sorted t[0:m], for v that never descends: one branch-free merge of the two. */
+static void mark_merged(const uint32_t *v, Py_ssize_t n, const uint32_t *t, Py_ssize_t m, uint8_t *o) {
+    Py_ssize_t i = 0, j = 0;
+    while (i < n && j < m) {
+        uint32_t a = v[i], b = t[j];
+        o[i] |= a == b;
+        i += a <= b;
+        j += b < a;
+    }
+}
+
 /* o[i] |= whether v[i] is in sorted t[0:m]: a doubling walk through the table while the values ascend, a
- * binary search from its start where they do not. */
+ * binary search from its start where they do not (a merge where both are of close sizes and the values never
+ * descend). */
 static void mark_members(const uint32_t *v, Py_ssize_t n, const uint32_t *t, Py_ssize_t m, uint8_t *o) {
     Py_ssize_t from = 0;
+    if (merge_close(n, m) && never_descends(v, n)) {
+        mark_merged(v, n, t, m, o);
+        return;
+    }
     if (walk_near(n, m)) {
         for (Py_ssize_t i = 0; i < n; i++) {
             uint32_t key = v[i];
@@ -3453,6 +3484,40 @@ release_values:
     Py_RETURN_NONE;
 }
 
+/* Every value of a table (old_slots) put into a larger empty one (new_slots, new_meta: zeros), stamps and all:
+ * the old slots read in order, each key's new slot fetched early, an empty slot found without comparing keys
+ * (they are distinct); the counts and the value 0 (held in meta) are the caller's to copy. */
+static PyObject *hashed_moved(PyObject *self, PyObject *args) {
+    PyObject *o_old, *o_slots, *o_meta;
+    if (!PyArg_ParseTuple(args, "OOO", &o_old, &o_slots, &o_meta)) return NULL;
+    Py_buffer old;
+    hashed_view h;
+    if (get_buffer(o_old, &old, 8, 0, "old") < 0) return NULL;
+    if (hashed_views(o_slots, o_meta, &h) < 0) goto release_old;
+    const uint32_t *t = old.buf;
+    Py_ssize_t n = old.len / 8, held = 0;
+    for (Py_ssize_t i = 0; i < n; i++) held += t[2 * i] != 0;
+    if (3 * held > 2 * ((Py_ssize_t)h.mask + 1)) {
+        PyErr_SetString(PyExc_ValueError, "hashed_moved: no room for the values");
+    } else {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (i + HASHED_AHEAD < n && t[2 * (i + HASHED_AHEAD)])
+                __builtin_prefetch(&h.t[2 * hashed_slot(t[2 * (i + HASHED_AHEAD)], h.shift)], 1);
+            uint32_t v = t[2 * i];
+            if (!v) continue;
+            uint32_t at = hashed_slot(v, h.shift);
+            while (h.t[2 * at]) at = (at + 1) & h.mask;
+            h.t[2 * at] = v;
+            h.t[2 * at + 1] = t[2 * i + 1];
+        }
+    }
+    hashed_release(&h);
+release_old:
+    PyBuffer_Release(&old);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyObject *hashed_count(PyObject *self, PyObject *args) {
     PyObject *o_page, *o_slots, *o_meta, *o_fresh, *o_again;
     int takes;
@@ -3661,6 +3726,7 @@ static PyMethodDef methods[] = {
     {"bucket_starts", bucket_starts, METH_VARARGS, "Where each bucket of a sorted uint32 table starts (see the module)."},
     {"new_and_again", new_and_again, METH_VARARGS, "A page's values a site has not seen, and seen but not repeated (see the module)."},
     {"hashed_add", hashed_add, METH_VARARGS, "uint32 values put in an open-addressed table (see the module)."},
+    {"hashed_moved", hashed_moved, METH_VARARGS, "An open-addressed table's values moved into a larger one (see the module)."},
     {"hashed_count", hashed_count, METH_VARARGS, "new_and_again on open-addressed tables, put in as it goes (see the module)."},
     {"hashed_member", hashed_member, METH_VARARGS, "Whether values are in an open-addressed table by a stamp (see the module)."},
     {"growing_member", growing_member, METH_VARARGS, "Whether each uint32 value is in a GrowingSet, into out (see the module)."},

@@ -134,9 +134,10 @@ try:
     _growing_member, _new_and_again = _kernel.growing_member, _kernel.new_and_again
     _sorted_without_each = getattr(_kernel, "sorted_without_each", None)
     _hashed = getattr(_kernel, "hashed_count", None) is not None
+    _hashed_moved = getattr(_kernel, "hashed_moved", None)
 except ImportError:  # built without a C compiler: numpy's searchsorted and sort, the same answers
     _sorted_member = _sorted_without = _sorted_union = _growing_member = _new_and_again = _sorted_without_each = None
-    _hashed = False
+    _hashed, _hashed_moved = False, None
 
 __all__ = ["TemplateSettings", "SiteState", "GrowingSet", "RepeatTable", "NOTHING", "learned_template", "content_of",
            "content_left", "in_sorted", "kept_rule", "reads_lines", "excerpt_text_of", "without_repeats",
@@ -403,9 +404,13 @@ class RepeatTable:
     def _grow(self, values: int) -> None:
         """Move the values into a table with room for ``values``, at most half full."""
         slots, meta = self._slots, self._meta
+        self._slots = _empty_slots(values)
+        if _hashed_moved is not None:  # in one pass of the kernel: the same values and stamps, the same counts
+            _hashed_moved(slots, self._slots, np.zeros(4, dtype=np.uint32))
+            self._meta = meta
+            return
         held = np.flatnonzero(slots[0::2])
         self._meta = np.zeros(4, dtype=np.uint32)
-        self._slots = _empty_slots(values)
         self._add(slots[0::2][held], slots[1::2][held])
         if meta[1]:
             self._add(np.zeros(1, dtype=np.uint32), meta[2:3].copy())

@@ -28,7 +28,7 @@ from ..store.housekeeping import ForgetRequests, forget, rebuild_tables, sweep_e
 from ..store.index import Index, IndexSettings, IndexTxn, MapFull
 from ..store.merge import SpreadMerge, generation_hash_keys, merge_slices, rewritten_bytes, serial_span
 from ..store.mirror import RecentMirror, place_masks
-from ..store.sites import provisional_pages, set_provisional_pages, write_rekeyed
+from ..store.sites import provisional_pages, set_provisional_pages, write_rekeyed_many
 from ..store.view import write_documents
 from ..core.templates import TemplateSettings
 from .decide import Together, decide_together
@@ -200,8 +200,7 @@ class Engine:
 
     def _write_rekeyed(self, txn: IndexTxn, together: Together) -> None:
         """The band keys of the batch's first pages, rekeyed in it."""
-        for serial, keys in together.rekeyed.items():
-            write_rekeyed(txn, serial, keys)
+        write_rekeyed_many(txn, together.rekeyed)
 
     def _write_own(self, txn: IndexTxn, batch: PreparedBatch, together: Together, lookup_keys):
         pairs = list(together.records.values())

@@ -25,7 +25,7 @@ from ..store.index import DocRecord, IndexTxn, damaged_shingles
 from ..store.candidates import Hits, RekeyedKeys, earliest_of_runs, with_extra_candidates
 from ..store.mirror import RecentMirror
 from ..store.view import first_documents
-from ..store.sites import provisional_pages, write_rekeyed
+from ..store.sites import provisional_pages, write_rekeyed_many
 from .settings import ExcerptSettings
 from .sitelearning import BatchContent
 
@@ -244,6 +244,8 @@ def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch:
             matches.verify_row(row, strong_serials[strong_bounds[row]:strong_bounds[row + 1]], verified_by)
         if sources is not None:
             sources.verify(row, matches, timeline)
+    if first is not None:
+        first.write()
     evidence.matches = matches.verified()
     evidence.unkept = sorted(matches.unkept)
     named = [serial for _, serial, _ in evidence.matches] + [serial for _, serial, _, _ in evidence.sources]
@@ -539,6 +541,7 @@ class OwnFirstPages:
         self.signing = signing
         self._pages: dict[int, list[int]] = {}
         self._keys = RekeyedKeys()  # serial -> its keys rekeyed in this batch
+        self._written: dict[int, np.ndarray] = {}  # serial -> its latest keys, not yet in the table (``write``)
 
     def _of(self, site: int) -> list[int]:
         pages = self._pages.get(site)
@@ -554,9 +557,16 @@ class OwnFirstPages:
             return []
         keys = band_keys_of([content_now(serial) for serial in pages], self.signing)
         for serial, serial_keys in zip(pages, keys):
-            write_rekeyed(self.txn, serial, serial_keys)
+            self._written[serial] = serial_keys
             self._keys[serial] = serial_keys
         return [(row, serial, serial_keys.tolist()) for serial, serial_keys in zip(pages, keys)]
+
+    def write(self) -> None:
+        """Write the pages rekeyed so far, each with its latest keys, into the ``rekeyed`` table (once the
+        batch's look-ups are done: nothing reads the table after them)."""
+        if self._written:
+            write_rekeyed_many(self.txn, self._written)
+            self._written = {}
 
     @property
     def rekeyed(self) -> bool:

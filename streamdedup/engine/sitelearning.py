@@ -134,20 +134,24 @@ class BatchRepeats:
         self.tables: dict = {}  # the ``RepeatTable`` of each site the batch touches that has one
         self._pages: dict[int, list[tuple[int, np.ndarray, bool]]] = {}  # site -> (row, shingles, takes new)
         self._firsts: dict[int, tuple] = {}  # site -> its batch pages' shingles and where each is first, second
-        self._counted: dict[int, tuple[int, np.ndarray, np.ndarray]] = {}  # row -> site, its page, what was fresh
+        self._counted: dict[int, tuple] = {}  # row -> site, its page, what was fresh, a part of the page or None
 
-    def add(self, site: int, row: int, page: np.ndarray, takes_new: bool, fresh: np.ndarray) -> None:
+    def add(self, site: int, row: int, page: np.ndarray, takes_new: bool, fresh: np.ndarray,
+            part: Optional[np.ndarray] = None) -> None:
         """A new page of ``site`` at ``row`` (rows in order); ``takes_new``: its site's ``seen`` takes it;
-        ``fresh``: what of it its site had not seen (``SiteState.count_repeats``)."""
+        ``fresh``: what of it its site had not seen (``SiteState.count_repeats``); ``part``: values of ``page``
+        only (the row's content, when it is the page without the shared template), asked about as a whole."""
         self._pages.setdefault(site, []).append((row, page, takes_new))
         self._firsts.pop(site, None)
-        self._counted[row] = site, page, fresh
+        self._counted[row] = site, page, fresh, part
 
     def repeated(self, values: np.ndarray, site: int, row: int) -> np.ndarray:
         """Which of ``values`` (sorted uint32) are on two or more new pages of ``site`` up to ``row``, this one
         included (as ``SiteState.count_repeats`` page by page would say)."""
         counted = self._counted.get(row)
         if counted is not None and counted[0] == site:  # the row's own page: as its counting found
+            if values is counted[3]:  # within the counted page: repeated unless fresh
+                return ~in_sorted(values, counted[2])
             return _repeated_of_counted(values, counted[1], counted[2], lambda rest: self._searched(rest, site, row))
         return self._searched(values, site, row)
 
@@ -283,7 +287,7 @@ class SiteTemplates:
                 if repeats is not None and not state.ahead:
                     counted, kept = state.counted_part_and_rest(full, shared)
                     takes = state.takes_new()
-                    repeats.add(site, row, counted, takes, state.count_repeats(counted, base + row + 1))
+                    repeats.add(site, row, counted, takes, state.count_repeats(counted, base + row + 1), kept)
                 moved = state.add_page(full, settings, counted)
                 if not was_settled and state.template is not before:
                     settles.setdefault(row, []).append(site)

@@ -44,20 +44,30 @@ class RekeyedKeys:
     def __init__(self):
         self._keys: dict[int, list[int]] = {}  # serial -> its latest keys, in the order first rekeyed
         self._order: dict[int, int] = {}  # serial -> its place in that order
-        self._serials: dict[tuple[int, int], list[int]] = {}  # (band, key) -> the serials whose latest keys hold it
+        self._serials: dict[tuple[int, int], dict[int, None]] = {}  # (band, key) -> serials whose latest keys hold it
         self._held: dict[int, int] = {}  # key -> in how many of those slots: most rows meet none of them
 
     def __setitem__(self, serial: int, keys: np.ndarray) -> None:
-        held = self._held
-        for slot in enumerate(self._keys.get(serial, ())):
-            self._serials[slot].remove(serial)
+        """A page's keys, rekeyed (again): only the bands whose key changed move (a page is rekeyed once by the
+        evidence and again by the decision with the same keys, and keeps most of them when its template moves;
+        which serials a slot holds, not their order in it, makes ``candidates``)."""
+        held, serials = self._held, self._serials
+        before, keys = self._keys.get(serial, ()), keys.tolist()
+        self._keys[serial] = keys
+        self._order.setdefault(serial, len(self._order))
+        if keys == before:
+            return
+        for slot in enumerate(before):
+            if slot[0] < len(keys) and keys[slot[0]] == slot[1]:
+                continue
+            del serials[slot][serial]
             held[slot[1]] -= 1
             if not held[slot[1]]:
                 del held[slot[1]]
-        self._keys[serial] = keys = keys.tolist()
-        self._order.setdefault(serial, len(self._order))
         for slot in enumerate(keys):
-            self._serials.setdefault(slot, []).append(serial)
+            if slot[0] < len(before) and before[slot[0]] == slot[1]:
+                continue
+            serials.setdefault(slot, {})[serial] = None
             held[slot[1]] = held.get(slot[1], 0) + 1
 
     def __bool__(self) -> bool:

@@ -41,7 +41,7 @@ from ..core.templates import GrowingSet, SiteState, in_sorted
 from .index import IndexTxn, u64
 
 __all__ = ["load_site", "save_site", "move_site_counts", "shared_template", "site_summaries", "provisional_pages",
-           "set_provisional_pages", "write_rekeyed", "remove_rekeyed"]
+           "set_provisional_pages", "write_rekeyed_many", "remove_rekeyed"]
 
 _EMPTY = np.zeros(0, dtype=np.uint32)
 _WINDOW = 0x8000  # window slots in ``site_samples``, after the sample's pages
@@ -165,23 +165,29 @@ def set_provisional_pages(txn: IndexTxn, site: int, serials: list[int]) -> None:
         txn.delete("site_provisional", u64(site))
 
 
-def write_rekeyed(txn: IndexTxn, serial: int, keys: np.ndarray) -> None:
-    """A first page's band keys by its settled content (``keys``: one per band), beside its own, in place of
-    those it had in the table: only the bands whose key changed are written (a page rekeyed again when its
-    site's template moves keeps most of them)."""
-    value = u64(serial)
-    raw = txn.get("rekeyed_of", value)
-    before = np.frombuffer(raw, dtype=">u8").tolist() if raw is not None else []
-    now = keys.tolist()
-    if now == before:
-        return
-    for band, key in enumerate(before):
-        if band >= len(now) or now[band] != key:
-            txn.delete("rekeyed", band.to_bytes(2, "big") + key.to_bytes(8, "big"), value)
-    pairs = sorted((band.to_bytes(2, "big") + key.to_bytes(8, "big"), value)
-                   for band, key in enumerate(now) if band >= len(before) or before[band] != key)
-    txn.txn.cursor(db=txn.dbs["rekeyed"]).putmulti(pairs, dupdata=True)
-    txn.txn.put(value, keys.astype(">u8").tobytes(), db=txn.dbs["rekeyed_of"])
+def write_rekeyed_many(txn: IndexTxn, rekeyed: dict) -> None:
+    """First pages' band keys by their settled content (serial -> keys, one per band), beside their own, in
+    place of those they had in the table: only the bands whose key changed are written (a page rekeyed again
+    when its site's template moves keeps most of them), every page's in one sorted ``putmulti`` (each
+    descent of the table near the last). A page's entries hold its serial, so one page's deletions and puts
+    never touch another's: the table ends as written page by page."""
+    pairs = []
+    for serial, keys in rekeyed.items():
+        value = u64(serial)
+        raw = txn.get("rekeyed_of", value)
+        before = np.frombuffer(raw, dtype=">u8").tolist() if raw is not None else []
+        now = keys.tolist()
+        if now == before:
+            continue
+        for band, key in enumerate(before):
+            if band >= len(now) or now[band] != key:
+                txn.delete("rekeyed", band.to_bytes(2, "big") + key.to_bytes(8, "big"), value)
+        pairs.extend((band.to_bytes(2, "big") + key.to_bytes(8, "big"), value)
+                     for band, key in enumerate(now) if band >= len(before) or before[band] != key)
+        txn.txn.put(value, keys.astype(">u8").tobytes(), db=txn.dbs["rekeyed_of"])
+    if pairs:
+        pairs.sort()
+        txn.txn.cursor(db=txn.dbs["rekeyed"]).putmulti(pairs, dupdata=True)
 
 
 def remove_rekeyed(txn: IndexTxn, serial: int) -> None:
