@@ -87,15 +87,9 @@ def test_a_run_s_layer_is_sized_to_its_keys_so_memory_follows_the_runs_and_each_
     run_serials, keys_a_serial = 1000, 20  # 20,000 keys a run: 20.2 bits a key take 6,313 words, so 8,192
     grown = BandFilter(1 << 14, 1 << 20)  # 16 KiB to start (10,922 keys at 12 bits), then 32 KiB
     chunks, others = [], rng.integers(0, 2**64, size=1 << 19, dtype=np.uint64)
-    for run in range(12):
-        first = run * run_serials
-        if run:
-            grown.start_run(bandfilter.run_keys(sum(grown.held), first, run_serials))
-        for part in range(4):
-            keys = rng.integers(0, 2**64, size=run_serials * keys_a_serial // 4, dtype=np.uint64)
-            grown.add(keys, (first, first + run_serials - 1))
-            chunks.append((keys, (first, first + run_serials - 1)))
-            assert grown.ahead is None or run == 0
+    for run, added in _added_run_after_run(grown, 12, rng, run_serials, keys_a_serial):
+        chunks += added
+        assert grown.ahead is None or run == 0  # none made ahead (only start_run drops one)
     sizes = [len(layer) for layer in grown.layers]
     assert sizes == [2048, 4096] + [8192] * 11, sizes  # main's: 2048, 4096, 4096, 8192 x 3, 16384 x 5 (912 KiB)
     own = []
@@ -112,15 +106,7 @@ def test_a_run_s_layer_is_sized_to_its_keys_so_memory_follows_the_runs_and_each_
     assert capped.may_hold(np.concatenate([keys for keys, _ in chunks])).all()
     built = BandFilter.of_keys(iter(chunks), 1 << 14, 1 << 20)
     assert [len(layer) for layer in built.layers] == sizes and built.covers == grown.covers
-
-    class Index:
-        path, meta = str(tmp_path), {"index_id": "x"}
-
-        def read(self):
-            import contextlib
-            return contextlib.nullcontext(type("Txn", (), {"counters": {"merged_upto": 7}})())
-
-    bandfilter.save(Index(), capped)
+    bandfilter.save(_FakeIndex(tmp_path), capped)
     loaded = bandfilter._load(str(tmp_path), (b"x", 7), 1 << 14, 1 << 18)
     assert loaded is not None and [len(layer) for layer in loaded.layers] == [2048, 4096, 8192, 8192, 8192]
     assert loaded.covers == capped.covers and loaded.may_hold(np.concatenate([keys for keys, _ in chunks])).all()
@@ -138,14 +124,8 @@ def test_past_its_cap_the_filter_folds_two_run_layers_into_one_so_each_new_run_s
     folded = BandFilter(1 << 14, 1 << 18)  # 16 + 32 KiB for the first run, then room for three runs' layers
     others = rng.integers(0, 2**64, size=1 << 18, dtype=np.uint64)
     stored, runs = [], 12
-    for run in range(runs):
-        first = run * run_serials
-        if run:
-            folded.start_run(bandfilter.run_keys(sum(folded.held), first, run_serials))
-        for part in range(4):
-            keys = rng.integers(0, 2**64, size=run_serials * keys_a_serial // 4, dtype=np.uint64)
-            folded.add(keys, (first, first + run_serials - 1))
-            stored.append(keys)
+    for run, added in _added_run_after_run(folded, runs, rng, run_serials, keys_a_serial):
+        stored += [keys for keys, _ in added]
         if run == 5:  # saved once layers were folded, then folded again: saved again from the first fold on
             assert len(folded.saved) == 0 or len(folded.layers) == 5
             bandfilter.save(_FakeIndex(tmp_path), folded)
@@ -162,6 +142,22 @@ def test_past_its_cap_the_filter_folds_two_run_layers_into_one_so_each_new_run_s
     bandfilter.save(_FakeIndex(tmp_path), folded)
     loaded = bandfilter._load(str(tmp_path), (b"x", 7), 1 << 14, 1 << 18)
     assert loaded is not None and loaded.covers == folded.covers and loaded.may_hold(stored).all()
+
+
+def _added_run_after_run(band_filter: BandFilter, runs: int, rng, run_serials: int, keys_a_serial: int):
+    """Random keys added to ``band_filter`` run after run of ``run_serials`` serials, in four parts a run, each run
+    after the first started (``start_run``) as a merge does; yields each run's number and its (keys, serials)
+    once they are added."""
+    for run in range(runs):
+        first = run * run_serials
+        if run:
+            band_filter.start_run(bandfilter.run_keys(sum(band_filter.held), first, run_serials))
+        added = []
+        for _ in range(4):
+            keys = rng.integers(0, 2**64, size=run_serials * keys_a_serial // 4, dtype=np.uint64)
+            band_filter.add(keys, (first, first + run_serials - 1))
+            added.append((keys, (first, first + run_serials - 1)))
+        yield run, added
 
 
 class _FakeIndex:
