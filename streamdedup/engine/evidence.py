@@ -319,9 +319,9 @@ def _settled_apart(asking: Asking, content: Optional[BatchContent]) -> bool:
 def slots_looked_up(asked: np.ndarray, rows: np.ndarray, asking: Asking,
                     content: Optional[BatchContent]) -> np.ndarray:
     """The batch's probed slots (``probe_slots``: sorted, ``rows`` the row of each) that the band lookups ask:
-    without those only settled rows probe (``_settled_apart``), when that holds. At 1M documents an exact copy's
-    32 band keys nearly all reach the band table (its first copy is far back), a sixth of the table's
-    positionings, and what they find decides nothing: a replay or an exact copy takes no place under a key
+    without those only settled rows probe (``_settled_apart``), when that holds. Late in a 1M-document crawl an
+    exact copy's 32 band keys nearly all reach the band table (its first copy is far back: 29% of the table's
+    positionings at 900,000 in ``bench.offline``'s), and what they find decides nothing: a replay or an exact copy takes no place under a key
     (``decide._places_taken``) and is decided before any candidate is looked at. A slot another row probes too is
     asked as before, so that row's entries, counts and places are the same."""
     if not asking.settled or not _settled_apart(asking, content):
