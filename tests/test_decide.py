@@ -343,3 +343,52 @@ def test_record_ids_read_at_once_are_those_read_one_by_one(tmp_path, monkeypatch
                     txn.record_ids([1, 99])
                 assert txn.stored_codings([1, 2, 3, 4, 99]) == codings
             assert one_by_one[4] == "é-d"
+
+
+@pytest.mark.parametrize("settings", [(), ("templates.enabled=false",), ('lsh.cap="probes"', "lsh.max_candidates=2")],
+                         ids=["defaults", "no-templates", "probes-cap-2"])
+def test_rows_the_first_round_settles_decide_the_same_without_their_band_lookups(tmp_path, crawl, monkeypatch,
+                                                                                    settings):
+    """Replays and exact copies of documents far back (in the band table, merged) are decided by the first round:
+    the slots only they probe are not looked up (``evidence.slots_looked_up``), and the batch decides and files
+    exactly as with every slot looked up, its later batches too; a slot such a row shares with a near copy of the
+    same document is still asked."""
+    from streamdedup.engine import evidence as evidence_module
+    from streamdedup.store.check import check_index
+
+    docs = [(d.id, d.text) for d in crawl[:600]]
+    originals = docs[:200]
+    mixed = ([(f"copy-{i}", text) for i, text in originals[:40]] + docs[300:320]  # exact copies, replays
+             + [(f"near-{i}", _edit(text, 25)) for i, text in originals[:10]]  # near copies of copied originals
+             + [(f"new-{i}", f"unrelated {i} " + BASE) for i in range(3)])
+    later = [(f"later-{i}", text) for i, text in originals[40:60]] + [(f"edit-{i}", _edit(t, 20)) for i, t in docs[:20]]
+
+    def outcomes(path, apart):
+        monkeypatch.setattr(evidence_module, "_settled_apart",
+                            apart if apart is not None else lambda asking, content: False)
+        cfg = config_module.load(None, ("index.merge_every=200", *settings), environ={})
+        with Engine(cfg, str(tmp_path / path)) as engine:
+            for start in range(0, len(docs), 100):
+                _run(engine, docs[start:start + 100])
+            decided = [_run(engine, mixed), _run(engine, later)]
+            report = check_index(engine.index)
+            assert report.ok, report.problems
+            return [[(d.status, d.cluster, d.matched, d.similarity, d.exact, d.replayed, d.candidates, d.verified)
+                     for d in batch] for batch in decided], _places(engine)
+
+    asked_and_looked_up = []
+    real_slots = evidence_module.slots_looked_up
+
+    def recording(asked, rows, asking, content):
+        looked_up = real_slots(asked, rows, asking, content)
+        asked_and_looked_up.append((len(set(asked.tolist())), len(set(looked_up.tolist()))))
+        return looked_up
+
+    monkeypatch.setattr(evidence_module, "slots_looked_up", recording)
+    skipping = outcomes("skipping", evidence_module._settled_apart)
+    assert any(looked_up < asked for asked, looked_up in asked_and_looked_up)
+    everything = outcomes("everything", None)
+    assert skipping == everything
+    statuses = [d[0] for d in skipping[0][0]]
+    assert statuses[:40] == ["duplicate"] * 40 and all(d[4] for d in skipping[0][0][:40])
+    assert all(d[5] for d in skipping[0][0][40:60])

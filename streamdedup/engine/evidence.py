@@ -30,6 +30,7 @@ from .settings import ExcerptSettings
 from .sitelearning import BatchContent
 
 __all__ = ["Evidence", "Gathered", "Asking", "content_evidence", "band_evidence", "rows_settled", "OwnFirstPages",
+           "slots_looked_up",
            "row_anchors", "row_items", "replay_of", "twin_of", "probe_slots", "own_keys_of",
            "pair_similarity", "pair_containment", "excerpt_anchors"]
 
@@ -207,7 +208,7 @@ def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch:
     records = _RecordCache(txn)
     evidence = Evidence()
     asked, rows = probe_slots(batch, lookup_keys, content)
-    runs = bands.lookup_runs(txn, mirror, asked)
+    runs = bands.lookup_runs(txn, mirror, slots_looked_up(asked, rows, asking, content))
     if asking.cutoff is not None:
         runs = [_unexpired(keys, serials, records, asking.cutoff) for keys, serials in runs if len(keys)]
     found_keys, found_serials = earliest_of_runs(runs, asking.max_candidates)
@@ -221,9 +222,9 @@ def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch:
     verified_by = None if timeline is None or _no_template(txn, timeline) else timeline
     strong = hits.at_least(asking.min_shared)
     strong_serials, strong_bounds = strong.serials.tolist(), strong.bounds
-    if verified_by is None:  # candidates compared with their stored codings: read at once
-        matches.read_codings(strong_serials)
     to_verify = _rows_to_verify(hits, asking, content, sources is not None)
+    if verified_by is None:  # candidates compared with their stored codings: read at once
+        matches.read_codings(_serials_of_rows(strong_serials, strong_bounds, to_verify))
     if (verified_by is None and sources is None and (content is None or not content.settles)
             and (first is None or not first.rekeyed)
             and matches.verify_listed(to_verify, strong_serials, strong_bounds)):
@@ -301,12 +302,44 @@ def _rows_to_verify(hits: Hits, asking: Asking, content: Optional[BatchContent],
         look = np.ones(n, dtype=bool)
     else:
         look = np.diff(np.asarray(hits.at_least(asking.min_shared).bounds)) > 0
-    if content is not None:  # rows a site settles at rekey pages, whatever the rows decide
-        if content.settles:
-            look[min(content.settles):] = True
-    elif asking.settled:
+    if content is not None and content.settles:  # rows a site settles at rekey pages, whatever the rows decide
+        look[min(content.settles):] = True
+    if asking.settled and (content is None or _settled_apart(asking, content)):
         look[list(asking.settled)] = False
     return np.flatnonzero(look).tolist()
+
+
+def _settled_apart(asking: Asking, content: Optional[BatchContent]) -> bool:
+    """Whether nothing the second round finds for the rows the first round settles (``Asking.settled``) reaches
+    a decision: their decisions read no band key (``decide``: a replay, or an exact copy of its twin), and other
+    rows read only their own slots' entries. Not so with retention (the entries found, all of them, name the
+    documents past it: ``Evidence.unmatchable``) nor where a site settles (every row from there is verified,
+    its hits counted with the pages rekeyed: ``_rows_to_verify``)."""
+    return asking.cutoff is None and (content is None or not content.settles)
+
+
+def slots_looked_up(asked: np.ndarray, rows: np.ndarray, asking: Asking,
+                    content: Optional[BatchContent]) -> np.ndarray:
+    """The batch's probed slots (``probe_slots``: sorted, ``rows`` the row of each) that the band lookups ask:
+    without those only settled rows probe (``_settled_apart``), when that holds. Late in a 1M-document crawl an
+    exact copy's 32 band keys nearly all reach the band table (its first copy is far back: 29% of the table's
+    positionings at 900,000 in ``bench.offline``'s), and what they find decides nothing: a replay or an exact copy takes no place under a key
+    (``decide._places_taken``) and is decided before any candidate is looked at. A slot another row probes too is
+    asked as before, so that row's entries, counts and places are the same."""
+    if not asking.settled or not _settled_apart(asking, content):
+        return asked
+    settled = np.fromiter(asking.settled, dtype=np.int64, count=len(asking.settled))
+    unsettled = np.ones(max(int(rows.max(initial=-1)), int(settled.max())) + 1, dtype=bool)
+    unsettled[settled] = False
+    return asked[unsettled[rows]]
+
+
+def _serials_of_rows(serials: list[int], bounds: list[int], rows: list[int]) -> list[int]:
+    """The listed ``serials`` of these rows (``serials[bounds[row]:bounds[row + 1]]`` of each), all of them when
+    every row is among them."""
+    if len(rows) == len(bounds) - 1:
+        return serials
+    return [serial for row in rows for serial in serials[bounds[row]:bounds[row + 1]]]
 
 
 def rows_settled(first_round: list[Evidence], retention: bool) -> frozenset:
