@@ -22,6 +22,7 @@ from streamdedup.core.templates import (GrowingSet, RepeatTable, SiteState, Temp
                                        without_repeats)
 from streamdedup.core.excerpts import containment
 from streamdedup.core.verify import jaccard
+from streamdedup.engine import sitelearning as sitelearning_module
 from streamdedup.engine.sitelearning import BatchRepeats
 from test_templates import _decide, _engine
 
@@ -94,6 +95,42 @@ def test_what_a_site_repeats_is_the_same_at_every_row_of_a_batch_as_page_by_page
                 assert (repeats.repeated(part, site, row) == expected[row][part]).all()
             assert (repeats._searched(values, site, row) == expected[row]).all()  # from the sets and batch pages
         assert not repeats.repeated(values, site + 1, 0).any()  # a site without pages: nothing repeated
+
+
+def test_a_batchs_pages_counted_site_by_site_answer_as_counted_in_row_order(monkeypatch):
+    """``SiteTemplates.content`` counts a batch's new pages site by site (each site's in row order), not in row
+    order: every row's answers (``BatchRepeats.repeated``), what each counting returned and each site's sets
+    once settled are those of counting the rows in turn (two sites interleaved, one whose ``seen`` fills up
+    within the batch, in tables and in the sorted sets)."""
+    monkeypatch.setattr(templates_module, "MAX_SEEN", 400)
+    rng = np.random.default_rng(3)
+    sites = rng.choice([4, 9], 40).tolist()
+    pages = [_u32(rng.integers(0, 300 if site == 4 else 1500, 80)) for site in sites]
+    values = np.arange(1500, dtype=np.uint32)
+    for table in ((False, True) if templates_module._hashed else (False,)):
+        answers, sets = [], []
+        for by_site in (False, True):
+            states = {site: SiteState() for site in (4, 9)}
+            if table:
+                assert all(state.with_table() is not None for state in states.values())
+            repeats = BatchRepeats(lambda s: SiteState(), TemplateSettings(repeats=True).learns, 100)
+            uncounted = {}
+            for row, (site, page) in enumerate(zip(sites, pages)):
+                if by_site:
+                    uncounted.setdefault(site, []).append((row, page, page))
+                else:
+                    takes = states[site].takes_new()
+                    repeats.add(site, row, page, takes, states[site].count_repeats(page, 101 + row), page)
+            if by_site:
+                sitelearning_module._count_site_by_site(uncounted, states, repeats)
+            answers.append([repeats.repeated(values, site, row).tolist() for row, site in enumerate(sites)] +
+                           [repeats._counted[row][2].tolist() for row in range(len(sites))])
+            for state in states.values():
+                state.settle_counts()
+            sets.append([(state.seen.tolist(), state.repeated.tolist()) for state in states.values()])
+        assert answers[0] == answers[1]
+        assert sets[0] == sets[1]
+        assert len(sets[1][0][0]) < 400 <= len(sets[1][1][0])  # site 9's ``seen`` filled up, site 4's did not
 
 
 def _counted_in_turn(pages: list, table: bool) -> tuple[SiteState, list]:

@@ -231,6 +231,26 @@ def _by_value_then_page(pages: list) -> np.ndarray:
     return keyed
 
 
+def _count_site_by_site(uncounted: dict, states: dict, repeats: BatchRepeats) -> None:
+    """Count the repeats of a batch's new pages (``SiteState.count_repeats``, then ``BatchRepeats.add``) site by
+    site, each site's pages in row order.
+
+    A page's counting depends only on its site's counting state and the
+    pages counted before it (nothing else of the batch's plan reads that
+    state, and ``add_page`` is handed the counted part), so the answers are
+    those of counting in row order. Counting probes the site's table once a
+    value, a cache miss in the tables of a few hundred sites; a site's next
+    page repeats much of its section's navigation, whose slots are then
+    still cached.
+    """
+    base = repeats.base
+    for site, pages in uncounted.items():
+        state = states[site]
+        for row, counted, kept in pages:
+            takes = state.takes_new()
+            repeats.add(site, row, counted, takes, state.count_repeats(counted, base + row + 1), kept)
+
+
 class SiteTemplates:
     """The writer's view of the learned templates: committed state cached, batches planned on copies."""
 
@@ -262,6 +282,7 @@ class SiteTemplates:
         learns = settings.learns
         base = self._stamp_base(len(sites))
         repeats = BatchRepeats(lambda site: self._committed(txn, site), learns, base) if settings.repeats else None
+        uncounted: dict[int, list] = {}  # site -> its new pages' (row, counted part, content while templates stand)
         for i, item in enumerate(batch.items):
             row = batch.row[i]
             if row < 0 or not isinstance(item, Document):
@@ -286,8 +307,7 @@ class SiteTemplates:
                 before, was_settled = state.template, state.settled_for_good()
                 if repeats is not None and not state.ahead:
                     counted, kept = state.counted_part_and_rest(full, shared)
-                    takes = state.takes_new()
-                    repeats.add(site, row, counted, takes, state.count_repeats(counted, base + row + 1), kept)
+                    uncounted.setdefault(site, []).append((row, counted, kept))
                 moved = state.add_page(full, settings, counted)
                 if not was_settled and state.template is not before:
                     settles.setdefault(row, []).append(site)
@@ -302,6 +322,8 @@ class SiteTemplates:
             rows.append(content)
             if content is not full:
                 changed.append(row)
+        if uncounted:
+            _count_site_by_site(uncounted, copies, repeats)
         self._write(txn, copies, shared, batch.hosts)
         view.use_band_keys(self._content_keys(batch, rows, changed))
         lines = batch.short_lines if settings.lines else None
