@@ -326,6 +326,66 @@ def test_a_file_feed_hands_over_to_its_process_after_any_block_with_the_same_bat
     assert process_started == (ready_after is not None)
 
 
+@pytest.mark.parametrize("lines", [True, False])
+def test_a_file_feed_hands_over_a_batchs_lines_only_when_they_are_used(crawl_file, lines):
+    """What the feed process's loop hands over (here through a queue in this process): without a clean output,
+    each ``FileBatch`` with an empty block and everything else as read."""
+    import queue
+    import threading
+
+    from streamdedup.core.decode import InputSpec
+    from streamdedup.core.signing import SigningConfig
+    from streamdedup.runtime.feed import Ended, FileReading, _feed_batches
+    from streamdedup.runtime.source import FilePosition
+
+    signing, spec, reading = SigningConfig(), InputSpec(), FileReading((str(crawl_file),), 150)
+    reader, handed = reading.open(), queue.Queue()
+    reader.start(FilePosition())
+    _feed_batches(reader, spec, signing, handed, threading.Event(), lines)
+    messages = [handed.get_nowait() for _ in range(handed.qsize())]
+    read = reading.open()
+    read.start(FilePosition())
+    blocks = [read.read().records for _ in messages[:-1]]
+    assert isinstance(messages[-1], Ended) and len(blocks) > 2
+    assert [m.records.block for m in messages[:-1]] == [b.block if lines else b"" for b in blocks]
+    assert [(m.records.first_line, len(m.records), m.records.sources()) for m in messages[:-1]] == \
+        [(b.first_line, len(b), b.sources()) for b in blocks]
+    assert [len(m.prepared.items) for m in messages[:-1]] == [len(b) for b in blocks]
+
+
+@pytest.mark.system
+@pytest.mark.parametrize("lines", [True, False])
+def test_a_feed_process_sends_a_file_batchs_lines_only_when_they_are_used(crawl_file, lines):
+    """Without a clean output the lines stay in the feed process (an empty block comes over); the batches'
+    lines numbers, positions, sources and prepared batches are those read inline either way."""
+    import numpy as np
+
+    from streamdedup.core.decode import InputSpec
+    from streamdedup.core.signing import SigningConfig
+    from streamdedup.runtime.feed import FileReading, InlineFeed, ProcessFeed
+    from streamdedup.runtime.source import FilePosition
+
+    signing, spec, size = SigningConfig(), InputSpec(), 150
+    reading = FileReading((str(crawl_file),), size)
+    inline = InlineFeed(reading.open(), spec, signing)
+    inline.start(FilePosition())
+    alone = list(inline.batches())
+    assert len(alone) > 2
+
+    feed = ProcessFeed(reading, spec, signing)
+    try:
+        feed.start(FilePosition(), signing, spec, lines)
+        fed = list(feed.batches())
+    finally:
+        feed.close()
+    assert [b.records.block for b in fed] == [b.records.block if lines else b"" for b in alone]
+    assert [(b.records.first_line, len(b.records), b.records.sources(), b.position, b.at_end) for b in fed] == \
+        [(b.records.first_line, len(b.records), b.records.sources(), b.position, b.at_end) for b in alone]
+    for f, a in zip(fed, alone):
+        assert np.array_equal(f.prepared.keys, a.prepared.keys) and f.prepared.id_keys == a.prepared.id_keys
+        assert [(i.id, i.source) for i in f.prepared.items] == [(i.id, i.source) for i in a.prepared.items]
+
+
 def test_one_process_dedup_makes_the_next_batchs_hashes_on_a_thread_with_the_same_batches(crawl_file, monkeypatch):
     """With ``worker.prepare_processes = 0`` the kernel's part of preparing runs on another thread, a batch ahead
     (``feed.ThreadFeed``); the batches, their positions and their prepared batches are those read inline."""

@@ -66,7 +66,8 @@ class FileBatch:
     path: str
     first_line: int  # line number of the block's first line (from 1)
     count: int  # lines in the block
-    block: bytes  # the lines, each with its newline (the file's last line may lack it)
+    block: bytes  # the lines, each with its newline (the file's last line may lack it); b"" when they stayed in
+    # the feed process (``runtime.feed.ProcessFeed``: the caller writes no clean output)
     format: str = "lines"  # "lines" (read by input.format), or "warc" (``runtime.warc``'s lines)
 
     def __len__(self) -> int:

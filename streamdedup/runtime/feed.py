@@ -33,7 +33,7 @@ import queue
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing import reduction
 from typing import TYPE_CHECKING, Any, Iterator, NamedTuple, Optional, Union
 
@@ -262,11 +262,12 @@ def feed_start_method() -> str:
 
 
 def open_feed(paths: list[str], spec, signing, batch_size: int, processes: int, start: FilePosition,
-              spawned: Optional["ProcessFeed"] = None) -> Union["ProcessFeed", "ThreadFeed"]:
+              spawned: Optional["ProcessFeed"] = None, lines: bool = True) -> Union["ProcessFeed", "ThreadFeed"]:
     """A started feed of the lines of ``paths`` from ``start`` on (read in a second process when ``processes``,
     else here, the kernel's part of preparing on a thread: ``ThreadFeed``).
 
-    ``spawned``: the feed process ``spawn_file_feed`` made for these paths, taken over.
+    ``spawned``: the feed process ``spawn_file_feed`` made for these paths, taken over. ``lines``: whether the
+    caller uses the batches' lines (the clean output); when not, a feed process keeps them (see ``ProcessFeed``).
     """
     reading = file_reading(paths, batch_size, processes)
     if spawned is None and not processes:
@@ -275,9 +276,9 @@ def open_feed(paths: list[str], spec, signing, batch_size: int, processes: int, 
         return feed
     feed = spawned or ProcessFeed(reading, spec, signing)
     if "-" in paths:  # a pipe read here could not be handed on where it stopped
-        feed.start(start, signing, spec)
+        feed.start(start, signing, spec, lines)
     else:
-        feed.start_here_first(InlineFeed(reading.open(), spec, signing), start, signing, spec)
+        feed.start_here_first(InlineFeed(reading.open(), spec, signing), start, signing, spec, lines)
     return feed
 
 
@@ -396,6 +397,11 @@ class ProcessFeed:
     waits: the index's ``SigningConfig``, or the ``Config`` when the index is
     not open yet (the command line spawns the feed before anything else).
     ``start_method``: see ``feed_start_method``.
+
+    A file batch's lines (``FileBatch.block``, some 3 of the 5 MB a batch
+    of 2,000 crawled pages takes through the pipe) come over only when the
+    caller uses them (``start``'s ``lines``: the clean output); else its
+    ``FileBatch`` arrives with an empty block, and every other field.
     """
 
     def __init__(self, reading: Union[KafkaReading, FileReading], spec, warm_up, start_method: str = "spawn"):
@@ -418,19 +424,21 @@ class ProcessFeed:
         self.position: Any = None
         self.ended = False
         self._here: Optional[InlineFeed] = None  # prepares here until the process is ready (``start_here_first``)
+        self._lines = True  # whether the process sends file batches' lines, once ``start_here_first`` started it
 
-    def start(self, order, signing, spec=None) -> None:
+    def start(self, order, signing, spec=None, lines: bool = True) -> None:
         """Read from ``order`` on: Kafka, (start offsets, limits or None); files, a ``FilePosition``.
 
         ``spec`` replaces the ``InputSpec`` the process was made with (the
         worker learns the clean topic's size limit only once it is connected).
+        ``lines``: whether file batches come with their lines (see the class).
         """
         self.position = _first_position(order)
-        self._orders.put((order, signing, spec))
+        self._orders.put((order, signing, spec, lines))
         self._started_at = time.monotonic()
         threading.Thread(target=self._receive, name="streamdedup-feed-receiver", daemon=True).start()
 
-    def start_here_first(self, here: InlineFeed, order, signing, spec=None) -> None:
+    def start_here_first(self, here: InlineFeed, order, signing, spec=None, lines: bool = True) -> None:
         """Like ``start``, but batches are read and prepared by ``here`` until the feed process is ready.
 
         A spawned process takes about half a second to import and warm up
@@ -443,6 +451,7 @@ class ProcessFeed:
         """
         here.start(order, signing, spec)
         self._here = here
+        self._lines = lines
         self.position = order
 
     def fetch_ahead(self) -> None:
@@ -496,7 +505,7 @@ class ProcessFeed:
             self._here, self.ended = None, True
         elif self._ready.is_set():
             self._here = None
-            self.start(position, here.signing, here.spec)
+            self.start(position, here.signing, here.spec, self._lines)
         self.position = position
         return FedBatch(block, prepare_raw(block, here.spec, here.signing), position, last)
 
@@ -573,11 +582,11 @@ def _feed_main(reading, spec, warm_up, orders, batches, stop, parent: int, ready
         warming.join()
         if ready is not None:
             ready.set()
-        order, signing, given_spec = _wait_for_orders(orders, stop)
+        order, signing, given_spec, lines = _wait_for_orders(orders, stop)
         if signing is None:
             return
         reader.start(order)
-        _feed_batches(reader, given_spec or spec, signing, batches, stop)
+        _feed_batches(reader, given_spec or spec, signing, batches, stop, lines)
         stop.wait()  # the input ended: stay until told, or the queue's last messages may never leave
     except Exception as exc:  # handed to the parent (the worker then starts a new session)
         _hand_over(batches, Failed(_as_ours(exc, reading)), stop)
@@ -625,10 +634,10 @@ def _wait_for_orders(orders, stop) -> tuple:
             return orders.get(timeout=0.2)
         except queue.Empty:
             continue
-    return None, None, None
+    return None, None, None, True
 
 
-def _feed_batches(reader, spec, signing, batches, stop) -> None:
+def _feed_batches(reader, spec, signing, batches, stop, lines: bool = True) -> None:
     from ..core.prepare import prepare_compact, raw_payload
 
     while not stop.is_set():
@@ -637,9 +646,14 @@ def _feed_batches(reader, spec, signing, batches, stop) -> None:
             continue
         if isinstance(message, Read):
             payload = message.records if isinstance(message.records, FileBatch) else raw_payload(message.records)
-            message = message._replace(records=payload, prepared=prepare_compact(payload, spec, signing))
+            message = message._replace(records=_sent(payload, lines), prepared=prepare_compact(payload, spec, signing))
         if not _hand_over(batches, message, stop) or isinstance(message, Ended):
             return
+
+
+def _sent(payload, lines: bool):
+    """What of a batch's records goes to the deciding process: a ``FileBatch`` without its lines, when not used."""
+    return payload if lines or not isinstance(payload, FileBatch) else replace(payload, block=b"")
 
 
 def _filled(source: KafkaSource, records: list, limit, busy) -> list:

@@ -39,7 +39,8 @@ def dedup_files(engine: Engine, inputs: list[str], spec: InputSpec, clean: Optio
     progress = progress or Progress(None if sizes is None else sum(sizes), enabled=False)
     summary = Summary(resumed=start.resumed)
     began = time.monotonic()
-    feed = open_feed(inputs, spec, engine.signing, batch_size, prepare_processes, start.position, spawned)
+    feed = open_feed(inputs, spec, engine.signing, batch_size, prepare_processes, start.position, spawned,
+                     lines=clean is not None)
     try:
         for batch in feed.batches():
             feed.fetch_ahead()  # the next batch comes off the pipe on the feed's thread, mostly while this one syncs
@@ -58,7 +59,7 @@ def dedup_files(engine: Engine, inputs: list[str], spec: InputSpec, clean: Optio
 def _learn_templates(engine: Engine, inputs: list[str], spec: InputSpec, batch_size: int, processes: int) -> None:
     if "-" in inputs:
         raise ConfigError("--learn-first reads the inputs twice: give files, not stdin (-)")
-    feed = open_feed(inputs, spec, engine.signing, batch_size, processes, FilePosition())
+    feed = open_feed(inputs, spec, engine.signing, batch_size, processes, FilePosition(), lines=False)
     try:
         engine.learn_templates_first(batch.prepared for batch in feed.batches())
     finally:
