@@ -293,16 +293,10 @@ def test_a_file_feed_hands_over_to_its_process_after_any_block_with_the_same_bat
 
     import numpy as np
 
-    from streamdedup.core.decode import InputSpec
-    from streamdedup.core.signing import SigningConfig
-    from streamdedup.runtime.feed import FileReading, InlineFeed, ProcessFeed
+    from streamdedup.runtime.feed import InlineFeed, ProcessFeed
     from streamdedup.runtime.source import FilePosition
 
-    signing, spec, size = SigningConfig(), InputSpec(), 150
-    reading = FileReading((str(crawl_file),), size)
-    inline = InlineFeed(reading.open(), spec, signing)
-    inline.start(FilePosition())
-    alone = list(inline.batches())
+    reading, spec, signing, alone = _read_inline(crawl_file)
     assert len(alone) > 4
 
     feed = ProcessFeed(reading, spec, signing)
@@ -360,16 +354,10 @@ def test_a_feed_process_sends_a_file_batchs_lines_only_when_they_are_used(crawl_
     lines numbers, positions, sources and prepared batches are those read inline either way."""
     import numpy as np
 
-    from streamdedup.core.decode import InputSpec
-    from streamdedup.core.signing import SigningConfig
-    from streamdedup.runtime.feed import FileReading, InlineFeed, ProcessFeed
+    from streamdedup.runtime.feed import ProcessFeed
     from streamdedup.runtime.source import FilePosition
 
-    signing, spec, size = SigningConfig(), InputSpec(), 150
-    reading = FileReading((str(crawl_file),), size)
-    inline = InlineFeed(reading.open(), spec, signing)
-    inline.start(FilePosition())
-    alone = list(inline.batches())
+    reading, spec, signing, alone = _read_inline(crawl_file)
     assert len(alone) > 2
 
     feed = ProcessFeed(reading, spec, signing)
@@ -428,3 +416,18 @@ def test_one_process_dedup_makes_the_next_batchs_hashes_on_a_thread_with_the_sam
         assert f.prepared.contents == a.prepared.contents and f.prepared.id_keys == a.prepared.id_keys
         assert np.array_equal(f.prepared.shingles.hashes, a.prepared.shingles.hashes)
         assert [i.id for i in f.prepared.items] == [i.id for i in a.prepared.items]
+
+
+def _read_inline(crawl_file, size: int = 150):
+    """The file's reading in batches of ``size`` lines, its input spec and signing (the defaults), and the batches
+    one process makes of it alone (``InlineFeed``): what a feed process's batches are compared with."""
+    from streamdedup.core.decode import InputSpec
+    from streamdedup.core.signing import SigningConfig
+    from streamdedup.runtime.feed import FileReading, InlineFeed
+    from streamdedup.runtime.source import FilePosition
+
+    signing, spec = SigningConfig(), InputSpec()
+    reading = FileReading((str(crawl_file),), size)
+    inline = InlineFeed(reading.open(), spec, signing)
+    inline.start(FilePosition())
+    return reading, spec, signing, list(inline.batches())
