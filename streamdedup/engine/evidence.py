@@ -323,9 +323,10 @@ def slots_looked_up(asked: np.ndarray, rows: np.ndarray, asking: Asking,
     """The batch's probed slots (``probe_slots``: sorted, ``rows`` the row of each) that the band lookups ask:
     without those only settled rows probe (``_settled_apart``), when that holds. Late in a 1M-document crawl an
     exact copy's 32 band keys nearly all reach the band table (its first copy is far back: 29% of the table's
-    positionings at 900,000 in ``bench.offline``'s), and what they find decides nothing: a replay or an exact copy takes no place under a key
-    (``decide._places_taken``) and is decided before any candidate is looked at. A slot another row probes too is
-    asked as before, so that row's entries, counts and places are the same."""
+    positionings at 900,000 in ``bench.offline``'s), and what they find decides nothing: a replay or an exact
+    copy takes no place under a key (``decide._places_taken``) and is decided before any candidate is looked
+    at. A slot another row probes too is asked as before, so that row's entries, counts and places are the
+    same."""
     if not asking.settled or not _settled_apart(asking, content):
         return asked
     settled = np.fromiter(asking.settled, dtype=np.int64, count=len(asking.settled))

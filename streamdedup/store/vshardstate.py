@@ -81,14 +81,13 @@ from ..core import eliasfano
 from ..core.lsh import KEY_MASK, band_slots
 from ..core.shingle import ShingleBatch
 from ..core.signing import SigningConfig
-from ..core.verify import codes_together, jaccard, jaccards_coded
+from ..core.verify import all_code_together, jaccard, jaccards_coded
 from ..errors import IncompatibleIndexError, IndexUnusableError
 from .bandfilter import SCAN_CHUNK, BandFilter
 from .bands import BandRows
 from .hashed import BUCKET_BYTES, HASH_BYTES, entry, filter_keys, salted, serials_of
 from .index import (DocRecord, Index, IndexSettings, IndexTxn, MapFull, damaged_shingles, from_u64, rows_as_bytes,
-                    serial_key,
-                    u64)
+                    serial_key, u64)
 from .mirror import KeyPlaces
 
 __all__ = ["LmdbState", "RECENT_PLACES", "StoredVShard", "VSHARD_FORMAT", "holder", "holder_homes", "holder_serials",
@@ -312,7 +311,7 @@ class LmdbState:
         coded = self.txn.stored_codings(sorted(set(serials)))
         at = [i for i, serial in enumerate(serials) if serial in coded]
         found: list[Optional[float]] = [None] * len(serials)
-        if all(codes_together(owns[i]) for i in at):
+        if all_code_together([owns[i] for i in at]):
             similarities, bad = jaccards_coded([owns[i] for i in at], [coded[serials[i]] for i in at])
             if bad >= 0:
                 raise damaged_shingles(serials[at[bad]])
