@@ -2,7 +2,7 @@
 
 Stable across processes and machines (never Python's ``hash``): a document's
 home is its id hash's (``records.id_key``) last 4 bytes modulo ``count`` (a
-rejected record's, the hash of where it came from); a band slot
+record rejected without an id, the hash of where it came from); a band slot
 (``lsh.band_slots``) and a content hash are mixed by a fixed multiplier
 first, so keys spread over vshards whatever their bits.
 """
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...core.prepare import PreparedBatch
-from ...core.records import id_key
+from ...core.prepare import id_keys_of
+from ...core.records import Item
 
-__all__ = ["home_of", "homes_of", "item_homes", "owners_of_slots", "owners_of_contents"]
+__all__ = ["home_of", "homes_of", "homes_of_items", "owners_of_slots", "owners_of_contents"]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / golden ratio: a multiplier that spreads every bit upwards
 
@@ -32,18 +32,14 @@ def homes_of(id_keys: list[bytes], count: int) -> np.ndarray:
     return np.frombuffer(joined, dtype=">u4")[1::2].astype(np.int64) % count
 
 
-def item_homes(batch: PreparedBatch, count: int) -> np.ndarray:
-    """The home of each item of ``batch``, which stores it and sends it out: a document's by its id hash, a
-    rejected record's by where it came from (so every signing process agrees on it, whatever else the batch
-    holds)."""
-    rows = np.asarray(batch.row, dtype=np.int64)
-    documents = rows >= 0
-    homes = np.empty(len(rows), dtype=np.int64)
-    homes[documents] = homes_of(batch.id_keys, count)[rows[documents]]
-    for i in np.flatnonzero(~documents).tolist():
-        source = batch.items[i].source
-        homes[i] = home_of(id_key(f"{source.name}:{source.partition}:{source.offset}"), count)
-    return homes
+def homes_of_items(items: list[Item], count: int) -> np.ndarray:
+    """The home of each decoded record, which prepares, stores and sends it out: its id's (a document's, or a
+    record rejected with an id), else the place it came from's, so every signing process agrees on it whatever
+    else its batch holds. Every version of an id has one home; a record that decodes to a document whose text
+    normalizes to nothing is rejected at that home, which is its id's."""
+    keys = id_keys_of([item.id if item.id is not None else
+                       f"{item.source.name}:{item.source.partition}:{item.source.offset}" for item in items])
+    return homes_of(keys, count)
 
 
 def owners_of_slots(slots: np.ndarray, count: int) -> np.ndarray:

@@ -38,7 +38,7 @@ from ...core.records import Decision, Item, id_key
 from ...core.signing import signing_config
 from ...core.memory import collector_paused
 from ..settings import DedupSettings
-from .placement import homes_of
+from .placement import homes_of, homes_of_items
 from .vshard import Message, VShard, check_supported
 
 __all__ = ["Simulator", "Run", "Forget", "cut_epochs", "homes_of_items"]
@@ -170,7 +170,7 @@ class Simulator:
     def _epoch(self, number: int, items: list[Item]) -> None:
         now = self.clock()
         span = (self.next_serial, self.next_serial + len(items))
-        homes = homes_of_items(items, self.count)
+        homes = homes_of_items(items, self.count).tolist()
         flight: list[Message] = []
         for vshard in self.vshards:
             mine = [at for at, home in enumerate(homes) if home == vshard.number]
@@ -216,13 +216,6 @@ class Simulator:
         self.run.cpu[vshard % self.processes] += spent
         self.run.stage_cpu[stage] += spent
         return sent
-
-
-def homes_of_items(items: list[Item], count: int) -> list[int]:
-    """The home of each record: its document id's (a record without an id: the place it came from)."""
-    keys = [id_key(item.id if item.id is not None else f"{item.source.name}:{item.source.partition}:"
-                                                       f"{item.source.offset}") for item in items]
-    return homes_of(keys, count).tolist()
 
 
 def cut_epochs(partitions: list[list[Item]], seed: int, largest: int = 64) -> list[list[Item]]:

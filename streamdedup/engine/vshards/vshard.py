@@ -62,7 +62,7 @@ import numpy as np
 
 from ...config import Config
 from ...core.lsh import band_slots
-from ...core.prepare import PreparedBatch, prepare
+from ...core.prepare import PreparedBatch, prepare, prepare_in_pieces
 from ...core.records import Decision, Document, Item, Source, id_key
 from ...core.signing import band_keys_of
 from ...core.shingle import ShingleBatch
@@ -180,14 +180,17 @@ class VShard:
 
     def slice(self, epoch: int, items: list[Item], serials: list[int], span: tuple[int, int],
               now: float) -> list[Message]:
-        """Start ``epoch`` (serials ``span``) with the records it holds that this vshard is home to, in order,
-        and the place of each in the deployment's order."""
-        return self.slice_prepared(epoch, prepare(items, self.signing), serials, span, now)
+        """Start ``epoch`` (serials ``span``) with the records it holds that this vshard is home to, decoded, in
+        order, and the place of each in the deployment's order: the home prepares them (``core.prepare``, in
+        pieces), so a signing process sends each home its records' bytes alone."""
+        with collector_paused():
+            batch = prepare_in_pieces(items, self.signing)
+        return self.slice_prepared(epoch, batch, serials, span, now)
 
     def slice_prepared(self, epoch: int, batch: PreparedBatch, serials: list[int], span: tuple[int, int],
                        now: float) -> list[Message]:
-        """``slice`` of records a signing process prepared already (``core.prepare``, this vshard's signing
-        settings): each item of ``batch`` with its place in the order."""
+        """``slice`` of records prepared already (``core.prepare``, this vshard's signing settings): each item of
+        ``batch`` with its place in the order."""
         self._starting(epoch, "epoch")
         with collector_paused():
             return self._sliced(epoch, batch, serials, span, now)

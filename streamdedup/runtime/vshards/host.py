@@ -30,9 +30,8 @@ from typing import Callable, Optional
 
 from ...config import Config, kafka_client_settings
 from ...core.memory import collector_paused, keep_freed_memory
-from ...core.prepare import prepare
 from ...core.records import id_key
-from ...core.signed import ForgetOrder, subset
+from ...core.signed import ForgetOrder
 from ...core.signing import signing_config
 from ...engine.settings import DedupSettings
 from ...engine.vshards import Message, VShard, check_supported, homes_of
@@ -507,28 +506,29 @@ class VShardHost:
         if not order.fresh_after(h.next_input):  # every record of it taken before (signed twice)
             h.order_at = offset + 1
             return True
-        records, batch, places = self._home_records(h, order)
+        records, items, places = self._home_records(h, order)
         span = (h.next_serial, h.next_serial + order.count)
         for topic, partition, _, last in order.ranges:
             h.next_input[(topic, partition)] = max(h.next_input.get((topic, partition), 0), last + 1)
         h.next_serial = span[1]
         serials = [span[0] + p for p in places]
         h.flight = _InFlight(epoch, offset, records, serials)
-        self._send(h.vshard.slice_prepared(epoch, batch, serials, span, order.signed_at))
+        self._send(h.vshard.slice(epoch, items, serials, span, order.signed_at))
         return True
 
     def _home_records(self, h: _Hosted, order: Epoch) -> tuple:
-        """This home's records of ``order`` not taken before: whole, prepared, and their places in the epoch."""
+        """This home's records of ``order`` not taken before: whole, decoded (``Home.items``: the home prepares
+        them, ``VShard.slice``), and their places in the epoch."""
         at = order.homes.get(h.number)
         if at is None:
-            return [], prepare([], h.vshard.signing), []
+            return [], [], []
         home: Home = unpack_home(self.inbound.home(h.number, at, self.stopper, self.step))
         h.records_at = at + 1
         keep = [r.source.offset >= h.next_input.get((r.source.name, r.source.partition), 0) for r in home.records]
-        if all(keep):  # the usual case: nothing signed twice, nothing to copy
-            return home.records, home.prepared, home.places
-        return ([r for r, k in zip(home.records, keep) if k], subset(home.prepared, keep),
-                [p for p, k in zip(home.places, keep) if k])
+        if not all(keep):  # signed twice: the records taken before are left out before decoding
+            home.records = [r for r, k in zip(home.records, keep) if k]
+            home.places = [p for p, k in zip(home.places, keep) if k]
+        return home.records, home.items(), home.places
 
     def _receive(self, polled: list) -> bool:
         """Deliver what the exchange brought; whether anything came. Every message's offset counts in its

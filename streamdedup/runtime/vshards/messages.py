@@ -7,8 +7,9 @@
   vshard reads every one, so they are small.
 - The **records topic** (``shards.signed_topic`` + ``-values``, a partition
   per vshard) holds a *home* message per epoch and vshard that is home to
-  records of it: those records whole, what preparing made of them, and each
-  one's place in the epoch. Only the home reads it.
+  records of it: those records whole, each one's place in the epoch, and how
+  the signing process decoded them (its ``[input]`` spec): the home decodes
+  and prepares them itself. Only the home reads it.
 - The **exchange topic** (``shards.evidence_topic``, a partition per vshard)
   holds the vshards' messages to each other (``engine.vshards.Message``),
   on the receiver's partition.
@@ -16,23 +17,28 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Union
 
 import msgpack
 
-from ...core.prepare import PreparedBatch, raw_payload, raw_records
-from ...core.records import RawRecord
-from ...core.signed import ForgetOrder, pack_forget, packed_prepared, prepared_of
+from ...core.decode import InputSpec
+from ...core.prepare import decode_raw, raw_payload, raw_records
+from ...core.records import Item, RawRecord
+from ...core.signed import ForgetOrder, pack_forget
 from ...engine.vshards.message import Message
+from ..sink.messages import kept_record_bytes
 
 __all__ = ["Epoch", "Home", "ForgetOrder", "pack_epoch", "pack_home", "pack_forget", "unpack_order", "unpack_home",
-           "pack_message", "unpack_message", "input_ranges", "KEYS_FORMAT"]
+           "pack_message", "unpack_message", "input_ranges", "kept_with_order", "KEYS_FORMAT"]
 
 # The sharded deployment's messages: 1 and 2 were the signed batches of the deployment before; 4 sends the probes'
-# and kept messages' serials as runs (``vshard._runs``), which a host of format 3 cannot read, so an epoch of
-# either is refused by the other's hosts.
-KEYS_FORMAT = 4
+# and kept messages' serials as runs (``vshard._runs``), which a host of format 3 cannot read; 5 sends a home its
+# records' bytes alone, which it decodes and prepares (format 4 sent what the signer prepared too, which a host of
+# format 5 does not read, nor one of 4 these). An epoch of one is refused by the other's hosts.
+KEYS_FORMAT = 5
+ORDER_HEADER_BYTES = 64  # room for the ``streamdedup.order`` header a vshard adds to a kept record
 
 
 @dataclass
@@ -53,11 +59,15 @@ class Epoch:
 
 @dataclass
 class Home:
-    """One vshard's records of an epoch: whole, prepared, and each one's place in the epoch."""
+    """One vshard's records of an epoch, whole, each one's place in the epoch, and how to decode them."""
 
     places: list[int]
     records: list[RawRecord]
-    prepared: PreparedBatch
+    spec: InputSpec  # the signing process's: records too large for the clean topic are rejected as they decode
+
+    def items(self) -> list[Item]:
+        """The records decoded as the signing process decoded them to place them (``placement.homes_of_items``)."""
+        return decode_raw(raw_payload(self.records), self.spec)
 
 
 def input_ranges(records: list[RawRecord]) -> dict[tuple[str, int], tuple[int, int]]:
@@ -90,19 +100,34 @@ def unpack_order(data: bytes) -> Union[Epoch, ForgetOrder]:
     return Epoch(signed_at, fingerprint, count, [tuple(r) for r in ranges], dict(homes))
 
 
-def pack_home(places: list[int], records: list[RawRecord], prepared: PreparedBatch) -> bytes:
-    return msgpack.packb([KEYS_FORMAT, "home", places, list(raw_payload(records)), packed_prepared(prepared)],
+def pack_home(places: list[int], records: list[RawRecord], spec: InputSpec) -> bytes:
+    return msgpack.packb([KEYS_FORMAT, "home", places, list(raw_payload(records)), _spec_fields(spec)],
                          use_bin_type=True)
 
 
 def unpack_home(data: bytes) -> Home:
     fields = msgpack.unpackb(data, use_list=True)
     if fields[:2] != [KEYS_FORMAT, "home"]:
-        raise ValueError(f"not a home message of format {KEYS_FORMAT}: {fields[:2]!r}")
-    _, _, places, payload, prepared = fields
+        raise ValueError(f"not a home message of format {KEYS_FORMAT}: {fields[:2]!r} (a deployment of another "
+                         "version wrote this topic)")
+    _, _, places, payload, spec = fields
     payload[2] = [tuple(map(tuple, headers)) if headers else () for headers in payload[2]]  # most have none
-    records = raw_records(tuple(payload))
-    return Home(places, records, prepared_of(prepared, [r.source for r in records]))
+    return Home(places, raw_records(tuple(payload)), _spec_of(spec))
+
+
+def kept_with_order(*record) -> int:
+    """A document's record size on the clean topic were it kept (``InputSpec.kept_bytes``), with room for the
+    header a vshard adds."""
+    return kept_record_bytes(*record) + ORDER_HEADER_BYTES
+
+
+def _spec_fields(spec: InputSpec) -> dict:
+    """``spec``'s settings (all but its measure of a kept record, ``kept_with_order`` wherever a limit is set)."""
+    return {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if f.name != "kept_bytes"}
+
+
+def _spec_of(fields: dict) -> InputSpec:
+    return InputSpec(**fields, kept_bytes=kept_with_order if fields["max_output_bytes"] else None)
 
 
 def pack_message(message: Message) -> bytes:

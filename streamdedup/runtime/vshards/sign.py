@@ -1,11 +1,12 @@
 """The ``sign`` role: input records in, epochs out, in a consumer group of any size.
 
 Each poll's records (topped up while the input is behind, ``_batch``) are
-decoded and prepared (``core.prepare``), and cut into epochs of at most
-``shards.batch_bytes`` record bytes per vshard. Each
-vshard home to records of an epoch gets a home message on its partition of
-the records topic: those records whole and what preparing made of them
-(``messages.pack_home``); once the broker has those, the epoch naming them
+cut into epochs of at most ``shards.batch_bytes`` record bytes per vshard and
+decoded, which places each at its home (``placement.homes_of_items``: by its
+id). Each vshard home to records of an epoch gets a home message on its
+partition of the records topic: those records whole, with how they were
+decoded (``messages.pack_home``); the home decodes and prepares them itself,
+so what preparing makes never crosses Kafka. Once the broker has those, the epoch naming them
 goes to the order topic (``messages.pack_epoch``); once the broker has every
 epoch, the group's offsets after them are committed. A process that dies
 between two of these (home messages no epoch names are never read), or loses
@@ -24,31 +25,27 @@ from typing import Callable, Optional
 from ...config import Config, kafka_client_settings
 from ...core.decode import InputSpec
 from ...core.memory import keep_freed_memory
-from ...core.prepare import prepare_raw, raw_payload
+from ...core.prepare import decode_raw, raw_payload
 from ...core.records import RawRecord
-from ...core.signed import joined, split
 from ...core.signing import signing_config
-from ...engine.vshards.placement import item_homes
+from ...engine.vshards.placement import homes_of_items
 from ...faults import reached
 from ...ops.logs import Log
 from ...ops.telemetry import WorkerTelemetry
 from ..sink.admin import topic_limits
-from ..sink.messages import kept_record_bytes
 from ..sessions import SessionLoop
 from ..source import KafkaSource
-from .messages import input_ranges, pack_epoch, pack_home
+from .messages import input_ranges, kept_with_order, pack_epoch, pack_home
 from .topics import SIGNED_MESSAGE_BYTES, ensure_internal_topics, values_topic
 
 __all__ = ["run_signer", "signed_chunks", "queue_forget"]
 
 FILL_WAIT_S = 0.5  # longest time spent filling an epoch while the input is behind
 EPOCH_S = 0.1  # shortest time an epoch fills for while records keep coming (each costs its vshards as much)
-PREPARE_RECORDS = 2000  # records prepared at once (``_prepared``)
 # A session's first epoch holds at most this share of ``shards.epoch_records``, and each next one twice as many as
 # the one before, up to it: the vshards wait for an epoch whole before they begin it, so a full first epoch (0.5 s
 # of signing 10,000 records) left them idle at start, where a small one starts them while the next is signed.
 FIRST_EPOCH_SHARE = 1 / 8
-ORDER_HEADER_BYTES = 64  # room for the ``streamdedup.order`` header a vshard adds to a kept record
 # A signer killed without leaving the group holds its input partitions until the group drops it after
 # ``session_timeout_ms`` (kafka-python: 45 s), and signing stops meanwhile; a signer's heartbeats run on
 # their own thread, so a shorter session costs nothing. A member hears of a rebalance in a heartbeat's
@@ -80,8 +77,7 @@ class _Signer:
 
         ensure_internal_topics(config)
         self.config = config
-        self.signing = signing_config(config)
-        self.fingerprint = self.signing.fingerprint()
+        self.fingerprint = signing_config(config).fingerprint()
         self.values_topic = values_topic(config)
         consumer_settings = kafka_client_settings(config.kafka, "consumer")
         producer_settings = kafka_client_settings(config.kafka, "producer")
@@ -99,8 +95,7 @@ class _Signer:
         limit = topic_limits(settings, [clean]).get(clean, 0)
         if not limit:
             return spec
-        return dataclasses.replace(spec, max_output_bytes=limit,
-                                   kept_bytes=lambda *record: kept_record_bytes(*record) + ORDER_HEADER_BYTES)
+        return dataclasses.replace(spec, max_output_bytes=limit, kept_bytes=kept_with_order)
 
     def sign_once(self, timeout_ms: int, step: Callable[[Optional[str]], None] = lambda name: None) -> int:
         """Read a poll's records, sign them and send their epochs, then commit the group's offsets; returns how
@@ -118,12 +113,12 @@ class _Signer:
             return 0
         self._grow_epochs()
         step("the epochs sent")
-        chunks = [(chunk, self._prepared(chunk)) for chunk in signed_chunks(records, self._most_bytes())]
-        homes_at = [self._send_homes(chunk, prepared) for chunk, prepared in chunks]
+        chunks = signed_chunks(records, self._most_bytes())
+        homes_at = [self._send_homes(chunk) for chunk in chunks]
         timeout = self.config.worker.kafka_timeout_s
         homes_at = [{home: sent.get(timeout=timeout).offset for home, sent in at.items()} for at in homes_at]
         reached("values-sent")  # a crash here leaves home messages no epoch names: the next signer sends its own
-        for (chunk, _), at in zip(chunks, homes_at):
+        for chunk, at in zip(chunks, homes_at):
             epoch = pack_epoch(time.time(), self.fingerprint, chunk, at)
             self.producer.send(self.config.shards.signed_topic, partition=0, value=epoch)
         self.producer.flush(timeout=timeout)
@@ -134,19 +129,17 @@ class _Signer:
         step(None)
         return len(records)
 
-    def _prepared(self, chunk: list[RawRecord]):
-        """``chunk`` decoded and prepared, ``PREPARE_RECORDS`` at a time (an epoch's arrays at once outgrow the
-        caches: preparing 10,000 records in one go cost a fifth more a record than in pieces of 2,000)."""
-        return joined([prepare_raw(raw_payload(chunk[at:at + PREPARE_RECORDS]), self.spec, self.signing)
-                       for at in range(0, len(chunk), PREPARE_RECORDS)])
-
-    def _send_homes(self, chunk: list[RawRecord], prepared) -> dict:
-        """Send the home message of each vshard home to records of ``chunk`` (``item_homes``): their bytes, and
-        what preparing made of them, for their home alone; vshard -> its send's future."""
-        parts = split(prepared, item_homes(prepared, self.config.shards.count).tolist())
+    def _send_homes(self, chunk: list[RawRecord]) -> dict:
+        """Send the home message of each vshard home to records of ``chunk`` (``homes_of_items``, of the records
+        decoded): their bytes and places, for their home alone, which decodes and prepares them; vshard -> its
+        send's future."""
+        homes = homes_of_items(decode_raw(raw_payload(chunk), self.spec), self.config.shards.count).tolist()
+        places: dict[int, list[int]] = {}
+        for place, home in enumerate(homes):
+            places.setdefault(home, []).append(place)
         return {home: self.producer.send(self.values_topic, partition=home,
-                                         value=pack_home(places, [chunk[at] for at in places], part))
-                for home, (places, part) in parts.items()}
+                                         value=pack_home(at, [chunk[p] for p in at], self.spec))
+                for home, at in sorted(places.items())}
 
     def _first_epoch_records(self) -> int:
         """Records the session's first epoch holds at most (``FIRST_EPOCH_SHARE``): the source's batch size, which
