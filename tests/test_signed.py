@@ -146,3 +146,30 @@ def test_an_epoch_of_the_format_before_runs_is_refused_naming_both_formats():
     older = msgpack.packb([4, "epoch", 1.0, "fp", 1, [["raw", 0, 0, 0]], [[0, 0]]], use_bin_type=True)
     with pytest.raises(ValueError, match=r"not an epoch of format 5: \[4, 'epoch'\]"):
         unpack_order(older)
+
+
+def _html_records() -> list[RawRecord]:
+    page = "<html><body><nav>home</nav><article><p>{}</p></article></body></html>"
+    values = [json.dumps({"id": "p-0", "html": page.format("rivers and their bridges " * 20)}),
+              json.dumps({"id": "p-1", "html": "<html><body><nav>only navigation</nav></body></html>"}),
+              json.dumps({"id": "p-2", "html": 7}),
+              json.dumps({"id": "p-3", "text": "a record without its HTML, read by its text field"}),
+              json.dumps({"html": page.format("a page without an id")}), "{not json"]
+    return [RawRecord(v.encode(), Source("raw", 0, n)) for n, v in enumerate(values)]
+
+
+def test_placing_finds_every_records_id_without_extracting_its_main_content():
+    spec = InputSpec(html_field="html")
+    records = _html_records()
+    whole = decode_raw(raw_payload(records), spec)
+    placed = decode_raw(raw_payload(records), spec.placing())
+    assert [i.id for i in placed] == [i.id for i in whole]
+    assert isinstance(whole[0], Document) and whole[0].text and placed[0].text == ""
+    assert [type(i) for i in whole[1:3]] == [Rejected, Rejected]
+    for count in (2, 3, 8):
+        assert homes_of_items(placed, count).tolist() == homes_of_items(whole, count).tolist()
+    pages = [RawRecord(json.loads(r.value)["html"].encode(), r.source, f"https://site.example/{n}".encode())
+             for n, r in enumerate(records[:2])]
+    html = InputSpec(format="html")
+    assert [i.id for i in decode_raw(raw_payload(pages), html.placing())] == \
+        [i.id for i in decode_raw(raw_payload(pages), html)]

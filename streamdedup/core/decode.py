@@ -36,7 +36,7 @@ Reason codes (also the ``reason`` label of the rejected-documents metric):
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any, Callable, Optional
 
@@ -71,6 +71,7 @@ class InputSpec:
     max_output_bytes: int = 0  # the clean topic's max.message.bytes, set by the worker at start (0: no limit)
     kept_bytes: Optional[Callable[..., int]] = None  # with it: a document's record size on the clean topic, kept
     html_field: str = ""  # dotted path of a page's HTML in an object: its main content is the text ("": none)
+    main_content: bool = True  # False: an HTML page's document carries its id alone, nothing extracted (``placing``)
 
     def __post_init__(self) -> None:
         if self.max_output_bytes and self.kept_bytes is None:
@@ -81,6 +82,12 @@ class InputSpec:
         """The spec of a config ``[input]`` section."""
         return cls(section.format, section.id_field, section.text_field, section.url_field,
                    section.max_record_bytes, section.max_text_bytes, section.binary_keys, html_field=section.html_field)
+
+    def placing(self) -> "InputSpec":
+        """The spec that finds each record's id and nothing more: an HTML page's main content is not extracted
+        nor a kept record measured, whose rejections carry the id the record has anyway (the sharded signer
+        places records by id; their homes decode them with the whole spec)."""
+        return replace(self, main_content=False, max_output_bytes=0, kept_bytes=None)
 
 
 RECORD_ROOM = 16 << 10  # what a kept record carries besides its text: JSON framing, id, key, headers (ours too)
@@ -244,6 +251,8 @@ def _decoded(value: Optional[bytes], source: Source, spec: InputSpec, key: Optio
 
 def _html_page(page, doc_id: str, source: Source, spec: InputSpec, url: Optional[str] = None) -> Item:
     """The main content of an HTML page (bytes or str) as a document; the key names it, and is its URL if it is one."""
+    if not spec.main_content:
+        return Document(doc_id, "", source)
     markup = html_text(page)
     if markup is None:
         return Rejected("not_decodable", "no encoding reads the page's bytes", source, doc_id)

@@ -82,6 +82,7 @@ class _Signer:
         consumer_settings = kafka_client_settings(config.kafka, "consumer")
         producer_settings = kafka_client_settings(config.kafka, "producer")
         self.spec = self._input_spec(consumer_settings)
+        self.placing = self.spec.placing()
         self.source = KafkaSource(config.input.topics, {**GROUP_SESSION, **consumer_settings},
                                   f"{config.kafka.group_id}-sign", self._first_epoch_records())
         self.source.subscribe(config.input.topics)
@@ -131,9 +132,9 @@ class _Signer:
 
     def _send_homes(self, chunk: list[RawRecord]) -> dict:
         """Send the home message of each vshard home to records of ``chunk`` (``homes_of_items``, of the records
-        decoded): their bytes and places, for their home alone, which decodes and prepares them; vshard -> its
+        decoded as far as their ids: ``InputSpec.placing``): their bytes and places, for their home alone, which decodes and prepares them; vshard -> its
         send's future."""
-        homes = homes_of_items(decode_raw(raw_payload(chunk), self.spec), self.config.shards.count).tolist()
+        homes = homes_of_items(decode_raw(raw_payload(chunk), self.placing), self.config.shards.count).tolist()
         places: dict[int, list[int]] = {}
         for place, home in enumerate(homes):
             places.setdefault(home, []).append(place)
