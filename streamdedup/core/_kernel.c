@@ -125,8 +125,8 @@
  *     Table rows laid end to end (keys: n keys of key_width bytes, values: n values of value_width
  *     bytes) as the (key, value) tuples a cursor's putmulti takes: list(zip(rows_as_bytes(keys),
  *     rows_as_bytes(values))) without numpy's list of bytes and zip's tuples between (a merge's
- *     band entries: about 2.3 million a merge of 100,000 documents). ValueError when the sizes do
- *     not give n of each.
+ *     band entries: about 2.3 million a merge of 100,000 documents, in 4,096 buckets: a key equal to
+ *     the row before's is that row's bytes object). ValueError when the sizes do not give n of each.
  *
  * by_serial(pairs) -> dict
  *     py-lmdb getmulti's (key, value) pairs as {int.from_bytes(key, "big"): value} (keys of at most
@@ -2081,8 +2081,16 @@ static PyObject *row_pairs(PyObject *self, PyObject *args) {
     Py_ssize_t n = keys.len / key_width;
     result = PyList_New(n);
     const char *key = (const char *)keys.buf, *value = (const char *)values.buf;
+    PyObject *last = NULL; /* the row before's key: a bucket's rows share one bytes object */
     for (Py_ssize_t i = 0; result && i < n; i++, key += key_width, value += value_width) {
-        PyObject *k = PyBytes_FromStringAndSize(key, key_width);
+        PyObject *k;
+        if (last && !memcmp(key - key_width, key, (size_t)key_width)) {
+            Py_INCREF(last);
+            k = last;
+        } else {
+            k = PyBytes_FromStringAndSize(key, key_width);
+        }
+        last = k;
         PyObject *v = k ? PyBytes_FromStringAndSize(value, value_width) : NULL;
         PyObject *pair = v ? PyTuple_New(2) : NULL;
         if (!pair) {
