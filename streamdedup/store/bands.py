@@ -59,9 +59,9 @@ try:
 except ImportError:  # built without a C compiler: the cursor is walked from Python, with the same rows
     _kernel = None
 
-__all__ = ["BandRows", "BandTables", "as_bytes_list", "band_entries", "put_rows", "stored_keys", "record_band_keys", "run_bases",
-           "runs_after_merge", "run_problems", "start_runs", "KEY_ROW", "BAND_ROW", "BAND_KEY_BYTES", "RUN_SERIALS",
-           "SHORT_RUNS", "RUNS_KEY"]
+__all__ = ["BandRows", "BandTables", "as_bytes_list", "band_entries", "put_rows", "stored_keys", "record_band_keys",
+           "run_bases", "runs_after_merge", "run_problems", "start_runs", "KEY_ROW", "BAND_ROW", "BAND_KEY_BYTES",
+           "RUN_SERIALS", "SHORT_RUNS", "RUNS_KEY"]
 
 BAND_KEY_BYTES = 4  # a band key is 32 bits (``lsh.band_keys``): in records, the recent log and the table
 KEY_ROW = np.dtype([("band", ">u2"), ("key", ">u8")])  # a key of the ``rekeyed`` table
