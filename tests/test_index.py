@@ -517,6 +517,46 @@ def test_band_table_rows_are_the_same_read_by_the_kernel_and_by_the_python_loop(
     assert 0 < len(by_kernel[1]) < len(by_kernel[0])
 
 
+def test_a_merge_slice_puts_the_same_band_rows_made_by_the_kernel_and_by_numpy(tmp_path, monkeypatch):
+    """``bands.put_rows`` makes a merge's (key, value) rows in the kernel (``row_pairs``) or, built without it,
+    from numpy's bytes: the same rows, so the same table; the kernel refuses keys and values of unequal rows."""
+    import numpy as np
+
+    from streamdedup.core import _kernel
+    from streamdedup.store import bands as bands_module
+    from streamdedup.store.bands import BandTables, put_rows, start_runs
+    from streamdedup.store.mirror import RecentMirror
+
+    rng = np.random.default_rng(5)
+    keys, values = rng.integers(0, 1 << 32, 500, dtype=np.uint64), rng.integers(0, 1 << 48, 500, dtype=np.uint64)
+    values[:3] = [0, (1 << 48) - 1, 1 << 40]  # the widths' first and last values
+    by_kernel = put_rows(keys, 4, values, 6)
+    monkeypatch.setattr(bands_module, "_kernel", None)
+    assert put_rows(keys, 4, values, 6) == by_kernel
+    assert by_kernel[1] == (int(keys[1]).to_bytes(4, "big"), b"\xff" * 6)
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="as many rows"):
+        _kernel.row_pairs(b"\x00" * 8, b"\x00" * 7, 4, 6)
+
+    serials = np.unique(rng.integers(1, 5000, 300)).astype(np.int64)
+    mirror = RecentMirror()
+    mirror.add([(int(s), int(s).to_bytes(16, "big"), int(s).to_bytes(16, "little")) for s in serials], serials,
+               rng.integers(0, 1 << 32, (len(serials), SIGNING.bands), dtype=np.uint64))
+
+    def table(name: str) -> list[tuple[bytes, bytes]]:
+        index = Index(IndexSettings(path=str(tmp_path / name)), SIGNING)
+        index.write(lambda txn: BandTables(index).insert_slice(txn, mirror, 0, 1, start_runs(txn, 1, 5000)))
+        with index.read() as txn:
+            rows = list(txn.txn.cursor(db=txn.dbs["bands"]))
+        index.close()
+        return rows
+
+    compiled = table("kernel")
+    monkeypatch.setattr(bands_module, "_kernel", None)
+    assert table("numpy") == compiled
+    assert len(compiled) == len(serials) * SIGNING.bands
+
+
 def test_a_merge_starts_a_run_once_the_current_one_would_span_more_than_a_runs_serials():
     """Runs of ~2^20 serials, each begun at a merge's first band serial (again the same once begun: a restarted
     merge); a generation of 2^23 serials or more, and the runs past ``SHORT_RUNS``, go an epoch a run; past

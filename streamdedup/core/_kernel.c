@@ -121,6 +121,13 @@
  *     (big-endian bytes of one width compare as their numbers). The same calls, without a Python
  *     frame's work between them: the loop's bytes objects, comparisons and list of rows.
  *
+ * row_pairs(keys, values, key_width, value_width) -> list of (bytes, bytes)
+ *     Table rows laid end to end (keys: n keys of key_width bytes, values: n values of value_width
+ *     bytes) as the (key, value) tuples a cursor's putmulti takes: list(zip(rows_as_bytes(keys),
+ *     rows_as_bytes(values))) without numpy's list of bytes and zip's tuples between (a merge's
+ *     band entries: about 2.3 million a merge of 100,000 documents, in 4,096 buckets: a key equal to
+ *     the row before's is that row's bytes object). ValueError when the sizes do not give n of each.
+ *
  * by_serial(pairs) -> dict
  *     py-lmdb getmulti's (key, value) pairs as {int.from_bytes(key, "big"): value} (keys of at most
  *     8 bytes): the candidates' stored codings by serial.
@@ -2061,6 +2068,47 @@ static PyObject *big_endian_keys(PyObject *self, PyObject *args) {
     return result;
 }
 
+static PyObject *row_pairs(PyObject *self, PyObject *args) {
+    Py_buffer keys, values;
+    Py_ssize_t key_width, value_width;
+    if (!PyArg_ParseTuple(args, "y*y*nn", &keys, &values, &key_width, &value_width)) return NULL;
+    PyObject *result = NULL;
+    if (key_width < 1 || value_width < 1 || keys.len % key_width || values.len % value_width
+        || keys.len / key_width != values.len / value_width) {
+        PyErr_SetString(PyExc_ValueError, "row_pairs: keys and values of as many rows of their widths");
+        goto done;
+    }
+    Py_ssize_t n = keys.len / key_width;
+    result = PyList_New(n);
+    const char *key = (const char *)keys.buf, *value = (const char *)values.buf;
+    PyObject *last = NULL; /* the row before's key: a bucket's rows share one bytes object */
+    for (Py_ssize_t i = 0; result && i < n; i++, key += key_width, value += value_width) {
+        PyObject *k;
+        if (last && !memcmp(key - key_width, key, (size_t)key_width)) {
+            Py_INCREF(last);
+            k = last;
+        } else {
+            k = PyBytes_FromStringAndSize(key, key_width);
+        }
+        last = k;
+        PyObject *v = k ? PyBytes_FromStringAndSize(value, value_width) : NULL;
+        PyObject *pair = v ? PyTuple_New(2) : NULL;
+        if (!pair) {
+            Py_XDECREF(k);
+            Py_XDECREF(v);
+            Py_CLEAR(result);
+            break;
+        }
+        PyTuple_SET_ITEM(pair, 0, k);
+        PyTuple_SET_ITEM(pair, 1, v);
+        PyList_SET_ITEM(result, i, pair);
+    }
+done:
+    PyBuffer_Release(&keys);
+    PyBuffer_Release(&values);
+    return result;
+}
+
 /* A getmulti pair's key (bytes of at most 8) as the int it is big-endian, and its value (borrowed); -1 with an error
  * set for a pair of another shape. */
 static int fetched_pair(PyObject *pair, PyObject **serial, PyObject **value) {
@@ -3712,6 +3760,7 @@ static PyMethodDef methods[] = {
     {"record_id", record_id, METH_VARARGS, "The id of a packed index record (see the module)."},
     {"stored_walk", stored_walk, METH_VARARGS, "The rows of a dupsort table in asked ranges, through a cursor's methods (see the module)."},
     {"big_endian_keys", big_endian_keys, METH_VARARGS, "Each int of a list as width bytes, big-endian (see the module)."},
+    {"row_pairs", row_pairs, METH_VARARGS, "Table rows laid end to end as putmulti's (key, value) tuples (see the module)."},
     {"by_serial", by_serial, METH_VARARGS, "getmulti's (key, value) pairs as a dict by serial (see the module)."},
     {"record_ids", record_ids, METH_VARARGS, "The ids of getmulti's packed records by serial (see the module)."},
     {"index_rows", index_rows, METH_VARARGS, "What write_documents files of each decided record (see the module)."},

@@ -59,9 +59,9 @@ try:
 except ImportError:  # built without a C compiler: the cursor is walked from Python, with the same rows
     _kernel = None
 
-__all__ = ["BandRows", "BandTables", "as_bytes_list", "band_entries", "stored_keys", "record_band_keys", "run_bases",
-           "runs_after_merge", "run_problems", "start_runs", "KEY_ROW", "BAND_ROW", "BAND_KEY_BYTES", "RUN_SERIALS",
-           "SHORT_RUNS", "RUNS_KEY"]
+__all__ = ["BandRows", "BandTables", "as_bytes_list", "band_entries", "put_rows", "stored_keys", "record_band_keys",
+           "run_bases", "runs_after_merge", "run_problems", "start_runs", "KEY_ROW", "BAND_ROW", "BAND_KEY_BYTES",
+           "RUN_SERIALS", "SHORT_RUNS", "RUNS_KEY"]
 
 BAND_KEY_BYTES = 4  # a band key is 32 bits (``lsh.band_keys``): in records, the recent log and the table
 KEY_ROW = np.dtype([("band", ">u2"), ("key", ">u8")])  # a key of the ``rekeyed`` table
@@ -263,6 +263,16 @@ def _big_endian(words: np.ndarray, width: int) -> list[bytes]:
     return rows_as_bytes(words.astype(">u8").view(np.uint8).reshape(-1, 8)[:, 8 - width:])
 
 
+def put_rows(keys: np.ndarray, key_width: int, values: np.ndarray, value_width: int) -> list[tuple[bytes, bytes]]:
+    """The (key, value) rows a cursor's ``putmulti`` takes: each integer of ``keys`` as its ``key_width`` low bytes,
+    big-endian, with the same row of ``values`` as its ``value_width`` (a merge's 2.3 million band entries: the
+    kernel makes the rows in one pass, 0.25 s of a 1M index's merge in numpy's bytes lists and ``zip``)."""
+    if _kernel is None:
+        return list(zip(_big_endian(keys, key_width), _big_endian(values, value_width)))
+    return _kernel.row_pairs(_big_endian_bytes(keys, key_width), _big_endian_bytes(values, value_width),
+                             key_width, value_width)
+
+
 def _big_endian_bytes(words: np.ndarray, width: int) -> bytes:
     """Each integer as its ``width`` low bytes, big-endian, one after the other."""
     return words.astype(">u8").view(np.uint8).reshape(-1, 8)[:, 8 - width:].tobytes()
@@ -441,9 +451,9 @@ class BandTables:
         if begin == end:
             return slots[:0], serials[:0]
         slots, serials = slots[begin:end], serials[begin:end]
-        keys = slots & KEY_MASK
-        table_keys, values = _INDEX_ROWS.entries(slots >> _U64(32), keys, serials, bases=bases)
-        txn.txn.cursor(db=txn.dbs["bands"]).putmulti(list(zip(table_keys, values)), dupdata=True)
+        buckets, values = _INDEX_ROWS.words(slots >> _U64(32), slots & KEY_MASK, serials, bases=bases)
+        txn.txn.cursor(db=txn.dbs["bands"]).putmulti(put_rows(buckets, _KEY_BYTES, values, _VALUE_BYTES),
+                                                     dupdata=True)
         return slots, serials
 
     def resuming(self, txn: IndexTxn, serials: tuple[int, int], upto: int) -> None:
