@@ -249,13 +249,15 @@ def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch:
             for site in content.settles.get(row, ()):
                 evidence.rekeys += first.rekey(site, row, lambda serial: matches.stored_content(serial, timeline),
                                                row not in content.provisional)
-        if first is not None and first.rekeyed:
-            serials, shared = with_extra_candidates(*hits.of(row), first.candidates(lookup_keys[row],
-                                                                                  own_keys_of(content, row)))
+        rekeyed = first is not None and first.rekeyed
+        extra = first.candidates(lookup_keys[row], own_keys_of(content, row)) if rekeyed else None
+        if extra:
+            serials, shared = with_extra_candidates(*hits.of(row), extra)
             least = asking.min_shared
             matches.verify_row(row, [serial for serial, count in zip(serials.tolist(), shared.tolist())
                                      if count >= least], verified_by)
-        else:  # most rows: the hits sharing ``min_shared`` bands, listed once for the batch
+        else:  # most rows, none of the batch's rekeyed pages among them: the hits sharing ``min_shared`` bands,
+            # listed once for the batch
             matches.verify_row(row, strong_serials[strong_bounds[row]:strong_bounds[row + 1]], verified_by)
         if sources is not None:
             sources.verify(row, matches, timeline)
