@@ -631,3 +631,26 @@ def test_explain_compares_a_pair_as_its_decision_did(tmp_path, writer):
         explained = index.explain(page, texts={page: dict((i, t) for i, _, t in pages)[page]})
     assert explained.similarity == pytest.approx(decided[page].similarity, abs=0.05)  # counts as of now
     assert explained.similarity >= 0.7
+
+
+def test_a_batchs_probed_slots_and_its_own_texts_merged_as_a_sort_by_slot_then_row_finds_them():
+    """``evidence._slots_and_rows_merged``: the (slot, row) pairs of a batch's sorted slots and of its own texts'
+    (slots shared between rows and between the two, a row's slot in both), each once and sorted by slot then
+    row, as ``np.lexsort`` orders them; also past what one machine word holds (the lexsort path)."""
+    from streamdedup.core.lsh import sorted_slots
+    from streamdedup.engine.evidence import _slots_and_rows_merged
+
+    rng = np.random.default_rng(5)
+    for rows, own, top in ((300, 90, 1 << 32), (3, 2, 1 << 32), (1, 1, 1 << 32), (300, 300, 1 << 62)):
+        keys = rng.integers(0, 40, (rows, 32)).astype(np.uint64) * np.uint64(top // 64)
+        own_rows = np.sort(rng.choice(rows, own, replace=False))
+        own_keys = np.where(rng.random((own, 32)) < 0.5, keys[own_rows], rng.integers(0, 40, (own, 32)) * (top // 64))
+        slots, of, _ = sorted_slots(keys)
+        more, at, _ = sorted_slots(own_keys.astype(np.uint64))
+        merged = _slots_and_rows_merged(slots, of, more, own_rows[at])
+        both, rows_of = np.concatenate((slots, more)), np.concatenate((of, own_rows[at]))
+        order = np.lexsort((rows_of, both))
+        pairs = sorted(set(zip(both[order].tolist(), rows_of[order].tolist())))
+        assert list(zip(merged[0].tolist(), merged[1].tolist())) == pairs
+        assert merged[0].dtype == np.uint64 and merged[1].dtype == np.int64
+        assert len(pairs) < len(both)  # pairs in both were there

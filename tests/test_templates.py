@@ -339,7 +339,8 @@ def _assert_any_batching_and_restart_decide_alike(tmp_path, pages, cuts, batches
 def test_a_batchs_rekeyed_pages_written_at_once_leave_the_tables_as_written_page_by_page(tmp_path):
     """``write_rekeyed_many``: first pages rekeyed several times in a batch (some of their bands' keys
     unchanged, some pages rekeyed in an earlier batch), written once with their latest keys, leave the
-    ``rekeyed`` and ``rekeyed_of`` tables as writing each rekey in turn does."""
+    ``rekeyed`` and ``rekeyed_of`` tables as writing each rekey in turn does, and as deleting and putting each
+    changed band of each page at once does."""
     from streamdedup.store.sites import write_rekeyed_many
 
     rng = np.random.default_rng(3)
@@ -351,13 +352,77 @@ def test_a_batchs_rekeyed_pages_written_at_once_leave_the_tables_as_written_page
         changed = rng.random(32) < rng.choice([0.0, 0.2, 1.0])
         keys[changed] = rng.integers(0, 6, int(changed.sum())).astype(np.uint64)
         steps.append((serial, keys))
+    def written_page_by_page(txn, rekeyed: dict) -> None:  # each changed band deleted and put at once
+        for serial, keys in rekeyed.items():
+            value = serial.to_bytes(8, "big")
+            raw = txn.get("rekeyed_of", value)
+            before = np.frombuffer(raw, dtype=">u8").tolist() if raw is not None else []
+            for band, key in enumerate(before):
+                if band >= len(keys) or keys[band] != key:
+                    txn.delete("rekeyed", band.to_bytes(2, "big") + key.to_bytes(8, "big"), value)
+            for band, key in enumerate(keys.tolist()):
+                if band >= len(before) or before[band] != key:
+                    txn.txn.put(band.to_bytes(2, "big") + key.to_bytes(8, "big"), value, db=txn.dbs["rekeyed"])
+            txn.txn.put(value, keys.astype(">u8").tobytes(), db=txn.dbs["rekeyed_of"])
+
     tables = []
-    for name, batches in (("in_turn", [[{s: k} for s, k in steps]]), ("at_once", [[dict(steps)]])):
+    for name, batches, write in (("in_turn", [[{s: k} for s, k in steps]], write_rekeyed_many),
+                                 ("at_once", [[dict(steps)]], write_rekeyed_many),
+                                 ("by_page", [[{s: k} for s, k in steps]], written_page_by_page)):
         engine = _engine(tmp_path / name)
-        engine.index.write(lambda txn: write_rekeyed_many(txn, earlier))
+        engine.index.write(lambda txn: write(txn, earlier))
         for writes in batches:
-            engine.index.write(lambda txn: [write_rekeyed_many(txn, one) for one in writes])
+            engine.index.write(lambda txn: [write(txn, one) for one in writes])
         with engine.index.read() as txn:
             tables.append([list(txn.table_entries(table)) for table in ("rekeyed", "rekeyed_of")])
         engine.close()
-    assert tables[0] == tables[1] and len(tables[0][0]) > 200 and len(tables[0][1]) == 14
+    assert tables[0] == tables[1] == tables[2] and len(tables[0][0]) > 200 and len(tables[0][1]) == 14
+
+
+def test_the_writers_rekeyed_lookups_through_its_filter_find_what_asking_the_table_for_each_slot_finds(tmp_path):
+    """``BandTables.lookup_runs`` asks the ``rekeyed`` table, in the writer's transactions, only for the slots
+    its filter (``sites.rekeyed_may_hold``, built from the table, then fed by ``write_rekeyed_many``) may hold:
+    the same entries as asking for every slot (a reader's transaction), before and after more pages are
+    rekeyed, some again with other keys, and after the index is opened again (the filter built from the table);
+    a slot written is never left out, and most slots never written are."""
+    from streamdedup.core.lsh import band_slots
+    from streamdedup.store.sites import rekeyed_may_hold, write_rekeyed_many
+
+    rng = np.random.default_rng(11)
+
+    def rekeyed(serials) -> dict:
+        return {serial: rng.integers(0, 1 << 32, 32).astype(np.uint64) for serial in serials}
+
+    def asked(written: dict) -> np.ndarray:
+        keys = np.stack(list(written.values()))
+        held = band_slots(np.arange(32, dtype=np.uint64)[None, :], keys).ravel()
+        return np.unique(np.concatenate([held[rng.random(len(held)) < 0.3],
+                                         rng.integers(0, 1 << 37, 5000, dtype=np.uint64)]))
+
+    def found_both_ways(engine, slots) -> list:
+        def found(txn) -> list:
+            return [run.tolist() for run in engine.bands.lookup_runs(txn, engine.mirror, slots)[1]]
+
+        by_writer = engine.index.write(found)
+        with engine.index.read() as txn:
+            assert found(txn) == by_writer
+        return by_writer
+
+    written = rekeyed(range(1, 41))
+    engine = _engine(tmp_path / "index")
+    engine.index.write(lambda txn: write_rekeyed_many(txn, written))
+    assert len(found_both_ways(engine, asked(written))[0]) > 100
+    again = {**rekeyed(range(30, 61)), **{serial: keys for serial, keys in rekeyed(range(1, 5)).items()}}
+    engine.index.write(lambda txn: write_rekeyed_many(txn, again))
+    written.update(again)
+    assert len(found_both_ways(engine, asked(written))[0]) > 100
+    keys = np.stack(list(written.values()))
+    bands = np.tile(np.arange(32, dtype=np.uint16), len(keys))
+    assert engine.index.write(lambda txn: rekeyed_may_hold(txn, bands, keys.ravel())).all()
+    assert engine.index.write(lambda txn: rekeyed_may_hold(txn, bands, keys.ravel() ^ np.uint64(1 << 40))).mean() < 0.05
+    with engine.index.read() as txn:
+        assert rekeyed_may_hold(txn, bands, keys.ravel()) is None  # a reader asks the table for each
+    engine.close()
+    engine = _engine(tmp_path / "index")
+    assert len(found_both_ways(engine, asked(written))[0]) > 100
+    engine.close()

@@ -178,12 +178,26 @@ def probe_slots(batch: PreparedBatch, lookup_keys: np.ndarray, content: Optional
     if content.probe is None or content.probe[0] is not lookup_keys:
         own_rows = np.fromiter(content.own_keys, dtype=np.int64, count=len(content.own_keys))
         own_slots, at, _ = sorted_slots(np.stack(list(content.own_keys.values())))
-        slots, of = np.concatenate((asked, own_slots)), np.concatenate((rows, own_rows[at]))
-        order = np.lexsort((of, slots))
-        slots, of = slots[order], of[order]
-        first = np.concatenate(([True], (slots[1:] != slots[:-1]) | (of[1:] != of[:-1])))
-        content.probe = (lookup_keys, slots[first], of[first])
+        content.probe = (lookup_keys, *_slots_and_rows_merged(asked, rows, own_slots, own_rows[at]))
     return content.probe[1], content.probe[2]
+
+
+def _slots_and_rows_merged(slots: np.ndarray, rows: np.ndarray, more_slots: np.ndarray,
+                           more_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The (slot, row) pairs of both, each once, sorted by slot then row: as one sort of machine words
+    (``slot << bits | row``; two runs sorted already, which a stable sort merges in one pass) when they fit in
+    64 bits, as they do (slots of 48 bits, rows of a few thousand), else by ``np.lexsort``."""
+    slots, rows = np.concatenate((slots, more_slots)), np.concatenate((rows, more_rows))
+    bits = max(1, int(rows.max(initial=0)).bit_length())
+    if int(slots.max(initial=0)) >> (64 - bits) == 0 and int(rows.min(initial=0)) >= 0:
+        keyed = (slots << np.uint64(bits)) | rows.astype(np.uint64)
+        keyed.sort(kind="stable")
+        keyed = keyed[np.concatenate(([True], keyed[1:] != keyed[:-1]))]
+        return keyed >> np.uint64(bits), (keyed & np.uint64((1 << bits) - 1)).astype(np.int64)
+    order = np.lexsort((rows, slots))
+    slots, rows = slots[order], rows[order]
+    first = np.concatenate(([True], (slots[1:] != slots[:-1]) | (rows[1:] != rows[:-1])))
+    return slots[first], rows[first]
 
 
 def own_keys_of(content: Optional[BatchContent], row: int) -> Optional[np.ndarray]:
@@ -235,13 +249,15 @@ def band_evidence(txn: IndexTxn, mirror: RecentMirror, bands: BandTables, batch:
             for site in content.settles.get(row, ()):
                 evidence.rekeys += first.rekey(site, row, lambda serial: matches.stored_content(serial, timeline),
                                                row not in content.provisional)
-        if first is not None and first.rekeyed:
-            serials, shared = with_extra_candidates(*hits.of(row), first.candidates(lookup_keys[row],
-                                                                                  own_keys_of(content, row)))
+        rekeyed = first is not None and first.rekeyed
+        extra = first.candidates(lookup_keys[row], own_keys_of(content, row)) if rekeyed else None
+        if extra:
+            serials, shared = with_extra_candidates(*hits.of(row), extra)
             least = asking.min_shared
             matches.verify_row(row, [serial for serial, count in zip(serials.tolist(), shared.tolist())
                                      if count >= least], verified_by)
-        else:  # most rows: the hits sharing ``min_shared`` bands, listed once for the batch
+        else:  # most rows, none of the batch's rekeyed pages among them: the hits sharing ``min_shared`` bands,
+            # listed once for the batch
             matches.verify_row(row, strong_serials[strong_bounds[row]:strong_bounds[row + 1]], verified_by)
         if sources is not None:
             sources.verify(row, matches, timeline)

@@ -53,6 +53,7 @@ from ..errors import IndexCorruptError, IndexFullError
 from .index import DocRecord, Index, IndexTxn, rows_as_bytes
 from ..core.lsh import KEY_MASK, band_slots
 from .mirror import merged_thresholds
+from .sites import rekeyed_may_hold
 
 try:
     from ..core import _kernel
@@ -416,7 +417,7 @@ class BandTables:
         in_order_band, in_order_key, first = _walk_order(slots)
         request = np.empty(int(first.sum()), dtype=KEY_ROW)
         request["band"], request["key"] = in_order_band[first], in_order_key[first]
-        everything = request  # the rekeyed table is small and not in the filter
+        everything = request  # the rekeyed table is not in the band filter (its own: ``sites.rekeyed_may_hold``)
         wanted_band, wanted_key = request["band"], request["key"]
         band_filter, last_serial, asked = self._filter, txn.counters.get("next_serial", 0), None
         bases = run_bases(txn)
@@ -430,6 +431,9 @@ class BandTables:
             _INDEX_ROWS.stored_rows(txn, wanted_band, wanted_key, last_serial, asked, bases), bases)
         rekeyed = np.zeros(0, dtype=BAND_ROW)  # sites' first pages by their settled content
         if txn.txn.stat(txn.dbs["rekeyed"])["entries"]:
+            maybe = rekeyed_may_hold(txn, everything["band"], everything["key"])
+            if maybe is not None:
+                everything = everything[maybe]
             found = txn.txn.cursor(db=txn.dbs["rekeyed"]).getmulti(as_bytes_list(everything), dupdata=True,
                                                                    dupfixed_bytes=8, keyfixed=True)
             rekeyed = np.frombuffer(found, dtype=BAND_ROW)

@@ -32,19 +32,23 @@ refused by that version (its template settings differ).
 
 from __future__ import annotations
 
-from typing import Iterator
+import weakref
+from typing import Iterator, Optional
 
 import msgpack
 import numpy as np
 
 from ..core.templates import GrowingSet, SiteState, in_sorted
-from .index import IndexTxn, u64
+from .index import Index, IndexTxn, TxnState, u64
 
 __all__ = ["load_site", "save_site", "move_site_counts", "shared_template", "site_summaries", "provisional_pages",
-           "set_provisional_pages", "write_rekeyed_many", "remove_rekeyed"]
+           "set_provisional_pages", "write_rekeyed_many", "remove_rekeyed", "rekeyed_may_hold"]
 
 _EMPTY = np.zeros(0, dtype=np.uint32)
 _WINDOW = 0x8000  # window slots in ``site_samples``, after the sample's pages
+_REKEYED_KEY = np.dtype([("band", ">u2"), ("key", ">u8")])  # a key of the ``rekeyed`` table
+REKEYED_FILTER_BITS = 1 << 25  # the writer's filter of the ``rekeyed`` table's keys (4 MiB)
+_MIX = np.uint64(0x9E3779B97F4A7C15)  # a (band, key)'s bit: the top bits of its product with this odd number
 
 
 def _u32_array(raw) -> np.ndarray:
@@ -168,10 +172,11 @@ def set_provisional_pages(txn: IndexTxn, site: int, serials: list[int]) -> None:
 def write_rekeyed_many(txn: IndexTxn, rekeyed: dict) -> None:
     """First pages' band keys by their settled content (serial -> keys, one per band), beside their own, in
     place of those they had in the table: only the bands whose key changed are written (a page rekeyed again
-    when its site's template moves keeps most of them), every page's in one sorted ``putmulti`` (each
-    descent of the table near the last). A page's entries hold its serial, so one page's deletions and puts
-    never touch another's: the table ends as written page by page."""
-    pairs = []
+    when its site's template moves keeps most of them), every page's deletions in sorted order, then its puts
+    in one sorted ``putmulti`` (each descent of the table near the last: the deletions a third faster than in
+    the pages' order). A page's entries hold its serial, so one page's deletions and puts never touch
+    another's: the table ends as written page by page."""
+    pairs, gone, written = [], [], []
     for serial, keys in rekeyed.items():
         value = u64(serial)
         raw = txn.get("rekeyed_of", value)
@@ -179,15 +184,20 @@ def write_rekeyed_many(txn: IndexTxn, rekeyed: dict) -> None:
         now = keys.tolist()
         if now == before:
             continue
-        for band, key in enumerate(before):
-            if band >= len(now) or now[band] != key:
-                txn.delete("rekeyed", band.to_bytes(2, "big") + key.to_bytes(8, "big"), value)
+        gone.extend((band.to_bytes(2, "big") + key.to_bytes(8, "big"), value)
+                    for band, key in enumerate(before) if band >= len(now) or now[band] != key)
         pairs.extend((band.to_bytes(2, "big") + key.to_bytes(8, "big"), value)
                      for band, key in enumerate(now) if band >= len(before) or before[band] != key)
         txn.txn.put(value, keys.astype(">u8").tobytes(), db=txn.dbs["rekeyed_of"])
+        written.append(keys)
+    _note_rekeyed(txn, written)
+    table = txn.dbs["rekeyed"]
+    gone.sort()
+    for key, value in gone:
+        txn.txn.delete(key, value, db=table)
     if pairs:
         pairs.sort()
-        txn.txn.cursor(db=txn.dbs["rekeyed"]).putmulti(pairs, dupdata=True)
+        txn.txn.cursor(db=table).putmulti(pairs, dupdata=True)
 
 
 def remove_rekeyed(txn: IndexTxn, serial: int) -> None:
@@ -199,3 +209,60 @@ def remove_rekeyed(txn: IndexTxn, serial: int) -> None:
     for band, key in enumerate(np.frombuffer(raw, dtype=">u8").tolist()):
         txn.delete("rekeyed", band.to_bytes(2, "big") + key.to_bytes(8, "big"), value)
     txn.delete("rekeyed_of", value)
+
+
+class _RekeyedFilter:
+    """Which (band, key) the writer's ``rekeyed`` table may hold: a bit a hashed pair, set for every key the
+    table held when the filter was built and every one written since, never cleared (a superset: a key
+    whose bit is clear is not in the table).
+
+    Every batch of a templated run looks each of its tens of thousands of
+    slots up in the table (a B-tree descent each, about a tenth of the
+    deciding thread's learning), and finds a handful: asked through the
+    filter, it descends only for the few whose bits are set.
+    """
+
+    def __init__(self, txn: IndexTxn):
+        self._bits = np.zeros(REKEYED_FILTER_BITS // 8, dtype=np.uint8)
+        self.added = 0
+        raw = txn.txn
+        keys = b"".join(raw.cursor(db=txn.dbs["rekeyed"]).iternext_nodup(keys=True, values=False))
+        held = np.frombuffer(keys, dtype=_REKEYED_KEY)
+        self.add(held["band"], held["key"])
+
+    @staticmethod
+    def _places(bands: np.ndarray, keys: np.ndarray) -> np.ndarray:
+        with np.errstate(over="ignore"):
+            mixed = (keys.astype(np.uint64) ^ (bands.astype(np.uint64) << np.uint64(48))) * _MIX
+        return mixed >> np.uint64(64 - REKEYED_FILTER_BITS.bit_length() + 1)
+
+    def add(self, bands: np.ndarray, keys: np.ndarray) -> None:
+        places = self._places(bands, keys)
+        np.bitwise_or.at(self._bits, places >> np.uint64(3), np.left_shift(1, places & np.uint64(7)).astype(np.uint8))
+        self.added += len(places)
+
+    def may_hold(self, bands: np.ndarray, keys: np.ndarray) -> np.ndarray:
+        places = self._places(bands, keys)
+        return (self._bits[places >> np.uint64(3)] >> (places & np.uint64(7)).astype(np.uint8)) & 1 == 1
+
+
+_FILTERS: "weakref.WeakKeyDictionary[Index, _RekeyedFilter]" = weakref.WeakKeyDictionary()
+
+
+def rekeyed_may_hold(txn: IndexTxn, bands: np.ndarray, keys: np.ndarray) -> Optional[np.ndarray]:
+    """Which of these (band, key) the ``rekeyed`` table may hold, in the writer's transactions (built on the
+    first asked; writes go through ``write_rekeyed_many``, the index's only writer holds its lock); None in a
+    reader's (another process may write the table meanwhile): ask it for each."""
+    if txn.index.readonly or txn.state is not TxnState.OPEN:
+        return None
+    found = _FILTERS.get(txn.index)
+    if found is None or found.added > REKEYED_FILTER_BITS // 8:  # built again once mostly stale keys fill it
+        found = _FILTERS[txn.index] = _RekeyedFilter(txn)
+    return found.may_hold(bands, keys)
+
+
+def _note_rekeyed(txn: IndexTxn, pages: list) -> None:
+    """Pages' band keys (one a band each) go into the ``rekeyed`` table: into the writer's filter too, if built."""
+    found = _FILTERS.get(txn.index)
+    if found is not None and pages:
+        found.add(np.concatenate([np.arange(len(keys), dtype=np.uint16) for keys in pages]), np.concatenate(pages))
