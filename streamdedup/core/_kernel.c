@@ -266,9 +266,17 @@ static void sort_u64(uint64_t *v, uint64_t *tmp, uint32_t *bucket_end, Py_ssize_
     size_t buckets = (size_t)1 << bits;
     memset(bucket_end, 0, (buckets + 1) * sizeof(uint32_t));
     for (Py_ssize_t i = 0; i < n; i++) bucket_end[(v[i] >> shift) + 1]++;
-    for (size_t b = 0; b < buckets; b++) bucket_end[b + 1] += bucket_end[b];
+    uint32_t largest = 0;
+    for (size_t b = 0; b < buckets; b++) {
+        largest = bucket_end[b + 1] > largest ? bucket_end[b + 1] : largest;
+        bucket_end[b + 1] += bucket_end[b];
+    }
     for (Py_ssize_t i = 0; i < n; i++) tmp[bucket_end[v[i] >> shift]++] = v[i];
     memcpy(v, tmp, (size_t)n * sizeof(uint64_t));
+    if (largest <= SMALL_BUCKET) {  /* one insertion sort of the whole: a value moves only within its bucket */
+        insertion_sort(v, n);
+        return;
+    }
     Py_ssize_t begin = 0;
     for (size_t b = 0; b < buckets; b++) {
         Py_ssize_t end = bucket_end[b], size = end - begin;
@@ -339,6 +347,36 @@ static Py_ssize_t document_shingles(const uint32_t *p, Py_ssize_t length, int ki
         Py_ssize_t last = g + k <= units ? g + k - 1 : units - 1;
         Py_ssize_t begin = unit_begin[g], end = unit_end[last];
         uint64_t poly = (prefix[end] - prefix[begin]) * inverse[begin];
+        out[g] = fmix64(poly ^ ((uint64_t)(end - begin) * GOLDEN));
+    }
+    return grams;
+}
+
+/* document_shingles of a normalized ASCII document's words (prepare_ascii's: words of a-z and 0-9, one space
+ * between two, none before or after; length > 0), the same hashes. One pass over the bytes notes only where each
+ * space is and the polynomial's prefix sum there (no code points widened, no prefix sum kept for every byte);
+ * a word's begin and end and their prefix sums follow from its spaces. space_at and space_sum have room for
+ * length + 1. */
+static Py_ssize_t ascii_word_shingles(const unsigned char *p, Py_ssize_t length, Py_ssize_t k,
+                                      const uint64_t *powers, const uint64_t *inverse, Py_ssize_t *space_at,
+                                      uint64_t *space_sum, uint64_t *out) {
+    uint64_t sum = 0;
+    Py_ssize_t spaces = 0;
+    for (Py_ssize_t i = 0; i < length; i++) {
+        uint64_t c = p[i];
+        space_at[spaces] = i;
+        space_sum[spaces] = sum;
+        spaces += c == ' ';
+        sum += c * powers[i];
+    }
+    Py_ssize_t units = spaces + 1;
+    Py_ssize_t grams = units >= k ? units - k + 1 : 1;
+    for (Py_ssize_t g = 0; g < grams; g++) {
+        Py_ssize_t last = g + k <= units ? g + k - 1 : units - 1;
+        Py_ssize_t begin = g ? space_at[g - 1] + 1 : 0, end = last < spaces ? space_at[last] : length;
+        uint64_t from = g ? space_sum[g - 1] + (uint64_t)' ' * powers[begin - 1] : 0;
+        uint64_t to = last < spaces ? space_sum[last] : sum;
+        uint64_t poly = (to - from) * inverse[begin];
         out[g] = fmix64(poly ^ ((uint64_t)(end - begin) * GOLDEN));
     }
     return grams;
@@ -502,6 +540,81 @@ fail0: PyBuffer_Release(&hashes);
     return NULL;
 }
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+/* ascii_normalize's class of each byte: letters in lower case, digits, and a space for every other byte. */
+static void ascii_classes(unsigned char table[256]) {
+    for (int c = 0; c < 256; c++)
+        table[c] = (c >= 'A' && c <= 'Z') ? (unsigned char)(c + 32)
+                 : ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z')) ? (unsigned char)c : ' ';
+}
+
+#if defined(__SSE2__)
+/* 16 bytes' classes (ascii_classes) into *classes; the mask of the word bytes among them. Letters are the bytes
+ * whose lower case (| 0x20) lies in a-z, digits the bytes in 0-9 (a digit's lower case is itself). */
+static inline unsigned word_classes16(const unsigned char *in, __m128i *classes) {
+    __m128i x = _mm_loadu_si128((const __m128i *)in);
+    __m128i lower = _mm_or_si128(x, _mm_set1_epi8(0x20));
+    __m128i from_a = _mm_sub_epi8(lower, _mm_set1_epi8('a')), from_0 = _mm_sub_epi8(x, _mm_set1_epi8('0'));
+    __m128i letter = _mm_cmpeq_epi8(_mm_min_epu8(from_a, _mm_set1_epi8(25)), from_a);
+    __m128i digit = _mm_cmpeq_epi8(_mm_min_epu8(from_0, _mm_set1_epi8(9)), from_0);
+    __m128i word = _mm_or_si128(letter, digit);
+    *classes = _mm_or_si128(_mm_and_si128(word, lower), _mm_andnot_si128(word, _mm_set1_epi8(' ')));
+    return (unsigned)_mm_movemask_epi8(word);
+}
+#endif
+
+/* The normalization of a batch of ASCII texts (the texts joined in in, ln[d] bytes each): each document's words in
+ * lower case (ascii_classes), one space between two words, a 0 after each document, into o; out_lengths[d] the
+ * length of each (without its 0). Returns the bytes written, the 0s included; o has room for the input and a
+ * byte a document.
+ *
+ * A byte at a time, each byte's class deciding the next one's output (a space only before a word that follows
+ * non-word bytes, after a first word). Where 16 bytes in a row follow a word byte, hold no two non-word bytes in
+ * a row and end on a word byte (or on a non-word byte before a word byte of the same text), they are their own
+ * normalization, each non-word byte the one space before its next word: such blocks, most of a page's prose,
+ * are classified and stored 16 at a time (SSE2, which every x86-64 CPU has), the same bytes as the loop's. */
+static Py_ssize_t normalize_ascii_batch(const unsigned char *in, const int64_t *ln, Py_ssize_t n_docs,
+                                        unsigned char *o, int64_t *out_lengths) {
+    unsigned char table[256];
+    ascii_classes(table);
+    Py_ssize_t at = 0, w = 0;
+    for (Py_ssize_t d = 0; d < n_docs; d++) {
+        Py_ssize_t first = w, end = at + ln[d];
+        int previous_word = 0, seen_word = 0;  /* kept off w's chain of additions: one step a byte */
+        while (at < end) {
+            Py_ssize_t stop = end - at > 16 ? at + 16 : end;
+#if defined(__SSE2__)
+            if (previous_word && end - at >= 16) {
+                __m128i classes;
+                unsigned word = word_classes16(in + at, &classes), other = ~word & 0xFFFFu;
+                if (!(other & (other >> 1)) && (!(other & 0x8000u) || (end - at > 16 && table[in[at + 16]] != ' '))) {
+                    _mm_storeu_si128((__m128i *)(o + w), classes);
+                    w += 16;
+                    at += 16;
+                    continue;  /* previous_word stays 1: a last non-word byte's space is written already */
+                }
+            }
+#endif
+            for (; at < stop; at++) {
+                unsigned char t = table[in[at]];
+                int word = t != ' ';
+                o[w] = ' ';
+                w += word & (!previous_word) & seen_word;  /* one space before a word that follows spaces */
+                o[w] = t;
+                w += word;
+                seen_word |= word;
+                previous_word = word;
+            }
+        }
+        out_lengths[d] = w - first;
+        o[w++] = 0;
+    }
+    return w;
+}
+
 static PyObject *ascii_normalize(PyObject *self, PyObject *args) {
     PyObject *o_text, *o_lengths, *o_out, *o_out_lengths;
     if (!PyArg_ParseTuple(args, "OOOO", &o_text, &o_lengths, &o_out, &o_out_lengths)) return NULL;
@@ -520,31 +633,9 @@ static PyObject *ascii_normalize(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "text, text_lengths and the outputs disagree on their sizes");
         goto fail3;
     }
-    unsigned char table[256];
-    for (int c = 0; c < 256; c++)
-        table[c] = (c >= 'A' && c <= 'Z') ? (unsigned char)(c + 32)
-                 : ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z')) ? (unsigned char)c : ' ';
-    const unsigned char *in = text.buf;
-    unsigned char *o = out.buf;
-    int64_t *written_lengths = out_lengths.buf;
-    Py_ssize_t at = 0, w = 0;
+    Py_ssize_t w;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t d = 0; d < n_docs; d++) {
-        Py_ssize_t first = w;
-        int previous_word = 0, seen_word = 0;  /* kept off w's chain of additions: one step a byte */
-        for (Py_ssize_t end = at + ln[d]; at < end; at++) {
-            unsigned char t = table[in[at]];
-            int word = t != ' ';
-            o[w] = ' ';
-            w += word & (!previous_word) & seen_word;  /* one space before a word that follows spaces */
-            o[w] = t;
-            w += word;
-            seen_word |= word;
-            previous_word = word;
-        }
-        written_lengths[d] = w - first;
-        o[w++] = 0;
-    }
+    w = normalize_ascii_batch(text.buf, ln, n_docs, out.buf, out_lengths.buf);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&out_lengths); PyBuffer_Release(&out); PyBuffer_Release(&lengths); PyBuffer_Release(&text);
     return PyLong_FromSsize_t(w > 0 ? w - 1 : 0);
@@ -1305,38 +1396,16 @@ static PyObject *prepare_ascii(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "prepare_ascii: the inputs and outputs disagree on their sizes");
         goto done;
     }
-    /* normalize the whole batch first (ascii_normalize's loop), then each document's hashes */
-    unsigned char table[256];
-    for (int c = 0; c < 256; c++)
-        table[c] = (c >= 'A' && c <= 'Z') ? (unsigned char)(c + 32)
-                 : ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z')) ? (unsigned char)c : ' ';
-    const unsigned char *in = v[0].buf;
+    /* normalize the whole batch first (ascii_normalize's), then each document's hashes */
     unsigned char *pts = v[4].buf, *contents = v[6].buf;
     int64_t *out_lengths = v[5].buf, *off = v[8].buf;
     uint32_t *out_sh = v[7].buf;
     uint64_t *keys = v[9].buf;
     const uint32_t *pa = v[2].buf, *pb = v[3].buf;
     Py_ssize_t longest = 0;
-    {
-        Py_ssize_t at = 0, w = 0;
-        for (Py_ssize_t d = 0; d < n_docs; d++) {
-            Py_ssize_t first = w;
-            int previous_word = 0, seen_word = 0;
-            for (Py_ssize_t end = at + ln[d]; at < end; at++) {
-                unsigned char t = table[in[at]];
-                int word = t != ' ';
-                pts[w] = ' ';
-                w += word & (!previous_word) & seen_word;
-                pts[w] = t;
-                w += word;
-                seen_word |= word;
-                previous_word = word;
-            }
-            out_lengths[d] = w - first;
-            if (w - first > longest) longest = w - first;
-            pts[w++] = 0;
-        }
-    }
+    normalize_ascii_batch(v[0].buf, ln, n_docs, pts, out_lengths);
+    for (Py_ssize_t d = 0; d < n_docs; d++)
+        if (out_lengths[d] > longest) longest = out_lengths[d];
     uint64_t *scratch = malloc((size_t)(longest + 1) * 5 * sizeof(uint64_t));
     Py_ssize_t *units = malloc((size_t)(longest + 1) * 2 * sizeof(Py_ssize_t));
     uint32_t *bucket_end = malloc(((1 << MAX_BUCKET_BITS) + 1) * sizeof(uint32_t));
@@ -1365,16 +1434,23 @@ static PyObject *prepare_ascii(PyObject *self, PyObject *args) {
         Py_ssize_t length = out_lengths[d];
         const unsigned char *doc = pts + at;
         blake2b(doc, length, contents + 16 * d, 16);
-        for (Py_ssize_t i = 0; i < length; i++) code[i] = doc[i];
-        Py_ssize_t grams = length ? document_shingles(code, length, kind_word, k, powers, inverse, prefix, units,
-                                                      units + longest + 1, hashes) : 0;
+        Py_ssize_t grams = 0;
+        if (length && kind_word) {
+            grams = ascii_word_shingles(doc, length, k, powers, inverse, units, prefix, hashes);
+        } else if (length) {
+            for (Py_ssize_t i = 0; i < length; i++) code[i] = doc[i];
+            grams = document_shingles(code, length, kind_word, k, powers, inverse, prefix, units, units + longest + 1,
+                                      hashes);
+        }
         grams = sort_unique(hashes, sort_space, bucket_end, grams);
         uint32_t *narrowed = out_sh + out_at;
         Py_ssize_t kept = 0;
+        uint32_t last = 0;  /* the last value kept, in a register (read back from memory, each step waited) */
         for (Py_ssize_t g = 0; g < grams; g++) { /* sorted by the whole hash: the top 32 bits are sorted too */
             uint32_t high = (uint32_t)(hashes[g] >> 32);
             narrowed[kept] = high;
-            kept += kept == 0 || narrowed[kept - 1] != high;
+            kept += kept == 0 || last != high;
+            last = high;
         }
         out_at += kept;
         off[d + 1] = out_at;
