@@ -183,6 +183,28 @@ def test_kernel_blake2b_equals_hashlib():
             assert _kernel.blake2b(data, size) == hashlib.blake2b(data, digest_size=size).digest(), (n, size)
 
 
+def test_a_batchs_content_hashes_made_four_at_a_time_are_hashlibs():
+    """``prepare_ascii`` hashes a batch's normalized texts four at a time where the CPU has AVX2, those of as many
+    128-byte blocks side by side: each is hashlib's BLAKE2b-128 of its normalized bytes, for every length around
+    the blocks' edges, in batches of one to nine texts (a group of four and the rest alone) of mixed lengths."""
+    import hashlib
+    import random
+
+    from streamdedup.core import prepare as prepare_module
+    from streamdedup.core.shingle import normalize_exact
+
+    rng = random.Random(4)
+    lengths = [*range(1, 400), *range(1000, 1100), 5000]
+    texts = ["".join(rng.choice("ab ") for _ in range(n)).strip() or "a" for n in lengths]
+    rng.shuffle(texts)
+    at = 0
+    while at < len(texts):
+        batch = texts[at:at + rng.randrange(1, 10)]
+        at += len(batch)
+        contents, _, _ = prepare_module._prepared_ascii(batch, signing.SigningConfig())
+        assert contents == [hashlib.blake2b(normalize_exact(t).encode(), digest_size=16).digest() for t in batch]
+
+
 def test_a_batchs_id_keys_made_in_the_kernel_are_id_key_of_each(monkeypatch):
     """``prepare.id_keys_of``: the kernel's keys of every id are ``records.id_key``'s, non-ASCII ids and every
     length around BLAKE2b's 128-byte block included; without the kernel the same; a non-str id is refused."""
