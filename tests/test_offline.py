@@ -392,6 +392,8 @@ def test_a_forked_feed_hands_over_its_first_batch_made_ahead_only_when_its_order
         assert [item[1] for item in message.prepared.items] == [item.id for item in batch.prepared.items]
     assert _first_batch_ahead(FileReading(("-",), 150), reading.open(), spec, cfg) is None
     assert _first_batch_ahead(reading, reading.open(), spec, signing) is None  # no Config: an index's settings
+    missing = FileReading((str(crawl_file.parent / "missing.jsonl"),), 150)
+    assert _first_batch_ahead(missing, missing.open(), spec, cfg) is None  # the orders' reading reports it
 
 
 @pytest.mark.system

@@ -667,19 +667,23 @@ def _first_batch_ahead(reading, reader, spec, warm_up) -> Optional[_Ahead]:
     a new index gets (``signing_config`` of the ``Config`` the feed was made with), while the deciding process
     opens the index and prepares nothing itself (``open_feed``). Its orders nearly always ask for just that (a
     new index, read from the start); else it is dropped and the input read again from where they say. None when
-    there is no ``Config`` yet or the input is stdin (a pipe read ahead could not be read again).
+    there is no ``Config`` yet, the input is stdin (a pipe read ahead could not be read again), or reading it
+    failed (the orders' reading then meets the same trouble, if it is theirs, and reports it).
     """
     from ..core.prepare import prepare_compact
     from ..core.signing import signing_config
 
     if not isinstance(reading, FileReading) or "-" in reading.paths or not isinstance(warm_up, Config):
         return None
-    signing = signing_config(warm_up)
-    reader.start(FilePosition())
-    message = reader.read()
-    if not isinstance(message, Read):
+    try:
+        signing = signing_config(warm_up)
+        reader.start(FilePosition())
+        message = reader.read()
+        if not isinstance(message, Read):
+            return None
+        return _Ahead(message._replace(prepared=prepare_compact(message.records, spec, signing)), signing, spec)
+    except Exception:
         return None
-    return _Ahead(message._replace(prepared=prepare_compact(message.records, spec, signing)), signing, spec)
 
 
 def _wait_for_orders(orders, stop) -> tuple:
