@@ -183,6 +183,28 @@ def test_kernel_blake2b_equals_hashlib():
             assert _kernel.blake2b(data, size) == hashlib.blake2b(data, digest_size=size).digest(), (n, size)
 
 
+def test_a_batchs_content_hashes_made_four_at_a_time_are_hashlibs():
+    """``prepare_ascii`` hashes a batch's normalized texts four at a time where the CPU has AVX2, those of as many
+    128-byte blocks side by side: each is hashlib's BLAKE2b-128 of its normalized bytes, for every length around
+    the blocks' edges, in batches of one to nine texts (a group of four and the rest alone) of mixed lengths."""
+    import hashlib
+    import random
+
+    from streamdedup.core import prepare as prepare_module
+    from streamdedup.core.shingle import normalize_exact
+
+    rng = random.Random(4)
+    lengths = [*range(1, 400), *range(1000, 1100), 5000]
+    texts = ["".join(rng.choice("ab ") for _ in range(n)).strip() or "a" for n in lengths]
+    rng.shuffle(texts)
+    at = 0
+    while at < len(texts):
+        batch = texts[at:at + rng.randrange(1, 10)]
+        at += len(batch)
+        contents, _, _ = prepare_module._prepared_ascii(batch, signing.SigningConfig())
+        assert contents == [hashlib.blake2b(normalize_exact(t).encode(), digest_size=16).digest() for t in batch]
+
+
 def test_a_batchs_id_keys_made_in_the_kernel_are_id_key_of_each(monkeypatch):
     """``prepare.id_keys_of``: the kernel's keys of every id are ``records.id_key``'s, non-ASCII ids and every
     length around BLAKE2b's 128-byte block included; without the kernel the same; a non-str id is refused."""
@@ -225,6 +247,50 @@ def test_kernel_prepares_ascii_batches_as_the_steps_do(monkeypatch, kind, k, ban
         assert np.array_equal(fused.shingles.hashes, steps.shingles.hashes)
         assert np.array_equal(fused.shingles.offsets, steps.shingles.offsets)
     assert prepare_module._prepared_ascii(texts, signing_config) is not None
+
+
+def _prose_like(rng, length: int) -> str:
+    """Words of letters and digits in both cases, mostly one space apart, now and then two non-word bytes in a row
+    (". ", ", ", "  ", "\n-"): every way a 16-byte block of prose can start, end and hold its non-word bytes."""
+    pieces = []
+    while sum(map(len, pieces)) < length:
+        pieces.append("".join(rng.choice("abcXYZ019") for _ in range(rng.randrange(1, 12))))
+        pieces.append(rng.choice([" "] * 12 + [". ", ", ", "  ", "\n-", "!", "\t", "'"]))
+    text = "".join(pieces)[:length]
+    return rng.choice(["", " ", ". ", "A"]) + text
+
+
+@pytest.mark.parametrize("kind, k", [("word", 3), ("word", 1), ("word", 5), ("char", 4)])
+def test_kernel_prepares_prose_16_bytes_at_a_time_as_the_steps_do(monkeypatch, kind, k):
+    """Prose is normalized 16 bytes at a time where a block is its own normalization, and a word's shingles come
+    from where its spaces are: the normalized points, contents, shingles and band keys of the steps one by one,
+    for texts of every length around the blocks' and the words' edges."""
+    import dataclasses
+    import random
+
+    from streamdedup.core import prepare as prepare_module
+    from streamdedup.core.records import Document, Source
+
+    rng = random.Random(45)
+    texts = [_prose_like(rng, length) for length in list(range(0, 70)) + [rng.randrange(70, 3000) for _ in range(400)]]
+    texts = [t for t in texts if t.strip(" .,!-'\t\n")]  # a text left empty rejects the whole kernel call
+    signing_config = dataclasses.replace(signing.SigningConfig(), shingle=kind, k=k)
+    batches = [texts[i:i + rng.randrange(1, 60)] for i in range(0, len(texts), 37)]
+    made = [(normalize_texts(b), prepare_module._prepared_ascii(b, signing_config)) for b in batches]
+    assert all(fused is not None for _, fused in made)
+    _numpy_path(monkeypatch)
+    monkeypatch.setattr(prepare_module, "_kernel", None)
+    for batch, (normalized, fused) in zip(batches, made):
+        theirs = normalize_texts(batch)
+        assert np.array_equal(normalized.points, theirs.points)
+        assert np.array_equal(normalized.lengths, theirs.lengths)
+        items = [Document(str(i), text, Source("t", -1, i)) for i, text in enumerate(batch)]
+        steps = prepare_module.prepare(items, signing_config)
+        contents, shingles, keys = fused
+        assert contents == steps.contents
+        assert np.array_equal(shingles.hashes, steps.shingles.hashes)
+        assert np.array_equal(shingles.offsets, steps.shingles.offsets)
+        assert np.array_equal(keys, steps.keys)
 
 
 @pytest.mark.parametrize("overrides", [(), ("excerpts.enabled=true",), ("lsh.cap=\"probes\"",)])

@@ -347,6 +347,55 @@ def test_a_file_feed_hands_over_a_batchs_lines_only_when_they_are_used(crawl_fil
     assert [len(m.prepared.items) for m in messages[:-1]] == [len(b) for b in blocks]
 
 
+@pytest.mark.parametrize("start_at, bands, lines", [(0, 32, False), (0, 32, True), (1, 32, False), (0, 16, False)])
+def test_a_forked_feed_hands_over_its_first_batch_made_ahead_only_when_its_orders_ask_for_it(crawl_file, start_at,
+                                                                                           bands, lines):
+    """A forked file feed prepares the input's first batch before its orders come, under a new index's signing
+    settings (the ``Config``'s); the orders (here through queues in this process) may start it elsewhere or under
+    other settings: what it hands over is what a feed started there reads, prepared under the settings ordered."""
+    import dataclasses
+    import queue
+    import threading
+
+    import numpy as np
+
+    from streamdedup import config as config_module
+    from streamdedup.core.decode import InputSpec
+    from streamdedup.core.signing import signing_config
+    from streamdedup.runtime.feed import Ended, FileReading, InlineFeed, _feed_as_ordered, _first_batch_ahead
+    from streamdedup.runtime.source import FilePosition
+
+    cfg = config_module.load(None, environ={})
+    spec, reading = InputSpec.from_section(cfg.input), FileReading((str(crawl_file),), 150)
+    signing = dataclasses.replace(signing_config(cfg), bands=bands, rows=128 // bands)  # 32 bands: the Config's
+    first = reading.open()
+    first.start(FilePosition())
+    order = FilePosition() if not start_at else first.read().position
+    expected = InlineFeed(reading.open(), spec, signing)
+    expected.start(order)
+    alone = list(expected.batches())
+    ahead = _first_batch_ahead(reading, reading.open(), spec, cfg)
+    assert ahead is not None and ahead.fits(FilePosition(), signing_config(cfg), spec)
+    assert ahead.fits(order, signing, spec) == (not start_at and bands == 32)
+
+    orders, handed = queue.Queue(), queue.Queue()
+    orders.put((order, signing, spec, lines))
+    assert _feed_as_ordered(reading, reading.open(), spec, cfg, orders, handed, threading.Event(), ahead=True)
+    messages = [handed.get_nowait() for _ in range(handed.qsize())]
+    assert isinstance(messages[-1], Ended) and len(messages) - 1 == len(alone) > 2
+    for message, batch in zip(messages, alone):
+        assert message.position == batch.position and message.at_end == batch.at_end
+        assert message.records.block == (batch.records.block if lines else b"")
+        assert message.records.first_line == batch.records.first_line
+        assert np.array_equal(message.prepared.keys, batch.prepared.keys)
+        assert message.prepared.id_keys == batch.prepared.id_keys
+        assert [item[1] for item in message.prepared.items] == [item.id for item in batch.prepared.items]
+    assert _first_batch_ahead(FileReading(("-",), 150), reading.open(), spec, cfg) is None
+    assert _first_batch_ahead(reading, reading.open(), spec, signing) is None  # no Config: an index's settings
+    missing = FileReading((str(crawl_file.parent / "missing.jsonl"),), 150)
+    assert _first_batch_ahead(missing, missing.open(), spec, cfg) is None  # the orders' reading reports it
+
+
 @pytest.mark.system
 @pytest.mark.parametrize("lines", [True, False])
 def test_a_feed_process_sends_a_file_batchs_lines_only_when_they_are_used(crawl_file, lines):

@@ -268,6 +268,9 @@ def open_feed(paths: list[str], spec, signing, batch_size: int, processes: int, 
 
     ``spawned``: the feed process ``spawn_file_feed`` made for these paths, taken over. ``lines``: whether the
     caller uses the batches' lines (the clean output); when not, a feed process keeps them (see ``ProcessFeed``).
+    A spawned process's first batches are prepared here while it boots (``ProcessFeed.start_here_first``); a
+    forked one is ready at once and prepares the input's first batch while the index opens
+    (``_first_batch_ahead``), so this process prepares none: it only decides.
     """
     reading = file_reading(paths, batch_size, processes)
     if spawned is None and not processes:
@@ -275,8 +278,8 @@ def open_feed(paths: list[str], spec, signing, batch_size: int, processes: int, 
         feed.start(start, signing, spec)
         return feed
     feed = spawned or ProcessFeed(reading, spec, signing)
-    if "-" in paths:  # a pipe read here could not be handed on where it stopped
-        feed.start(start, signing, spec, lines)
+    if "-" in paths or feed.forked:  # a pipe read here could not be handed on where it stopped; a forked
+        feed.start(start, signing, spec, lines)  # process is ready at once (see ``start_here_first``)
     else:
         feed.start_here_first(InlineFeed(reading.open(), spec, signing), start, signing, spec, lines)
     return feed
@@ -396,7 +399,8 @@ class ProcessFeed:
     ``warm_up`` is what the process prepares a made-up batch with while it
     waits: the index's ``SigningConfig``, or the ``Config`` when the index is
     not open yet (the command line spawns the feed before anything else).
-    ``start_method``: see ``feed_start_method``.
+    ``start_method``: see ``feed_start_method``; a forked file feed prepares the input's first batch before
+    ``start`` (``_first_batch_ahead``).
 
     A file batch's lines (``FileBatch.block``, some 3 of the 5 MB a batch
     of 2,000 crawled pages takes through the pipe) come over only when the
@@ -408,13 +412,14 @@ class ProcessFeed:
         import multiprocessing
 
         context = multiprocessing.get_context(start_method)
+        self.forked = start_method == "fork"  # ready within milliseconds: it has this process's imports
         self._orders = context.Queue()
         self._batches = context.Queue(maxsize=1)
         self._stop = context.Event()
         self._ready = context.Event()  # set by the process once booted and warm, waiting for ``start``
         self._process = context.Process(target=_feed_main, name="streamdedup-feed", daemon=True,
                                         args=(reading, spec, warm_up, self._orders, self._batches, self._stop,
-                                              os.getpid(), self._ready))
+                                              os.getpid(), self._ready, self.forked))
         self._process.start()
         self._received: queue.Queue = queue.Queue(maxsize=1)  # messages taken off the pipe, records rebuilt
         self._wanted = threading.Event()
@@ -559,10 +564,11 @@ class ProcessFeed:
             q.close()
 
 
-def _feed_main(reading, spec, warm_up, orders, batches, stop, parent: int, ready=None) -> None:
+def _feed_main(reading, spec, warm_up, orders, batches, stop, parent: int, ready=None, ahead: bool = False) -> None:
     """In the feed process: read, prepare, hand over, until told to stop, the input ends, or the parent is gone.
 
-    ``ready`` is set once the process is connected and warm, about to wait for its orders.
+    ``ready`` is set once the process is connected and warm, about to wait for its orders. ``ahead``: prepare
+    the first batch of the input before the orders come (``_first_batch_ahead``).
     """
     import signal
 
@@ -582,11 +588,8 @@ def _feed_main(reading, spec, warm_up, orders, batches, stop, parent: int, ready
         warming.join()
         if ready is not None:
             ready.set()
-        order, signing, given_spec, lines = _wait_for_orders(orders, stop)
-        if signing is None:
+        if not _feed_as_ordered(reading, reader, spec, warm_up, orders, batches, stop, ahead):
             return
-        reader.start(order)
-        _feed_batches(reader, given_spec or spec, signing, batches, stop, lines)
         stop.wait()  # the input ended: stay until told, or the queue's last messages may never leave
     except Exception as exc:  # handed to the parent (the worker then starts a new session)
         _hand_over(batches, Failed(_as_ours(exc, reading)), stop)
@@ -626,6 +629,61 @@ def _warm_up(warm_up, documents: int) -> None:
     words = " ".join(f"warmingup{i:03d}" for i in range(175))  # about the size of a crawled page
     prepare([Document(f"warm-up-{i}", f"{words} {i}" + (" \u00e9" if i % 100 == 0 else ""), Source("warm-up", -1, i))
              for i in range(documents)], signing)
+
+
+def _feed_as_ordered(reading, reader, spec, warm_up, orders, batches, stop, ahead: bool = False) -> bool:
+    """Wait for the orders (where to start, the signing settings, the input spec, whether lines are sent), then
+    read, prepare and hand over every batch from there; False when told to stop first. ``ahead``: the first
+    batch of the input is prepared while the orders are awaited (``_first_batch_ahead``), and handed over
+    when they ask for it."""
+    first = _first_batch_ahead(reading, reader, spec, warm_up) if ahead else None
+    order, signing, given_spec, lines = _wait_for_orders(orders, stop)
+    if signing is None:
+        return False
+    spec = given_spec or spec
+    if first is not None and first.fits(order, signing, spec):
+        if not _hand_over(batches, first.message._replace(records=_sent(first.message.records, lines)), stop):
+            return False
+    else:
+        reader.start(order)
+    _feed_batches(reader, spec, signing, batches, stop, lines)
+    return True
+
+
+class _Ahead(NamedTuple):
+    """A file feed's first batch, read and prepared before its orders came, and the settings it was prepared under."""
+
+    message: Read
+    signing: Any
+    spec: Any
+
+    def fits(self, order, signing, spec) -> bool:
+        """Whether the orders ask for this very batch: from the start of the input, under the same settings."""
+        return order == FilePosition() and signing == self.signing and spec == self.spec
+
+
+def _first_batch_ahead(reading, reader, spec, warm_up) -> Optional[_Ahead]:
+    """A forked file feed's first batch, read from the start of the input and prepared under the signing settings
+    a new index gets (``signing_config`` of the ``Config`` the feed was made with), while the deciding process
+    opens the index and prepares nothing itself (``open_feed``). Its orders nearly always ask for just that (a
+    new index, read from the start); else it is dropped and the input read again from where they say. None when
+    there is no ``Config`` yet, the input is stdin (a pipe read ahead could not be read again), or reading it
+    failed (the orders' reading then meets the same trouble, if it is theirs, and reports it).
+    """
+    from ..core.prepare import prepare_compact
+    from ..core.signing import signing_config
+
+    if not isinstance(reading, FileReading) or "-" in reading.paths or not isinstance(warm_up, Config):
+        return None
+    try:
+        signing = signing_config(warm_up)
+        reader.start(FilePosition())
+        message = reader.read()
+        if not isinstance(message, Read):
+            return None
+        return _Ahead(message._replace(prepared=prepare_compact(message.records, spec, signing)), signing, spec)
+    except Exception:
+        return None
 
 
 def _wait_for_orders(orders, stop) -> tuple:
