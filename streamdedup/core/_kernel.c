@@ -1219,6 +1219,42 @@ static PyObject *shared_count(PyObject *self, PyObject *args) {
     return PyLong_FromSsize_t(shared);
 }
 
+/* The Jaccard of each pair of sorted unique uint32 arrays (owns[p], others[p]) into out[p] (float64), as
+ * verify.jaccard gives it: a batch's templated pairs, gathered, compared in one call. */
+static PyObject *jaccards(PyObject *self, PyObject *args) {
+    PyObject *owns, *others, *o_out;
+    if (!PyArg_ParseTuple(args, "O!O!O", &PyList_Type, &owns, &PyList_Type, &others, &o_out)) return NULL;
+    Py_buffer out;
+    if (get_buffer(o_out, &out, 8, 1, "out") < 0) return NULL;
+    Py_ssize_t pairs = PyList_GET_SIZE(owns);
+    if (PyList_GET_SIZE(others) != pairs || out.len / 8 != pairs) {
+        PyErr_SetString(PyExc_ValueError, "jaccards: owns, others and out differ in length");
+        goto done;
+    }
+    double *similarity = out.buf;
+    for (Py_ssize_t p = 0; p < pairs; p++) {
+        Py_buffer a, b;
+        if (get_buffer(PyList_GET_ITEM(owns, p), &a, 4, 0, "owns") < 0) goto done;
+        if (get_buffer(PyList_GET_ITEM(others, p), &b, 4, 0, "others") < 0) { PyBuffer_Release(&a); goto done; }
+        const uint32_t *x = a.buf, *y = b.buf;
+        Py_ssize_t n = a.len / 4, m = b.len / 4, i = 0, j = 0, shared = 0;
+        while (i < n && j < m) {
+            uint32_t u = x[i], v = y[j];
+            shared += u == v;
+            i += u <= v;
+            j += v <= u;
+        }
+        PyBuffer_Release(&b);
+        PyBuffer_Release(&a);
+        if (n == 0 || m == 0) similarity[p] = (n == 0 && m == 0) ? 1.0 : 0.0;
+        else similarity[p] = (double)shared / (double)(n + m - shared);
+    }
+done:
+    PyBuffer_Release(&out);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
+
 /* A sorted run of (uint64 key, 8-byte value) merged into the first n entries of keys/values, sorted too,
  * in place from the end (their room holds both): its entries after the equal keys there (the recent
  * mirror's entries: mirror.py). Memory already written is reused, none is allocated. */
@@ -4004,6 +4040,7 @@ static PyMethodDef methods[] = {
     {"sorted_matches", sorted_matches, METH_VARARGS, "Where sorted keys' entries under sorted asked keys are."},
     {"coded_shared", coded_shared, METH_VARARGS, "Values a sorted uint32 array shares with an Elias-Fano coding's."},
     {"coded_jaccards", coded_jaccards, METH_VARARGS, "Jaccard of arrays with codings (see the module)."},
+    {"jaccards", jaccards, METH_VARARGS, "Jaccard of each pair of sorted unique uint32 arrays (see verify.py)."},
     {"record_id", record_id, METH_VARARGS, "The id of a packed index record (see the module)."},
     {"stored_walk", stored_walk, METH_VARARGS, "The rows of a dupsort table in asked ranges, through a cursor's methods (see the module)."},
     {"big_endian_keys", big_endian_keys, METH_VARARGS, "Each int of a list as width bytes, big-endian (see the module)."},

@@ -11,7 +11,8 @@ try:
 except ImportError:  # built by ``pip install`` when a C compiler is there
     _kernel = None
 
-__all__ = ["jaccard", "jaccard_coded", "jaccards_coded", "codes_together", "all_code_together", "best_match"]
+__all__ = ["jaccard", "jaccards", "jaccard_coded", "jaccards_coded", "codes_together", "all_code_together",
+           "best_match"]
 
 _UINT32 = np.dtype(np.uint32)
 
@@ -27,6 +28,16 @@ def jaccard(a: np.ndarray, b: np.ndarray) -> float:
     else:
         shared = shared_count_numpy(a, b)
     return shared / (len(a) + len(b) - shared)
+
+
+def jaccards(owns: list[np.ndarray], others: list[np.ndarray]) -> np.ndarray:
+    """``jaccard`` of each pair (``owns[p]``, ``others[p]``), the same values: in one kernel call when every array
+    ``codes_together`` (a batch's templated pairs, gathered), else pair by pair."""
+    if all_code_together(owns) and all_code_together(others):
+        out = np.empty(len(owns), dtype=np.float64)
+        _kernel.jaccards(owns, others, out)
+        return out
+    return np.array([jaccard(a, b) for a, b in zip(owns, others)], dtype=np.float64)
 
 
 def jaccard_coded(a: np.ndarray, coded: bytes) -> Optional[float]:

@@ -17,7 +17,7 @@ from ..core.excerpts import anchors_of, containment, need_of
 from ..core.lsh import sorted_slots
 from ..core.prepare import PreparedBatch
 from ..core.signing import band_keys_of
-from ..core.verify import all_code_together, codes_together, jaccard, jaccard_coded, jaccards_coded
+from ..core.verify import all_code_together, codes_together, jaccard, jaccard_coded, jaccards, jaccards_coded
 from ..store.anchors import BatchAnchors
 from ..store.bands import BandTables
 from ..store.hashed import serials_of_many
@@ -132,6 +132,21 @@ def pair_similarity(content: Optional[BatchContent], row: int, own: np.ndarray, 
     similarity = jaccard(own, other)
     text = None if content is None else content.own_texts.get(row)
     return similarity if text is None else max(similarity, jaccard(text, other))
+
+
+def pair_similarities(content: Optional[BatchContent], rows: list[int], owns: list[np.ndarray],
+                      others: list[np.ndarray]) -> list[float]:
+    """``pair_similarity`` of each pair (``rows[p]``, ``owns[p]``, ``others[p]``), the same values: a batch's
+    templated pairs gathered and compared at once (``verify.jaccards``: one kernel call for the pairs, one for
+    the own texts of the rows that have one)."""
+    similarities = jaccards(owns, others).tolist()
+    texts = {} if content is None else content.own_texts
+    with_text = [p for p, row in enumerate(rows) if texts.get(row) is not None] if texts else []
+    if with_text:
+        by_text = jaccards([texts[rows[p]] for p in with_text], [others[p] for p in with_text]).tolist()
+        for p, similarity in zip(with_text, by_text):
+            similarities[p] = max(similarities[p], similarity)
+    return similarities
 
 
 def excerpt_text(content: Optional[BatchContent], row: int, settings: ExcerptSettings) -> Optional[np.ndarray]:
@@ -447,6 +462,7 @@ class _Matches:
         self.found: list = []
         self.unkept: set[int] = set()  # candidates' entries that are duplicates': no candidates
         self._later: list = []  # (place in found, row, serial, own content, stored coding): verified together
+        self._pairs: list = []  # (place in found, row, serial, its content, the candidate's) of templated pairs: the same
         self._uncoded: set[int] = set()  # candidates read ahead (``read_codings``) that have no stored coding
 
     def stored_content(self, serial: int, timeline) -> np.ndarray:
@@ -518,11 +534,12 @@ class _Matches:
                     unkept.add(serial)
                     continue
                 stored[serial] = shingles
-            if timeline is None:
-                similarity = jaccard(own, shingles)
-            else:
-                other = self._templated(serial, shingles, timeline)
-                similarity = pair_similarity(self.content, row, *self._paired(row, own, serial, other, timeline))
+            if timeline is not None:  # its contents made now, compared with the batch's other templated pairs
+                other = self._templated(serial, shingles, timeline)  # (``verified``), its place in found kept
+                self._pairs.append((len(found), row, serial, *self._paired(row, own, serial, other, timeline)))
+                found.append(None)
+                continue
+            similarity = jaccard(own, shingles)
             if similarity >= threshold:
                 found.append((row, serial, similarity))
 
@@ -531,7 +548,7 @@ class _Matches:
         1]]``, every pair compared with the candidate's coding read ahead (``read_codings``) in one kernel call,
         the matches found in the same order; False, with nothing done, if a row's content cannot be compared so
         (not ``codes_together``), or matches were found before: then row by row."""
-        if self.found or self._later:
+        if self.found or self._later or self._pairs:
             return False
         owns = [self.own(row) for row in rows]
         if not all_code_together(owns):
@@ -566,19 +583,27 @@ class _Matches:
             self._uncoded.update(serial for serial in wanted if serial not in read)
 
     def verified(self) -> list:
-        """``found``, the pairs put off by ``verify_row`` verified (in one kernel call) and kept in their
-        places if at or above the threshold."""
-        later, found = self._later, self.found
+        """``found``, the pairs put off by ``verify_row`` verified (coded ones in one kernel call, templated
+        ones in another: ``pair_similarities``) and kept in their places if at or above the threshold."""
+        later, pairs, found = self._later, self._pairs, self.found
+        if not later and not pairs:
+            return found
+        threshold = self.threshold
         if later:
             similarities, bad = jaccards_coded([entry[3] for entry in later], [entry[4] for entry in later])
             if bad >= 0:
                 raise damaged_shingles(later[bad][2])
-            threshold = self.threshold
             for (at, row, serial, _, _), similarity in zip(later, similarities.tolist()):
                 if similarity >= threshold:
                     found[at] = (row, serial, similarity)
-            self.found = found = [entry for entry in found if entry is not None]
-            self._later = []
+        if pairs:
+            similarities = pair_similarities(self.content, [entry[1] for entry in pairs],
+                                             [entry[3] for entry in pairs], [entry[4] for entry in pairs])
+            for (at, row, serial, _, _), similarity in zip(pairs, similarities):
+                if similarity >= threshold:
+                    found[at] = (row, serial, similarity)
+        self.found = found = [entry for entry in found if entry is not None]
+        self._later, self._pairs = [], []
         return found
 
 
