@@ -1255,6 +1255,81 @@ done:
     Py_RETURN_NONE;
 }
 
+/* templates.content_of of each of values[i] (sorted uint32) against tables[i] and shareds[i]: the values in
+ * neither, written one item after another into out, and sizes[i] how many, or -1 where content_of gives the
+ * values themselves (nothing to leave out; all of them, none, or less than min_share of them left). A batch's
+ * stored candidates' contents, gathered, made in one call. */
+static PyObject *contents_without(PyObject *self, PyObject *args) {
+    PyObject *o_values, *o_tables, *o_shareds, *o_out, *o_sizes;
+    double min_share;
+    if (!PyArg_ParseTuple(args, "O!O!O!dOO", &PyList_Type, &o_values, &PyList_Type, &o_tables, &PyList_Type,
+                          &o_shareds, &min_share, &o_out, &o_sizes)) return NULL;
+    Py_buffer out, sizes;
+    if (get_buffer(o_out, &out, 4, 1, "out") < 0) return NULL;
+    if (get_buffer(o_sizes, &sizes, 8, 1, "sizes") < 0) { PyBuffer_Release(&out); return NULL; }
+    Py_ssize_t items = PyList_GET_SIZE(o_values), room = out.len / 4, pos = 0;
+    uint8_t *drop = NULL;
+    Py_ssize_t drop_room = 0;
+    if (PyList_GET_SIZE(o_tables) != items || PyList_GET_SIZE(o_shareds) != items || sizes.len / 8 != items) {
+        PyErr_SetString(PyExc_ValueError, "contents_without: values, tables, shareds and sizes differ in length");
+        goto done;
+    }
+    int64_t *size = sizes.buf;
+    uint32_t *o = out.buf;
+    for (Py_ssize_t i = 0; i < items; i++) {
+        Py_buffer values, table, shared;
+        if (get_buffer(PyList_GET_ITEM(o_values, i), &values, 4, 0, "values") < 0) goto done;
+        if (get_buffer(PyList_GET_ITEM(o_tables, i), &table, 4, 0, "tables") < 0) {
+            PyBuffer_Release(&values);
+            goto done;
+        }
+        if (get_buffer(PyList_GET_ITEM(o_shareds, i), &shared, 4, 0, "shareds") < 0) {
+            PyBuffer_Release(&table);
+            PyBuffer_Release(&values);
+            goto done;
+        }
+        Py_ssize_t n = values.len / 4, t = table.len / 4, m = shared.len / 4;
+        size[i] = -1;
+        if ((t || m) && n) {
+            if (n > drop_room) {
+                free(drop);
+                drop_room = n;
+                drop = malloc(n);
+            }
+            if (!drop || pos + n > room) {
+                if (drop) PyErr_SetString(PyExc_ValueError, "contents_without: out must have room for every value");
+                else PyErr_NoMemory();
+                PyBuffer_Release(&shared);
+                PyBuffer_Release(&table);
+                PyBuffer_Release(&values);
+                goto done;
+            }
+            memset(drop, 0, n);
+            const uint32_t *v = values.buf;
+            mark_members(v, n, table.buf, t, drop);
+            mark_members(v, n, shared.buf, m, drop);
+            Py_ssize_t left = 0;
+            for (Py_ssize_t k = 0; k < n; k++) {
+                o[pos + left] = v[k];
+                left += !drop[k];
+            }
+            if (!(left == n || left == 0 || (double)left < min_share * (double)n)) {
+                size[i] = left;
+                pos += left;
+            }
+        }
+        PyBuffer_Release(&shared);
+        PyBuffer_Release(&table);
+        PyBuffer_Release(&values);
+    }
+done:
+    free(drop);
+    PyBuffer_Release(&sizes);
+    PyBuffer_Release(&out);
+    if (PyErr_Occurred()) return NULL;
+    return PyLong_FromSsize_t(pos);
+}
+
 /* A sorted run of (uint64 key, 8-byte value) merged into the first n entries of keys/values, sorted too,
  * in place from the end (their room holds both): its entries after the equal keys there (the recent
  * mirror's entries: mirror.py). Memory already written is reused, none is allocated. */
@@ -4040,6 +4115,7 @@ static PyMethodDef methods[] = {
     {"sorted_matches", sorted_matches, METH_VARARGS, "Where sorted keys' entries under sorted asked keys are."},
     {"coded_shared", coded_shared, METH_VARARGS, "Values a sorted uint32 array shares with an Elias-Fano coding's."},
     {"coded_jaccards", coded_jaccards, METH_VARARGS, "Jaccard of arrays with codings (see the module)."},
+    {"contents_without", contents_without, METH_VARARGS, "templates.content_of of each of a list (see templates.py)."},
     {"jaccards", jaccards, METH_VARARGS, "Jaccard of each pair of sorted unique uint32 arrays (see verify.py)."},
     {"record_id", record_id, METH_VARARGS, "The id of a packed index record (see the module)."},
     {"stored_walk", stored_walk, METH_VARARGS, "The rows of a dupsort table in asked ranges, through a cursor's methods (see the module)."},

@@ -135,11 +135,13 @@ try:
     _sorted_without_each = getattr(_kernel, "sorted_without_each", None)
     _hashed = getattr(_kernel, "hashed_count", None) is not None
     _hashed_moved = getattr(_kernel, "hashed_moved", None)
+    _contents_without = getattr(_kernel, "contents_without", None)
 except ImportError:  # built without a C compiler: numpy's searchsorted and sort, the same answers
     _sorted_member = _sorted_without = _sorted_union = _growing_member = _new_and_again = _sorted_without_each = None
-    _hashed, _hashed_moved = False, None
+    _hashed, _hashed_moved, _contents_without = False, None, None
 
 __all__ = ["TemplateSettings", "SiteState", "GrowingSet", "RepeatTable", "NOTHING", "learned_template", "content_of",
+           "contents_of",
            "content_left", "in_sorted", "kept_rule", "reads_lines", "excerpt_text_of", "without_repeats",
            "own_text_of", "SiteTimeline", "EMPTY",
            "MAX_TEMPLATE", "MAX_WINDOW_PAGE"]
@@ -746,6 +748,25 @@ def content_of(shingles: np.ndarray, template: np.ndarray, shared: np.ndarray, m
     if len(template) == 0 and len(shared) == 0:
         return shingles
     return content_left(shingles, _without(shingles, template, shared), min_share)
+
+
+def contents_of(shingles: list, templates: list, shareds: list, min_share: float) -> list:
+    """``content_of(shingles[i], templates[i], shareds[i], min_share)`` of each, the same arrays: in one kernel
+    call when all are uint32 (a batch's stored candidates' contents, gathered), else one by one."""
+    if _contents_without is None or not all(a.dtype == np.uint32 and a.flags.c_contiguous
+                                            for part in (shingles, templates, shareds) for a in part):
+        return [content_of(*asked, min_share) for asked in zip(shingles, templates, shareds)]
+    out = np.empty(sum(len(values) for values in shingles), dtype=np.uint32)
+    sizes = np.empty(len(shingles), dtype=np.int64)
+    _contents_without(shingles, templates, shareds, float(min_share), out, sizes)
+    made, at = [], 0
+    for values, size in zip(shingles, sizes.tolist()):
+        if size < 0:
+            made.append(values)
+        else:
+            made.append(out[at:at + size].copy())
+            at += size
+    return made
 
 
 def content_left(shingles: np.ndarray, kept: np.ndarray, min_share: float) -> np.ndarray:

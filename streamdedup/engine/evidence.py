@@ -17,6 +17,7 @@ from ..core.excerpts import anchors_of, containment, need_of
 from ..core.lsh import sorted_slots
 from ..core.prepare import PreparedBatch
 from ..core.signing import band_keys_of
+from ..core.templates import EMPTY, contents_of
 from ..core.verify import all_code_together, codes_together, jaccard, jaccard_coded, jaccards, jaccards_coded
 from ..store.anchors import BatchAnchors
 from ..store.bands import BandTables
@@ -462,7 +463,8 @@ class _Matches:
         self.found: list = []
         self.unkept: set[int] = set()  # candidates' entries that are duplicates': no candidates
         self._later: list = []  # (place in found, row, serial, own content, stored coding): verified together
-        self._pairs: list = []  # (place in found, row, serial, its content, the candidate's) of templated pairs: the same
+        self._pairs: list = []  # (place in found, row, serial, its content, the candidate's shingles, the templates
+        # as they stand at the row: ``_templates_of``) of templated pairs
         self._uncoded: set[int] = set()  # candidates read ahead (``read_codings``) that have no stored coding
 
     def stored_content(self, serial: int, timeline) -> np.ndarray:
@@ -479,6 +481,37 @@ class _Matches:
             return shingles
         return self.content.content_of_stored(shingles, self.records.get(serial).site, self._contents, serial,
                                               timeline, committed=True)
+
+    def _templates_of(self, row: int, serial: int, timeline) -> tuple:
+        """What a templated pair is made under at ``timeline``'s row: the row's site and its template, the
+        candidate's site and its template, the shared template, and the row the timeline stands at."""
+        own_site, other_site = int(self.batch.sites[row]), self.records.get(serial).site
+        return (own_site, timeline.template(own_site), other_site, timeline.template(other_site), timeline.shared,
+                timeline.row)
+
+    def _pair_similarities(self, pairs: list) -> list[float]:
+        """``pair_similarity`` of each of ``_pairs``: the candidates' contents made in one kernel call
+        (``BatchContent.contents_of_stored``), each pair's contents as ``_paired`` makes them (the pages
+        without the other site's template in one more: ``TemplateSettings.pair_contents``), then every Jaccard
+        in one more."""
+        content = self.content
+        others = content.contents_of_stored([(shingles, other_template, shared, serial) for
+                                             _, _, serial, _, shingles, _, _, _, other_template, shared, _ in pairs],
+                                            self._contents)
+        owns = [entry[3] for entry in pairs]
+        apart = [p for p, entry in enumerate(pairs) if entry[6] is not entry[8]] if content.settings.neither else []
+        if apart:  # each page of a pair of two templates without the other's too
+            made = contents_of([owns[p] for p in apart] + [others[p] for p in apart],
+                               [pairs[p][8] for p in apart] + [pairs[p][6] for p in apart],
+                               [EMPTY] * (2 * len(apart)), content.settings.min_content_share)
+            for p, own, other in zip(apart, made[:len(apart)], made[len(apart):]):
+                owns[p], others[p] = own, other
+        repeats = content.repeats
+        if repeats is not None:
+            for p, (_, _, _, _, _, own_site, _, other_site, _, _, at) in enumerate(pairs):
+                if own_site != other_site:
+                    owns[p], others[p] = content.repeats_left_out(owns[p], own_site, others[p], other_site, at)
+        return pair_similarities(content, [entry[1] for entry in pairs], owns, others)
 
     def other_site(self, row: int, serial: int) -> bool:
         """Whether the stored ``serial`` is a page of another site than row ``row``'s."""
@@ -534,10 +567,9 @@ class _Matches:
                     unkept.add(serial)
                     continue
                 stored[serial] = shingles
-            if timeline is not None:  # its contents made now, compared with the batch's other templated pairs
-                other = self._templated(serial, shingles, timeline)  # (``verified``), its place in found kept
-                self._pairs.append((len(found), row, serial, *self._paired(row, own, serial, other, timeline)))
-                found.append(None)
+            if timeline is not None:  # with the templates as they stand here, made and compared with the batch's
+                self._pairs.append((len(found), row, serial, own, shingles, *self._templates_of(row, serial, timeline)))
+                found.append(None)  # other templated pairs (``verified``), its place in found kept
                 continue
             similarity = jaccard(own, shingles)
             if similarity >= threshold:
@@ -597,9 +629,7 @@ class _Matches:
                 if similarity >= threshold:
                     found[at] = (row, serial, similarity)
         if pairs:
-            similarities = pair_similarities(self.content, [entry[1] for entry in pairs],
-                                             [entry[3] for entry in pairs], [entry[4] for entry in pairs])
-            for (at, row, serial, _, _), similarity in zip(pairs, similarities):
+            for (at, row, serial, *_), similarity in zip(pairs, self._pair_similarities(pairs)):
                 if similarity >= threshold:
                     found[at] = (row, serial, similarity)
         self.found = found = [entry for entry in found if entry is not None]

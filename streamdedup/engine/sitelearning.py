@@ -20,7 +20,7 @@ from ..core.prepare import PreparedBatch
 from ..core.records import Document
 from ..core.signing import SigningConfig, band_keys_of
 from ..core.templates import (EMPTY, NOTHING, SiteState, SiteTimeline, TemplateSettings, content_left, content_of,
-                              excerpt_text_of, in_sorted, own_text_of, without_repeats)
+                              contents_of, excerpt_text_of, in_sorted, own_text_of, without_repeats)
 from ..store.index import IndexTxn
 from ..store.sites import load_site, move_site_counts, save_site, shared_template
 
@@ -72,17 +72,54 @@ class BatchContent:
             self.made_stored[key] = template, shared, content
         return content
 
+    def contents_of_stored(self, asked: list, made: dict) -> list:
+        """``content_of_stored(shingles, site, made, key, committed=True)`` of each (shingles, the site's template,
+        the shared template, key) of ``asked`` (the templates as they stood where each was asked), the same
+        contents: those not made before under the same templates made in one kernel call (``contents_of``)."""
+        stored, made_stored = self.stored, self.made_stored
+        contents: list = [None] * len(asked)
+        todo: dict = {}  # (key, template, shared) -> the places asking for it
+        for place, (shingles, template, shared, key) in enumerate(asked):
+            found = made.get(key)
+            if found is None and stored is not None:
+                found = stored.get(key)
+            if found is not None and found[0] is template and found[1] is shared:
+                contents[place] = found[2]
+            else:
+                todo.setdefault((key, id(template), id(shared)), []).append(place)
+        if todo:
+            firsts = [asked[places[0]] for places in todo.values()]
+            made_now = contents_of([entry[0] for entry in firsts], [entry[1] for entry in firsts],
+                                   [entry[2] for entry in firsts], self.settings.min_content_share)
+            for (_, template, shared, key), places, content in zip(firsts, todo.values(), made_now):
+                made[key] = made_stored[key] = template, shared, content
+                for place in places:
+                    contents[place] = content
+        return contents
+
     def pair_contents(self, own: np.ndarray, own_site: int, other: np.ndarray, other_site: int,
                       timeline: Optional[SiteTimeline] = None) -> tuple[np.ndarray, np.ndarray]:
         """Two contents (a row's of ``own_site``, a candidate's of ``other_site``) as their pair is verified
         (``TemplateSettings.pair_contents``), by the templates as they stand in ``timeline`` (default: the
         batch's, where deciding is)."""
         timeline = self.timeline if timeline is None else timeline
-        own, other = self.settings.pair_contents(own, other, timeline.template(own_site), timeline.template(other_site))
+        return self.pair_contents_under(own, own_site, other, other_site, timeline.template(own_site),
+                                        timeline.template(other_site), timeline.row)
+
+    def pair_contents_under(self, own: np.ndarray, own_site: int, other: np.ndarray, other_site: int,
+                            own_template: np.ndarray, other_template: np.ndarray,
+                            row: int) -> tuple[np.ndarray, np.ndarray]:
+        """``pair_contents`` with the sites' templates as they stood at ``row`` (what each site repeats as of it)."""
+        own, other = self.settings.pair_contents(own, other, own_template, other_template)
+        return self.repeats_left_out(own, own_site, other, other_site, row)
+
+    def repeats_left_out(self, own: np.ndarray, own_site: int, other: np.ndarray, other_site: int,
+                         row: int) -> tuple[np.ndarray, np.ndarray]:
+        """Two contents of a pair, each without the other's site template (``TemplateSettings.pair_contents``),
+        then without what each site repeats as of ``row`` (``without_repeats``), when both sites learn it."""
         repeats = self.repeats
         if repeats is None or own_site == other_site or not (repeats.learns(own_site) and repeats.learns(other_site)):
             return own, other
-        row = timeline.row
         return without_repeats(own, other, lambda values: repeats.repeated(values, own_site, row),
                                lambda values: repeats.repeated(values, other_site, row))
 
