@@ -250,6 +250,9 @@ def test_stored_candidates_contents_are_made_once_while_their_templates_stand(tm
     made = []
     content_of = sitelearning.content_of
     monkeypatch.setattr(sitelearning, "content_of", lambda *args: made.append(1) or content_of(*args))
+    contents_of = sitelearning.contents_of  # a batch's templated pairs' contents, made at once
+    monkeypatch.setattr(sitelearning, "contents_of", lambda shingles, *args: made.extend([1] * len(shingles))
+                        or contents_of(shingles, *args))
     with _engine(tmp_path / "kept") as engine:
         kept = _decide(engine, pages, batch=10)
         kept_made = len(made)
