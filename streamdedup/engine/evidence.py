@@ -482,12 +482,12 @@ class _Matches:
         return self.content.content_of_stored(shingles, self.records.get(serial).site, self._contents, serial,
                                               timeline, committed=True)
 
-    def _templates_of(self, row: int, serial: int, timeline) -> tuple:
-        """What a templated pair is made under at ``timeline``'s row: the row's site and its template, the
-        candidate's site and its template, the shared template, and the row the timeline stands at."""
-        own_site, other_site = int(self.batch.sites[row]), self.records.get(serial).site
-        return (own_site, timeline.template(own_site), other_site, timeline.template(other_site), timeline.shared,
-                timeline.row)
+    def _row_templates(self, row: int, timeline) -> tuple:
+        """What row ``row``'s templated pairs are made under at ``timeline``'s row: the row's site and its
+        template, the shared template, and the row the timeline stands at (a pair adds its candidate's site and
+        that site's template)."""
+        own_site = int(self.batch.sites[row])
+        return own_site, timeline.template(own_site), timeline.shared, timeline.row
 
     def _pair_similarities(self, pairs: list) -> list[float]:
         """``pair_similarity`` of each of ``_pairs``: the candidates' contents made in one kernel call
@@ -536,7 +536,7 @@ class _Matches:
         if not serials:
             return
         own, unkept, stored, found, threshold = self.own(row), self.unkept, self._shingles, self.found, self.threshold
-        coded = self._coded
+        coded, mine = self._coded, None  # mine: the row's ``_row_templates``, once it has a templated pair
         for serial in serials:
             if serial in unkept:
                 continue
@@ -568,7 +568,11 @@ class _Matches:
                     continue
                 stored[serial] = shingles
             if timeline is not None:  # with the templates as they stand here, made and compared with the batch's
-                self._pairs.append((len(found), row, serial, own, shingles, *self._templates_of(row, serial, timeline)))
+                if mine is None:
+                    mine = self._row_templates(row, timeline)
+                other_site = self.records.get(serial).site
+                self._pairs.append((len(found), row, serial, own, shingles, mine[0], mine[1], other_site,
+                                    timeline.template(other_site), mine[2], mine[3]))
                 found.append(None)  # other templated pairs (``verified``), its place in found kept
                 continue
             similarity = jaccard(own, shingles)
