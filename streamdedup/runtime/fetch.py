@@ -15,13 +15,22 @@ or recovers (``wire``) as it always did.
 
 One difference, in kafka-python's fetch metrics only: a batch's bytes are
 counted when its first record is taken, not record by record.
+
+``larger_socket_reads`` has kafka-python's plain TCP connections read what a
+socket holds ``SOCKET_READ_BYTES`` at a time instead of 4 KB: a fetch of
+megabytes (a vshards host's home messages, a signer's input) was a thousand
+``recv`` calls of Python a megabyte, and their pieces joined.
 """
 
 from __future__ import annotations
 
-__all__ = ["fast_records", "held_fetches", "FETCH_KAFKA_PYTHON"]
+__all__ = ["fast_records", "held_fetches", "larger_socket_reads", "FETCH_KAFKA_PYTHON", "SOCKET_READ_BYTES"]
 
 FETCH_KAFKA_PYTHON = "3.0."  # the kafka-python releases whose fetcher ``fast_records`` was checked against
+# A socket read's most bytes. Reading 234 MB of 1.3 MB messages as a host does (docs/pages/performance.md,
+# 2026-12-07 mid-morning): 1.74 ns a byte of the consumer's CPU at kafka-python's 4 KB, 1.59 at 64 KB, 1.54 at 256 KB
+# (medians of 3, loaded). A read's buffer is cut to what the socket held, so a short response costs a short read.
+SOCKET_READ_BYTES = 256 << 10
 
 try:
     from ..core import _kernel
@@ -79,6 +88,46 @@ def held_fetches(consumer, partial_wait_ms: int) -> bool:
 
     fetcher._create_fetch_requests = created
     return True
+
+
+def larger_socket_reads() -> bool:
+    """Have kafka-python's plain TCP connections (every client of this process) read ``SOCKET_READ_BYTES`` at a
+    time from their sockets, not 4 KB; whether they do (not on a kafka-python other than the checked releases).
+
+    kafka-python 3.0's ``KafkaTCPTransport._sock_recv`` reads the socket until it would block, 4 KB a call, and
+    joins the pieces; this is the same loop with larger reads (the same bytes, the same errors). Its TLS
+    transport has a loop of its own, left as it is."""
+    import kafka
+    from kafka.net import transport
+
+    if not kafka.__version__.startswith(FETCH_KAFKA_PYTHON) or not hasattr(transport.KafkaTCPTransport, "_sock_recv"):
+        return False
+    transport.KafkaTCPTransport._sock_recv = _sock_recv
+    return True
+
+
+def _sock_recv(self):
+    """kafka-python's ``KafkaTCPTransport._sock_recv`` (3.0.12), reading ``SOCKET_READ_BYTES`` a call."""
+    import kafka.errors as Errors
+    from kafka.net.transport import log
+
+    recvd = []
+    err = None
+    while True:
+        try:
+            data = self._sock.recv(SOCKET_READ_BYTES)
+            if not data:  # non-blocking: no data raises; empty data is a closed connection
+                log.error('%s: socket disconnected', self)
+                err = Errors.KafkaConnectionError('socket disconnected')
+                break
+            recvd.append(data)
+        except (BlockingIOError, InterruptedError):
+            break
+        except BaseException as e:
+            log.exception('%s: Error receiving network data closing socket', self)
+            err = Errors.KafkaConnectionError(e)
+            break
+    return b''.join(recvd), err
 
 
 _classes: dict = {}

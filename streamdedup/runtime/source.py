@@ -156,12 +156,13 @@ class KafkaSource:
     def __init__(self, topics: list[str], client_settings: dict, group_id: str, batch_size: int):
         from kafka import KafkaConsumer
 
-        from .fetch import fast_records
+        from .fetch import fast_records, larger_socket_reads
         from .wire import read_binary_header_keys
 
         self.topics = topics
         self.group_id = group_id
         read_binary_header_keys()
+        larger_socket_reads()
         self.consumer = KafkaConsumer(
             **{
                 "group_id": group_id,
