@@ -67,3 +67,36 @@ def test_nothing_to_read_is_no_bytes_and_no_error():
 def test_the_tcp_transport_reads_so_once_installed():
     assert larger_socket_reads()
     assert KafkaTCPTransport._sock_recv is _sock_recv
+
+
+def _their_read(self, nbytes=None):
+    """kafka-python 3.0.12's ``KafkaBytes.read``, as it is written there."""
+    if nbytes is None:
+        nbytes = len(self) - self._idx
+    start = self._idx
+    self._idx += nbytes
+    if self._idx > len(self):
+        self._idx = len(self)
+    return bytes(self[start:self._idx])
+
+
+def test_a_frame_reads_as_kafka_pythons_own_in_one_copy():
+    """``KafkaBytes.read`` through a memoryview: the same bytes and position as kafka-python's, for every way it
+    is read (a count, past the end, the rest), and bytes, not a view, so the frame can be let go."""
+    from kafka.protocol.frame import KafkaBytes
+
+    from streamdedup.runtime.fetch import _frame_read, frames_read_in_one_copy
+
+    frame = bytes(range(256)) * 3
+    for steps in ([4, 0, 100, None], [700, 200, 5], [None, 3], [768, None]):
+        ours, theirs = KafkaBytes(len(frame)), KafkaBytes(len(frame))
+        ours.write(frame), theirs.write(frame)
+        ours.seek(0), theirs.seek(0)
+        for n in steps:
+            got = _frame_read(ours, n)
+            assert type(got) is bytes
+            assert got == _their_read(theirs, n)
+            assert ours.tell() == theirs.tell()
+    assert _frame_read(KafkaBytes(0)) == b""
+    assert frames_read_in_one_copy()
+    assert KafkaBytes.read is _frame_read
