@@ -135,13 +135,14 @@ try:
     _sorted_without_each = getattr(_kernel, "sorted_without_each", None)
     _hashed = getattr(_kernel, "hashed_count", None) is not None
     _hashed_moved = getattr(_kernel, "hashed_moved", None)
+    _hashed_count_pages = getattr(_kernel, "hashed_count_pages", None)
 except ImportError:  # built without a C compiler: numpy's searchsorted and sort, the same answers
     _sorted_member = _sorted_without = _sorted_union = _growing_member = _new_and_again = _sorted_without_each = None
-    _hashed, _hashed_moved = False, None
+    _hashed, _hashed_moved, _hashed_count_pages = False, None, None
 
 __all__ = ["TemplateSettings", "SiteState", "GrowingSet", "RepeatTable", "NOTHING", "learned_template", "content_of",
            "content_left", "in_sorted", "kept_rule", "reads_lines", "excerpt_text_of", "without_repeats",
-           "own_text_of", "SiteTimeline", "EMPTY",
+           "own_text_of", "has_own_text", "SiteTimeline", "EMPTY",
            "MAX_TEMPLATE", "MAX_WINDOW_PAGE"]
 
 EMPTY = np.zeros(0, dtype=np.uint32)
@@ -392,6 +393,36 @@ class RepeatTable:
         sizes = _kernel.hashed_count(np.ascontiguousarray(page), self._slots, self._meta, takes, stamp, fresh, again)
         return fresh[:sizes[0]], again[:sizes[1]]
 
+    def count_pages(self, values: np.ndarray, templates: np.ndarray, bounds: np.ndarray, stamps: np.ndarray,
+                    seen: int) -> tuple[np.ndarray, tuple]:
+        """``count`` of a site's new pages in turn, page p ``values[bounds[p, 0]:bounds[p, 1]]`` taken without its
+        site's template before it (``templates[bounds[p, 2]:bounds[p, 3]]``) first (its counted part) and without
+        the shared one (``templates[bounds[p, 4]:bounds[p, 5]]``) too (its rest), stamped ``stamps[p]``; ``seen``:
+        how many values the site's ``seen`` holds with what its earlier pages added (a page's fresh values are
+        put in while that is below ``MAX_SEEN``). Returns each page's sizes (counted, rest, fresh, again, fresh
+        values of the rest, whether it took its fresh values) and the four parts' values, each page's after the
+        page before's.
+
+        One kernel pass for the pages (``_kernel.hashed_count_pages``),
+        grown where ``count`` would grow, page by page: the same slots,
+        stamps and answers.
+        """
+        pages = len(stamps)
+        sizes = np.zeros((pages, 6), dtype=np.int64)
+        room = int((bounds[:, 1] - bounds[:, 0]).sum())
+        parts = [np.empty(room, dtype=np.uint32) for _ in range(4)]
+        done = 0
+        while done < pages:
+            out = [part[at:] for part, at in zip(parts, sizes[:done, :4].sum(axis=0).tolist())]
+            counted = _hashed_count_pages(values, templates, bounds[done:], self._slots, self._meta, stamps[done:],
+                                          seen, MAX_SEEN, *out, sizes[done:])
+            took = sizes[done:done + counted]
+            seen += int(took[took[:, 5] == 1, 2].sum())
+            done += counted
+            if done < pages:
+                self._grow(int(self._meta[0]) + int(sizes[done, 0]))
+        return sizes, tuple(parts)
+
     def repeated_as_of(self, values: np.ndarray, stamp: int) -> np.ndarray:
         """Which of ``values`` (uint32) were seen again by ``stamp``."""
         found = np.empty(len(values), dtype=bool)
@@ -479,16 +510,16 @@ class SiteState:
         return every > 0 and self.pages >= every and self.pages % every < settings.sample_pages
 
     def add_page(self, page: np.ndarray, settings: TemplateSettings,
-                 counted: Optional[np.ndarray] = None) -> Optional[tuple[np.ndarray, np.ndarray]]:
-        """Count a new page (``page``: its sorted uint32 shingles; ``counted``: its ``counted_part``, when the
-        caller counted its repeats already, with ``count_repeats``).
+                 counted: bool = False) -> Optional[tuple[np.ndarray, np.ndarray]]:
+        """Count a new page (``page``: its sorted uint32 shingles; ``counted``: the caller counts its repeats, its
+        ``counted_part`` under the template as it stands before the page: ``count_repeats``, ``count_pages``).
 
         Returns (old, new) settled template when the page completes a sample
         or adds repeated blocks to a settled template (the across-site
         counts then move), else None.
         """
         sampled = self.samples_next(settings)
-        if settings.repeats and not self.ahead and counted is None:
+        if settings.repeats and not self.ahead and not counted:
             self.count_repeats(self.counted_part(page))
         unconfirmed = self._confirm(page, settings.share)
         grew = self._learn_blocks(page, settings)
@@ -562,11 +593,38 @@ class SiteState:
     def counted_part_and_rest(self, page: np.ndarray, shared: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``counted_part`` of a new page, and that without ``shared`` too (its content while the templates stand,
         ``content_left``): one walk of the page for both."""
-        template = self.template
-        if not len(template) or not len(shared):
-            counted = self.counted_part(page)
-            return counted, (_without(counted, EMPTY, shared) if len(shared) else counted)
-        return _without_each(page, template, shared)
+        return _counted_and_kept(page, self.template, shared)
+
+    def count_pages(self, values: np.ndarray, bounds: np.ndarray, templates: list, stamps: np.ndarray) -> list[tuple]:
+        """``counted_part_and_rest`` and ``count_repeats`` of the site's new pages in turn: page p is
+        ``values[bounds[2p]:bounds[2p + 1]]``, under ``templates[p]`` (its site's template before it, and the
+        shared one), stamped ``stamps[p]``. Each page's (counted part, rest, fresh values, whether ``seen`` took
+        them, how many of the rest are fresh), as counting the pages one by one gives; with a ``table``, in one
+        kernel pass (``RepeatTable.count_pages``) instead of a few numpy calls a page."""
+        laid = _laid_out(templates) if self.table is not None and _hashed_count_pages is not None and \
+            values.dtype == np.uint32 else None
+        if laid is None:
+            return [self._counted_page(values[start:end], template, shared, stamp) for start, end, (template, shared),
+                    stamp in zip(bounds[0::2].tolist(), bounds[1::2].tolist(), templates, stamps.tolist())]
+        flat, spans = laid
+        sizes, (counted, kept, fresh, again) = self.table.count_pages(
+            values, flat, np.concatenate((bounds.reshape(-1, 2), spans), axis=1), stamps,
+            len(self.seen) + self.pending_seen)
+        found, at = [], [0, 0, 0, 0]
+        for size, ends in zip(sizes.tolist(), np.cumsum(sizes[:, :4], axis=0).tolist()):
+            takes, page_fresh, page_again = size[5] == 1, fresh[at[2]:ends[2]], again[at[3]:ends[3]]
+            self.pending.append((page_fresh if takes else EMPTY, page_again))
+            self.pending_seen += size[2] if takes else 0
+            found.append((counted[at[0]:ends[0]], kept[at[1]:ends[1]], page_fresh, takes, size[4]))
+            at = ends
+        return found
+
+    def _counted_page(self, page: np.ndarray, template: np.ndarray, shared: np.ndarray, stamp: int) -> tuple:
+        """``count_pages`` of one page, by ``count_repeats``."""
+        counted, kept = _counted_and_kept(page, template, shared)
+        takes = self.takes_new()
+        fresh = self.count_repeats(counted, stamp)
+        return counted, kept, fresh, takes, int(np.count_nonzero(in_sorted(kept, fresh)))
 
     def takes_new(self) -> bool:
         """Whether ``seen`` takes the shingles it has not seen of the site's next new page."""
@@ -670,6 +728,36 @@ def _fresh_and_again(page: np.ndarray, seen: GrowingSet, repeated: GrowingSet) -
     fresh, again = np.empty(len(page), dtype=np.uint32), np.empty(len(page), dtype=np.uint32)
     sizes = _new_and_again(np.ascontiguousarray(page), *seen_parts, *repeated_parts, fresh, again)
     return fresh[:sizes[0]], again[:sizes[1]]
+
+
+def _laid_out(templates: list) -> Optional[tuple[np.ndarray, np.ndarray]]:
+    """Pages' (template, shared) pairs as the kernel reads them: the distinct arrays one after the other, and
+    each page's (start, end) of both in that; None when one is not uint32."""
+    where: dict[int, tuple[int, int]] = {}
+    parts, size, spans = [], 0, []
+    for pair in templates:
+        span = []
+        for values in pair:
+            found = where.get(id(values))
+            if found is None:
+                if values.dtype != np.uint32:
+                    return None
+                found = where[id(values)] = size, size + len(values)
+                parts.append(values)
+                size += len(values)
+            span.extend(found)
+        spans.append(span)
+    flat = np.concatenate(parts) if len(parts) > 1 else np.ascontiguousarray(parts[0])
+    return flat, np.array(spans, dtype=np.int64).reshape(-1, 4)
+
+
+def _counted_and_kept(page: np.ndarray, template: np.ndarray, shared: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A new page's part counted by ``repeats`` (without its site's ``template`` before it) and that without
+    ``shared`` too (``SiteState.counted_part_and_rest``): one walk of the page for both."""
+    if not len(template) or not len(shared):
+        counted = _without(page, template, EMPTY) if len(template) else page
+        return counted, (_without(counted, EMPTY, shared) if len(shared) else counted)
+    return _without_each(page, template, shared)
 
 
 def _buckets(shingles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -836,11 +924,16 @@ def own_text_of(content: np.ndarray, repeated: np.ndarray, min_share: float) -> 
     body finds it. A page whose repeated text is a minor part of it has
     band keys close to those of its own text already.
     """
-    out = int(np.count_nonzero(repeated))
-    left = len(content) - out
-    if out <= REPEAT_SHARE * len(content) or left == 0 or left < min_share * len(content):
+    if not has_own_text(len(content), int(np.count_nonzero(repeated)), min_share):
         return None
     return content[~repeated]
+
+
+def has_own_text(size: int, repeated: int, min_share: float) -> bool:
+    """Whether a content of ``size`` values of which its site repeats ``repeated`` has an own text
+    (``own_text_of``)."""
+    left = size - repeated
+    return not (repeated <= REPEAT_SHARE * size or left == 0 or left < min_share * size)
 
 
 def reads_lines(fingerprint: str) -> bool:
