@@ -123,7 +123,7 @@ def test_a_batchs_pages_counted_site_by_site_answer_as_counted_in_row_order(monk
             kept = {}
             for row, (site, page, (template, shared)) in enumerate(zip(sites, pages, templates)):
                 if by_site:
-                    uncounted.setdefault(site, []).append((row, template, shared))
+                    uncounted.setdefault(site, []).append((row, (template, shared)))
                 else:
                     counted, kept[row] = SiteState(template=template).counted_part_and_rest(page, shared)
                     takes = states[site].takes_new()
@@ -223,7 +223,7 @@ def test_a_sites_pages_counted_in_one_kernel_pass_count_as_page_by_page(monkeypa
                 fresh = state.count_repeats(counted, stamp)
                 found.append((counted, kept, fresh, takes, int(np.isin(kept, fresh).sum())))
         else:
-            found = state.count_pages(shingles.hashes, bounds, templates, stamps)
+            found = list(zip(*state.count_pages(shingles.hashes, bounds, templates, stamps)))
         table = None if state.table is None else (state.table._slots.tolist(), state.table._meta.tolist())
         pending = [(fresh.tolist(), again.tolist()) for fresh, again in state.pending]
         state.settle_counts()

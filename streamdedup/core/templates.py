@@ -408,20 +408,18 @@ class RepeatTable:
         stamps and answers.
         """
         pages = len(stamps)
-        sizes = np.zeros((pages, 6), dtype=np.int64)
-        room = int((bounds[:, 1] - bounds[:, 0]).sum())
-        parts = [np.empty(room, dtype=np.uint32) for _ in range(4)]
-        done = 0
-        while done < pages:
-            out = [part[at:] for part, at in zip(parts, sizes[:done, :4].sum(axis=0).tolist())]
-            counted = _hashed_count_pages(values, templates, bounds[done:], self._slots, self._meta, stamps[done:],
-                                          seen, MAX_SEEN, *out, sizes[done:])
-            took = sizes[done:done + counted]
-            seen += int(took[took[:, 5] == 1, 2].sum())
-            done += counted
-            if done < pages:
-                self._grow(int(self._meta[0]) + int(sizes[done, 0]))
-        return sizes, tuple(parts)
+        sizes = np.empty((pages, 6), dtype=np.int64)
+        parts = np.empty((4, int(bounds[:, 1].sum() - bounds[:, 0].sum())), dtype=np.uint32)
+        done = _hashed_count_pages(values, templates, bounds, self._slots, self._meta, stamps, seen, MAX_SEEN, *parts,
+                                   sizes)
+        while done < pages:  # the table grows where ``count`` would grow it, and the pages go on
+            self._grow(int(self._meta[0]) + int(sizes[done, 0]))
+            took = sizes[:done]
+            seen_now = seen + int(took[took[:, 5] == 1, 2].sum())
+            out = [part[at:] for part, at in zip(parts, took[:, :4].sum(axis=0).tolist())]
+            done += _hashed_count_pages(values, templates, bounds[done:], self._slots, self._meta, stamps[done:],
+                                        seen_now, MAX_SEEN, *out, sizes[done:])
+        return sizes, parts
 
     def repeated_as_of(self, values: np.ndarray, stamp: int) -> np.ndarray:
         """Which of ``values`` (uint32) were seen again by ``stamp``."""
@@ -595,29 +593,30 @@ class SiteState:
         ``content_left``): one walk of the page for both."""
         return _counted_and_kept(page, self.template, shared)
 
-    def count_pages(self, values: np.ndarray, bounds: np.ndarray, templates: list, stamps: np.ndarray) -> list[tuple]:
+    def count_pages(self, values: np.ndarray, bounds: np.ndarray, templates: list, stamps: np.ndarray) -> list:
         """``counted_part_and_rest`` and ``count_repeats`` of the site's new pages in turn: page p is
         ``values[bounds[2p]:bounds[2p + 1]]``, under ``templates[p]`` (its site's template before it, and the
-        shared one), stamped ``stamps[p]``. Each page's (counted part, rest, fresh values, whether ``seen`` took
-        them, how many of the rest are fresh), as counting the pages one by one gives; with a ``table``, in one
-        kernel pass (``RepeatTable.count_pages``) instead of a few numpy calls a page."""
+        shared one: the same pair object for pages under the same two), stamped ``stamps[p]``. Each page's
+        counted part, rest, fresh values, whether ``seen`` took them and how many of the rest are fresh (five
+        lists, a page each), as counting the pages one by one gives; with a ``table``, in one kernel pass
+        (``RepeatTable.count_pages``) instead of a few numpy calls a page."""
         laid = _laid_out(templates) if self.table is not None and _hashed_count_pages is not None and \
             values.dtype == np.uint32 else None
         if laid is None:
-            return [self._counted_page(values[start:end], template, shared, stamp) for start, end, (template, shared),
-                    stamp in zip(bounds[0::2].tolist(), bounds[1::2].tolist(), templates, stamps.tolist())]
+            found = [self._counted_page(values[start:end], template, shared, stamp) for start, end, (template, shared),
+                     stamp in zip(bounds[0::2].tolist(), bounds[1::2].tolist(), templates, stamps.tolist())]
+            return [list(part) for part in zip(*found)] if found else [[], [], [], [], []]
         flat, spans = laid
-        sizes, (counted, kept, fresh, again) = self.table.count_pages(
-            values, flat, np.concatenate((bounds.reshape(-1, 2), spans), axis=1), stamps,
-            len(self.seen) + self.pending_seen)
-        found, at = [], [0, 0, 0, 0]
-        for size, ends in zip(sizes.tolist(), np.cumsum(sizes[:, :4], axis=0).tolist()):
-            takes, page_fresh, page_again = size[5] == 1, fresh[at[2]:ends[2]], again[at[3]:ends[3]]
-            self.pending.append((page_fresh if takes else EMPTY, page_again))
-            self.pending_seen += size[2] if takes else 0
-            found.append((counted[at[0]:ends[0]], kept[at[1]:ends[1]], page_fresh, takes, size[4]))
-            at = ends
-        return found
+        sizes, parts = self.table.count_pages(values, flat, np.concatenate((bounds.reshape(-1, 2), spans), axis=1),
+                                              stamps, len(self.seen) + self.pending_seen)
+        ends = np.cumsum(sizes[:, :4], axis=0)
+        at = np.concatenate((ends - sizes[:, :4], ends), axis=1).T.tolist()  # each part's starts, then its ends
+        counted, kept, fresh, again = [[part[start:end] for start, end in zip(at[n], at[n + 4])]
+                                       for n, part in enumerate(parts)]
+        takes = sizes[:, 5].tolist()
+        self.pending.extend(zip([one if took else EMPTY for one, took in zip(fresh, takes)], again))
+        self.pending_seen += int(sizes[:, 2] @ sizes[:, 5])
+        return [counted, kept, fresh, [took == 1 for took in takes], sizes[:, 4].tolist()]
 
     def _counted_page(self, page: np.ndarray, template: np.ndarray, shared: np.ndarray, stamp: int) -> tuple:
         """``count_pages`` of one page, by ``count_repeats``."""
@@ -734,18 +733,19 @@ def _laid_out(templates: list) -> Optional[tuple[np.ndarray, np.ndarray]]:
     """Pages' (template, shared) pairs as the kernel reads them: the distinct arrays one after the other, and
     each page's (start, end) of both in that; None when one is not uint32."""
     where: dict[int, tuple[int, int]] = {}
-    parts, size, spans = [], 0, []
+    parts, size, spans, last, span = [], 0, [], None, None
     for pair in templates:
-        span = []
-        for values in pair:
-            found = where.get(id(values))
-            if found is None:
-                if values.dtype != np.uint32:
-                    return None
-                found = where[id(values)] = size, size + len(values)
-                parts.append(values)
-                size += len(values)
-            span.extend(found)
+        if pair is not last:
+            last, span = pair, []
+            for values in pair:
+                found = where.get(id(values))
+                if found is None:
+                    if values.dtype != np.uint32:
+                        return None
+                    found = where[id(values)] = size, size + len(values)
+                    parts.append(values)
+                    size += len(values)
+                span.extend(found)
         spans.append(span)
     flat = np.concatenate(parts) if len(parts) > 1 else np.ascontiguousarray(parts[0])
     return flat, np.array(spans, dtype=np.int64).reshape(-1, 4)

@@ -146,6 +146,14 @@ class BatchRepeats:
         self._firsts.pop(site, None)
         self._counted[row] = site, page, fresh, part, part_fresh
 
+    def add_pages(self, site: int, rows: list, pages: list, takes_new: list, fresh: list, parts: list,
+                  parts_fresh: list) -> None:
+        """``add`` of a site's pages at ``rows`` (in order), each argument a list of one a page."""
+        if site not in self.tables:  # the site's table answers without its pages' shingles
+            self._pages.setdefault(site, []).extend(zip(rows, pages, takes_new))
+            self._firsts.pop(site, None)
+        self._counted.update(zip(rows, zip([site] * len(rows), pages, fresh, parts, parts_fresh)))
+
     def repeated_count(self, values: np.ndarray, site: int, row: int) -> Optional[int]:
         """How many of ``values`` ``repeated`` finds, when that is known without a look-up: ``values`` is the row's
         own counted ``part``, whose fresh values counting numbered; else None."""
@@ -242,8 +250,8 @@ def _by_value_then_page(pages: list) -> np.ndarray:
 
 def _count_site_by_site(uncounted: dict, states: dict, repeats: BatchRepeats, shingles) -> dict[int, np.ndarray]:
     """Count the repeats of a batch's new pages (``SiteState.count_pages``, then ``BatchRepeats.add``) site by
-    site, each site's pages in row order; ``uncounted``: site -> its pages' (row, its site's template before the
-    page, the shared template before it); ``shingles``: the batch's (``ShingleBatch``). Returns row -> the page
+    site, each site's pages in row order; ``uncounted``: site -> its pages' (row, (its site's template before
+    the page, the shared template before it)); ``shingles``: the batch's (``ShingleBatch``). Returns row -> the page
     without both templates (``SiteState.counted_part_and_rest``'s rest).
 
     A page's counting depends only on its site's counting state and the
@@ -255,20 +263,21 @@ def _count_site_by_site(uncounted: dict, states: dict, repeats: BatchRepeats, sh
     repeats much of its section's navigation, whose slots are then still
     cached. A site's pages are counted in one kernel pass.
     """
-    base, offsets, page_of = repeats.base, shingles.offsets, shingles.of
+    base, offsets = repeats.base, shingles.offsets
     kept_of: dict[int, np.ndarray] = {}
     for site, pages in uncounted.items():
-        rows = [row for row, _, _ in pages]
+        rows = [row for row, _ in pages]
         at = np.array(rows, dtype=np.int64)
-        found = states[site].count_pages(shingles.hashes, np.stack((offsets[at], offsets[at + 1]), axis=1).ravel(),
-                                         [(template, shared) for _, template, shared in pages],
-                                         (at + (base + 1)).astype(np.uint32))
-        for row, (counted, kept, fresh, takes, kept_fresh) in zip(rows, found):
-            full = page_of(row)
-            counted = full if len(counted) == len(full) else counted  # the same values: as a page by page walk
-            kept = counted if len(kept) == len(counted) else kept  # gives them, the same arrays
-            repeats.add(site, row, counted, takes, fresh, kept, kept_fresh)
-            kept_of[row] = kept
+        counted, kept, fresh, takes, kept_fresh = states[site].count_pages(
+            shingles.hashes, np.stack((offsets[at], offsets[at + 1]), axis=1).ravel(), [pair for _, pair in pages],
+            (at + (base + 1)).astype(np.uint32))
+        for n, row in enumerate(rows):  # the same values as a page by page walk gives them: the same arrays
+            if len(kept[n]) == len(counted[n]):
+                if len(counted[n]) == offsets[row + 1] - offsets[row]:
+                    counted[n] = shingles.of(row)
+                kept[n] = counted[n]
+        repeats.add_pages(site, rows, counted, takes, fresh, kept, kept_fresh)
+        kept_of.update(zip(rows, kept))
     return kept_of
 
 
@@ -303,7 +312,7 @@ class SiteTemplates:
         learns = settings.learns
         base = self._stamp_base(len(sites))
         repeats = BatchRepeats(lambda site: self._committed(txn, site), learns, base) if settings.repeats else None
-        uncounted: dict[int, list] = {}  # site -> its new pages' (row, its template and the shared one before it)
+        uncounted: dict[int, list] = {}  # site -> its new pages' (row, (its template and the shared one before it))
         for i, item in enumerate(batch.items):
             row = batch.row[i]
             if row < 0 or not isinstance(item, Document):
@@ -328,7 +337,10 @@ class SiteTemplates:
                 before, was_settled = state.template, state.settled_for_good()
                 counts = repeats is not None and not state.ahead
                 if counts:
-                    uncounted.setdefault(site, []).append((row, before, shared))
+                    pages = uncounted.setdefault(site, [])
+                    pair = pages[-1][1] if pages and pages[-1][1][0] is before and pages[-1][1][1] is shared \
+                        else (before, shared)
+                    pages.append((row, pair))
                 moved = state.add_page(full, settings, counts)
                 if not was_settled and state.template is not before:
                     settles.setdefault(row, []).append(site)
