@@ -193,74 +193,90 @@ def _pages_under_templates(rng, pages: int) -> tuple[list, list]:
 
 @pytest.mark.skipif(templates_module._hashed_count_pages is None, reason="the kernel's tables")
 @pytest.mark.parametrize("seed", range(3))
-def test_a_sites_pages_counted_in_one_kernel_pass_count_as_page_by_page(monkeypatch, seed):
-    """``SiteState.count_pages`` (``_kernel.hashed_count_pages``: each page without its template and the shared
-    one, then counted) gives each page's counted part, rest, fresh values, whether ``seen`` took them and the
-    rest's fresh count as ``counted_part_and_rest`` and ``count_repeats`` page by page, with the templates
-    changing from page to page, the table growing within the pass and ``seen`` filling up: the same table, slot
-    for slot, the same pending additions and, settled, the same sets; so does its path without a table (the
-    same answers and sets)."""
+def test_a_batchs_pages_counted_in_one_kernel_pass_count_as_page_by_page(monkeypatch, seed):
+    """``templates.count_new_pages`` (``_kernel.hashed_count_pages``: each page without its template and the shared
+    one, then counted in its site's table) gives each page's counted part, rest, fresh values, whether ``seen``
+    took them and the rest's fresh count as ``counted_part_and_rest`` and ``count_repeats`` page by page, with two
+    sites' pages interleaved, the templates changing from page to page, the tables growing within the pass (its
+    runs of pages written apart) and ``seen`` filling up: the same tables, slot for slot, the same pending additions and, settled, the same sets;
+    so does its path without tables (the same answers and sets)."""
     monkeypatch.setattr(templates_module, "MAX_SEEN", 5000)
     monkeypatch.setattr(templates_module, "MIN_RECENT", 64)
+    monkeypatch.setattr(templates_module, "CHUNK_VALUES", 1000)  # in runs of a few pages
     rng = np.random.default_rng(seed)
-    pages, templates = _pages_under_templates(rng, 60)
+    pages, templates = _pages_under_templates(rng, 90)
+    owners = rng.choice([0, 1], len(pages), p=[0.7, 0.3]).tolist()
     shingles = ShingleBatch.of_sets(pages)
     bounds = np.stack((shingles.offsets[:-1], shingles.offsets[1:]), axis=1).ravel()
     stamps = np.arange(1, len(pages) + 1, dtype=np.uint32) + 40
     results, built = {}, {}
-    for way in ("page by page", "in one pass", "without a table"):
-        state = SiteState()
-        for page in pages[:5]:  # a few pages committed before, in a small table
-            state.count_repeats(page, 3)
-        state.settle_counts()
-        if way != "without a table":
-            built[way] = len(state.with_table()._slots)
+    for way in ("page by page", "in one pass", "without tables"):
+        states = [SiteState(), SiteState()]
+        for n, page in enumerate(pages[:6]):  # a few pages committed before, in small tables
+            states[n % 2].count_repeats(page, 3)
+        for state in states:
+            state.settle_counts()
+            if way != "without tables":
+                built[way] = len(state.with_table()._slots)
         if way == "page by page":
             found = []
-            for page, (template, shared), stamp in zip(pages, templates, stamps.tolist()):
+            for owner, page, (template, shared), stamp in zip(owners, pages, templates, stamps.tolist()):
                 counted, kept = SiteState(template=template).counted_part_and_rest(page, shared)
-                takes = state.takes_new()
-                fresh = state.count_repeats(counted, stamp)
+                takes = states[owner].takes_new()
+                fresh = states[owner].count_repeats(counted, stamp)
                 found.append((counted, kept, fresh, takes, int(np.isin(kept, fresh).sum())))
         else:
-            found = list(zip(*state.count_pages(shingles.hashes, bounds, templates, stamps)))
-        table = None if state.table is None else (state.table._slots.tolist(), state.table._meta.tolist())
-        pending = [(fresh.tolist(), again.tolist()) for fresh, again in state.pending]
-        state.settle_counts()
+            found = list(zip(*templates_module.count_new_pages(states, owners, shingles.hashes, bounds, templates,
+                                                               stamps)))
+        tables = [None if state.table is None else (state.table._slots.tolist(), state.table._meta.tolist())
+                  for state in states]
+        pending = [[(fresh.tolist(), again.tolist()) for fresh, again in state.pending] for state in states]
+        for state in states:
+            state.settle_counts()
         results[way] = ([tuple(part.tolist() if isinstance(part, np.ndarray) else part for part in page)
-                         for page in found], table, pending, state.seen.tolist(), state.repeated.tolist())
-    one, other, plain = results["page by page"], results["in one pass"], results["without a table"]
+                         for page in found], tables, pending,
+                        [(state.seen.tolist(), state.repeated.tolist()) for state in states])
+    one, other, plain = results["page by page"], results["in one pass"], results["without tables"]
     assert one == other
-    assert one[0] == plain[0] and one[3:] == plain[3:]
-    takes = [page[3] for page in one[0]]
-    assert takes[0] and not takes[-1]  # ``seen`` filled up within the pages
-    assert len(other[1][0]) >= 4 * built["in one pass"]  # the table grew within the pass, twice or more
+    assert one[0] == plain[0] and one[3] == plain[3]
+    takes = [page[3] for page, owner in zip(one[0], owners) if owner == 0]
+    assert takes[0] and not takes[-1]  # the first site's ``seen`` filled up within the pages
+    assert len(other[1][0][0]) >= 4 * built["in one pass"]  # its table grew within the pass, twice or more
     assert sum(0 < len(page[1]) < len(page[0]) for page in one[0]) > 20 and any(page[4] for page in one[0])
 
 
 @pytest.mark.skipif(templates_module._hashed_count_pages is None, reason="the kernel's tables")
-def test_a_sites_pages_are_refused_by_the_kernel_outside_their_arrays():
+def test_a_batchs_pages_are_refused_by_the_kernel_outside_their_arrays():
     """``_kernel.hashed_count_pages`` reads no value outside the arrays it is given: bounds past the values or the
-    templates, outputs too short for the pages, sizes not six a page are refused."""
+    templates, an owner past the tables, outputs too short for the pages, sizes not six a page are refused, and so
+    is a table left without room by its growth."""
     table = RepeatTable(GrowingSet(), GrowingSet())
+    tables = ((table._slots, table._meta),)
     values, templates = _u32(range(1, 50)), _u32(range(10, 20))
     out = [np.empty(49, dtype=np.uint32) for _ in range(4)]
     sizes = np.zeros((1, 6), dtype=np.int64)
-    stamps = np.ones(1, dtype=np.uint32)
+    stamps, seen, owner = np.ones(1, dtype=np.uint32), np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int32)
+
+    def grown(_, values):
+        table._grow(values)
+        return table._slots, table._meta
+
+    def counted(bounds, owners=owner, outputs=out, sizes=sizes, grow=grown):
+        return templates_module._hashed_count_pages(values, templates, np.array([bounds], dtype=np.int64), tables,
+                                                    grow, owners, stamps, seen, 10, *outputs, sizes)
+
     for bounds in ([0, 50, 0, 10, 0, 0], [0, 49, 0, 11, 0, 0], [0, 49, 5, 4, 0, 0], [-1, 49, 0, 10, 0, 10]):
         with pytest.raises(ValueError):
-            templates_module._hashed_count_pages(values, templates, np.array([bounds], dtype=np.int64),
-                                                 table._slots, table._meta, stamps, 0, 10, *out, sizes)
-    good = np.array([[0, 49, 0, 10, 0, 0]], dtype=np.int64)
-    with pytest.raises(ValueError):
-        templates_module._hashed_count_pages(values, templates, good, table._slots, table._meta, stamps, 0, 10,
-                                             *out[:3], np.empty(48, dtype=np.uint32), sizes)
-    with pytest.raises(ValueError):
-        templates_module._hashed_count_pages(values, templates, good, table._slots, table._meta, stamps, 0, 10,
-                                             *out, np.zeros(5, dtype=np.int64))
-    assert templates_module._hashed_count_pages(values, templates, good, table._slots, table._meta, stamps, 0, 10,
-                                                *out, sizes) == 0  # no room: the table grows first
-    assert sizes[0, 0] == 39
+            counted(bounds)
+    good = [0, 49, 0, 10, 0, 0]
+    for wrong in ({"owners": np.ones(1, dtype=np.int32)}, {"outputs": [*out[:3], np.empty(48, dtype=np.uint32)]},
+                  {"sizes": np.zeros(5, dtype=np.int64)}):
+        with pytest.raises(ValueError):
+            counted(good, **wrong)
+    with pytest.raises(ValueError):  # no room for its 39 values, and a grow that gives none
+        counted(good, grow=lambda _, values: (table._slots, table._meta))
+    assert counted(good) == 1 and sizes[0].tolist() == [39, 39, 39, 0, 39, 1] and seen.tolist() == [39]
+    assert table.sizes() == (39, 0) and len(table._slots) == 2 * 128  # grown, as ``RepeatTable.count`` grows it
 
 
 @pytest.mark.skipif(templates_module._hashed_moved is None, reason="the kernel's tables")

@@ -142,7 +142,7 @@ except ImportError:  # built without a C compiler: numpy's searchsorted and sort
 
 __all__ = ["TemplateSettings", "SiteState", "GrowingSet", "RepeatTable", "NOTHING", "learned_template", "content_of",
            "content_left", "in_sorted", "kept_rule", "reads_lines", "excerpt_text_of", "without_repeats",
-           "own_text_of", "has_own_text", "SiteTimeline", "EMPTY",
+           "own_text_of", "has_own_text", "count_new_pages", "SiteTimeline", "EMPTY",
            "MAX_TEMPLATE", "MAX_WINDOW_PAGE"]
 
 EMPTY = np.zeros(0, dtype=np.uint32)
@@ -155,6 +155,7 @@ REPEAT_SHARE = 1 / 3  # a page's extra text repeated on its site is left out of 
 ONCE = 0xFFFFFFFF  # a ``RepeatTable``'s stamp of a value seen on one page (never repeated as of any stamp)
 MIN_RECENT = 4096  # a ``GrowingSet``'s recent part merges into its main part past this size (and an eighth of it)
 BUCKET_VALUES = 8  # values a bucket holds on average
+CHUNK_VALUES = 1 << 14  # a batch's new pages are counted in runs of about this many values (``count_new_pages``)
 CONFIRM_PAGES = 32  # new pages of a site over which what a sample learned is counted again (``confirm``)
 _NEITHER = "-v2"  # the fingerprint's mark of pairs verified on what is template on neither site
 _CONFIRMED = "-t1"  # the fingerprint's mark of templates confirmed over the pages after their sample
@@ -393,34 +394,6 @@ class RepeatTable:
         sizes = _kernel.hashed_count(np.ascontiguousarray(page), self._slots, self._meta, takes, stamp, fresh, again)
         return fresh[:sizes[0]], again[:sizes[1]]
 
-    def count_pages(self, values: np.ndarray, templates: np.ndarray, bounds: np.ndarray, stamps: np.ndarray,
-                    seen: int) -> tuple[np.ndarray, tuple]:
-        """``count`` of a site's new pages in turn, page p ``values[bounds[p, 0]:bounds[p, 1]]`` taken without its
-        site's template before it (``templates[bounds[p, 2]:bounds[p, 3]]``) first (its counted part) and without
-        the shared one (``templates[bounds[p, 4]:bounds[p, 5]]``) too (its rest), stamped ``stamps[p]``; ``seen``:
-        how many values the site's ``seen`` holds with what its earlier pages added (a page's fresh values are
-        put in while that is below ``MAX_SEEN``). Returns each page's sizes (counted, rest, fresh, again, fresh
-        values of the rest, whether it took its fresh values) and the four parts' values, each page's after the
-        page before's.
-
-        One kernel pass for the pages (``_kernel.hashed_count_pages``),
-        grown where ``count`` would grow, page by page: the same slots,
-        stamps and answers.
-        """
-        pages = len(stamps)
-        sizes = np.empty((pages, 6), dtype=np.int64)
-        parts = np.empty((4, int(bounds[:, 1].sum() - bounds[:, 0].sum())), dtype=np.uint32)
-        done = _hashed_count_pages(values, templates, bounds, self._slots, self._meta, stamps, seen, MAX_SEEN, *parts,
-                                   sizes)
-        while done < pages:  # the table grows where ``count`` would grow it, and the pages go on
-            self._grow(int(self._meta[0]) + int(sizes[done, 0]))
-            took = sizes[:done]
-            seen_now = seen + int(took[took[:, 5] == 1, 2].sum())
-            out = [part[at:] for part, at in zip(parts, took[:, :4].sum(axis=0).tolist())]
-            done += _hashed_count_pages(values, templates, bounds[done:], self._slots, self._meta, stamps[done:],
-                                        seen_now, MAX_SEEN, *out, sizes[done:])
-        return sizes, parts
-
     def repeated_as_of(self, values: np.ndarray, stamp: int) -> np.ndarray:
         """Which of ``values`` (uint32) were seen again by ``stamp``."""
         found = np.empty(len(values), dtype=bool)
@@ -510,7 +483,7 @@ class SiteState:
     def add_page(self, page: np.ndarray, settings: TemplateSettings,
                  counted: bool = False) -> Optional[tuple[np.ndarray, np.ndarray]]:
         """Count a new page (``page``: its sorted uint32 shingles; ``counted``: the caller counts its repeats, its
-        ``counted_part`` under the template as it stands before the page: ``count_repeats``, ``count_pages``).
+        ``counted_part`` under the template as it stands before the page: ``count_repeats``, ``count_new_pages``).
 
         Returns (old, new) settled template when the page completes a sample
         or adds repeated blocks to a settled template (the across-site
@@ -593,33 +566,8 @@ class SiteState:
         ``content_left``): one walk of the page for both."""
         return _counted_and_kept(page, self.template, shared)
 
-    def count_pages(self, values: np.ndarray, bounds: np.ndarray, templates: list, stamps: np.ndarray) -> list:
-        """``counted_part_and_rest`` and ``count_repeats`` of the site's new pages in turn: page p is
-        ``values[bounds[2p]:bounds[2p + 1]]``, under ``templates[p]`` (its site's template before it, and the
-        shared one: the same pair object for pages under the same two), stamped ``stamps[p]``. Each page's
-        counted part, rest, fresh values, whether ``seen`` took them and how many of the rest are fresh (five
-        lists, a page each), as counting the pages one by one gives; with a ``table``, in one kernel pass
-        (``RepeatTable.count_pages``) instead of a few numpy calls a page."""
-        laid = _laid_out(templates) if self.table is not None and _hashed_count_pages is not None and \
-            values.dtype == np.uint32 else None
-        if laid is None:
-            found = [self._counted_page(values[start:end], template, shared, stamp) for start, end, (template, shared),
-                     stamp in zip(bounds[0::2].tolist(), bounds[1::2].tolist(), templates, stamps.tolist())]
-            return [list(part) for part in zip(*found)] if found else [[], [], [], [], []]
-        flat, spans = laid
-        sizes, parts = self.table.count_pages(values, flat, np.concatenate((bounds.reshape(-1, 2), spans), axis=1),
-                                              stamps, len(self.seen) + self.pending_seen)
-        ends = np.cumsum(sizes[:, :4], axis=0)
-        at = np.concatenate((ends - sizes[:, :4], ends), axis=1).T.tolist()  # each part's starts, then its ends
-        counted, kept, fresh, again = [[part[start:end] for start, end in zip(at[n], at[n + 4])]
-                                       for n, part in enumerate(parts)]
-        takes = sizes[:, 5].tolist()
-        self.pending.extend(zip([one if took else EMPTY for one, took in zip(fresh, takes)], again))
-        self.pending_seen += int(sizes[:, 2] @ sizes[:, 5])
-        return [counted, kept, fresh, [took == 1 for took in takes], sizes[:, 4].tolist()]
-
     def _counted_page(self, page: np.ndarray, template: np.ndarray, shared: np.ndarray, stamp: int) -> tuple:
-        """``count_pages`` of one page, by ``count_repeats``."""
+        """``count_new_pages`` of one of its pages, by ``count_repeats``."""
         counted, kept = _counted_and_kept(page, template, shared)
         takes = self.takes_new()
         fresh = self.count_repeats(counted, stamp)
@@ -727,6 +675,76 @@ def _fresh_and_again(page: np.ndarray, seen: GrowingSet, repeated: GrowingSet) -
     fresh, again = np.empty(len(page), dtype=np.uint32), np.empty(len(page), dtype=np.uint32)
     sizes = _new_and_again(np.ascontiguousarray(page), *seen_parts, *repeated_parts, fresh, again)
     return fresh[:sizes[0]], again[:sizes[1]]
+
+
+def count_new_pages(states: list, owners: list, values: np.ndarray, bounds: np.ndarray, templates: list,
+                    stamps: np.ndarray) -> list:
+    """``SiteState.counted_part_and_rest`` and ``count_repeats`` of a batch's new pages in turn: page p is
+    ``values[bounds[2p]:bounds[2p + 1]]``, of the site whose state is ``states[owners[p]]`` (each site's pages in
+    row order), under ``templates[p]`` (its site's template before it, and the shared one: the same pair object
+    for a site's pages under the same two), stamped ``stamps[p]``. Each page's counted part, rest, fresh values,
+    whether ``seen`` took them and how many of the rest are fresh (five lists, a page each), as counting the
+    pages one by one gives; with the sites' ``table``s, in one kernel pass (``_kernel.hashed_count_pages``)
+    instead of a few numpy calls a page."""
+    tables = [state.table for state in states]
+    laid = _laid_out(templates) if _hashed_count_pages is not None and values.dtype == np.uint32 and \
+        all(table is not None for table in tables) else None
+    if laid is None:
+        found = [states[owner]._counted_page(values[start:end], template, shared, stamp)
+                 for owner, start, end, (template, shared), stamp
+                 in zip(owners, bounds[0::2].tolist(), bounds[1::2].tolist(), templates, stamps.tolist())]
+        return [list(part) for part in zip(*found)] if found else [[] for _ in range(5)]
+    flat, spans = laid
+    seen = np.array([len(state.seen) + state.pending_seen for state in states], dtype=np.int64)
+    seen_before = seen.tolist()
+    sizes, chunks = _counted_in_tables(tables, values, flat, np.concatenate((bounds.reshape(-1, 2), spans), axis=1),
+                                       np.array(owners, dtype=np.int32), stamps, seen)
+    counted, kept, fresh, again = lists = [], [], [], []
+    for first, last, parts in chunks:
+        chunk = sizes[first:last, :4]
+        ends = np.cumsum(chunk, axis=0)
+        at = np.concatenate((ends - chunk, ends), axis=1).T.tolist()  # each part's starts, then its ends
+        for n, (part, found) in enumerate(zip(parts, lists)):
+            found.extend([part[start:end] for start, end in zip(at[n], at[n + 4])])
+    takes = (sizes[:, 5] == 1).tolist()
+    for owner, page_fresh, page_again, took in zip(owners, fresh, again, takes):
+        states[owner].pending.append((page_fresh if took else EMPTY, page_again))
+    for state, now, before in zip(states, seen.tolist(), seen_before):
+        state.pending_seen += now - before
+    return [counted, kept, fresh, takes, sizes[:, 4].tolist()]
+
+
+def _counted_in_tables(tables: list, values: np.ndarray, templates: np.ndarray, bounds: np.ndarray,
+                       owners: np.ndarray, stamps: np.ndarray, seen: np.ndarray) -> tuple[np.ndarray, list]:
+    """``_kernel.hashed_count_pages`` of the pages (``bounds``: six a page), each site's table grown where
+    ``RepeatTable.count`` would grow it (the same slots, stamps and answers as page by page): each page's sizes
+    (counted, rest, fresh, again, fresh values of the rest, whether it took them) and, for runs of pages of
+    about ``CHUNK_VALUES`` values, (first page, page past the last, the four parts' values, each page's after
+    the page before's); ``seen`` moved on.
+
+    The parts of a run are written into arrays of a few hundred KiB, not
+    one of the batch's tens of MiB: fresh memory a value is a page fault
+    every thousand values, and evicts the tables counting reads.
+    """
+    def grown(owner: int, values: int) -> tuple[np.ndarray, np.ndarray]:
+        table = tables[owner]
+        table._grow(values)
+        return table._slots, table._meta
+
+    pages = len(stamps)
+    sizes = np.empty((pages, 6), dtype=np.int64)
+    ends = np.cumsum(bounds[:, 1] - bounds[:, 0])
+    cuts = np.searchsorted(ends, np.arange(CHUNK_VALUES, ends[-1] if pages else 0, CHUNK_VALUES)).tolist()
+    edges = sorted({0, pages, *(cut for cut in cuts if 0 < cut < pages)})
+    slots = tuple((table._slots, table._meta) for table in tables)
+    chunks = []
+    for first, last in zip(edges, edges[1:]):
+        parts = np.empty((4, int(ends[last - 1] - (ends[first - 1] if first else 0))), dtype=np.uint32)
+        _hashed_count_pages(values, templates, bounds[first:last], slots, grown, owners[first:last],
+                            stamps[first:last], seen, MAX_SEEN, *parts, sizes[first:last])
+        slots = tuple((table._slots, table._meta) for table in tables)
+        chunks.append((first, last, parts))
+    return sizes, chunks
 
 
 def _laid_out(templates: list) -> Optional[tuple[np.ndarray, np.ndarray]]:

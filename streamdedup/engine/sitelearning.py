@@ -20,7 +20,7 @@ from ..core.prepare import PreparedBatch
 from ..core.records import Document
 from ..core.signing import SigningConfig, band_keys_of
 from ..core.templates import (EMPTY, NOTHING, SiteState, SiteTimeline, TemplateSettings, content_left, content_of,
-                              excerpt_text_of, has_own_text, in_sorted, own_text_of, without_repeats)
+                              count_new_pages, excerpt_text_of, has_own_text, in_sorted, own_text_of, without_repeats)
 from ..store.index import IndexTxn
 from ..store.sites import load_site, move_site_counts, save_site, shared_template
 
@@ -249,7 +249,7 @@ def _by_value_then_page(pages: list) -> np.ndarray:
 
 
 def _count_site_by_site(uncounted: dict, states: dict, repeats: BatchRepeats, shingles) -> dict[int, np.ndarray]:
-    """Count the repeats of a batch's new pages (``SiteState.count_pages``, then ``BatchRepeats.add``) site by
+    """Count the repeats of a batch's new pages (``templates.count_new_pages``, then ``BatchRepeats.add``) site by
     site, each site's pages in row order; ``uncounted``: site -> its pages' (row, (its site's template before
     the page, the shared template before it)); ``shingles``: the batch's (``ShingleBatch``). Returns row -> the page
     without both templates (``SiteState.counted_part_and_rest``'s rest).
@@ -261,24 +261,28 @@ def _count_site_by_site(uncounted: dict, states: dict, repeats: BatchRepeats, sh
     counting in row order. Counting probes the site's table once a value, a
     cache miss in the tables of a few hundred sites; a site's next page
     repeats much of its section's navigation, whose slots are then still
-    cached. A site's pages are counted in one kernel pass.
+    cached. The batch's pages are counted in one kernel pass.
     """
-    base, offsets = repeats.base, shingles.offsets
-    kept_of: dict[int, np.ndarray] = {}
+    counted_states, owners, rows, pairs, firsts = [], [], [], [], []
     for site, pages in uncounted.items():
-        rows = [row for row, _ in pages]
-        at = np.array(rows, dtype=np.int64)
-        counted, kept, fresh, takes, kept_fresh = states[site].count_pages(
-            shingles.hashes, np.stack((offsets[at], offsets[at + 1]), axis=1).ravel(), [pair for _, pair in pages],
-            (at + (base + 1)).astype(np.uint32))
-        for n, row in enumerate(rows):  # the same values as a page by page walk gives them: the same arrays
-            if len(kept[n]) == len(counted[n]):
-                if len(counted[n]) == offsets[row + 1] - offsets[row]:
-                    counted[n] = shingles.of(row)
-                kept[n] = counted[n]
-        repeats.add_pages(site, rows, counted, takes, fresh, kept, kept_fresh)
-        kept_of.update(zip(rows, kept))
-    return kept_of
+        firsts.append(len(rows))
+        owners.extend([len(counted_states)] * len(pages))
+        counted_states.append(states[site])
+        rows.extend([row for row, _ in pages])
+        pairs.extend([pair for _, pair in pages])
+    offsets, at = shingles.offsets, np.array(rows, dtype=np.int64)
+    counted, kept, fresh, takes, kept_fresh = count_new_pages(
+        counted_states, owners, shingles.hashes, np.stack((offsets[at], offsets[at + 1]), axis=1).ravel(), pairs,
+        (at + (repeats.base + 1)).astype(np.uint32))
+    for n, row in enumerate(rows):  # the same values as a page by page walk gives them: the same arrays
+        if len(kept[n]) == len(counted[n]):
+            if len(counted[n]) == offsets[row + 1] - offsets[row]:
+                counted[n] = shingles.of(row)
+            kept[n] = counted[n]
+    for site, start, end in zip(uncounted, firsts, [*firsts[1:], len(rows)]):
+        repeats.add_pages(site, rows[start:end], counted[start:end], takes[start:end], fresh[start:end],
+                          kept[start:end], kept_fresh[start:end])
+    return dict(zip(rows, kept))
 
 
 class SiteTemplates:
