@@ -198,8 +198,8 @@ def test_a_batchs_pages_counted_in_one_kernel_pass_count_as_page_by_page(monkeyp
     one, then counted in its site's table) gives each page's counted part, rest, fresh values, whether ``seen``
     took them and the rest's fresh count as ``counted_part_and_rest`` and ``count_repeats`` page by page, with two
     sites' pages interleaved, the templates changing from page to page, the tables growing within the pass (its
-    runs of pages written apart) and ``seen`` filling up: the same tables, slot for slot, the same pending additions and, settled, the same sets;
-    so does its path without tables (the same answers and sets)."""
+    runs of pages written apart) and ``seen`` filling up: the same tables, slot for slot, the same pending
+    additions and, settled, the same sets; so does its path without tables (the same answers and sets)."""
     monkeypatch.setattr(templates_module, "MAX_SEEN", 5000)
     monkeypatch.setattr(templates_module, "MIN_RECENT", 64)
     monkeypatch.setattr(templates_module, "CHUNK_VALUES", 1000)  # in runs of a few pages
