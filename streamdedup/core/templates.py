@@ -726,9 +726,9 @@ def _counted_in_tables(tables: list, values: np.ndarray, templates: np.ndarray, 
     one of the batch's tens of MiB: fresh memory a value is a page fault
     every thousand values, and evicts the tables counting reads.
     """
-    def grown(owner: int, values: int) -> tuple[np.ndarray, np.ndarray]:
+    def grown(owner: int, room: int) -> tuple[np.ndarray, np.ndarray]:
         table = tables[owner]
-        table._grow(values)
+        table._grow(room)
         return table._slots, table._meta
 
     pages = len(stamps)
@@ -765,7 +765,7 @@ def _laid_out(templates: list) -> Optional[tuple[np.ndarray, np.ndarray]]:
                     size += len(values)
                 span.extend(found)
         spans.append(span)
-    flat = np.concatenate(parts) if len(parts) > 1 else np.ascontiguousarray(parts[0])
+    flat = np.concatenate(parts) if len(parts) > 1 else np.ascontiguousarray(parts[0]) if parts else EMPTY
     return flat, np.array(spans, dtype=np.int64).reshape(-1, 4)
 
 
