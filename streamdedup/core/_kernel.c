@@ -1291,27 +1291,31 @@ static inline uint64_t load64_le(const unsigned char *p) {
         v[b] = rotr64(v[b] ^ v[c], 63);  \
     } while (0)
 
+/* BLAKE2b's twelve rounds of the mixing step G (one state, or four side by side), written out: each message
+ * word's place is then a constant, and m stays in registers. */
+#define BLAKE2B_ROUND(G, r)                                                 \
+    do {                                                                    \
+        G(0, 4, 8, 12, m[blake2b_sigma[r][0]], m[blake2b_sigma[r][1]]);     \
+        G(1, 5, 9, 13, m[blake2b_sigma[r][2]], m[blake2b_sigma[r][3]]);     \
+        G(2, 6, 10, 14, m[blake2b_sigma[r][4]], m[blake2b_sigma[r][5]]);    \
+        G(3, 7, 11, 15, m[blake2b_sigma[r][6]], m[blake2b_sigma[r][7]]);    \
+        G(0, 5, 10, 15, m[blake2b_sigma[r][8]], m[blake2b_sigma[r][9]]);    \
+        G(1, 6, 11, 12, m[blake2b_sigma[r][10]], m[blake2b_sigma[r][11]]);  \
+        G(2, 7, 8, 13, m[blake2b_sigma[r][12]], m[blake2b_sigma[r][13]]);   \
+        G(3, 4, 9, 14, m[blake2b_sigma[r][14]], m[blake2b_sigma[r][15]]);   \
+    } while (0)
+#define BLAKE2B_ROUNDS(G)                                                                      \
+    BLAKE2B_ROUND(G, 0); BLAKE2B_ROUND(G, 1); BLAKE2B_ROUND(G, 2); BLAKE2B_ROUND(G, 3);      \
+    BLAKE2B_ROUND(G, 4); BLAKE2B_ROUND(G, 5); BLAKE2B_ROUND(G, 6); BLAKE2B_ROUND(G, 7);      \
+    BLAKE2B_ROUND(G, 8); BLAKE2B_ROUND(G, 9); BLAKE2B_ROUND(G, 10); BLAKE2B_ROUND(G, 11)
+
 static void blake2b_compress(uint64_t h[8], const unsigned char block[128], uint64_t counter, int last) {
     uint64_t v[16], m[16];
     for (int i = 0; i < 16; i++) m[i] = load64_le(block + 8 * i);
     for (int i = 0; i < 8; i++) { v[i] = h[i]; v[i + 8] = blake2b_iv[i]; }
     v[12] ^= counter; /* the counter's high word stays 0: a document is far below 2**64 bytes */
     if (last) v[14] = ~v[14];
-#define B2B_ROUND(r)                                                                  \
-    do {                                                                              \
-        B2B_G(0, 4, 8, 12, m[blake2b_sigma[r][0]], m[blake2b_sigma[r][1]]);           \
-        B2B_G(1, 5, 9, 13, m[blake2b_sigma[r][2]], m[blake2b_sigma[r][3]]);           \
-        B2B_G(2, 6, 10, 14, m[blake2b_sigma[r][4]], m[blake2b_sigma[r][5]]);          \
-        B2B_G(3, 7, 11, 15, m[blake2b_sigma[r][6]], m[blake2b_sigma[r][7]]);          \
-        B2B_G(0, 5, 10, 15, m[blake2b_sigma[r][8]], m[blake2b_sigma[r][9]]);          \
-        B2B_G(1, 6, 11, 12, m[blake2b_sigma[r][10]], m[blake2b_sigma[r][11]]);        \
-        B2B_G(2, 7, 8, 13, m[blake2b_sigma[r][12]], m[blake2b_sigma[r][13]]);         \
-        B2B_G(3, 4, 9, 14, m[blake2b_sigma[r][14]], m[blake2b_sigma[r][15]]);         \
-    } while (0)
-    /* the rounds written out: each message word's place is then a constant, and m stays in registers */
-    B2B_ROUND(0); B2B_ROUND(1); B2B_ROUND(2); B2B_ROUND(3); B2B_ROUND(4); B2B_ROUND(5);
-    B2B_ROUND(6); B2B_ROUND(7); B2B_ROUND(8); B2B_ROUND(9); B2B_ROUND(10); B2B_ROUND(11);
-#undef B2B_ROUND
+    BLAKE2B_ROUNDS(B2B_G);
     for (int i = 0; i < 8; i++) h[i] ^= v[i] ^ v[i + 8];
 }
 
@@ -1393,20 +1397,7 @@ __attribute__((target("avx2"))) static void blake2b_compress_x4(__m256i h[8], co
     }
     v[12] = _mm256_xor_si256(v[12], counter);
     v[14] = _mm256_xor_si256(v[14], last);
-#define B2X4_ROUND(r)                                                                 \
-    do {                                                                              \
-        B2X4_G(0, 4, 8, 12, m[blake2b_sigma[r][0]], m[blake2b_sigma[r][1]]);          \
-        B2X4_G(1, 5, 9, 13, m[blake2b_sigma[r][2]], m[blake2b_sigma[r][3]]);          \
-        B2X4_G(2, 6, 10, 14, m[blake2b_sigma[r][4]], m[blake2b_sigma[r][5]]);         \
-        B2X4_G(3, 7, 11, 15, m[blake2b_sigma[r][6]], m[blake2b_sigma[r][7]]);         \
-        B2X4_G(0, 5, 10, 15, m[blake2b_sigma[r][8]], m[blake2b_sigma[r][9]]);         \
-        B2X4_G(1, 6, 11, 12, m[blake2b_sigma[r][10]], m[blake2b_sigma[r][11]]);       \
-        B2X4_G(2, 7, 8, 13, m[blake2b_sigma[r][12]], m[blake2b_sigma[r][13]]);        \
-        B2X4_G(3, 4, 9, 14, m[blake2b_sigma[r][14]], m[blake2b_sigma[r][15]]);        \
-    } while (0)
-    B2X4_ROUND(0); B2X4_ROUND(1); B2X4_ROUND(2); B2X4_ROUND(3); B2X4_ROUND(4); B2X4_ROUND(5);
-    B2X4_ROUND(6); B2X4_ROUND(7); B2X4_ROUND(8); B2X4_ROUND(9); B2X4_ROUND(10); B2X4_ROUND(11);
-#undef B2X4_ROUND
+    BLAKE2B_ROUNDS(B2X4_G);
     for (int i = 0; i < 8; i++) h[i] = _mm256_xor_si256(h[i], _mm256_xor_si256(v[i], v[i + 8]));
 }
 #undef B2X4_G
