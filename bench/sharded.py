@@ -78,14 +78,15 @@ def feed(bootstrap: str, topic: str, docs, rate: float = 0.0) -> None:
 class Run:
     """One contender's topics, group and state folder, and the command of each of its roles."""
 
-    def __init__(self, bootstrap: str, raw: str, work: Path, vshards: int):
+    def __init__(self, bootstrap: str, raw: str, work: Path, vshards: int, settings: tuple = ()):
         self.tag = uuid.uuid4().hex[:8]
         self.bootstrap, self.raw, self.work = bootstrap, raw, work
         self.outs = {kind: f"bench-{kind.replace('_', '-')}-{self.tag}" for kind in KINDS}
         create(bootstrap, list(self.outs.values()))
         self.shards = ["--set", f"shards.count={vshards}",
                        "--set", f"shards.signed_topic=order-{self.tag}",
-                       "--set", f"shards.evidence_topic=exchange-{self.tag}"]
+                       "--set", f"shards.evidence_topic=exchange-{self.tag}",
+                       *(arg for setting in settings for arg in ("--set", setting))]
 
     def command(self, *extra: str) -> list[str]:
         return [sys.executable, "-m", "streamdedup", "run", "--set", f"kafka.bootstrap_servers={self.bootstrap}",
@@ -249,7 +250,7 @@ class Deployment:
 
 
 def deployment_round(bootstrap: str, raw: str, work: Path, args, expected: int, number: int = 0) -> dict:
-    run = Run(bootstrap, raw, work, args.vshards)
+    run = Run(bootstrap, raw, work, args.vshards, args.deployment_set)
     deployment = Deployment(run, work, args)
     try:
         seconds = deployment.seconds_to(expected)
@@ -268,7 +269,7 @@ def start_up_round(bootstrap: str, work: Path, args) -> dict:
     create(bootstrap, [raw])
     feed(bootstrap, raw, corpus.generate(1, seed=7)[:1])
     single = single_round(bootstrap, raw, work, 1, args.timeout)
-    deployment = Deployment(Run(bootstrap, raw, work, args.vshards), work, args)
+    deployment = Deployment(Run(bootstrap, raw, work, args.vshards, args.deployment_set), work, args)
     try:
         return {"single": single["seconds"], "deployment": deployment.seconds_to(1),
                 "cpu": {"worker": single["cpu"], **deployment.cpu()}}
@@ -359,6 +360,8 @@ def main(argv=None) -> int:
     parser.add_argument("--paced-seconds", type=float, default=10.0)
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--port", default="30792")
+    parser.add_argument("--deployment-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a setting of the deployment's processes alone (repeatable), e.g. shards.epoch_records=40000")
     parser.add_argument("--keep-logs", metavar="DIR", help="run every process at log level debug and move each "
                         "round's logs into DIR/round-N (the work folder goes at the end)")
     args = parser.parse_args(argv)

@@ -18,6 +18,7 @@ import pytest
 from streamdedup.core import templates as templates_module
 from streamdedup.core.corpus import _Writer
 from streamdedup.core.records import Document, Source
+from streamdedup.core.shingle import ShingleBatch
 from streamdedup.core.templates import (GrowingSet, RepeatTable, SiteState, TemplateSettings, kept_rule, own_text_of,
                                        without_repeats)
 from streamdedup.core.excerpts import containment
@@ -85,7 +86,7 @@ def test_what_a_site_repeats_is_the_same_at_every_row_of_a_batch_as_page_by_page
             takes, counted = sequential.takes_new(), sequential.counted_part(page)  # as ``SiteTemplates`` does
             kept = counted[counted >= 100]  # the counted part without a shared template (values below 100)
             repeats.add(site, row, counted, takes, sequential.count_repeats(counted, base + row + 1), kept)
-            sequential.add_page(page, settings, counted)
+            sequential.add_page(page, settings, counted=True)
             plain.add_page(page, settings)
             expected.append(np.isin(values, plain.repeated))
             parts.append((counted, kept))
@@ -98,14 +99,18 @@ def test_what_a_site_repeats_is_the_same_at_every_row_of_a_batch_as_page_by_page
 
 
 def test_a_batchs_pages_counted_site_by_site_answer_as_counted_in_row_order(monkeypatch):
-    """``SiteTemplates.content`` counts a batch's new pages site by site (each site's in row order), not in row
-    order: every row's answers (``BatchRepeats.repeated``), what each counting returned and each site's sets
-    once settled are those of counting the rows in turn (two sites interleaved, one whose ``seen`` fills up
-    within the batch, in tables and in the sorted sets)."""
+    """``SiteTemplates.content`` counts a batch's new pages site by site (each site's in row order, in one kernel
+    pass a site), not in row order: every row's answers (``BatchRepeats.repeated``), what each counting
+    returned and each site's sets once settled are those of counting the rows in turn (two sites interleaved,
+    one whose ``seen`` fills up within the batch, in tables and in the sorted sets; a template and a shared one
+    that change within the batch)."""
     monkeypatch.setattr(templates_module, "MAX_SEEN", 400)
     rng = np.random.default_rng(3)
     sites = rng.choice([4, 9], 40).tolist()
     pages = [_u32(rng.integers(0, 300 if site == 4 else 1500, 80)) for site in sites]
+    shingles = ShingleBatch.of_sets(pages)
+    templates = [(_u32(rng.integers(0, 1500, 30)), _u32(rng.integers(0, 1500, 30))) for _ in range(3)]
+    templates = [templates[min(2, row // 15)] for row in range(len(pages))]
     values = np.arange(1500, dtype=np.uint32)
     for table in ((False, True) if templates_module._hashed else (False,)):
         answers, sets = [], []
@@ -115,16 +120,20 @@ def test_a_batchs_pages_counted_site_by_site_answer_as_counted_in_row_order(monk
                 assert all(state.with_table() is not None for state in states.values())
             repeats = BatchRepeats(lambda s: SiteState(), TemplateSettings(repeats=True).learns, 100)
             uncounted = {}
-            for row, (site, page) in enumerate(zip(sites, pages)):
+            kept = {}
+            for row, (site, page, (template, shared)) in enumerate(zip(sites, pages, templates)):
                 if by_site:
-                    uncounted.setdefault(site, []).append((row, page, page))
+                    uncounted.setdefault(site, []).append((row, (template, shared)))
                 else:
+                    counted, kept[row] = SiteState(template=template).counted_part_and_rest(page, shared)
                     takes = states[site].takes_new()
-                    repeats.add(site, row, page, takes, states[site].count_repeats(page, 101 + row), page)
+                    repeats.add(site, row, counted, takes, states[site].count_repeats(counted, 101 + row), kept[row])
             if by_site:
-                sitelearning_module._count_site_by_site(uncounted, states, repeats)
+                kept = sitelearning_module._count_site_by_site(uncounted, states, repeats, shingles)
             answers.append([repeats.repeated(values, site, row).tolist() for row, site in enumerate(sites)] +
-                           [repeats._counted[row][2].tolist() for row in range(len(sites))])
+                           [repeats._counted[row][2].tolist() for row in range(len(sites))] +
+                           [repeats.repeated(kept[row], site, row).tolist() for row, site in enumerate(sites)] +
+                           [kept[row].tolist() for row in range(len(sites))])
             for state in states.values():
                 state.settle_counts()
             sets.append([(state.seen.tolist(), state.repeated.tolist()) for state in states.values()])
@@ -168,6 +177,106 @@ def test_a_sites_table_counts_as_its_sorted_sets_and_answers_as_of_each_page(mon
         assert (state.table.repeated_as_of(values, n + 1) == as_of.repeated.contains(values)).all()
     rebuilt = RepeatTable(state.seen, state.repeated)  # as a state read from the index builds it
     assert (rebuilt.repeated_as_of(values, 0) == state.repeated.contains(values)).all()
+
+
+def _pages_under_templates(rng, pages: int) -> tuple[list, list]:
+    """``pages`` random pages (value 0 on some) and the (template, shared) each is counted under: a few of each,
+    changing within the pages, some empty, some holding much of the pages."""
+    common = rng.integers(0, 3000, 400)
+    made = [_u32([*([0] if rng.random() < 0.3 else []), *rng.choice(common, 60), *rng.integers(0, 2**32, 90,
+                                                                                          dtype=np.uint64)])
+            for _ in range(pages)]
+    choices = [templates_module.EMPTY, _u32(common[:150]), _u32(rng.choice(common, 100)), _u32(common[100:])]
+    return made, [(choices[int(rng.integers(0, 3))], choices[int(rng.integers(0, 4))] if n % 7 else choices[0])
+                  for n in range(pages)]
+
+
+@pytest.mark.skipif(templates_module._hashed_count_pages is None, reason="the kernel's tables")
+@pytest.mark.parametrize("seed", range(3))
+def test_a_batchs_pages_counted_in_one_kernel_pass_count_as_page_by_page(monkeypatch, seed):
+    """``templates.count_new_pages`` (``_kernel.hashed_count_pages``: each page without its template and the shared
+    one, then counted in its site's table) gives each page's counted part, rest, fresh values, whether ``seen``
+    took them and the rest's fresh count as ``counted_part_and_rest`` and ``count_repeats`` page by page, with two
+    sites' pages interleaved, the templates changing from page to page, the tables growing within the pass (its
+    runs of pages written apart) and ``seen`` filling up: the same tables, slot for slot, the same pending
+    additions and, settled, the same sets; so does its path without tables (the same answers and sets)."""
+    monkeypatch.setattr(templates_module, "MAX_SEEN", 5000)
+    monkeypatch.setattr(templates_module, "MIN_RECENT", 64)
+    monkeypatch.setattr(templates_module, "CHUNK_VALUES", 1000)  # in runs of a few pages
+    rng = np.random.default_rng(seed)
+    pages, templates = _pages_under_templates(rng, 90)
+    owners = rng.choice([0, 1], len(pages), p=[0.7, 0.3]).tolist()
+    shingles = ShingleBatch.of_sets(pages)
+    bounds = np.stack((shingles.offsets[:-1], shingles.offsets[1:]), axis=1).ravel()
+    stamps = np.arange(1, len(pages) + 1, dtype=np.uint32) + 40
+    results, built = {}, {}
+    for way in ("page by page", "in one pass", "without tables"):
+        states = [SiteState(), SiteState()]
+        for n, page in enumerate(pages[:6]):  # a few pages committed before, in small tables
+            states[n % 2].count_repeats(page, 3)
+        for state in states:
+            state.settle_counts()
+            if way != "without tables":
+                built[way] = len(state.with_table()._slots)
+        if way == "page by page":
+            found = []
+            for owner, page, (template, shared), stamp in zip(owners, pages, templates, stamps.tolist()):
+                counted, kept = SiteState(template=template).counted_part_and_rest(page, shared)
+                takes = states[owner].takes_new()
+                fresh = states[owner].count_repeats(counted, stamp)
+                found.append((counted, kept, fresh, takes, int(np.isin(kept, fresh).sum())))
+        else:
+            found = list(zip(*templates_module.count_new_pages(states, owners, shingles.hashes, bounds, templates,
+                                                               stamps)))
+        tables = [None if state.table is None else (state.table._slots.tolist(), state.table._meta.tolist())
+                  for state in states]
+        pending = [[(fresh.tolist(), again.tolist()) for fresh, again in state.pending] for state in states]
+        for state in states:
+            state.settle_counts()
+        results[way] = ([tuple(part.tolist() if isinstance(part, np.ndarray) else part for part in page)
+                         for page in found], tables, pending,
+                        [(state.seen.tolist(), state.repeated.tolist()) for state in states])
+    one, other, plain = results["page by page"], results["in one pass"], results["without tables"]
+    assert one == other
+    assert one[0] == plain[0] and one[3] == plain[3]
+    takes = [page[3] for page, owner in zip(one[0], owners) if owner == 0]
+    assert takes[0] and not takes[-1]  # the first site's ``seen`` filled up within the pages
+    assert len(other[1][0][0]) >= 4 * built["in one pass"]  # its table grew within the pass, twice or more
+    assert sum(0 < len(page[1]) < len(page[0]) for page in one[0]) > 20 and any(page[4] for page in one[0])
+
+
+@pytest.mark.skipif(templates_module._hashed_count_pages is None, reason="the kernel's tables")
+def test_a_batchs_pages_are_refused_by_the_kernel_outside_their_arrays():
+    """``_kernel.hashed_count_pages`` reads no value outside the arrays it is given: bounds past the values or the
+    templates, an owner past the tables, outputs too short for the pages, sizes not six a page are refused, and so
+    is a table left without room by its growth."""
+    table = RepeatTable(GrowingSet(), GrowingSet())
+    tables = ((table._slots, table._meta),)
+    values, templates = _u32(range(1, 50)), _u32(range(10, 20))
+    out = [np.empty(49, dtype=np.uint32) for _ in range(4)]
+    sizes = np.zeros((1, 6), dtype=np.int64)
+    stamps, seen, owner = np.ones(1, dtype=np.uint32), np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int32)
+
+    def grown(_, values):
+        table._grow(values)
+        return table._slots, table._meta
+
+    def counted(bounds, owners=owner, outputs=out, sizes=sizes, grow=grown):
+        return templates_module._hashed_count_pages(values, templates, np.array([bounds], dtype=np.int64), tables,
+                                                    grow, owners, stamps, seen, 10, *outputs, sizes)
+
+    for bounds in ([0, 50, 0, 10, 0, 0], [0, 49, 0, 11, 0, 0], [0, 49, 5, 4, 0, 0], [-1, 49, 0, 10, 0, 10]):
+        with pytest.raises(ValueError):
+            counted(bounds)
+    good = [0, 49, 0, 10, 0, 0]
+    for wrong in ({"owners": np.ones(1, dtype=np.int32)}, {"outputs": [*out[:3], np.empty(48, dtype=np.uint32)]},
+                  {"sizes": np.zeros(5, dtype=np.int64)}):
+        with pytest.raises(ValueError):
+            counted(good, **wrong)
+    with pytest.raises(ValueError):  # no room for its 39 values, and a grow that gives none
+        counted(good, grow=lambda _, values: (table._slots, table._meta))
+    assert counted(good) == 1 and sizes[0].tolist() == [39, 39, 39, 0, 39, 1] and seen.tolist() == [39]
+    assert table.sizes() == (39, 0) and len(table._slots) == 2 * 128  # grown, as ``RepeatTable.count`` grows it
 
 
 @pytest.mark.skipif(templates_module._hashed_moved is None, reason="the kernel's tables")

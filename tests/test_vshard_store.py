@@ -231,14 +231,22 @@ def test_documents_filed_below_a_stored_serial_are_filed_all_the_same(tmp_path):
         assert state.first_of(serial.to_bytes(16, "big")) == (serial, 0, True)
     state.close()
 
+@pytest.mark.parametrize("kernel", [True, False])
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_key_places_holders_are_every_entry_of_each_slot_through_merges_folds_and_removals(seed):
+def test_key_places_holders_are_every_entry_of_each_slot_through_merges_folds_and_removals(seed, kernel,
+                                                                                            monkeypatch):
     """``KeyPlaces.holders`` finds a slot among each level's distinct slots, kept until the level changes:
     after every merge, fold, removal and clear, each asked slot's holders are those a scan of every entry
-    gives, in the order taken."""
+    gives, in the order taken; the kernel's search (``sorted_matches``) and numpy's alike."""
     import numpy as np
 
+    from streamdedup.store import mirror
     from streamdedup.store.mirror import KeyPlaces
+
+    if kernel and mirror._kernel is None:
+        pytest.skip("the C kernel is not built")
+    if not kernel:
+        monkeypatch.setattr(mirror, "_kernel", None)
 
     draw = np.random.default_rng(seed)
     places, taken = KeyPlaces(), []

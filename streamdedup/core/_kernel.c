@@ -1402,27 +1402,31 @@ static inline uint64_t load64_le(const unsigned char *p) {
         v[b] = rotr64(v[b] ^ v[c], 63);  \
     } while (0)
 
+/* BLAKE2b's twelve rounds of the mixing step G (one state, or four side by side), written out: each message
+ * word's place is then a constant, and m stays in registers. */
+#define BLAKE2B_ROUND(G, r)                                                 \
+    do {                                                                    \
+        G(0, 4, 8, 12, m[blake2b_sigma[r][0]], m[blake2b_sigma[r][1]]);     \
+        G(1, 5, 9, 13, m[blake2b_sigma[r][2]], m[blake2b_sigma[r][3]]);     \
+        G(2, 6, 10, 14, m[blake2b_sigma[r][4]], m[blake2b_sigma[r][5]]);    \
+        G(3, 7, 11, 15, m[blake2b_sigma[r][6]], m[blake2b_sigma[r][7]]);    \
+        G(0, 5, 10, 15, m[blake2b_sigma[r][8]], m[blake2b_sigma[r][9]]);    \
+        G(1, 6, 11, 12, m[blake2b_sigma[r][10]], m[blake2b_sigma[r][11]]);  \
+        G(2, 7, 8, 13, m[blake2b_sigma[r][12]], m[blake2b_sigma[r][13]]);   \
+        G(3, 4, 9, 14, m[blake2b_sigma[r][14]], m[blake2b_sigma[r][15]]);   \
+    } while (0)
+#define BLAKE2B_ROUNDS(G)                                                                      \
+    BLAKE2B_ROUND(G, 0); BLAKE2B_ROUND(G, 1); BLAKE2B_ROUND(G, 2); BLAKE2B_ROUND(G, 3);      \
+    BLAKE2B_ROUND(G, 4); BLAKE2B_ROUND(G, 5); BLAKE2B_ROUND(G, 6); BLAKE2B_ROUND(G, 7);      \
+    BLAKE2B_ROUND(G, 8); BLAKE2B_ROUND(G, 9); BLAKE2B_ROUND(G, 10); BLAKE2B_ROUND(G, 11)
+
 static void blake2b_compress(uint64_t h[8], const unsigned char block[128], uint64_t counter, int last) {
     uint64_t v[16], m[16];
     for (int i = 0; i < 16; i++) m[i] = load64_le(block + 8 * i);
     for (int i = 0; i < 8; i++) { v[i] = h[i]; v[i + 8] = blake2b_iv[i]; }
     v[12] ^= counter; /* the counter's high word stays 0: a document is far below 2**64 bytes */
     if (last) v[14] = ~v[14];
-#define B2B_ROUND(r)                                                                  \
-    do {                                                                              \
-        B2B_G(0, 4, 8, 12, m[blake2b_sigma[r][0]], m[blake2b_sigma[r][1]]);           \
-        B2B_G(1, 5, 9, 13, m[blake2b_sigma[r][2]], m[blake2b_sigma[r][3]]);           \
-        B2B_G(2, 6, 10, 14, m[blake2b_sigma[r][4]], m[blake2b_sigma[r][5]]);          \
-        B2B_G(3, 7, 11, 15, m[blake2b_sigma[r][6]], m[blake2b_sigma[r][7]]);          \
-        B2B_G(0, 5, 10, 15, m[blake2b_sigma[r][8]], m[blake2b_sigma[r][9]]);          \
-        B2B_G(1, 6, 11, 12, m[blake2b_sigma[r][10]], m[blake2b_sigma[r][11]]);        \
-        B2B_G(2, 7, 8, 13, m[blake2b_sigma[r][12]], m[blake2b_sigma[r][13]]);         \
-        B2B_G(3, 4, 9, 14, m[blake2b_sigma[r][14]], m[blake2b_sigma[r][15]]);         \
-    } while (0)
-    /* the rounds written out: each message word's place is then a constant, and m stays in registers */
-    B2B_ROUND(0); B2B_ROUND(1); B2B_ROUND(2); B2B_ROUND(3); B2B_ROUND(4); B2B_ROUND(5);
-    B2B_ROUND(6); B2B_ROUND(7); B2B_ROUND(8); B2B_ROUND(9); B2B_ROUND(10); B2B_ROUND(11);
-#undef B2B_ROUND
+    BLAKE2B_ROUNDS(B2B_G);
     for (int i = 0; i < 8; i++) h[i] ^= v[i] ^ v[i + 8];
 }
 
@@ -1504,20 +1508,7 @@ __attribute__((target("avx2"))) static void blake2b_compress_x4(__m256i h[8], co
     }
     v[12] = _mm256_xor_si256(v[12], counter);
     v[14] = _mm256_xor_si256(v[14], last);
-#define B2X4_ROUND(r)                                                                 \
-    do {                                                                              \
-        B2X4_G(0, 4, 8, 12, m[blake2b_sigma[r][0]], m[blake2b_sigma[r][1]]);          \
-        B2X4_G(1, 5, 9, 13, m[blake2b_sigma[r][2]], m[blake2b_sigma[r][3]]);          \
-        B2X4_G(2, 6, 10, 14, m[blake2b_sigma[r][4]], m[blake2b_sigma[r][5]]);         \
-        B2X4_G(3, 7, 11, 15, m[blake2b_sigma[r][6]], m[blake2b_sigma[r][7]]);         \
-        B2X4_G(0, 5, 10, 15, m[blake2b_sigma[r][8]], m[blake2b_sigma[r][9]]);         \
-        B2X4_G(1, 6, 11, 12, m[blake2b_sigma[r][10]], m[blake2b_sigma[r][11]]);       \
-        B2X4_G(2, 7, 8, 13, m[blake2b_sigma[r][12]], m[blake2b_sigma[r][13]]);        \
-        B2X4_G(3, 4, 9, 14, m[blake2b_sigma[r][14]], m[blake2b_sigma[r][15]]);        \
-    } while (0)
-    B2X4_ROUND(0); B2X4_ROUND(1); B2X4_ROUND(2); B2X4_ROUND(3); B2X4_ROUND(4); B2X4_ROUND(5);
-    B2X4_ROUND(6); B2X4_ROUND(7); B2X4_ROUND(8); B2X4_ROUND(9); B2X4_ROUND(10); B2X4_ROUND(11);
-#undef B2X4_ROUND
+    BLAKE2B_ROUNDS(B2X4_G);
     for (int i = 0; i < 8; i++) h[i] = _mm256_xor_si256(h[i], _mm256_xor_si256(v[i], v[i + 8]));
 }
 #undef B2X4_G
@@ -4000,6 +3991,160 @@ release_values:
     Py_RETURN_NONE;
 }
 
+/* A batch's new pages counted in turn, each in its site's table (templates.count_new_pages): page p is
+ * values[bounds[6p]:bounds[6p + 1]] (sorted uint32), of the site owners[p] (tables[owners[p]]: its (slots, meta)),
+ * its site's template templates[bounds[6p + 2]:bounds[6p + 3]] and the shared one
+ * templates[bounds[6p + 4]:bounds[6p + 5]] as they stood before it (sorted). Its counted part (not in the
+ * template) and its kept part (in neither) as sorted_without_each finds them, then hashed_count of the counted
+ * part stamped stamps[p], its fresh values put in while seen[owners[p]] (the values the site's seen holds and its
+ * earlier pages added; moved on here) is below max_seen. Each page's parts are appended to counted, kept, fresh
+ * and again (room for every value of the pages); sizes[p] (int64, 6 a page) is (counted, kept, fresh, again, how
+ * many of the kept values are fresh, whether the site took the fresh values). Before a page whose fresh values
+ * would leave its table more than two thirds full, grow(owner, values) is called, as RepeatTable.count grows a
+ * table, and returns the site's new (slots, meta). Returns how many pages were counted. */
+static PyObject *hashed_count_pages(PyObject *self, PyObject *args) {
+    PyObject *o[12], *o_tables, *grow;
+    Py_ssize_t max_seen;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOnOOOOO", &o[0], &o[1], &o[2], &o_tables, &grow, &o[3], &o[4], &o[5],
+                          &max_seen, &o[6], &o[7], &o[8], &o[9], &o[10]))
+        return NULL;
+    /* o: values, templates, bounds, owners, stamps, seen, counted, kept, fresh, again, sizes */
+    static const char *names[11] = {"values", "templates", "bounds", "owners", "stamps", "seen",
+                                    "counted", "kept", "fresh", "again", "sizes"};
+    static const Py_ssize_t widths[11] = {4, 4, 8, 4, 4, 8, 4, 4, 4, 4, 8};
+    Py_buffer views[11];
+    hashed_view *tables = NULL;
+    Py_ssize_t n_tables = 0, viewed = 0, done = -1;
+    int got = 0;
+    uint8_t *marks = NULL;
+    for (; got < 11; got++)
+        if (get_buffer(o[got], &views[got], widths[got], got >= 5, names[got]) < 0) goto release;
+    if (!PyTuple_Check(o_tables)) {
+        PyErr_SetString(PyExc_TypeError, "hashed_count_pages: tables must be a tuple of (slots, meta)");
+        goto release;
+    }
+    n_tables = PyTuple_GET_SIZE(o_tables);
+    tables = calloc(n_tables ? (size_t)n_tables : 1, sizeof(hashed_view));
+    if (!tables) {
+        PyErr_NoMemory();
+        goto release;
+    }
+    for (; viewed < n_tables; viewed++) {
+        PyObject *pair = PyTuple_GET_ITEM(o_tables, viewed);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "hashed_count_pages: tables must be a tuple of (slots, meta)");
+            goto release;
+        }
+        if (hashed_views(PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(pair, 1), &tables[viewed]) < 0) goto release;
+    }
+    const uint32_t *v = views[0].buf, *tpl = views[1].buf, *stamps = views[4].buf;
+    const int64_t *bounds = views[2].buf;
+    const int32_t *owners = views[3].buf;
+    int64_t *seen = views[5].buf;
+    Py_ssize_t pages = views[2].len / 48, n_values = views[0].len / 4, n_templates = views[1].len / 4;
+    Py_ssize_t longest = 0, total = 0;
+    if (views[2].len % 48 || views[3].len / 4 != pages || views[4].len / 4 != pages || views[5].len / 8 != n_tables ||
+        views[10].len / 8 != 6 * pages) {
+        PyErr_SetString(PyExc_ValueError,
+                        "hashed_count_pages: six bounds, an owner, a stamp and six sizes a page; a seen a table");
+        goto release;
+    }
+    for (Py_ssize_t p = 0; p < pages; p++) {
+        const int64_t *b = bounds + 6 * p;
+        if (b[0] < 0 || b[1] < b[0] || b[1] > n_values || b[2] < 0 || b[3] < b[2] || b[3] > n_templates ||
+            b[4] < 0 || b[5] < b[4] || b[5] > n_templates || owners[p] < 0 || owners[p] >= n_tables ||
+            stamps[p] == NOT_REPEATED) {
+            PyErr_SetString(PyExc_ValueError,
+                            "hashed_count_pages: bounds outside the values or templates, an owner past the tables, or a stamp of 2**32-1");
+            goto release;
+        }
+        total += b[1] - b[0];
+        if (b[1] - b[0] > longest) longest = b[1] - b[0];
+    }
+    for (int k = 6; k <= 9; k++) {
+        if (views[k].len / 4 < total) {
+            PyErr_SetString(PyExc_ValueError, "hashed_count_pages: counted, kept, fresh and again need room for every value");
+            goto release;
+        }
+    }
+    marks = calloc(longest ? 2 * (size_t)longest : 1, 1);
+    if (!marks) {
+        PyErr_NoMemory();
+        goto release;
+    }
+    uint32_t *counted = views[6].buf, *kept = views[7].buf, *fresh = views[8].buf, *again = views[9].buf;
+    int64_t *sizes = views[10].buf;
+    Py_ssize_t w_counted = 0, w_kept = 0, w_fresh = 0, w_again = 0;
+    for (done = 0; done < pages; done++) {
+        const int64_t *b = bounds + 6 * done;
+        const uint32_t *page = v + b[0];
+        Py_ssize_t n = b[1] - b[0];
+        uint8_t *templated = marks, *either = marks + n;
+        memset(marks, 0, 2 * (size_t)n);
+        mark_members(page, n, tpl + b[2], b[3] - b[2], templated);
+        mark_members(page, n, tpl + b[4], b[5] - b[4], either);
+        uint32_t *c = counted + w_counted, *k = kept + w_kept;
+        Py_ssize_t n_counted = 0, n_kept = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint8_t shared = either[i];
+            c[n_counted] = page[i];
+            either[n_counted] = shared;  /* n_counted <= i: the counted values' marks, in their order */
+            n_counted += !templated[i];
+            k[n_kept] = page[i];
+            n_kept += !(templated[i] | shared);
+        }
+        hashed_view *h = &tables[owners[done]];
+        int64_t *site_seen = &seen[owners[done]];
+        int takes = *site_seen < max_seen;
+        if (takes && 3 * ((Py_ssize_t)h->m[0] + n_counted) > 2 * ((Py_ssize_t)h->mask + 1)) {
+            PyObject *grown = PyObject_CallFunction(grow, "in", owners[done], (Py_ssize_t)h->m[0] + n_counted);
+            if (!grown) goto release;
+            hashed_release(h);  /* a released view is released again as a no-op */
+            if (!PyTuple_Check(grown) || PyTuple_GET_SIZE(grown) != 2) {
+                PyErr_SetString(PyExc_TypeError, "hashed_count_pages: grow must return (slots, meta)");
+            } else if (hashed_views(PyTuple_GET_ITEM(grown, 0), PyTuple_GET_ITEM(grown, 1), h) == 0 &&
+                       3 * ((Py_ssize_t)h->m[0] + n_counted) > 2 * ((Py_ssize_t)h->mask + 1)) {
+                PyErr_SetString(PyExc_ValueError, "hashed_count_pages: grow left no room for the page");
+            }
+            Py_DECREF(grown);
+            if (PyErr_Occurred()) goto release;
+        }
+        int64_t *size = sizes + 6 * done;
+        size[0] = n_counted;
+        uint32_t *f = fresh + w_fresh, *a = again + w_again, at;
+        Py_ssize_t n_fresh = 0, n_again = 0, kept_fresh = 0;
+        int held;
+        for (Py_ssize_t i = 0; i < n_counted; i++) {
+            hashed_prefetch(h, c, i, n_counted);
+            uint32_t old = hashed_stamp(h, c[i], &at, &held);
+            if (!held) {
+                f[n_fresh++] = c[i];
+                kept_fresh += !either[i];
+                if (takes) hashed_set(h, c[i], at, held, old, NOT_REPEATED);
+            } else if (old == NOT_REPEATED) {
+                a[n_again++] = c[i];
+                hashed_set(h, c[i], at, held, old, stamps[done]);
+            }
+        }
+        if (takes) *site_seen += n_fresh;
+        size[1] = n_kept;
+        size[2] = n_fresh;
+        size[3] = n_again;
+        size[4] = kept_fresh;
+        size[5] = takes;
+        w_counted += n_counted;
+        w_kept += n_kept;
+        w_fresh += n_fresh;
+        w_again += n_again;
+    }
+release:
+    free(marks);
+    while (viewed > 0) hashed_release(&tables[--viewed]);
+    free(tables);
+    while (got > 0) PyBuffer_Release(&views[--got]);
+    if (PyErr_Occurred()) return NULL;
+    return PyLong_FromSsize_t(done);
+}
 
 /* One value of the cursor (value()) compared with a bound: 1 past it, 0 within, -1 an error (a value not
  * of value_width bytes). Its bytes are appended to out after key (key_width bytes) when within. */
@@ -4138,6 +4283,7 @@ static PyMethodDef methods[] = {
     {"hashed_moved", hashed_moved, METH_VARARGS, "An open-addressed table's values moved into a larger one (see the module)."},
     {"hashed_count", hashed_count, METH_VARARGS, "new_and_again on open-addressed tables, put in as it goes (see the module)."},
     {"hashed_member", hashed_member, METH_VARARGS, "Whether values are in an open-addressed table by a stamp (see the module)."},
+    {"hashed_count_pages", hashed_count_pages, METH_VARARGS, "A batch's new pages: without their templates, counted in their sites' open-addressed tables (see the module)."},
     {"growing_member", growing_member, METH_VARARGS, "Whether each uint32 value is in a GrowingSet, into out (see the module)."},
     {NULL, NULL, 0, NULL},
 };

@@ -135,15 +135,16 @@ try:
     _sorted_without_each = getattr(_kernel, "sorted_without_each", None)
     _hashed = getattr(_kernel, "hashed_count", None) is not None
     _hashed_moved = getattr(_kernel, "hashed_moved", None)
+    _hashed_count_pages = getattr(_kernel, "hashed_count_pages", None)
     _contents_without = getattr(_kernel, "contents_without", None)
 except ImportError:  # built without a C compiler: numpy's searchsorted and sort, the same answers
     _sorted_member = _sorted_without = _sorted_union = _growing_member = _new_and_again = _sorted_without_each = None
-    _hashed, _hashed_moved, _contents_without = False, None, None
+    _hashed, _hashed_moved, _hashed_count_pages, _contents_without = False, None, None, None
 
 __all__ = ["TemplateSettings", "SiteState", "GrowingSet", "RepeatTable", "NOTHING", "learned_template", "content_of",
            "contents_of",
            "content_left", "in_sorted", "kept_rule", "reads_lines", "excerpt_text_of", "without_repeats",
-           "own_text_of", "SiteTimeline", "EMPTY",
+           "own_text_of", "has_own_text", "count_new_pages", "SiteTimeline", "EMPTY",
            "MAX_TEMPLATE", "MAX_WINDOW_PAGE"]
 
 EMPTY = np.zeros(0, dtype=np.uint32)
@@ -156,6 +157,7 @@ REPEAT_SHARE = 1 / 3  # a page's extra text repeated on its site is left out of 
 ONCE = 0xFFFFFFFF  # a ``RepeatTable``'s stamp of a value seen on one page (never repeated as of any stamp)
 MIN_RECENT = 4096  # a ``GrowingSet``'s recent part merges into its main part past this size (and an eighth of it)
 BUCKET_VALUES = 8  # values a bucket holds on average
+CHUNK_VALUES = 1 << 14  # a batch's new pages are counted in runs of about this many values (``count_new_pages``)
 CONFIRM_PAGES = 32  # new pages of a site over which what a sample learned is counted again (``confirm``)
 _NEITHER = "-v2"  # the fingerprint's mark of pairs verified on what is template on neither site
 _CONFIRMED = "-t1"  # the fingerprint's mark of templates confirmed over the pages after their sample
@@ -481,16 +483,16 @@ class SiteState:
         return every > 0 and self.pages >= every and self.pages % every < settings.sample_pages
 
     def add_page(self, page: np.ndarray, settings: TemplateSettings,
-                 counted: Optional[np.ndarray] = None) -> Optional[tuple[np.ndarray, np.ndarray]]:
-        """Count a new page (``page``: its sorted uint32 shingles; ``counted``: its ``counted_part``, when the
-        caller counted its repeats already, with ``count_repeats``).
+                 counted: bool = False) -> Optional[tuple[np.ndarray, np.ndarray]]:
+        """Count a new page (``page``: its sorted uint32 shingles; ``counted``: the caller counts its repeats, its
+        ``counted_part`` under the template as it stands before the page: ``count_repeats``, ``count_new_pages``).
 
         Returns (old, new) settled template when the page completes a sample
         or adds repeated blocks to a settled template (the across-site
         counts then move), else None.
         """
         sampled = self.samples_next(settings)
-        if settings.repeats and not self.ahead and counted is None:
+        if settings.repeats and not self.ahead and not counted:
             self.count_repeats(self.counted_part(page))
         unconfirmed = self._confirm(page, settings.share)
         grew = self._learn_blocks(page, settings)
@@ -564,11 +566,14 @@ class SiteState:
     def counted_part_and_rest(self, page: np.ndarray, shared: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``counted_part`` of a new page, and that without ``shared`` too (its content while the templates stand,
         ``content_left``): one walk of the page for both."""
-        template = self.template
-        if not len(template) or not len(shared):
-            counted = self.counted_part(page)
-            return counted, (_without(counted, EMPTY, shared) if len(shared) else counted)
-        return _without_each(page, template, shared)
+        return _counted_and_kept(page, self.template, shared)
+
+    def _counted_page(self, page: np.ndarray, template: np.ndarray, shared: np.ndarray, stamp: int) -> tuple:
+        """``count_new_pages`` of one of its pages, by ``count_repeats``."""
+        counted, kept = _counted_and_kept(page, template, shared)
+        takes = self.takes_new()
+        fresh = self.count_repeats(counted, stamp)
+        return counted, kept, fresh, takes, int(np.count_nonzero(in_sorted(kept, fresh)))
 
     def takes_new(self) -> bool:
         """Whether ``seen`` takes the shingles it has not seen of the site's next new page."""
@@ -672,6 +677,107 @@ def _fresh_and_again(page: np.ndarray, seen: GrowingSet, repeated: GrowingSet) -
     fresh, again = np.empty(len(page), dtype=np.uint32), np.empty(len(page), dtype=np.uint32)
     sizes = _new_and_again(np.ascontiguousarray(page), *seen_parts, *repeated_parts, fresh, again)
     return fresh[:sizes[0]], again[:sizes[1]]
+
+
+def count_new_pages(states: list, owners: list, values: np.ndarray, bounds: np.ndarray, templates: list,
+                    stamps: np.ndarray) -> list:
+    """``SiteState.counted_part_and_rest`` and ``count_repeats`` of a batch's new pages in turn: page p is
+    ``values[bounds[2p]:bounds[2p + 1]]``, of the site whose state is ``states[owners[p]]`` (each site's pages in
+    row order), under ``templates[p]`` (its site's template before it, and the shared one: the same pair object
+    for a site's pages under the same two), stamped ``stamps[p]``. Each page's counted part, rest, fresh values,
+    whether ``seen`` took them and how many of the rest are fresh (five lists, a page each), as counting the
+    pages one by one gives; with the sites' ``table``s, in one kernel pass (``_kernel.hashed_count_pages``)
+    instead of a few numpy calls a page."""
+    tables = [state.table for state in states]
+    laid = _laid_out(templates) if _hashed_count_pages is not None and values.dtype == np.uint32 and \
+        all(table is not None for table in tables) else None
+    if laid is None:
+        found = [states[owner]._counted_page(values[start:end], template, shared, stamp)
+                 for owner, start, end, (template, shared), stamp
+                 in zip(owners, bounds[0::2].tolist(), bounds[1::2].tolist(), templates, stamps.tolist())]
+        return [list(part) for part in zip(*found)] if found else [[] for _ in range(5)]
+    flat, spans = laid
+    seen = np.array([len(state.seen) + state.pending_seen for state in states], dtype=np.int64)
+    seen_before = seen.tolist()
+    sizes, chunks = _counted_in_tables(tables, values, flat, np.concatenate((bounds.reshape(-1, 2), spans), axis=1),
+                                       np.array(owners, dtype=np.int32), stamps, seen)
+    counted, kept, fresh, again = lists = [], [], [], []
+    for first, last, parts in chunks:
+        chunk = sizes[first:last, :4]
+        ends = np.cumsum(chunk, axis=0)
+        at = np.concatenate((ends - chunk, ends), axis=1).T.tolist()  # each part's starts, then its ends
+        for n, (part, found) in enumerate(zip(parts, lists)):
+            found.extend([part[start:end] for start, end in zip(at[n], at[n + 4])])
+    takes = (sizes[:, 5] == 1).tolist()
+    for owner, page_fresh, page_again, took in zip(owners, fresh, again, takes):
+        states[owner].pending.append((page_fresh if took else EMPTY, page_again))
+    for state, now, before in zip(states, seen.tolist(), seen_before):
+        state.pending_seen += now - before
+    return [counted, kept, fresh, takes, sizes[:, 4].tolist()]
+
+
+def _counted_in_tables(tables: list, values: np.ndarray, templates: np.ndarray, bounds: np.ndarray,
+                       owners: np.ndarray, stamps: np.ndarray, seen: np.ndarray) -> tuple[np.ndarray, list]:
+    """``_kernel.hashed_count_pages`` of the pages (``bounds``: six a page), each site's table grown where
+    ``RepeatTable.count`` would grow it (the same slots, stamps and answers as page by page): each page's sizes
+    (counted, rest, fresh, again, fresh values of the rest, whether it took them) and, for runs of pages of
+    about ``CHUNK_VALUES`` values, (first page, page past the last, the four parts' values, each page's after
+    the page before's); ``seen`` moved on.
+
+    The parts of a run are written into arrays of a few hundred KiB, not
+    one of the batch's tens of MiB: fresh memory a value is a page fault
+    every thousand values, and evicts the tables counting reads.
+    """
+    def grown(owner: int, room: int) -> tuple[np.ndarray, np.ndarray]:
+        table = tables[owner]
+        table._grow(room)
+        return table._slots, table._meta
+
+    pages = len(stamps)
+    sizes = np.empty((pages, 6), dtype=np.int64)
+    ends = np.cumsum(bounds[:, 1] - bounds[:, 0])
+    cuts = np.searchsorted(ends, np.arange(CHUNK_VALUES, ends[-1] if pages else 0, CHUNK_VALUES)).tolist()
+    edges = sorted({0, pages, *(cut for cut in cuts if 0 < cut < pages)})
+    slots = tuple((table._slots, table._meta) for table in tables)
+    chunks = []
+    for first, last in zip(edges, edges[1:]):
+        parts = np.empty((4, int(ends[last - 1] - (ends[first - 1] if first else 0))), dtype=np.uint32)
+        _hashed_count_pages(values, templates, bounds[first:last], slots, grown, owners[first:last],
+                            stamps[first:last], seen, MAX_SEEN, *parts, sizes[first:last])
+        slots = tuple((table._slots, table._meta) for table in tables)
+        chunks.append((first, last, parts))
+    return sizes, chunks
+
+
+def _laid_out(templates: list) -> Optional[tuple[np.ndarray, np.ndarray]]:
+    """Pages' (template, shared) pairs as the kernel reads them: the distinct arrays one after the other, and
+    each page's (start, end) of both in that; None when one is not uint32."""
+    where: dict[int, tuple[int, int]] = {}
+    parts, size, spans, last, span = [], 0, [], None, None
+    for pair in templates:
+        if pair is not last:
+            last, span = pair, []
+            for values in pair:
+                found = where.get(id(values))
+                if found is None:
+                    if values.dtype != np.uint32:
+                        return None
+                    found = where[id(values)] = size, size + len(values)
+                    parts.append(values)
+                    size += len(values)
+                span.extend(found)
+        spans.append(span)
+    flat = np.concatenate(parts) if len(parts) > 1 else np.ascontiguousarray(parts[0]) if parts else EMPTY
+    return flat, np.array(spans, dtype=np.int64).reshape(-1, 4)
+
+
+def _counted_and_kept(page: np.ndarray, template: np.ndarray, shared: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A new page's part counted by ``repeats`` (without its site's ``template`` before it) and that without
+    ``shared`` too (``SiteState.counted_part_and_rest``): one walk of the page for both."""
+    if not len(template) or not len(shared):
+        counted = _without(page, template, EMPTY) if len(template) else page
+        return counted, (_without(counted, EMPTY, shared) if len(shared) else counted)
+    return _without_each(page, template, shared)
 
 
 def _buckets(shingles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -857,11 +963,16 @@ def own_text_of(content: np.ndarray, repeated: np.ndarray, min_share: float) -> 
     body finds it. A page whose repeated text is a minor part of it has
     band keys close to those of its own text already.
     """
-    out = int(np.count_nonzero(repeated))
-    left = len(content) - out
-    if out <= REPEAT_SHARE * len(content) or left == 0 or left < min_share * len(content):
+    if not has_own_text(len(content), int(np.count_nonzero(repeated)), min_share):
         return None
     return content[~repeated]
+
+
+def has_own_text(size: int, repeated: int, min_share: float) -> bool:
+    """Whether a content of ``size`` values of which its site repeats ``repeated`` has an own text
+    (``own_text_of``)."""
+    left = size - repeated
+    return not (repeated <= REPEAT_SHARE * size or left == 0 or left < min_share * size)
 
 
 def reads_lines(fingerprint: str) -> bool:

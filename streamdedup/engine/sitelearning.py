@@ -20,7 +20,8 @@ from ..core.prepare import PreparedBatch
 from ..core.records import Document
 from ..core.signing import SigningConfig, band_keys_of
 from ..core.templates import (EMPTY, NOTHING, SiteState, SiteTimeline, TemplateSettings, content_left, content_of,
-                              contents_of, excerpt_text_of, in_sorted, own_text_of, without_repeats)
+                              contents_of, count_new_pages, excerpt_text_of, has_own_text, in_sorted, own_text_of,
+                              without_repeats)
 from ..store.index import IndexTxn
 from ..store.sites import load_site, move_site_counts, save_site, shared_template
 
@@ -174,13 +175,30 @@ class BatchRepeats:
         self._counted: dict[int, tuple] = {}  # row -> site, its page, what was fresh, a part of the page or None
 
     def add(self, site: int, row: int, page: np.ndarray, takes_new: bool, fresh: np.ndarray,
-            part: Optional[np.ndarray] = None) -> None:
+            part: Optional[np.ndarray] = None, part_fresh: Optional[int] = None) -> None:
         """A new page of ``site`` at ``row`` (rows in order); ``takes_new``: its site's ``seen`` takes it;
         ``fresh``: what of it its site had not seen (``SiteState.count_repeats``); ``part``: values of ``page``
-        only (the row's content, when it is the page without the shared template), asked about as a whole."""
+        only (the row's content, when it is the page without the shared template), asked about as a whole;
+        ``part_fresh``: how many of ``part`` are fresh."""
         self._pages.setdefault(site, []).append((row, page, takes_new))
         self._firsts.pop(site, None)
-        self._counted[row] = site, page, fresh, part
+        self._counted[row] = site, page, fresh, part, part_fresh
+
+    def add_pages(self, site: int, rows: list, pages: list, takes_new: list, fresh: list, parts: list,
+                  parts_fresh: list) -> None:
+        """``add`` of a site's pages at ``rows`` (in order), each argument a list of one a page."""
+        if site not in self.tables:  # the site's table answers without its pages' shingles
+            self._pages.setdefault(site, []).extend(zip(rows, pages, takes_new))
+            self._firsts.pop(site, None)
+        self._counted.update(zip(rows, zip([site] * len(rows), pages, fresh, parts, parts_fresh)))
+
+    def repeated_count(self, values: np.ndarray, site: int, row: int) -> Optional[int]:
+        """How many of ``values`` ``repeated`` finds, when that is known without a look-up: ``values`` is the row's
+        own counted ``part``, whose fresh values counting numbered; else None."""
+        counted = self._counted.get(row)
+        if counted is None or counted[0] != site or values is not counted[3] or counted[4] is None:
+            return None
+        return len(values) - counted[4]
 
     def repeated(self, values: np.ndarray, site: int, row: int) -> np.ndarray:
         """Which of ``values`` (sorted uint32) are on two or more new pages of ``site`` up to ``row``, this one
@@ -268,24 +286,41 @@ def _by_value_then_page(pages: list) -> np.ndarray:
     return keyed
 
 
-def _count_site_by_site(uncounted: dict, states: dict, repeats: BatchRepeats) -> None:
-    """Count the repeats of a batch's new pages (``SiteState.count_repeats``, then ``BatchRepeats.add``) site by
-    site, each site's pages in row order.
+def _count_site_by_site(uncounted: dict, states: dict, repeats: BatchRepeats, shingles) -> dict[int, np.ndarray]:
+    """Count the repeats of a batch's new pages (``templates.count_new_pages``, then ``BatchRepeats.add``) site by
+    site, each site's pages in row order; ``uncounted``: site -> its pages' (row, (its site's template before
+    the page, the shared template before it)); ``shingles``: the batch's (``ShingleBatch``). Returns row -> the page
+    without both templates (``SiteState.counted_part_and_rest``'s rest).
 
     A page's counting depends only on its site's counting state and the
-    pages counted before it (nothing else of the batch's plan reads that
-    state, and ``add_page`` is handed the counted part), so the answers are
-    those of counting in row order. Counting probes the site's table once a
-    value, a cache miss in the tables of a few hundred sites; a site's next
-    page repeats much of its section's navigation, whose slots are then
-    still cached.
+    pages counted before it, and its counted part only on the templates
+    before it (nothing else of the batch's plan reads that state, and
+    ``add_page`` is told the page is counted), so the answers are those of
+    counting in row order. Counting probes the site's table once a value, a
+    cache miss in the tables of a few hundred sites; a site's next page
+    repeats much of its section's navigation, whose slots are then still
+    cached. The batch's pages are counted in one kernel pass.
     """
-    base = repeats.base
+    counted_states, owners, rows, pairs, firsts = [], [], [], [], []
     for site, pages in uncounted.items():
-        state = states[site]
-        for row, counted, kept in pages:
-            takes = state.takes_new()
-            repeats.add(site, row, counted, takes, state.count_repeats(counted, base + row + 1), kept)
+        firsts.append(len(rows))
+        owners.extend([len(counted_states)] * len(pages))
+        counted_states.append(states[site])
+        rows.extend([row for row, _ in pages])
+        pairs.extend([pair for _, pair in pages])
+    offsets, at = shingles.offsets, np.array(rows, dtype=np.int64)
+    counted, kept, fresh, takes, kept_fresh = count_new_pages(
+        counted_states, owners, shingles.hashes, np.stack((offsets[at], offsets[at + 1]), axis=1).ravel(), pairs,
+        (at + (repeats.base + 1)).astype(np.uint32))
+    for n, row in enumerate(rows):  # the same values as a page by page walk gives them: the same arrays
+        if len(kept[n]) == len(counted[n]):
+            if len(counted[n]) == offsets[row + 1] - offsets[row]:
+                counted[n] = shingles.of(row)
+            kept[n] = counted[n]
+    for site, start, end in zip(uncounted, firsts, [*firsts[1:], len(rows)]):
+        repeats.add_pages(site, rows[start:end], counted[start:end], takes[start:end], fresh[start:end],
+                          kept[start:end], kept_fresh[start:end])
+    return dict(zip(rows, kept))
 
 
 class SiteTemplates:
@@ -319,7 +354,7 @@ class SiteTemplates:
         learns = settings.learns
         base = self._stamp_base(len(sites))
         repeats = BatchRepeats(lambda site: self._committed(txn, site), learns, base) if settings.repeats else None
-        uncounted: dict[int, list] = {}  # site -> its new pages' (row, counted part, content while templates stand)
+        uncounted: dict[int, list] = {}  # site -> its new pages' (row, (its template and the shared one before it))
         for i, item in enumerate(batch.items):
             row = batch.row[i]
             if row < 0 or not isinstance(item, Document):
@@ -337,15 +372,18 @@ class SiteTemplates:
                         repeats.tables[site] = state.table
             digest = batch.contents[row]
             learning = learns(site)
-            # the templates before a new page, the page without its site's (``repeats``) and without both
-            before, shared_before, counted, kept = None, shared, None, None
+            # the templates before a new page; whether its repeats are counted (after the rows, site by site)
+            before, shared_before, counts = None, shared, False
             if learning and digest not in seen and view.serial_of_content(digest) is None:
                 seen.add(digest)
                 before, was_settled = state.template, state.settled_for_good()
-                if repeats is not None and not state.ahead:
-                    counted, kept = state.counted_part_and_rest(full, shared)
-                    uncounted.setdefault(site, []).append((row, counted, kept))
-                moved = state.add_page(full, settings, counted)
+                counts = repeats is not None and not state.ahead
+                if counts:
+                    pages = uncounted.setdefault(site, [])
+                    pair = pages[-1][1] if pages and pages[-1][1][0] is before and pages[-1][1][1] is shared \
+                        else (before, shared)
+                    pages.append((row, pair))
+                moved = state.add_page(full, settings, counts)
                 if not was_settled and state.template is not before:
                     settles.setdefault(row, []).append(site)
                 if state.template is not before:
@@ -355,12 +393,14 @@ class SiteTemplates:
                     timeline.record(row, None, shared)
             if learning and not state.settled_for_good():
                 provisional.add(row)
-            content = self._row_content(full, state.template, shared, before, kept if shared is shared_before else None)
+            content = self._row_content(full, state.template, shared,
+                                        counts and state.template is before and shared is shared_before)
             rows.append(content)
-            if content is not full:
+            if content is not full and content is not None:
                 changed.append(row)
         if uncounted:
-            _count_site_by_site(uncounted, copies, repeats)
+            kept = _count_site_by_site(uncounted, copies, repeats, batch.shingles)
+            changed = sorted(changed + self._contents_of_counted(rows, kept, batch.shingles))
         self._write(txn, copies, shared, batch.hosts)
         view.use_band_keys(self._content_keys(batch, rows, changed))
         lines = batch.short_lines if settings.lines else None
@@ -371,15 +411,28 @@ class SiteTemplates:
         txn.after_commit.append(lambda: self._stored.take_in(content.made_stored))
         return content
 
-    def _row_content(self, full: np.ndarray, template: np.ndarray, shared: np.ndarray, before: Optional[np.ndarray],
-                     kept: Optional[np.ndarray]) -> np.ndarray:
-        """A row's content (``content_of``), from ``kept`` (the page without ``before`` and ``shared``:
-        ``SiteState.counted_part_and_rest``) when it has one and its page left the templates as they were."""
+    def _row_content(self, full: np.ndarray, template: np.ndarray, shared: np.ndarray,
+                     counted: bool) -> Optional[np.ndarray]:
+        """A row's content (``content_of``); None when it is its page without both templates, made by counting
+        its page (``counted``: it is counted, and its page left the templates as they were:
+        ``_contents_of_counted``)."""
         if not len(template) and not len(shared):
             return full
-        if kept is not None and template is before:
-            return content_left(full, kept, self.settings.min_content_share)
+        if counted:
+            return None
         return content_of(full, template, shared, self.settings.min_content_share)
+
+    def _contents_of_counted(self, rows: list, kept: dict[int, np.ndarray], shingles) -> list[int]:
+        """Fill in the rows ``_row_content`` left to counting, from their pages without both templates (``kept``:
+        row -> that, from ``_count_site_by_site``); returns those whose content is not their whole page."""
+        changed = []
+        for row, rest in kept.items():
+            if rows[row] is None:
+                full = shingles.of(row)
+                rows[row] = content_left(full, rest, self.settings.min_content_share)
+                if rows[row] is not full:
+                    changed.append(row)
+        return changed
 
     def _whole_content(self, txn: IndexTxn, view, batch: PreparedBatch, shared: np.ndarray,
                        timeline: SiteTimeline) -> Optional[BatchContent]:
@@ -477,6 +530,9 @@ class SiteTemplates:
         for row, content in enumerate(rows):
             site = sites[row]
             if learns(site) and len(content):
+                out = repeats.repeated_count(content, site, row) if lines is None else None
+                if out is not None and not has_own_text(len(content), out, share):
+                    continue  # no own text, and no excerpt text asked for
                 repeated = repeats.repeated(content, site, row)
                 found = own_text_of(content, repeated, share) if settings.own_text else None
                 if found is not None:

@@ -156,12 +156,14 @@ class KafkaSource:
     def __init__(self, topics: list[str], client_settings: dict, group_id: str, batch_size: int):
         from kafka import KafkaConsumer
 
-        from .fetch import fast_records
+        from .fetch import fast_records, frames_read_in_one_copy, larger_socket_reads
         from .wire import read_binary_header_keys
 
         self.topics = topics
         self.group_id = group_id
         read_binary_header_keys()
+        larger_socket_reads()
+        frames_read_in_one_copy()
         self.consumer = KafkaConsumer(
             **{
                 "group_id": group_id,

@@ -570,11 +570,20 @@ class KeyPlaces:
 
 def _found(level: SortedEntries, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Where each of sorted unique ``slots`` starts among the ``level``'s entries, and how many entries it has
-    (a slot it does not hold: none, from 0). The shorter of the slots and the level's distinct ones is
-    searched for in the other: both are sorted, so either way finds the same pairs."""
+    (a slot it does not hold: none, from 0). With the kernel, each slot is searched for among the distinct ones
+    from where the one before was (``sorted_matches``), and only the held ones are placed back among the slots;
+    without, the shorter of the slots and the level's distinct ones is searched for in the other: both are
+    sorted, so every way finds the same pairs."""
     distinct, bounds = level.distinct()
     begin, counts = np.zeros(len(slots), dtype=np.int64), np.zeros(len(slots), dtype=np.int64)
     if not len(distinct) or not len(slots):
+        return begin, counts
+    if _kernel is not None:  # the held slots by a search from the last one found (``sorted_matches``): few are held
+        asked = np.ascontiguousarray(slots, dtype=np.uint64)
+        held = np.frombuffer(_kernel.sorted_matches(distinct, asked), dtype=np.int64)
+        at = np.searchsorted(asked, distinct[held])
+        begin[at] = bounds[held]
+        counts[at] = bounds[held + 1] - bounds[held]
         return begin, counts
     if len(distinct) < len(slots):
         at = np.minimum(np.searchsorted(slots, distinct), len(slots) - 1)
