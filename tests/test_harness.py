@@ -28,3 +28,22 @@ def test_the_dedup_summary_rate_is_read_from_its_own_line():
     assert harness.summary_rate(summary) == 9990.0
     assert harness.dedup_command("in.jsonl", "s", ["lsh.threshold=0.8", "--learn-first"], "d.jsonl")[3:] == [
         "dedup", "in.jsonl", "--state", "s", "--decisions", "d.jsonl", "--set", "lsh.threshold=0.8", "--learn-first"]
+
+
+def test_the_offline_benchs_index_is_deleted_after_the_clock_not_within_it(tmp_path, monkeypatch):
+    """``bench.offline``: our end-to-end run leaves its index folder (a user keeps it) to ``after_clock``, which
+    deletes it once the task's clock stopped, as the peers' in-memory indexes are freed then."""
+    import json
+    import tempfile
+
+    from bench import offline
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    path = tmp_path / "crawl.jsonl"
+    lines = [(json.dumps({"id": f"d{i}", "text": f"the same words again and again, page {i % 7}"}) + "\n").encode()
+             for i in range(40)]
+    result = offline.ours_one_process(offline.JsonlFile(lines, str(path)))
+    left = [p for p in tmp_path.iterdir() if p.name.startswith("bench-index-")]
+    assert result["kept"] >= 1 and len(left) == 1 and (left[0] / "state").is_dir()
+    offline._clear_after_clock()
+    assert not left[0].exists() and offline.AFTER_CLOCK == []

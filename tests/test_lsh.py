@@ -83,6 +83,29 @@ def test_recall_params_reach_the_recall_with_as_many_rows_as_can():
         recall_params(0.7, 128, 1.0)
 
 
+def test_the_gauss_legendre_table_is_numpys_rule_bit_for_bit_and_chooses_the_same_parameters(monkeypatch):
+    """The table of nodes and weights (no ``numpy.polynomial`` import, no eigenvalue solve at start) is what
+    ``leggauss`` gives, to the bit; and the parameters chosen with either are the same over a grid."""
+    from streamdedup.core import lsh
+
+    nodes, weights = lsh.gauss_legendre()
+    expected_nodes, expected_weights = np.polynomial.legendre.leggauss(lsh._NODES)
+    assert nodes.tobytes() == expected_nodes.tobytes() and weights.tobytes() == expected_weights.tobytes()
+
+    def chosen() -> list:
+        lsh.recall_params.cache_clear()
+        lsh.optimal_params.cache_clear()
+        grid = [(t, p) for t in (0.5, 0.7, 0.75, 0.8, 0.9) for p in (64, 128, 256)]
+        return [(lsh.recall_params(t, p, r), lsh.optimal_params(t, p, fp, 1 - fp))
+                for t, p in grid for r in (0.95, 0.998) for fp in (0.3, 0.5)]
+
+    with_table = chosen()
+    monkeypatch.setattr(lsh, "gauss_legendre", lambda: np.polynomial.legendre.leggauss(lsh._NODES))
+    assert chosen() == with_table
+    lsh.recall_params.cache_clear()
+    lsh.optimal_params.cache_clear()
+
+
 def test_pairs_at_the_threshold_share_two_bands_as_often_as_the_curve_says():
     """Real signatures of shingle sets at Jaccard 0.7: the share with >= 2 of 32 x 4 bands in common."""
     rng = np.random.default_rng(5)

@@ -480,3 +480,39 @@ def _read_inline(crawl_file, size: int = 150):
     inline = InlineFeed(reading.open(), spec, signing)
     inline.start(FilePosition())
     return reading, spec, signing, list(inline.batches())
+
+
+def test_the_collector_is_paused_for_a_whole_run_and_on_again_after_it_even_after_a_failure(tmp_path, crawl_file):
+    """``dedup_files`` pauses the cycle collector from its first batch to the run's end, between batches too (where
+    the feed's thread takes the next batch off the pipe), not only in each batch's commit; it is on again after the
+    run, and after a run that failed."""
+    import gc
+
+    from streamdedup import config as config_module
+    from streamdedup.core.decode import InputSpec
+    from streamdedup.engine.engine import Engine
+    from streamdedup.ops.progress import Progress
+    from streamdedup.runtime.offline import dedup_files
+
+    class Noting(Progress):
+        def __init__(self, fail_at=None):
+            super().__init__(None, enabled=False)
+            self.enabled_between, self.fail_at = [], fail_at
+
+        def update(self, records: int, done: int) -> None:
+            self.enabled_between.append(gc.isenabled())
+            if len(self.enabled_between) == self.fail_at:
+                raise RuntimeError("stopped between batches")
+
+    cfg = config_module.load(None, environ={})
+    assert gc.isenabled()
+    noting = Noting()
+    with Engine(cfg, str(tmp_path / "state")) as engine:
+        summary = dedup_files(engine, [str(crawl_file)], InputSpec(), None, str(tmp_path / "decisions.jsonl"), 100,
+                              progress=noting, prepare_processes=0)
+    assert summary.outcomes["kept"] > 0 and len(noting.enabled_between) > 2
+    assert not any(noting.enabled_between) and gc.isenabled()
+    failing = Noting(fail_at=2)
+    with pytest.raises(RuntimeError), Engine(cfg, str(tmp_path / "other")) as engine:
+        dedup_files(engine, [str(crawl_file)], InputSpec(), None, None, 100, progress=failing, prepare_processes=0)
+    assert failing.enabled_between == [False, False] and gc.isenabled()

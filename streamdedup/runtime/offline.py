@@ -7,6 +7,7 @@ import time
 from typing import Optional
 
 from ..core.decode import InputSpec
+from ..core.memory import collector_paused
 from ..errors import ConfigError
 from ..engine.engine import Engine
 from ..ops.progress import Progress
@@ -42,18 +43,36 @@ def dedup_files(engine: Engine, inputs: list[str], spec: InputSpec, clean: Optio
     feed = open_feed(inputs, spec, engine.signing, batch_size, prepare_processes, start.position, spawned,
                      lines=clean is not None)
     try:
-        for batch in feed.batches():
-            feed.fetch_ahead()  # the next batch comes off the pipe on the feed's thread, mostly while this one syncs
-            engine.between_batches()
-            summary.add(run.commit(engine, outputs, batch.records, batch.position, batch.prepared))
-            progress.update(len(batch.records), _bytes_done(sizes, batch.position))
-        run.finish(engine.index, outputs.sizes())
+        with collector_paused():  # the whole run, not only its batches: see ``_run_batches``
+            _run_batches(engine, run, feed, outputs, summary, progress, sizes)
     finally:
         feed.close()
         outputs.close()
         progress.close()
     summary.seconds = time.monotonic() - began
     return summary
+
+
+def _run_batches(engine: Engine, run: FileRun, feed, outputs: FileOutputs, summary: Summary, progress: Progress,
+                 sizes: Optional[list[int]]) -> None:
+    """Every batch of ``feed`` decided and committed, then the run marked done.
+
+    The caller pauses the cycle collector for all of it (``collector_paused``),
+    not only in each batch (``FileRun.commit``): a batch's survivors (its
+    records, the index's grown mirror) and the next batch taken off the pipe
+    on the feed's thread (its items, made between two batches) otherwise set
+    off a young pass after every batch and a middle one every few, each
+    walking all of them (measured: 36-51 passes, 18-34 ms of a 30,000-line run
+    of about a second). A run makes next to no cyclic garbage (none over the
+    30,000-line crawl; 317 objects over the 12,000-page web crawl, the closures
+    of imports made during it), which the collector takes once the run is over.
+    """
+    for batch in feed.batches():
+        feed.fetch_ahead()  # the next batch comes off the pipe on the feed's thread, mostly while this one syncs
+        engine.between_batches()
+        summary.add(run.commit(engine, outputs, batch.records, batch.position, batch.prepared))
+        progress.update(len(batch.records), _bytes_done(sizes, batch.position))
+    run.finish(engine.index, outputs.sizes())
 
 
 def _learn_templates(engine: Engine, inputs: list[str], spec: InputSpec, batch_size: int, processes: int) -> None:
