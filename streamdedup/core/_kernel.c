@@ -845,6 +845,18 @@ static PyObject *ef_decode(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* How many values two sorted unique uint32 arrays share (a merge walk without branches on the values). */
+static inline Py_ssize_t sorted_shared(const uint32_t *x, Py_ssize_t n, const uint32_t *y, Py_ssize_t m) {
+    Py_ssize_t i = 0, j = 0, shared = 0;
+    while (i < n && j < m) {
+        uint32_t u = x[i], v = y[j];
+        shared += u == v;
+        i += u <= v;
+        j += v <= u;
+    }
+    return shared;
+}
+
 /* (shared, n): how many values sorted unique uint32 a shares with a coding's, and how many it codes. */
 static PyObject *coded_shared(PyObject *self, PyObject *args) {
     PyObject *o_a;
@@ -860,15 +872,7 @@ static PyObject *coded_shared(PyObject *self, PyObject *args) {
     if (ef_header(in, data.len, &low, &n, &at) < 0) { not_a_coding(); goto done; }
     if (n > 1024 && !(values = malloc((size_t)n * 4))) { PyErr_NoMemory(); goto done; }
     if (ef_values(in, data.len, low, n, at, values) < 0) { not_a_coding(); goto done; }
-    const uint32_t *x = a.buf;
-    Py_ssize_t m = a.len / 4, i = 0, j = 0, shared = 0, count = (Py_ssize_t)n;
-    while (i < m && j < count) {
-        uint32_t u = x[i], v = values[j];
-        shared += u == v;
-        i += u <= v;
-        j += v <= u;
-    }
-    result = Py_BuildValue("nn", shared, count);
+    result = Py_BuildValue("nn", sorted_shared(a.buf, a.len / 4, values, (Py_ssize_t)n), (Py_ssize_t)n);
 done:
     if (values != small) free(values);
     PyBuffer_Release(&a);
@@ -882,18 +886,12 @@ static Py_ssize_t coded_count(const uint32_t *x, Py_ssize_t m, const uint8_t *in
                               uint32_t *small, Py_ssize_t *n_out) {
     int low;
     uint64_t n;
-    Py_ssize_t at, shared = 0;
+    Py_ssize_t at, shared;
     if (ef_header(in, size, &low, &n, &at) < 0) return -1;
     uint32_t *values = n > 1024 ? malloc((size_t)n * 4) : small;
     if (!values) return -2;
-    if (ef_values(in, size, low, n, at, values) < 0) shared = -1;
-    Py_ssize_t i = 0, j = 0, count = (Py_ssize_t)n;
-    while (shared >= 0 && i < m && j < count) {
-        uint32_t u = x[i], v = values[j];
-        shared += u == v;
-        i += u <= v;
-        j += v <= u;
-    }
+    Py_ssize_t count = (Py_ssize_t)n;
+    shared = ef_values(in, size, low, n, at, values) < 0 ? -1 : sorted_shared(x, m, values, count);
     if (values != small) free(values);
     *n_out = count;
     return shared;
@@ -1206,14 +1204,7 @@ static PyObject *shared_count(PyObject *self, PyObject *args) {
     Py_buffer a, b;
     if (get_buffer(o_a, &a, 4, 0, "a") < 0) return NULL;
     if (get_buffer(o_b, &b, 4, 0, "b") < 0) { PyBuffer_Release(&a); return NULL; }
-    const uint32_t *x = a.buf, *y = b.buf;
-    Py_ssize_t n = a.len / 4, m = b.len / 4, i = 0, j = 0, shared = 0;
-    while (i < n && j < m) {
-        uint32_t u = x[i], v = y[j];
-        shared += u == v;
-        i += u <= v;
-        j += v <= u;
-    }
+    Py_ssize_t shared = sorted_shared(a.buf, a.len / 4, b.buf, b.len / 4);
     PyBuffer_Release(&b);
     PyBuffer_Release(&a);
     return PyLong_FromSsize_t(shared);
@@ -1236,14 +1227,7 @@ static PyObject *jaccards(PyObject *self, PyObject *args) {
         Py_buffer a, b;
         if (get_buffer(PyList_GET_ITEM(owns, p), &a, 4, 0, "owns") < 0) goto done;
         if (get_buffer(PyList_GET_ITEM(others, p), &b, 4, 0, "others") < 0) { PyBuffer_Release(&a); goto done; }
-        const uint32_t *x = a.buf, *y = b.buf;
-        Py_ssize_t n = a.len / 4, m = b.len / 4, i = 0, j = 0, shared = 0;
-        while (i < n && j < m) {
-            uint32_t u = x[i], v = y[j];
-            shared += u == v;
-            i += u <= v;
-            j += v <= u;
-        }
+        Py_ssize_t n = a.len / 4, m = b.len / 4, shared = sorted_shared(a.buf, n, b.buf, m);
         PyBuffer_Release(&b);
         PyBuffer_Release(&a);
         if (n == 0 || m == 0) similarity[p] = (n == 0 && m == 0) ? 1.0 : 0.0;
