@@ -116,14 +116,12 @@ def joined(batches: list[PreparedBatch]) -> PreparedBatch:
     together (preparing is per document), in pieces whose arrays stay in the caches."""
     if len(batches) == 1:
         return batches[0]
-    items, row, before = [], [], 0
+    items, row, hosts, before = [], [], {}, 0
     for batch in batches:
         items += batch.items
         row += [r + before if r >= 0 else -1 for r in batch.row]
-        before += len(batch.contents)
-    hosts: dict = {}
-    for batch in batches:
         hosts.update(batch.hosts)
+        before += len(batch.contents)
     lines = [b.short_lines for b in batches]
     return PreparedBatch(items, row, [c for b in batches for c in b.contents], [k for b in batches for k in b.id_keys],
                          _joined_shingles([b.shingles for b in batches]), np.concatenate([b.keys for b in batches]),
