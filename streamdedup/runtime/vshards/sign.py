@@ -2,8 +2,8 @@
 
 Each poll's records (topped up while the input is behind, ``_batch``) are
 cut into epochs of at most ``shards.batch_bytes`` record bytes per vshard and
-decoded, which places each at its home (``placement.homes_of_items``: by its
-id). Each vshard home to records of an epoch gets a home message on its
+each is placed at its home (``placement.homes_of_records``: by its id, which the
+kernel finds in a JSON record's bytes; other records are decoded). Each vshard home to records of an epoch gets a home message on its
 partition of the records topic: those records whole, with how they were
 decoded (``messages.pack_home``); the home decodes and prepares them itself,
 so what preparing makes never crosses Kafka. Once the broker has those, the epoch naming them
@@ -25,10 +25,10 @@ from typing import Callable, Optional
 from ...config import Config, kafka_client_settings
 from ...core.decode import InputSpec
 from ...core.memory import keep_freed_memory
-from ...core.prepare import decode_raw, raw_payload
+from ...core.prepare import raw_payload
 from ...core.records import RawRecord
 from ...core.signing import signing_config
-from ...engine.vshards.placement import homes_of_items
+from ...engine.vshards.placement import homes_of_records
 from ...faults import reached
 from ...ops.logs import Log
 from ...ops.telemetry import WorkerTelemetry
@@ -131,10 +131,10 @@ class _Signer:
         return len(records)
 
     def _send_homes(self, chunk: list[RawRecord]) -> dict:
-        """Send the home message of each vshard home to records of ``chunk`` (``homes_of_items``, of the records
-        decoded as far as their ids: ``InputSpec.placing``): their bytes and places, for their home alone, which decodes and prepares them; vshard -> its
-        send's future."""
-        homes = homes_of_items(decode_raw(raw_payload(chunk), self.placing), self.config.shards.count).tolist()
+        """Send the home message of each vshard home to records of ``chunk`` (``homes_of_records``: the homes of
+        the records decoded as far as their ids, ``InputSpec.placing``): their bytes and places, for their home
+        alone, which decodes and prepares them; vshard -> its send's future."""
+        homes = homes_of_records(raw_payload(chunk), self.placing, self.config.shards.count).tolist()
         places: dict[int, list[int]] = {}
         for place, home in enumerate(homes):
             places.setdefault(home, []).append(place)
