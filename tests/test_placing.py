@@ -198,3 +198,51 @@ def test_damaged_records_are_placed_as_decoding_places_them():
         damaged.append(bytes(value))
     found = _check(_records(damaged))
     assert 0 < sum(key is not None for key in found) < len(found)
+
+
+def _consumer_record(topic: str, partition: int, offset: int, headers: list = ()):
+    from kafka.consumer.fetcher import ConsumerRecord
+
+    value = None if offset % 7 == 3 else f'{{"id": "d-{offset}", "text": "t"}}'.encode()
+    key = None if offset % 5 == 2 else f"k-{offset}".encode()
+    return ConsumerRecord(topic, partition, 0, offset, 1_000 + offset, 0, key, value, list(headers), None,
+                          -1 if key is None else len(key), -1 if value is None else len(value), -1)
+
+
+def test_a_polls_records_made_column_by_column_are_poll_batchs_raw_records():
+    """``source.payload_of`` (the signer's reading) against the RawRecords ``poll_batch`` makes
+    (``_raw_record``, ``canonical_order``): partitions out of order, headers (one key not UTF-8: rejected as
+    read), offsets not rising (a partition read again), a record the client cannot read."""
+    from kafka import TopicPartition
+
+    from streamdedup.core.records import canonical_order
+    from streamdedup.runtime.source import _raw_record, payload_of
+    from streamdedup.runtime.wire import BinaryHeaderKey
+
+    web, raw0, raw1 = TopicPartition("web", 0), TopicPartition("raw", 0), TopicPartition("raw", 1)
+    polled = {
+        web: [_consumer_record("web", 0, n) for n in range(4)],
+        raw1: [_consumer_record("raw", 1, n, [("h", b"v")] if n == 11 else ()) for n in range(10, 16)],
+        raw0: [_consumer_record("raw", 0, n, [(BinaryHeaderKey(b"\xff"), b"v")] if n == 5 else ()) for n in range(2, 9)],
+    }
+
+    def expected(polled: dict, unreadable: list = ()) -> tuple:
+        records = [_raw_record(r) for records in polled.values() for r in records] + list(unreadable)
+        return raw_payload(canonical_order(records))
+
+    made = payload_of(polled)
+    assert made == expected(polled)
+    assert made[4][:8] == ["raw"] * 8 and made[7].count(None) == len(made[0]) - 1  # the binary key's record
+    again = {**polled, raw0: polled[raw0] + [_consumer_record("raw", 0, n) for n in range(4, 7)]}
+    assert payload_of(again) == expected(again)
+    lost = RawRecord(None, Source("raw", 1, 16), rejected="unreadable_record: a failed checksum")
+    assert payload_of(polled, [lost]) == expected(polled, [lost])
+    assert payload_of({}) == raw_payload([])
+
+
+def test_an_epochs_records_are_cut_by_their_bytes_a_larger_record_alone():
+    from streamdedup.runtime.vshards.sign import signed_spans
+
+    assert signed_spans([4, 4, 4, 4, 4], 8) == [(0, 2), (2, 4), (4, 5)]
+    assert signed_spans([3, 20, 3, 3, 0, 0, 9], 8) == [(0, 1), (1, 2), (2, 6), (6, 7)]
+    assert signed_spans([], 8) == [] and signed_spans([0, 0], 8) == [(0, 2)]
