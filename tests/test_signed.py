@@ -44,7 +44,7 @@ def test_a_home_prepares_from_its_home_message_what_the_whole_epoch_prepared_giv
     homes = homes_of_items(decode_raw(raw_payload(records), InputSpec()), count).tolist()
     for home in sorted(set(homes)):
         places = [i for i, h in enumerate(homes) if h == home]
-        got = unpack_home(pack_home(places, [records[i] for i in places], InputSpec()))
+        got = unpack_home(pack_home(places, raw_payload([records[i] for i in places]), InputSpec()))
         assert got.places == places and got.records == [records[i] for i in places]
         mine = prepare(got.items(), SIGNING)
         assert [(type(i), i.id, i.source) for i in mine.items] == [(type(whole.items[i]), whole.items[i].id,
@@ -73,12 +73,12 @@ def test_a_home_message_carries_the_signers_input_spec_and_its_output_limit():
     spec = InputSpec(text_field="text", max_output_bytes=limit + ORDER_HEADER_BYTES,
                      kept_bytes=lambda *record: kept_record_bytes(*record) + ORDER_HEADER_BYTES)
     longer = dataclasses.replace(records[3], value=json.dumps({"id": "doc-3", "text": "a longer page " * 9}).encode())
-    home = unpack_home(pack_home([0, 1, 3], [records[0], records[1], longer], spec))
+    home = unpack_home(pack_home([0, 1, 3], raw_payload([records[0], records[1], longer]), spec))
     settings = [f.name for f in dataclasses.fields(InputSpec) if f.name != "kept_bytes"]
     assert [getattr(home.spec, f) for f in settings] == [getattr(spec, f) for f in settings]
     assert [type(i) for i in home.items()] == [type(i) for i in decode_raw(raw_payload(home.records), spec)]
     assert [i.reason for i in home.items() if isinstance(i, Rejected)] == ["too_large_for_output"]  # doc-3's
-    unlimited = unpack_home(pack_home([0], records[:1], InputSpec()))
+    unlimited = unpack_home(pack_home([0], raw_payload(records[:1]), InputSpec()))
     assert unlimited.spec.max_output_bytes == 0 and unlimited.spec.kept_bytes is None
 
 
@@ -106,13 +106,13 @@ def test_batches_prepared_apart_and_joined_are_the_batch_prepared_whole(cuts):
 
 def test_the_order_topic_holds_epochs_and_forget_orders_and_refuses_anything_else():
     records = _records(first_offset=40)
-    epoch = unpack_order(pack_epoch(12.5, "fp", records, {0: 7, 2: 9}))
+    epoch = unpack_order(pack_epoch(12.5, "fp", len(records), input_ranges(raw_payload(records)), {0: 7, 2: 9}))
     assert (epoch.signed_at, epoch.fingerprint, epoch.count, epoch.homes) == (12.5, "fp", 6, {0: 7, 2: 9})
     assert sorted(epoch.ranges) == [("raw", 0, 40, 44), ("raw", 1, 41, 45)]
     assert epoch.fresh_after({("raw", 0): 44}) and not epoch.fresh_after({("raw", 0): 45, ("raw", 1): 46})
     assert unpack_order(pack_forget(["a", "b"])) == ForgetOrder(["a", "b"])
     with pytest.raises(ValueError, match="not an epoch"):
-        unpack_order(pack_home([0], records[:1], InputSpec()))
+        unpack_order(pack_home([0], raw_payload(records[:1]), InputSpec()))
 
 
 def test_a_rejected_record_belongs_to_the_vshard_its_place_names_wherever_it_is_in_the_batch():
@@ -131,10 +131,12 @@ def test_an_epoch_names_each_input_partition_it_read_with_its_first_and_last_off
     records = [RawRecord(b"{}", Source(topic, partition, offset))
                for topic, partition, offset in [("raw", 1, 9), ("raw", 0, 4), ("raw", 1, 7), ("web", 1, 2),
                                                 ("raw", 1, 12), ("raw", 0, 3)]]
-    assert input_ranges(records) == {("raw", 1): (7, 12), ("raw", 0): (3, 4), ("web", 1): (2, 2)}
-    epoch = unpack_order(pack_epoch(1.0, "fp", records, {}))
+    assert input_ranges(raw_payload(records)) == {("raw", 1): (7, 12), ("raw", 0): (3, 4), ("web", 1): (2, 2)}
+    epoch = unpack_order(pack_epoch(1.0, "fp", len(records), input_ranges(raw_payload(records)), {}))
     assert sorted(epoch.ranges) == [("raw", 0, 3, 4), ("raw", 1, 7, 12), ("web", 1, 2, 2)]
-    assert input_ranges([]) == {}
+    assert input_ranges(raw_payload(records[1:2] + records[5:6])) == {("raw", 0): (3, 4)}
+    assert input_ranges(raw_payload(records[3:4])) == {("web", 1): (2, 2)}
+    assert input_ranges(raw_payload([])) == {}
 
 
 def test_an_epoch_of_the_format_before_runs_is_refused_naming_both_formats():

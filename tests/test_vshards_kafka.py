@@ -384,8 +384,12 @@ def test_a_member_subscribed_records_its_topics_partitions_before_it_joins(kafka
     try:
         source.subscribe([topic])
         assert source.consumer._coordinator._metadata_snapshot == {topic: set(range(8))}
-        deadline = time.monotonic() + 3
-        while time.monotonic() < deadline:
+        joined_by = time.monotonic() + 60
+        while len(source.consumer.assignment()) < 8 and time.monotonic() < joined_by:
+            source.poll_batch(100)
+        assert len(source.consumer.assignment()) == 8
+        settled_by = time.monotonic() + 2
+        while time.monotonic() < settled_by:
             source.poll_batch(100)
         assert len(source.consumer.assignment()) == 8
         assert source.consumer.group_metadata().generation_id == 1

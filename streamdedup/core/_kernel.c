@@ -194,6 +194,14 @@
  *     framing error, a header key that is not UTF-8, bytes left after the last record), for kafka-python's
  *     own reader to take the batch and raise or recover as it does.
  *
+ * json_id_keys(values, keys, rejected, field, max_record) -> list of 8-byte keys or None
+ *     The sharded signer's placing of JSON records without decoding them: for each record, records.id_key of the
+ *     id decode.py gives it (the top-level member field, a string's UTF-8 or an integer's digits), found by one
+ *     validating scan of the value (strict JSON, which orjson and json read alike); None wherever the scan
+ *     cannot vouch for that (invalid or deeply nested JSON, an id with escapes, null, empty, a float, a long
+ *     integer, the field twice, a member name with escapes, a value over max_record bytes, a key that is not
+ *     UTF-8, a record rejected as read), for decode.py to decode.
+ *
  * Arrays are passed through the buffer protocol (C-contiguous, types checked by itemsize here and
  * by dtype in Python), so the module needs only Python.h to build.
  */
@@ -3260,6 +3268,287 @@ failed:
     return NULL;
 }
 
+/* ---- json_id_keys: a JSON record's id found in its bytes, for the sharded signer's placing ---- */
+
+/* A validating scan of strict JSON (RFC 8259: what both orjson and json read as the same object), one pass, no
+ * objects made. JS_OK: valid; JS_UNSURE: anything else (invalid, or valid but outside what the scan vouches for:
+ * nested deeper than JS_DEPTH); the caller then decodes the record as decode.py does. */
+#define JS_OK 0
+#define JS_UNSURE 1
+#define JS_DEPTH 64
+
+typedef struct {
+    const uint8_t *p, *end;
+} JScan;
+
+static void js_space(JScan *s) {
+    while (s->p < s->end && (*s->p == ' ' || *s->p == '\n' || *s->p == '\r' || *s->p == '\t')) s->p++;
+}
+
+/* The length of the well-formed UTF-8 sequence at p whose lead byte is >= 0x80, as Python's strict decoder
+ * takes it (no overlong forms, no surrogates, nothing past U+10FFFF); 0 if it is not one. */
+static int utf8_sequence(const uint8_t *p, const uint8_t *end) {
+    uint8_t c = p[0];
+    Py_ssize_t left = end - p;
+    if (c >= 0xc2 && c <= 0xdf) return (left >= 2 && (p[1] & 0xc0) == 0x80) ? 2 : 0;
+    if (c >= 0xe0 && c <= 0xef) {
+        if (left < 3 || (p[2] & 0xc0) != 0x80) return 0;
+        uint8_t lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+        return (p[1] >= lo && p[1] <= hi) ? 3 : 0;
+    }
+    if (c >= 0xf0 && c <= 0xf4) {
+        if (left < 4 || (p[2] & 0xc0) != 0x80 || (p[3] & 0xc0) != 0x80) return 0;
+        uint8_t lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+        return (p[1] >= lo && p[1] <= hi) ? 4 : 0;
+    }
+    return 0;
+}
+
+static int utf8_valid(const uint8_t *p, Py_ssize_t n) {
+    const uint8_t *end = p + n;
+    while (p < end) {
+        if (*p < 0x80) { p++; continue; }
+        int k = utf8_sequence(p, end);
+        if (!k) return 0;
+        p += k;
+    }
+    return 1;
+}
+
+#define JS_ONES 0x0101010101010101ULL
+#define JS_HIGHS 0x8080808080808080ULL
+
+/* A string from its opening quote: s->p after its closing quote. *escaped: whether it holds an escape; *chars:
+ * its code points (escapes counted as written, only meaningful when there is none). */
+static int js_string(JScan *s, int *escaped, Py_ssize_t *chars) {
+    const uint8_t *p = s->p + 1, *end = s->end;
+    Py_ssize_t count = 0;
+    *escaped = 0;
+    for (;;) {
+#if defined(__SSE2__)
+        while (end - p >= 16) {  /* sixteen plain ASCII bytes at a time: none < 0x20, '"', '\\' or >= 0x80 */
+            __m128i v = _mm_loadu_si128((const __m128i *)p);
+            __m128i odd = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')),
+                                                    _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
+                                       _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));  /* signed: >= 0x80 is < 0x20 too */
+            if (_mm_movemask_epi8(odd)) break;
+            p += 16;
+            count += 16;
+        }
+#endif
+        while (end - p >= 8) {  /* eight plain ASCII bytes at a time: none < 0x20, '"', '\\' or >= 0x80 */
+            uint64_t v;
+            memcpy(&v, p, 8);
+            uint64_t quote = v ^ (JS_ONES * '"'), slash = v ^ (JS_ONES * '\\');
+            uint64_t hit = ((v - JS_ONES * 0x20) & ~v) | ((quote - JS_ONES) & ~quote) | ((slash - JS_ONES) & ~slash) | v;
+            if (hit & JS_HIGHS) break;
+            p += 8;
+            count += 8;
+        }
+        if (p >= end) return JS_UNSURE;
+        uint8_t c = *p;
+        if (c == '"') {
+            s->p = p + 1;
+            *chars = count;
+            return JS_OK;
+        }
+        if (c < 0x20) return JS_UNSURE;
+        if (c == '\\') {
+            *escaped = 1;
+            if (end - p < 2) return JS_UNSURE;
+            uint8_t e = p[1];
+            if (e == 'u') {
+                if (end - p < 6) return JS_UNSURE;
+                for (int i = 2; i < 6; i++)
+                    if (!((p[i] >= '0' && p[i] <= '9') || ((p[i] | 0x20) >= 'a' && (p[i] | 0x20) <= 'f'))) return JS_UNSURE;
+                p += 6;
+            } else if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' || e == 'r' || e == 't') {
+                p += 2;
+            } else {
+                return JS_UNSURE;
+            }
+            count++;
+            continue;
+        }
+        if (c >= 0x80) {
+            int k = utf8_sequence(p, end);
+            if (!k) return JS_UNSURE;
+            p += k;
+        } else {
+            p++;
+        }
+        count++;
+    }
+}
+
+/* A number: *integer whether it has neither fraction nor exponent. */
+static int js_number(JScan *s, int *integer) {
+    const uint8_t *p = s->p, *end = s->end;
+    if (p < end && *p == '-') p++;
+    if (p >= end) return JS_UNSURE;
+    if (*p == '0') p++;
+    else if (*p >= '1' && *p <= '9') while (p < end && *p >= '0' && *p <= '9') p++;
+    else return JS_UNSURE;
+    *integer = 1;
+    if (p < end && *p == '.') {
+        p++;
+        if (p >= end || *p < '0' || *p > '9') return JS_UNSURE;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+        *integer = 0;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        if (p >= end || *p < '0' || *p > '9') return JS_UNSURE;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+        *integer = 0;
+    }
+    s->p = p;
+    return JS_OK;
+}
+
+static int js_literal(JScan *s, const char *word, Py_ssize_t n) {
+    if (s->end - s->p < n || memcmp(s->p, word, n)) return JS_UNSURE;
+    s->p += n;
+    return JS_OK;
+}
+
+static int js_value(JScan *s, int depth);
+
+static int js_container(JScan *s, int depth, uint8_t close) {
+    if (depth > JS_DEPTH) return JS_UNSURE;
+    s->p++;
+    js_space(s);
+    if (s->p < s->end && *s->p == close) { s->p++; return JS_OK; }
+    for (;;) {
+        if (close == '}') {
+            int escaped;
+            Py_ssize_t chars;
+            if (s->p >= s->end || *s->p != '"' || js_string(s, &escaped, &chars)) return JS_UNSURE;
+            js_space(s);
+            if (s->p >= s->end || *s->p != ':') return JS_UNSURE;
+            s->p++;
+            js_space(s);
+        }
+        if (js_value(s, depth + 1)) return JS_UNSURE;
+        js_space(s);
+        if (s->p >= s->end) return JS_UNSURE;
+        if (*s->p == close) { s->p++; return JS_OK; }
+        if (*s->p != ',') return JS_UNSURE;
+        s->p++;
+        js_space(s);
+    }
+}
+
+static int js_value(JScan *s, int depth) {
+    if (s->p >= s->end) return JS_UNSURE;
+    int escaped, integer;
+    Py_ssize_t chars;
+    switch (*s->p) {
+        case '{': return js_container(s, depth, '}');
+        case '[': return js_container(s, depth, ']');
+        case '"': return js_string(s, &escaped, &chars);
+        case 't': return js_literal(s, "true", 4);
+        case 'f': return js_literal(s, "false", 5);
+        case 'n': return js_literal(s, "null", 4);
+        default: return js_number(s, &integer);
+    }
+}
+
+#define JS_MAX_ID_CHARS 1024  /* decode.MAX_ID_CHARS */
+#define JS_MAX_INT_DIGITS 18  /* an integer id of at most this many digits is the same int to orjson and json */
+
+/* The bytes of the id at the top-level member `field` of a JSON object, as decode.py's id (the string's
+ * UTF-8, or an integer's digits); JS_UNSURE unless the whole value is valid JSON, its top level an object with
+ * that member once (and no other member whose name has an escape), a string of 1 to 1024 code points without
+ * escapes or an integer of at most 18 digits (not -0). */
+static int json_id_of(const uint8_t *in, Py_ssize_t n, const char *field, Py_ssize_t field_size,
+                      const uint8_t **id, Py_ssize_t *id_size) {
+    JScan s = {in, in + n};
+    js_space(&s);
+    if (s.p >= s.end || *s.p != '{') return JS_UNSURE;
+    s.p++;
+    js_space(&s);
+    *id = NULL;
+    if (s.p < s.end && *s.p == '}') return JS_UNSURE;  /* {}: no id */
+    for (;;) {
+        int escaped;
+        Py_ssize_t chars;
+        if (s.p >= s.end || *s.p != '"') return JS_UNSURE;
+        const uint8_t *name = s.p + 1;
+        if (js_string(&s, &escaped, &chars) || escaped) return JS_UNSURE;
+        int is_field = (s.p - 1 - name == field_size && !memcmp(name, field, field_size));
+        js_space(&s);
+        if (s.p >= s.end || *s.p != ':') return JS_UNSURE;
+        s.p++;
+        js_space(&s);
+        if (!is_field) {
+            if (js_value(&s, 1)) return JS_UNSURE;
+        } else {
+            if (*id) return JS_UNSURE;  /* the field twice */
+            const uint8_t *at = s.p;
+            if (at < s.end && *at == '"') {
+                if (js_string(&s, &escaped, &chars) || escaped || chars < 1 || chars > JS_MAX_ID_CHARS) return JS_UNSURE;
+                *id = at + 1;
+                *id_size = s.p - 1 - *id;
+            } else if (at < s.end && (*at == '-' || (*at >= '0' && *at <= '9'))) {
+                int integer;
+                if (js_number(&s, &integer) || !integer) return JS_UNSURE;
+                Py_ssize_t digits = s.p - at - (*at == '-');
+                if (digits > JS_MAX_INT_DIGITS || (*at == '-' && at[1] == '0')) return JS_UNSURE;
+                *id = at;
+                *id_size = s.p - at;
+            } else {
+                return JS_UNSURE;  /* null, "", a float, a bool, a list, an object: decode.py's rules */
+            }
+        }
+        js_space(&s);
+        if (s.p >= s.end) return JS_UNSURE;
+        if (*s.p == '}') break;
+        if (*s.p != ',') return JS_UNSURE;
+        s.p++;
+        js_space(&s);
+    }
+    s.p++;
+    js_space(&s);
+    return (s.p == s.end && *id) ? JS_OK : JS_UNSURE;
+}
+
+/* json_id_keys(values, keys, rejected, field, max_record) -> list: for each record, records.id_key of its id
+ * (BLAKE2b-64 of its UTF-8 bytes) where json_id_of vouches for it, and the record is otherwise one decode.py
+ * reads to a document or rejection with that id (a value of at most max_record bytes, a key that is None or
+ * valid UTF-8, nothing rejected as it was read); None for every other record, for decode.py to decode. */
+static PyObject *json_id_keys(PyObject *self, PyObject *args) {
+    PyObject *values, *keys, *rejected;
+    const char *field;
+    Py_ssize_t field_size, max_record;
+    if (!PyArg_ParseTuple(args, "O!O!O!y#n", &PyList_Type, &values, &PyList_Type, &keys, &PyList_Type, &rejected,
+                          &field, &field_size, &max_record))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(values);
+    if (PyList_GET_SIZE(keys) != n || PyList_GET_SIZE(rejected) != n)
+        return PyErr_Format(PyExc_ValueError, "json_id_keys: values, keys and rejected differ in length");
+    PyObject *result = PyList_New(n);
+    for (Py_ssize_t i = 0; result && i < n; i++) {
+        PyObject *value = PyList_GET_ITEM(values, i), *key = PyList_GET_ITEM(keys, i), *found = Py_None;
+        const uint8_t *id = NULL;
+        Py_ssize_t id_size = 0;
+        if (PyBytes_Check(value) && PyBytes_GET_SIZE(value) <= max_record && PyList_GET_ITEM(rejected, i) == Py_None
+                && (key == Py_None || (PyBytes_Check(key)
+                                       && utf8_valid((const uint8_t *)PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key))))
+                && json_id_of((const uint8_t *)PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value), field, field_size,
+                              &id, &id_size) == JS_OK) {
+            found = PyBytes_FromStringAndSize(NULL, 8);
+            if (!found) { Py_CLEAR(result); break; }
+            blake2b(id, id_size, (unsigned char *)PyBytes_AS_STRING(found), 8);
+        } else {
+            Py_INCREF(found);
+        }
+        PyList_SET_ITEM(result, i, found);
+    }
+    return result;
+}
+
 /* consumer_records: a v2 record batch's records read as kafka-python's fetcher reads them. */
 
 static int read_varint(const uint8_t *b, Py_ssize_t end, Py_ssize_t *pos, int64_t *out) {
@@ -4259,6 +4548,7 @@ static PyMethodDef methods[] = {
     {"kept_alone", kept_alone, METH_VARARGS, "A batch's items surely kept, from start to stop (see the module)."},
     {"record_batches", record_batches, METH_VARARGS, "Kafka v2 record batches of (timestamp_ms, key, value, headers) records (see the module)."},
     {"consumer_records", consumer_records, METH_VARARGS, "A v2 record batch's records as kafka-python's ConsumerRecords (see the module)."},
+    {"json_id_keys", json_id_keys, METH_VARARGS, "The id key of each JSON record whose id a strict scan finds, else None (see the module)."},
     {"level_rows", level_rows, METH_VARARGS, "The recent mirror's entries under sorted slots, every level in one pass (see the block)."},
     {"earliest_runs", earliest_runs, METH_VARARGS, "Sorted (key, serial) runs merged, each key's first so many kept (see the block)."},
     {"bucket_starts", bucket_starts, METH_VARARGS, "Where each bucket of a sorted uint32 table starts (see the module)."},

@@ -36,7 +36,7 @@ try:
 except ImportError:  # built by ``pip install`` when a C compiler is there; the steps below give the same
     _kernel = None
 
-__all__ = ["PreparedBatch", "die_with_parent", "decode_raw", "joined", "prepare", "prepare_ahead", "prepare_in_pieces",
+__all__ = ["PreparedBatch", "die_with_parent", "decode_raw", "joined", "json_id_keys", "prepare", "prepare_ahead", "prepare_in_pieces",
            "short_line_shingles", "prepare_compact", "prepare_raw", "preparing_process", "raw_payload", "raw_records",
            "restore_items"]
 
@@ -142,6 +142,19 @@ def id_keys_of(ids: list[str]) -> list[bytes]:
     if _kernel is None:
         return [id_key(doc_id) for doc_id in ids]
     return _kernel.id_keys(ids)
+
+
+def json_id_keys(payload: tuple, spec) -> list[Optional[bytes]]:
+    """For each record of ``raw_payload`` columns, ``records.id_key`` of the id ``decode_raw`` with ``spec`` gives
+    it, where the kernel finds that id in the record's bytes (``_kernel.json_id_keys``: a JSON object whose whole
+    value it checks, its id a string without escapes or a short integer); None for every other record (and for
+    all of them without the kernel or with a spec other than JSON with a top-level id field), which only
+    decoding names. The sharded signer places records so without decoding most of them."""
+    values, keys, _, _, _, _, _, rejected = payload
+    field = spec.id_field
+    if _kernel is None or spec.format != "json" or not field or "." in field or not field.isascii():
+        return [None] * len(values)
+    return _kernel.json_id_keys(values, keys, rejected, field.encode(), spec.max_record_bytes)
 
 
 def prepare_ahead(items: list[Item], signing: SigningConfig, executor: Executor) -> Callable[[], PreparedBatch]:

@@ -11,17 +11,19 @@ are worked out from its records when it is committed (``checkpoint``).
 from __future__ import annotations
 
 import itertools
+import operator
 import os
 import sys
 from dataclasses import dataclass, field
 from typing import BinaryIO, Callable, Iterator, Optional
 
+from ..core.prepare import raw_payload
 from ..core.records import FileBatch, RawRecord, Source, canonical_order
 from ..errors import ResumeError
 from .warc import is_warc, warc_lines
 from .wire import BinaryHeaderKey
 
-__all__ = ["FilePosition", "FileSource", "KafkaSource", "rejoin_if_abandoned", "unreadable_position"]
+__all__ = ["FilePosition", "FileSource", "KafkaSource", "payload_of", "rejoin_if_abandoned", "unreadable_position"]
 
 
 @dataclass(frozen=True)
@@ -288,6 +290,33 @@ class KafkaSource:
             size += sum(len(r.value or b"") for r in more)
         return records if len(polls) == 1 else canonical_order([r for poll in polls for r in poll])
 
+    def poll_payload(self, timeout_ms: int, wait_ms: int, more_wanted: Callable[[int], bool]) -> tuple:
+        """``raw_payload`` columns of ``topped_up(poll_batch(timeout_ms), wait_ms, more_wanted)``'s records, the
+        same, made column by column from the consumer's records (``payload_of``) without a ``RawRecord`` each:
+        the sharded signer's reading, which routes records' bytes and looks into few of them."""
+        from kafka.errors import CorruptRecordError
+
+        polled: dict = {}  # partition -> its records, of every poll
+        unreadable: list[RawRecord] = []
+        count = size = 0
+        while not count or (count < self.batch_size and more_wanted(size)):
+            try:
+                more = self.consumer.poll(timeout_ms=wait_ms if count else timeout_ms,
+                                          max_records=self.batch_size - count)
+            except CorruptRecordError as exc:
+                unreadable += self._skip_unreadable(exc, None)
+                count += 1
+                continue
+            if self.group_id is not None:
+                rejoin_if_abandoned(self.consumer)
+            if not any(more.values()):
+                break
+            for partition, records in more.items():
+                polled.setdefault(partition, []).extend(records)
+                count += len(records)
+                size += sum(map(len, filter(None, [r.value for r in records])))
+        return payload_of(polled, unreadable)
+
     def _skip_unreadable(self, exc: Exception, limit: Optional[dict]) -> list[RawRecord]:
         """A record the client cannot read, as a record of its own to reject; the consumer moves past it.
 
@@ -359,6 +388,40 @@ def _raw_record(message) -> RawRecord:
             kept.append((name, value))
     problem = f"invalid_header: header key {binary[0]!r} is not UTF-8 (Kafka header keys are UTF-8 strings)"
     return RawRecord(message.value, source, message.key, tuple(kept), message.timestamp, problem)
+
+
+def payload_of(polled: dict, unreadable: tuple = ()) -> tuple:
+    """``raw_payload`` columns of the RawRecords ``KafkaSource.poll_batch`` makes of a poll's records (partition ->
+    the consumer's records) and ``unreadable`` ones, in the canonical order: column by column, a partition's records
+    at a time, when each partition's records come in rising offsets and none is unreadable (what a poll gives);
+    else through the RawRecords. A record with headers is read as ``_raw_record`` reads it (its header keys
+    checked)."""
+    if unreadable or not all(_rising([r.offset for r in records]) for records in polled.values()):
+        records = canonical_order([_raw_record(r) for records in polled.values() for r in records] + list(unreadable))
+        return raw_payload(records)
+    columns: tuple = ([], [], [], [], [], [], [], [])
+    values, keys, headers, stamps, names, partitions, offsets, rejected = columns
+    for partition in sorted(polled, key=lambda p: (p.topic, p.partition)):
+        records = polled[partition]
+        values += [r.value for r in records]
+        keys += [r.key for r in records]
+        stamps += [r.timestamp for r in records]
+        offsets += [r.offset for r in records]
+        names += [partition.topic] * len(records)
+        partitions += [partition.partition] * len(records)
+        if not any([r.headers for r in records]):
+            headers += [()] * len(records)
+            rejected += [None] * len(records)
+            continue
+        for r in records:
+            read = _raw_record(r) if r.headers else None
+            headers.append(read.headers if read else ())
+            rejected.append(read.rejected if read else None)
+    return columns
+
+
+def _rising(offsets: list) -> bool:
+    return all(map(operator.lt, offsets, offsets[1:]))
 
 
 def unreadable_position(consumer) -> tuple:

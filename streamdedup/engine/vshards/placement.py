@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...core.prepare import id_keys_of
+from ...core.decode import InputSpec
+from ...core.prepare import decode_raw, id_keys_of, json_id_keys
 from ...core.records import Item
 
-__all__ = ["home_of", "homes_of", "homes_of_items", "owners_of_slots", "owners_of_contents"]
+__all__ = ["home_of", "homes_of", "homes_of_items", "homes_of_records", "owners_of_slots", "owners_of_contents"]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / golden ratio: a multiplier that spreads every bit upwards
 
@@ -37,9 +38,25 @@ def homes_of_items(items: list[Item], count: int) -> np.ndarray:
     record rejected with an id), else the place it came from's, so every signing process agrees on it whatever
     else its batch holds. Every version of an id has one home; a record that decodes to a document whose text
     normalizes to nothing is rejected at that home, which is its id's."""
-    keys = id_keys_of([item.id if item.id is not None else
-                       f"{item.source.name}:{item.source.partition}:{item.source.offset}" for item in items])
+    return homes_of(id_keys_of([_placed_by(item) for item in items]), count)
+
+
+def homes_of_records(payload: tuple, spec: InputSpec, count: int) -> np.ndarray:
+    """``homes_of_items`` of the records of ``raw_payload`` columns decoded with ``spec`` (the signer's
+    ``InputSpec.placing``), most without decoding them: a JSON record's id key is found in its bytes by the kernel
+    (``prepare.json_id_keys``), and only the others are decoded (the same homes: tested against decoding)."""
+    keys = json_id_keys(payload, spec)
+    unsure = [i for i, key in enumerate(keys) if key is None]
+    if unsure:
+        items = decode_raw(tuple([column[i] for i in unsure] for column in payload), spec)
+        for i, key in zip(unsure, id_keys_of([_placed_by(item) for item in items])):
+            keys[i] = key
     return homes_of(keys, count)
+
+
+def _placed_by(item: Item) -> str:
+    """What a decoded record is placed by: its id, else the place it came from."""
+    return item.id if item.id is not None else f"{item.source.name}:{item.source.partition}:{item.source.offset}"
 
 
 def owners_of_slots(slots: np.ndarray, count: int) -> np.ndarray:

@@ -70,21 +70,25 @@ class Home:
         return decode_raw(raw_payload(self.records), self.spec)
 
 
-def input_ranges(records: list[RawRecord]) -> dict[tuple[str, int], tuple[int, int]]:
-    """(topic, partition) -> (first offset, last offset) of ``records``: each partition's offsets gathered, then
-    their least and greatest taken at once. A signing process asks twice an epoch (its epoch messages, the
-    group's offsets): a running min and max, and a ``TopicPartition``, a record cost it 0.6 µs a record, this
-    0.2."""
-    offsets: dict = {}
-    for source in [r.source for r in records]:
-        offsets.setdefault((source.name, source.partition), []).append(source.offset)
-    return {where: (min(at), max(at)) for where, at in offsets.items()}
+def input_ranges(payload: tuple) -> dict[tuple[str, int], tuple[int, int]]:
+    """(topic, partition) -> (first offset, last offset) of the records of ``raw_payload`` columns: at once when
+    they come from one partition (a signing process asks twice an epoch: its epoch messages, the group's offsets),
+    else each partition's offsets gathered, then their least and greatest taken."""
+    names, partitions, offsets = payload[4], payload[5], payload[6]
+    if not offsets:
+        return {}
+    if names.count(names[0]) == len(names) and partitions.count(partitions[0]) == len(partitions):
+        return {(names[0], partitions[0]): (min(offsets), max(offsets))}
+    gathered: dict = {}
+    for where, offset in zip(zip(names, partitions), offsets):
+        gathered.setdefault(where, []).append(offset)
+    return {where: (min(at), max(at)) for where, at in gathered.items()}
 
 
-def pack_epoch(signed_at: float, fingerprint: str, records: list[RawRecord], homes: dict[int, int]) -> bytes:
-    return msgpack.packb([KEYS_FORMAT, "epoch", signed_at, fingerprint, len(records),
-                          [[topic, partition, first, last]
-                           for (topic, partition), (first, last) in input_ranges(records).items()],
+def pack_epoch(signed_at: float, fingerprint: str, count: int, ranges: dict, homes: dict[int, int]) -> bytes:
+    """An epoch of ``count`` records read from ``ranges`` (``input_ranges``), its home messages at ``homes``."""
+    return msgpack.packb([KEYS_FORMAT, "epoch", signed_at, fingerprint, count,
+                          [[topic, partition, first, last] for (topic, partition), (first, last) in ranges.items()],
                           sorted(homes.items())], use_bin_type=True)
 
 
@@ -100,9 +104,9 @@ def unpack_order(data: bytes) -> Union[Epoch, ForgetOrder]:
     return Epoch(signed_at, fingerprint, count, [tuple(r) for r in ranges], dict(homes))
 
 
-def pack_home(places: list[int], records: list[RawRecord], spec: InputSpec) -> bytes:
-    return msgpack.packb([KEYS_FORMAT, "home", places, list(raw_payload(records)), _spec_fields(spec)],
-                         use_bin_type=True)
+def pack_home(places: list[int], payload: tuple, spec: InputSpec) -> bytes:
+    """A home message: the records of ``raw_payload`` columns, at ``places`` in their epoch, decoded with ``spec``."""
+    return msgpack.packb([KEYS_FORMAT, "home", places, list(payload), _spec_fields(spec)], use_bin_type=True)
 
 
 def unpack_home(data: bytes) -> Home:

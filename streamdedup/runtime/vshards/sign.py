@@ -2,8 +2,8 @@
 
 Each poll's records (topped up while the input is behind, ``_batch``) are
 cut into epochs of at most ``shards.batch_bytes`` record bytes per vshard and
-decoded, which places each at its home (``placement.homes_of_items``: by its
-id). Each vshard home to records of an epoch gets a home message on its
+each is placed at its home (``placement.homes_of_records``: by its id, which the
+kernel finds in a JSON record's bytes; other records are decoded). Each vshard home to records of an epoch gets a home message on its
 partition of the records topic: those records whole, with how they were
 decoded (``messages.pack_home``); the home decodes and prepares them itself,
 so what preparing makes never crosses Kafka. Once the broker has those, the epoch naming them
@@ -19,16 +19,15 @@ depends on earlier epochs: processes come and go freely.
 from __future__ import annotations
 
 import dataclasses
+import operator
 import time
 from typing import Callable, Optional
 
 from ...config import Config, kafka_client_settings
 from ...core.decode import InputSpec
 from ...core.memory import keep_freed_memory
-from ...core.prepare import decode_raw, raw_payload
-from ...core.records import RawRecord
 from ...core.signing import signing_config
-from ...engine.vshards.placement import homes_of_items
+from ...engine.vshards.placement import homes_of_records
 from ...faults import reached
 from ...ops.logs import Log
 from ...ops.telemetry import WorkerTelemetry
@@ -38,7 +37,7 @@ from ..source import KafkaSource
 from .messages import input_ranges, kept_with_order, pack_epoch, pack_home
 from .topics import SIGNED_MESSAGE_BYTES, ensure_internal_topics, values_topic
 
-__all__ = ["run_signer", "signed_chunks", "queue_forget"]
+__all__ = ["run_signer", "signed_spans", "queue_forget"]
 
 FILL_WAIT_S = 0.5  # longest time spent filling an epoch while the input is behind
 EPOCH_S = 0.1  # shortest time an epoch fills for while records keep coming (each costs its vshards as much)
@@ -55,18 +54,18 @@ FIRST_EPOCH_SHARE = 1 / 8
 GROUP_SESSION = {"session_timeout_ms": 10000, "heartbeat_interval_ms": 500}
 
 
-def signed_chunks(records: list[RawRecord], limit: int) -> list[list[RawRecord]]:
-    """``records`` cut into runs of at most ``limit`` value bytes (a larger record alone), in order."""
-    chunks: list[list[RawRecord]] = [[]]
-    size = 0
-    for record in records:
-        length = len(record.value or b"")
-        if chunks[-1] and size + length > limit:
-            chunks.append([])
-            size = 0
-        chunks[-1].append(record)
+def signed_spans(sizes: list[int], limit: int) -> list[tuple[int, int]]:
+    """Records of value bytes ``sizes`` cut into runs of at most ``limit`` bytes (a larger record alone), in order:
+    each run's (start, stop)."""
+    spans, start, size = [], 0, 0
+    for at, length in enumerate(sizes):
+        if at > start and size + length > limit:
+            spans.append((start, at))
+            start, size = at, 0
         size += length
-    return [c for c in chunks if c]
+    if start < len(sizes):
+        spans.append((start, len(sizes)))
+    return spans
 
 
 class _Signer:
@@ -108,38 +107,39 @@ class _Signer:
         from kafka.structs import OffsetAndMetadata
 
         step("records from the input topics")
-        records = self._batch(timeout_ms)
-        if not records:
+        payload = self._batch(timeout_ms)
+        if not payload[0]:
             step(None)
             return 0
         self._grow_epochs()
         step("the epochs sent")
-        chunks = signed_chunks(records, self._most_bytes())
+        spans = signed_spans([len(value) if value else 0 for value in payload[0]], self._most_bytes())
+        chunks = [tuple(column[start:stop] for column in payload) for start, stop in spans]
         homes_at = [self._send_homes(chunk) for chunk in chunks]
         timeout = self.config.worker.kafka_timeout_s
         homes_at = [{home: sent.get(timeout=timeout).offset for home, sent in at.items()} for at in homes_at]
         reached("values-sent")  # a crash here leaves home messages no epoch names: the next signer sends its own
         for chunk, at in zip(chunks, homes_at):
-            epoch = pack_epoch(time.time(), self.fingerprint, chunk, at)
+            epoch = pack_epoch(time.time(), self.fingerprint, len(chunk[0]), input_ranges(chunk), at)
             self.producer.send(self.config.shards.signed_topic, partition=0, value=epoch)
         self.producer.flush(timeout=timeout)
         reached("signed-sent")  # a crash here signs these records again: the vshards take them once
         step("the group's offsets committed")
         self._commit({TopicPartition(topic, partition): OffsetAndMetadata(last + 1, "", -1)
-                      for (topic, partition), (_, last) in input_ranges(records).items()})
+                      for (topic, partition), (_, last) in input_ranges(payload).items()})
         step(None)
-        return len(records)
+        return len(payload[0])
 
-    def _send_homes(self, chunk: list[RawRecord]) -> dict:
-        """Send the home message of each vshard home to records of ``chunk`` (``homes_of_items``, of the records
-        decoded as far as their ids: ``InputSpec.placing``): their bytes and places, for their home alone, which decodes and prepares them; vshard -> its
-        send's future."""
-        homes = homes_of_items(decode_raw(raw_payload(chunk), self.placing), self.config.shards.count).tolist()
+    def _send_homes(self, chunk: tuple) -> dict:
+        """Send the home message of each vshard home to records of ``chunk`` (``raw_payload`` columns;
+        ``homes_of_records``: the homes of the records decoded as far as their ids, ``InputSpec.placing``): their
+        bytes and places, for their home alone, which decodes and prepares them; vshard -> its send's future."""
+        homes = homes_of_records(chunk, self.placing, self.config.shards.count).tolist()
         places: dict[int, list[int]] = {}
         for place, home in enumerate(homes):
             places.setdefault(home, []).append(place)
         return {home: self.producer.send(self.values_topic, partition=home,
-                                         value=pack_home(at, [chunk[p] for p in at], self.spec))
+                                         value=pack_home(at, [_picked(column, at) for column in chunk], self.spec))
                 for home, at in sorted(places.items())}
 
     def _first_epoch_records(self) -> int:
@@ -155,12 +155,12 @@ class _Signer:
         """Record bytes in one epoch: ``shards.batch_bytes`` in each vshard's home message on average."""
         return self.config.shards.batch_bytes * self.config.shards.count
 
-    def _batch(self, timeout_ms: int) -> list[RawRecord]:
-        """One poll's records, topped up to an epoch's records and bytes while the input is behind (records are
-        waiting beyond them, as the last fetch says), for at most ``FILL_WAIT_S``, and for ``EPOCH_S`` in any
-        case while records keep coming. Every epoch costs the vshards rounds of messages and a commit each
-        (about as much for ten records as for ten thousand): a backlog is cut into full epochs, a steady light
-        stream into ten a second, and a lone record goes at once."""
+    def _batch(self, timeout_ms: int) -> tuple:
+        """One poll's records (``raw_payload`` columns), topped up to an epoch's records and bytes while the input
+        is behind (records are waiting beyond them, as the last fetch says), for at most ``FILL_WAIT_S``, and for
+        ``EPOCH_S`` in any case while records keep coming. Every epoch costs the vshards rounds of messages and a
+        commit each (about as much for ten records as for ten thousand): a backlog is cut into full epochs, a
+        steady light stream into ten a second, and a lone record goes at once."""
         limit = self._most_bytes()
         began = time.monotonic()
         source = self.source
@@ -170,7 +170,7 @@ class _Signer:
             return size < limit and (now < began + EPOCH_S or (
                 now < began + FILL_WAIT_S and not source.read_to_end(source.consumer.assignment())))
 
-        return source.topped_up(source.poll_batch(timeout_ms), int(EPOCH_S * 1000), fill)
+        return source.poll_payload(timeout_ms, int(EPOCH_S * 1000), fill)
 
     def _commit(self, offsets: dict) -> None:
         """Commit the group's offsets; a rebalance that took the partitions away is no loss (they are signed
@@ -188,6 +188,11 @@ class _Signer:
                 close()
             except Exception:  # closing after the broker vanished may fail; what was sent is settled
                 pass
+
+
+def _picked(column: list, at: list[int]) -> list:
+    """The items of ``column`` at places ``at``, in their order."""
+    return [column[at[0]]] if len(at) == 1 else list(operator.itemgetter(*at)(column))
 
 
 def run_signer(config: Config, log: Log, stopper, until_idle_s: Optional[float] = None) -> int:
