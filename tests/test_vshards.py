@@ -376,6 +376,22 @@ def test_serials_beside_band_slots_travel_as_runs_and_come_back_one_a_slot():
     assert len(body["at"]) == 4 * len(np.unique(probing)) and len(body["runs"]) == 2 * len(np.unique(probing))
 
 
+def test_a_verify_message_carries_each_rows_shingles_as_their_own_slice_made_bytes():
+    """``vshard._packed_shingles`` cuts a row's shingles from one view of the batch's: [dtype, bytes] as the
+    row's numpy slice gives them (``ShingleBatch.of``), empty rows and a batch of none included."""
+    from streamdedup.core.shingle import ShingleBatch
+    from streamdedup.engine.vshards.vshard import _packed_shingles
+
+    rng = np.random.default_rng(5)
+    sets = [np.sort(rng.integers(0, 2 ** 63, n).astype(np.uint64)) for n in (3, 0, 250, 1, 0, 40)]
+    for batch in (ShingleBatch.of_sets(sets), ShingleBatch.of_sets([])):
+        shingles_of = _packed_shingles(batch)
+        for row in range(len(batch)):
+            assert shingles_of(row) == [batch.of(row).dtype.str, batch.of(row).tobytes()]
+    wide = ShingleBatch.of_sets([np.arange(5, dtype=np.uint32)])
+    assert _packed_shingles(wide)(0) == ["<u4", np.arange(5, dtype=np.uint32).tobytes()]
+
+
 def test_a_vshard_kept_through_a_new_generation_of_its_group_reads_again_what_kafka_has_of_it():
     """The outcomes' transactions commit under the generation of the vshards' group the process last followed
     (KIP-447): on a new one, the committed order offset of every vshard kept is read again before its next

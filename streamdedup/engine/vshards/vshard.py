@@ -55,7 +55,7 @@ changes what it does: its cache of closed keys is kept with the state).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 import msgpack
 import numpy as np
@@ -351,9 +351,9 @@ class VShard:
         closed = {slot: _from_ints(packed) for body in bodies for slot, packed in body["closed"]}
         if closed:
             self.state.closed_changed(*self.closed.add(closed))
-            for slot, asked in _by_slot(*e.probes):
-                if slot in closed:
-                    e.closed_probes.append((slot, asked, closed[slot]))
+            slots, serials = e.probes
+            probed = np.isin(slots, np.fromiter(closed, dtype=np.uint64, count=len(closed)))
+            e.closed_probes += [(slot, asked, closed[slot]) for slot, asked in _by_slot(slots[probed], serials[probed])]
         e.beyond = [(_from_slots(body["beyond_slots"]), _from_offsets(e, body["beyond"])) for body in bodies]
         e.beyond += [(np.full(len(asked), slot, dtype=np.uint64), asked) for slot, asked, _ in e.closed_probes]
         for _, asked, closed in e.closed_probes:
@@ -376,7 +376,8 @@ class VShard:
         for serial, (twin, home, stored) in sorted(e.twins.items()):
             if stored:
                 twins[home].append((serial, twin))
-        return [self._to(e, "verify", home, {"asks": [(serial, self._shingles_of(e, serial), candidates)
+        shingles_of = _packed_shingles(e.batch.shingles)
+        return [self._to(e, "verify", home, {"asks": [(serial, shingles_of(e.new[serial]), candidates)
                                                       for serial, candidates in asks[home]],
                                              "twins": twins[home]})
                 for home in range(self.count)]
@@ -612,11 +613,6 @@ class VShard:
                 rows.append(row)
         return rows
 
-    @staticmethod
-    def _shingles_of(e: _Epoch, serial: int) -> list:
-        shingles = e.batch.shingles.of(e.new[serial])
-        return [shingles.dtype.str, shingles.tobytes()]
-
     def _to(self, e: _Epoch, stage: str, to: int, body: dict) -> Message:
         return Message(e.number, stage, self.number, to, msgpack.packb(body, use_bin_type=True))
 
@@ -704,6 +700,15 @@ class _SubBatch:
         else:
             serials = shared = _NONE
         return Gathered(Hits(serials, shared, bounds), self.serial_of)
+
+
+def _packed_shingles(shingles: ShingleBatch) -> Callable[[int], list]:
+    """A row's shingles as a ``verify`` message carries them, [their dtype, their bytes], cut from one view of
+    every row's: a row's numpy slice made into bytes cost three times as much, on a third of the documents."""
+    hashes = np.ascontiguousarray(shingles.hashes)
+    view, dtype = memoryview(hashes).cast("B"), hashes.dtype.str
+    bounds = (shingles.offsets * hashes.itemsize).tolist()
+    return lambda row: [dtype, bytes(view[bounds[row]:bounds[row + 1]])]
 
 
 def _waiting(e: _Epoch) -> dict[int, list[int]]:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from ...config import Config, kafka_client_settings
-from ...core.memory import collector_paused, keep_freed_memory
+from ...core.memory import QuietCollector, collector_paused, keep_freed_memory
 from ...core.records import id_key
 from ...core.signed import ForgetOrder
 from ...core.signing import signing_config
@@ -465,19 +465,20 @@ class VShardHost:
         """Epochs until stopped, or until every hosted vshard has taken the whole order topic."""
         self.publisher.partitions_for(self.config.shards.evidence_topic)
         inbound = self.inbound
-        while not self.stopper.stopped:
-            self._follow_assignment()
-            with collector_paused():  # a turn's messages make many small containers (``collector_paused``)
+        collector = QuietCollector()
+        with collector_paused():  # a turn's messages make many small containers: collected between turns
+            while not self.stopper.stopped:
+                self._follow_assignment()
                 started = any([self._start(h) for h in list(self.hosted.values()) if h.flight is None])
                 received = self._receive(inbound.take_stages())
                 self._flush()
-                self._commit_decided()
-            if not self.hosted:  # no fetch held at the broker when the first vshards come (``HELD_FETCH_MS``)
-                self.stopper.wait(0.05)
-            elif started or received:
-                inbound.poll(0)
-            elif not inbound.poll(50) and until_caught_up and self._caught_up():
-                return
+                collector.now_and_then(self._commit_decided())
+                if not self.hosted:  # no fetch held at the broker when the first vshards come (``HELD_FETCH_MS``)
+                    self.stopper.wait(0.05)
+                elif started or received:
+                    inbound.poll(0)
+                elif not inbound.poll(50) and until_caught_up and self._caught_up():
+                    return
 
     def _caught_up(self) -> bool:
         if not self.hosted or any(h.flight is not None for h in self.hosted.values()):
@@ -575,11 +576,11 @@ class VShardHost:
             self.unflushed = False
             reached("vshard-sent")  # a crash here: the messages are decided again after the restart, the same
 
-    def _commit_decided(self) -> None:
+    def _commit_decided(self) -> bool:
         """The epochs decided in this turn of the loop: their outcomes out and their states committed, together
-        (``checkpoint.VShardCommit``: one wait for each step, not one for each vshard)."""
+        (``checkpoint.VShardCommit``: one wait for each step, not one for each vshard); whether there were any."""
         if not self.decided:
-            return
+            return False
         done, self.decided = self.decided, []
         for h in done:
             self._await_emitted(h)
@@ -593,6 +594,7 @@ class VShardHost:
                            together=len(done))
             self.outcomes.summary.add(epoch.decisions)
         self.inbound.drop_orders_before(min(x.order_at for x in self.hosted.values()))
+        return True
 
     def _decided_epoch(self, h: _Hosted) -> VShardEpoch:
         """``h``'s epoch in flight, decided, as it commits; ``h`` moved past it. Its outcomes go out unless Kafka has
