@@ -257,14 +257,9 @@ class KafkaSource:
         ``limit`` (partition -> offset) drops records at or beyond it, for runs
         that must stop at given offsets.
         """
-        from kafka.errors import CorruptRecordError
-
-        try:
-            polled = self.consumer.poll(timeout_ms=timeout_ms, max_records=max_records or self.batch_size)
-        except CorruptRecordError as exc:
-            return self._skip_unreadable(exc, limit)
-        if self.group_id is not None:
-            rejoin_if_abandoned(self.consumer)
+        polled, unreadable = self._polled(timeout_ms, max_records or self.batch_size, limit)
+        if unreadable is not None:
+            return unreadable
         records = []
         for tp, messages in polled.items():
             stop = None if limit is None else limit.get(tp)
@@ -294,21 +289,15 @@ class KafkaSource:
         """``raw_payload`` columns of ``topped_up(poll_batch(timeout_ms), wait_ms, more_wanted)``'s records, the
         same, made column by column from the consumer's records (``payload_of``) without a ``RawRecord`` each:
         the sharded signer's reading, which routes records' bytes and looks into few of them."""
-        from kafka.errors import CorruptRecordError
-
         polled: dict = {}  # partition -> its records, of every poll
         unreadable: list[RawRecord] = []
         count = size = 0
         while not count or (count < self.batch_size and more_wanted(size)):
-            try:
-                more = self.consumer.poll(timeout_ms=wait_ms if count else timeout_ms,
-                                          max_records=self.batch_size - count)
-            except CorruptRecordError as exc:
-                unreadable += self._skip_unreadable(exc, None)
+            more, skipped = self._polled(wait_ms if count else timeout_ms, self.batch_size - count)
+            if skipped is not None:
+                unreadable += skipped
                 count += 1
                 continue
-            if self.group_id is not None:
-                rejoin_if_abandoned(self.consumer)
             if not any(more.values()):
                 break
             for partition, records in more.items():
@@ -316,6 +305,19 @@ class KafkaSource:
                 count += len(records)
                 size += sum(map(len, filter(None, [r.value for r in records])))
         return payload_of(polled, unreadable)
+
+    def _polled(self, timeout_ms: int, max_records: int, limit: Optional[dict] = None) -> tuple[dict, Optional[list]]:
+        """One poll of the consumer: (partition -> its records, None), or ({}, the record it cannot read, as
+        ``_skip_unreadable`` makes it); the group joined again where a join was left half done."""
+        from kafka.errors import CorruptRecordError
+
+        try:
+            polled = self.consumer.poll(timeout_ms=timeout_ms, max_records=max_records)
+        except CorruptRecordError as exc:
+            return {}, self._skip_unreadable(exc, limit)
+        if self.group_id is not None:
+            rejoin_if_abandoned(self.consumer)
+        return polled, None
 
     def _skip_unreadable(self, exc: Exception, limit: Optional[dict]) -> list[RawRecord]:
         """A record the client cannot read, as a record of its own to reject; the consumer moves past it.
