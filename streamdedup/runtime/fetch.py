@@ -21,13 +21,15 @@ socket holds ``SOCKET_READ_BYTES`` at a time instead of 4 KB: a fetch of
 megabytes (a vshards host's home messages, a signer's input) was a thousand
 ``recv`` calls of Python a megabyte, and their pieces joined; and
 ``frames_read_in_one_copy`` has a response's frame buffer give its bytes in
-one copy, not two (a fetch response is read out of it whole).
+one copy, not two (a fetch response is read out of it whole); and
+``metadata_paced_as_configured`` has each client refresh its cluster metadata
+at the pace it was given.
 """
 
 from __future__ import annotations
 
-__all__ = ["fast_records", "held_fetches", "larger_socket_reads", "frames_read_in_one_copy", "FETCH_KAFKA_PYTHON",
-           "SOCKET_READ_BYTES"]
+__all__ = ["fast_records", "held_fetches", "larger_socket_reads", "frames_read_in_one_copy",
+           "metadata_paced_as_configured", "FETCH_KAFKA_PYTHON", "SOCKET_READ_BYTES"]
 
 FETCH_KAFKA_PYTHON = "3.0."  # the kafka-python releases whose fetcher ``fast_records`` was checked against
 # A socket read's most bytes. Reading 234 MB of 1.3 MB messages as a host does (docs/pages/performance.md,
@@ -240,3 +242,32 @@ def _kernel_records_class(parent: type) -> type:
 
     _classes[parent] = KernelPartitionRecords
     return KernelPartitionRecords
+
+
+def metadata_paced_as_configured() -> bool:
+    """Have every kafka-python client of this process wait its own ``retry_backoff_ms`` between two refreshes of
+    its cluster metadata, not always 100 ms; whether they do (not on a kafka-python other than the checked releases).
+
+    kafka-python 3.0's ``KafkaConnectionManager`` makes a client's ``ClusterMetadata`` without the client's
+    ``retry_backoff_ms``, which keeps its default of 100 ms, and a refresh waits that long after the one before:
+    a topic named for the first time, a partition's first offsets, each waited up to 100 ms after the client's
+    own start. Our clients are given 20 ms (``config.kafka_client_settings``): a vshards host took 0.41-0.55 s
+    to connect, 0.25-0.28 s so (2026-12-07). A client given nothing keeps kafka-python's 100 ms.
+    """
+    import kafka
+    from kafka.net.manager import KafkaConnectionManager
+
+    if not kafka.__version__.startswith(FETCH_KAFKA_PYTHON):
+        return False
+    made = KafkaConnectionManager.__init__
+    if getattr(made, "paced_as_configured", False):
+        return True
+
+    def init(self, net, **configs):
+        made(self, net, **configs)
+        if "retry_backoff_ms" in configs and isinstance(getattr(self.cluster, "config", None), dict):
+            self.cluster.config["retry_backoff_ms"] = configs["retry_backoff_ms"]
+
+    init.paced_as_configured = True
+    KafkaConnectionManager.__init__ = init
+    return True

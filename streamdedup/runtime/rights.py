@@ -117,10 +117,10 @@ class Rights:
 
 def check_topics(admin_settings: dict, rights: Rights) -> None:
     """Stop with what to do if an input or output topic is missing or hidden from this user."""
-    from kafka import KafkaAdminClient
+    from .sink.admin import admin_client
 
     topics = rights.inputs + rights.outputs
-    admin = KafkaAdminClient(**{k: v for k, v in admin_settings.items() if k in KafkaAdminClient.DEFAULT_CONFIG})
+    admin = admin_client(admin_settings)
     try:
         described = admin.describe_topics(topics)
     finally:

@@ -158,7 +158,7 @@ class KafkaSource:
     def __init__(self, topics: list[str], client_settings: dict, group_id: str, batch_size: int):
         from kafka import KafkaConsumer
 
-        from .fetch import fast_records, frames_read_in_one_copy, larger_socket_reads
+        from .fetch import fast_records, frames_read_in_one_copy, larger_socket_reads, metadata_paced_as_configured
         from .wire import read_binary_header_keys
 
         self.topics = topics
@@ -166,6 +166,7 @@ class KafkaSource:
         read_binary_header_keys()
         larger_socket_reads()
         frames_read_in_one_copy()
+        metadata_paced_as_configured()
         self.consumer = KafkaConsumer(
             **{
                 "group_id": group_id,

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
-__all__ = ["topic_limits", "create_output_topics", "KAFKA_DEFAULT_MAX_MESSAGE_BYTES"]
+__all__ = ["admin_client", "topic_limits", "create_output_topics", "KAFKA_DEFAULT_MAX_MESSAGE_BYTES"]
 
 KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1048588  # a topic's max.message.bytes when neither it nor the broker sets one
+
+
+def admin_client(client_settings: dict):
+    """A kafka-python admin client with those of ``client_settings`` (``config.kafka_client_settings``) it takes."""
+    from kafka import KafkaAdminClient
+
+    from ..fetch import metadata_paced_as_configured
+
+    metadata_paced_as_configured()
+    return KafkaAdminClient(**{k: v for k, v in client_settings.items() if k in KafkaAdminClient.DEFAULT_CONFIG})
 
 
 def topic_limits(client_settings: dict, topics: list[str]) -> dict:
@@ -14,11 +24,10 @@ def topic_limits(client_settings: dict, topics: list[str]) -> dict:
     worker rejects such records before deciding them (clean topic) or cuts
     them to fit (dead letters) instead. Needs DescribeConfigs on the topics.
     """
-    from kafka import KafkaAdminClient
     from kafka.admin import ConfigResource, ConfigResourceType
     from kafka.errors import AuthorizationError
 
-    admin = KafkaAdminClient(**{k: v for k, v in client_settings.items() if k in KafkaAdminClient.DEFAULT_CONFIG})
+    admin = admin_client(client_settings)
     try:
         found = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, t, ["max.message.bytes"])
                                         for t in topics], config_filter="all")
@@ -49,12 +58,11 @@ def create_output_topics(client_settings: dict, input_topics: list[str], output_
     the broker refuses is a ``BrokerError`` that says what to do; an unreachable
     broker raises kafka-python's own error (the worker waits and tries again).
     """
-    from kafka import KafkaAdminClient
     from kafka.errors import TopicAlreadyExistsError, for_code
 
     from ...errors import BrokerError
 
-    admin = KafkaAdminClient(**{k: v for k, v in client_settings.items() if k in KafkaAdminClient.DEFAULT_CONFIG})
+    admin = admin_client(client_settings)
     try:
         existing = set(admin.list_topics())
         missing = [t for t in dict.fromkeys(output_topics) if t and t not in existing]

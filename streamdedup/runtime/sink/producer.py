@@ -7,6 +7,7 @@ from typing import Callable, Optional
 
 from ...core.records import Decision, RawRecord
 from ...errors import BrokerUnavailableError, TransactionFencedError
+from ..fetch import metadata_paced_as_configured
 from .admin import topic_limits
 from .appender import RecordAppender, transaction_error
 from .messages import clean_message, dead_letter_message, duplicate_message, without_key_if_too_large
@@ -23,6 +24,7 @@ class KafkaSink:
 
         self.topics = topics  # "clean", "duplicates", "dead_letter" -> topic name ('' skips)
         self.dead_letter_max_bytes = dead_letter_max_bytes
+        metadata_paced_as_configured()
         accepted = topic_limits(client_settings, [t for t in topics.values() if t])
         self.producer = KafkaProducer(
             **{

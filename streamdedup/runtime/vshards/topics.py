@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ...config import Config, kafka_client_settings
 from ...errors import BrokerError
-from ..sink.admin import create_output_topics
+from ..sink.admin import admin_client, create_output_topics
 
 __all__ = ["ensure_internal_topics", "values_topic", "SIGNED_MESSAGE_BYTES"]
 
@@ -24,13 +24,12 @@ def ensure_internal_topics(config: Config) -> list[str]:
     Existing records and exchange topics must have one partition per vshard (``shards.count``), and the
     order topic one partition: otherwise the deployment was made with another count, which is refused.
     """
-    from kafka import KafkaAdminClient
     from kafka.errors import TopicAlreadyExistsError, for_code
 
     shards = config.shards
     wanted = {shards.signed_topic: 1, values_topic(config): shards.count, shards.evidence_topic: shards.count}
     settings = kafka_client_settings(config.kafka, "admin")
-    admin = KafkaAdminClient(**{k: v for k, v in settings.items() if k in KafkaAdminClient.DEFAULT_CONFIG})
+    admin = admin_client(settings)
     try:
         existing = set(admin.list_topics())
         missing = [t for t in wanted if t not in existing]
