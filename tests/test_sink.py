@@ -210,3 +210,75 @@ def test_a_kept_records_size_counted_directly_is_the_producers_estimate_of_it():
         where = f"{source.name}/{source.partition}/{source.offset}".encode()
         assert kept_record_bytes(doc_id, source, value, key, headers) == record_bytes(
             key, value, kept_headers(headers, doc_id, doc_id, where))
+
+
+class _RecordingSink:
+    """The outcome messages of a real ``KafkaSink`` (no producer), the transaction's steps recorded."""
+
+    def __init__(self, duplicates_limit: int) -> None:
+        from streamdedup.runtime.sink import KafkaSink
+
+        self.sink = object.__new__(KafkaSink)
+        self.sink.topics = {"clean": "clean", "duplicates": "dups", "dead_letter": "dead"}
+        self.sink.dead_letter_max_bytes, self.sink.limits = 1000, {"clean": 1 << 20, "dups": duplicates_limit,
+                                                                   "dead": 1 << 20}
+        self.steps: list = []
+        self.messages = self.sink.messages
+        self.transaction_error = lambda: None
+
+    def begin(self) -> None:
+        self.steps.append("begin")
+
+    def send_offsets(self, offsets: dict, group):
+        self.steps.append(("offsets", {tp.partition: offset for tp, offset in offsets.items()}, group))
+        return SimpleNamespace(wait=lambda *args: None)
+
+    def send(self, messages: list) -> None:
+        self.steps.append(("send", messages))
+
+    def commit(self, timeout_s: float) -> None:
+        self.steps.append("commit")
+
+
+def test_the_vshards_outcomes_of_epochs_committed_together_are_these_bytes_in_one_send():
+    """Each outcome of a vshard's epoch: its own headers, ours, then its place in the order (``streamdedup.order``:
+    the epoch's order offset / the record's serial), byte for byte; the epochs' outcomes in epoch order, sent
+    once in one transaction."""
+    from streamdedup.core.records import Decision, RawRecord, Source
+    from streamdedup.runtime.checkpoint import VShardCommit, VShardEpoch
+
+    kept = RawRecord(b"page", Source("raw", 2, 41), key=b"k1", headers=(("h", b"v"), ("n", None)))
+    dup = RawRecord(b"copy", Source("raw", 2, 42), key=b"k" * 300)
+    bad = RawRecord(b"\xff", Source("raw", 3, 7), key=None)
+    again = RawRecord(b"page", Source("raw", 2, 43), key=b"k1")
+    alone = RawRecord(b"other", Source("raw", 0, 9), key=b"k9")
+    epochs = [
+        VShardEpoch(SimpleNamespace(number=5), 120, [kept, dup, again, bad], [7, 8, 9, 10],
+                    [Decision("a", "kept", cluster="a"),
+                     Decision("b", "duplicate", cluster="a", matched="a", similarity=0.5),
+                     Decision("a", "kept", cluster="a", replayed=True), Decision("c", "rejected", reason="bad: x")],
+                    {}, True),
+        VShardEpoch(SimpleNamespace(number=1), 121, [alone], [11], [Decision("d", "kept", cluster="d")], {}, True),
+    ]
+    recording = _RecordingSink(duplicates_limit=300)
+    VShardCommit(publisher=None, exchange_topic="exchange", kafka_timeout_s=5)._sent_and_committed(
+        epochs, recording, "group")
+    assert recording.steps[0] == "begin" and recording.steps[-1] == "commit"
+    assert recording.steps[1] == ("offsets", {5: 121, 1: 122}, "group")
+    sends = [step[1] for step in recording.steps if step[0] == "send"]
+    assert sends == [[
+        ("clean", {"key": b"k1", "value": b"page", "headers": [
+            ("h", b"v"), ("n", b""), ("streamdedup.null-header", b"n"), ("streamdedup.cluster", b"a"),
+            ("streamdedup.id", b"a"), ("streamdedup.source", b"raw/2/41"), ("streamdedup.order", b"120/7")]}),
+        ("dups", {"key": None, "value": (b'{"id": "b", "cluster": "a", "matched": "a", "similarity": 0.5, '
+                                         b'"exact": false, "relation": "near", "containment": null, '
+                                         b'"source": {"topic": "raw", "partition": 2, "offset": 42}}'),
+                  "headers": [("streamdedup.source", b"raw/2/42"), ("streamdedup.dropped", b"key"),
+                              ("streamdedup.order", b"120/8")]}),
+        ("dead", {"key": None, "value": b"\xff", "headers": [
+            ("streamdedup.reason", b"bad"), ("streamdedup.detail", b"x"), ("streamdedup.source", b"raw/3/7"),
+            ("streamdedup.order", b"120/10")]}),
+        ("clean", {"key": b"k9", "value": b"other", "headers": [
+            ("streamdedup.cluster", b"d"), ("streamdedup.id", b"d"), ("streamdedup.source", b"raw/0/9"),
+            ("streamdedup.order", b"121/11")]}),
+    ]]

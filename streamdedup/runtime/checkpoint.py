@@ -384,6 +384,11 @@ class VShardEpoch:
         return self.emit and bool(self.records)
 
 
+def _places(epoch: VShardEpoch) -> list[list]:
+    """The ``ORDER_HEADER`` of each record of ``epoch``: the epoch's order offset / the record's serial."""
+    return [[(ORDER_HEADER, b"%d/%d" % (epoch.offset, serial))] for serial in epoch.serials]
+
+
 class VShardCommit:
     """Steps 1-3 of the vshards' protocol for epochs decided together (see the module's docstring)."""
 
@@ -417,9 +422,7 @@ class VShardCommit:
         reached("vshard-kafka-begun")
         offsets = sink.send_offsets({TopicPartition(self.exchange_topic, e.vshard.number): e.offset + 1 for e in out},
                                     group)
-        for e in out:
-            places = [[(ORDER_HEADER, f"{e.offset}/{serial}".encode())] for serial in e.serials]
-            sink.send(sink.messages(e.records, e.decisions, places))
+        sink.send([message for e in out for message in sink.messages(e.records, e.decisions, _places(e))])
         offsets.wait(self.kafka_timeout_s, "the order offsets to join the Kafka transaction", sink.transaction_error)
         reached("vshard-kafka-sent")  # the transaction is open at the broker now (a pause here outlives it)
         sink.commit(self.kafka_timeout_s)

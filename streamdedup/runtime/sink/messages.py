@@ -51,18 +51,26 @@ def sendable_headers(headers) -> list:
     return sendable + [(NULL_HEADER, name.encode()) for name, value in headers if value is None]
 
 
+_CLUSTER_HEADER = HEADER_PREFIX + "cluster"
+_ID_HEADER = HEADER_PREFIX + "id"
+_SOURCE_HEADER = HEADER_PREFIX + "source"
+
+
 def kept_headers(headers, cluster: str, doc_id: str, source: bytes) -> list:
     """The headers of a kept record on the clean topic: its own, then ours."""
-    return sendable_headers(headers) + [
-        (HEADER_PREFIX + "cluster", cluster.encode()),
-        (HEADER_PREFIX + "id", doc_id.encode()),
-        (HEADER_PREFIX + "source", source),
+    return (sendable_headers(headers) if headers else []) + [
+        (_CLUSTER_HEADER, cluster.encode()),
+        (_ID_HEADER, doc_id.encode()),
+        (_SOURCE_HEADER, source),
     ]
 
 
-def clean_message(record: RawRecord, decision: Decision) -> dict:
-    """A kept record for the clean topic: key and value untouched, our headers added to its own."""
-    headers = kept_headers(record.headers, decision.cluster, decision.id, _source_header(record))
+def clean_message(record: RawRecord, decision: Decision, extra: list = ()) -> dict:
+    """A kept record for the clean topic: key and value untouched, our headers (then ``extra``) added to its own."""
+    s = record.source
+    headers = [*(sendable_headers(record.headers) if record.headers else ()),
+               (_CLUSTER_HEADER, decision.cluster.encode()), (_ID_HEADER, decision.id.encode()),
+               (_SOURCE_HEADER, f"{s.name}/{s.partition}/{s.offset}".encode()), *extra]
     return {"key": record.key, "value": record.value, "headers": headers}
 
 
@@ -123,7 +131,7 @@ _NULL_NAME = _name_bytes(NULL_HEADER)
 
 def duplicate_message(record: RawRecord, decision: Decision) -> dict:
     """The JSON announcement of a duplicate (``duplicate_body``)."""
-    headers = [(HEADER_PREFIX + "source", _source_header(record))]
+    headers = [(_SOURCE_HEADER, _source_header(record))]
     return {"key": record.key, "value": duplicate_body(record, decision), "headers": headers}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Callable, Optional
 
@@ -49,30 +50,28 @@ class KafkaSink:
                  headers: Optional[list] = None) -> list[tuple[str, dict]]:
         """What a batch emits, in batch order; records already decided before emit nothing.
 
-        ``headers``, one list a record, are added to that record's message (if it has one)."""
-        out = []
-        for i, (record, decision) in enumerate(zip(records, decisions)):
-            message = self._message(record, decision)
-            if message is None:
-                continue
-            if headers is not None:
-                message[1]["headers"] = message[1]["headers"] + headers[i]
-            out.append(message)
-        return out
+        ``headers``, one list a record, are added to that record's message (if it has one), after ours."""
+        message_of = self._message
+        if headers is None:
+            return [m for m in map(message_of, records, decisions, itertools.repeat(())) if m is not None]
+        return [m for m in map(message_of, records, decisions, headers) if m is not None]
 
-    def _message(self, record: RawRecord, decision: Decision) -> Optional[tuple[str, dict]]:
-        """A record's outcome message (topic, message), or None: decided before, or its topic is skipped."""
+    def _message(self, record: RawRecord, decision: Decision, extra: list) -> Optional[tuple[str, dict]]:
+        """A record's outcome message (topic, message) with the headers ``extra`` last, or None: decided before,
+        or its topic is skipped."""
         if decision.replayed:
             return None
         if decision.status == "kept":
-            return self.topics["clean"], clean_message(record, decision)
+            return self.topics["clean"], clean_message(record, decision, extra)
         if decision.status == "duplicate":
             if not self.topics["duplicates"]:
                 return None
-            return self.topics["duplicates"], without_key_if_too_large(
-                duplicate_message(record, decision), self.limit("duplicates"))
-        return self.topics["dead_letter"], dead_letter_message(
-            record, decision, self.dead_letter_max_bytes, self.limit("dead_letter"))
+            message = without_key_if_too_large(duplicate_message(record, decision), self.limit("duplicates"))
+        else:
+            message = dead_letter_message(record, decision, self.dead_letter_max_bytes, self.limit("dead_letter"))
+        if extra:
+            message["headers"] = message["headers"] + extra  # the message is new, made for this call
+        return self.topics["duplicates" if decision.status == "duplicate" else "dead_letter"], message
 
     def learn_topics(self) -> None:
         """Fetch the output topics' partitions now, so the first batch does not wait for them."""
