@@ -421,3 +421,29 @@ def test_a_vshard_with_a_new_state_reads_its_partitions_without_asking_where_the
         assert set(partitions) <= set(subscriptions.fetchable_partitions())
     finally:
         inbound.close()
+
+
+def test_a_turns_exchange_messages_go_to_the_broker_in_one_request(kafka):
+    """A host's messages of one turn (each of its 4 vshards to each of 8 exchange partitions, stage-sized) leave in
+    one produce request (``host.EXCHANGE_BATCH_BYTES``: at kafka-python's default batch size they took several),
+    and each partition reads them in the order they were sent."""
+    from streamdedup.runtime.sink.appender import RecordAppender
+    from streamdedup.runtime.vshards.host import exchange_publisher
+
+    topic = f"exchange-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka, [topic], 8)
+    messages = [(to, f"{sender}->{to} ".encode() * (13_000 // 8)) for sender in range(4) for to in range(8)]
+    publisher = exchange_publisher({"bootstrap_servers": [kafka]})
+    try:
+        appender = RecordAppender.of(publisher, transactional=False)
+        assert appender is not None
+        for to, value in messages:
+            assert appender.append(topic, to, None, value, [])
+        appender.done()
+        publisher.flush(timeout=30)
+        per_request = publisher.metrics()["producer-metrics"]["records-per-request-avg"]
+    finally:
+        publisher.close()
+    assert per_request == len(messages)
+    read = [(m.partition, m.value) for m in read_all(kafka, topic)]
+    assert read == sorted(messages, key=lambda message: message[0])

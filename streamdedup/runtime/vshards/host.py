@@ -49,7 +49,7 @@ from .messages import Epoch, Home, pack_message, unpack_home, unpack_message, un
 from .sign import GROUP_SESSION
 from .topics import SIGNED_MESSAGE_BYTES, ensure_internal_topics, values_topic
 
-__all__ = ["run_vshards", "parse_vshards", "VShardHost"]
+__all__ = ["run_vshards", "parse_vshards", "VShardHost", "exchange_publisher", "EXCHANGE_BATCH_BYTES"]
 
 # A stage's messages cross between processes once a fetch brings them. kafka-python leaves out of a fetch the
 # partitions whose records it holds untaken, and sends no other fetch to the broker until the one in flight comes
@@ -83,12 +83,28 @@ MEMBER_POLL_MS = 1000
 # once; a partition whose beginning retention has removed is out of range there, and the consumer moves to its
 # beginning (``auto_offset_reset``), as the seek did.
 FROM_START = {"auto_offset_reset": "earliest"}
+# The exchange producer's record batches. kafka-python's sender puts one batch of each partition into a produce request
+# (``RecordAccumulator.drain``), and at its default 16 KiB a stage message (about 13 KB at 10,000-record epochs) was a
+# batch of its own: a turn's 15 batches went out as 2.1 requests, each a round of the sender's and the broker's
+# per-request work (2026-12-07). A megabyte holds a partition's messages of a turn in one batch (``BatchAppender``),
+# so a turn's messages are one request; larger messages are a batch each, as before.
+EXCHANGE_BATCH_BYTES = 1 << 20
 WAIT_S = 60.0  # longest wait for a message named by another (a home message, the order topic's next)
 
 
 def known_offset(offset: Optional[int]) -> int:
     """Where to read a partition from: ``offset``, or for None (from its beginning) offset 0 (``FROM_START``)."""
     return 0 if offset is None else offset
+
+
+def exchange_publisher(producer_settings: dict):
+    """The producer of the vshards' messages to each other (``producer_settings``: ``[kafka.producer]`` and the
+    connection's): not transactional, each turn's messages sent at once (``linger_ms`` 0) in one request
+    (``EXCHANGE_BATCH_BYTES``), acknowledged once the broker has them (acks=all)."""
+    from kafka import KafkaProducer
+
+    return KafkaProducer(**{"acks": "all", "linger_ms": 0, "max_request_size": SIGNED_MESSAGE_BYTES,
+                            "batch_size": EXCHANGE_BATCH_BYTES, **producer_settings})
 
 
 def parse_vshards(text: str, count: int) -> list[int]:
@@ -316,8 +332,6 @@ class VShardHost:
 
     def __init__(self, config: Config, open_vshard: Callable[[int], _Hosted], fixed: Optional[list[int]], log: Log,
                  stopper: Stopper, step: Callable[[Optional[str]], None], transactional_id: str):
-        from kafka import KafkaProducer
-
         ensure_internal_topics(config)
         self.config, self.log, self.stopper, self.step = config, log, stopper, step
         self.open_vshard = open_vshard
@@ -342,8 +356,7 @@ class VShardHost:
             if fixed is None:  # first: the group is joined on its own thread while the rest connects
                 self.membership = _Membership(config, self.settings)
             self.starting_sink = Pending(lambda: self._started_sink(transactional_id), "streamdedup-producer")
-            self.publisher = KafkaProducer(**{"acks": "all", "linger_ms": 0, "max_request_size": SIGNED_MESSAGE_BYTES,
-                                              **self.producer_settings})
+            self.publisher = exchange_publisher(self.producer_settings)
             self.inbound = _Inbound(config, self.settings)
             self.commit = VShardCommit(self.publisher, config.shards.evidence_topic, config.worker.kafka_timeout_s)
             self.appender = RecordAppender.of(self.publisher, transactional=False)
