@@ -17,6 +17,7 @@ Bad *input* is never an exception: it is a ``Rejected`` value with a reason
     └── BrokerError                  Kafka cannot be used as configured
         └── BrokerUnavailableError   the broker does not answer (retriable)
             └── TransactionFencedError  a Kafka transaction did not land: the session starts again (retriable)
+                └── GroupMovedError     refused for a consumer group's old generation: it starts again at once
 
 ``kafka_trouble`` sorts every error met while reading, deciding and writing
 into transient (retried), permanent for one record (rejected with a reason)
@@ -92,6 +93,17 @@ class TransactionFencedError(BrokerUnavailableError):
     was paused past ``transaction_timeout_ms``) or a newer producer fenced it. Retriable: the session is thrown
     away, nothing of the batch is committed anywhere else, and the next session's recovery finds what Kafka
     has."""
+
+
+class GroupMovedError(TransactionFencedError):
+    """A Kafka transaction's offsets refused for an old generation of their consumer group (KIP-447): the group
+    moved partitions since the process last looked. The broker answers: the session starts again at once
+    (``sessions.SessionLoop``), with backoff only if the session before it was refused so too without committing
+    anything (a group that keeps moving).
+
+    ``session_committed``: whether the refused session had committed anything before (set by its role)."""
+
+    session_committed = False
 
 
 # What a kafka-python error means for the worker (see ``kafka_trouble``), by class name so this

@@ -263,6 +263,52 @@ def test_a_vshard_restored_from_an_older_backup_decides_its_epochs_again_without
     assert vshard_decisions(state, 4, KEYS) == held
 
 
+@pytest.mark.parametrize("pause_at,refused", [("vshard-decided:1", False), ("vshard-kafka-begun:1", True)],
+                         ids=["before-the-commit-looks", "inside-the-transaction"])
+def test_a_host_joining_while_the_first_commits_its_first_epoch_costs_no_backoff(kafka, tmp_path, pause_at, refused):
+    """The first host, given all 8 vshards, is held at its first epoch's commit (the pause switch) while a second
+    joins the group and is given half of them (the generation moves). Held before the commit looks at the group
+    (``vshard-decided``), the first host drops the vshards given away and commits the others under the new
+    generation: nobody is refused. Held inside its transaction (``vshard-kafka-begun``), past that look, its
+    offsets are refused for the old generation and its next session starts at once (``fenced_by_group``), not
+    after the lost broker's backoff (``broker_lost``). Either way every record has one outcome, the single
+    worker's."""
+    records = sharded_records(articles=160, seed=6)
+    expected = single_worker_summary(records, KEYS)
+    topics = sharded_topics(kafka, Topics.fresh(kafka).raw)
+    produce(kafka, topics.raw, records)
+    tag = uuid.uuid4().hex[:8]
+    command = role_command(topics, kafka, 8, tag, "--role", "vshards", "--state", str(tmp_path / "states"), *KEYS)
+    flag, logs = tmp_path / "paused", [tmp_path / "host-0.log", tmp_path / "host-1.log"]
+
+    def host(log, **env) -> subprocess.Popen:
+        with open(log, "wb") as handle:
+            return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=handle, env=dict(os.environ, **env))
+
+    def wait_until(done, what: str) -> None:
+        deadline = time.monotonic() + 120
+        while not done():
+            assert all(p.poll() is None for p in processes), f"a process ended before {what}"
+            assert time.monotonic() < deadline, f"no {what}"
+            time.sleep(0.05)
+
+    processes = [host(logs[0], STREAMDEDUP_TEST_PAUSE_AT=pause_at, STREAMDEDUP_TEST_PAUSE_FILE=str(flag))]
+    try:
+        processes += signers(topics, kafka, 8, tag, 1, "--set", "shards.epoch_records=53")
+        wait_until(flag.exists, f"first host at {pause_at}")
+        processes.append(host(logs[1]))
+        wait_until(lambda: "vshard_state_busy" in logs[1].read_text(), "vshards given to the second host")
+        flag.unlink()
+        found = settled(kafka, topics, len(expected), processes)
+    finally:
+        stop_processes(processes)
+    assert outcome_summary(found) == expected
+    first, second = (log.read_text() for log in logs)
+    assert "broker_lost" not in first + second
+    assert ("fenced_by_group" in first) == refused and "fenced_by_group" not in second
+    assert not refused or "a new session starts at once" in first
+
+
 def test_a_group_member_whose_join_outlasts_its_polls_still_completes_it(kafka):
     """kafka-python leaves a join that outlasts ``poll`` half done, and a group's first leader never completes it
     (no heartbeats: the group drops the member after its session, while it keeps its assignment); every group

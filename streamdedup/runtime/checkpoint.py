@@ -122,7 +122,9 @@ generation than its own is refused. A vshard moved to another process is
 the same restart, there. A transaction the broker aborted (the process
 paused past ``transaction_timeout_ms``), a fenced producer or a refused
 generation never gets to step 3: ``TransactionFencedError`` ends the
-session (not the process), its epochs in flight thrown away uncommitted.
+session (not the process), its epochs in flight thrown away uncommitted
+(``GroupMovedError`` for a refused generation: the next session starts at
+once, the broker being there).
 """
 
 from __future__ import annotations
@@ -136,7 +138,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 from ..core.memory import collector_paused
 from ..core.prepare import PreparedBatch
 from ..core.records import Decision, FileBatch
-from ..errors import IndexUnusableError, TransactionFencedError
+from ..errors import GroupMovedError, IndexUnusableError, TransactionFencedError
 from ..faults import reached
 from ..store.index import Index, IndexTxn
 from .sink import FileOutputs
@@ -429,8 +431,8 @@ class VShardCommit:
 
     @staticmethod
     def _fenced_as_retriable(step: Callable[[], None]) -> None:
-        """Run step 2; a fenced producer or a refused generation ends the session (``TransactionFencedError``),
-        not the process.
+        """Run step 2; a fenced producer or a refused generation ends the session (``TransactionFencedError``;
+        ``GroupMovedError`` for the generation, after which the next session starts at once), not the process.
 
         For one worker a fenced producer means another worker took its index (fatal, ``kafka_trouble``); for
         the vshards' producer it means its transaction outlived ``transaction_timeout_ms`` (the process was
@@ -455,7 +457,7 @@ class VShardCommit:
                 "a new session; if this recurs without pauses, raise [kafka.producer] transaction_timeout_ms above "
                 "the longest epoch") from exc
         except (CommitFailedError, FencedInstanceIdError, IllegalGenerationError, UnknownMemberIdError) as exc:
-            raise TransactionFencedError(
+            raise GroupMovedError(
                 f"the vshards' Kafka transaction was fenced by their consumer group ({type(exc).__name__}: the group "
                 "moved vshards since this process last looked): its epochs are decided again in a new session, by "
                 "their hosts now") from exc

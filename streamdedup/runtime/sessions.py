@@ -5,9 +5,12 @@ session, then works in it until it is done or stopped. Whatever the Kafka
 client raises goes through ``errors.kafka_trouble``: transient trouble ends
 the session, which is thrown away, and after a pause that doubles up to 30 s
 a new one starts (``broker_lost`` / ``broker_back`` in the log); anything
-else stops the role. A ``Watchdog`` says in the log what a step that talks
-to Kafka waits for when it takes long, and ``/healthz`` fails once it has
-waited ``worker.stall_timeout_s``.
+else stops the role. A session whose commit its consumer group refused
+(``GroupMovedError``: the group moved its partitions; the broker answers) is
+followed by the next at once (``fenced_by_group``), unless the one before it
+was refused so too without committing anything. A ``Watchdog`` says in the
+log what a step that talks to Kafka waits for when it takes long, and
+``/healthz`` fails once it has waited ``worker.stall_timeout_s``.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, TypeVar
 
 from ..config import Config
-from ..errors import BrokerError, StreamdedupError, kafka_trouble
+from ..errors import BrokerError, GroupMovedError, StreamdedupError, kafka_trouble
 from ..ops.logs import Log
 from ..ops.summary import Summary
 from ..ops.telemetry import WorkerTelemetry
@@ -156,6 +159,7 @@ class SessionLoop:
         it gives up on a broker that stays away (``_give_up_if_unreachable``).
         """
         delay = BACKOFF_FIRST_S
+        regrouped = False  # the last session was refused by its group (``GroupMovedError``)
         lost = False
         lost_since = 0.0  # when the broker went away (0: it answers)
         attempt_began: Optional[float] = None
@@ -177,8 +181,19 @@ class SessionLoop:
                 trouble = explain(exc) or kafka_trouble(exc)
                 if trouble is None or not trouble.retriable:
                     raise trouble or exc
-                lost_since = lost_since or attempt_began or time.monotonic()
                 self.watchdog.phase(None, back=False)
+                if isinstance(trouble, GroupMovedError):
+                    at_once = not regrouped or trouble.session_committed  # a second in a row waits: no spinning
+                    regrouped = True
+                    self._log_regrouped(trouble, "a new session starts at once" if at_once else
+                                        f"a new session starts in {delay:g} s: the group moved again before this "
+                                        "process committed anything")
+                    if not at_once:
+                        self.stopper.wait(delay)
+                        delay = min(delay * 2, BACKOFF_MAX_S)
+                    continue
+                regrouped = False
+                lost_since = lost_since or attempt_began or time.monotonic()
                 self._give_up_if_unreachable(trouble, lost_since, until_done)
                 lost = True
                 self.telemetry.assigned, self.telemetry.waiting_for = False, "the broker to answer"
@@ -187,6 +202,11 @@ class SessionLoop:
                 self.stopper.wait(delay)
                 delay = min(delay * 2, BACKOFF_MAX_S)
         return None
+
+    def _log_regrouped(self, trouble: GroupMovedError, then: str) -> None:
+        """A session refused by its consumer group: not a lost broker (it answered), so not ``broker_lost``."""
+        self.telemetry.assigned = False
+        self.log.warning("fenced_by_group", **self.fields, error=str(trouble)[:300], then=then)
 
     def _give_up_if_unreachable(self, trouble: BaseException, lost_since: float, until_done: bool) -> None:
         """With ``--until-caught-up``, stop once the broker has not answered for ``worker.unreachable_timeout_s``.
