@@ -416,3 +416,18 @@ def test_a_vshard_kept_through_a_new_generation_of_its_group_reads_again_what_ka
     VShardHost._follow_assignment(host)
     host._await_emitted(h)
     assert (read, h.emitted_before, host.group) == ([[3]], 12, second)
+
+
+def test_a_group_member_whose_client_it_cannot_read_polls_as_often_as_it_may_and_never_holds_a_commit():
+    """``_Membership`` reads kafka-python's group coordinator to poll only when it must join: a client without
+    the parts it reads (another release) polls at every turn, as a plain member does, and never says it is
+    moving between generations (a commit is never held for it)."""
+    from types import SimpleNamespace
+
+    from streamdedup.runtime.vshards.host import _Membership
+
+    member = _Membership.__new__(_Membership)
+    member.source = SimpleNamespace(consumer=SimpleNamespace(_coordinator=SimpleNamespace(state="STABLE")))
+    assert member._coordinator() is None
+    assert member._joining() is True
+    assert member.moving() is False

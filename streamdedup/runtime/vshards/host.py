@@ -85,6 +85,7 @@ MEMBER_POLL_MS = 1000
 # completed in 0.40-0.51 s against 0.49-0.55).
 MEMBER_LOOK_S = 0.1
 MEMBER_IDLE_POLL_S = 5.0
+MEMBER_KAFKA_PYTHON = "3.0."  # the kafka-python releases whose group coordinator ``_Membership`` reads
 # A vshard with a new state reads its records and exchange partitions from their beginning. Seeking there
 # (``seek_to_beginning``) leaves a partition unfetchable until the client has asked the broker where that is, and
 # a broker answers a connection's requests in turn, so that question waited behind the held fetch in flight
@@ -234,19 +235,34 @@ class _Membership:
 
     def _joining(self) -> bool:
         """Whether the member has to poll to join the group: not joined, told of a rebalance (its heartbeats),
-        its subscribed topics' partitions changed, a join under way, or no coordinator known."""
+        its subscribed topics' partitions changed, a join under way, or no coordinator known (always, on a
+        kafka-python whose coordinator is not the one this reads: it then polls as often as it may)."""
         from kafka.structs import MemberState
 
-        coordinator = self.source.consumer._coordinator
+        coordinator = self._coordinator()
+        if coordinator is None:
+            return True
         return (coordinator.state is not MemberState.STABLE or coordinator.coordinator_id is None
                 or coordinator._join_task is not None or coordinator.need_rejoin())
 
     def moving(self) -> bool:
-        """Whether the member is between two generations: told the group rebalances, or joining it."""
+        """Whether the member is between two generations: told the group rebalances, or joining it (never, on a
+        kafka-python whose coordinator is not the one this reads)."""
         from kafka.structs import MemberState
 
-        coordinator = self.source.consumer._coordinator
-        return coordinator.rejoin_needed or coordinator.state is MemberState.REBALANCING
+        coordinator = self._coordinator()
+        return coordinator is not None and (coordinator.rejoin_needed or coordinator.state is MemberState.REBALANCING)
+
+    def _coordinator(self):
+        """The member's group coordinator, if its kafka-python is a release this was checked against
+        (``MEMBER_KAFKA_PYTHON``) and it has what ``_joining`` and ``moving`` read, else None."""
+        import kafka
+
+        coordinator = getattr(self.source.consumer, "_coordinator", None)
+        parts = ("state", "coordinator_id", "_join_task", "need_rejoin", "rejoin_needed")
+        if not kafka.__version__.startswith(MEMBER_KAFKA_PYTHON) or not all(hasattr(coordinator, p) for p in parts):
+            return None
+        return coordinator
 
     def close(self) -> None:
         self.stopping.set()
