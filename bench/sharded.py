@@ -19,8 +19,9 @@ processes, which join a group and open their vshards; a long stream pays that on
 start-up" take off the whole run's, its CPU too. Then, per document: the CPU of each role, the bytes of each internal topic (order, records, exchange), the outcomes
 compared record by record with the single worker's, and where the deployment's time goes (why it is slower or
 faster), and the peak resident memory of each process (``VmHWM``: the single worker's deciding process; each
-deployment process's at the end of its round, paced phase included). With ``--paced-rate``, the latency from a record in to its outcome out (median, p99): documents fed at a
-steady rate well below capacity, each latency from its input record's timestamp to its outcome's.
+deployment process's at the end of its round, paced phase included). With ``--paced-rate``, the latency from a
+record in to its outcome out (median, p99): documents fed at a steady rate well below capacity, each latency from
+its input record's timestamp to its outcome's.
 
 Every process starts from the package's bytecode, as an installed package does (``harness.compile_package``): with
 an editable install and ``PYTHONDONTWRITEBYTECODE`` set every process would compile its modules from source, about
