@@ -18,8 +18,10 @@ Each is also started on an input of one record, timed to its outcome: its start-
 processes, which join a group and open their vshards; a long stream pays that once), which the figures "less
 start-up" take off the whole run's, its CPU too. Then, per document: the CPU of each role, the bytes of each internal topic (order, records, exchange), the outcomes
 compared record by record with the single worker's, and where the deployment's time goes (why it is slower or
-faster). With ``--paced-rate``, the latency from a record in to its outcome out (median, p99): documents fed at a
-steady rate well below capacity, each latency from its input record's timestamp to its outcome's.
+faster), and the peak resident memory of each process (``VmHWM``: the single worker's deciding process; each
+deployment process's at the end of its round, paced phase included). With ``--paced-rate``, the latency from a
+record in to its outcome out (median, p99): documents fed at a steady rate well below capacity, each latency from
+its input record's timestamp to its outcome's.
 
 Every process starts from the package's bytecode, as an installed package does (``harness.compile_package``): with
 an editable install and ``PYTHONDONTWRITEBYTECODE`` set every process would compile its modules from source, about
@@ -148,6 +150,18 @@ def cpu_seconds(pid: int) -> float:
     return sum(int(f) for f in fields[11:15]) / TICKS
 
 
+def peak_rss_mib(pid: int) -> float:
+    """The process's peak resident memory so far (``VmHWM``), in MiB (0 once it has ended)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return 0.0
+    for line in lines:
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -204,10 +218,11 @@ def single_round(bootstrap: str, raw: str, work: Path, expected: int, timeout: f
     process = subprocess.Popen(run.role("worker"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         seconds = watch(run, [process], began, expected, timeout, work)
-        spent = machine.spent()
+        spent, rss = machine.spent(), peak_rss_mib(process.pid)
     finally:
         stop_processes([process])
-    return {"seconds": seconds, "cpu": children_cpu() - cpu, "outcomes": run.outcomes(), "machine": spent}
+    return {"seconds": seconds, "cpu": children_cpu() - cpu, "outcomes": run.outcomes(), "machine": spent,
+            "rss": rss}
 
 
 def watch(run: Run, processes: list, began: float, expected: int, timeout: float, work: Path) -> float:
@@ -246,6 +261,10 @@ class Deployment:
         """Each process's CPU seconds so far, by role and place ("vshards-0", ..., "sign-2")."""
         return {f"{role}-{n}": cpu_seconds(p.pid) for n, (role, p) in enumerate(zip(self.roles, self.processes))}
 
+    def peak_rss(self) -> dict:
+        """Each process's peak resident memory so far in MiB, by role and place."""
+        return {f"{role}-{n}": peak_rss_mib(p.pid) for n, (role, p) in enumerate(zip(self.roles, self.processes))}
+
     def stop(self) -> None:
         stop_processes(self.processes)
         for log in self.logs:
@@ -259,10 +278,11 @@ def deployment_round(bootstrap: str, raw: str, work: Path, args, expected: int, 
         seconds = deployment.seconds_to(expected)
         cpu, spent = deployment.cpu(), deployment.machine.spent()
         paced = paced_latencies(run, bootstrap, raw, args, number) if args.paced_rate else []
+        rss = deployment.peak_rss()
     finally:
         deployment.stop()
     return {"seconds": seconds, "cpu": cpu, "outcomes": run.outcomes(), "bytes": internal_bytes(run),
-            "records": input_records(bootstrap, raw), "latency": paced, "machine": spent}
+            "records": input_records(bootstrap, raw), "latency": paced, "machine": spent, "rss": rss}
 
 
 def start_up_round(bootstrap: str, work: Path, args) -> dict:
@@ -456,6 +476,9 @@ def report(args, docs: int, singles: list[dict], deployed: list[dict], starts: l
                       f"{med(r['machine']['broker'] for r in runs):.2f}, idle {med(r['machine']['idle'] for r in runs):.2f}"
                       for name, runs in (("single worker", singles), ("deployment", deployed)))
           + ("" if args.broker_pid else " (the broker's process is not visible here: its share counts as 0)"))
+    print("peak resident memory (median, MiB; the deployment's at the end of its round, paced phase included): "
+          f"single worker {med(s['rss'] for s in singles):.0f}; "
+          + ", ".join(f"{role} {med(d['rss'][role] for d in deployed):.0f}" for role in roles))
     sizes, records = deployed[-1]["bytes"], deployed[-1]["records"]
     print(f"internal topic bytes per document (of the {records:,} input records the last round's deployment read): "
           + ", ".join(f"{name} {size / records:.0f}" for name, size in sizes.items()))

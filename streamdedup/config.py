@@ -188,11 +188,12 @@ class ShardsSection:
                              "go to this name + \"-values\" (one partition per vshard)")
     evidence_topic: str = _key("streamdedup-evidence", "internal exchange topic of the vshards' messages to each other "
                                "(one partition per vshard)")
-    epoch_records: int = _key(10000, "records of one epoch at most (a signing process fills one for a tenth of a "
+    epoch_records: int = _key(40000, "records of one epoch at most (a signing process fills one for a tenth of a "
                               "second, longer while its input is behind, so a light stream makes small ones; larger ones "
                               "cost the vshards less a document, and make each record wait longer)", low=1, high=1000000)
-    batch_bytes: int = _key(4 << 20, "record bytes in an epoch per vshard at most (a larger record travels alone)",
-                            low=1 << 16)
+    batch_bytes: int = _key(8 << 20, "record bytes in an epoch per vshard at most (a larger record travels alone; "
+                            "a vshard's records of an epoch are one message, which the internal topics take up to "
+                            "64 MiB)", low=1 << 16, high=32 << 20)
 
 
 @dataclass(frozen=True)

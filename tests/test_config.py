@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from streamdedup.config import SECTIONS, Config, kafka_client_settings, load, redacted, with_values
+from streamdedup.config import SECTIONS, Config, ShardsSection, kafka_client_settings, load, redacted, with_values
 from streamdedup.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,12 +51,22 @@ def test_precedence_file_then_environment_then_flags(tmp_path):
         ("lsh.bands=10", "lsh.bands and lsh.rows are set together"),
         ("kafka.linger_msec=5", "did you mean 'linger_ms'?"),
         ("lsh", "expected section.key=value"),
+        ("shards.batch_bytes=67108864", "shards.batch_bytes must be between 65536 and 33554432, got 67108864"),
     ],
 )
 def test_mistakes_are_named_with_section_key_and_nearest_valid_key(override, message):
     with pytest.raises(ConfigError) as caught:
         load(None, (override,), {})
     assert message in str(caught.value)
+
+
+def test_a_vshards_home_message_fits_the_internal_topics_at_the_largest_batch_bytes():
+    """``shards.batch_bytes`` is what an epoch gives each vshard on average, in one message (its home message);
+    at its highest a vshard given twice the average still fits the internal topics' ``max.message.bytes``."""
+    from streamdedup.runtime.vshards.topics import SIGNED_MESSAGE_BYTES
+
+    spec = next(f for f in dataclasses.fields(ShardsSection) if f.name == "batch_bytes")
+    assert ShardsSection().batch_bytes <= spec.metadata["high"] and 2 * spec.metadata["high"] <= SIGNED_MESSAGE_BYTES
 
 
 def test_bands_times_rows_must_fit_the_signature():

@@ -160,7 +160,7 @@ def test_a_backfill_in_large_epochs_decides_as_streaming_in_small_ones(kafka, tm
     produce(kafka, raw, records)
     found, sizes = {}, {}
     for name, epochs in (("stream", ["--set", "shards.epoch_records=37"]),
-                         ("backfill", ["--set", "shards.epoch_records=20000", "--set", "shards.batch_bytes=67108864"])):
+                         ("backfill", ["--set", "shards.epoch_records=80000", "--set", "shards.batch_bytes=16777216"])):
         topics = sharded_topics(kafka, raw)
         tag = uuid.uuid4().hex[:8]
         processes = vshard_processes(topics, kafka, 4, tag, ["0,2", "1,3"], tmp_path / name)
