@@ -42,8 +42,11 @@ __all__ = ["run_signer", "signed_spans", "queue_forget"]
 FILL_WAIT_S = 0.5  # longest time spent filling an epoch while the input is behind
 EPOCH_S = 0.1  # shortest time an epoch fills for while records keep coming (each costs its vshards as much)
 # A session's first epoch holds at most this share of ``shards.epoch_records``, and each next one twice as many as
-# the one before, up to it: the vshards wait for an epoch whole before they begin it, so a full first epoch (0.5 s
-# of signing 10,000 records) left them idle at start, where a small one starts them while the next is signed.
+# the one before, up to it: the vshards wait for an epoch whole before they begin it, so a full first epoch left
+# them idle at start (when the signer signed records: 0.5 s for 10,000), where a small one starts them while the
+# next is read. Now that the signer only places records (8-10 µs a record) a first epoch is cut by ``FILL_WAIT_S``
+# as often, but a small one also shortens the time in which a second host's join can refuse the first host's
+# first commit (2026-12-07: 2 of 15 rounds so at this share; none gained without the ramp).
 FIRST_EPOCH_SHARE = 1 / 8
 # A signer killed without leaving the group holds its input partitions until the group drops it after
 # ``session_timeout_ms`` (kafka-python: 45 s), and signing stops meanwhile; a signer's heartbeats run on
