@@ -67,10 +67,8 @@ def kept_headers(headers, cluster: str, doc_id: str, source: bytes) -> list:
 
 def clean_message(record: RawRecord, decision: Decision, extra: list = ()) -> dict:
     """A kept record for the clean topic: key and value untouched, our headers (then ``extra``) added to its own."""
-    s = record.source
-    headers = [*(sendable_headers(record.headers) if record.headers else ()),
-               (_CLUSTER_HEADER, decision.cluster.encode()), (_ID_HEADER, decision.id.encode()),
-               (_SOURCE_HEADER, f"{s.name}/{s.partition}/{s.offset}".encode()), *extra]
+    headers = kept_headers(record.headers, decision.cluster, decision.id, _source_header(record))
+    headers.extend(extra)
     return {"key": record.key, "value": record.value, "headers": headers}
 
 
