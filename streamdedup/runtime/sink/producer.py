@@ -51,10 +51,8 @@ class KafkaSink:
         """What a batch emits, in batch order; records already decided before emit nothing.
 
         ``headers``, one list a record, are added to that record's message (if it has one), after ours."""
-        message_of = self._message
-        if headers is None:
-            return [m for m in map(message_of, records, decisions, itertools.repeat(())) if m is not None]
-        return [m for m in map(message_of, records, decisions, headers) if m is not None]
+        extras = itertools.repeat(()) if headers is None else headers
+        return [m for m in map(self._message, records, decisions, extras) if m is not None]
 
     def _message(self, record: RawRecord, decision: Decision, extra: list) -> Optional[tuple[str, dict]]:
         """A record's outcome message (topic, message) with the headers ``extra`` last, or None: decided before,
@@ -66,12 +64,14 @@ class KafkaSink:
         if decision.status == "duplicate":
             if not self.topics["duplicates"]:
                 return None
-            message = without_key_if_too_large(duplicate_message(record, decision), self.limit("duplicates"))
+            kind, message = "duplicates", without_key_if_too_large(duplicate_message(record, decision),
+                                                                   self.limit("duplicates"))
         else:
-            message = dead_letter_message(record, decision, self.dead_letter_max_bytes, self.limit("dead_letter"))
+            kind, message = "dead_letter", dead_letter_message(record, decision, self.dead_letter_max_bytes,
+                                                               self.limit("dead_letter"))
         if extra:
             message["headers"] = message["headers"] + extra  # the message is new, made for this call
-        return self.topics["duplicates" if decision.status == "duplicate" else "dead_letter"], message
+        return self.topics[kind], message
 
     def learn_topics(self) -> None:
         """Fetch the output topics' partitions now, so the first batch does not wait for them."""
