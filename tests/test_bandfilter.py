@@ -605,3 +605,20 @@ def test_the_id_and_content_tables_are_asked_through_a_filter_that_holds_every_h
         [(d.status, d.cluster, d.exact, d.replayed) for d in without]
     assert sum(d.replayed for d in with_filter[-80:]) == 40  # the batches sent again, found by id
     assert sum(d.exact for d in with_filter[-80:]) >= 30  # the copies, found by content
+
+
+def test_a_filter_of_more_layers_than_the_kernel_takes_at_once_holds_every_key(monkeypatch):
+    """An index whose cap leaves every run its own layer goes past the kernel's ``KERNEL_LAYERS`` a call
+    (about 67M documents at the default runs): ``may_hold`` asks the layers in groups, and answers as the numpy
+    path does, every key added held."""
+    rng = np.random.default_rng(16)
+    grown = BandFilter(1 << 10, 1 << 30)
+    chunks = [added for _, run in _added_run_after_run(grown, 80, rng, 40, 4) for added in run]
+    assert len(grown.layers) > bandfilter.KERNEL_LAYERS
+    stored = np.concatenate([keys for keys, _ in chunks])
+    others = rng.integers(0, 2**64, size=1 << 16, dtype=np.uint64)
+    assert grown.may_hold(stored).all()
+    with_kernel = grown.may_hold(others)
+    monkeypatch.setattr(bandfilter, "_kernel", None)
+    assert grown.may_hold(stored).all()
+    assert np.array_equal(grown.may_hold(others), with_kernel)

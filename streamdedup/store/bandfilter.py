@@ -101,6 +101,7 @@ SCAN_CHUNK = 1 << 20  # table keys read per step when building from the tables
 _WRITE_CHUNK = 1 << 20  # bytes of a layer read and written at a time when saving
 AHEAD_FROM = 2  # the next layer is made once the last one holds 1/AHEAD_FROM of its keys...
 _CATCH_UP = 4 << 20  # ...and its pages touched as keys come, at most this many bytes at a time
+KERNEL_LAYERS = 64  # layers ``_kernel.bloom_may_hold`` reads in one call (more: asked in groups, OR-ed)
 
 
 class BandFilter:
@@ -256,8 +257,13 @@ class BandFilter:
         layer are fetched while earlier keys are tested (with a layer more each time the index doubles, the
         numpy passes below cost a layer's cache misses each)."""
         if _kernel is not None:
+            keys = np.ascontiguousarray(keys, dtype=np.uint64)
             held = np.empty(len(keys), dtype=np.bool_)
-            _kernel.bloom_may_hold(np.ascontiguousarray(keys, dtype=np.uint64), tuple(self.layers), held.view(np.uint8))
+            _kernel.bloom_may_hold(keys, tuple(self.layers[:KERNEL_LAYERS]), held.view(np.uint8))
+            for first in range(KERNEL_LAYERS, len(self.layers), KERNEL_LAYERS):
+                more = np.empty(len(keys), dtype=np.bool_)
+                _kernel.bloom_may_hold(keys, tuple(self.layers[first:first + KERNEL_LAYERS]), more.view(np.uint8))
+                held |= more
             return held
         spread, mask = _spread(keys)
         found = None
