@@ -516,3 +516,35 @@ def test_the_collector_is_paused_for_a_whole_run_and_on_again_after_it_even_afte
     with pytest.raises(RuntimeError), Engine(cfg, str(tmp_path / "other")) as engine:
         dedup_files(engine, [str(crawl_file)], InputSpec(), None, None, 100, progress=failing, prepare_processes=0)
     assert failing.enabled_between == [False, False] and gc.isenabled()
+
+
+@pytest.mark.system
+def test_a_feed_process_slow_to_prepare_its_first_batch_is_not_taken_for_stuck(crawl_file, monkeypatch):
+    """The start-up watchdog (``feed.BOOT_TIMEOUT_S``) is for a process that never boots: one that is ready and
+    takes longer than it to prepare its first batch (large HTML pages on a busy machine) is waited for, or it
+    would be started again, as slow, for ever."""
+    import time
+
+    from streamdedup.core import prepare as prepare_module
+    from streamdedup.runtime import feed as feed_module
+    from streamdedup.runtime.source import FilePosition
+
+    reading, spec, signing, alone = _read_inline(crawl_file)
+    slow, calls = prepare_module.prepare_compact, []
+
+    def slowly(*args, **kwargs):
+        if not calls:
+            time.sleep(2.5)  # past the watchdog and two of the deciding side's 1 s waits
+        calls.append(1)
+        return slow(*args, **kwargs)
+
+    monkeypatch.setattr(prepare_module, "prepare_compact", slowly)  # the forked process has it too
+    monkeypatch.setattr(feed_module, "BOOT_TIMEOUT_S", 0.3)
+    feed = feed_module.ProcessFeed(reading, spec, signing, "fork")
+    try:
+        assert feed._ready.wait(30)
+        feed.start(FilePosition(), signing, spec)
+        fed = list(feed.batches())
+    finally:
+        feed.close()
+    assert [b.position for b in fed] == [b.position for b in alone]

@@ -57,7 +57,7 @@ __all__ = ["FedBatch", "InlineFeed", "ThreadFeed", "ProcessFeed", "KafkaReading"
 
 FILL_WAIT_MS = 50  # longest wait for more records to top up a batch (see ``_filled``)
 STOP_GRACE_S = 0.05  # how long a feed process told to stop may take before it is killed
-BOOT_TIMEOUT_S = 120.0  # a feed process that has not said a word by then is reported as stuck
+BOOT_TIMEOUT_S = 120.0  # a feed process neither ready (booted, connected) nor heard from by then is reported stuck
 
 
 @dataclass
@@ -542,9 +542,16 @@ class ProcessFeed:
         if not self._process.is_alive():
             raise BrokerUnavailableError(f"the process reading the input ended (exit code "
                                          f"{self._process.exitcode}); starting it again")
-        if not self._heard and self._started_at and time.monotonic() - self._started_at > BOOT_TIMEOUT_S:
-            raise BrokerUnavailableError("the process reading the input has not answered in "
+        if self._stuck_at_boot():
+            raise BrokerUnavailableError("the process reading the input has not started in "
                                          f"{BOOT_TIMEOUT_S:.0f} s; starting it again")
+
+    def _stuck_at_boot(self) -> bool:
+        """Whether the process has been started this long without booting: once ready it is working (a first
+        batch of large HTML pages may take minutes to prepare on a busy machine, and started again it would
+        take as long again, for ever)."""
+        return not self._heard and not self._ready.is_set() and self._started_at > 0 and \
+            time.monotonic() - self._started_at > BOOT_TIMEOUT_S
 
     def close(self) -> None:
         """Stop the process (again: nothing).
