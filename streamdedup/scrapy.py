@@ -146,8 +146,10 @@ class DedupPipeline:
             tp = getattr(getattr(future, "_produce_future", None), "topic_partition", None)
             self.failures += 1
             self._count("send_failed")
-            log.error("streamdedup: page %s was not sent to %s partition %s (%s: %s); %s", key, self.topic,
-                      "?" if tp is None else tp.partition, type(error).__name__, error,
+            text = str(error)
+            log.error("streamdedup: page %s was not sent to %s partition %s (%s); %s", key, self.topic,
+                      "?" if tp is None else tp.partition,
+                      text if type(error).__name__ in text else f"{type(error).__name__}: {text}",
                       write_advice(error, self.topic) or "the broker did not take it in the producer's "
                       "delivery_timeout_ms (is it running?): crawl the page again")
 
