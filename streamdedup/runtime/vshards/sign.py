@@ -8,11 +8,11 @@ partition of the records topic: those records whole, with how they were
 decoded (``messages.pack_home``); the home decodes and prepares them itself,
 so what preparing makes never crosses Kafka. Once the broker has those, the epoch naming them
 goes to the order topic (``messages.pack_epoch``); once the broker has every
-epoch, the group's offsets after them are committed (a home or epoch message it
-did not take raises first, ``sink.deliveries``: those offsets stay where they are). A process that dies
-between two of these (home messages no epoch names are never read), or loses
-its partitions in a rebalance, leaves records that the next owner signs
-again: the vshards take each input record once, by its partition and offset
+epoch, the group's offsets after them are committed (a home or epoch message
+it did not take raises first, ``sink.deliveries``: those offsets stay where
+they are). A process that dies between two of these (home messages no epoch
+names are never read), or loses its partitions in a rebalance, leaves records
+that the next owner signs again: the vshards take each input record once, by its partition and offset
 (``Epoch.fresh_after``), so signing needs no transaction. Nothing here
 depends on earlier epochs: processes come and go freely.
 """
