@@ -16,8 +16,9 @@ Bad *input* is never an exception: it is a ``Rejected`` value with a reason
     ├── MissingExtraError            a command needs an optional extra that is not installed
     └── BrokerError                  Kafka cannot be used as configured
         └── BrokerUnavailableError   the broker does not answer (retriable)
-            └── TransactionFencedError  a Kafka transaction did not land: the session starts again (retriable)
-                └── GroupMovedError     refused for a consumer group's old generation: it starts again at once
+            ├── TransactionFencedError  a Kafka transaction did not land: the session starts again (retriable)
+            │   └── GroupMovedError     refused for a consumer group's old generation: it starts again at once
+            └── WriteLostError      a send the broker never took (``lost_write``): the session starts again
 
 ``kafka_trouble`` sorts every error met while reading, deciding and writing
 into transient (retried), permanent for one record (rejected with a reason)
@@ -106,6 +107,14 @@ class GroupMovedError(TransactionFencedError):
     session_committed = False
 
 
+class WriteLostError(BrokerUnavailableError):
+    """A record sent outside a transaction that the broker never took, for a reason time may cure (the producer's
+    ``delivery_timeout_ms`` ran out during an outage, a partition without a leader as long): nothing that
+    depends on it was moved (offsets, a commit), so the session is thrown away and the next one starts again
+    from the committed state. Made by ``lost_write``, which stops the process instead (``BrokerError``) where
+    waiting cannot help (no Write right, a record larger than its topic takes)."""
+
+
 # What a kafka-python error means for the worker (see ``kafka_trouble``), by class name so this
 # module imports nothing heavy. Permanent for the worker: waiting cannot help, an operator must act.
 _FATAL_FOR_WORKER = {
@@ -179,9 +188,55 @@ def kafka_trouble(exc: BaseException) -> Optional[StreamdedupError]:
     return None
 
 
+# What to do about a send that failed for good, by kafka-python error class name (``lost_write``).
+_LOST_WRITE_ADVICE = {
+    "AuthorizationError": "grant the principal this process connects as WRITE on topic {topic} (see the ACLs in "
+                          "deploy/README.md, Least privilege)",
+    "MessageSizeTooLargeError": "raise max.message.bytes of topic {topic}{to} (kafka-configs.sh --alter "
+                                "--entity-type topics --entity-name {topic} --add-config max.message.bytes=...)",
+    "RecordListTooLargeError": "raise max.message.bytes of topic {topic}{to} (kafka-configs.sh --alter "
+                               "--entity-type topics --entity-name {topic} --add-config max.message.bytes=...)",
+}
+
+
+def lost_write(what: str, topic: str, partition: Optional[int], exc: BaseException,
+               wanted_bytes: Optional[int] = None) -> StreamdedupError:
+    """The error for ``what`` ("an epoch message") sent to ``partition`` of ``topic`` outside a transaction that
+    failed with kafka-python's ``exc`` (after a flush: ``flush`` does not raise for it): ``WriteLostError``
+    (retriable: a new session) where ``kafka_trouble`` says waiting may help, else ``BrokerError`` saying what to
+    do (``wanted_bytes``: the max.message.bytes the topic should have, if known)."""
+    text = str(exc)
+    named = text if type(exc).__name__ in text else f"{type(exc).__name__}: {text}"
+    found = f"{what} to {topic}{'' if partition is None else f' partition {partition}'} was not written " \
+            f"({named}); nothing that depends on it was committed"
+    advice = write_advice(exc, topic, wanted_bytes)
+    if advice is None:
+        return WriteLostError(f"{found}; it may pass (a broker away for longer than the producer's "
+                              "delivery_timeout_ms?): a session starts again from the committed state; if this "
+                              "recurs, look at the broker's health, or raise delivery_timeout_ms in [kafka.producer]")
+    return BrokerError(f"{found}; {advice}, then start the process again")
+
+
+def write_advice(exc: BaseException, topic: str, wanted_bytes: Optional[int] = None) -> Optional[str]:
+    """What to do about a send to ``topic`` that failed with ``exc``, where waiting cannot help (``kafka_trouble``
+    sorts it so); None: it may pass by itself (a timeout, a lost connection)."""
+    trouble = kafka_trouble(exc)
+    if trouble is None or trouble.retriable:
+        return None
+    advice = _advice_for(exc, _LOST_WRITE_ADVICE)
+    if advice is None:
+        return _fatal_advice(exc) or str(trouble)
+    return advice.format(topic=topic, to="" if wanted_bytes is None else f" to {wanted_bytes}")
+
+
+def _advice_for(exc: BaseException, table: dict) -> Optional[str]:
+    """The advice of ``table`` for the first class of ``exc``'s MRO it names, or None."""
+    for cls in type(exc).__mro__:
+        if cls.__name__ in table:
+            return table[cls.__name__]
+    return None
+
+
 def _fatal_advice(exc: BaseException) -> Optional[str]:
     """What to do about a kafka-python error that waiting cannot cure, or None if it is not one."""
-    for cls in type(exc).__mro__:
-        if cls.__name__ in _FATAL_FOR_WORKER:
-            return _FATAL_FOR_WORKER[cls.__name__]
-    return None
+    return _advice_for(exc, _FATAL_FOR_WORKER)

@@ -25,8 +25,10 @@ A page is read as ``dedup`` reads a JSON record (``input.id_field``,
 content); a page that cannot be read (no text, no id) is passed on, tagged
 with the reason, never dropped: nothing is lost for a malformed item. The
 crawl's stats count ``streamdedup/kept``, ``streamdedup/duplicate``,
-``streamdedup/exact``, ``streamdedup/dropped``, ``streamdedup/rejected`` and
-``streamdedup/sent``. Each page is committed as it comes (``Index.add_many``
+``streamdedup/exact``, ``streamdedup/dropped``, ``streamdedup/rejected``,
+``streamdedup/sent`` (the broker has the page) and ``streamdedup/send_failed``
+(it never took the page: logged as an error with the topic, partition and
+what to do; the item itself is passed on, since it was scraped). Each page is committed as it comes (``Index.add_many``
 of one): set ``{"index": {"sync": False}}`` for a crawl that can be redone.
 
 Needs the ``scrapy`` extra: ``pip install 'streamdedup[scrapy]'``.
@@ -35,6 +37,8 @@ Needs the ``scrapy`` extra: ``pip install 'streamdedup[scrapy]'``.
 from __future__ import annotations
 
 import json
+import logging
+from collections import deque
 from typing import Optional
 
 from itemadapter import ItemAdapter
@@ -43,11 +47,12 @@ from scrapy.exceptions import DropItem, NotConfigured
 from . import api
 from . import config as config_module
 from .core.decode import field_at
-from .errors import ConfigError
+from .errors import ConfigError, write_advice
 
 __all__ = ["DedupPipeline"]
 
 ACTIONS = ("drop", "tag")
+log = logging.getLogger(__name__)
 
 
 class DedupPipeline:
@@ -73,6 +78,10 @@ class DedupPipeline:
         self.stats = stats
         self.index: Optional[api.Index] = None
         self.producer = None
+        # Sends done (None: taken, or kafka-python's error with the page's partition), appended on the producer's
+        # thread and counted on Scrapy's (``_count_sends``).
+        self.outcomes: deque = deque()
+        self.failures = 0
 
     @classmethod
     def from_crawler(cls, crawler):
@@ -90,13 +99,18 @@ class DedupPipeline:
             self.index = None
         if self.producer is not None:
             self.producer.flush()
+            self._count_sends()
             self.producer.close()
             self.producer = None
+            if self.failures:
+                log.error("streamdedup: %d page(s) were not sent to %s (streamdedup/send_failed); the errors above "
+                          "say why", self.failures, self.topic)
 
     def process_item(self, item, spider):
         adapter = ItemAdapter(item)
         record = adapter.asdict()
         if self.producer is not None:
+            self._count_sends()
             return self._sent(item, record)
         decision = self.index.add_many([record])[0]
         self._count(decision.status)
@@ -114,10 +128,30 @@ class DedupPipeline:
     def _sent(self, item, record: dict):
         """The item as the worker reads it, to the input topic, keyed by its id (the partitioner's order)."""
         key = field_at(record, self.config.input.id_field)
-        self.producer.send(self.topic, key=None if key is None else str(key).encode(),
-                           value=json.dumps(record, default=str).encode())
-        self._count("sent")
+        future = self.producer.send(self.topic, key=None if key is None else str(key).encode(),
+                                    value=json.dumps(record, default=str).encode())
+        future.add_callback(lambda _: self.outcomes.append(None))
+        future.add_errback(lambda error: self.outcomes.append((key, error, future)))
         return item
+
+    def _count_sends(self) -> None:
+        """Count the sends the broker answered since the last call: ``sent``, or ``send_failed`` with an error
+        logged (kafka-python's producer only logs a failed batch, and its ``flush`` does not raise for one)."""
+        while self.outcomes:
+            failed = self.outcomes.popleft()
+            if failed is None:
+                self._count("sent")
+                continue
+            key, error, future = failed
+            tp = getattr(getattr(future, "_produce_future", None), "topic_partition", None)
+            self.failures += 1
+            self._count("send_failed")
+            text = str(error)
+            log.error("streamdedup: page %s was not sent to %s partition %s (%s); %s", key, self.topic,
+                      "?" if tp is None else tp.partition,
+                      text if type(error).__name__ in text else f"{type(error).__name__}: {text}",
+                      write_advice(error, self.topic) or "the broker did not take it in the producer's "
+                      "delivery_timeout_ms (is it running?): crawl the page again")
 
     def _count(self, what: str) -> None:
         if self.stats is not None:

@@ -100,6 +100,7 @@ def _crawl(tmp_path, site, *settings, kafka=None):
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, timeout=300,
                             env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert result.returncode == 0, result.stderr.decode(errors="replace")[-3000:]
+    (tmp_path / "crawl.log").write_bytes(result.stderr)
     return read_jsonl(out), json.loads(stats.read_text())
 
 
@@ -161,6 +162,26 @@ def test_sent_to_the_input_topic_the_pages_are_decided_by_the_worker(kafka, tmp_
     duplicates = read_all(kafka, topics.duplicates)
     assert len(read_all(kafka, topics.clean)) + len(duplicates) == len(PAGES)
     assert len(duplicates) >= 0.9 * len(_republished_pairs())
+
+
+@pytest.mark.kafka
+def test_a_page_the_broker_refuses_is_counted_as_failed_and_logged_not_as_sent(kafka, tmp_path, site):
+    """The input topic takes no page (its max.message.bytes below one): kafka-python's flush returns all the same,
+    so each page's send is checked: ``streamdedup/send_failed``, an error naming the topic and what to do, and
+    no ``streamdedup/sent``; the items themselves pass on."""
+    from kafka_helpers import Topics, create_topics, read_all
+
+    topics = Topics.fresh(kafka)
+    small = f"small-{topics.raw}"
+    create_topics(kafka, [small], 1, max_message_bytes=200)
+    items, stats = _crawl(tmp_path, site, "-s", f"STREAMDEDUP_TOPIC={small}", kafka=kafka)
+    assert len(items) == stats["streamdedup/send_failed"] == len(PAGES)
+    assert "streamdedup/sent" not in stats
+    log = (tmp_path / "crawl.log").read_text()
+    assert f"was not sent to {small} partition 0 ([Error 10] MessageSizeTooLargeError" in log
+    assert f"raise max.message.bytes of topic {small}" in log
+    assert f"{len(PAGES)} page(s) were not sent to {small}" in log
+    assert read_all(kafka, small) == []
 
 
 def test_a_pipeline_without_an_index_or_a_topic_is_not_enabled_and_says_what_to_set():

@@ -493,3 +493,118 @@ def test_a_turns_exchange_messages_go_to_the_broker_in_one_request(kafka):
     assert per_request == len(messages)
     read = [(m.partition, m.value) for m in read_all(kafka, topic)]
     assert read == sorted(messages, key=lambda message: message[0])
+
+
+def _topic_max_message_bytes(kafka, topic: str, limit: int) -> None:
+    """Set ``topic``'s max.message.bytes on the broker (as an operator would with kafka-configs.sh)."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    admin = KafkaAdminClient(bootstrap_servers=kafka)
+    try:
+        admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
+                                            configs={"max.message.bytes": str(limit)})])
+    finally:
+        admin.close()
+
+
+def _committed(kafka, group: str, tp) -> int | None:
+    from kafka import KafkaConsumer
+
+    reader = KafkaConsumer(bootstrap_servers=kafka, group_id=group, enable_auto_commit=False)
+    try:
+        return reader.committed(tp)
+    finally:
+        reader.close()
+
+
+def test_a_signer_whose_epochs_the_broker_refuses_stops_without_committing_their_offsets(kafka, tmp_path):
+    """The order topic takes no epoch message (its max.message.bytes lowered below one): the home messages go
+    out, the epochs fail, and the signer stops with an error naming the topic and what to do, its group's input
+    offsets not moved (kafka-python's flush returned as if all was well: those records were lost for good).
+    Once the limit is back, a signer and the hosts decide every record once, as the single worker does."""
+    from kafka import TopicPartition
+
+    from streamdedup.runtime.vshards.topics import SIGNED_MESSAGE_BYTES
+
+    records = sharded_records(articles=80, seed=3, replays=10)
+    expected = single_worker_summary(records, KEYS)
+    topics = sharded_topics(kafka, Topics.fresh(kafka).raw)
+    produce(kafka, topics.raw, records)
+    tag = uuid.uuid4().hex[:8]
+    create_topics(kafka, [f"signed-{tag}"], 1, max_message_bytes=64)
+    refused = signers(topics, kafka, 4, tag, 1)[0]
+    try:
+        error = refused.communicate(timeout=120)[1].decode()  # read as it comes: the client logs each refusal
+        assert refused.returncode == 1, error[-2000:]
+    finally:
+        stop_processes([refused])
+    assert f"an epoch message to signed-{tag} partition 0 was not written" in error, error[-2000:]
+    assert f"raise max.message.bytes of topic signed-{tag} to {SIGNED_MESSAGE_BYTES}" in error
+    assert _committed(kafka, f"sharded-{tag}-sign", TopicPartition(topics.raw, 0)) is None
+    assert outcomes(kafka, topics) == {}
+
+    _topic_max_message_bytes(kafka, f"signed-{tag}", SIGNED_MESSAGE_BYTES)
+    processes = vshard_processes(topics, kafka, 4, tag, ["0-1", "2-3"], tmp_path)
+    processes += signers(topics, kafka, 4, tag, 1)
+    try:
+        found = settled(kafka, topics, len(expected), processes)
+    finally:
+        stop_processes(processes)
+    assert outcome_summary(found) == expected
+    assert _committed(kafka, f"sharded-{tag}-sign", TopicPartition(topics.raw, 0)) == len(records)
+
+
+def test_a_host_whose_exchange_messages_the_broker_refuses_stops_before_committing_anything(kafka, tmp_path):
+    """The exchange topic takes no message (its max.message.bytes lowered below one): the host's flush returns,
+    but its check of what it sent stops it (not a wait for messages that never come) with an error naming the
+    topic, before any outcome is out. Once the limit is back, every record is decided once."""
+    from streamdedup.runtime.vshards.topics import SIGNED_MESSAGE_BYTES
+
+    records = sharded_records(articles=80, seed=4, replays=10)
+    expected = single_worker_summary(records, KEYS)
+    topics = sharded_topics(kafka, Topics.fresh(kafka).raw)
+    produce(kafka, topics.raw, records)
+    tag = uuid.uuid4().hex[:8]
+    create_topics(kafka, [f"evidence-{tag}"], 4, max_message_bytes=64)
+    host = vshard_processes(topics, kafka, 4, tag, ["0-3"], tmp_path)[0]
+    processes = [host] + signers(topics, kafka, 4, tag, 1)
+    try:
+        error = host.communicate(timeout=120)[1].decode()  # read as it comes: the client logs each refusal
+        assert host.returncode == 1, error[-2000:]
+        assert outcomes(kafka, topics) == {}
+        assert f"a vshard's message to another to evidence-{tag} partition" in error, error[-2000:]
+        assert f"raise max.message.bytes of topic evidence-{tag}" in error
+        _topic_max_message_bytes(kafka, f"evidence-{tag}", SIGNED_MESSAGE_BYTES)
+        processes += vshard_processes(topics, kafka, 4, tag, ["0-3"], tmp_path)
+        found = settled(kafka, topics, len(expected), processes[1:])
+    finally:
+        stop_processes(processes)
+    assert outcome_summary(found) == expected
+
+
+def test_a_transactions_send_the_broker_refuses_fails_its_commit(kafka):
+    """The single worker's sink needs no check of its own: a send of the transaction refused for good (here the
+    clean topic's max.message.bytes lowered after the sink read it) puts kafka-python's transaction in error, and
+    its commit raises (for the worker, a ``BrokerError`` saying what to do); nothing of it is readable."""
+    from streamdedup.core.records import Decision, RawRecord, Source
+    from streamdedup.errors import kafka_trouble
+    from streamdedup.runtime.sink import KafkaSink
+
+    topics = Topics.fresh(kafka)
+    sink = KafkaSink({"bootstrap_servers": kafka}, f"test-{uuid.uuid4().hex[:8]}",
+                     {"clean": topics.clean, "duplicates": topics.duplicates, "dead_letter": topics.dead_letter},
+                     1 << 20)
+    try:
+        _topic_max_message_bytes(kafka, topics.clean, 1000)
+        records = [RawRecord(json.dumps({"id": f"doc-{n}", "text": "word " * 500}).encode(), Source(topics.raw, 0, n),
+                             key=f"doc-{n}".encode()) for n in range(3)]
+        sink.begin()
+        sink.send(sink.messages(records, [Decision(f"doc-{n}", "kept", cluster=f"doc-{n}") for n in range(3)]))
+        with pytest.raises(Exception) as raised:
+            sink.commit(30)
+        trouble = kafka_trouble(raised.value)
+        assert trouble is not None and not trouble.retriable and "MessageSizeTooLargeError" in str(trouble)
+    finally:
+        sink.close(0)
+    assert read_all(kafka, topics.clean) == []

@@ -95,7 +95,9 @@ the next):
 
 1. wait until the broker has every message the vshard sent in the epoch (a
    vshard past an epoch never sends its messages of it again, and the
-   others wait for them);
+   others wait for them); a message it never took (refused, or given up
+   on by the producer) raises here, before anything is committed
+   (``sink.deliveries``);
 2. in one Kafka transaction of the process's producer, for all its vshards
    that decided an epoch in the turn: their outcomes, and for each of them
    the order topic's offset after its epoch, committed for the group
@@ -395,7 +397,8 @@ class VShardCommit:
     """Steps 1-3 of the vshards' protocol for epochs decided together (see the module's docstring)."""
 
     def __init__(self, publisher, exchange_topic: str, kafka_timeout_s: float):
-        """``publisher``: the producer (not transactional) of the vshards' messages to each other."""
+        """``publisher``: what flushes the vshards' messages to each other (not transactional): their producer,
+        or its ``sink.deliveries.Deliveries``, whose flush raises for a message the broker did not take."""
         self.publisher = publisher
         self.exchange_topic = exchange_topic
         self.kafka_timeout_s = kafka_timeout_s
@@ -405,7 +408,7 @@ class VShardCommit:
         transactional producer), their order offsets committed for ``group`` (the vshards' group's metadata, whose
         generation fences a former host, or its bare name for vshards given by number), then each vshard's
         state."""
-        self.publisher.flush(timeout=self.kafka_timeout_s)  # Step 1.
+        self.publisher.flush(timeout=self.kafka_timeout_s)  # Step 1: every message out, or raised for.
         out = [e for e in epochs if e.emits]
         if out:  # Step 2.
             self._fenced_as_retriable(lambda: self._sent_and_committed(out, sink, group))

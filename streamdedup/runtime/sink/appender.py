@@ -49,9 +49,10 @@ class RecordAppender:
     record's partition has a full batch at once there too.
     """
 
-    def __init__(self, producer, transactional: bool = True) -> None:
+    def __init__(self, producer, transactional: bool = True, sent=None) -> None:
         self._producer = producer
         self._transactional = transactional
+        self._sent = sent  # ``deliveries.Deliveries`` the record futures go to (None: not kept)
         self._accumulator = producer._accumulator
         self._transactions = producer._transaction_manager
         self._sender = producer._sender
@@ -59,9 +60,11 @@ class RecordAppender:
         self._joined: dict = {}  # (topic, partition) -> TopicPartition added to the open transaction
 
     @classmethod
-    def of(cls, producer, transactional: bool = True) -> Optional["RecordAppender"]:
+    def of(cls, producer, transactional: bool = True, sent=None) -> Optional["RecordAppender"]:
         """An appender for ``producer`` (``transactional``: its records are of its transactions), or None where its
-        client is not the kafka-python this was written for."""
+        client is not the kafka-python this was written for. ``sent``: a ``deliveries.Deliveries`` that gets each
+        record's future, for a producer without transactions whose failed sends must be seen (a transaction's
+        failed send fails its commit: it needs none)."""
         import kafka
 
         if not kafka.__version__.startswith(APPENDER_KAFKA_PYTHON):  # the internals below may have moved
@@ -75,8 +78,8 @@ class RecordAppender:
         if producer.max_usable_produce_magic(config["api_version"]) != 2:
             return None
         if cls is RecordAppender and record_batches is not None and config.get("compression_type") is None:
-            return BatchAppender(producer, transactional)
-        return cls(producer, transactional)
+            return BatchAppender(producer, transactional, sent)
+        return cls(producer, transactional, sent)
 
     def append(self, topic: str, partition: Optional[int], key: Optional[bytes], value: Optional[bytes],
                headers: list) -> bool:
@@ -85,7 +88,9 @@ class RecordAppender:
         tp = self._partition(topic, partition, key, value, headers)
         if tp is None:
             return False
-        self._accumulator.append(tp, None, key, value, headers)
+        future = self._accumulator.append(tp, None, key, value, headers)[0]
+        if self._sent is not None:
+            self._sent.add(future)
         return True
 
     def _partition(self, topic: str, partition: Optional[int], key: Optional[bytes], value: Optional[bytes],
@@ -129,10 +134,18 @@ class BatchAppender(RecordAppender):
     (``BuiltRecords``). A record left to ``send`` first moves every noted
     record into the accumulator, so each partition keeps the order of the
     calls. Only for an uncompressed producer (``RecordAppender.of``).
+
+    A batch has one produce future, which kafka-python completes even when
+    the batch failed (the failure is in its value, and each record's future
+    fails from it); its records have none. Where their outcome must be seen
+    (``sent``), each record gets one, as ``send`` gives it (``_futures_of``):
+    a batch the broker refuses as too large is split by the client, which
+    moves each record's future to the part holding it, and the first
+    batch's produce future is then never completed.
     """
 
-    def __init__(self, producer, transactional: bool = True) -> None:
-        super().__init__(producer, transactional)
+    def __init__(self, producer, transactional: bool = True, sent=None) -> None:
+        super().__init__(producer, transactional, sent)
         self._batch_size = producer.config["batch_size"]
         self._noted: dict = {}  # TopicPartition -> [(timestamp_ms, key, value, headers)] not yet in the accumulator
 
@@ -176,10 +189,22 @@ class BatchAppender(RecordAppender):
                 for buffer, count, first_ms, max_ms, largest in built:
                     batch = ProducerBatch(tp, BuiltRecords(buffer, count, first_ms, max_ms))
                     batch.max_record_size = largest
+                    if self._sent is not None:
+                        self._futures_of(batch, count, first_ms)
                     queue.append(batch)
                     accumulator._incomplete.add(batch)
         finally:
             accumulator._appends_in_progress.decrement()
+
+    def _futures_of(self, batch, count: int, first_ms: int) -> None:
+        """A record future for each of ``batch``'s ``count`` records, where ``send`` keeps them (the batch's, which
+        a split moves to the parts) and in ``sent``."""
+        from kafka.producer.future import FutureRecordMetadata
+
+        for index in range(count):
+            future = FutureRecordMetadata(batch.produce_future, index, first_ms, None, -1, -1, -1)
+            batch._record_futures.append(future)
+            self._sent.add(future)
 
 
 class BuiltRecords:

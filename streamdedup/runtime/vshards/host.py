@@ -43,6 +43,7 @@ from ..checkpoint import VShardCommit, VShardEpoch
 from ..fetch import held_fetches
 from ..sessions import SessionLoop, Stopper, WorkerStats, close_quietly
 from ..sink.appender import RecordAppender
+from ..sink.deliveries import Deliveries
 from ..sink.producer import KafkaSink, Pending
 from ..source import KafkaSource, rejoin_if_abandoned
 from .messages import Epoch, Home, pack_message, unpack_home, unpack_message, unpack_order
@@ -413,9 +414,12 @@ class VShardHost:
                 self.membership = _Membership(config, self.settings)
             self.starting_sink = Pending(lambda: self._started_sink(transactional_id), "streamdedup-producer")
             self.publisher = exchange_publisher(self.producer_settings)
+            # Each flush checks what it waited for: a message the broker never took ends the session before any
+            # commit (the other vshards would wait for it in vain); a lasting refusal stops the process.
+            self.sent = Deliveries(self.publisher, "a vshard's message to another", SIGNED_MESSAGE_BYTES)
             self.inbound = _Inbound(config, self.settings)
-            self.commit = VShardCommit(self.publisher, config.shards.evidence_topic, config.worker.kafka_timeout_s)
-            self.appender = RecordAppender.of(self.publisher, transactional=False)
+            self.commit = VShardCommit(self.sent, config.shards.evidence_topic, config.worker.kafka_timeout_s)
+            self.appender = RecordAppender.of(self.publisher, transactional=False, sent=self.sent)
         except BaseException:
             self.close()
             raise
@@ -634,14 +638,15 @@ class VShardHost:
     def _publish(self, message: Message) -> None:
         topic, value = self.config.shards.evidence_topic, pack_message(message)
         if self.appender is None or not self.appender.append(topic, message.to, None, value, []):
-            self.publisher.send(topic, partition=message.to, value=value)
+            self.sent.add(self.publisher.send(topic, partition=message.to, value=value))
 
     def _flush(self) -> None:
-        """Wait until the broker has every message sent (the other vshards wait for them)."""
+        """Wait until the broker has every message sent (the other vshards wait for them); one it did not take
+        raises (``Deliveries.flush``)."""
         if self.unflushed:
             if self.appender is not None:
                 self.appender.done()
-            self.publisher.flush(timeout=self.config.worker.kafka_timeout_s)
+            self.sent.flush(timeout=self.config.worker.kafka_timeout_s)
             self.unflushed = False
             reached("vshard-sent")  # a crash here: the messages are decided again after the restart, the same
 

@@ -8,10 +8,11 @@ partition of the records topic: those records whole, with how they were
 decoded (``messages.pack_home``); the home decodes and prepares them itself,
 so what preparing makes never crosses Kafka. Once the broker has those, the epoch naming them
 goes to the order topic (``messages.pack_epoch``); once the broker has every
-epoch, the group's offsets after them are committed. A process that dies
-between two of these (home messages no epoch names are never read), or loses
-its partitions in a rebalance, leaves records that the next owner signs
-again: the vshards take each input record once, by its partition and offset
+epoch, the group's offsets after them are committed (a home or epoch message
+it did not take raises first, ``sink.deliveries``: those offsets stay where
+they are). A process that dies between two of these (home messages no epoch
+names are never read), or loses its partitions in a rebalance, leaves records
+that the next owner signs again: the vshards take each input record once, by its partition and offset
 (``Epoch.fresh_after``), so signing needs no transaction. Nothing here
 depends on earlier epochs: processes come and go freely.
 """
@@ -28,10 +29,12 @@ from ...core.decode import InputSpec
 from ...core.memory import keep_freed_memory
 from ...core.signing import signing_config
 from ...engine.vshards.placement import homes_of_records
+from ...errors import lost_write
 from ...faults import reached
 from ...ops.logs import Log
 from ...ops.telemetry import WorkerTelemetry
 from ..sink.admin import topic_limits
+from ..sink.deliveries import raise_if_lost
 from ..sessions import SessionLoop
 from ..source import KafkaSource
 from .messages import input_ranges, kept_with_order, pack_epoch, pack_home
@@ -118,14 +121,20 @@ class _Signer:
         step("the epochs sent")
         spans = signed_spans([len(value) if value else 0 for value in payload[0]], self._most_bytes())
         chunks = [tuple(column[start:stop] for column in payload) for start, stop in spans]
-        homes_at = [self._send_homes(chunk) for chunk in chunks]
+        homes_sent = [self._send_homes(chunk) for chunk in chunks]
         timeout = self.config.worker.kafka_timeout_s
-        homes_at = [{home: sent.get(timeout=timeout).offset for home, sent in at.items()} for at in homes_at]
-        reached("values-sent")  # a crash here leaves home messages no epoch names: the next signer sends its own
-        for chunk, at in zip(chunks, homes_at):
-            epoch = pack_epoch(time.time(), self.fingerprint, len(chunk[0]), input_ranges(chunk), at)
-            self.producer.send(self.config.shards.signed_topic, partition=0, value=epoch)
         self.producer.flush(timeout=timeout)
+        raise_if_lost([sent for at in homes_sent for sent in at.values()], "a home message", SIGNED_MESSAGE_BYTES)
+        homes_at = [{home: sent.get(timeout=timeout).offset for home, sent in at.items()} for at in homes_sent]
+        reached("values-sent")  # a crash here leaves home messages no epoch names: the next signer sends its own
+        epochs = [self.producer.send(self.config.shards.signed_topic, partition=0,
+                                     value=pack_epoch(time.time(), self.fingerprint, len(chunk[0]),
+                                                      input_ranges(chunk), at))
+                  for chunk, at in zip(chunks, homes_at)]
+        self.producer.flush(timeout=timeout)
+        # flush returns once every send is done, taken or not: an epoch the broker never took must not have its
+        # records' offsets committed (no epoch would ever name them)
+        raise_if_lost(epochs, "an epoch message", SIGNED_MESSAGE_BYTES)
         reached("signed-sent")  # a crash here signs these records again: the vshards take them once
         step("the group's offsets committed")
         self._commit({TopicPartition(topic, partition): OffsetAndMetadata(last + 1, "", -1)
@@ -243,6 +252,7 @@ def queue_forget(config: Config, ids: list[str]) -> int:
     """``streamdedup forget`` on a sharded deployment: the order goes into the order topic, where every vshard
     meets it at the same place in the decision order; returns its offset there."""
     from kafka import KafkaProducer
+    from kafka.errors import KafkaError
 
     from ...core.signed import pack_forget
 
@@ -251,6 +261,9 @@ def queue_forget(config: Config, ids: list[str]) -> int:
                                 **kafka_client_settings(config.kafka, "producer")})
     try:
         sent = producer.send(config.shards.signed_topic, partition=0, value=pack_forget(ids))
-        return sent.get(timeout=config.worker.kafka_timeout_s).offset
+        try:
+            return sent.get(timeout=config.worker.kafka_timeout_s).offset
+        except KafkaError as exc:  # the command's own message, not a traceback: nothing was queued
+            raise lost_write("the forget order", config.shards.signed_topic, 0, exc, SIGNED_MESSAGE_BYTES) from exc
     finally:
         producer.close(timeout=5)
