@@ -25,7 +25,14 @@ from typing import Any, Mapping, Optional
 
 from .errors import ConfigError
 
-__all__ = ["Config", "load", "with_values", "SECTIONS", "redacted", "kafka_client_settings"]
+__all__ = ["Config", "load", "with_values", "SECTIONS", "redacted", "kafka_client_settings",
+           "transaction_producer_settings"]
+
+# A transaction's batches must outlive the worker's waits for its commit (``worker.kafka_timeout_s`` twice: the
+# offsets joined, then the commit) by this much: kafka-python fails a batch that outlives the producer's
+# ``delivery_timeout_ms`` without failing its transaction (the Java client aborts it), so a commit that came after
+# would leave that batch's outcomes out while the input offsets moved on.
+DELIVERY_MARGIN_S = 60.0
 
 
 def _key(default: Any, doc: str, *, choices: tuple = (), low: Optional[float] = None,
@@ -389,6 +396,26 @@ def _check_across_sections(config: Config) -> None:
             f"lsh.bands x lsh.rows = {lsh.bands * lsh.rows} exceeds signing.num_perm = {signing.num_perm}; "
             "lower them or raise num_perm"
         )
+    given, least = config.kafka.producer.get("delivery_timeout_ms"), least_delivery_ms(config.worker.kafka_timeout_s)
+    if given is not None and (not isinstance(given, int) or given < least):
+        raise ConfigError(
+            f"[kafka.producer] delivery_timeout_ms = {given!r} is below {least} ms (twice worker.kafka_timeout_s and "
+            f"{DELIVERY_MARGIN_S:.0f} s more): a batch the producer gave up on could leave a committed transaction "
+            "without it. Raise delivery_timeout_ms, lower worker.kafka_timeout_s, or leave it unset")
+
+
+def least_delivery_ms(kafka_timeout_s: float) -> int:
+    """The shortest ``delivery_timeout_ms`` a transactional producer may have (``DELIVERY_MARGIN_S``)."""
+    return int((2 * kafka_timeout_s + DELIVERY_MARGIN_S) * 1000)
+
+
+def transaction_producer_settings(config: Config) -> dict:
+    """kafka-python keyword arguments for the transactional producer of the outcomes: the ``producer`` role's,
+    with ``delivery_timeout_ms`` at least ``least_delivery_ms`` unless ``[kafka.producer]`` gives it (checked at
+    load): kafka-python's own default, 2 minutes, is only the two waits of 1 minute each."""
+    settings = kafka_client_settings(config.kafka, "producer")
+    settings.setdefault("delivery_timeout_ms", least_delivery_ms(config.worker.kafka_timeout_s))
+    return settings
 
 
 def _kafka_table(where: str, value: Any, client: str) -> dict:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from streamdedup.config import SECTIONS, Config, ShardsSection, kafka_client_settings, load, redacted, with_values
+from streamdedup.config import (SECTIONS, Config, ShardsSection, kafka_client_settings, load, redacted,
+                                transaction_producer_settings, with_values)
 from streamdedup.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,3 +98,19 @@ def test_a_kafka_setting_of_one_client_goes_to_that_client_only():
     assert consumer["request_timeout_ms"] == producer["request_timeout_ms"] == 9000  # both have it
     with pytest.raises(ConfigError, match="KafkaConsumer setting 'acks'"):
         with_values(cfg, {"kafka": {"consumer": {"acks": 1}}})
+
+
+def test_the_transactional_producer_gives_up_on_a_batch_only_after_the_workers_waits_for_its_commit():
+    """kafka-python fails a batch that outlives ``delivery_timeout_ms`` without failing its transaction, so the
+    outcomes' producer must outlast the worker's two waits (offsets joined, commit) of ``worker.kafka_timeout_s``
+    each: 3 minutes by default (kafka-python's 2 are only the two waits), and a shorter one is refused at load."""
+    assert transaction_producer_settings(load(None, (), environ={}))["delivery_timeout_ms"] == 180_000
+    assert "delivery_timeout_ms" not in kafka_client_settings(load(None, (), environ={}).kafka, "producer")
+    shorter = load(None, ("worker.kafka_timeout_s=10",), environ={})
+    assert transaction_producer_settings(shorter)["delivery_timeout_ms"] == 80_000
+    given = load(None, ("kafka.delivery_timeout_ms=600000",), environ={})
+    assert transaction_producer_settings(given)["delivery_timeout_ms"] == 600_000
+    for too_short in ("kafka.delivery_timeout_ms=120000", "kafka.producer={delivery_timeout_ms=179999}"):
+        with pytest.raises(ConfigError, match=r"delivery_timeout_ms = \d+ is below 180000 ms"):
+            load(None, (too_short,), environ={})
+    assert load(None, ("worker.kafka_timeout_s=30", "kafka.delivery_timeout_ms=120000"), environ={})

@@ -14,7 +14,7 @@ import dataclasses
 import time
 from typing import Callable, Optional
 
-from ..config import Config, kafka_client_settings
+from ..config import Config, kafka_client_settings, transaction_producer_settings
 from ..core.decode import InputSpec, text_limit_for_output
 from ..core.records import canonical_order
 from ..engine.engine import Engine
@@ -87,7 +87,7 @@ class Session:
     def _start_sink(self, transactional_id: str) -> Pending:
         """The transactional producer, made on a thread: its ``init_transactions`` overlaps the consumer's start."""
         out = self.config.output
-        settings = kafka_client_settings(self.config.kafka, "producer")
+        settings = transaction_producer_settings(self.config)
         topics = {"clean": out.clean_topic, "duplicates": out.duplicates_topic, "dead_letter": out.dead_letter_topic}
         return Pending(lambda: KafkaSink(settings, transactional_id, topics, out.dead_letter_max_bytes),
                        "streamdedup-producer-start")

@@ -28,7 +28,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from ...config import Config, kafka_client_settings
+from ...config import Config, kafka_client_settings, transaction_producer_settings
 from ...core.memory import QuietCollector, collector_paused, keep_freed_memory
 from ...core.records import id_key
 from ...core.signed import ForgetOrder
@@ -432,7 +432,7 @@ class VShardHost:
         starting, it aborts a transaction its id left open (this process's former session, or a killed process
         that held its host slot, ``host_transactional_id``)."""
         out = self.config.output
-        sink = KafkaSink(self.producer_settings, transactional_id,
+        sink = KafkaSink(transaction_producer_settings(self.config), transactional_id,
                          {"clean": out.clean_topic, "duplicates": out.duplicates_topic,
                           "dead_letter": out.dead_letter_topic}, out.dead_letter_max_bytes)
         try:
