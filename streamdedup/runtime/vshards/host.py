@@ -73,10 +73,10 @@ HELD_FETCH_MS = 500
 IDLE_MEMBER = {"retry_backoff_ms": 100, "auto_offset_reset": "latest", "fetch_max_bytes": 1,
                "max_partition_fetch_bytes": 1}
 # The member's client tries a broker that went away again after a pause that doubles, up to kafka-python's 30 s:
-# after an outage of 15 s its next try came 14 s after the broker was back, past the group's session (counted
-# from the broker's start), so the group had dropped the member and it joined again as a new one, moving the
-# generation and refusing the other processes' commits. A second at most keeps it within the session.
-# [kafka.consumer] settings replace this.
+# after an outage of 15 s its next try came 14 s after the broker was back, past the group's session, so the
+# group had dropped the member and it joined again as a new one, moving the generation and refusing the other
+# processes' commits. A second at most kept it in the group (2026-12-07: a broker killed and back after 15 s,
+# with the default 10 s session; a 6 s one had run out all the same). [kafka.consumer] settings replace this.
 MEMBER_RECONNECT = {"reconnect_backoff_max_ms": 1000}
 # A join of the group that outlasts the member's poll goes on without it, and may then never be completed
 # (``rejoin_if_abandoned``): the longer each poll, the rarer that is; closing the member waits for one.
