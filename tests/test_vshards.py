@@ -396,14 +396,17 @@ def test_a_vshard_kept_through_a_new_generation_of_its_group_reads_again_what_ka
     """The outcomes' transactions commit under the generation of the vshards' group the process last followed
     (KIP-447): on a new one, the committed order offset of every vshard kept is read again before its next
     commit (another process may have hosted it, and committed, under a generation this one did not see); under
-    the same generation nothing is read."""
+    the same generation nothing is read; each generation followed is logged, with the member's id."""
+    import io
     import threading
     from types import SimpleNamespace
 
+    from streamdedup.ops.logs import Log
     from streamdedup.runtime.vshards.host import VShardHost
 
     host, h = _host_of(3, 5, [], position=0)
-    first, second = SimpleNamespace(generation_id=4), SimpleNamespace(generation_id=6)
+    host.log = Log("text", "info", logged := io.StringIO())
+    first, second = (SimpleNamespace(generation_id=g, member_id="m") for g in (4, 6))
     host.fixed, host.group, host.lost_seen, host.rejoined_seen = None, first, 0, 0
     host.membership = SimpleNamespace(assignment=({3}, first), lost=0, rejoined=0)
     host.config = SimpleNamespace(worker=SimpleNamespace(kafka_timeout_s=10))
@@ -416,6 +419,8 @@ def test_a_vshard_kept_through_a_new_generation_of_its_group_reads_again_what_ka
     VShardHost._follow_assignment(host)
     host._await_emitted(h)
     assert (read, h.emitted_before, host.group) == ([[3]], 12, second)
+    assert logged.getvalue().count("vshards_group_followed") == 1
+    assert 'generation=6 member="m" given="3"' in logged.getvalue()
 
 
 def test_a_group_member_whose_client_it_cannot_read_polls_as_often_as_it_may_and_never_holds_a_commit():

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import threading
 import time
@@ -42,6 +43,7 @@ from kafka_helpers import (
     role_command,
     sharded_records,
     single_worker_run,
+    single_worker_summary,
     vshard_decisions,
 )
 
@@ -62,13 +64,13 @@ SETTINGS = [*KEYS, "--set", f"kafka.producer={{transaction_timeout_ms={TRANSACTI
             "--set", "kafka.consumer={session_timeout_ms=6000, heartbeat_interval_ms=1000}"]
 
 
-def _commands(topics: Topics, bootstrap: str, folder) -> dict[str, list[str]]:
+def _commands(topics: Topics, bootstrap: str, folder, settings: tuple = tuple(SETTINGS)) -> dict[str, list[str]]:
     """Three hosts (two at first, one added later) sharing the states' folder, and the signer."""
     tag = uuid.uuid4().hex[:8]
     commands = {f"host-{n}": role_command(topics, bootstrap, COUNT, tag, "--role", "vshards",
-                                          "--state", str(folder / "vshards"), *SETTINGS)
+                                          "--state", str(folder / "vshards"), *settings)
                 for n in range(3)}
-    commands["sign"] = role_command(topics, bootstrap, COUNT, tag, "--role", "sign", *SETTINGS,
+    commands["sign"] = role_command(topics, bootstrap, COUNT, tag, "--role", "sign", *settings,
                                     "--set", "shards.epoch_records=150")
     return commands
 
@@ -232,3 +234,74 @@ def test_vshards_under_chaos_decide_every_record_once_as_one_worker(tmp_path_fac
         assert sorted(s.partition(":")[0] for s in deployment.crashed_at) == sorted(sum(STEPS.values(), []))
     finally:
         broker.wipe()
+
+
+def _members_followed(log: str) -> list[str]:
+    """The member ids under which a host followed the group's generations, in order (``vshards_group_followed``)."""
+    return re.findall(r'vshards_group_followed .*?member="([^"]*)"', log)
+
+
+def _two_hosts_and_a_signer(bootstrap: str, folder, chaos_log, settings: tuple = tuple(SETTINGS)) -> tuple:
+    """A deployment of two hosts found by the group and a signer, started, on the first half of a small input;
+    returns it, its topics, the records and their single worker's outcomes."""
+    records = sharded_records(articles=300, seed=12)
+    expected = single_worker_summary(records, KEYS)
+    topics = Topics.fresh(bootstrap)
+    deployment = Deployment(_commands(topics, bootstrap, folder, settings), folder, chaos_log)
+    for name in ("host-0", "host-1", "sign"):
+        deployment.start(name)
+    produce(bootstrap, topics.raw, records[:len(records) // 2])
+    return deployment, topics, records, expected
+
+
+def test_hosts_keep_their_group_members_through_a_broker_restart(tmp_path_factory, tmp_path):
+    """The broker killed and started again (15 s on a loaded machine) while epochs go on: each host goes on, its
+    sessions (those that ended, the broker lost) with the member it had: its client reconnects within a second
+    of the broker's return (``host.MEMBER_RECONNECT``), inside the group's session (the default 10 s: at 6 s a
+    broker killed has dropped the members when it answers again); every record has one outcome, the single
+    worker's."""
+    broker = OwnBroker(tmp_path_factory.mktemp("vrestart"))
+    bootstrap = broker.bootstrap
+    settings = (*SETTINGS, "--set", "kafka.consumer={session_timeout_ms=10000, heartbeat_interval_ms=1000}")
+    try:
+        with open(tmp_path / "chaos.log", "w") as chaos_log:
+            deployment, topics, records, expected = _two_hosts_and_a_signer(bootstrap, tmp_path, chaos_log, settings)
+            try:
+                _outcomes_after_progress(bootstrap, topics, deployment, 0, patience_s=120)
+                broker.stop("kill")
+                deployment.say("broker killed")
+                time.sleep(2)
+                broker.start()
+                deployment.say("broker started")
+                produce(bootstrap, topics.raw, records[len(records) // 2:])
+                found = deployment.settled_outcomes(bootstrap, topics, len(expected))
+                logs = [deployment.log_of(name) for name in ("host-0", "host-1")]
+            finally:
+                deployment.stop()
+        assert outcome_summary(found) == expected
+        assert not any("vshards_group_lost" in log for log in logs)
+        assert [len(set(_members_followed(log))) for log in logs] == [1, 1], [_members_followed(x) for x in logs]
+    finally:
+        broker.wipe()
+
+
+def test_a_host_the_group_dropped_joins_again_as_a_new_member(kafka, tmp_path):
+    """A host paused (SIGSTOP) past its group session: the group drops its member and gives its vshards to the
+    other, which waits for their states; resumed, the host lets them go (``vshards_group_lost``) and its member
+    joins again under a new member id, and every record has one outcome, the single worker's."""
+    with open(tmp_path / "chaos.log", "w") as chaos_log:
+        deployment, topics, records, expected = _two_hosts_and_a_signer(kafka, tmp_path, chaos_log)
+        try:
+            _outcomes_after_progress(kafka, topics, deployment, 0, patience_s=120)
+            deployment.send_signal("host-0", signal.SIGSTOP)
+            time.sleep(10)  # past the session timeout (6 s)
+            deployment.send_signal("host-0", signal.SIGCONT)
+            produce(kafka, topics.raw, records[len(records) // 2:])
+            found = deployment.settled_outcomes(kafka, topics, len(expected))
+            paused = deployment.log_of("host-0")
+        finally:
+            deployment.stop()
+    assert outcome_summary(found) == expected
+    assert "vshards_group_lost" in paused
+    members = _members_followed(paused)
+    assert len(set(members)) == 2 and members[-1] != members[0], members

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -271,8 +272,9 @@ def test_a_host_joining_while_the_first_commits_its_first_epoch_costs_no_backoff
     (``vshard-decided``), the first host drops the vshards given away and commits the others under the new
     generation: nobody is refused. Held inside its transaction (``vshard-kafka-begun``), past that look, its
     offsets are refused for the old generation and its next session starts at once (``fenced_by_group``), not
-    after the lost broker's backoff (``broker_lost``). Either way every record has one outcome, the single
-    worker's."""
+    after the lost broker's backoff (``broker_lost``), with the member its first session had: the group's
+    generation moves once, for the join, and not again for the new session. Either way every record has one
+    outcome, the single worker's."""
     records = sharded_records(articles=160, seed=6)
     expected = single_worker_summary(records, KEYS)
     topics = sharded_topics(kafka, Topics.fresh(kafka).raw)
@@ -300,13 +302,59 @@ def test_a_host_joining_while_the_first_commits_its_first_epoch_costs_no_backoff
         wait_until(lambda: "vshard_state_busy" in logs[1].read_text(), "vshards given to the second host")
         flag.unlink()
         found = settled(kafka, topics, len(expected), processes)
+        first, second = (log.read_text() for log in logs)  # before the stops move the group
     finally:
         stop_processes(processes)
     assert outcome_summary(found) == expected
-    first, second = (log.read_text() for log in logs)
     assert "broker_lost" not in first + second
     assert ("fenced_by_group" in first) == refused and "fenced_by_group" not in second
     assert not refused or "a new session starts at once" in first
+    assert len(re.findall(r" assigned role=", first)) == 1 + refused  # a session, and one after the refusal
+    followed = {name: generations_followed(log) for name, log in (("first", first), ("second", second))}
+    assert len({member for _, member in followed["first"]}) == 1, followed
+    assert sorted({generation for name in followed for generation, _ in followed[name]}) == [1, 2], followed
+
+
+def generations_followed(log: str) -> list[tuple[int, str]]:
+    """The group's generations a vshards process followed, in order, with its member id in each
+    (``vshards_group_followed`` lines)."""
+    return [(int(generation), member) for generation, member in
+            re.findall(r'vshards_group_followed .*?generation=(\d+) member="([^"]*)"', log)]
+
+
+def test_a_process_keeps_its_group_member_from_session_to_session_until_its_client_is_closed(kafka):
+    """``_Members``: each session of a vshards process takes the member the one before it had (no new join, the
+    group's generation stays); a member whose client was closed is replaced by a new one, which joins."""
+    from streamdedup.config import load
+    from streamdedup.runtime.vshards.host import _Members
+    from streamdedup.runtime.vshards.topics import ensure_internal_topics, values_topic
+
+    tag = uuid.uuid4().hex[:8]
+    config = load(None, (f"kafka.bootstrap_servers={kafka}", "shards.count=4", f"shards.signed_topic=order-{tag}",
+                         f"shards.evidence_topic=ex-{tag}", f"kafka.group_id=g-{tag}"), environ={})
+    ensure_internal_topics(config)
+    members = _Members(config, {"bootstrap_servers": kafka})
+
+    def joined(member) -> tuple:
+        deadline = time.monotonic() + 60
+        while member.assignment[1] is None or member.moving():
+            assert time.monotonic() < deadline, "the member was given nothing"
+            time.sleep(0.05)
+        return member.assignment
+
+    try:
+        first = members.current()
+        given, metadata = joined(first)
+        assert given == {0, 1, 2, 3} and first.usable()
+        assert members.current() is first and joined(first) == (given, metadata) and members.made == 1
+        first.source.close()
+        second = members.current()
+        assert second is not first and members.made == 2 and not first.usable()
+        again, renewed = joined(second)
+        assert again == given and renewed.member_id != metadata.member_id
+        assert renewed.group_id == f"g-{tag}-vshards" and values_topic(config) == f"order-{tag}-values"
+    finally:
+        members.close()
 
 
 def test_a_group_member_whose_join_outlasts_its_polls_still_completes_it(kafka):

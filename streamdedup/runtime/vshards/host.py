@@ -73,6 +73,12 @@ HELD_FETCH_MS = 500
 # of a host's CPU on the end-to-end bench); at 100 ms, 0.8%, and it joins a new group in 0.13 s instead of 0.11.
 IDLE_MEMBER = {"retry_backoff_ms": 100, "auto_offset_reset": "latest", "fetch_max_bytes": 1,
                "max_partition_fetch_bytes": 1}
+# The member's client tries a broker that went away again after a pause that doubles, up to kafka-python's 30 s:
+# after an outage of 15 s its next try came 14 s after the broker was back, past the group's session, so the
+# group had dropped the member and it joined again as a new one, moving the generation and refusing the other
+# processes' commits. A second at most kept it in the group (2026-12-07: a broker killed and back after 15 s,
+# with the default 10 s session; a 6 s one had run out all the same). [kafka.consumer] settings replace this.
+MEMBER_RECONNECT = {"reconnect_backoff_max_ms": 1000}
 # A join of the group that outlasts the member's poll goes on without it, and may then never be completed
 # (``rejoin_if_abandoned``): the longer each poll, the rarer that is; closing the member waits for one.
 MEMBER_POLL_MS = 1000
@@ -190,7 +196,8 @@ class _Membership:
     """This process's place in the consumer group ``<group_id>-vshards`` on the records topic, which says which
     vshards it hosts (a partition a vshard): Kafka moves them when processes come and go. Its own thread polls
     the group (every partition paused: it reads nothing), so the group hears from the process however long a
-    step of an epoch takes."""
+    step of an epoch takes. It outlives the process's sessions (``_Members``): a session that ends leaves the
+    group as it is, and the next follows the assignment as it stands."""
 
     def __init__(self, config: Config, settings: dict):
         from kafka import ConsumerRebalanceListener
@@ -215,7 +222,7 @@ class _Membership:
                 membership.lost += 1
 
         group = f"{config.kafka.group_id}-vshards"
-        self.source = KafkaSource([], {**GROUP_SESSION, **settings, **IDLE_MEMBER}, group, 1)
+        self.source = KafkaSource([], {**GROUP_SESSION, **MEMBER_RECONNECT, **settings, **IDLE_MEMBER}, group, 1)
         self.source.subscribe([values_topic(config)], Listener())
         self.thread = threading.Thread(target=self._poll, name="streamdedup-vshards-group", daemon=True)
         self.thread.start()
@@ -265,10 +272,44 @@ class _Membership:
             return None
         return coordinator
 
+    def usable(self) -> bool:
+        """Whether a new session can take this member: its thread polls and its client is open. A broker that
+        went away is reconnected to by the client itself, and a member the group dropped (its session ran out,
+        ``on_partitions_lost``) is joined again by it, under a new member id: a new member for the group."""
+        return self.thread.is_alive() and not getattr(self.source.consumer, "_closed", False)
+
     def close(self) -> None:
         self.stopping.set()
         self.thread.join(timeout=5)
         self.source.close()
+
+
+class _Members:
+    """The process's group member from one session to the next. A member made again for every session left the
+    group as a session ended (a commit refused, a broker lost) and joined it again: twice the group's generation
+    moved, refusing the other processes' next commits, whose sessions ended and did the same (a cascade). So a
+    session takes the member the one before it had, and only one that cannot go on (``_Membership.usable``) is
+    replaced; it leaves the group when the process stops."""
+
+    def __init__(self, config: Config, settings: dict):
+        self.config, self.settings = config, settings
+        self.member: Optional[_Membership] = None
+        self.made = 0  # members made: one for the process unless one had to be replaced
+
+    def current(self) -> _Membership:
+        """The member a new session takes: the process's, or a new one (joining on its own thread) if it has none
+        or its member cannot go on."""
+        if self.member is not None and not self.member.usable():
+            close_quietly(self.member)
+            self.member = None
+        if self.member is None:
+            self.member = _Membership(self.config, self.settings)
+            self.made += 1
+        return self.member
+
+    def close(self) -> None:
+        close_quietly(self.member)
+        self.member = None
 
 
 class _Inbound:
@@ -386,7 +427,10 @@ class VShardHost:
     epoch in flight (its new host decides that epoch again), one it is given is opened where its state stands."""
 
     def __init__(self, config: Config, open_vshard: Callable[[int], _Hosted], fixed: Optional[list[int]], log: Log,
-                 stopper: Stopper, step: Callable[[Optional[str]], None], transactional_id: str):
+                 stopper: Stopper, step: Callable[[Optional[str]], None], transactional_id: str,
+                 members: Optional[_Members] = None):
+        """``members``: the process's group member (``_Members``), taken by this session and not closed with it;
+        needed unless the vshards are ``fixed`` by number."""
         ensure_internal_topics(config)
         self.config, self.log, self.stopper, self.step = config, log, stopper, step
         self.open_vshard = open_vshard
@@ -410,8 +454,9 @@ class VShardHost:
         self.fixed = fixed
         self.reading_lock = threading.Lock()
         try:
-            if fixed is None:  # first: the group is joined on its own thread while the rest connects
-                self.membership = _Membership(config, self.settings)
+            if fixed is None:  # first: the process's member (a new one joins on its own thread meanwhile)
+                self.membership = members.current()
+                self.lost_seen, self.rejoined_seen = self.membership.lost, self.membership.rejoined
             self.starting_sink = Pending(lambda: self._started_sink(transactional_id), "streamdedup-producer")
             self.publisher = exchange_publisher(self.producer_settings)
             # Each flush checks what it waited for: a message the broker never took ends the session before any
@@ -503,6 +548,9 @@ class VShardHost:
         if group is not None and group != self.group:
             self.group = group
             self._read_emitted(list(self.hosted.values()))
+            if self.membership is not None:
+                self.log.info("vshards_group_followed", role="vshards", generation=group.generation_id,
+                              member=group.member_id, given=",".join(map(str, sorted(given))) or "none")
         if not gone and not new:
             return
         new = self._adopt(new)
@@ -721,7 +769,8 @@ class VShardHost:
         return min([*h.floors.values(), *unread], default=self.inbound.exchange_position(h.number))
 
     def close(self) -> None:
-        close_quietly(self.membership, *self.hosted.values(), self.inbound)
+        """Close what the session opened; the group member stays the process's (``_Members``)."""
+        close_quietly(*self.hosted.values(), self.inbound)
         if self.sink is not None:
             self.sink.close()
         elif self.starting_sink is not None:
@@ -785,6 +834,7 @@ def run_vshards(config: Config, state: Optional[str], numbers: Optional[list[int
     began = time.monotonic()
     slot, slot_lock = host_slot(state) if numbers is None else (None, None)
     transactional_id = host_transactional_id(config, slot, numbers)
+    members = _Members(config, kafka_client_settings(config.kafka, "consumer"))
 
     def opened(number: int) -> _Hosted:
         path = os.path.join(state, f"vshard-{number}") if state else None
@@ -796,7 +846,7 @@ def run_vshards(config: Config, state: Optional[str], numbers: Optional[list[int
             raise
 
     def session(connected: Callable[..., None]) -> WorkerStats:
-        host = VShardHost(config, opened, numbers, log, stopper, loop.watchdog.phase, transactional_id)
+        host = VShardHost(config, opened, numbers, log, stopper, loop.watchdog.phase, transactional_id, members)
         try:
             connected()
             host.run(until_caught_up)
@@ -809,6 +859,7 @@ def run_vshards(config: Config, state: Optional[str], numbers: Optional[list[int
         if found is not None:
             stats = found
     finally:
+        members.close()  # after the last session released the vshards' states: their next hosts open them at once
         loop.close()
         if slot_lock is not None:
             slot_lock.close()
