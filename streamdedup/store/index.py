@@ -873,20 +873,26 @@ class IndexTxn:
         """
         if self._member_log is not None:
             return self._member_log
-        db = self.dbs.get("recent_members")
+        members, clusters = self.logged_memberships()
         found = _NO_LOG
-        if db is not None:
-            cursor = self.txn.cursor(db=db)
-            members = np.frombuffer(b"".join(cursor.iternext(keys=True, values=False)), dtype=">u4")
-            if len(members):
-                clusters = np.frombuffer(b"".join(cursor.iternext(keys=False, values=True)), dtype=">u4")
-                members, clusters = members.astype(np.int64), clusters.astype(np.int64)
-                merged = (members <= self.counters["merged_upto"]) | \
-                    ((members <= self.counters.get("merge_upto", 0)) & (clusters < self._members_moved_below()))
-                found = (members[~merged], clusters[~merged])
+        if len(members):
+            merged = (members <= self.counters["merged_upto"]) | \
+                ((members <= self.counters.get("merge_upto", 0)) & (clusters < self._members_moved_below()))
+            found = (members[~merged], clusters[~merged])
         if self.state is TxnState.READ:  # a writer's own writes change it
             self._member_log = found
         return found
+
+    def logged_memberships(self) -> tuple[np.ndarray, np.ndarray]:
+        """(member serials, their cluster serials) of every entry of ``recent_members``, merged or not, in member
+        order, read in two passes of the table (none: an index of format 7 opened read-only, or a vshard's)."""
+        db = self.dbs.get("recent_members")
+        if db is None:
+            return _NO_LOG
+        cursor = self.txn.cursor(db=db)
+        members = np.frombuffer(b"".join(cursor.iternext(keys=True, values=False)), dtype=">u4")
+        clusters = np.frombuffer(b"".join(cursor.iternext(keys=False, values=True)), dtype=">u4")
+        return members.astype(np.int64), clusters.astype(np.int64)
 
     def _members_moved_below(self) -> int:
         """The first cluster serial whose memberships of the generation being merged are not in ``members`` yet

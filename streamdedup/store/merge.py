@@ -45,7 +45,6 @@ deleted and nothing reads them. Merging an entry twice changes nothing.
 
 from __future__ import annotations
 
-import itertools
 from typing import TYPE_CHECKING, Optional
 
 import numpy as np
@@ -270,10 +269,9 @@ class _Memberships:
     cluster, then member: the members table's order, taken a range of clusters at a time."""
 
     def __init__(self, txn: IndexTxn, upto: int) -> None:
-        cursor = txn.txn.cursor(db=txn.dbs["recent_members"])
-        rows = list(itertools.takewhile(lambda row: from_u64(row[0]) <= upto, cursor)) if cursor.first() else []
-        members = np.frombuffer(b"".join(member for member, _ in rows), dtype=">u4").astype(np.int64)
-        clusters = np.frombuffer(b"".join(cluster for _, cluster in rows), dtype=">u4").astype(np.int64)
+        members, clusters = txn.logged_memberships()
+        generation = members <= upto
+        members, clusters = members[generation], clusters[generation]
         order = np.lexsort((members, clusters))
         self._members, self._clusters = members[order], clusters[order]
 
