@@ -51,10 +51,8 @@ from __future__ import annotations
 import enum
 import errno
 import fcntl
-import heapq
 import itertools
 import json
-import operator
 import os
 import time
 import uuid
@@ -847,13 +845,21 @@ class IndexTxn:
             yield from members[clusters == representative].tolist()
 
     def clusters_with_members(self) -> Iterator[tuple[int, int]]:
-        """(kept document's serial, how many members) of every cluster with members, in serial order."""
+        """(kept document's serial, how many members) of every cluster with members, in serial order: the members
+        table's clusters, each with its recent members added, and the clusters with recent members only."""
         _, clusters = self.member_log()
-        recent = zip(*(part.tolist() for part in np.unique(clusters, return_counts=True)))
-        cursor = self.txn.cursor(db=self.dbs["members"])
-        merged = ((from_u64(key), cursor.count()) for key in cursor.iternext_nodup(keys=True, values=False))
-        for serial, counts in itertools.groupby(heapq.merge(merged, recent), key=operator.itemgetter(0)):
-            yield serial, sum(count for _, count in counts)
+        recent, counts = (part.tolist() for part in np.unique(clusters, return_counts=True))
+        at, cursor = 0, self.txn.cursor(db=self.dbs["members"])
+        for key in cursor.iternext_nodup(keys=True, values=False):
+            serial, count = from_u64(key), cursor.count()
+            while at < len(recent) and recent[at] < serial:
+                yield recent[at], counts[at]
+                at += 1
+            if at < len(recent) and recent[at] == serial:
+                count += counts[at]
+                at += 1
+            yield serial, count
+        yield from zip(recent[at:], counts[at:])
 
     def memberships(self) -> list[tuple[int, int]]:
         """(cluster serial, member serial) of every membership, merged or recent."""
@@ -884,13 +890,17 @@ class IndexTxn:
         return found
 
     def logged_memberships(self) -> tuple[np.ndarray, np.ndarray]:
-        """(member serials, their cluster serials) of every entry of ``recent_members``, merged or not, in member
-        order, read in two passes of the table (none: an index of format 7 opened read-only, or a vshard's)."""
+        """(member serials, their cluster serials) of the entries of ``recent_members`` past ``merged_upto`` (those
+        up to it wait for a finishing step to delete them), in member order, read in two passes of the table
+        (none: an index of format 7 opened read-only, or a vshard's)."""
         db = self.dbs.get("recent_members")
         if db is None:
             return _NO_LOG
-        cursor = self.txn.cursor(db=db)
+        cursor, first = self.txn.cursor(db=db), serial_key(self.counters["merged_upto"] + 1)
+        if not cursor.set_range(first):
+            return _NO_LOG
         members = np.frombuffer(b"".join(cursor.iternext(keys=True, values=False)), dtype=">u4")
+        cursor.set_range(first)
         clusters = np.frombuffer(b"".join(cursor.iternext(keys=False, values=True)), dtype=">u4")
         return members.astype(np.int64), clusters.astype(np.int64)
 
