@@ -908,7 +908,8 @@ class IndexTxn:
         """The first cluster serial whose memberships of the generation being merged are not in ``members`` yet
         (0: no merge under way, or none of its slices committed)."""
         counters = self.counters
-        committed, upto, slices = counters["merging"] - 1, counters.get("merge_upto", 0), counters.get("merge_slices", 0)
+        committed = counters["merging"] - 1
+        upto, slices = counters.get("merge_upto", 0), counters.get("merge_slices", 0)
         if committed <= 0 or not upto or not slices:
             return 0
         return member_slice_bounds(committed - 1, slices, upto)[1]

@@ -173,8 +173,9 @@ class SpreadMerge:
 
     def finish(self, txn: IndexTxn, chunk: int = 0) -> bool:
         """After every slice: record the generation as merged (``merged_upto``: the first finishing step; the
-        caller then drops it from the mirror and saves the filter, ``sealed``), empty ``recent`` up to ``upto``
-        (at most ``chunk`` entries a step, 0: all) and, once it is, record the merge as done; whether it is."""
+        caller then drops it from the mirror and saves the filter, ``sealed``), empty ``recent`` and
+        ``recent_members`` up to ``upto`` (at most ``chunk`` entries of each a step, 0: all) and, once they are,
+        record the merge as done; whether it is."""
         counters = txn.counters
         if counters["merged_upto"] < self.upto:
             txn.count(merged_upto=self.upto - counters["merged_upto"])
