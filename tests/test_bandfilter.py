@@ -13,6 +13,7 @@ from streamdedup.core.records import Document, Source
 from streamdedup.engine.engine import Engine
 from streamdedup.store import bandfilter
 from streamdedup.store.bandfilter import BandFilter
+from streamdedup.store.index import FORMAT_VERSION
 
 
 def _docs(texts, start=0):
@@ -460,7 +461,7 @@ def test_a_merge_starts_a_new_run_of_serials_in_its_first_slice_and_decisions_do
     with Engine(_config(), old) as engine:
         with engine.index.read() as txn:
             assert bands_module.run_bases(txn).tolist()[0] == 0 and len(bands_module.run_bases(txn)) >= 2
-            assert json.loads(txn.txn.get(b"index", db=txn.dbs["meta"]))["format"] == 7  # refused before runs
+            assert json.loads(txn.txn.get(b"index", db=txn.dbs["meta"]))["format"] == FORMAT_VERSION  # refused before
         assert check_index(engine.index).ok
 
 

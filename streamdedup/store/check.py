@@ -71,7 +71,7 @@ def _check_records(txn: IndexTxn, report: CheckReport, recent: dict, merged: int
     bands = txn.index.signing.bands
     ids = set(entries(txn, "ids"))
     contents = {txn.record(serial).content for _, serial in entries(txn, "content") if txn.has_record(serial)}
-    members = {(from_u64(k), from_u64(v)) for k, v in txn.table_entries("members")}
+    members = set(txn.memberships())
     kept_serials = set()
     merged_keys: dict[int, set[tuple[int, int]]] = {}
     for record in txn.records():
@@ -159,8 +159,7 @@ def _check_tables(txn: IndexTxn, report: CheckReport) -> None:
     for key, serial in entries(txn, "content"):
         if not txn.has_record(serial) or content_key(txn.record(serial).content) != key:
             report.problem(f"content entry points at #{serial}, which has other content or no record")
-    for key, value in txn.table_entries("members"):
-        cluster, serial = from_u64(key), from_u64(value)
+    for cluster, serial in txn.memberships():
         member = txn.record(serial) if txn.has_record(serial) else None
         if member is None or member.cluster != cluster or member.kept:
             report.problem(f"member #{serial} of cluster #{cluster} has no record, another cluster or is kept")

@@ -98,8 +98,9 @@ def _forget_one(txn: IndexTxn, bands: BandTables, record: DocRecord, report: For
     _forget_recent(txn, key, record.kept)
     txn.delete("ids", *entry(id_key(record.id), record.serial))
     txn.delete("content", *entry(content_key(record.content), record.serial))  # if its content's first document
-    if record.cluster and not record.kept:
+    if record.cluster and not record.kept:  # merged, or still in the log (no merge is under way: ``Engine.forget``)
         txn.delete("members", serial_key(record.cluster), serial)
+        txn.delete("recent_members", serial)
     if record.kept:
         report.released += dissolve(txn, record.serial)
         report.dissolved += 1
@@ -135,13 +136,13 @@ def _forget_recent(txn: IndexTxn, key: bytes, kept: bool) -> None:
 
 
 def dissolve(txn: IndexTxn, cluster: int) -> int:
-    """Release every remaining member of a cluster whose representative is gone."""
-    cursor = txn.txn.cursor(db=txn.dbs["members"])
-    members = [from_u64(v) for v in cursor.iternext_dup()] if cursor.set_key(serial_key(cluster)) else []
+    """Release every remaining member of a cluster whose representative is gone (merged or recent)."""
+    members = list(txn.member_serials(cluster))
     for serial in members:
         record = txn.record(serial)
         record.cluster, record.cluster_id = 0, ""
         txn.put_record(record)
+        txn.delete("recent_members", serial_key(serial))
     txn.txn.delete(serial_key(cluster), db=txn.dbs["members"])
     return len(members)
 
@@ -194,7 +195,7 @@ def rebuild_tables(txn: IndexTxn, bands: BandTables) -> dict:
     """Re-derive ids, content, members, bands, the recent log and the counters from the records; the places
     duplicates took under band keys (``candidates.file_prober``), which no record holds, are kept as found."""
     held = _places_found(txn)
-    for name in ("ids", "content", "members", "bands", "recent"):
+    for name in ("ids", "content", "members", "recent_members", "bands", "recent"):
         txn.txn.drop(txn.dbs[name], delete=False)
     txn.txn.delete(RUNS_KEY, db=txn.dbs["meta"])  # the band table's runs start again with its entries
     mirror = RecentMirror()

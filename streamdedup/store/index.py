@@ -22,7 +22,11 @@ content       first 2 B of the content hash          its next 6 B + the serial (
                                                      (dupsort, 10 B each; a hit is compared with
                                                      the record's hash)
 members       cluster serial (4 B)                   its duplicates' serials (4 B; dupsort; the
-                                                     representative is the cluster serial)
+                                                     representative is the cluster serial): those
+                                                     merged (``merge``)
+recent_members  a duplicate's serial (4 B)           its cluster serial (4 B): a membership filed
+                                                     by a batch, appended, until a merge moves it
+                                                     into members (``IndexTxn.member_log``)
 positions     source name                            JSON input position
 source_names  b"n" + number (4 B) / b"s" + name      a record's source name / its number: a
                                                      record stores the number (``IndexTxn``)
@@ -82,10 +86,12 @@ if TYPE_CHECKING:
     from ..core.records import Document
 
 __all__ = ["Index", "IndexSettings", "IndexTxn", "MapFull", "TxnState", "DocRecord", "FORMAT_VERSION", "MAX_SERIAL", "id_key",
+           "member_slice_bounds",
            "u64", "from_u64", "serial_key", "content_key", "rows_as_bytes", "take_writer_lock"]
 
-FORMAT_VERSION = 7
-READABLE_FORMATS = (5, 6, FORMAT_VERSION)  # 5: 6 with lsh.cap = "kept"; 6: 7 before its band table had runs
+FORMAT_VERSION = 8
+# 5: 6 with lsh.cap = "kept"; 6: 7 before its band table had runs; 7: 8 with every membership in members
+READABLE_FORMATS = (5, 6, 7, FORMAT_VERSION)
 MAX_SERIAL = (1 << 32) - 1  # the band table stores serials in 32 bits (``bands``)
 LOW_DISK_BYTES = 16 << 20  # 16 MiB: below this, a failed write is taken for a full disk
 _DATABASES = {
@@ -96,6 +102,7 @@ _DATABASES = {
     "ids": {"dupsort": True, "dupfixed": True},
     "content": {"dupsort": True, "dupfixed": True},
     "members": {"dupsort": True, "dupfixed": True},
+    "recent_members": {},
     "positions": {},
     "source_names": {},
     "recent": {},
@@ -220,6 +227,16 @@ SERIAL_BYTES = 4  # serials in the docs, ids, content and members tables (``MAX_
 CONTENT_KEY_BYTES = 8  # of the content hash, keying the content table
 
 
+_NO_LOG = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+
+
+def member_slice_bounds(number: int, slices: int, upto: int) -> tuple[int, int]:
+    """The cluster serials [low, high) whose recent memberships slice ``number`` of ``slices`` of the merge of the
+    serials up to ``upto`` moves into ``members`` (a member's cluster is an earlier serial: all are below
+    ``upto + 1``); consecutive slices take consecutive ranges of the table's keys."""
+    return number * (upto + 1) // slices, (number + 1) * (upto + 1) // slices
+
+
 def damaged_shingles(serial: int) -> IndexCorruptError:
     return IndexCorruptError(f"the stored shingles of #{serial} are damaged; run `streamdedup check`, "
                              "then restore a backup or rebuild the index")
@@ -337,9 +354,20 @@ class Index:
 
     def _open_databases(self) -> dict[str, Any]:
         if self.readonly:
-            return {name: self.env.open_db(name.encode(), create=False, **flags) for name, flags in self.tables.items()}
+            return {name: self._existing_db(name, flags) for name, flags in self.tables.items()}
         with self.env.begin(write=True) as txn:
             return {name: self.env.open_db(name.encode(), txn=txn, **flags) for name, flags in self.tables.items()}
+
+    def _existing_db(self, name: str, flags: dict) -> Any:
+        """A table of the index opened read-only; None for ``recent_members`` in an index made before it (format 7
+        or earlier, not yet opened by a writer of format 8: its memberships are all in ``members``; ``read``
+        asks again, before its transaction begins, so a writer's first memberships are seen at once)."""
+        try:
+            return self.env.open_db(name.encode(), create=False, **flags)
+        except lmdb.NotFoundError:
+            if name != "recent_members":
+                raise
+            return None
 
     def _load_or_create_meta(self, signing: Optional[SigningConfig], adopt_bands: bool) -> dict:
         with self.env.begin(db=self.dbs["meta"]) as txn:
@@ -352,7 +380,8 @@ class Index:
                     f"{FORMAT_VERSION} (site templates and excerpts since format 2, shingles stored in 32 bits since "
                     "format 3, the band table in large buckets keyed by a band key's high 7 bits, records with "
                     "numbered source names and 4-byte serials and id and content tables keyed by 8-byte hashes "
-                    "since format 5, lsh.cap since format 6, and the band table in runs since format 7); rebuild it: "
+                    "since format 5, lsh.cap since format 6, the band table in runs since format 7, and a batch's "
+                    "memberships filed in recent_members until a merge since format 8); rebuild it: "
                     "replay the input into a new index (`streamdedup backfill --from-beginning` or `streamdedup "
                     "dedup` with --state pointing at a new folder), then use that folder"
                 )
@@ -444,6 +473,8 @@ class Index:
     @contextmanager
     def read(self) -> Iterator["IndexTxn"]:
         """A short read-only view of the last committed state."""
+        if self.readonly and self.dbs.get("recent_members", False) is None:
+            self.dbs["recent_members"] = self._existing_db("recent_members", {})  # made by a writer since?
         try:
             txn = self.env.begin()
         except lmdb.MapResizedError:
@@ -562,6 +593,7 @@ class IndexTxn:
         self.after_commit: list[Callable[[], None]] = []  # run once the transaction has committed
         self._source_names: dict[int, str] = {}
         self._source_numbers: dict[str, int] = {}
+        self._member_log: Optional[tuple[np.ndarray, np.ndarray]] = None  # a read transaction's (``member_log``)
 
     @property
     def txn(self) -> lmdb.Transaction:
@@ -573,11 +605,15 @@ class IndexTxn:
 
     def mark_current_format(self) -> None:
         """Marks the index with this version's format, in this transaction: an index whose band table has runs
-        (``bands.start_runs``) would be misread by a streamdedup of format 6, which takes its runs for epochs;
-        marked, it is refused there with how to rebuild."""
+        (``bands.start_runs``) would be misread by a streamdedup of format 6, which takes its runs for epochs, and
+        one with memberships in ``recent_members`` (``view.write_documents``) by one of format 7, which reads
+        ``members`` only; marked, it is refused there with how to rebuild."""
+        if self.index.meta.get("format") == FORMAT_VERSION:  # as read at opening, or marked by a commit since
+            return
         meta = json.loads(self.txn.get(b"index", db=self.dbs["meta"]))
         if meta.get("format") != FORMAT_VERSION:
             self.txn.put(b"index", json.dumps({**meta, "format": FORMAT_VERSION}).encode(), db=self.dbs["meta"])
+        self.after_commit.append(lambda: self.index.meta.update(format=FORMAT_VERSION))
 
     def seal(self) -> None:
         """``OPEN`` -> ``PREPARED``: everything of this transaction is written."""
@@ -793,21 +829,90 @@ class IndexTxn:
         return first, self.unpack_record(from_u64(cursor.key()), cursor.value())
 
     def member_count(self, representative: int) -> int:
-        """How many members the members table lists under a cluster's kept document."""
+        """How many members a cluster's kept document has: those the members table lists, and its recent ones."""
         cursor = self.txn.cursor(db=self.dbs["members"])
-        return cursor.count() if cursor.set_key(serial_key(representative)) else 0
+        merged = cursor.count() if cursor.set_key(serial_key(representative)) else 0
+        _, clusters = self.member_log()
+        return merged + int(np.count_nonzero(clusters == representative)) if len(clusters) else merged
 
     def member_serials(self, representative: int) -> Iterator[int]:
-        """The serials of a cluster's members, ascending."""
+        """The serials of a cluster's members, ascending (the merged ones, then the recent ones: later)."""
         cursor = self.txn.cursor(db=self.dbs["members"])
         if cursor.set_key(serial_key(representative)):
             yield from (from_u64(value) for value in cursor.iternext_dup())
+        members, clusters = self.member_log()
+        if len(clusters):
+            yield from members[clusters == representative].tolist()
 
     def clusters_with_members(self) -> Iterator[tuple[int, int]]:
-        """(kept document's serial, how many members) of every cluster with members, in serial order."""
-        cursor = self.txn.cursor(db=self.dbs["members"])
+        """(kept document's serial, how many members) of every cluster with members, in serial order: the members
+        table's clusters, each with its recent members added, and the clusters with recent members only."""
+        _, clusters = self.member_log()
+        recent, counts = (part.tolist() for part in np.unique(clusters, return_counts=True))
+        at, cursor = 0, self.txn.cursor(db=self.dbs["members"])
         for key in cursor.iternext_nodup(keys=True, values=False):
-            yield from_u64(key), cursor.count()
+            serial, count = from_u64(key), cursor.count()
+            while at < len(recent) and recent[at] < serial:
+                yield recent[at], counts[at]
+                at += 1
+            if at < len(recent) and recent[at] == serial:
+                count += counts[at]
+                at += 1
+            yield serial, count
+        yield from zip(recent[at:], counts[at:])
+
+    def memberships(self) -> list[tuple[int, int]]:
+        """(cluster serial, member serial) of every membership, merged or recent."""
+        found = [(from_u64(key), from_u64(value)) for key, value in self.txn.cursor(db=self.dbs["members"])]
+        members, clusters = self.member_log()
+        return found + list(zip(clusters.tolist(), members.tolist()))
+
+    def member_log(self) -> tuple[np.ndarray, np.ndarray]:
+        """(member serials, their cluster serials) of the memberships ``recent_members`` holds that no merge
+        has moved into ``members`` yet, in member order; read once a read transaction.
+
+        A batch appends its duplicates' memberships there; a merge slice moves those of its generation (serials
+        up to ``merge_upto``) whose cluster is in its range (``member_slice_bounds``) into ``members``, in the
+        transaction that counts it (``merging``), and its finishing steps delete them from the log. So an entry
+        of the log is already merged when its serial is at most ``merged_upto``, or at most ``merge_upto`` with
+        its cluster below the slices committed; every membership is counted once at every commit.
+        """
+        if self._member_log is not None:
+            return self._member_log
+        members, clusters = self.logged_memberships()
+        found = _NO_LOG
+        if len(members):
+            merged = (members <= self.counters["merged_upto"]) | \
+                ((members <= self.counters.get("merge_upto", 0)) & (clusters < self._members_moved_below()))
+            found = (members[~merged], clusters[~merged])
+        if self.state is TxnState.READ:  # a writer's own writes change it
+            self._member_log = found
+        return found
+
+    def logged_memberships(self) -> tuple[np.ndarray, np.ndarray]:
+        """(member serials, their cluster serials) of the entries of ``recent_members`` past ``merged_upto`` (those
+        up to it wait for a finishing step to delete them), in member order, read in two passes of the table
+        (none: an index of format 7 opened read-only, or a vshard's)."""
+        db = self.dbs.get("recent_members")
+        if db is None:
+            return _NO_LOG
+        cursor, first = self.txn.cursor(db=db), serial_key(self.counters["merged_upto"] + 1)
+        if not cursor.set_range(first):
+            return _NO_LOG
+        members = np.frombuffer(b"".join(cursor.iternext(keys=True, values=False)), dtype=">u4")
+        cursor.set_range(first)
+        clusters = np.frombuffer(b"".join(cursor.iternext(keys=False, values=True)), dtype=">u4")
+        return members.astype(np.int64), clusters.astype(np.int64)
+
+    def _members_moved_below(self) -> int:
+        """The first cluster serial whose memberships of the generation being merged are not in ``members`` yet
+        (0: no merge under way, or none of its slices committed)."""
+        counters = self.counters
+        committed = counters["merging"] - 1
+        upto, slices = counters.get("merge_upto", 0), counters.get("merge_slices", 0)
+        if committed <= 0 or not upto or not slices:
+            return 0
+        return member_slice_bounds(committed - 1, slices, upto)[1]
 
     def position(self, name: str) -> Optional[Any]:
         raw = self.txn.get(name.encode(), db=self.dbs["positions"])

@@ -12,6 +12,14 @@ merge as done). The writer spreads these steps
 over the batches that follow (``engine.Engine``), so no batch waits for a
 whole merge; meanwhile the next generation is mirrored as before.
 
+The generation's cluster memberships (``recent_members``, appended by its
+batches) move into the ``members`` table in the slices' transactions too,
+each slice those of a range of cluster serials (``member_slice_bounds``),
+sorted: a leaf page of the table is dirtied once a merge rather than once a
+duplicate. The finishing steps delete them from the log with ``recent``'s
+entries; until then readers take the counters for which are merged
+(``IndexTxn.member_log``), so each membership is listed once at every commit.
+
 The band entries go into the band table's current run of serials
 (``bands.run_bases``); a merge whose generation would take that run past
 ``bands.RUN_SERIALS`` starts a new one at the generation's first serial,
@@ -43,7 +51,7 @@ import numpy as np
 
 from .bands import run_bases, runs_after_merge, start_runs
 from .hashed import filter_keys, salted
-from .index import IndexTxn, content_key, from_u64
+from .index import IndexTxn, content_key, from_u64, member_slice_bounds, rows_as_bytes
 from .mirror import RecentMirror, merged_thresholds
 
 if TYPE_CHECKING:
@@ -95,6 +103,7 @@ class SpreadMerge:
         self._ids: Optional[_Pairs] = None
         self._contents: Optional[_Pairs] = None
         self._first_serial: Optional[int] = None  # of the generation's band entries (-1: none)
+        self._members: Optional[_Memberships] = None  # the generation's memberships (``_move_members``)
 
     @property
     def generation(self) -> RecentMirror:
@@ -134,9 +143,21 @@ class SpreadMerge:
                 raw.cursor(db=dbs[name]).putmulti(rows, dupdata=True)
                 hashes.append(pairs.filter_keys(name, low, high))
         hash_keys = np.concatenate(hashes) if hashes else np.zeros(0, dtype=np.uint64)
+        self._move_members(txn, number)
         bases = start_runs(txn, self._first_band_serial(), self.upto)  # a new run: the first slice's transaction
         slots, serials = tables.insert_slice(txn, generation, number, self.slices, bases)
         return slots, hash_keys, serial_span(serials)
+
+    def _move_members(self, txn: IndexTxn, number: int) -> None:
+        """Slice ``number``'s memberships into ``members``: those of the generation whose cluster is in its
+        range (``member_slice_bounds``), sorted as the table holds them, so a leaf page is dirtied once a merge,
+        not once a duplicate. They stay in ``recent_members`` until ``finish``; the counters this transaction
+        writes (``merging``) tell readers they are merged (``IndexTxn.member_log``)."""
+        if self._members is None:  # the log as this merge's first transaction (or the first since a restart) finds
+            self._members = _Memberships(txn, self.upto)
+        rows = self._members.in_clusters(*member_slice_bounds(number, self.slices, self.upto))
+        if rows:
+            txn.txn.cursor(db=txn.dbs["members"]).putmulti(rows, dupdata=True)
 
     def _first_band_serial(self) -> Optional[int]:
         """The first serial of the generation's band entries (None: it has none)."""
@@ -152,20 +173,17 @@ class SpreadMerge:
 
     def finish(self, txn: IndexTxn, chunk: int = 0) -> bool:
         """After every slice: record the generation as merged (``merged_upto``: the first finishing step; the
-        caller then drops it from the mirror and saves the filter, ``sealed``), empty ``recent`` up to ``upto``
-        (at most ``chunk`` entries a step, 0: all) and, once it is, record the merge as done; whether it is."""
+        caller then drops it from the mirror and saves the filter, ``sealed``), empty ``recent`` and
+        ``recent_members`` up to ``upto`` (at most ``chunk`` entries of each a step, 0: all) and, once they are,
+        record the merge as done; whether it is."""
         counters = txn.counters
         if counters["merged_upto"] < self.upto:
             txn.count(merged_upto=self.upto - counters["merged_upto"])
-        cursor = txn.txn.cursor(db=txn.dbs["recent"])
-        deleted, positioned = 0, cursor.first()
-        while positioned and from_u64(cursor.key()) <= self.upto:
-            if chunk and deleted == chunk:
-                self.finished += 1
-                return False
-            cursor.delete()
-            deleted += 1
-            positioned = bool(cursor.key())
+        emptied = [_deleted_through(txn.txn.cursor(db=txn.dbs[name]), self.upto, chunk)
+                   for name in ("recent_members", "recent")]
+        if not all(emptied):
+            self.finished += 1
+            return False
         txn.count(merging=-counters["merging"],
                   merge_upto=-counters.get("merge_upto", 0), merge_slices=-counters.get("merge_slices", 0))
         self.finished = self.finish_steps
@@ -182,6 +200,19 @@ def merge_recent(txn: IndexTxn, mirror: RecentMirror, tables: "BandTables") -> N
     merge.slice_committed()
     merge.finish(txn)
     mirror.merged()
+
+
+def _deleted_through(cursor, upto: int, chunk: int) -> bool:
+    """Delete a serial-keyed table's first entries, those up to ``upto``, at most ``chunk`` of them (0: all);
+    whether none of them is left."""
+    deleted, positioned = 0, cursor.first()
+    while positioned and from_u64(cursor.key()) <= upto:
+        if chunk and deleted == chunk:
+            return False
+        cursor.delete()
+        deleted += 1
+        positioned = bool(cursor.key())
+    return True
 
 
 def serial_span(serials: np.ndarray) -> tuple[int, int]:
@@ -232,3 +263,23 @@ class _Pairs:
         keys = np.ascontiguousarray(rows[:, :2]).view(np.dtype((np.void, 2))).ravel().tolist()
         values = np.ascontiguousarray(rows[:, 2:]).view(np.dtype((np.void, 10))).ravel().tolist()
         return list(zip(keys, values))
+
+
+class _Memberships:
+    """The memberships ``recent_members`` holds of the serials up to ``upto`` (a merge's generation), sorted by
+    cluster, then member: the members table's order, taken a range of clusters at a time."""
+
+    def __init__(self, txn: IndexTxn, upto: int) -> None:
+        members, clusters = txn.logged_memberships()
+        generation = members <= upto
+        members, clusters = members[generation], clusters[generation]
+        order = np.lexsort((members, clusters))
+        self._members, self._clusters = members[order], clusters[order]
+
+    def in_clusters(self, low: int, high: int) -> list[tuple[bytes, bytes]]:
+        """The members table's (key, value) of the memberships of the clusters in [low, high), in table order."""
+        begin, end = np.searchsorted(self._clusters, np.array([low, high], dtype=np.int64)).tolist()
+        if begin == end:
+            return []
+        return list(zip(rows_as_bytes(self._clusters[begin:end].astype(">u4")),
+                        rows_as_bytes(self._members[begin:end].astype(">u4"))))

@@ -89,17 +89,19 @@ def write_documents(txn: IndexTxn, mirror: RecentMirror, records: list[DocRecord
     for serial, (row, bands) in placed.items():
         recent_keys[serial] = band_keys[row].astype(">u4").tobytes()
     keys, recent, members, exact, entries = _rows_filed(records, idents, recent_keys, placed)
-    writes = {  # every table but members gets serials in increasing order: appended
+    writes = {  # every table gets serials in increasing order: appended (memberships by the member's serial)
         "docs": list(zip(keys, txn.pack_records(records))),
         "recent": recent,
         "shingles": list(zip(rows_as_bytes(kept_serials.astype(">u8")), _coded(shingles, kept_row_array))),
-        "members": sorted(members),
+        "recent_members": [(member, cluster) for cluster, member in members],  # to ``members`` at a merge
     }
+    if members:
+        txn.mark_current_format()  # a release of format 7 would not see them: it refuses the index instead
     raw, dbs = txn.txn, txn.dbs
     for name, items in writes.items():
         if items:
             cursor = raw.cursor(db=dbs[name])
-            cursor.putmulti(items, dupdata=True, append=name != "members")
+            cursor.putmulti(items, dupdata=True, append=True)
     txn.count(next_serial=len(records) if numbered is None else numbered, documents=len(records), kept=kept,
               duplicates=len(records) - kept, exact=exact)
     places = placed_entries(list(placed), [band_keys[row] for row, _ in placed.values()],
