@@ -130,6 +130,33 @@ def test_forget_check_and_rebuild_over_members_on_both_sides_of_a_merge(tmp_path
         assert check_index(engine.index).ok
 
 
+def test_forget_of_many_clusters_reads_the_log_of_recent_memberships_once(tmp_path, monkeypatch):
+    """``forget`` dissolves each kept document it removes, asking for its members: the transaction reads
+    ``recent_members`` once (tens of milliseconds at a million documents) and keeps its view of it as it
+    deletes, so forgetting thousands of clusters does not read it thousands of times; the lists stay right."""
+    from streamdedup.store.index import IndexTxn
+
+    state = str(tmp_path / "state")
+    with Engine(_config(merge_every=100_000), state) as engine:
+        for batch in _batches():
+            engine.decide_batch(engine.prepare(batch))
+        with engine.index.read() as txn:
+            clusters = _expected(txn)
+            doomed = sorted(clusters)[:12]
+            ids = [txn.record(serial).id for serial in doomed]
+            ids += [txn.record(clusters[serial][0]).id for serial in sorted(clusters)[12:16]]  # and members
+        reads = []
+        logged = IndexTxn.logged_memberships
+        monkeypatch.setattr(IndexTxn, "logged_memberships", lambda txn: reads.append(1) or logged(txn))
+        report = engine.forget(ids)
+        assert report.dissolved == len(doomed) and len(reads) == 1
+        monkeypatch.undo()
+        with engine.index.read() as txn:
+            listed = _read(txn)
+            assert listed == _expected(txn) and not set(doomed) & set(listed)
+        assert check_index(engine.index).ok
+
+
 @pytest.mark.system
 def test_a_reader_in_another_process_sees_recent_members_at_once(tmp_path):
     """`streamdedup cluster` run while the writer holds the index lists the members it committed, the recent

@@ -100,7 +100,7 @@ def _forget_one(txn: IndexTxn, bands: BandTables, record: DocRecord, report: For
     txn.delete("content", *entry(content_key(record.content), record.serial))  # if its content's first document
     if record.cluster and not record.kept:  # merged, or still in the log (no merge is under way: ``Engine.forget``)
         txn.delete("members", serial_key(record.cluster), serial)
-        txn.delete("recent_members", serial)
+        txn.drop_logged_membership(record.serial)
     if record.kept:
         report.released += dissolve(txn, record.serial)
         report.dissolved += 1
@@ -142,7 +142,7 @@ def dissolve(txn: IndexTxn, cluster: int) -> int:
         record = txn.record(serial)
         record.cluster, record.cluster_id = 0, ""
         txn.put_record(record)
-        txn.delete("recent_members", serial_key(serial))
+        txn.drop_logged_membership(serial)
     txn.txn.delete(serial_key(cluster), db=txn.dbs["members"])
     return len(members)
 
@@ -197,6 +197,7 @@ def rebuild_tables(txn: IndexTxn, bands: BandTables) -> dict:
     held = _places_found(txn)
     for name in ("ids", "content", "members", "recent_members", "bands", "recent"):
         txn.txn.drop(txn.dbs[name], delete=False)
+    txn.forget_member_log()
     txn.txn.delete(RUNS_KEY, db=txn.dbs["meta"])  # the band table's runs start again with its entries
     mirror = RecentMirror()
     counters = {"documents": 0, "kept": 0, "duplicates": 0, "exact": 0}

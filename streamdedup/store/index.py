@@ -593,7 +593,7 @@ class IndexTxn:
         self.after_commit: list[Callable[[], None]] = []  # run once the transaction has committed
         self._source_names: dict[int, str] = {}
         self._source_numbers: dict[str, int] = {}
-        self._member_log: Optional[tuple[np.ndarray, np.ndarray]] = None  # a read transaction's (``member_log``)
+        self._member_log: Optional[tuple[np.ndarray, np.ndarray]] = None  # read once (``member_log``)
 
     @property
     def txn(self) -> lmdb.Transaction:
@@ -876,6 +876,9 @@ class IndexTxn:
         transaction that counts it (``merging``), and its finishing steps delete them from the log. So an entry
         of the log is already merged when its serial is at most ``merged_upto``, or at most ``merge_upto`` with
         its cluster below the slices committed; every membership is counted once at every commit.
+
+        A write transaction keeps it too: ``forget`` asks it for each cluster it dissolves, and changes it only
+        through ``drop_logged_membership``; a batch's own appends (``view.write_documents``) drop it.
         """
         if self._member_log is not None:
             return self._member_log
@@ -885,9 +888,20 @@ class IndexTxn:
             merged = (members <= self.counters["merged_upto"]) | \
                 ((members <= self.counters.get("merge_upto", 0)) & (clusters < self._members_moved_below()))
             found = (members[~merged], clusters[~merged])
-        if self.state is TxnState.READ:  # a writer's own writes change it
-            self._member_log = found
+        self._member_log = found
         return found
+
+    def forget_member_log(self) -> None:
+        """``member_log`` is read again at its next call (``recent_members`` was appended to)."""
+        self._member_log = None
+
+    def drop_logged_membership(self, serial: int) -> None:
+        """Delete a duplicate's membership from ``recent_members`` (if there), and from ``member_log``'s view."""
+        self.txn.delete(serial_key(serial), db=self.dbs["recent_members"])
+        if self._member_log is not None and len(self._member_log[0]):
+            members, clusters = self._member_log
+            kept = members != serial
+            self._member_log = (members[kept], clusters[kept])
 
     def logged_memberships(self) -> tuple[np.ndarray, np.ndarray]:
         """(member serials, their cluster serials) of the entries of ``recent_members`` past ``merged_upto`` (those

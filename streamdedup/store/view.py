@@ -97,6 +97,7 @@ def write_documents(txn: IndexTxn, mirror: RecentMirror, records: list[DocRecord
     }
     if members:
         txn.mark_current_format()  # a release of format 7 would not see them: it refuses the index instead
+        txn.forget_member_log()
     raw, dbs = txn.txn, txn.dbs
     for name, items in writes.items():
         if items:
