@@ -132,7 +132,7 @@ def test_an_index_of_an_earlier_format_is_refused_with_how_to_rebuild_it(tmp_pat
     env.close()
     with pytest.raises(IncompatibleIndexError, match="has format 4.*reads format 8.*numbered source names.*"
                                                      "8-byte hashes since format 5.*lsh.cap since format 6.*"
-                                                     "runs since format 7.*recent_members until a merge since "
+                                                     "runs since format 7.*recent_members until a merge.*chunks since "
                                                      "format 8.*"
                                                      "backfill --from-beginning"):
         Index(IndexSettings(path=str(tmp_path)), SIGNING)

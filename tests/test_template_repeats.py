@@ -10,6 +10,7 @@ without each page's extra text that is on other pages of its own site.
 
 from __future__ import annotations
 
+import json
 import random
 
 import numpy as np
@@ -25,6 +26,7 @@ from streamdedup.core.excerpts import containment
 from streamdedup.core.verify import jaccard
 from streamdedup.engine import sitelearning as sitelearning_module
 from streamdedup.engine.sitelearning import BatchRepeats
+from streamdedup.store.index import FORMAT_VERSION
 from test_templates import _decide, _engine
 
 
@@ -643,12 +645,12 @@ def test_the_same_pages_give_the_same_decisions_whatever_the_batches_and_restart
         assert {**first, **second} == reference
 
 
-def test_a_growing_set_merges_its_recent_part_into_its_main_part_past_an_eighth_of_it(monkeypatch):
+def test_a_growing_set_merges_its_recent_part_into_its_main_part_past_its_size(monkeypatch):
     monkeypatch.setattr(templates_module, "MIN_RECENT", 4)
     grown = GrowingSet()
     grown = grown.with_values(_u32([10, 20, 30]))
     assert grown.main.tolist() == [] and grown.recent.tolist() == [10, 20, 30]
-    grown = grown.with_values(_u32([5, 25]))  # 5 recent > max(4, 0 // 8): merged
+    grown = grown.with_values(_u32([5, 25]))  # 5 recent > max(4, 0): merged
     assert grown.main.tolist() == [5, 10, 20, 25, 30] and grown.recent.tolist() == []
     before = grown
     grown = grown.with_values(_u32([1, 40]))
@@ -657,6 +659,132 @@ def test_a_growing_set_merges_its_recent_part_into_its_main_part_past_an_eighth_
     assert grown.contains(_u32([1, 2, 5, 40, 41])).tolist() == [True, False, True, True, False]
     assert grown.tolist() == [1, 5, 10, 20, 25, 30, 40] and len(grown) == 7
     assert grown.with_values(_u32([])) is grown
+
+
+def test_a_growing_set_keeps_its_recent_part_in_chunks_it_appends_to(monkeypatch):
+    """Additions go into the last chunk while it holds fewer than ``RECENT_CHUNK`` values, else start one; an
+    addition taking the chunks past the main part merges them all into it."""
+    monkeypatch.setattr(templates_module, "MIN_RECENT", 4)
+    monkeypatch.setattr(templates_module, "RECENT_CHUNK", 3)
+    grown = GrowingSet(_u32(range(100, 120)))
+    grown = grown.with_values(_u32([1, 2]))
+    first = grown.chunks[0]
+    grown = grown.with_values(_u32([3, 4]))  # the first chunk held 2 < 3: grown
+    assert [chunk.tolist() for chunk in grown.chunks] == [[1, 2, 3, 4]]
+    before = grown
+    grown = grown.with_values(_u32([9]))  # 4 >= 3: a chunk of its own, the first untouched
+    assert [chunk.tolist() for chunk in grown.chunks] == [[1, 2, 3, 4], [9]]
+    assert grown.chunks[0] is before.chunks[0] and first.tolist() == [1, 2] and grown.main is before.main
+    assert grown.recent.tolist() == [1, 2, 3, 4, 9] and len(grown) == 25
+    assert grown.contains(_u32([0, 3, 9, 100, 121])).tolist() == [False, True, True, True, False]
+    grown = grown.with_values(_u32(range(200, 216)))  # 21 recent > 20: all merged
+    assert grown.chunks == () and len(grown.main) == 41 and grown.tolist() == sorted(grown.main.tolist())
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_growing_set_settled_a_batch_at_a_time_has_the_parts_and_chunks_of_one_added_at_a_time(monkeypatch,
+                                                                                                  seed):
+    """``_settled_set`` (a batch's additions merged at once) gives the main part and the chunks of
+    ``with_values`` page by page, whatever the batches: the index holds the same arrays under the same keys."""
+    monkeypatch.setattr(templates_module, "MIN_RECENT", 64)
+    monkeypatch.setattr(templates_module, "RECENT_CHUNK", 40)
+    rng = np.random.default_rng(seed)
+    values = rng.permutation(np.arange(1, 20000, dtype=np.uint32))
+    sizes = rng.integers(0, 30, 300)
+    cuts = np.cumsum(sizes)
+    additions = [np.sort(values[end - size:end]) for size, end in zip(sizes, cuts)]
+    one = GrowingSet()
+    for addition in additions:
+        one = one.with_values(addition)
+    batched, start = GrowingSet(), 0
+    while start < len(additions):
+        end = start + int(rng.integers(1, 40))
+        batched = templates_module._settled_set(batched, additions[start:end])
+        start = end
+    assert batched.main.tolist() == one.main.tolist() and len(one.main) and len(one.chunks) > 1
+    assert [chunk.tolist() for chunk in batched.chunks] == [chunk.tolist() for chunk in one.chunks]
+
+
+def _stored_parts(engine, site: int) -> dict:
+    """The ``site_templates`` entries of a site's ``seen`` and ``repeated``: key suffix -> values."""
+    with engine.index.read() as txn:
+        key = site.to_bytes(8, "big")
+        return {k[8:]: np.frombuffer(v, dtype="<u4").tolist() for k, v in txn.table_entries("site_templates")
+                if k[:8] == key and k[8:9] in (b"s", b"S", b"r", b"R")}
+
+
+def test_a_sites_sets_are_written_chunk_by_chunk_and_read_back_as_written(tmp_path, monkeypatch):
+    """A batch writes the chunks it grew or added, and deletes the chunks once they merged into the main part;
+    the site reads back with the same parts and chunks."""
+    monkeypatch.setattr(templates_module, "MIN_RECENT", 8)
+    monkeypatch.setattr(templates_module, "RECENT_CHUNK", 4)
+    from streamdedup.store.sites import load_site, save_site
+    rng = np.random.default_rng(5)
+    with _engine(tmp_path / "i") as engine:
+        before, state = SiteState(), SiteState()
+        for batch in range(12):
+            state = before.copy()
+            for _ in range(3):
+                state.count_repeats(_u32(rng.integers(0, 200, 5)))
+                state.pages += 1
+            state.settle_counts()
+            engine.index.write(lambda txn: save_site(txn, 7, state, before, "docs.example"))
+            stored = _stored_parts(engine, 7)
+            for part, grown in ((b"S", state.seen), (b"R", state.repeated)):
+                chunks = [stored[part + (n.to_bytes(2, "big") if n else b"")] for n in range(len(grown.chunks))]
+                assert chunks == [chunk.tolist() for chunk in grown.chunks]
+                assert len([key for key in stored if key[:1] == part]) == len(grown.chunks)  # none left behind
+            with engine.index.read() as txn:
+                loaded = load_site(txn, 7)
+            for mine, theirs in ((loaded.seen, state.seen), (loaded.repeated, state.repeated)):
+                assert mine.main.tolist() == theirs.main.tolist()
+                assert [chunk.tolist() for chunk in mine.chunks] == [chunk.tolist() for chunk in theirs.chunks]
+            before = loaded
+        assert len(state.seen.main) and len(state.seen.chunks) and 0 < len(state.repeated)
+
+
+def test_an_index_written_before_chunks_reads_its_recent_part_as_one_chunk_and_counts_on(tmp_path, monkeypatch):
+    """An index made before chunks holds a site's whole recent part under its first chunk's key: read back as
+    one chunk (past ``RECENT_CHUNK``, so a new page starts another), the site counts on to the sets of a site
+    counted from the start."""
+    monkeypatch.setattr(templates_module, "MIN_RECENT", 64)
+    monkeypatch.setattr(templates_module, "RECENT_CHUNK", 8)
+    from streamdedup.store.sites import load_site, save_site
+    rng = np.random.default_rng(6)
+    pages = [_u32(rng.integers(0, 1000, 12)) for _ in range(14)]
+    whole = SiteState()
+    for page in pages:
+        whole.count_repeats(page)
+    with _engine(tmp_path / "old") as engine:
+        counted = SiteState()
+        for page in pages[:10]:
+            counted.count_repeats(page)
+        counted.pages = 10
+        old_seen, old_repeated = np.asarray(counted.seen), np.asarray(counted.repeated)
+        old = SiteState(pages=10, seen=GrowingSet(old_seen[:-20]), repeated=GrowingSet(old_repeated[:-2]))
+        engine.index.write(lambda txn: save_site(txn, 7, old, SiteState(), "docs.example"))
+
+        def old_layout(txn):  # the recent parts whole under the "S" and "R" keys, as a version before chunks wrote
+            for part, values in ((b"S", old_seen[-20:]), (b"R", old_repeated[-2:])):
+                txn.txn.put((7).to_bytes(8, "big") + part, values.astype("<u4").tobytes(), db=txn.dbs["site_templates"])
+        engine.index.write(old_layout)
+        _mark_format(engine.index, 7)
+        with engine.index.read() as txn:
+            loaded = load_site(txn, 7)
+        assert [len(chunk) for chunk in loaded.seen.chunks] == [20] and len(loaded.repeated.chunks) == 1
+        assert loaded.seen.tolist() == old_seen.tolist() and loaded.repeated.tolist() == old_repeated.tolist()
+        state = loaded.copy()
+        for page in pages[10:]:
+            state.count_repeats(page)
+        state.pages = 14
+        engine.index.write(lambda txn: save_site(txn, 7, state, loaded, "docs.example"))
+        with engine.index.read() as txn:
+            again = load_site(txn, 7)
+            marked = json.loads(txn.get("meta", b"index"))["format"]
+    assert marked == FORMAT_VERSION  # chunks in the order added: a release of format 7 refuses the index
+    assert again.seen.tolist() == whole.seen.tolist() and again.repeated.tolist() == whole.repeated.tolist()
+    assert len(again.seen.chunks) > 1 and again.seen.chunks[0].tolist() == old_seen[-20:].tolist()
+    assert again.seen.main.tolist() == old_seen[:-20].tolist()  # not merged: the chunks hold fewer values
 
 
 def test_the_same_decisions_and_counts_whatever_the_batches_when_the_sets_merge(tmp_path, writer, monkeypatch):
@@ -766,3 +894,12 @@ def test_a_batchs_probed_slots_and_its_own_texts_merged_as_a_sort_by_slot_then_r
         assert list(zip(merged[0].tolist(), merged[1].tolist())) == pairs
         assert merged[0].dtype == np.uint64 and merged[1].dtype == np.int64
         assert len(pairs) < len(both)  # pairs in both were there
+
+
+def _mark_format(index, number: int) -> None:
+    """The index's meta as a streamdedup of format ``number`` left it (its opening record, and the open index's)."""
+    def marked(txn):
+        meta = json.loads(txn.get("meta", b"index"))
+        txn.txn.put(b"index", json.dumps({**meta, "format": number}).encode(), db=txn.dbs["meta"])
+    index.write(marked)
+    index.meta["format"] = number

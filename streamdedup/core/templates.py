@@ -114,8 +114,9 @@ pages of 800 words) and a count-min sketch of them (two rows of ``BUCKETS``
 8-bit counters, 64 KiB), rebuilt from the window when the site is read from the index. With ``repeats``,
 the shingles seen on the site's new pages (at most ``MAX_SEEN``, 1 MiB; past it shingles seen before are
 still counted, new ones no longer) and those seen on two or more (as many at most), each a ``GrowingSet``
-(a batch writes only what its pages added, unless that merged into the large part), and both in one
-``RepeatTable`` while the site's state is cached (8 bytes a slot, at most two thirds full: up to 4 MiB).
+(a batch appends to and writes its last chunk, at most 4 KiB and a page, and the chunks its pages added,
+unless they merged into the large part), and both in one ``RepeatTable`` while the site's state is cached
+(8 bytes a slot, at most two thirds full: up to 4 MiB).
 """
 
 from __future__ import annotations
@@ -155,7 +156,8 @@ BLOCK_SHARE = 0.5  # a block is at most this share of the new shingles of most o
 MAX_SEEN = 1 << 18  # shingles a site remembers having seen, for ``repeats`` (1 MiB; past it no page adds any)
 REPEAT_SHARE = 1 / 3  # a page's extra text repeated on its site is left out of a pair when at most this share of it
 ONCE = 0xFFFFFFFF  # a ``RepeatTable``'s stamp of a value seen on one page (never repeated as of any stamp)
-MIN_RECENT = 4096  # a ``GrowingSet``'s recent part merges into its main part past this size (and an eighth of it)
+MIN_RECENT = 4096  # a ``GrowingSet``'s chunks merge into its main part past this size (and the main part's)
+RECENT_CHUNK = 1024  # values a ``GrowingSet``'s last chunk takes more of (4 KiB, and a page: written whole)
 BUCKET_VALUES = 8  # values a bucket holds on average
 CHUNK_VALUES = 1 << 14  # a batch's new pages are counted in runs of about this many values (``count_new_pages``)
 CONFIRM_PAGES = 32  # new pages of a site over which what a sample learned is counted again (``confirm``)
@@ -244,31 +246,48 @@ class TemplateSettings:
 
 @dataclass(frozen=True)
 class GrowingSet:
-    """A set of uint32 shingles that grows by a page's worth at a time: a large sorted part merged rarely and a
-    small sorted part of recent additions (never both holding a value).
+    """A set of uint32 shingles that grows by a page's worth at a time: a large sorted part merged rarely and
+    recent additions in chunks, each its additions in the order they came (never two parts holding a value).
 
     A site's ``seen`` shingles grow to hundreds of thousands; inserting each
     new page's few hundred into one sorted array moves the whole array at
     every page, and writing it back moves it again at every batch. Here an
-    addition merges into ``recent``, which merges into ``main`` once it is
-    more than an eighth of it (and more than ``MIN_RECENT``): a page costs a
-    lookup in two arrays, and a batch writes ``recent`` alone unless
-    ``main`` changed. Which part holds a value follows from the additions
-    in their order alone, so the state is the same whatever the batches.
-    Immutable: ``with_values`` returns a new set (a committed state is never
-    changed by the batch working on its copy).
+    addition is appended to the last chunk while that holds fewer than
+    ``RECENT_CHUNK`` values, else starts a chunk; the chunks are sorted and
+    merged into ``main`` once they hold more than it (and more than
+    ``MIN_RECENT``). A batch's work and writes follow what it added (a chunk
+    of at most ``RECENT_CHUNK`` values and a page, and its new chunks), not
+    the size of the set, and each value is merged into ``main`` about twice
+    over the set's growth (``RepeatTable``s, not these sets, answer a
+    batch's look-ups). Which part and chunk holds a value follows from the
+    additions in their order alone, so the state is the same whatever the
+    batches. Immutable: ``with_values`` returns a new set (a committed state
+    is never changed by the batch working on its copy).
     """
 
     main: np.ndarray = field(default_factory=lambda: EMPTY)  # sorted uint32
-    recent: np.ndarray = field(default_factory=lambda: EMPTY)  # sorted uint32, none in ``main``
+    chunks: tuple = ()  # uint32 arrays (additions in order), none holding a value of ``main`` or of another
     _buckets: Optional[tuple] = field(default=None, repr=False, compare=False)  # (shift, starts) of ``main``
+    _recent: Optional[np.ndarray] = field(default=None, repr=False, compare=False)  # the chunks merged, once asked
 
     def __len__(self) -> int:
-        return len(self.main) + len(self.recent)
+        return len(self.main) + self.recent_size
+
+    @property
+    def recent_size(self) -> int:
+        return sum(len(chunk) for chunk in self.chunks)
+
+    @property
+    def recent(self) -> np.ndarray:
+        """The chunks as one sorted array (made once a set, when a look-up without a ``RepeatTable`` asks)."""
+        if self._recent is None:
+            recent = np.sort(np.concatenate(self.chunks)) if self.chunks else EMPTY
+            object.__setattr__(self, "_recent", recent)
+        return self._recent
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         """The whole set, sorted."""
-        values = _merged(self.main, self.recent) if len(self.recent) else self.main
+        values = _merged(self.main, self.recent) if self.chunks else self.main
         return values if dtype is None else values.astype(dtype)
 
     def tolist(self) -> list:
@@ -276,7 +295,7 @@ class GrowingSet:
 
     @property
     def nbytes(self) -> int:
-        return self.main.nbytes + self.recent.nbytes
+        return self.main.nbytes + sum(chunk.nbytes for chunk in self.chunks)
 
     def contains(self, values: np.ndarray) -> np.ndarray:
         """Which of ``values`` (uint32) are in the set."""
@@ -286,7 +305,7 @@ class GrowingSet:
             _growing_member(np.ascontiguousarray(values), *parts, found)
             return found
         found = in_sorted(values, self.main)
-        if len(self.recent):
+        if self.chunks:
             found |= in_sorted(values, self.recent)
         return found
 
@@ -317,28 +336,61 @@ class GrowingSet:
         """The set with ``values`` (sorted uint32, none of them in it)."""
         if not len(values):
             return self
-        recent = _merged(self.recent, values) if len(self.recent) else values
-        if len(recent) > max(MIN_RECENT, len(self.main) // 8):
-            return GrowingSet(_merged(self.main, recent), EMPTY)
-        return GrowingSet(self.main, recent, self._buckets)
+        if _merges(self.recent_size + len(values), len(self.main)):
+            return GrowingSet(_merged(self.main, _sorted_all([*self.chunks, values])))
+        if self.chunks and len(self.chunks[-1]) < RECENT_CHUNK:
+            return GrowingSet(self.main, (*self.chunks[:-1], np.concatenate((self.chunks[-1], values))), self._buckets)
+        return GrowingSet(self.main, (*self.chunks, values), self._buckets)
 
 
 NOTHING = GrowingSet()
 
 
+def _merges(recent: int, main: int) -> bool:
+    """Whether a ``GrowingSet``'s chunks holding ``recent`` values merge into its main part of ``main``."""
+    return recent > max(MIN_RECENT, main)
+
+
 def _settled_set(grown: GrowingSet, additions: list) -> GrowingSet:
     """``grown`` after ``with_values`` of each of ``additions`` in turn (sorted uint32 arrays, none in it or in
-    another): the same parts, but each part merged once (which part holds a value follows from the sizes)."""
-    main_size, recent_size, cut = len(grown.main), len(grown.recent), -1
-    for n, values in enumerate(additions):
-        if len(values):
-            recent_size += len(values)
-            if recent_size > max(MIN_RECENT, main_size // 8):
-                main_size, recent_size, cut = main_size + recent_size, 0, n
-    if cut < 0:
-        return GrowingSet(grown.main, _union(grown.recent, _sorted_all(additions)), grown._buckets)
-    return GrowingSet(_merged(grown.main, _union(grown.recent, _sorted_all(additions[:cut + 1]))),
-                      _sorted_all(additions[cut + 1:]))
+    another): the same parts and chunks, but each merged once (which holds a value follows from the sizes)."""
+    additions = [values for values in additions if len(values)]
+    sizes = [len(values) for values in additions]
+    main_size, recent_size, cut, least = len(grown.main), grown.recent_size, 0, MIN_RECENT
+    for n, size in enumerate(sizes):
+        recent_size += size
+        if recent_size > least and recent_size > main_size:  # ``_merges``
+            main_size, recent_size, cut = main_size + recent_size, 0, n + 1
+    if cut:
+        grown = GrowingSet(_merged(grown.main, _sorted_all([*grown.chunks, *additions[:cut]])))
+    return _chunked(grown, additions[cut:], sizes[cut:])
+
+
+def _chunked(grown: GrowingSet, additions: list, sizes: list) -> GrowingSet:
+    """``grown`` with ``additions`` (sorted uint32 arrays of ``sizes`` values, none empty, none in it or in
+    another) put in its chunks as ``with_values`` puts them, none of them reaching the merge into ``main``."""
+    if not additions:
+        return grown
+    chunks, most = list(grown.chunks), RECENT_CHUNK
+    size = len(chunks[-1]) if chunks else most
+    extends = size < most
+    starts = []  # where each chunk added starts in ``additions`` (the first grows the last chunk when ``extends``)
+    for n, added in enumerate(sizes):
+        if size < most:
+            size += added
+        else:
+            starts.append(n)
+            size = added
+    bounds = [0, *starts] if extends else starts
+    groups = [_joined(additions[start:end]) for start, end in zip(bounds, bounds[1:] + [len(additions)])]
+    if extends:
+        chunks[-1] = np.concatenate((chunks[-1], groups.pop(0)))
+    return GrowingSet(grown.main, (*chunks, *groups), grown._buckets)
+
+
+def _joined(parts: list) -> np.ndarray:
+    """``parts`` (uint32 arrays, at least one) one after the other."""
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def _sorted_all(parts: list) -> np.ndarray:
@@ -371,9 +423,9 @@ class RepeatTable:
     def __init__(self, seen: GrowingSet, repeated: GrowingSet):
         self._meta = np.zeros(4, dtype=np.uint32)
         self._slots = _empty_slots(len(seen))
-        for part in (seen.main, seen.recent):
+        for part in (seen.main, *seen.chunks):
             self._add(part, np.full(len(part), ONCE, dtype=np.uint32))
-        for part in (repeated.main, repeated.recent):
+        for part in (repeated.main, *repeated.chunks):
             self._add(part, np.zeros(len(part), dtype=np.uint32))
 
     def sizes(self) -> tuple[int, int]:

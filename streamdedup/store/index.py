@@ -90,7 +90,8 @@ __all__ = ["Index", "IndexSettings", "IndexTxn", "MapFull", "TxnState", "DocReco
            "u64", "from_u64", "serial_key", "content_key", "rows_as_bytes", "take_writer_lock"]
 
 FORMAT_VERSION = 8
-# 5: 6 with lsh.cap = "kept"; 6: 7 before its band table had runs; 7: 8 with every membership in members
+# 5: 6 with lsh.cap = "kept"; 6: 7 before its band table had runs; 7: 8 with every membership in members and each
+# site's recent seen and repeated shingles sorted in one array (``store.sites``)
 READABLE_FORMATS = (5, 6, 7, FORMAT_VERSION)
 MAX_SERIAL = (1 << 32) - 1  # the band table stores serials in 32 bits (``bands``)
 LOW_DISK_BYTES = 16 << 20  # 16 MiB: below this, a failed write is taken for a full disk
@@ -381,7 +382,8 @@ class Index:
                     "format 3, the band table in large buckets keyed by a band key's high 7 bits, records with "
                     "numbered source names and 4-byte serials and id and content tables keyed by 8-byte hashes "
                     "since format 5, lsh.cap since format 6, the band table in runs since format 7, and a batch's "
-                    "memberships filed in recent_members until a merge since format 8); rebuild it: "
+                    "memberships filed in recent_members until a merge and the sites' recent shingles in chunks "
+                    "since format 8); rebuild it: "
                     "replay the input into a new index (`streamdedup backfill --from-beginning` or `streamdedup "
                     "dedup` with --state pointing at a new folder), then use that folder"
                 )
@@ -606,8 +608,9 @@ class IndexTxn:
     def mark_current_format(self) -> None:
         """Marks the index with this version's format, in this transaction: an index whose band table has runs
         (``bands.start_runs``) would be misread by a streamdedup of format 6, which takes its runs for epochs, and
-        one with memberships in ``recent_members`` (``view.write_documents``) by one of format 7, which reads
-        ``members`` only; marked, it is refused there with how to rebuild."""
+        one with memberships in ``recent_members`` (``view.write_documents``) or sites' shingles in chunks
+        (``sites.save_site``) by one of format 7, which reads ``members`` only and a site's recent shingles as one
+        sorted array; marked, it is refused there with how to rebuild."""
         if self.index.meta.get("format") == FORMAT_VERSION:  # as read at opening, or marked by a commit since
             return
         meta = json.loads(self.txn.get(b"index", db=self.dbs["meta"]))

@@ -8,9 +8,15 @@ site_templates site key (8 B)                   its template: sorted uint32 (lit
                site key + "b" (9 B)             its repeated blocks: sorted uint32
                site key + "s" (9 B)             shingles seen on its new pages (``repeats``): sorted uint32,
                                                 the main part of a ``GrowingSet``
-               site key + "S" (9 B)             its recent part (absent in indexes made before it)
+               site key + "S" (9 B)             the first chunk of its recent part: uint32, in the order
+                                                added (in indexes made before chunks, 2026-12-07: the whole
+                                                recent part, sorted; absent in indexes made before it)
+               site key + "S" + chunk (11 B)    its next chunks (chunk 1, 2, ...: 2 bytes, big-endian), each
+                                                uint32 in the order added; a version before chunks reads the
+                                                first only, as a sorted array: an index written since is not
+                                                for it
                site key + "r" (9 B)             those on two or more of its new pages: likewise
-               site key + "R" (9 B)             their recent part
+               site key + "R" (+ chunk)         their recent part's chunks
                site key + "a" (9 B)             present when those were counted ahead (``dedup --learn-first``)
                site key + "p" (9 B)             what its last sample learned, on probation: sorted uint32
                site key + "q" (9 B)             pages counted since, then each of those shingles' pages: uint32
@@ -68,7 +74,7 @@ def load_site(txn: IndexTxn, site: int) -> SiteState:
     window = [_u32_array(txn.get("site_samples", key + (_WINDOW + i).to_bytes(2, "big")))
               for i in range(windowed[0] if windowed else 0)]
     seen, repeated = (GrowingSet(_u32_array(txn.get("site_templates", key + part)),
-                                 _u32_array(txn.get("site_templates", key + part.upper()))) for part in (b"s", b"r"))
+                                 _chunks(txn, key + part.upper())) for part in (b"s", b"r"))
     ahead = txn.get("site_templates", key + b"a") is not None
     probation = _u32_array(txn.get("site_templates", key + b"p"))
     confirmations = _u32_array(txn.get("site_templates", key + b"q"))
@@ -85,6 +91,8 @@ def save_site(txn: IndexTxn, site: int, state: SiteState, before: SiteState, hos
         raw.put(key, state.template.astype("<u4").tobytes(), db=dbs["site_templates"])
     if state.blocks is not before.blocks:
         raw.put(key + b"b", state.blocks.astype("<u4").tobytes(), db=dbs["site_templates"])
+    if state.seen is not before.seen or state.repeated is not before.repeated:
+        txn.mark_current_format()  # chunks in the order added: a release of format 7 reads them as sorted
     _save_growing(raw, dbs["site_templates"], key, b"s", state.seen, before.seen)
     _save_growing(raw, dbs["site_templates"], key, b"r", state.repeated, before.repeated)
     if state.probation is not before.probation:
@@ -103,16 +111,31 @@ def save_site(txn: IndexTxn, site: int, state: SiteState, before: SiteState, hos
         raw.delete(key + i.to_bytes(2, "big"), db=dbs["site_samples"])
 
 
+def _chunks(txn: IndexTxn, key: bytes) -> tuple:
+    """A ``GrowingSet``'s chunks as written under ``key`` (``_chunk_key``): the first under ``key`` itself (an index
+    made before chunks holds its whole recent part there), the others after it, in order, up to the first absent."""
+    chunks = []
+    while (raw := txn.get("site_templates", _chunk_key(key, len(chunks)))) is not None:
+        chunks.append(_u32_array(raw))
+    return tuple(chunks)
+
+
+def _chunk_key(key: bytes, n: int) -> bytes:
+    return key if n == 0 else key + n.to_bytes(2, "big")
+
+
 def _save_growing(raw, db, key: bytes, part: bytes, now: GrowingSet, before: GrowingSet) -> None:
-    """Write what changed of a ``GrowingSet`` (under the site's ``key`` + ``part``, its recent part under ``part``
-    in upper case): the recent part at most batches, the main part only when the recent one merged into it."""
+    """Write what changed of a ``GrowingSet`` (under the site's ``key`` + ``part``, its chunks under ``part`` in
+    upper case, ``_chunk_key``): at most batches its last chunk and those it added, the main part only when
+    the chunks merged into it (and then the chunks it had are deleted)."""
     if now.main is not before.main:
         raw.put(key + part, now.main.astype("<u4").tobytes(), db=db)
-    if now.recent is not before.recent:
-        if len(now.recent):
-            raw.put(key + part.upper(), now.recent.astype("<u4").tobytes(), db=db)
-        else:
-            raw.delete(key + part.upper(), db=db)
+    chunks = key + part.upper()
+    for n, chunk in enumerate(now.chunks):
+        if n >= len(before.chunks) or chunk is not before.chunks[n]:
+            raw.put(_chunk_key(chunks, n), chunk.astype("<u4").tobytes(), db=db)
+    for n in range(len(now.chunks), len(before.chunks)):
+        raw.delete(_chunk_key(chunks, n), db=db)
 
 
 def move_site_counts(txn: IndexTxn, old: np.ndarray, new: np.ndarray, min_sites: int) -> tuple[np.ndarray, np.ndarray]:
