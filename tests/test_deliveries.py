@@ -9,7 +9,7 @@ from kafka.producer.future import FutureProduceResult, FutureRecordMetadata
 from kafka.structs import TopicPartition
 
 from streamdedup.errors import BrokerError, WriteLostError, kafka_trouble, lost_write
-from streamdedup.runtime.sink.deliveries import first_failure, raise_if_lost
+from streamdedup.runtime.sink.deliveries import first_failure, flushed, raise_if_lost
 
 
 def _batch(topic: str, partition: int, records: int) -> tuple[FutureProduceResult, list]:
@@ -64,3 +64,26 @@ def test_a_send_given_up_on_ends_the_session_retriably():
     with pytest.raises(WriteLostError, match="evidence partition 5 .*Expiring 2 record") as raised:
         raise_if_lost(futures, "a vshard's message to another")
     assert raised.value.retriable and kafka_trouble(raised.value) is raised.value
+
+
+class _AbortingProducer:
+    """A producer whose flush raises as kafka-python 3.0.12's does once its sender aborted every batch on an error
+    it takes for fatal (a record its topic refuses as too large): ``UnknownError('Future not done')``."""
+
+    def flush(self, timeout=None):
+        raise errors.UnknownError("Future not done")
+
+
+def test_a_flush_that_raises_is_explained_by_the_send_that_failed():
+    """The flush's own error would end the session as a lost broker, and the next session would send the same
+    record again, for ever: the failed send's error says what to do and stops the process."""
+    taken, first = _batch("evidence-x", 0, 1)
+    refused, second = _batch("evidence-x", 2, 1)
+    taken.success((3, -1, None))
+    _failed(refused, errors.MessageSizeTooLargeError("too large"))
+    with pytest.raises(BrokerError, match="evidence-x partition 2 .*max.message.bytes of topic evidence-x") as raised:
+        flushed(_AbortingProducer(), first + second, "a vshard's message to another", 1024)
+    assert not raised.value.retriable
+    _, pending = _batch("evidence-x", 1, 1)
+    with pytest.raises(errors.UnknownError):  # nothing failed to explain it: the flush's own error
+        flushed(_AbortingProducer(), first + pending, "a vshard's message to another")

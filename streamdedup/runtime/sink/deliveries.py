@@ -19,7 +19,7 @@ from typing import Iterable, Optional
 
 from ...errors import lost_write
 
-__all__ = ["Deliveries", "first_failure", "raise_if_lost"]
+__all__ = ["Deliveries", "first_failure", "raise_if_lost", "flushed"]
 
 
 def first_failure(futures: Iterable) -> Optional[tuple[str, Optional[int], BaseException]]:
@@ -50,6 +50,23 @@ def raise_if_lost(futures: Iterable, what: str, wanted_bytes: Optional[int] = No
         raise lost_write(what, topic, partition, error, wanted_bytes) from error
 
 
+def flushed(producer, futures: list, what: str, wanted_bytes: Optional[int] = None,
+            timeout: Optional[float] = None) -> None:
+    """``producer.flush``, then ``raise_if_lost`` of ``futures``. A flush that raises (kafka-python 3.0.12 raises
+    ``UnknownError('Future not done')`` once its sender has aborted every batch on an error it takes for fatal,
+    such as a record its topic refuses as too large) is explained by the first future that failed, if one did:
+    its error, not the flush's, says what to do (and whether trying again can help)."""
+    try:
+        producer.flush(timeout=timeout)
+    except Exception as flush_error:
+        failed = first_failure(future for future in futures if future.is_done)
+        if failed is None:
+            raise
+        topic, partition, error = failed
+        raise lost_write(what, topic, partition, error, wanted_bytes) from flush_error
+    raise_if_lost(futures, what, wanted_bytes)
+
+
 class Deliveries:
     """A producer's record futures not yet checked: ``flush`` waits for them all and raises for the first one the
     broker did not take (``raise_if_lost``), then forgets them. Checked once a flush, not once a record."""
@@ -66,7 +83,6 @@ class Deliveries:
         self.futures.append(future)
 
     def flush(self, timeout: Optional[float] = None) -> None:
-        """``KafkaProducer.flush``, then every future kept checked (``raise_if_lost``) and forgotten."""
-        self.producer.flush(timeout=timeout)
+        """``KafkaProducer.flush``, then every future kept checked and forgotten (``flushed``)."""
         futures, self.futures = self.futures, []
-        raise_if_lost(futures, self.what, self.wanted_bytes)
+        flushed(self.producer, futures, self.what, self.wanted_bytes, timeout)

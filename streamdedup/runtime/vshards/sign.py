@@ -34,7 +34,7 @@ from ...faults import reached
 from ...ops.logs import Log
 from ...ops.telemetry import WorkerTelemetry
 from ..sink.admin import topic_limits
-from ..sink.deliveries import raise_if_lost
+from ..sink.deliveries import flushed
 from ..sessions import SessionLoop
 from ..source import KafkaSource
 from .messages import input_ranges, kept_with_order, pack_epoch, pack_home
@@ -123,18 +123,17 @@ class _Signer:
         chunks = [tuple(column[start:stop] for column in payload) for start, stop in spans]
         homes_sent = [self._send_homes(chunk) for chunk in chunks]
         timeout = self.config.worker.kafka_timeout_s
-        self.producer.flush(timeout=timeout)
-        raise_if_lost([sent for at in homes_sent for sent in at.values()], "a home message", SIGNED_MESSAGE_BYTES)
+        flushed(self.producer, [sent for at in homes_sent for sent in at.values()], "a home message",
+                SIGNED_MESSAGE_BYTES, timeout)
         homes_at = [{home: sent.get(timeout=timeout).offset for home, sent in at.items()} for at in homes_sent]
         reached("values-sent")  # a crash here leaves home messages no epoch names: the next signer sends its own
         epochs = [self.producer.send(self.config.shards.signed_topic, partition=0,
                                      value=pack_epoch(time.time(), self.fingerprint, len(chunk[0]),
                                                       input_ranges(chunk), at))
                   for chunk, at in zip(chunks, homes_at)]
-        self.producer.flush(timeout=timeout)
         # flush returns once every send is done, taken or not: an epoch the broker never took must not have its
         # records' offsets committed (no epoch would ever name them)
-        raise_if_lost(epochs, "an epoch message", SIGNED_MESSAGE_BYTES)
+        flushed(self.producer, epochs, "an epoch message", SIGNED_MESSAGE_BYTES, timeout)
         reached("signed-sent")  # a crash here signs these records again: the vshards take them once
         step("the group's offsets committed")
         self._commit({TopicPartition(topic, partition): OffsetAndMetadata(last + 1, "", -1)
