@@ -603,34 +603,6 @@ def test_a_signer_whose_epochs_the_broker_refuses_stops_without_committing_their
     assert _committed(kafka, f"sharded-{tag}-sign", TopicPartition(topics.raw, 0)) == len(records)
 
 
-def test_a_host_whose_exchange_messages_the_broker_refuses_stops_before_committing_anything(kafka, tmp_path):
-    """The exchange topic takes no message (its max.message.bytes lowered below one): the host's flush returns,
-    but its check of what it sent stops it (not a wait for messages that never come) with an error naming the
-    topic, before any outcome is out. Once the limit is back, every record is decided once."""
-    from streamdedup.runtime.vshards.topics import SIGNED_MESSAGE_BYTES
-
-    records = sharded_records(articles=80, seed=4, replays=10)
-    expected = single_worker_summary(records, KEYS)
-    topics = sharded_topics(kafka, Topics.fresh(kafka).raw)
-    produce(kafka, topics.raw, records)
-    tag = uuid.uuid4().hex[:8]
-    create_topics(kafka, [f"evidence-{tag}"], 4, max_message_bytes=64)
-    host = vshard_processes(topics, kafka, 4, tag, ["0-3"], tmp_path)[0]
-    processes = [host] + signers(topics, kafka, 4, tag, 1)
-    try:
-        error = host.communicate(timeout=120)[1].decode()  # read as it comes: the client logs each refusal
-        assert host.returncode == 1, error[-2000:]
-        assert outcomes(kafka, topics) == {}
-        assert f"a vshard's message to another to evidence-{tag} partition" in error, error[-2000:]
-        assert f"raise max.message.bytes of topic evidence-{tag}" in error
-        _topic_max_message_bytes(kafka, f"evidence-{tag}", SIGNED_MESSAGE_BYTES)
-        processes += vshard_processes(topics, kafka, 4, tag, ["0-3"], tmp_path)
-        found = settled(kafka, topics, len(expected), processes[1:])
-    finally:
-        stop_processes(processes)
-    assert outcome_summary(found) == expected
-
-
 def test_a_transactions_send_the_broker_refuses_fails_its_commit(kafka):
     """The single worker's sink needs no check of its own: a send of the transaction refused for good (here the
     clean topic's max.message.bytes lowered after the sink read it) puts kafka-python's transaction in error, and
