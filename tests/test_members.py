@@ -182,13 +182,7 @@ def test_an_index_of_format_7_opens_answers_and_is_marked_once_it_files_recent_m
     release of format 7) once a batch files a membership in the log."""
     state = str(tmp_path / "state")
     batches = _batches()
-    with Engine(_config(), state) as engine:
-        for batch in batches[:20]:
-            engine.decide_batch(engine.prepare(batch))
-        engine.merge_recent()
-        with engine.index.read() as txn:
-            before = _expected(txn)
-    _as_format_7(state)
+    before = _format_7_index(state, batches)
     index = Index(IndexSettings(path=state), None, readonly=True)
     try:
         assert index.dbs["recent_members"] is None
@@ -221,11 +215,7 @@ def test_a_reader_opened_on_an_index_of_format_7_sees_the_memberships_a_later_wr
     another process files in it afterwards, at its next read transaction."""
     state = str(tmp_path / "state")
     batches = _batches()
-    with Engine(_config(), state) as engine:
-        for batch in batches[:20]:
-            engine.decide_batch(engine.prepare(batch))
-        engine.merge_recent()
-    _as_format_7(state)
+    _format_7_index(state, batches)
     later = tmp_path / "later.jsonl"
     later.write_text("".join(json.dumps({"id": d.id, "text": d.text}) + "\n" for batch in batches[20:] for d in batch))
     index = Index(IndexSettings(path=state), None, readonly=True)
@@ -238,6 +228,19 @@ def test_a_reader_opened_on_an_index_of_format_7_sees_the_memberships_a_later_wr
             assert _read(txn) == _expected(txn)
     finally:
         index.close()
+
+
+def _format_7_index(state: str, batches: list) -> dict[int, list[int]]:
+    """An index of the first 20 of ``batches``, merged, left as a streamdedup of format 7 leaves it; its clusters'
+    members."""
+    with Engine(_config(), state) as engine:
+        for batch in batches[:20]:
+            engine.decide_batch(engine.prepare(batch))
+        engine.merge_recent()
+        with engine.index.read() as txn:
+            members = _expected(txn)
+    _as_format_7(state)
+    return members
 
 
 def _as_format_7(state: str) -> None:
